@@ -1,0 +1,157 @@
+"""The `kernelpro` torch.compile backend.
+
+Owns: the entry point `(gm, example_inputs, mode=, options=) -> callable`, reading options,
+the AOTAutograd wiring (training: forward and backward graphs; inference: the inference graph),
+the rewrite of each aten graph, and handing the rest to the fallback (Inductor or eager).
+Must not: know how kernels are searched, cached or launched.
+
+    torch.compile(model, backend="kernelpro")
+    torch.compile(model, backend="kernelpro", options={"search": "on-miss", "fallback": "eager"})
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import torch
+import torch.fx as fx
+
+from .options import Options
+from .providers import KernelProvider, NullProvider
+from .rewrite import RewriteReport, SubgraphObserver, rewrite_graph
+
+log = logging.getLogger("kernelpro")
+
+ProviderFactory = Callable[[Options], KernelProvider]
+
+
+@functools.lru_cache(maxsize=1)
+def _warn_no_cuda_once() -> None:
+    log.warning(
+        "kernelpro: no CUDA GPU here, so kernel search and cached GPU kernels are off; the model "
+        "runs on the fallback only (Inductor or eager), with unchanged numerics"
+    )
+
+
+def default_provider(options: Options) -> KernelProvider:
+    """The provider the options ask for. Cache lookups and search plug in here as they land;
+    until then every subgraph goes to the fallback."""
+    return NullProvider()
+
+
+class CompileSession:
+    """State of one torch.compile backend call: options, provider and what was rewritten."""
+
+    def __init__(
+        self,
+        options: Options,
+        provider: KernelProvider,
+        observer: SubgraphObserver | None = None,
+    ) -> None:
+        self.options = options
+        self.provider = provider
+        self.observer = observer
+        self.reports: list[RewriteReport] = []
+
+    def rewrite(self, gm: fx.GraphModule, graph_kind: str) -> None:
+        provider: KernelProvider = self.provider
+        if self.options.search == "off":
+            provider = NullProvider()
+        report = rewrite_graph(gm, graph_kind, provider, self.options.precision, self.observer)
+        self.reports.append(report)
+
+
+def _graph_kind(kwargs: Mapping[str, Any]) -> str:
+    if kwargs.get("is_backward"):
+        return "backward"
+    if kwargs.get("is_inference"):
+        return "inference"
+    return "forward"
+
+
+def _compile_inductor(
+    session: CompileSession, gm: fx.GraphModule, example_inputs: Sequence[Any], mode: str | None
+) -> Callable[..., Any]:
+    from torch._inductor import list_mode_options
+    from torch._inductor.compile_fx import compile_fx, compile_fx_inner
+
+    def inner_compile(graph: fx.GraphModule, inputs: Sequence[Any], **kwargs: Any) -> Any:
+        session.rewrite(graph, _graph_kind(kwargs))
+        return compile_fx_inner(graph, inputs, **kwargs)
+
+    patches = list_mode_options(mode) if mode and mode != "default" else None
+    # AOTAutograd's cache would hand back a compiled graph without calling inner_compile, so the
+    # rewrite (and the kernel registry it fills) would be skipped: keep it off for our graphs.
+    with torch._functorch.config.patch(enable_autograd_cache=False):
+        return compile_fx(  # type: ignore[return-value]
+            gm, list(example_inputs), inner_compile=inner_compile, config_patches=patches
+        )
+
+
+def _compile_eager(
+    session: CompileSession, gm: fx.GraphModule, example_inputs: Sequence[Any]
+) -> Callable[..., Any]:
+    from torch._dynamo.backends.common import aot_autograd
+    from torch._functorch.aot_autograd import make_boxed_func
+    from torch._functorch.partitioners import min_cut_rematerialization_partition
+    from torch._inductor.decomposition import select_decomp_table
+
+    def compiler(graph_kind: str) -> Callable[..., Any]:
+        def compile_graph(graph: fx.GraphModule, inputs: Sequence[Any]) -> Any:
+            session.rewrite(graph, graph_kind)
+            return make_boxed_func(graph.forward)
+
+        return compile_graph
+
+    # Same decompositions and partitioner as Inductor, so both fallbacks see the same
+    # subgraphs (and the same cache keys).
+    backend = aot_autograd(
+        fw_compiler=compiler("forward"),
+        bw_compiler=compiler("backward"),
+        inference_compiler=compiler("inference"),
+        decompositions=select_decomp_table(),
+        partition_fn=min_cut_rematerialization_partition,
+        keep_inference_input_mutations=True,
+    )
+    with torch._functorch.config.patch(enable_autograd_cache=False):
+        return backend(gm, example_inputs)
+
+
+def make_backend(
+    provider: KernelProvider | ProviderFactory | None = None,
+    observer: SubgraphObserver | None = None,
+    sessions: list[CompileSession] | None = None,
+) -> Callable[..., Any]:
+    """A backend callable with a given kernel provider (tests, explain, custom setups).
+    `sessions`, if given, collects each compile's session (what was replaced)."""
+
+    def backend(
+        gm: fx.GraphModule,
+        example_inputs: Sequence[Any],
+        mode: str | None = None,
+        options: Mapping[str, Any] | None = None,
+    ) -> Callable[..., Any]:
+        opts = Options.resolve(mode=mode, options=options)
+        if opts.search != "off" and not torch.cuda.is_available():
+            _warn_no_cuda_once()
+        if provider is None:
+            chosen = default_provider(opts)
+        elif isinstance(provider, KernelProvider):
+            chosen = provider
+        else:
+            chosen = provider(opts)
+        session = CompileSession(opts, chosen, observer)
+        if sessions is not None:
+            sessions.append(session)
+        if opts.fallback == "eager":
+            return _compile_eager(session, gm, example_inputs)
+        return _compile_inductor(session, gm, example_inputs, mode)
+
+    return backend
+
+
+# The registered backend (entry point `torch_dynamo_backends: kernelpro`).
+kernelpro = make_backend()

@@ -1,0 +1,110 @@
+"""`explain`: which subgraphs kernelpro finds in a model, without compiling kernels.
+
+Owns: running a model once (and its backward when it trains) under a recording backend with the
+eager fallback, and presenting the subgraphs as rows or a table.
+Must not: search, cache or change the caller's model (it works on a copy).
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+
+from .backend import make_backend
+from .fx_passes import Subgraph
+
+
+@dataclasses.dataclass(frozen=True)
+class SubgraphInfo:
+    graph: str  # forward | backward | inference
+    kind: str
+    pattern: str
+    ops: tuple[str, ...]
+    inputs: tuple[str, ...]  # "f32[32, 64]"
+    key: str  # digest, or "symbolic"
+
+    def row(self) -> list[str]:
+        ops = " ".join(self.ops)
+        if len(ops) > 60:
+            ops = ops[:57] + "..."
+        return [self.graph, self.kind, self.pattern, ops, " ".join(self.inputs), self.key[:12]]
+
+
+_SHORT = {
+    "float32": "f32",
+    "float16": "f16",
+    "bfloat16": "bf16",
+    "float64": "f64",
+    "int64": "i64",
+    "bool": "b8",
+}
+
+
+def describe(sg: Subgraph) -> SubgraphInfo:
+    inputs = []
+    for p in sg.inputs:
+        val = p.meta.get("val")
+        if isinstance(val, torch.Tensor):
+            dt = str(val.dtype).removeprefix("torch.")
+            inputs.append(f"{_SHORT.get(dt, dt)}{list(val.shape)}")
+        else:
+            inputs.append(type(val).__name__)
+    return SubgraphInfo(
+        graph=sg.graph,
+        kind=sg.kind,
+        pattern=sg.pattern,
+        ops=tuple(sg.ops),
+        inputs=tuple(inputs),
+        key="symbolic" if sg.symbolic else sg.key.digest,
+    )
+
+
+def explain(
+    model: torch.nn.Module, *example_inputs: Any, **compile_kwargs: Any
+) -> list[SubgraphInfo]:
+    """The subgraphs kernelpro finds in `model` for these inputs: forward and backward when the
+    model has trainable parameters or inputs that require grad, else the inference graph."""
+    found: list[SubgraphInfo] = []
+
+    def observe(graph_kind: str, subgraphs: Sequence[Subgraph]) -> None:
+        found.extend(describe(s) for s in subgraphs)
+
+    model = copy.deepcopy(model)
+    inputs = [
+        x.detach().clone().requires_grad_(x.requires_grad) if isinstance(x, torch.Tensor) else x
+        for x in example_inputs
+    ]
+    compiled = torch.compile(
+        model,
+        backend=make_backend(observer=observe),
+        options={"fallback": "eager", "search": "off"},
+        **compile_kwargs,
+    )
+    out = compiled(*inputs)
+    leaves = [t for t in _tensors(out) if t.requires_grad and t.dtype.is_floating_point]
+    if leaves:
+        torch.autograd.backward([t.float().sum() for t in leaves])
+    return found
+
+
+def _tensors(obj: Any) -> list[torch.Tensor]:
+    if isinstance(obj, torch.Tensor):
+        return [obj]
+    if isinstance(obj, (list, tuple)):
+        return [t for o in obj for t in _tensors(o)]
+    if isinstance(obj, dict):
+        return [t for o in obj.values() for t in _tensors(o)]
+    return []
+
+
+def format_table(rows: Sequence[SubgraphInfo]) -> str:
+    header = ["graph", "kind", "pattern", "ops", "inputs", "key"]
+    cells = [header] + [r.row() for r in rows]
+    widths = [max(len(c[i]) for c in cells) for i in range(len(header))]
+    lines = ["  ".join(c[i].ljust(widths[i]) for i in range(len(header))).rstrip() for c in cells]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(lines)

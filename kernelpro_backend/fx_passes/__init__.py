@@ -1,0 +1,18 @@
+"""Graph passes: classify aten ops, partition graphs into fusable subgraphs, key and extract them.
+
+Must not: launch kernels (runtime/ does) or choose kernels (search/ and the cache do)."""
+
+from .keys import KEY_SCHEMA_VERSION, SubgraphKey
+from .partition import Group, partition
+from .subgraph import IntRange, Subgraph, find_subgraphs, random_inputs
+
+__all__ = [
+    "KEY_SCHEMA_VERSION",
+    "Group",
+    "IntRange",
+    "Subgraph",
+    "SubgraphKey",
+    "find_subgraphs",
+    "partition",
+    "random_inputs",
+]

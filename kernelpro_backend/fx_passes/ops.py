@@ -1,0 +1,171 @@
+"""Classification of aten graph nodes into the roles the partitioner fuses around.
+
+Owns: which aten/prims ops are anchors (GEMM, convolution), attention, reductions, pointwise,
+views and constant factories, and what a reduction reduces over.
+Must not: group nodes (partition.py does) or look at anything but one node.
+"""
+
+from __future__ import annotations
+
+import enum
+import operator
+from collections.abc import Sequence
+
+import torch
+import torch.fx as fx
+
+
+class Role(enum.Enum):
+    GEMM = "gemm"  # mm, bmm, addmm, baddbmm
+    CONV = "conv"  # convolution and its backward
+    ATTENTION = "attention"  # scaled-dot-product attention, forward and backward
+    REDUCTION = "reduction"  # reductions, norms, softmax, losses
+    POINTWISE = "pointwise"
+    VIEW = "view"  # layout-only: view, reshape, permute, expand, select, ...
+    FACTORY = "factory"  # constants made from nothing: full, scalar_tensor, arange
+    GETITEM = "getitem"  # picks one output of a multi-output op
+    OTHER = "other"  # not fusable: gather/scatter/index, cat, random, mutation, unknown
+
+
+_GEMM = {"aten::mm", "aten::bmm", "aten::addmm", "aten::baddbmm"}
+_CONV = {"aten::convolution", "aten::_convolution", "aten::convolution_backward"}
+_REDUCTION = {
+    "aten::sum",
+    "aten::mean",
+    "aten::amax",
+    "aten::amin",
+    "aten::max",
+    "aten::min",
+    "aten::argmax",
+    "aten::argmin",
+    "aten::prod",
+    "aten::var",
+    "aten::var_mean",
+    "aten::std",
+    "aten::logsumexp",
+    "aten::_softmax",
+    "aten::_log_softmax",
+    "aten::_softmax_backward_data",
+    "aten::_log_softmax_backward_data",
+    "aten::native_layer_norm",
+    "aten::native_layer_norm_backward",
+    "aten::native_group_norm",
+    "aten::native_group_norm_backward",
+    "aten::_fused_rms_norm",
+    "aten::_fused_rms_norm_backward",
+    "aten::nll_loss_forward",
+    "aten::nll_loss_backward",
+}
+# Ops that behave pointwise but carry no pointwise tag.
+_EXTRA_POINTWISE = {"aten::_to_copy", "prims::fma", "prims::convert_element_type"}
+_FACTORY = {"aten::full", "aten::scalar_tensor", "aten::zeros", "aten::ones", "aten::arange"}
+_VIEW_EXTRA = {"aten::reshape", "aten::_unsafe_view"}
+_ATTENTION_PREFIXES = (
+    "aten::_scaled_dot_product",
+    "aten::_flash_attention",
+    "aten::_efficient_attention",
+    "aten::scaled_dot_product",
+)
+
+
+def op_name(node: fx.Node) -> str:
+    """The op's schema name without overload ('aten::addmm'), or '' for non-aten targets."""
+    target = node.target
+    if isinstance(target, torch._ops.OpOverload):
+        return target._schema.name
+    if isinstance(target, torch._ops.OpOverloadPacket):
+        return target._qualified_op_name
+    return ""
+
+
+def role(node: fx.Node) -> Role:
+    if node.op != "call_function":
+        return Role.OTHER
+    if node.target is operator.getitem:
+        return Role.GETITEM
+    target = node.target
+    if not isinstance(target, torch._ops.OpOverload):
+        return Role.OTHER
+    name = target._schema.name
+    tags = set(target.tags)
+    if target._schema.is_mutable or torch.Tag.nondeterministic_seeded in tags:
+        return Role.OTHER
+    if name in _GEMM:
+        return Role.GEMM
+    if name in _CONV:
+        return Role.CONV
+    if name.startswith(_ATTENTION_PREFIXES):
+        return Role.ATTENTION
+    if name in _REDUCTION:
+        return Role.REDUCTION
+    if name in _FACTORY:
+        return Role.FACTORY
+    if name == "aten::_to_copy" and _changes_device(node):
+        return Role.OTHER
+    if torch.Tag.pointwise in tags or name in _EXTRA_POINTWISE:
+        return Role.POINTWISE
+    if target.is_view or name in _VIEW_EXTRA:
+        return Role.VIEW
+    return Role.OTHER
+
+
+def _changes_device(node: fx.Node) -> bool:
+    device = node.kwargs.get("device")
+    src = _val(node.args[0]) if node.args else None
+    if not isinstance(device, (str, torch.device)) or src is None:
+        return False
+    return torch.device(device) != src.device
+
+
+def _val(arg: object) -> torch.Tensor | None:
+    if isinstance(arg, fx.Node):
+        val = arg.meta.get("val")
+        if isinstance(val, torch.Tensor):
+            return val
+    return None
+
+
+def tensor_inputs(node: fx.Node) -> list[fx.Node]:
+    """The nodes this node reads (flattened over args and kwargs), in argument order."""
+    return list(node.all_input_nodes)
+
+
+def reduction_signature(node: fx.Node) -> tuple[tuple[int, ...], tuple[int, ...]] | None:
+    """(input shape, reduced dims) of a reduction, with dims made non-negative; None when unknown.
+
+    Two reductions with the same signature reduce the same rows, so they belong to one
+    normalisation/softmax chain (e.g. the amax and the sum of a softmax)."""
+    if not node.args:
+        return None
+    src = _val(node.args[0])
+    if src is None:
+        return None
+    try:
+        shape = tuple(int(s) for s in src.shape)
+    except (TypeError, ValueError):  # symbolic sizes
+        return None
+    rank = len(shape)
+    name = op_name(node)
+    dims: Sequence[int] | None
+    if name in ("aten::_softmax", "aten::_log_softmax"):
+        dims = [node.args[1]]  # type: ignore[list-item]
+    elif name in ("aten::_softmax_backward_data", "aten::_log_softmax_backward_data"):
+        dims = [node.args[2]]  # type: ignore[list-item]
+    elif name in ("aten::native_layer_norm", "aten::_fused_rms_norm"):
+        normalized = node.args[1]
+        dims = list(range(rank - len(normalized), rank))  # type: ignore[arg-type]
+    elif name in ("aten::nll_loss_forward", "aten::native_group_norm"):
+        dims = list(range(rank))
+    else:
+        raw = node.args[1] if len(node.args) > 1 else node.kwargs.get("dim")
+        if raw is None:
+            dims = list(range(rank))
+        elif isinstance(raw, int):
+            dims = [raw]
+        elif isinstance(raw, (list, tuple)) and all(isinstance(d, int) for d in raw):
+            dims = list(raw) if raw else list(range(rank))
+        else:
+            return None
+    if rank == 0:
+        return shape, ()
+    return shape, tuple(sorted({d % rank for d in dims}))

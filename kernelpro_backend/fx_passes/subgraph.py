@@ -1,0 +1,257 @@
+"""A fusable subgraph: its nodes in canonical order, its key, and its standalone reference.
+
+Owns: turning a partition group into a `Subgraph` (inputs, outputs, kind, pattern, key), the
+extraction of a subgraph as a standalone `GraphModule` whose placeholders and outputs are in
+canonical order (the calling convention of every kernel for it), and random example inputs.
+Must not: launch kernels or decide which subgraphs to replace.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+from collections.abc import Sequence
+from functools import cached_property
+
+import torch
+import torch.fx as fx
+
+from .keys import (
+    SubgraphKey,
+    canonical_order,
+    canonical_text,
+    device_capability,
+    precision_policy,
+    tensor_meta,
+)
+from .ops import Role, op_name, role
+from .partition import Group, partition
+
+TensorMeta = tuple[tuple[int, ...], tuple[int, ...], str]
+
+
+@dataclasses.dataclass(frozen=True)
+class IntRange:
+    """Valid values [low, high) of an integer input (class indices, gather indices)."""
+
+    low: int
+    high: int
+
+
+@dataclasses.dataclass(eq=False)
+class Subgraph:
+    """One fusable piece of an aten graph."""
+
+    kind: str  # gemm | conv | attention | reduction | pointwise
+    pattern: str  # a readable guess of what it computes: "softmax", "addmm+epilogue", ...
+    graph: str  # forward | backward | inference
+    nodes: list[fx.Node]  # members, canonical order
+    inputs: list[fx.Node]  # external tensors read, canonical order
+    outputs: list[fx.Node]  # members used outside, canonical order
+    device: torch.device
+    precision: str
+    symbolic: bool  # some size is symbolic: never replaced, left to the fallback
+    int_ranges: dict[int, IntRange]  # input index -> valid range, for integer inputs
+
+    @property
+    def ops(self) -> list[str]:
+        """Compute ops (no views or getitems), canonical order."""
+        skip = (Role.VIEW, Role.GETITEM, Role.FACTORY)
+        return [op_name(n).removeprefix("aten::") for n in self.nodes if role(n) not in skip]
+
+    @cached_property
+    def text(self) -> str:
+        return canonical_text(self.inputs, self.nodes, self.outputs)
+
+    @cached_property
+    def key(self) -> SubgraphKey:
+        if self.symbolic:
+            raise ValueError(
+                "a subgraph with symbolic sizes has no key; it stays with the fallback"
+            )
+        return SubgraphKey(
+            structure=hashlib.sha256(self.text.encode()).hexdigest(),
+            inputs=tuple(tensor_meta(p) for p in self.inputs),
+            device=device_capability(self.device),
+            precision=self.precision,
+        )
+
+    @property
+    def input_meta(self) -> list[TensorMeta]:
+        return [tensor_meta(p) for p in self.inputs]
+
+    @property
+    def output_meta(self) -> list[TensorMeta]:
+        return [tensor_meta(o) for o in self.outputs]
+
+    def module(self) -> fx.GraphModule:
+        """The subgraph as a standalone module: forward(*inputs) -> tuple(outputs), in canonical
+        order. Running it eagerly is the reference every kernel is checked against."""
+        graph = fx.Graph()
+        env: dict[fx.Node, fx.Node] = {}
+        for i, p in enumerate(self.inputs):
+            ph = graph.placeholder(f"in{i}")
+            ph.meta = dict(p.meta)
+            env[p] = ph
+        for n in self.nodes:
+            env[n] = graph.node_copy(n, lambda a: env[a])
+        graph.output(tuple(env[o] for o in self.outputs))
+        graph.lint()
+        return fx.GraphModule(torch.nn.Module(), graph, class_name="KernelproReference")
+
+    def make_inputs(
+        self, seed: int = 0, device: torch.device | str | None = None
+    ) -> list[torch.Tensor]:
+        """Random inputs with the subgraph's shapes, strides and dtypes (never all zeros)."""
+        return random_inputs(
+            self.input_meta, self.int_ranges, seed, torch.device(device or self.device)
+        )
+
+
+def random_inputs(
+    metas: Sequence[TensorMeta],
+    int_ranges: dict[int, IntRange],
+    seed: int,
+    device: torch.device,
+) -> list[torch.Tensor]:
+    gen = torch.Generator().manual_seed(seed)
+    out = []
+    for i, (shape, stride, dtype_name) in enumerate(metas):
+        dtype = getattr(torch, dtype_name)
+        # Fill the whole backing storage, then view it with the exact strides (expanded and
+        # permuted inputs included).
+        storage = (
+            1 + sum((s - 1) * st for s, st in zip(shape, stride, strict=True)) if all(shape) else 0
+        )
+        if dtype.is_floating_point or dtype.is_complex:
+            base = torch.randn(storage, generator=gen, dtype=torch.float64).to(dtype)
+        elif dtype == torch.bool:
+            base = torch.randint(0, 2, (storage,), generator=gen).bool()
+        else:
+            r = int_ranges.get(i, IntRange(0, 8))
+            base = torch.randint(r.low, r.high, (storage,), generator=gen, dtype=dtype)
+        out.append(base.to(device).as_strided(shape, stride))
+    return out
+
+
+_PATTERN_RULES: list[tuple[str, set[str]]] = [
+    ("cross_entropy", {"amax", "exp", "log", "gather"}),
+    ("cross_entropy", {"amax", "exp", "log", "nll_loss_forward"}),
+    ("log_softmax", {"amax", "exp", "log"}),
+    ("softmax", {"amax", "exp", "div"}),
+    ("softmax", {"_softmax"}),
+    ("log_softmax", {"_log_softmax"}),
+    ("layer_norm", {"native_layer_norm"}),
+    ("rms_norm", {"_fused_rms_norm"}),
+    ("norm", {"var_mean", "rsqrt"}),
+    ("rms_norm", {"mean", "rsqrt"}),
+]
+
+
+def _pattern(kind: str, ops: list[str], graph_kind: str) -> str:
+    names = set(ops)
+    if kind in ("gemm", "conv"):
+        anchor = next(o for o in ops if o in ("mm", "bmm", "addmm", "baddbmm") or "conv" in o)
+        extra = [o for o in ops if o != anchor]
+        reductions = {"sum", "amax", "amin", "mean", "logsumexp", "max", "min"} & names
+        tag = anchor + ("+epilogue" if extra else "")
+        return tag + ("+rowreduce" if reductions else "")
+    if kind == "attention":
+        return "sdpa_backward" if any("backward" in o for o in ops) else "sdpa"
+    if kind == "reduction":
+        for name, needed in _PATTERN_RULES:
+            if needed <= names:
+                return name + ("_backward" if graph_kind == "backward" else "")
+        return "reduction"
+    return "pointwise"
+
+
+def _is_symbolic(nodes: Sequence[fx.Node]) -> bool:
+    for n in nodes:
+        val = n.meta.get("val")
+        vals = val if isinstance(val, (list, tuple)) else [val]
+        for v in vals:
+            if isinstance(v, torch.Tensor) and any(
+                not isinstance(s, int) for s in (*v.shape, *v.stride())
+            ):
+                return True
+            if isinstance(v, (torch.SymInt, torch.SymFloat, torch.SymBool)):
+                return True
+        if not isinstance(val, (torch.Tensor, list, tuple)) and n.op != "call_function":
+            return True
+    return False
+
+
+def _int_ranges(inputs: Sequence[fx.Node], members: set[fx.Node]) -> dict[int, IntRange]:
+    ranges: dict[int, IntRange] = {}
+    for i, p in enumerate(inputs):
+        val = p.meta.get("val")
+        if (
+            not isinstance(val, torch.Tensor)
+            or val.dtype.is_floating_point
+            or val.dtype == torch.bool
+        ):
+            continue
+        for u in p.users:
+            if u not in members or not u.args:
+                continue
+            name = op_name(u)
+            src = u.args[0].meta.get("val") if isinstance(u.args[0], fx.Node) else None
+            if not isinstance(src, torch.Tensor):
+                continue
+            if name in ("aten::nll_loss_forward", "aten::nll_loss_backward"):
+                target = u.args[1] if name == "aten::nll_loss_forward" else u.args[2]
+                if target is p:
+                    classes = src.shape[1] if src.dim() > 1 else src.shape[0]
+                    ranges[i] = IntRange(0, int(classes))
+            elif (
+                name in ("aten::gather", "aten::index_select", "aten::scatter") and len(u.args) > 2
+            ):
+                dim = u.args[1]
+                if isinstance(dim, int):
+                    ranges[i] = IntRange(0, int(src.shape[dim]))
+    return ranges
+
+
+def _from_group(group: Group, graph_kind: str, precision: str) -> Subgraph:
+    member_set = set(group.nodes)
+    external: list[fx.Node] = []
+    for n in group.nodes:
+        for a in n.all_input_nodes:
+            if a not in member_set and a not in external:
+                external.append(a)
+    inputs, members = canonical_order(group.nodes, external)
+    outputs = [n for n in members if any(u not in member_set for u in n.users)]
+    ops = [
+        op_name(n).removeprefix("aten::")
+        for n in members
+        if role(n) not in (Role.VIEW, Role.GETITEM, Role.FACTORY)
+    ]
+    device = torch.device("cpu")
+    for n in (*inputs, *members):
+        val = n.meta.get("val")
+        if isinstance(val, torch.Tensor):
+            device = val.device
+            break
+    # Outputs that are tuples (multi-output ops used directly) cannot be described as tensors.
+    tuple_output = any(not isinstance(o.meta.get("val"), torch.Tensor) for o in outputs)
+    return Subgraph(
+        kind=group.kind,
+        pattern=_pattern(group.kind, ops, graph_kind),
+        graph=graph_kind,
+        nodes=members,
+        inputs=inputs,
+        outputs=outputs,
+        device=device,
+        precision=precision,
+        symbolic=_is_symbolic([*inputs, *members]) or tuple_output,
+        int_ranges=_int_ranges(inputs, member_set),
+    )
+
+
+def find_subgraphs(
+    gm: fx.GraphModule, graph_kind: str, precision_option: str = "auto"
+) -> list[Subgraph]:
+    """Partition an aten graph (from AOTAutograd) into subgraphs, in graph order."""
+    precision = precision_policy(precision_option)
+    return [_from_group(g, graph_kind, precision) for g in partition(gm.graph)]

@@ -1,0 +1,165 @@
+"""The one typed options object of the backend.
+
+Owns: the option names, their types, defaults and allowed values; reading them from
+`torch.compile(..., options={...})`, from `mode`, and from `KERNELPRO_*` environment variables.
+Must not: hold mutable module state or act on the options (the backend does that).
+
+Precedence: explicit `options` > environment variables > defaults.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Mapping
+from typing import Any, Literal, get_args, get_origin
+
+Search = Literal["cache-only", "on-miss", "off"]
+Fallback = Literal["inductor", "eager"]
+Precision = Literal["auto", "ieee", "tf32", "tf32x3"]
+Objective = Literal["time", "energy"]
+Proposer = Literal["rules", "llm"]
+
+ENV_PREFIX = "KERNELPRO_"
+
+
+class OptionsError(ValueError):
+    """An option has an unknown name, a wrong type or a value outside its allowed set."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Options:
+    """Everything a user can set. Field names are the keys of `options={...}`;
+    `KERNELPRO_<NAME>` (upper case) sets the same field from the environment."""
+
+    # "cache-only": use cached kernels, run the fallback on misses and record them;
+    # "on-miss": search for a kernel when the cache misses (needs a CUDA GPU);
+    # "off": never touch the cache or search: the fallback alone.
+    search: Search = "cache-only"
+    # What runs the parts of the graph that have no kernel: Inductor or eager aten.
+    fallback: Fallback = "inductor"
+    # Wall-time and trial budget per subgraph when searching.
+    budget_s: float = 120.0
+    max_trials: int = 64
+    # Writable cache directory (default ~/.cache/kernelpro) and read-only ones searched after it.
+    cache_dir: str | None = None
+    extra_cache_dirs: tuple[str, ...] = ()
+    # "auto" follows torch.get_float32_matmul_precision(); the others force a float32 mode.
+    precision: Precision = "auto"
+    objective: Objective = "time"
+    proposer: Proposer = "rules"
+    # Isolated worker processes used to compile, validate and time candidates.
+    workers: int = 1
+    # Show a progress bar during searches.
+    progress: bool = True
+
+    @classmethod
+    def field_names(cls) -> tuple[str, ...]:
+        return tuple(f.name for f in dataclasses.fields(cls))
+
+    @classmethod
+    def resolve(
+        cls,
+        mode: str | None = None,
+        options: Mapping[str, Any] | None = None,
+        environ: Mapping[str, str] | None = None,
+    ) -> Options:
+        """Build the options from torch.compile's `mode`/`options` and the environment."""
+        environ = os.environ if environ is None else environ
+        values: dict[str, Any] = {}
+        names = cls.field_names()
+        for name in names:
+            raw = environ.get(ENV_PREFIX + name.upper())
+            if raw is not None and raw != "":
+                values[name] = _parse(name, raw, source=ENV_PREFIX + name.upper())
+        for name, value in (options or {}).items():
+            if name not in names:
+                raise OptionsError(
+                    f"unknown kernelpro option {name!r}; known options: {', '.join(names)}"
+                )
+            values[name] = _coerce(name, value, source=f"options[{name!r}]")
+        if mode is not None and mode not in _KNOWN_MODES:
+            raise OptionsError(
+                f"unknown torch.compile mode {mode!r} for backend 'kernelpro'; "
+                f"use one of {sorted(m for m in _KNOWN_MODES if m)}"
+            )
+        return cls(**values)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+# torch.compile's modes; kernelpro passes them to Inductor when Inductor is the fallback.
+_KNOWN_MODES = {
+    "default",
+    "reduce-overhead",
+    "max-autotune",
+    "max-autotune-no-cudagraphs",
+}
+
+
+def _resolved_type(name: str) -> Any:
+    hints = {
+        "search": Search,
+        "fallback": Fallback,
+        "precision": Precision,
+        "objective": Objective,
+        "proposer": Proposer,
+        "budget_s": float,
+        "max_trials": int,
+        "workers": int,
+        "progress": bool,
+        "cache_dir": (str, type(None)),
+        "extra_cache_dirs": tuple,
+    }
+    return hints[name]
+
+
+def _parse(name: str, raw: str, source: str) -> Any:
+    """Parse an environment string into the field's type."""
+    kind = _resolved_type(name)
+    if kind is bool:
+        low = raw.strip().lower()
+        if low in ("1", "true", "yes", "on"):
+            return True
+        if low in ("0", "false", "no", "off"):
+            return False
+        raise OptionsError(f"{source}={raw!r}: expected one of 1/0/true/false/yes/no/on/off")
+    if kind is tuple:
+        return tuple(p for p in raw.split(os.pathsep) if p)
+    if kind in (int, float):
+        try:
+            return _coerce(name, kind(raw), source)
+        except ValueError:
+            raise OptionsError(f"{source}={raw!r}: expected a number ({kind.__name__})") from None
+    return _coerce(name, raw, source)
+
+
+def _coerce(name: str, value: Any, source: str) -> Any:
+    kind = _resolved_type(name)
+    if get_origin(kind) is Literal:
+        allowed = get_args(kind)
+        if value not in allowed:
+            raise OptionsError(f"{source}={value!r}: expected one of {list(allowed)}")
+        return value
+    if kind is bool:
+        if not isinstance(value, bool):
+            raise OptionsError(f"{source}={value!r}: expected True or False")
+        return value
+    if kind in (int, float):
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise OptionsError(f"{source}={value!r}: expected a number")
+        if kind is int and int(value) != value:
+            raise OptionsError(f"{source}={value!r}: expected a whole number")
+        if value <= 0:
+            raise OptionsError(f"{source}={value!r}: must be greater than 0")
+        return kind(value)
+    if kind is tuple:
+        if isinstance(value, str):
+            return (value,)
+        if not all(isinstance(v, str) for v in value):
+            raise OptionsError(f"{source}={value!r}: expected a list of directory paths")
+        return tuple(value)
+    if value is not None and not isinstance(value, str):
+        raise OptionsError(f"{source}={value!r}: expected a directory path")
+    return value

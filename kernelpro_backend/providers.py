@@ -1,0 +1,81 @@
+"""The kernel-provider interface: who may supply a kernel for a subgraph.
+
+Owns: the `Kernel` and `KernelProvider` protocols and the trivial providers.
+Must not: search, cache or compile (the search and cache providers live in their packages).
+
+A kernel is called with the subgraph's inputs in canonical order (`Subgraph.inputs`) and
+returns its outputs in canonical order (`Subgraph.outputs`), as fresh tensors.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Protocol, runtime_checkable
+
+import torch
+
+from .fx_passes import Subgraph
+
+
+@runtime_checkable
+class Kernel(Protocol):
+    """A callable that computes one subgraph."""
+
+    name: str
+
+    def __call__(self, *inputs: torch.Tensor) -> Sequence[torch.Tensor]: ...
+
+
+@runtime_checkable
+class KernelProvider(Protocol):
+    """Returns a kernel for a subgraph, or None to leave it to the fallback."""
+
+    def find(self, subgraph: Subgraph) -> Kernel | None: ...
+
+
+class CallableKernel:
+    """A kernel backed by any Python callable."""
+
+    def __init__(self, name: str, fn: Callable[..., Sequence[torch.Tensor]]) -> None:
+        self.name = name
+        self._fn = fn
+
+    def __call__(self, *inputs: torch.Tensor) -> Sequence[torch.Tensor]:
+        return self._fn(*inputs)
+
+
+class NullProvider:
+    """Finds nothing: every subgraph runs in the fallback."""
+
+    def find(self, subgraph: Subgraph) -> Kernel | None:
+        return None
+
+
+class ReferenceProvider:
+    """Returns each subgraph's own reference module as its kernel. Used to test the rewrite:
+    numerics must not change, and every replaced subgraph must run through the opaque op."""
+
+    def __init__(self, kinds: Sequence[str] | None = None) -> None:
+        self.kinds = set(kinds) if kinds is not None else None
+        self.provided: list[Subgraph] = []
+
+    def find(self, subgraph: Subgraph) -> Kernel | None:
+        if self.kinds is not None and subgraph.kind not in self.kinds:
+            return None
+        self.provided.append(subgraph)
+        module = subgraph.module()
+        return CallableKernel(f"reference-{subgraph.key.short()}", module)
+
+
+class ChainProvider:
+    """Asks providers in order; the first kernel found wins."""
+
+    def __init__(self, providers: Sequence[KernelProvider]) -> None:
+        self.providers = list(providers)
+
+    def find(self, subgraph: Subgraph) -> Kernel | None:
+        for p in self.providers:
+            kernel = p.find(subgraph)
+            if kernel is not None:
+                return kernel
+        return None

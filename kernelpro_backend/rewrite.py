@@ -1,0 +1,117 @@
+"""The rewrite: replace subgraphs that have a kernel by one `kernelpro::launch` node each.
+
+Owns: asking the provider for each subgraph of an aten graph, registering the kernels found,
+and editing the graph so the rest of it can go to the fallback compiler unchanged.
+Must not: search, time or compile kernels.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import operator
+from collections.abc import Callable, Sequence
+
+import torch
+import torch.fx as fx
+from torch._subclasses.fake_tensor import unset_fake_temporarily
+from torch.fx.passes.tools_common import legalize_graph
+
+from .fx_passes import Subgraph, find_subgraphs
+from .kernel_op import KERNELS, RegisteredKernel
+from .providers import KernelProvider
+
+log = logging.getLogger("kernelpro")
+
+SubgraphObserver = Callable[[str, Sequence[Subgraph]], None]
+
+
+@dataclasses.dataclass
+class RewriteReport:
+    graph: str
+    subgraphs: int = 0
+    replaced: list[str] = dataclasses.field(default_factory=list)  # kernel ids
+    symbolic: int = 0
+
+
+def kernel_id(subgraph: Subgraph, kernel_name: str) -> str:
+    return f"{subgraph.key.digest[:24]}/{kernel_name}"
+
+
+def _replace(
+    gm: fx.GraphModule, subgraph: Subgraph, kid: str, remap: dict[fx.Node, fx.Node]
+) -> None:
+    """Replace one subgraph; `remap` maps outputs of subgraphs replaced earlier to the
+    getitem nodes that now stand for them (this subgraph may read them)."""
+    graph = gm.graph
+    members = set(subgraph.nodes)
+    order = {n: i for i, n in enumerate(graph.nodes)}
+    last = max(subgraph.nodes, key=order.__getitem__)
+    with graph.inserting_after(last):
+        call = graph.call_function(
+            torch.ops.kernelpro.launch.default, (kid, [remap.get(p, p) for p in subgraph.inputs])
+        )
+    call.meta["val"] = [o.meta["val"] for o in subgraph.outputs]
+    for i, out in enumerate(subgraph.outputs):
+        with graph.inserting_after(call):
+            item = graph.call_function(operator.getitem, (call, i))
+        item.meta["val"] = out.meta["val"]
+        if "tensor_meta" in out.meta:
+            item.meta["tensor_meta"] = out.meta["tensor_meta"]
+        out.replace_all_uses_with(item, delete_user_cb=lambda user: user not in members)
+        remap[out] = item
+    for n in reversed(subgraph.nodes):
+        graph.erase_node(n)
+
+
+def rewrite_graph(
+    gm: fx.GraphModule,
+    graph_kind: str,
+    provider: KernelProvider,
+    precision_option: str = "auto",
+    observer: SubgraphObserver | None = None,
+) -> RewriteReport:
+    """Partition `gm`, ask `provider` for each subgraph, replace those that get a kernel."""
+    subgraphs = find_subgraphs(gm, graph_kind, precision_option)
+    if observer is not None:
+        observer(graph_kind, subgraphs)
+    report = RewriteReport(graph=graph_kind, subgraphs=len(subgraphs))
+    chosen: list[tuple[Subgraph, str]] = []
+    for sg in subgraphs:
+        if sg.symbolic:
+            report.symbolic += 1
+            continue
+        if not sg.inputs:
+            continue
+        with unset_fake_temporarily():
+            kernel = provider.find(sg)
+        if kernel is None:
+            continue
+        kid = kernel_id(sg, kernel.name)
+        KERNELS.register(
+            kid,
+            RegisteredKernel(kernel=kernel, outputs=sg.output_meta, device_type=sg.device.type),
+        )
+        chosen.append((sg, kid))
+    remap: dict[fx.Node, fx.Node] = {}
+    for sg, kid in chosen:
+        _replace(gm, sg, kid, remap)
+        report.replaced.append(kid)
+    if chosen:
+        legalize_graph(gm)
+        gm.graph.lint()
+        gm.recompile()
+    if report.symbolic:
+        log.info(
+            "kernelpro: %d %s subgraph(s) have symbolic sizes (dynamic shapes) and stay with the "
+            "fallback",
+            report.symbolic,
+            graph_kind,
+        )
+    log.debug(
+        "kernelpro: %s graph: %d subgraphs, %d replaced",
+        graph_kind,
+        report.subgraphs,
+        len(report.replaced),
+    )
+    return report
