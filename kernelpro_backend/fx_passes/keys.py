@@ -61,6 +61,9 @@ def tensor_meta(node: fx.Node) -> tuple[tuple[int, ...], tuple[int, ...], str]:
     val = node.meta.get("val")
     if not isinstance(val, torch.Tensor):
         raise TypeError(f"node {node.name} has no tensor value in meta['val']")
+    # Never int() a SymInt: that would specialise the dynamic size (a guard) as a side effect.
+    if not all(isinstance(s, int) for s in (*val.shape, *val.stride())):
+        raise TypeError(f"node {node.name} has symbolic sizes")
     return (
         tuple(int(s) for s in val.shape),
         tuple(int(s) for s in val.stride()),

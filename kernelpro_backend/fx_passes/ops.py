@@ -88,14 +88,16 @@ def role(node: fx.Node) -> Role:
         return Role.OTHER
     name = target._schema.name
     tags = set(target.tags)
+    if name.startswith(_ATTENTION_PREFIXES):
+        # SDPA ops carry the nondeterministic tag for their dropout; without dropout they are
+        # deterministic and fusable.
+        return Role.ATTENTION if _dropout_p(node) == 0.0 else Role.OTHER
     if target._schema.is_mutable or torch.Tag.nondeterministic_seeded in tags:
         return Role.OTHER
     if name in _GEMM:
         return Role.GEMM
     if name in _CONV:
         return Role.CONV
-    if name.startswith(_ATTENTION_PREFIXES):
-        return Role.ATTENTION
     if name in _REDUCTION:
         return Role.REDUCTION
     if name in _FACTORY:
@@ -107,6 +109,16 @@ def role(node: fx.Node) -> Role:
     if target.is_view or name in _VIEW_EXTRA:
         return Role.VIEW
     return Role.OTHER
+
+
+def _dropout_p(node: fx.Node) -> float | None:
+    """The dropout probability an attention op was called with (0 when it takes none)."""
+    assert isinstance(node.target, torch._ops.OpOverload)
+    for i, arg in enumerate(node.target._schema.arguments):
+        if arg.name == "dropout_p":
+            value = node.kwargs.get("dropout_p", node.args[i] if i < len(node.args) else 0.0)
+            return float(value) if isinstance(value, (int, float)) else None
+    return 0.0
 
 
 def _changes_device(node: fx.Node) -> bool:
@@ -140,10 +152,9 @@ def reduction_signature(node: fx.Node) -> tuple[tuple[int, ...], tuple[int, ...]
     src = _val(node.args[0])
     if src is None:
         return None
-    try:
-        shape = tuple(int(s) for s in src.shape)
-    except (TypeError, ValueError):  # symbolic sizes
-        return None
+    if not all(isinstance(s, int) for s in src.shape):
+        return None  # symbolic sizes (and int() on them would specialise them)
+    shape = tuple(src.shape)
     rank = len(shape)
     name = op_name(node)
     dims: Sequence[int] | None

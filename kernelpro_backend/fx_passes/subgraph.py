@@ -197,19 +197,19 @@ def _int_ranges(inputs: Sequence[fx.Node], members: set[fx.Node]) -> dict[int, I
                 continue
             name = op_name(u)
             src = u.args[0].meta.get("val") if isinstance(u.args[0], fx.Node) else None
-            if not isinstance(src, torch.Tensor):
+            if not isinstance(src, torch.Tensor) or not all(isinstance(d, int) for d in src.shape):
                 continue
             if name in ("aten::nll_loss_forward", "aten::nll_loss_backward"):
                 target = u.args[1] if name == "aten::nll_loss_forward" else u.args[2]
                 if target is p:
                     classes = src.shape[1] if src.dim() > 1 else src.shape[0]
-                    ranges[i] = IntRange(0, int(classes))
+                    ranges[i] = IntRange(0, classes)
             elif (
                 name in ("aten::gather", "aten::index_select", "aten::scatter") and len(u.args) > 2
             ):
                 dim = u.args[1]
                 if isinstance(dim, int):
-                    ranges[i] = IntRange(0, int(src.shape[dim]))
+                    ranges[i] = IntRange(0, src.shape[dim])
     return ranges
 
 

@@ -1,0 +1,106 @@
+"""The `kernelpro` command line: thin wrappers over the library.
+
+Owns: argument parsing and printing. Must not: hold logic the library lacks.
+
+    kernelpro --version
+    kernelpro explain kernelpro_backend.examples:transformer_block
+    kernelpro demo
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import logging
+import sys
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from . import __version__
+
+
+def load_factory(spec: str) -> Callable[[], Any]:
+    """'package.module:function' -> the function (which returns (model, example_inputs))."""
+    module_name, sep, attr = spec.partition(":")
+    if not sep or not module_name or not attr:
+        raise SystemExit(
+            f"kernelpro: expected MODULE:FN (e.g. kernelpro_backend.examples:mlp), got {spec!r}"
+        )
+    sys.path.insert(0, "")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as e:
+        raise SystemExit(f"kernelpro: cannot import {module_name!r}: {e}") from None
+    try:
+        return getattr(module, attr)  # type: ignore[no-any-return]
+    except AttributeError:
+        raise SystemExit(f"kernelpro: module {module_name!r} has no attribute {attr!r}") from None
+
+
+def model_and_inputs(spec: str) -> tuple[Any, tuple[Any, ...]]:
+    result = load_factory(spec)()
+    if not (isinstance(result, (tuple, list)) and len(result) >= 2):
+        raise SystemExit(f"kernelpro: {spec} must return (model, example_inputs)")
+    model, inputs = result[0], result[1]
+    if not isinstance(inputs, (tuple, list)):
+        inputs = (inputs,)
+    return model, tuple(inputs)
+
+
+def _cmd_explain(args: argparse.Namespace) -> int:
+    from .explain import explain, format_table
+
+    model, inputs = model_and_inputs(args.target)
+    rows = explain(model, *inputs)
+    print(format_table(rows))
+    kinds: dict[str, int] = {}
+    for r in rows:
+        kinds[r.kind] = kinds.get(r.kind, 0) + 1
+    print(f"\n{len(rows)} subgraphs: " + ", ".join(f"{n} {k}" for k, n in sorted(kinds.items())))
+    return 0
+
+
+def _cmd_demo(args: argparse.Namespace) -> int:
+    from .demo import run_demo
+
+    return run_demo(steps=args.steps)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="kernelpro",
+        description="kernelpro: a torch.compile backend that searches, proves and caches faster "
+        "GPU kernels. Use it with torch.compile(model, backend='kernelpro').",
+    )
+    parser.add_argument("--version", action="version", version=f"kernelpro {__version__}")
+    parser.add_argument("-v", "--verbose", action="store_true", help="log what the backend does")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    p = sub.add_parser(
+        "explain",
+        help="list the fusable subgraphs of a model (forward and backward)",
+        description="MODULE:FN names a function returning (model, example_inputs).",
+    )
+    p.add_argument("target", metavar="MODULE:FN")
+    p.set_defaults(func=_cmd_explain)
+
+    p = sub.add_parser("demo", help="compile a transformer block with the backend and time it")
+    p.add_argument("--steps", type=int, default=20, help="timed training steps (default 20)")
+    p.set_defaults(func=_cmd_demo)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(
+        level=logging.INFO if args.verbose else logging.WARNING, format="%(message)s"
+    )
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return 0
+    return int(args.func(args))
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,104 @@
+"""The backend end to end on the CPU: training matches eager under both fallbacks."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+import torch
+from helpers import train
+
+from kernelpro_backend import examples, make_backend
+from kernelpro_backend.backend import CompileSession
+
+
+@pytest.mark.parametrize("fallback", ["inductor", "eager"])
+@pytest.mark.parametrize("name", sorted(examples.EXAMPLES))
+def test_training_matches_eager(name, fallback):
+    model_ref, (x,) = examples.EXAMPLES[name]("cpu")
+    model, _ = examples.EXAMPLES[name]("cpu")
+    ref_losses, ref_grads = train(model_ref, x)
+    sessions: list[CompileSession] = []
+    losses, grads = train(
+        model,
+        x,
+        lambda m: torch.compile(
+            m, backend=make_backend(sessions=sessions), options={"fallback": fallback}
+        ),
+    )
+    torch.testing.assert_close(losses, ref_losses, rtol=1e-5, atol=1e-6)
+    for g, r in zip(grads, ref_grads, strict=True):
+        torch.testing.assert_close(g, r, rtol=1e-4, atol=1e-6)
+    graphs = {r.graph for s in sessions for r in s.reports}
+    assert graphs == {"forward", "backward"}  # training sees both graphs
+    assert all(r.subgraphs > 0 and not r.replaced for s in sessions for r in s.reports)
+
+
+def test_inference_graph_under_no_grad():
+    model, (x,) = examples.mlp("cpu")
+    sessions: list[CompileSession] = []
+    compiled = torch.compile(model, backend=make_backend(sessions=sessions))
+    with torch.no_grad():
+        torch.testing.assert_close(compiled(x), model(x))
+    assert [r.graph for s in sessions for r in s.reports] == ["inference"]
+
+
+def test_registered_backend_by_name():
+    from importlib.metadata import entry_points
+
+    names = {ep.name for ep in entry_points(group="torch_dynamo_backends")}
+    assert "kernelpro" in names
+    assert "kernelpro" in torch._dynamo.list_backends()
+    model, (x,) = examples.mlp("cpu")
+    with torch.no_grad():
+        out = torch.compile(model, backend="kernelpro", options={"fallback": "eager"})(x)
+        torch.testing.assert_close(out, model(x))
+
+
+def test_mode_is_accepted():
+    model, (x,) = examples.mlp("cpu")
+    with torch.no_grad():
+        out = torch.compile(model, backend="kernelpro", mode="max-autotune-no-cudagraphs")(x)
+        torch.testing.assert_close(out, model(x))
+
+
+def test_bad_option_fails_loudly():
+    model, (x,) = examples.mlp("cpu")
+    with pytest.raises(Exception, match="unknown kernelpro option"):
+        torch.compile(model, backend="kernelpro", options={"fallbak": "eager"})(x)
+
+
+def test_no_cuda_is_logged_once(caplog):
+    if torch.cuda.is_available():
+        pytest.skip("checks the CPU-only message")
+    from kernelpro_backend.backend import _warn_no_cuda_once
+
+    _warn_no_cuda_once.cache_clear()
+    model, (x,) = examples.mlp("cpu")
+    with caplog.at_level(logging.WARNING, logger="kernelpro"):
+        for _ in range(2):
+            torch._dynamo.reset()
+            torch.compile(model, backend="kernelpro", options={"fallback": "eager"})(x)
+    messages = [
+        r.message for r in caplog.records if "needs" in r.message or "no CUDA GPU" in r.message
+    ]
+    assert len(messages) == 1 and "fallback only" in messages[0]
+
+
+@pytest.mark.parametrize("how", ["dynamic", "mark_dynamic"])
+def test_dynamic_shapes_fall_back(how, caplog):
+    model, (x,) = examples.mlp("cpu")
+    sessions: list[CompileSession] = []
+    backend = make_backend(sessions=sessions)
+    kwargs = {"dynamic": True} if how == "dynamic" else {}
+    compiled = torch.compile(model, backend=backend, options={"fallback": "eager"}, **kwargs)
+    with caplog.at_level(logging.INFO, logger="kernelpro"):
+        for batch in (5, 7, 9):
+            xb = torch.randn(batch, 64)
+            if how == "mark_dynamic":
+                torch._dynamo.mark_dynamic(xb, 0)
+            torch.testing.assert_close(compiled(xb), model(xb))
+            compiled(xb).sum().backward()
+    symbolic = sum(r.symbolic for s in sessions for r in s.reports)
+    assert symbolic > 0
+    assert any("symbolic sizes" in r.message for r in caplog.records)

@@ -1,0 +1,51 @@
+import pytest
+
+from kernelpro_backend.options import Options, OptionsError
+
+
+def test_defaults():
+    o = Options.resolve(environ={})
+    assert o.search == "cache-only" and o.fallback == "inductor" and o.precision == "auto"
+
+
+def test_options_override_environment():
+    env = {"KERNELPRO_SEARCH": "off", "KERNELPRO_BUDGET_S": "30", "KERNELPRO_FALLBACK": "eager"}
+    o = Options.resolve(options={"search": "on-miss"}, environ=env)
+    assert o.search == "on-miss"  # explicit option wins
+    assert o.budget_s == 30.0 and o.fallback == "eager"  # from the environment
+
+
+def test_environment_parsing():
+    env = {
+        "KERNELPRO_PROGRESS": "no",
+        "KERNELPRO_EXTRA_CACHE_DIRS": "/a:/b",
+        "KERNELPRO_WORKERS": "2",
+    }
+    o = Options.resolve(environ=env)
+    assert o.progress is False and o.extra_cache_dirs == ("/a", "/b") and o.workers == 2
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"serch": "off"}, "unknown kernelpro option 'serch'"),
+        ({"search": "always"}, "expected one of"),
+        ({"budget_s": -1}, "greater than 0"),
+        ({"max_trials": 2.5}, "whole number"),
+        ({"progress": "yes"}, "True or False"),
+    ],
+)
+def test_bad_options_say_what_is_wrong(options, message):
+    with pytest.raises(OptionsError, match=message):
+        Options.resolve(options=options, environ={})
+
+
+def test_bad_environment_value():
+    with pytest.raises(OptionsError, match="KERNELPRO_BUDGET_S"):
+        Options.resolve(environ={"KERNELPRO_BUDGET_S": "soon"})
+
+
+def test_unknown_mode():
+    with pytest.raises(OptionsError, match="unknown torch.compile mode"):
+        Options.resolve(mode="fastest", environ={})
+    assert Options.resolve(mode="max-autotune", environ={}).search == "cache-only"
