@@ -39,16 +39,16 @@ def make_step(name, wrap):
     return step
 
 
-def median_ms(step, n=50):
-    times = []
-    for _ in range(n):
-        torch.cuda.synchronize()
-        t0 = time.perf_counter()
+def step_ms(step, steps=20):
+    """Mean step time over `steps` back-to-back steps (CUDA events around the batch)."""
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    torch.cuda.synchronize()
+    start.record()
+    for _ in range(steps):
         step()
-        torch.cuda.synchronize()
-        times.append((time.perf_counter() - t0) * 1e3)
-    times.sort()
-    return statistics.median(times), (times[int(0.8 * n)] - times[int(0.2 * n)]) / 2
+    end.record()
+    torch.cuda.synchronize()
+    return start.elapsed_time(end) / steps
 
 
 def main():
@@ -71,10 +71,14 @@ def main():
             losses[mode] = [float(steps[mode]()) for _ in range(3)]
             torch.cuda.synchronize()
             first[mode] = time.perf_counter() - t0
-        timing = {m: [] for m in modes}
-        for _ in range(2):  # interleaved rounds: drift shows up as round-to-round spread
+        rounds = {m: [] for m in modes}
+        for _ in range(7):  # interleaved rounds, so drift hits every mode alike
             for mode in modes:
-                timing[mode].append(median_ms(steps[mode]))
+                rounds[mode].append(step_ms(steps[mode]))
+        timing = {
+            m: {"median": statistics.median(r), "min": min(r), "max": max(r), "rounds": r}
+            for m, r in rounds.items()
+        }
         match = {
             m: max(
                 abs(a - b) / max(abs(b), 1e-6)
