@@ -86,10 +86,16 @@ class RuleProposer:
         seen: set[Hashable] = {parent}
         out: list[Proposal] = []
 
+        allowed = self.allowed_precisions or ALLOWED_PRECISIONS.get(
+            getattr(request.subgraph, "precision", "ieee"), ("ieee",)
+        )
+
         def add(changes: dict[str, KnobValue], reason: str, base: float) -> None:
             changes = {k: v for k, v in changes.items() if k in values and current.get(k) != v}
-            if not changes:
-                return
+            if not changes or any(
+                k.lower() in ROLES["precision"] and v not in allowed for k, v in changes.items()
+            ):
+                return  # nothing to do, or a float32 mode the precision policy forbids
             try:
                 child = space.with_knobs(parent, **changes)
             except space.illegal:
@@ -105,17 +111,19 @@ class RuleProposer:
             if f.suggestion:
                 add(dict(f.suggestion), f"finding:{f.tool}/{f.metric}", SUGGESTION)
         if request.result.ok:
-            allowed = self.allowed_precisions or ALLOWED_PRECISIONS.get(
-                getattr(request.subgraph, "precision", "ieee"), ("ieee",)
-            )
             for reason, rules in _rules_for(request.findings, request.bottleneck):
                 for role, target in rules:
                     for knob, value in _apply_rule(role, target, values, current, allowed):
                         add({knob: value}, reason, RULE)
             if self.neighbours:
-                for knob in sorted(values):
-                    for value in _neighbours(values[knob], current.get(knob)):
-                        add({knob: value}, "neighbour", NEIGHBOUR)
+                # Interleaved across knobs (first step of every knob, then the second, ...): one
+                # knob whose every other value fails must not close the node (dead-end rule)
+                # before the other knobs had a turn.
+                steps = {k: _neighbours(values[k], current.get(k)) for k in sorted(values)}
+                for rank in range(max((len(v) for v in steps.values()), default=0)):
+                    for knob, options in steps.items():
+                        if rank < len(options):
+                            add({knob: options[rank]}, "neighbour", NEIGHBOUR)
         out.sort(key=lambda p: -p.score)  # stable: ties keep the order above
         return out
 

@@ -34,6 +34,8 @@ class TreeParams:
     widen_alpha: float = 0.5
     prior_weight: float = 1.0  # weight of the memory prior in UCT, fading as 1 / (1 + visits)
     dead_end_after: int = 3  # m: consecutive failing/regressing children that close a node
+    # a move that failed this many times in this search and never worked is not tried again
+    failing_move_after: int = 2
 
 
 @dataclasses.dataclass
@@ -78,6 +80,8 @@ class SearchTree:
         self._by_candidate: dict[Hashable, int] = {}
         self.best_reward = -math.inf
         self.told: list[int] = []
+        self._move_failures: dict[str, int] = {}
+        self._move_worked: set[str] = set()
         self.kind = str(getattr(subgraph, "kind", "?"))
         self.pattern = str(getattr(subgraph, "pattern", "?"))
 
@@ -118,6 +122,10 @@ class SearchTree:
             a.value_sum += reward
             a.best_reward = max(a.best_reward, reward)
             a = None if a.parent is None else self.nodes[a.parent]
+        if result.ok:
+            self._move_worked.add(node.move)
+        else:
+            self._move_failures[node.move] = self._move_failures.get(node.move, 0) + 1
         if not result.ok and not any(f.suggestion for f in result.findings):
             self._close(node, "failed")
         parent = self.nodes[node.parent] if node.parent is not None else None
@@ -147,6 +155,13 @@ class SearchTree:
     def is_known(self, candidate: Hashable) -> bool:
         return candidate in self._by_candidate
 
+    def failing_move(self, move: str) -> bool:
+        """The move failed `failing_move_after` times in this search and never worked."""
+        return (
+            move not in self._move_worked
+            and self._move_failures.get(move, 0) >= self.params.failing_move_after
+        )
+
     # ---- selection and expansion --------------------------------------------------------------
 
     def _select(self, blocked: set[int]) -> Node | None:
@@ -157,8 +172,10 @@ class SearchTree:
             if x.untried is None:
                 self._expand(x)
             assert x.untried is not None
-            while x.untried and self.is_known(x.untried[0].candidate):
-                x.untried.pop(0)  # proposed again elsewhere meanwhile
+            while x.untried and (
+                self.is_known(x.untried[0].candidate) or self.failing_move(x.untried[0].move)
+            ):
+                x.untried.pop(0)  # proposed again elsewhere meanwhile, or a move that fails
             open_children = [
                 self.nodes[c]
                 for c in x.children
