@@ -23,7 +23,7 @@ from .proposer import Proposer
 from .rules import RuleProposer
 from .space import SearchSpace
 from .tree import SearchTree, TreeParams
-from .winner import Measured, choose_winner, fastest_baseline
+from .winner import OBJECTIVES, Measured, choose_winner, fastest_baseline
 
 
 class Measurer(Protocol):
@@ -84,6 +84,8 @@ def optimize(
 
     `batch_size` candidates are measured per call of `measurer.measure` (one per worker).
     `tree_out`, if given, receives the SearchTree (for inspection and tests)."""
+    if objective not in OBJECTIVES:
+        raise ValueError(f"unknown objective {objective!r}; use one of {OBJECTIVES}")
     proposer = proposer or RuleProposer()
     # Without a persistent memory the search still learns within itself: a move that just
     # gained is tried first on the next node (moves generalise across the tree).
