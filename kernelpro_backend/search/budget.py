@@ -1,0 +1,105 @@
+"""How long one subgraph may be searched, and the rules that stop a search early.
+
+Owns: `Budget` (trials, wall time, speed-of-light and plateau stopping) and `BudgetTracker`,
+which turns the history of a search into a stop reason and the trials the early rules saved.
+Must not: choose candidates.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Callable
+from typing import Any
+
+# Stop reasons, as written to the search log's "end" event.
+MAX_TRIALS = "max_trials"
+MAX_SECONDS = "max_seconds"
+SOL = "sol"
+PLATEAU = "plateau"
+EXHAUSTED = "exhausted"  # the tree has nothing left to try
+EARLY_REASONS = (SOL, PLATEAU)
+
+
+@dataclasses.dataclass(frozen=True)
+class Budget:
+    """Per-subgraph budget. `sol_stop_fraction`: stop once the best candidate reaches this
+    fraction of speed of light (None: never). `plateau_trials`/`plateau_eps`: stop when the last
+    N trials improved the best reward by less than eps (log units, 0.01 ~ 1%; None: never)."""
+
+    max_trials: int = 64
+    max_seconds: float = 120.0
+    sol_stop_fraction: float | None = 0.9
+    plateau_trials: int | None = 16
+    plateau_eps: float = 0.01
+
+    def __post_init__(self) -> None:
+        if self.max_trials < 1 or self.max_seconds <= 0:
+            raise ValueError(
+                f"budget needs max_trials >= 1 and max_seconds > 0, got {self.max_trials} "
+                f"trials and {self.max_seconds} s"
+            )
+        if self.sol_stop_fraction is not None and not 0 < self.sol_stop_fraction <= 1:
+            raise ValueError(
+                f"sol_stop_fraction is a fraction of speed of light in (0, 1], got "
+                f"{self.sol_stop_fraction}; use None to disable the rule"
+            )
+        if self.plateau_trials is not None and self.plateau_trials < 1:
+            raise ValueError(f"plateau_trials must be >= 1 or None, got {self.plateau_trials}")
+
+    @classmethod
+    def from_options(cls, options: Any) -> Budget:
+        """From `kernelpro_backend.options.Options` (max_trials, budget_s)."""
+        return cls(max_trials=int(options.max_trials), max_seconds=float(options.budget_s))
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+class BudgetTracker:
+    """Counts trials and time of one search and says when to stop."""
+
+    def __init__(self, budget: Budget, clock: Callable[[], float] = time.monotonic) -> None:
+        self.budget = budget
+        self.clock = clock
+        self.started = clock()
+        self.trials = 0
+        self.best_sol_fraction: float | None = None
+        # best reward after 0, 1, 2, ... trials (None until something worked)
+        self.best_history: list[float | None] = [None]
+
+    def record(self, best_reward: float | None, best_sol_fraction: float | None) -> None:
+        """Record one finished trial and the best reward / SOL fraction after it."""
+        self.trials += 1
+        self.best_history.append(best_reward)
+        self.best_sol_fraction = best_sol_fraction
+
+    def elapsed(self) -> float:
+        return self.clock() - self.started
+
+    def remaining_trials(self) -> int:
+        return max(0, self.budget.max_trials - self.trials)
+
+    def stop_reason(self) -> str | None:
+        b = self.budget
+        if self.trials >= b.max_trials:
+            return MAX_TRIALS
+        if self.elapsed() >= b.max_seconds:
+            return MAX_SECONDS
+        if (
+            b.sol_stop_fraction is not None
+            and self.best_sol_fraction is not None
+            and self.best_sol_fraction >= b.sol_stop_fraction
+        ):
+            return SOL
+        n = b.plateau_trials
+        if n is not None and self.trials >= n:
+            now, then = self.best_history[-1], self.best_history[-1 - n]
+            gain = 0.0 if now is None else now - (then if then is not None else float("-inf"))
+            if gain < b.plateau_eps:
+                return PLATEAU
+        return None
+
+    def trials_saved(self, reason: str) -> int:
+        """Trials the early rules (SOL, plateau) saved against the full trial budget."""
+        return self.budget.max_trials - self.trials if reason in EARLY_REASONS else 0

@@ -1,0 +1,118 @@
+"""What the search needs to know about candidates, and the adapter to the real codegen.
+
+Owns: the `SearchSpace` protocol (seed candidates, legal knob values, one knob change, a JSON
+summary), `codegen_space()` which adapts `kernelpro_backend.codegen` lazily, and the naming of a
+knob change as a move ("vector_width:up", "persistent=True") that search memory can generalise.
+Must not: measure candidates or read findings (proposers do).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import importlib
+from collections.abc import Hashable
+from typing import Any, Protocol
+
+KnobValue = Any  # int | str | bool; Any because codegen owns the exact types
+
+
+class SearchSpace(Protocol):
+    """The candidates of one code generator, seen from the search.
+
+    Candidates are frozen and hashable (the tree deduplicates them by equality)."""
+
+    #: the exception (or tuple of them) `with_knobs` raises for an illegal combination
+    illegal: type[BaseException] | tuple[type[BaseException], ...]
+
+    def initial(self, subgraph: Any) -> list[Hashable]:
+        """Seed candidates for the subgraph (empty when the generator does not support it)."""
+        ...
+
+    def knob_space(self, candidate: Hashable) -> dict[str, tuple[KnobValue, ...]]:
+        """Legal values per knob, in increasing order for numbers; {} for free-form candidates."""
+        ...
+
+    def knobs(self, candidate: Hashable) -> dict[str, KnobValue]:
+        """The candidate's current knob values; {} for free-form candidates."""
+        ...
+
+    def with_knobs(self, candidate: Hashable, **changes: KnobValue) -> Hashable:
+        """The candidate with some knobs changed; raises `illegal` if the result is illegal."""
+        ...
+
+    def describe(self, candidate: Hashable) -> dict[str, Any]:
+        """A JSON-serialisable summary for logs and serialized trees."""
+        ...
+
+
+def move_name(before: dict[str, KnobValue], after: dict[str, KnobValue]) -> str:
+    """Name the knob changes from `before` to `after` independently of the subgraph, so that a
+    move that helped one softmax can be tried first on the next: numbers go "up"/"down",
+    strings and booleans name their new value. Several changes are joined with "+"."""
+    parts = []
+    for name in sorted(set(before) | set(after)):
+        old: Any = before.get(name)
+        new: Any = after.get(name)
+        if old == new:
+            continue
+        if _numeric(old) and _numeric(new):
+            parts.append(f"{name}:{'up' if new > old else 'down'}")
+        else:
+            parts.append(f"{name}={new}")
+    return "+".join(parts) if parts else "same"
+
+
+def _numeric(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+@dataclasses.dataclass(frozen=True)
+class CodegenSpace:
+    """`SearchSpace` over `kernelpro_backend.codegen.KernelSpec` (and free-form
+    `SourceCandidate`s, which have no knobs). Built by `codegen_space()`."""
+
+    codegen: Any  # the imported kernelpro_backend.codegen module
+    illegal: Any
+
+    def initial(self, subgraph: Any) -> list[Hashable]:
+        try:
+            return [self.codegen.lower(subgraph)]
+        except self.codegen.Unsupported:
+            return []
+
+    def _is_spec(self, candidate: Any) -> bool:
+        return isinstance(candidate, self.codegen.KernelSpec)
+
+    def knob_space(self, candidate: Hashable) -> dict[str, tuple[KnobValue, ...]]:
+        if not self._is_spec(candidate):
+            return {}
+        return dict(self.codegen.knob_space(candidate))
+
+    def knobs(self, candidate: Hashable) -> dict[str, KnobValue]:
+        return dict(getattr(candidate, "knobs", ())) if self._is_spec(candidate) else {}
+
+    def with_knobs(self, candidate: Hashable, **changes: KnobValue) -> Hashable:
+        if not self._is_spec(candidate):
+            raise self.illegal(f"{type(candidate).__name__} has no knobs to change")
+        result: Hashable = candidate.with_knobs(**changes)  # type: ignore[attr-defined]
+        return result
+
+    def describe(self, candidate: Hashable) -> dict[str, Any]:
+        if self._is_spec(candidate):
+            spec: Any = candidate
+            return {"template": spec.template, "knobs": dict(spec.knobs), "digest": spec.digest}
+        source = getattr(candidate, "source", "")
+        return {
+            "language": getattr(candidate, "language", type(candidate).__name__),
+            "entry": getattr(candidate, "entry", ""),
+            "source_sha256": hashlib.sha256(str(source).encode()).hexdigest()[:16],
+        }
+
+
+def codegen_space() -> CodegenSpace:
+    """The search space of the real code generator. Imported here, not at module import, so the
+    search works (and is tested) without codegen."""
+    codegen = importlib.import_module("kernelpro_backend.codegen")
+
+    return CodegenSpace(codegen=codegen, illegal=codegen.IllegalSpec)

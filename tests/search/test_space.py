@@ -1,0 +1,82 @@
+"""The codegen adapter (against a stand-in module with the codegen contract of COMMON.md) and
+move names."""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.util
+import types
+
+import pytest
+
+from kernelpro_backend.search import CodegenSpace, codegen_space, move_name
+
+
+class IllegalSpec(ValueError):
+    pass
+
+
+class Unsupported(Exception):
+    pass
+
+
+@dataclasses.dataclass(frozen=True)
+class KernelSpec:
+    template: str
+    knobs: tuple[tuple[str, object], ...]
+
+    def with_knobs(self, **changes):
+        if changes.get("num_warps", 1) > 8:
+            raise IllegalSpec("num_warps > 8")
+        return KernelSpec(self.template, tuple(sorted({**dict(self.knobs), **changes}.items())))
+
+    @property
+    def digest(self):
+        return f"d{hash(self.knobs) & 0xFFFF:x}"
+
+
+def lower(subgraph):
+    if subgraph == "unsupported":
+        raise Unsupported("no template")
+    return KernelSpec("softmax", (("num_warps", 4),))
+
+
+fake_codegen = types.SimpleNamespace(
+    KernelSpec=KernelSpec,
+    IllegalSpec=IllegalSpec,
+    Unsupported=Unsupported,
+    lower=lower,
+    knob_space=lambda spec: {"num_warps": (1, 2, 4, 8, 16)},
+)
+
+
+def test_codegen_space_adapts_the_codegen_contract():
+    space = CodegenSpace(codegen=fake_codegen, illegal=IllegalSpec)
+    [spec] = space.initial("a subgraph")
+    assert space.initial("unsupported") == []
+    assert space.knob_space(spec) == {"num_warps": (1, 2, 4, 8, 16)}
+    assert space.knobs(spec) == {"num_warps": 4}
+    assert space.knobs(space.with_knobs(spec, num_warps=8)) == {"num_warps": 8}
+    with pytest.raises(IllegalSpec):
+        space.with_knobs(spec, num_warps=16)
+    assert space.describe(spec)["knobs"] == {"num_warps": 4}
+    source = types.SimpleNamespace(language="triton", source="def f(): pass", entry="f")
+    assert space.knob_space(source) == {} and space.knobs(source) == {}
+    assert space.describe(source)["language"] == "triton"
+    with pytest.raises(IllegalSpec, match="no knobs"):
+        space.with_knobs(source, num_warps=2)
+
+
+@pytest.mark.skipif(
+    importlib.util.find_spec("kernelpro_backend.codegen") is None,
+    reason="the codegen package is not merged in this checkout",
+)
+def test_codegen_space_imports_the_real_codegen():
+    space = codegen_space()
+    assert issubclass(space.illegal, ValueError)
+
+
+def test_move_names_generalise_across_subgraphs():
+    assert move_name({"a": 1, "b": "x"}, {"a": 2, "b": "x"}) == "a:up"
+    assert move_name({"a": 4, "p": False}, {"a": 2, "p": True}) == "a:down+p=True"
+    assert move_name({"a": 1}, {"a": 1}) == "same"

@@ -1,0 +1,71 @@
+"""Rewards, the tie rule, winner choice and budget validation."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from kernelpro_backend.options import Options
+from kernelpro_backend.runtime.result import EvalResult, EvalStatus
+from kernelpro_backend.search import Budget, Measured, RewardModel, choose_winner
+from kernelpro_backend.search.rewards import faster_beyond_spread, tied
+
+
+def ok(ms, spread=0.01, energy=None):
+    return EvalResult(EvalStatus.OK, median_ms=ms, spread_ms=spread, energy_j=energy)
+
+
+def test_reward_is_log_speedup_with_failures_below_every_working_candidate():
+    model = RewardModel(reference_ms=2.0)
+    assert model.reward(ok(1.0)) == pytest.approx(math.log(2.0))
+    assert model.reward(ok(100.0)) == model.ok_floor  # uselessly slow: clipped
+    compile_error = model.reward(EvalResult(EvalStatus.COMPILE_ERROR))
+    wrong = model.reward(EvalResult(EvalStatus.WRONG))
+    assert wrong < compile_error < model.ok_floor
+    for status in EvalStatus:
+        if status is not EvalStatus.OK:
+            assert model.reward(EvalResult(status)) < model.ok_floor
+    with pytest.raises(ValueError, match="positive finite"):
+        RewardModel(reference_ms=0.0)
+    with pytest.raises(ValueError, match="below the floor"):
+        RewardModel(reference_ms=1.0, penalties={EvalStatus.WRONG: 0.0})
+
+
+def test_differences_inside_the_spread_are_ties():
+    assert faster_beyond_spread(ok(1.0), ok(1.05))
+    assert tied(ok(1.0), ok(1.015))
+    assert not faster_beyond_spread(ok(1.0), EvalResult(EvalStatus.CRASHED))
+
+
+def test_fallback_keeps_ties_and_energy_picks_among_tied_winners():
+    baselines = {"eager": ok(3.0), "inductor": ok(2.0)}
+    fast, frugal, tie_with_inductor = (
+        Measured(1, "fast", ok(1.00, energy=2.0)),
+        Measured(2, "frugal", ok(1.01, energy=1.0)),
+        Measured(3, "barely", ok(1.99, energy=0.1)),
+    )
+    measured = [fast, frugal, tie_with_inductor]
+    assert choose_winner(measured, baselines, "time").winner == "fast"
+    assert choose_winner(measured, baselines, "energy").winner == "frugal"
+    only_tie = choose_winner([tie_with_inductor], baselines, "energy")
+    assert only_tie.winner == "inductor" and only_tie.best == tie_with_inductor
+    with pytest.raises(ValueError, match="objective"):
+        choose_winner(measured, baselines, "power")
+
+
+def test_winner_without_working_baselines_or_candidates():
+    broken = {"eager": EvalResult(EvalStatus.CRASHED), "inductor": EvalResult(EvalStatus.CRASHED)}
+    only_kernel = choose_winner([Measured(1, "k", ok(5.0))], broken)
+    assert only_kernel.winner == "k" and only_kernel.node_id == 1
+    nothing = choose_winner([Measured(1, "k", EvalResult(EvalStatus.WRONG))], broken)
+    assert nothing.winner == "inductor" and nothing.best is None
+
+
+def test_budget_validation_and_options():
+    with pytest.raises(ValueError, match="max_trials"):
+        Budget(max_trials=0)
+    with pytest.raises(ValueError, match="sol_stop_fraction"):
+        Budget(sol_stop_fraction=1.5)
+    b = Budget.from_options(Options(max_trials=7, budget_s=3.0))
+    assert (b.max_trials, b.max_seconds) == (7, 3.0)
