@@ -99,6 +99,12 @@ def _timing_sets(job: Job, device: torch.device, l2_bytes: int) -> list[list[tor
     ]
 
 
+def _l2_bytes(device: torch.device) -> int:
+    if device.type != "cuda":
+        return 0
+    return int(getattr(torch.cuda.get_device_properties(device), "L2_cache_size", 50 * 2**20))
+
+
 def evaluate_job(job: Job, state: WorkerState) -> EvalResult:
     """Load, validate and time `job.candidate`. Expected failures come back as results;
     a CUDA fault comes back as CRASHED with details["fatal"] set."""
@@ -126,11 +132,7 @@ def evaluate_job(job: Job, state: WorkerState) -> EvalResult:
                 details={**describe, **rejection.details},
             )
         try:
-            l2 = (
-                torch.cuda.get_device_properties(device).L2_cache_size
-                if device.type == "cuda"
-                else 0
-            )
+            l2 = _l2_bytes(device)
             sets = _timing_sets(job, device, l2)
             timing: Timing = time_kernel(kernel, sets, device, job.timing_budget_s, l2 or 1)
             sol_ms = state.sol_ms(job, device)

@@ -1,7 +1,7 @@
 import os
 
 # Triton kernels run on CPU tensors through the interpreter; set before triton is imported.
-# Spawned workers inherit the environment.
+# Spawned workers inherit the environment (the GPU tests start theirs without it).
 os.environ.setdefault("TRITON_INTERPRET", "1")
 
 import pytest  # noqa: E402
