@@ -2,6 +2,21 @@
 
 Must not: decide what to try (search/ does)."""
 
+from .candidate import BaselineCandidate, Candidate, SourceCandidate, SpecCandidate
+from .job import Job
+from .pool import WorkerPool
 from .result import EvalResult, EvalStatus
+from .timing import Timing, faster
 
-__all__ = ["EvalResult", "EvalStatus"]
+__all__ = [
+    "BaselineCandidate",
+    "Candidate",
+    "EvalResult",
+    "EvalStatus",
+    "Job",
+    "SourceCandidate",
+    "SpecCandidate",
+    "Timing",
+    "WorkerPool",
+    "faster",
+]

@@ -1,0 +1,143 @@
+"""What the evaluator can run: candidate kernels as data, and turning them into callables.
+
+Owns: `SourceCandidate` (free-form source from a proposer or a test), `SpecCandidate` (a codegen
+`KernelSpec` as JSON), `BaselineCandidate` ("eager": the reference module itself; "inductor":
+`torch.compile` of it), and `load_kernel`, which runs only inside a worker process.
+Must not: validate or time anything (validate.py and timing.py do), or decide what to try.
+
+A candidate is data: frozen, picklable and small, so that it crosses to a worker process and
+into the search log unchanged.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import importlib.util
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any, Union
+
+import torch
+
+LANGUAGES = ("triton", "cuda")
+BASELINES = ("eager", "inductor")
+
+KernelFn = Callable[..., Sequence[torch.Tensor]]
+
+
+class CandidateLoadError(Exception):
+    """The candidate could not be turned into a callable (syntax, import or build error)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class SourceCandidate:
+    """Free-form kernel source.
+
+    For "triton", `source` is a Python module (it may import torch and triton and define
+    @triton.jit kernels) defining a function named `entry` that takes the subgraph inputs in
+    canonical order and returns the outputs in canonical order, as fresh tensors."""
+
+    language: str
+    source: str
+    entry: str
+
+    def __post_init__(self) -> None:
+        if self.language not in LANGUAGES:
+            raise ValueError(f"language must be one of {LANGUAGES}, got {self.language!r}")
+
+    def describe(self) -> dict[str, Any]:
+        digest = hashlib.sha256(self.source.encode()).hexdigest()[:12]
+        return {"kind": "source", "language": self.language, "entry": self.entry, "sha": digest}
+
+
+@dataclasses.dataclass(frozen=True)
+class SpecCandidate:
+    """A codegen `KernelSpec`, carried as its JSON text and built inside the worker."""
+
+    spec_json: str
+
+    def describe(self) -> dict[str, Any]:
+        return {"kind": "spec", "spec": self.spec_json}
+
+
+@dataclasses.dataclass(frozen=True)
+class BaselineCandidate:
+    """What PyTorch would run for the subgraph: "eager" or "inductor"."""
+
+    name: str
+
+    def __post_init__(self) -> None:
+        if self.name not in BASELINES:
+            raise ValueError(f"baseline must be one of {BASELINES}, got {self.name!r}")
+
+    def describe(self) -> dict[str, Any]:
+        return {"kind": "baseline", "name": self.name}
+
+
+Candidate = Union[SourceCandidate, SpecCandidate, BaselineCandidate]
+
+
+def as_candidate(candidate: object) -> Candidate:
+    """Accept a candidate, or a codegen KernelSpec (anything with `to_json`), as a Candidate."""
+    if isinstance(candidate, (SourceCandidate, SpecCandidate, BaselineCandidate)):
+        return candidate
+    to_json = getattr(candidate, "to_json", None)
+    if callable(to_json):
+        return SpecCandidate(str(to_json()))
+    raise TypeError(
+        f"cannot evaluate a {type(candidate).__name__}: pass a SourceCandidate, "
+        "a SpecCandidate, a BaselineCandidate or a codegen KernelSpec"
+    )
+
+
+def load_kernel(candidate: Candidate, reference: torch.nn.Module, workdir: Path) -> KernelFn:
+    """The candidate as a callable. Raises CandidateLoadError when it cannot be built."""
+    if isinstance(candidate, BaselineCandidate):
+        if candidate.name == "eager":
+            return reference
+        return torch.compile(reference, backend="inductor")  # type: ignore[return-value]
+    if isinstance(candidate, SpecCandidate):
+        return _load_spec(candidate.spec_json)
+    if candidate.language == "triton":
+        return _load_python_module(candidate, workdir)
+    raise CandidateLoadError(
+        "cuda source candidates are not supported by the evaluator yet: "
+        "propose the kernel as Triton source or as a codegen KernelSpec"
+    )
+
+
+def _load_spec(spec_json: str) -> KernelFn:
+    try:
+        # Imported lazily: codegen is its own package and a worker may run without it.
+        from .. import codegen  # type: ignore[attr-defined]
+
+        return codegen.build(codegen.KernelSpec.from_json(spec_json))  # type: ignore[no-any-return]
+    except Exception as e:
+        raise CandidateLoadError(f"building the KernelSpec failed: {type(e).__name__}: {e}") from e
+
+
+def _load_python_module(candidate: SourceCandidate, workdir: Path) -> KernelFn:
+    # Triton's @jit reads the kernel's source through `inspect`, so the module must live in a
+    # real file rather than be exec'd from a string.
+    digest = hashlib.sha256(candidate.source.encode()).hexdigest()[:16]
+    name = f"kernelpro_candidate_{digest}"
+    path = workdir / f"{name}.py"
+    path.write_text(candidate.source)
+    try:
+        spec = importlib.util.spec_from_file_location(name, path)
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+    except Exception as e:
+        raise CandidateLoadError(
+            f"the candidate module does not import: {type(e).__name__}: {e}"
+        ) from e
+    fn = getattr(module, candidate.entry, None)
+    if not callable(fn):
+        raise CandidateLoadError(
+            f"the candidate module defines no function named {candidate.entry!r}"
+        )
+    return fn  # type: ignore[no-any-return]

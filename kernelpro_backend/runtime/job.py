@@ -1,0 +1,81 @@
+"""One evaluation request: a candidate plus everything a worker needs to judge it.
+
+Owns: `Job`, made in the parent from a `Subgraph` (the reference module is pickled here, in
+the trusted process that built it) and sent to a worker as plain data.
+Must not: run anything.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import pickle
+from typing import Any
+
+from ..profilers.ceilings import Ceilings
+from ..profilers.speed_of_light import SpeedOfLight, Work
+from .candidate import BaselineCandidate, Candidate, as_candidate
+
+TensorMeta = tuple[tuple[int, ...], tuple[int, ...], str]
+
+
+@dataclasses.dataclass(frozen=True)
+class Job:
+    reference: bytes  # pickled fx.GraphModule: forward(*inputs) -> tuple(outputs)
+    candidate: Candidate
+    input_meta: tuple[TensorMeta, ...]
+    output_meta: tuple[TensorMeta, ...]
+    int_ranges: tuple[tuple[int, int, int], ...] = ()  # (input index, low, high)
+    precision: str = "ieee"  # float32 matmul policy: ieee | tf32 | tf32x3
+    device: str = "cpu"
+    trials: int = 3  # fresh random input sets the candidate must match the reference on
+    seed: int = 0
+    measure_energy: bool = False
+    work: Work | None = None  # FLOPs and bytes, for the speed-of-light bound
+    sol_ms: float | None = None  # set in the parent when ceilings were given; else the worker's
+    timing_budget_s: float = 0.25  # time spent in timed runs (after warm-up), per candidate
+    name: str = ""  # for messages and logs: pattern and key digest
+
+    def __post_init__(self) -> None:
+        if self.trials < 3:
+            raise ValueError(f"a candidate is proved on >= 3 input sets, got trials={self.trials}")
+
+    @classmethod
+    def from_subgraph(
+        cls,
+        subgraph: Any,
+        candidate: object,
+        *,
+        trials: int = 3,
+        seed: int = 0,
+        measure_energy: bool = False,
+        ceilings: Ceilings | None = None,
+    ) -> Job:
+        """A job for `candidate` (a Candidate or a codegen KernelSpec) on `subgraph`."""
+        work = SpeedOfLight.work(subgraph)
+        sol_ms = SpeedOfLight.time_ms(work, ceilings, subgraph.precision) if ceilings else None
+        try:
+            name = f"{subgraph.pattern}-{subgraph.key.short()}"
+        except (ValueError, AttributeError):
+            name = str(subgraph.pattern)
+        return cls(
+            reference=pickle.dumps(subgraph.module()),
+            candidate=as_candidate(candidate),
+            input_meta=tuple(subgraph.input_meta),
+            output_meta=tuple(subgraph.output_meta),
+            int_ranges=tuple(sorted((i, r.low, r.high) for i, r in subgraph.int_ranges.items())),
+            precision=subgraph.precision,
+            device=str(subgraph.device),
+            trials=trials,
+            seed=seed,
+            measure_energy=measure_energy,
+            work=work,
+            sol_ms=sol_ms,
+            name=name,
+        )
+
+    def with_candidate(self, candidate: object) -> Job:
+        return dataclasses.replace(self, candidate=as_candidate(candidate))
+
+    def baselines(self) -> list[Job]:
+        """The eager and Inductor jobs for the same subgraph, timed the same way."""
+        return [self.with_candidate(BaselineCandidate(n)) for n in ("eager", "inductor")]

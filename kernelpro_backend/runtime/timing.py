@@ -1,0 +1,198 @@
+"""Timing a validated kernel, and deciding which of two timings is faster.
+
+Owns: `Timing`, `time_kernel` (CUDA: median of event timings with an L2 flush before every
+call and input sets rotated, after warm-up; kernels under LAUNCH_BOUND_MS are timed by
+replaying a CUDA graph of many calls; CPU: time.perf_counter) and `faster`.
+Must not: check results (validate.py does) or decide what is worth timing.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import statistics
+import time
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol
+
+import torch
+
+LAUNCH_BOUND_MS = 0.020  # below ~20 us launch overhead dominates: time CUDA-graph replays
+GRAPH_TARGET_MS = 0.5  # calls captured per graph: enough for about 0.5 ms per replay
+MIN_REPS, MAX_REPS = 10, 500
+# Run-to-run drift (clocks, temperature) that one run's own spread does not show: the reported
+# spread is at least this fraction of the median.
+SPREAD_FLOOR = 0.015
+
+
+@dataclasses.dataclass(frozen=True)
+class Timing:
+    median_ms: float
+    spread_ms: float  # max((p80 - p20) / 2, SPREAD_FLOOR * median)
+    times_ms: tuple[float, ...]
+    method: str  # "events" | "cuda_graph" | "perf_counter"
+
+
+class Timed(Protocol):
+    median_ms: float | None
+    spread_ms: float | None
+
+
+def faster(a: Timed, b: Timed) -> bool | None:
+    """True if `a` is faster than `b` beyond both spreads, False if slower, None for a tie
+    (or when either was not timed)."""
+    if a.median_ms is None or b.median_ms is None:
+        return None
+    noise = (a.spread_ms or 0.0) + (b.spread_ms or 0.0)
+    if abs(a.median_ms - b.median_ms) <= noise:
+        return None
+    return a.median_ms < b.median_ms
+
+
+def summarize(times_ms: Sequence[float], method: str) -> Timing:
+    ordered = sorted(times_ms)
+    median = statistics.median(ordered)
+
+    def pct(p: float) -> float:
+        return ordered[min(len(ordered) - 1, max(0, round(p * (len(ordered) - 1))))]
+
+    spread = max((pct(0.8) - pct(0.2)) / 2, SPREAD_FLOOR * median)
+    return Timing(median, spread, tuple(times_ms), method)
+
+
+def _reps(estimate_ms: float, budget_s: float) -> int:
+    return max(MIN_REPS, min(MAX_REPS, int(budget_s * 1e3 / max(estimate_ms, 1e-6))))
+
+
+def time_kernel(
+    fn: Callable[..., Any],
+    input_sets: Sequence[Sequence[torch.Tensor]],
+    device: torch.device,
+    budget_s: float = 0.25,
+    l2_bytes: int = 50 * 2**20,
+) -> Timing:
+    with torch.no_grad():
+        if device.type == "cuda":
+            return _time_cuda(fn, input_sets, device, budget_s, l2_bytes)
+        return _time_cpu(fn, input_sets, budget_s)
+
+
+def _time_cpu(
+    fn: Callable[..., Any], sets: Sequence[Sequence[torch.Tensor]], budget_s: float
+) -> Timing:
+    for k in range(2):
+        fn(*sets[k % len(sets)])
+    start = time.perf_counter()
+    fn(*sets[0])
+    estimate_ms = (time.perf_counter() - start) * 1e3
+    times = []
+    for k in range(_reps(estimate_ms, budget_s)):
+        args = sets[k % len(sets)]
+        start = time.perf_counter()
+        fn(*args)
+        times.append((time.perf_counter() - start) * 1e3)
+    return summarize(times, "perf_counter")
+
+
+def _events(n: int) -> list[torch.cuda.Event]:
+    return [torch.cuda.Event(enable_timing=True) for _ in range(n)]
+
+
+def _time_cuda(
+    fn: Callable[..., Any],
+    sets: Sequence[Sequence[torch.Tensor]],
+    device: torch.device,
+    budget_s: float,
+    l2_bytes: int,
+) -> Timing:
+    flush = torch.empty(2 * l2_bytes // 4, dtype=torch.int32, device=device)
+    for k in range(3):
+        fn(*sets[k % len(sets)])
+    torch.cuda.synchronize(device)
+    start, end = _events(2)
+    start.record()
+    for k in range(5):
+        fn(*sets[k % len(sets)])
+    end.record()
+    end.synchronize()
+    estimate_ms = start.elapsed_time(end) / 5
+    if estimate_ms < LAUNCH_BOUND_MS:
+        try:
+            return _time_cuda_graph(fn, sets, device, budget_s, estimate_ms, flush)
+        except Exception:  # not capturable (host sync, allocation pattern): time it with events
+            torch.cuda.synchronize(device)
+    reps = _reps(estimate_ms + 0.05, budget_s)  # + the flush, about 35 us for 100 MB
+    starts, ends = _events(reps), _events(reps)
+    for k in range(reps):
+        flush.zero_()
+        starts[k].record()
+        fn(*sets[k % len(sets)])
+        ends[k].record()
+    torch.cuda.synchronize(device)
+    return summarize([s.elapsed_time(e) for s, e in zip(starts, ends, strict=True)], "events")
+
+
+def _time_cuda_graph(
+    fn: Callable[..., Any],
+    sets: Sequence[Sequence[torch.Tensor]],
+    device: torch.device,
+    budget_s: float,
+    estimate_ms: float,
+    flush: torch.Tensor,
+) -> Timing:
+    calls = max(1, min(200, math.ceil(GRAPH_TARGET_MS / max(estimate_ms, 1e-4))))
+    side = torch.cuda.Stream(device)
+    side.wait_stream(torch.cuda.current_stream(device))
+    with torch.cuda.stream(side):  # warm-up on a side stream, as capture requires
+        for k in range(3):
+            fn(*sets[k % len(sets)])
+    torch.cuda.current_stream(device).wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for k in range(calls):
+            fn(*sets[k % len(sets)])
+    graph.replay()
+    torch.cuda.synchronize(device)
+    reps = _reps(estimate_ms * calls + 0.05, budget_s)
+    starts, ends = _events(reps), _events(reps)
+    for k in range(reps):
+        flush.zero_()
+        starts[k].record()
+        graph.replay()
+        ends[k].record()
+    torch.cuda.synchronize(device)
+    times = [s.elapsed_time(e) / calls for s, e in zip(starts, ends, strict=True)]
+    del graph
+    return summarize(times, "cuda_graph")
+
+
+def measure_energy_j(
+    fn: Callable[..., Any], inputs: Sequence[torch.Tensor], device: torch.device, min_s: float = 0.5
+) -> float | None:
+    """Joules per call from NVML's energy counter (mJ since driver load), looping the kernel
+    for at least `min_s` between reads (the counter updates every ~20-100 ms). None when NVML
+    is unavailable."""
+    if device.type != "cuda":
+        return None
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        uuid = str(torch.cuda.get_device_properties(device).uuid)
+        try:
+            handle = pynvml.nvmlDeviceGetHandleByUUID(("GPU-" + uuid).encode())
+        except pynvml.NVMLError:
+            handle = pynvml.nvmlDeviceGetHandleByIndex(device.index or 0)
+        torch.cuda.synchronize(device)
+        before = pynvml.nvmlDeviceGetTotalEnergyConsumption(handle)
+        start, calls = time.perf_counter(), 0
+        with torch.no_grad():
+            while time.perf_counter() - start < min_s:
+                for _ in range(32):
+                    fn(*inputs)
+                calls += 32
+                torch.cuda.synchronize(device)
+        after = pynvml.nvmlDeviceGetTotalEnergyConsumption(handle)
+        return (after - before) / 1e3 / calls
+    except Exception:
+        return None

@@ -1,0 +1,187 @@
+"""Proving a candidate computes the reference's function, on several fresh input sets.
+
+Owns: choosing the trial inputs (seeded, never zeros, negative values always, large values
+where the op stays finite in its own dtype; trial 1 rewrites trial 0's buffers in place so a
+kernel that caches by pointer or skips repeated inputs returns stale results), computing the
+reference (float64 where the module runs on upcast inputs, and in the native dtype under the
+precision policy), and running each check of compare.py in order.
+Must not: time candidates or load them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+import torch
+
+from ..fx_passes.subgraph import IntRange, random_inputs
+from .compare import (
+    Rejection,
+    aliased_pairs,
+    check_aliasing,
+    check_deterministic,
+    check_form,
+    check_inputs_unmodified,
+    compare,
+    poison_allocator,
+)
+from .job import Job
+from .result import EvalStatus
+
+LARGE_SCALE = 16.0  # trial 1 multiplies float inputs by this, where the op stays finite
+
+
+@contextlib.contextmanager
+def precision_mode(precision: str) -> Iterator[None]:
+    """PyTorch's float32 matmul mode for the policy: ieee -> highest, tf32/tf32x3 -> high."""
+    old = torch.get_float32_matmul_precision()
+    old_cudnn = torch.backends.cudnn.allow_tf32
+    torch.set_float32_matmul_precision("highest" if precision == "ieee" else "high")
+    torch.backends.cudnn.allow_tf32 = precision != "ieee"
+    try:
+        yield
+    finally:
+        torch.set_float32_matmul_precision(old)
+        torch.backends.cudnn.allow_tf32 = old_cudnn
+
+
+@dataclasses.dataclass
+class Reference:
+    exact: list[torch.Tensor]  # float64 where possible
+    eager: list[torch.Tensor] | None  # native dtype under the policy (None if exact is native)
+    aliases: set[str]
+
+
+def _as_list(outs: object) -> list[torch.Tensor]:
+    return list(outs) if isinstance(outs, (list, tuple)) else [outs]  # type: ignore[list-item]
+
+
+def compute_reference(reference: Callable[..., Any], inputs: Sequence[torch.Tensor]) -> Reference:
+    with torch.no_grad():
+        eager = _as_list(reference(*inputs))
+        aliases = aliased_pairs(eager, inputs)
+        upcast = [x.double() if x.dtype.is_floating_point else x for x in inputs]
+        try:
+            exact = [o.clone() for o in _as_list(reference(*upcast))]
+        except Exception:  # an op without a float64 kernel here: the native run is the reference
+            return Reference(eager, None, aliases)
+    return Reference(exact, eager, aliases)
+
+
+def _finite_where_exact_is(ref: Reference) -> bool:
+    if ref.eager is None:
+        return True
+    for e, x in zip(ref.eager, ref.exact, strict=True):
+        if e.dtype.is_floating_point and bool((torch.isfinite(x) & ~torch.isfinite(e)).any()):
+            return False
+    return True
+
+
+def _scaled(inputs: list[torch.Tensor], scale: float) -> list[torch.Tensor]:
+    return [x * scale if x.dtype.is_floating_point else x for x in inputs]
+
+
+def trial_inputs(
+    job: Job,
+    reference: Callable[..., Any],
+    trial: int,
+    device: torch.device,
+    previous: list[torch.Tensor] | None,
+) -> tuple[list[torch.Tensor], Reference, dict[str, Any]]:
+    """Inputs for one trial and the reference outputs on them."""
+    ranges = {i: IntRange(lo, hi) for i, lo, hi in job.int_ranges}
+    seed = job.seed * 1000 + trial
+    fresh = random_inputs(list(job.input_meta), ranges, seed, device)
+    info: dict[str, Any] = {"trial": trial, "seed": seed, "scale": 1.0}
+    if trial == 1:
+        candidate = _scaled(fresh, LARGE_SCALE)
+        ref = compute_reference(reference, candidate)
+        if _finite_where_exact_is(ref):
+            fresh, info["scale"] = candidate, LARGE_SCALE
+    if trial == 1 and previous is not None:
+        # Same addresses, new values: a result cached by pointer is now stale.
+        for old, new in zip(previous, fresh, strict=True):
+            old.untyped_storage().copy_(new.untyped_storage())
+        fresh, info["in_place"] = previous, True
+    return fresh, compute_reference(reference, fresh), info
+
+
+def run_once(
+    kernel: Callable[..., Any], inputs: Sequence[torch.Tensor], job: Job, device: torch.device
+) -> tuple[object, list[torch.Tensor] | None]:
+    """One poisoned run. Returns (raw outputs, snapshot). The snapshot is taken on the current
+    stream right after the call, without synchronising: work a kernel left on a side stream
+    unsynchronised is not in it."""
+    poison_allocator(job.output_meta, device)
+    with torch.no_grad():
+        outs = kernel(*inputs)
+        if isinstance(outs, torch.Tensor):
+            outs = [outs]
+        snap = (
+            [o.clone() for o in outs]
+            if isinstance(outs, (list, tuple)) and all(isinstance(o, torch.Tensor) for o in outs)
+            else None
+        )
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    return outs, snap
+
+
+def validate(
+    kernel: Callable[..., Any],
+    reference: Callable[..., Any],
+    job: Job,
+    device: torch.device,
+    check_determinism: bool = True,
+) -> tuple[Rejection | None, dict[str, Any]]:
+    """Run every check on `job.trials` input sets. Returns (rejection or None, details)."""
+    details: dict[str, Any] = {"trials": []}
+    previous: list[torch.Tensor] | None = None
+    worst = 0.0
+    for trial in range(job.trials):
+        inputs, ref, info = trial_inputs(job, reference, trial, device, previous)
+        details["trials"].append(info)
+        saved = [x.clone() for x in inputs]
+        outs, snap = run_once(kernel, inputs, job, device)
+        rejection = check_form(outs, job.output_meta, device)
+        if rejection is None:
+            assert isinstance(outs, (list, tuple)) and snap is not None
+            rejection = check_aliasing(outs, inputs, ref.aliases) or check_inputs_unmodified(
+                inputs, saved
+            )
+        if rejection is None:
+            assert snap is not None
+            for i, got in enumerate(snap):
+                eager = ref.eager[i] if ref.eager is not None else None
+                rejection, ratio = compare(i, got, ref.exact[i], eager)
+                worst = max(worst, ratio)
+                if rejection is not None:
+                    break
+        if rejection is None and trial == 0 and check_determinism:
+            assert snap is not None
+            # Keep the first run's outputs alive so the second cannot be handed their memory.
+            outs2, snap2 = run_once(kernel, inputs, job, device)
+            rejection = check_form(outs2, job.output_meta, device) or check_deterministic(
+                snap, snap2 or []
+            )
+            del outs2, snap2
+        if rejection is not None:
+            rejection.details.update(info)
+            return _with_trial(rejection, info), details
+        previous = inputs
+        del outs, snap
+    details["worst_error_ratio"] = worst  # largest error / allowed over all outputs and trials
+    return None, details
+
+
+def _with_trial(rejection: Rejection, info: dict[str, Any]) -> Rejection:
+    where = f"trial {info['trial']} (seed {info['seed']}, inputs x{info['scale']:g})"
+    if info.get("in_place") and rejection.status is EvalStatus.WRONG:
+        where += (
+            "; this trial rewrote the previous inputs in place, at the same addresses: "
+            "a result cached by pointer or reused for 'repeated' inputs is stale here"
+        )
+    return dataclasses.replace(rejection, message=f"{rejection.message} [{where}]")

@@ -1,0 +1,194 @@
+"""Evaluating one job end to end, and the loop a worker process runs.
+
+Owns: `evaluate_job` (load -> validate -> time -> speed-of-light check -> energy), which
+turns every expected failure into an `EvalResult`, and `worker_main`, the process entry point
+that pool.py spawns (one CUDA context per process).
+Must not: manage processes (pool.py does) or decide what to try.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import pickle
+import tempfile
+import traceback
+from multiprocessing.connection import Connection
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from ..fx_passes.subgraph import IntRange, random_inputs
+from .candidate import BaselineCandidate, CandidateLoadError, load_kernel
+from .job import Job
+from .result import EvalResult, EvalStatus
+from .timing import Timing, measure_energy_j, time_kernel
+from .validate import precision_mode, validate
+
+# A measured time below the speed-of-light bound by more than this fraction (beyond the
+# spread) is rejected: ceilings are what simple kernels reach, a tuned kernel may beat them
+# by a few percent, never by 10%.
+SOL_MARGIN = 0.9
+TIMING_SET_BYTES = 2**30  # rotating input sets share at most 1 GiB
+_COMPILE_ERRORS = {
+    "CompilationError",
+    "CompileTimeAssertionFailure",
+    "OutOfResources",
+    "PTXASError",
+}
+_FATAL_MARKERS = (
+    "CUDA error",
+    "illegal memory access",
+    "misaligned address",
+    "unspecified launch failure",
+    "device-side assert",
+    "illegal instruction",
+)
+
+
+class WorkerState:
+    """What a worker keeps between jobs: its scratch dir and the device ceilings."""
+
+    def __init__(self, workdir: Path) -> None:
+        self.workdir = workdir
+        self.ceilings: dict[str, Any] = {}
+
+    def sol_ms(self, job: Job, device: torch.device) -> float | None:
+        if job.sol_ms is not None or job.work is None or device.type != "cuda":
+            return job.sol_ms
+        from ..profilers.ceilings import Ceilings
+        from ..profilers.speed_of_light import SpeedOfLight
+
+        name = str(device)
+        if name not in self.ceilings:
+            self.ceilings[name] = Ceilings.load_or_measure(device)
+        return SpeedOfLight.time_ms(job.work, self.ceilings[name], job.precision)
+
+
+def is_fatal(error: BaseException) -> bool:
+    """A CUDA error leaves the context unusable: the worker must exit after reporting it."""
+    text = f"{type(error).__name__}: {error}"
+    return type(error).__name__ == "AcceleratorError" or any(m in text for m in _FATAL_MARKERS)
+
+
+def _failure(error: BaseException, stage: str) -> EvalResult:
+    names = {c.__name__ for c in type(error).__mro__}
+    status = (
+        EvalStatus.COMPILE_ERROR
+        if isinstance(error, CandidateLoadError) or names & _COMPILE_ERRORS
+        else EvalStatus.CRASHED
+    )
+    tail = "".join(traceback.format_exception(error)[-6:])[-3000:]
+    first = str(error).strip().splitlines()[0] if str(error).strip() else ""
+    return EvalResult(
+        status,
+        message=f"{stage}: {type(error).__name__}: {first}"[:500],
+        details={"stage": stage, "traceback": tail, "fatal": is_fatal(error)},
+    )
+
+
+def _timing_sets(job: Job, device: torch.device, l2_bytes: int) -> list[list[torch.Tensor]]:
+    ranges = {i: IntRange(lo, hi) for i, lo, hi in job.int_ranges}
+    set_bytes = sum(math.prod(s) * getattr(torch, d).itemsize for s, _, d in job.input_meta) or 1
+    count = max(3, min(32, math.ceil(2 * l2_bytes / set_bytes)))
+    count = max(2, min(count, TIMING_SET_BYTES // set_bytes))
+    return [
+        random_inputs(list(job.input_meta), ranges, job.seed * 1000 + 500 + k, device)
+        for k in range(count)
+    ]
+
+
+def _l2_bytes(device: torch.device) -> int:
+    if device.type != "cuda":
+        return 0
+    return int(getattr(torch.cuda.get_device_properties(device), "L2_cache_size", 50 * 2**20))
+
+
+def evaluate_job(job: Job, state: WorkerState) -> EvalResult:
+    """Load, validate and time `job.candidate`. Expected failures come back as results;
+    a CUDA fault comes back as CRASHED with details["fatal"] set."""
+    device = torch.device(job.device)
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+    reference = pickle.loads(job.reference)
+    baseline = isinstance(job.candidate, BaselineCandidate)
+    describe = {"candidate": job.candidate.describe(), "subgraph": job.name}
+    with precision_mode(job.precision):
+        try:
+            kernel = load_kernel(job.candidate, reference, state.workdir)
+        except Exception as e:
+            return _failure(e, "load")
+        try:
+            # Baselines are what PyTorch runs: they are checked but not rejected for
+            # run-to-run differences (e.g. atomics in index_add), only recorded.
+            rejection, details = validate(kernel, reference, job, device, not baseline)
+        except Exception as e:
+            return _failure(e, "validate")
+        if rejection is not None:
+            return EvalResult(
+                rejection.status,
+                message=rejection.message,
+                details={**describe, **rejection.details},
+            )
+        try:
+            l2 = _l2_bytes(device)
+            sets = _timing_sets(job, device, l2)
+            timing: Timing = time_kernel(kernel, sets, device, job.timing_budget_s, l2 or 1)
+            sol_ms = state.sol_ms(job, device)
+            energy = measure_energy_j(kernel, sets[0], device) if job.measure_energy else None
+        except Exception as e:
+            return _failure(e, "timing")
+    details = {**describe, **details, "timing_method": timing.method}
+    if sol_ms is not None and timing.median_ms + timing.spread_ms < SOL_MARGIN * sol_ms:
+        message = (
+            f"measured {timing.median_ms:.4g} ms (spread {timing.spread_ms:.2g}) is faster than "
+            f"the speed-of-light bound {sol_ms:.4g} ms: a measurement bug or a kernel skipping work"
+        )
+        print(f"kernelpro: SUSPICIOUS {job.name}: {message}", flush=True)
+        details.update(measured_median_ms=timing.median_ms, measured_spread_ms=timing.spread_ms)
+        return EvalResult(EvalStatus.SUSPICIOUS, sol_ms=sol_ms, message=message, details=details)
+    return EvalResult(
+        EvalStatus.OK,
+        median_ms=timing.median_ms,
+        spread_ms=timing.spread_ms,
+        times_ms=timing.times_ms,
+        sol_ms=sol_ms,
+        sol_fraction=min(1.0, sol_ms / timing.median_ms) if sol_ms else None,
+        energy_j=energy,
+        message=f"ok: {timing.median_ms:.4g} ms +- {timing.spread_ms:.2g} ({timing.method})",
+        details=details,
+    )
+
+
+def _still_healthy(job: Job) -> bool:
+    if not job.device.startswith("cuda"):
+        return True
+    try:
+        torch.cuda.synchronize()
+        return True
+    except Exception:
+        return False
+
+
+def worker_main(conn: Connection) -> None:
+    """Serve jobs from `conn` until it closes: receive (job_id, Job), send (job_id, result
+    dict, fatal). After a fatal CUDA error the worker exits and the pool starts a new one."""
+    state = WorkerState(Path(tempfile.mkdtemp(prefix="kernelpro-worker-")))
+    conn.send(("ready", os.getpid()))
+    while True:
+        try:
+            message = conn.recv()
+        except (EOFError, OSError):
+            return
+        if message is None:
+            return
+        job_id, job = message
+        try:
+            result = evaluate_job(job, state)
+        except Exception as e:  # a bug in the evaluator itself: report it, keep serving
+            result = _failure(e, "evaluator")
+        fatal = bool(result.details.get("fatal")) or not _still_healthy(job)
+        conn.send((job_id, result.to_dict(), fatal))
+        if fatal:
+            os._exit(0)

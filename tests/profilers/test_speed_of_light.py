@@ -1,0 +1,129 @@
+"""FLOP and byte counts of real subgraphs, the SOL time, and the ceilings cache."""
+
+import json
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch.fx.experimental.proxy_tensor import make_fx
+
+from kernelpro_backend.backend import make_backend
+from kernelpro_backend.profilers import ceilings as ceilings_mod
+from kernelpro_backend.profilers.ceilings import Ceilings
+from kernelpro_backend.profilers.speed_of_light import SpeedOfLight, count_work, fewest_bytes
+
+FAKE = Ceilings(
+    device_name="Fake GPU",
+    dram_bytes_per_s=1e12,
+    fp32_flops_per_s=50e12,
+    tf32_flops_per_s=400e12,
+    bf16_flops_per_s=800e12,
+    l2_bytes=50 * 2**20,
+)
+
+
+def only_subgraph(fn, *args, kind=None):
+    torch._dynamo.reset()
+    store = []
+    backend = make_backend(observer=lambda k, sgs: store.extend(sgs))
+    torch.compile(fn, backend=backend, options={"fallback": "eager", "search": "off"})(*args)
+    found = [s for s in store if kind is None or s.kind == kind]
+    assert len(found) == 1, [s.pattern for s in store]
+    return found[0]
+
+
+def test_addmm_relu_flops_and_bytes():
+    sg = only_subgraph(
+        lambda a, b, c: torch.addmm(c, a, b).relu(),
+        torch.randn(64, 32),
+        torch.randn(32, 16),
+        torch.randn(16),
+    )
+    flops, nbytes, sol = SpeedOfLight.for_subgraph(sg, FAKE)
+    assert flops == 2 * 64 * 32 * 16 + 64 * 16 + 64 * 16  # GEMM + bias + relu
+    assert nbytes == 4 * (64 * 32 + 32 * 16 + 16 + 64 * 16)
+    compute = (2 * 64 * 32 * 16) / FAKE.fp32_flops_per_s + (2 * 64 * 16) / FAKE.fp32_flops_per_s
+    assert sol == pytest.approx(max(compute, nbytes / 1e12) * 1e3)
+
+
+def test_bmm_flops():
+    sg = only_subgraph(torch.bmm, torch.randn(3, 8, 5), torch.randn(3, 5, 7))
+    assert SpeedOfLight.work(sg).tensor_flops == 2 * 3 * 8 * 5 * 7
+
+
+def test_conv_flops():
+    x, w = torch.randn(2, 3, 10, 10), torch.randn(4, 3, 3, 3)
+    sg = only_subgraph(lambda x, w: F.conv2d(x, w, padding=1), x, w, kind="conv")
+    assert SpeedOfLight.work(sg).tensor_flops == 2 * (2 * 4 * 10 * 10) * 3 * 9
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_attention_flops(causal):
+    # The partitioner finds no attention subgraph on CPU today: count the aten graph directly.
+    q = torch.randn(2, 4, 16, 8)
+    gm = make_fx(
+        lambda q, k, v: torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
+            q, k, v, is_causal=causal
+        )[0],
+        tracing_mode="fake",
+    )(q, q.clone(), q.clone())
+    work = count_work(list(gm.graph.nodes), [], [])
+    assert work.tensor_flops == 4 * 2 * 4 * 16 * 16 * 8 / (2 if causal else 1)
+
+
+def test_softmax_counts_reductions_per_input_element_and_pointwise_per_output():
+    sg = only_subgraph(lambda x: torch.softmax(x, -1), torch.randn(8, 40))
+    work = SpeedOfLight.work(sg)
+    assert work.tensor_flops == 0
+    # amax and sum read 320 elements each; sub, exp and div write 320 each
+    assert work.other_flops == 5 * 320
+    assert work.bytes == 2 * 320 * 4
+
+
+def test_expanded_input_is_read_once():
+    assert fewest_bytes([((8, 40), (0, 1), "float32")], [((8, 40), (40, 1), "bfloat16")]) == (
+        40 * 4 + 320 * 2
+    )
+
+
+@pytest.mark.parametrize(
+    "dtype,precision,expected",
+    [
+        ("float32", "ieee", 50e12),
+        ("float32", "tf32", 400e12),
+        ("float32", "tf32x3", 400e12 / 3),
+        ("bfloat16", "ieee", 800e12),
+        ("float16", "tf32", 800e12),
+    ],
+)
+def test_compute_roof_follows_dtype_and_precision(dtype, precision, expected):
+    assert FAKE.peak_flops_per_s(dtype, precision, tensor_op=True) == expected
+    assert FAKE.peak_flops_per_s(dtype, precision, tensor_op=False) == 50e12
+
+
+def test_ceilings_are_measured_once_and_cached(tmp_path, monkeypatch):
+    calls = []
+
+    def fake_measure(device):
+        calls.append(device)
+        return FAKE
+
+    monkeypatch.setattr(ceilings_mod, "measure", fake_measure)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "Fake GPU 80GB/HBM3")
+    first = Ceilings.load_or_measure("cuda", cache_dir=tmp_path)
+    second = Ceilings.load_or_measure("cuda", cache_dir=tmp_path)
+    assert first == second == FAKE and len(calls) == 1
+    path = tmp_path / "ceilings-Fake-GPU-80GB-HBM3.json"
+    assert json.loads(path.read_text())["dram_bytes_per_s"] == 1e12
+
+
+def test_corrupt_ceilings_file_is_remeasured(tmp_path, monkeypatch):
+    monkeypatch.setattr(ceilings_mod, "measure", lambda device: FAKE)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "Fake GPU")
+    Ceilings.cache_path("Fake GPU", tmp_path).write_text('{"schema": 99}')
+    assert Ceilings.load_or_measure("cuda", cache_dir=tmp_path) == FAKE
+
+
+def test_ceilings_refuse_cpu():
+    with pytest.raises(ValueError, match="CUDA"):
+        Ceilings.load_or_measure("cpu")
