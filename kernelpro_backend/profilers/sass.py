@@ -172,15 +172,17 @@ def sass_findings(
                     fix,
                 )
             )
-    if fn.total:
-        top = ", ".join(f"{op} {100 * n / fn.total:.0f}%" for op, n in _mix(fn).most_common(6))
+    mix = _mix(fn)
+    if mix:
+        total = sum(mix.values())
+        top = ", ".join(f"{op} {100 * n / total:.0f}%" for op, n in mix.most_common(6))
         out.append(
             _f(
                 "instruction_mix",
                 top,
                 None,
                 Severity.INFO,
-                f"{fn.total} instructions in {fn.name}: {top}.",
+                f"{total} instructions in {fn.name}: {top}.",
             )
         )
     return out
@@ -189,7 +191,8 @@ def sass_findings(
 def _mix(fn: SassFunction) -> Counter[str]:
     mix: Counter[str] = Counter()
     for op, n in fn.opcodes.items():
-        mix[op.split(".")[0]] += n
+        if not op.startswith("NOP"):  # alignment padding, never executed
+            mix[op.split(".")[0]] += n
     return mix
 
 
