@@ -1,8 +1,23 @@
-"""Micro-profiling: the speed-of-light model, the roofline classifier and the tools that turn
-hardware counters, SASS and compiler reports into plain-language `Finding`s.
+"""Micro-profiling: the roofline classifier (stage 1) and the tools that turn hardware
+counters, SASS and compiler reports into plain-language `Finding`s (stage 2).
 
 Must not: change kernels (proposers in search/ act on findings)."""
 
+from .api import ProfileReport, profile_kernel
 from .findings import Bottleneck, Finding, Severity
+from .roofline import Ceilings, RooflineReport, classify
+from .tools import ProfileTarget, Tool, tools_for
 
-__all__ = ["Bottleneck", "Finding", "Severity"]
+__all__ = [
+    "Bottleneck",
+    "Ceilings",
+    "Finding",
+    "ProfileReport",
+    "ProfileTarget",
+    "RooflineReport",
+    "Severity",
+    "Tool",
+    "classify",
+    "profile_kernel",
+    "tools_for",
+]

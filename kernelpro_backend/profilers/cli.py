@@ -1,0 +1,115 @@
+"""`kernelpro profile MODULE:FN`: the two-stage profile of every subgraph of a model, as text.
+
+Owns: `add_cli(subparsers)` and `run_cli(args) -> int` (the lead wires them into cli.py),
+`subgraph_cost` (FLOPs via torch's FlopCounterMode, bytes of external inputs/outputs) and
+`profile_model`.
+Must not: search or replace kernels: it profiles the reference (eager aten) of each subgraph.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import inspect
+import sys
+from typing import Any
+
+from .roofline import Ceilings
+
+# H100 SXM defaults (GPU.md): ~3.0 TB/s copy; dense peaks per dtype (bf16/fp16 measured ~800
+# TFLOP/s; fp32 at "highest" precision runs on CUDA cores: 132 SMs x 128 x 2 x 1.98 GHz).
+DEFAULT_BYTES_PER_S = 3.0e12
+DEFAULT_FLOPS_PER_S = {"float32": 67e12, "bfloat16": 800e12, "float16": 800e12}
+
+
+def add_cli(subparsers: Any) -> None:
+    p = subparsers.add_parser(
+        "profile",
+        help="profile each fusable subgraph of a model: roofline class, then micro-profiling findings",
+        description="MODULE:FN names a function returning (model, example_inputs). Needs a CUDA GPU.",
+    )
+    p.add_argument("target", metavar="MODULE:FN")
+    p.add_argument(
+        "--tools", help="comma-separated tool names (default: those the class calls for)"
+    )
+    p.add_argument("--bandwidth", type=float, default=DEFAULT_BYTES_PER_S, help="bytes/s roof")
+    p.add_argument("--flops", type=float, help="FLOP/s roof (default: by dtype, H100)")
+    p.add_argument("--limit", type=int, default=0, help="profile at most N subgraphs (0: all)")
+    p.set_defaults(func=run_cli)
+
+
+def _load(spec: str) -> tuple[Any, tuple[Any, ...]]:
+    module_name, _, fn_name = spec.partition(":")
+    if not fn_name:
+        raise SystemExit(f"kernelpro profile: expected MODULE:FN, got {spec!r}")
+    factory = getattr(importlib.import_module(module_name), fn_name)
+    takes_device = "device" in inspect.signature(factory).parameters
+    model, inputs = factory(device="cuda") if takes_device else factory()
+    inputs = inputs if isinstance(inputs, (tuple, list)) else (inputs,)
+    return model.cuda(), tuple(x.cuda() if hasattr(x, "cuda") else x for x in inputs)
+
+
+def subgraph_cost(module: Any, inputs: list[Any]) -> tuple[float, float]:
+    """(FLOPs, bytes): FLOPs of matmul/conv/attention ops as torch counts them (others count
+    as one per output element); bytes of the external inputs and outputs, read/written once."""
+    import torch
+    from torch.utils.flop_counter import FlopCounterMode
+
+    with FlopCounterMode(display=False) as counter, torch.no_grad():
+        outputs = module(*inputs)
+    tensors = [t for t in [*inputs, *outputs] if isinstance(t, torch.Tensor)]
+    nbytes = sum(t.numel() * t.element_size() for t in tensors)
+    elementwise = sum(t.numel() for t in outputs if isinstance(t, torch.Tensor))
+    return float(max(counter.get_total_flops(), elementwise)), float(nbytes)
+
+
+def profile_model(
+    spec: str, tools: list[str] | None, bandwidth: float, flops_roof: float | None, limit: int
+) -> int:
+    import torch
+
+    from ..backend import make_backend
+    from .api import profile_kernel
+
+    model, inputs = _load(spec)
+    found: list[Any] = []
+    backend = make_backend(observer=lambda kind, subgraphs: found.extend(subgraphs))
+    compiled = torch.compile(model, backend=backend, options={"fallback": "eager", "search": "off"})
+    compiled(*inputs)
+    torch.cuda.synchronize()
+    for i, sg in enumerate(found[: limit or None]):
+        ref, sg_inputs = sg.module(), sg.make_inputs(0, "cuda")
+        flops, nbytes = subgraph_cost(ref, sg_inputs)
+        dtype = sg.input_meta[0][2] if sg.input_meta else "float32"
+        roof = flops_roof or DEFAULT_FLOPS_PER_S.get(dtype, DEFAULT_FLOPS_PER_S["float32"])
+        ceilings = Ceilings(
+            bytes_per_s=bandwidth,
+            flops_per_s=roof,
+            sm_count=torch.cuda.get_device_properties(0).multi_processor_count,
+        )
+        print(
+            f"\n[{i}] {sg.graph} {sg.kind} {sg.pattern} ({sg.key.digest[:12]}): {flops:.3g} FLOP, {nbytes:.3g} B"
+        )
+        report = profile_kernel(
+            ref, sg_inputs, flops=flops, bytes=nbytes, ceilings=ceilings, tools=tools
+        )
+        print(report.text())
+    print(
+        f"\n{len(found)} subgraphs found"
+        + (f", {limit} profiled" if limit and limit < len(found) else "")
+    )
+    return 0
+
+
+def run_cli(args: argparse.Namespace) -> int:
+    import torch
+
+    if not torch.cuda.is_available():
+        print(
+            "kernelpro profile: profiling needs a CUDA GPU and none is visible here "
+            "(torch.cuda.is_available() is False); run it on the GPU machine.",
+            file=sys.stderr,
+        )
+        return 2
+    tools = [t.strip() for t in args.tools.split(",")] if args.tools else None
+    return profile_model(args.target, tools, args.bandwidth, args.flops, args.limit)

@@ -1,0 +1,124 @@
+import argparse
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from profilers_fixtures import KNOBS, read_fixture
+
+from kernelpro_backend.profilers import (
+    Bottleneck,
+    Ceilings,
+    ProfileTarget,
+    profile_kernel,
+    tools_for,
+)
+from kernelpro_backend.profilers.cli import add_cli, run_cli, subgraph_cost
+from kernelpro_backend.profilers.sass import find_cuobjdump
+
+H100 = Ceilings(bytes_per_s=3.0e12, flops_per_s=67e12, sm_count=132)
+SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "gpu_profilers.py"
+
+
+def test_each_class_gets_its_tools_cheapest_first():
+    names = {b: [t.name for t in tools_for(b)] for b in Bottleneck}
+    assert names[Bottleneck.LATENCY] == ["ptxas", "timeline", "ncu"]
+    assert names[Bottleneck.MEMORY] == ["ptxas", "sass", "energy", "ncu"]
+    assert (
+        "timeline" in names[Bottleneck.UNDERUTILIZED]
+        and "energy" not in names[Bottleneck.UNDERUTILIZED]
+    )
+    for b in Bottleneck:
+        costs = [t.cost_s for t in tools_for(b)]
+        assert costs == sorted(costs)
+    assert [t.name for t in tools_for(Bottleneck.MEMORY, budget_s=1.5)] == ["ptxas", "sass"]
+    with pytest.raises(KeyError, match="unknown profiling tools"):
+        tools_for(Bottleneck.MEMORY, names=["vtune"])
+
+
+def _compile_for_sm90(case):
+    spec = importlib.util.spec_from_file_location("gpu_profilers_script", SCRIPT)
+    script = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = script  # dataclasses resolve annotations through sys.modules
+    spec.loader.exec_module(script)
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    c = script.CASES[case]
+    consts = script._constexprs(c)
+    sig = dict(c.signature) | {k: "constexpr" for k in consts}
+    aligned = {(i,): [["tt.divisibility", 16]] for i in range(len(c.signature))}
+    src = ASTSource(c.kernel, signature=sig, constexprs=consts, attrs=aligned)
+    return triton.compile(
+        src, target=GPUTarget("cuda", 90, 32), options={"num_warps": c.knobs["num_warps"]}
+    )
+
+
+@pytest.mark.skipif(find_cuobjdump() is None, reason="needs cuobjdump (bundled with Triton)")
+def test_two_stages_on_cpu_with_a_given_time_a_real_cubin_and_a_ptxas_report():
+    kernel = _compile_for_sm90("spill")
+    target = ProfileTarget(
+        knobs=KNOBS["spill"], compiled=[kernel], ptxas_report=read_fixture("ptxas_spill.txt")
+    )
+    target.compiled = [
+        type(
+            "CubinOnly", (), {"asm": {"cubin": kernel.asm["cubin"]}, "metadata": kernel.metadata}
+        )()
+    ]
+    n = 1 << 24
+    report = profile_kernel(
+        lambda *a: None,
+        (),
+        flops=3.0 * n,
+        bytes=8.0 * n,
+        ceilings=H100,
+        measured_ms=0.5,
+        target=target,
+        tools=["sass", "ptxas", "ncu"],
+        grid_size=n // 8192,
+    )
+    assert report.roofline.bottleneck is Bottleneck.UNDERUTILIZED  # 45 us of SOL in 500 us
+    assert report.findings[0].tool == "roofline"
+    metrics = {(f.tool, f.metric) for f in report.findings}
+    assert ("sass", "local_memory_instructions") in metrics and ("ptxas", "spill_bytes") in metrics
+    assert "sass" in report.tools_run and "ptxas" in report.tools_run
+    # the compiled stand-in has no n_regs: ptxas falls back to the report; ncu is not here
+    skipped = dict(report.tools_skipped)
+    assert "ncu" in skipped or "ncu" in report.tools_run
+    text = report.text()
+    assert "under-utilised" in text and "num_warps" in text
+    assert report.to_dict()["bottleneck"] == "under-utilised"
+
+
+def test_a_failing_tool_is_reported_not_raised():
+    report = profile_kernel(
+        lambda: None,
+        (),
+        flops=1.0,
+        bytes=1e6,
+        ceilings=H100,
+        measured_ms=0.01,
+        target=ProfileTarget(),
+        tools=["ptxas"],
+    )
+    assert report.tools_run == ()
+    assert "ptxas" in dict(report.tools_skipped)
+    assert "needs compiled Triton kernels" in dict(report.tools_skipped)["ptxas"]
+
+
+def test_subgraph_cost_counts_matmul_flops_and_external_bytes():
+    a, b = torch.randn(64, 32), torch.randn(32, 16)
+    flops, nbytes = subgraph_cost(lambda x, y: (torch.mm(x, y),), [a, b])
+    assert flops == 2 * 64 * 32 * 16
+    assert nbytes == 4 * (64 * 32 + 32 * 16 + 64 * 16)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the CPU-only message")
+def test_cli_says_a_gpu_is_needed_and_exits_non_zero(capsys):
+    parser = argparse.ArgumentParser(prog="kernelpro")
+    add_cli(parser.add_subparsers(dest="command"))
+    args = parser.parse_args(["profile", "kernelpro_backend.examples:mlp"])
+    assert args.func(args) == 2 and run_cli(args) == 2
+    assert "needs a CUDA GPU" in capsys.readouterr().err
