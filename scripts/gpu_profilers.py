@@ -224,7 +224,7 @@ def launch_child(name: str) -> None:
 def measured_ceilings():
     import torch
 
-    from kernelpro_backend.profilers.roofline import Ceilings
+    from kernelpro_backend.profilers.roofline import Roofs
 
     a = torch.empty(1 << 28, dtype=torch.uint8, device="cuda")
     b = torch.empty_like(a)
@@ -239,7 +239,7 @@ def measured_ceilings():
     bandwidth = 2 * a.numel() * 20 / (start.elapsed_time(end) / 1e3)
     props = torch.cuda.get_device_properties(0)
     # float32 on CUDA cores: SMs x 128 FMA lanes x 2 FLOP x ~1.98 GHz (H100 SXM boost)
-    return Ceilings(
+    return Roofs(
         bytes_per_s=bandwidth,
         flops_per_s=props.multi_processor_count * 128 * 2 * 1.98e9,
         sm_count=props.multi_processor_count,

@@ -5,12 +5,12 @@ Must not: change kernels (proposers in search/ act on findings)."""
 
 from .api import ProfileReport, profile_kernel
 from .findings import Bottleneck, Finding, Severity
-from .roofline import Ceilings, RooflineReport, classify
+from .roofline import RooflineReport, Roofs, classify
 from .tools import ProfileTarget, Tool, tools_for
 
 __all__ = [
     "Bottleneck",
-    "Ceilings",
+    "Roofs",
     "Finding",
     "ProfileReport",
     "ProfileTarget",

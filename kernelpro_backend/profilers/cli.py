@@ -14,7 +14,7 @@ import inspect
 import sys
 from typing import Any
 
-from .roofline import Ceilings
+from .roofline import Roofs
 
 # H100 SXM defaults (GPU.md): ~3.0 TB/s copy; dense peaks per dtype (bf16/fp16 measured ~800
 # TFLOP/s; fp32 at "highest" precision runs on CUDA cores: 132 SMs x 128 x 2 x 1.98 GHz).
@@ -82,7 +82,7 @@ def profile_model(
         flops, nbytes = subgraph_cost(ref, sg_inputs)
         dtype = sg.input_meta[0][2] if sg.input_meta else "float32"
         roof = flops_roof or DEFAULT_FLOPS_PER_S.get(dtype, DEFAULT_FLOPS_PER_S["float32"])
-        ceilings = Ceilings(
+        ceilings = Roofs(
             bytes_per_s=bandwidth,
             flops_per_s=roof,
             sm_count=torch.cuda.get_device_properties(0).multi_processor_count,

@@ -1,6 +1,6 @@
 """Stage 1 of the feedback: the roofline classifier.
 
-Owns: `Ceilings` (the device roofs as plain numbers), `RooflineReport` and `classify`, which
+Owns: `Roofs` (the device roofs as plain numbers), `RooflineReport` and `classify`, which
 turns a measured time plus the FLOPs and bytes of a subgraph into a bottleneck class, the
 speed-of-light time and a Finding with guidance.
 Must not: measure anything or compute FLOPs/bytes of a subgraph (speed_of_light does that);
@@ -24,7 +24,7 @@ UNDER_UTILISED = 0.25  # below 25% of SOL with no latency cause: occupancy/stall
 
 
 @dataclasses.dataclass(frozen=True)
-class Ceilings:
+class Roofs:
     """The roofs of one device for one dtype: sustained bytes/s (read+write counted) and FLOP/s."""
 
     bytes_per_s: float
@@ -33,10 +33,10 @@ class Ceilings:
     sm_count: int = 132
 
     @classmethod
-    def of(cls, obj: Any) -> Ceilings:
-        """Accept a Ceilings, a mapping, or any object with `bytes_per_s` and `flops_per_s`
+    def of(cls, obj: Any) -> Roofs:
+        """Accept a Roofs, a mapping, or any object with `bytes_per_s` and `flops_per_s`
         attributes (e.g. the speed-of-light model's ceilings)."""
-        if isinstance(obj, Ceilings):
+        if isinstance(obj, Roofs):
             return obj
         get = obj.get if isinstance(obj, Mapping) else lambda k, d=None: getattr(obj, k, d)
         bytes_per_s, flops_per_s = get("bytes_per_s"), get("flops_per_s")
@@ -88,7 +88,7 @@ def classify(
     `knobs` (the candidate's KernelSpec knobs) lets the suggestion name concrete values."""
     if measured_ms <= 0:
         raise ValueError(f"measured_ms must be positive, got {measured_ms}: time the kernel first")
-    roofs = Ceilings.of(ceilings)
+    roofs = Roofs.of(ceilings)
     memory_ms = 1e3 * max(bytes, 0.0) / roofs.bytes_per_s
     compute_ms = 1e3 * max(flops, 0.0) / roofs.flops_per_s
     sol_ms = max(memory_ms, compute_ms)

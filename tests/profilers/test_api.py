@@ -9,15 +9,15 @@ from profilers_fixtures import KNOBS, read_fixture
 
 from kernelpro_backend.profilers import (
     Bottleneck,
-    Ceilings,
     ProfileTarget,
+    Roofs,
     profile_kernel,
     tools_for,
 )
 from kernelpro_backend.profilers.cli import add_cli, run_cli, subgraph_cost
 from kernelpro_backend.profilers.sass import find_cuobjdump
 
-H100 = Ceilings(bytes_per_s=3.0e12, flops_per_s=67e12, sm_count=132)
+H100 = Roofs(bytes_per_s=3.0e12, flops_per_s=67e12, sm_count=132)
 SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "gpu_profilers.py"
 
 

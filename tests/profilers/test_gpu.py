@@ -7,14 +7,14 @@ from pathlib import Path
 import pytest
 import torch
 
-from kernelpro_backend.profilers import Bottleneck, Ceilings, ProfileTarget, profile_kernel
+from kernelpro_backend.profilers import Bottleneck, ProfileTarget, Roofs, profile_kernel
 
 pytestmark = [
     pytest.mark.gpu,
     pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU"),
 ]
 SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "gpu_profilers.py"
-H100 = Ceilings(bytes_per_s=3.0e12, flops_per_s=67e12, sm_count=132)
+H100 = Roofs(bytes_per_s=3.0e12, flops_per_s=67e12, sm_count=132)
 
 
 @pytest.fixture(scope="module")

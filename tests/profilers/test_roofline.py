@@ -3,9 +3,9 @@ import types
 import pytest
 
 from kernelpro_backend.profilers import Bottleneck, Severity
-from kernelpro_backend.profilers.roofline import Ceilings, classify
+from kernelpro_backend.profilers.roofline import Roofs, classify
 
-H100 = Ceilings(bytes_per_s=3.0e12, flops_per_s=60e12, launch_latency_ms=0.005, sm_count=132)
+H100 = Roofs(bytes_per_s=3.0e12, flops_per_s=60e12, launch_latency_ms=0.005, sm_count=132)
 
 
 def test_on_the_memory_roof_is_memory_bound_with_info_only():
@@ -76,10 +76,10 @@ def test_faster_than_speed_of_light_is_flagged_as_a_bug():
 
 
 def test_ceilings_from_mapping_and_from_any_object():
-    assert Ceilings.of({"bytes_per_s": 3e12, "flops_per_s": 6e13}).sm_count == 132
+    assert Roofs.of({"bytes_per_s": 3e12, "flops_per_s": 6e13}).sm_count == 132
     sol = types.SimpleNamespace(bytes_per_s=4.3e12, flops_per_s=7.9e14, sm_count=132)
-    assert Ceilings.of(sol).bytes_per_s == 4.3e12
+    assert Roofs.of(sol).bytes_per_s == 4.3e12
     with pytest.raises(ValueError, match="bytes_per_s"):
-        Ceilings.of({"flops_per_s": 1.0})
+        Roofs.of({"flops_per_s": 1.0})
     with pytest.raises(ValueError, match="measured_ms"):
         classify(0.0, 1.0, 1.0, H100)
