@@ -138,10 +138,11 @@ def read_bundle(path: str | os.PathLike[str]) -> Bundle:
     refused: list[Refusal] = []
     seen: set[str] = set()
     for item in listed:
-        entry, problem, name = _check_listed(item, files, bundle_toolchain)
-        seen.add(name)
+        entry, problem, label = _check_listed(item, files, bundle_toolchain)
+        if isinstance(item, dict) and isinstance(item.get("file"), str):
+            seen.add(item["file"])
         if entry is None:
-            refused.append(Refusal(name, problem or "unknown problem"))
+            refused.append(Refusal(label, problem or "unknown problem"))
         else:
             entries.append(entry)
     for name in sorted(set(files) - seen):
