@@ -175,6 +175,9 @@ def decode_entry(data: bytes) -> Entry:
         raise CorruptEntry(f"malformed entry field ({type(e).__name__}: {e})") from None
     if key.schema != doc["schema"]:
         raise CorruptEntry(f"key schema {key.schema} differs from entry schema {doc['schema']}")
+    text = artifact.subgraph_text
+    if text and hashlib.sha256(text.encode()).hexdigest() != key.subgraph.structure:
+        raise CorruptEntry("its subgraph text does not hash to the key's structure hash")
     if artifact.provenance.toolchain != key.toolchain:
         raise CorruptEntry(
             f"artifact was built with {artifact.provenance.toolchain} but is keyed under "

@@ -146,3 +146,13 @@ def test_extra_dirs_serve_bundled_entries_read_only(tmp_path, tanh_sg):
     with KernelCache(tmp_path / "user", extra_dirs=[shipped]) as user:
         assert user.get(key).launch["tag"] == 7
         assert list(user.scan()) == []  # served from the bundle, not copied into the store
+
+
+def test_entry_for_another_subgraph_structure_is_corrupt(tanh_sg, linear_sg):
+    from kernelpro_backend.cache import describe
+
+    key = cache_key(tanh_sg.key)
+    assert decode_entry(encode_entry(key, describe(python_artifact(), tanh_sg))).key == key
+    wrong_text = describe(python_artifact(), linear_sg)
+    with pytest.raises(CorruptEntry, match="does not hash to the key's structure"):
+        decode_entry(encode_entry(key, wrong_text))
