@@ -10,7 +10,7 @@ from .cli import add_cli, run_cli
 from .maintenance import MaintenanceReport, Validator, prune, verify
 from .misses import MissManifest
 from .provider import CacheProvider, Loader, Searcher, describe, pending, store_winner
-from .store import KernelCache, resolve_cache_dir
+from .store import CacheUnavailable, KernelCache, resolve_cache_dir
 from .toolchain import (
     CACHE_SCHEMA_VERSION,
     CacheKey,
@@ -26,6 +26,7 @@ __all__ = [
     "BundleError",
     "CacheKey",
     "CacheProvider",
+    "CacheUnavailable",
     "CorruptEntry",
     "Entry",
     "ImportReport",

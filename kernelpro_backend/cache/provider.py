@@ -107,7 +107,12 @@ class CacheProvider:
                 found = describe(found, subgraph)
                 self.cache.put(key, found)
                 return self._load(key, found, subgraph)
-        if self.cache.misses.record(key, subgraph):
+        try:
+            recorded = self.cache.misses.record(key, subgraph)
+        except OSError as e:  # a read-only cache must not break the user's compile
+            log.warning("kernelpro cache: cannot record miss in %s: %s", self.cache.misses.path, e)
+            recorded = False
+        if recorded:
             log.info(
                 "kernelpro cache: miss for %s %s (%s); running the fallback",
                 subgraph.pattern,

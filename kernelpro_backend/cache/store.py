@@ -21,6 +21,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
+import sqlite3
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 
@@ -48,6 +49,10 @@ def resolve_cache_dir(
     return Path(chosen).expanduser()
 
 
+class CacheUnavailable(OSError):
+    """The cache directory cannot be opened for writing."""
+
+
 @dataclasses.dataclass(frozen=True)
 class ScannedEntry:
     """One row of the writable store: a verified entry, or the reason it cannot be trusted."""
@@ -72,13 +77,20 @@ class KernelCache:
         self.toolchain = toolchain or current_toolchain()
         self.misses = MissManifest(self.directory / "misses.jsonl")
         # No eviction: a kernel costs minutes of search; entries are a few KB to a few hundred.
-        self._store = diskcache.Cache(
-            str(self.directory / "kernels"),
-            disk=JsonBytesDisk,
-            eviction_policy="none",
-            size_limit=2**40,
-            timeout=60,
-        )
+        try:
+            self._store = diskcache.Cache(
+                str(self.directory / "kernels"),
+                disk=JsonBytesDisk,
+                eviction_policy="none",
+                size_limit=2**40,
+                timeout=60,
+            )
+        except (OSError, sqlite3.Error) as e:
+            raise CacheUnavailable(
+                f"cannot open the kernel cache in {self.directory} ({type(e).__name__}: {e}); "
+                f"set {CACHE_DIR_ENV} or options={{'cache_dir': ...}} to a writable directory, "
+                "or options={'search': 'off'} to run without a cache"
+            ) from e
         self._extra: dict[str, Entry] | None = None
 
     # -- keys -------------------------------------------------------------------------------

@@ -156,3 +156,12 @@ def test_entry_for_another_subgraph_structure_is_corrupt(tanh_sg, linear_sg):
     wrong_text = describe(python_artifact(), linear_sg)
     with pytest.raises(CorruptEntry, match="does not hash to the key's structure"):
         decode_entry(encode_entry(key, wrong_text))
+
+
+def test_unwritable_cache_dir_says_what_to_do(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("not a directory")
+    from kernelpro_backend.cache import CacheUnavailable
+
+    with pytest.raises(CacheUnavailable, match="KERNELPRO_CACHE_DIR"):
+        KernelCache(blocker / "cache")
