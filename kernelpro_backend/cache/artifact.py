@@ -1,0 +1,204 @@
+"""The cached kernel record and its byte encoding.
+
+Owns: `KernelArtifact` (what a search winner is: language, source, entry, spec, launch metadata,
+compiled binary, measured times, SOL fraction, provenance), `Provenance`, and the entry encoding:
+one canonical JSON document (binary fields base64) carrying the cache key, the artifact and a
+sha256 over both. The same bytes are stored in the disk cache and shipped in bundles.
+Must not: compile, load or run kernels (loaders do), or read or write files.
+
+Nothing here is ever unpickled: decoding is `json.loads` plus type checks, and a document that
+does not check out raises `CorruptEntry` naming what is wrong.
+"""
+
+from __future__ import annotations
+
+import base64
+import dataclasses
+import datetime
+import hashlib
+import json
+from typing import Any
+
+from .toolchain import CACHE_SCHEMA_VERSION, CacheKey, Toolchain, current_toolchain
+
+ENTRY_FORMAT = "kernelpro-entry"
+
+
+class CorruptEntry(ValueError):
+    """An entry's bytes do not decode into a valid, checksummed entry of this schema."""
+
+
+def utc_now() -> str:
+    return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+
+
+@dataclasses.dataclass(frozen=True)
+class Provenance:
+    """Where a kernel came from."""
+
+    toolchain: Toolchain = dataclasses.field(default_factory=current_toolchain)
+    search_log: str | None = None  # id (or path) of the search log that chose it
+    created: str = dataclasses.field(default_factory=utc_now)  # ISO 8601, UTC
+    tools: dict[str, str] = dataclasses.field(default_factory=dict, hash=False)  # nvcc, driver…
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "toolchain": self.toolchain.to_dict(),
+            "search_log": self.search_log,
+            "created": self.created,
+            "tools": dict(sorted(self.tools.items())),
+        }
+
+    @classmethod
+    def from_dict(cls, raw: dict[str, Any]) -> Provenance:
+        return cls(
+            toolchain=Toolchain.from_dict(raw["toolchain"]),
+            search_log=_opt(raw["search_log"], str, "provenance.search_log"),
+            created=_req(raw["created"], str, "provenance.created"),
+            tools={str(k): str(v) for k, v in _req(raw["tools"], dict, "tools").items()},
+        )
+
+
+@dataclasses.dataclass(frozen=True)
+class KernelArtifact:
+    """A proved, timed kernel for one subgraph. Frozen; dict fields are excluded from hashing."""
+
+    language: str  # "triton" | "cuda" | "python" (tests)
+    source: str
+    entry: str  # function (triton/python) or __global__ symbol (cuda) to call
+    spec_json: str | None = None  # KernelSpec.to_json() when codegen produced it
+    launch: dict[str, Any] = dataclasses.field(default_factory=dict, hash=False)  # grid, block…
+    binary: bytes | None = None  # compiled cubin, where there is one
+    kernel_ms: float | None = None
+    baselines_ms: dict[str, float] = dataclasses.field(default_factory=dict, hash=False)
+    sol_fraction: float | None = None
+    # What the kernel computes, for listings, filters and re-validation: the subgraph's pattern,
+    # kind, compute ops, and canonical text (whose sha256 is the key's structure hash).
+    pattern: str = ""
+    kind: str = ""
+    ops: tuple[str, ...] = ()
+    subgraph_text: str = ""
+    provenance: Provenance = dataclasses.field(default_factory=Provenance)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "language": self.language,
+            "source": self.source,
+            "entry": self.entry,
+            "spec_json": self.spec_json,
+            "launch": self.launch,
+            "binary": None if self.binary is None else base64.b64encode(self.binary).decode(),
+            "kernel_ms": self.kernel_ms,
+            "baselines_ms": dict(sorted(self.baselines_ms.items())),
+            "sol_fraction": self.sol_fraction,
+            "pattern": self.pattern,
+            "kind": self.kind,
+            "ops": list(self.ops),
+            "subgraph_text": self.subgraph_text,
+            "provenance": self.provenance.to_dict(),
+        }
+
+    @classmethod
+    def from_dict(cls, raw: dict[str, Any]) -> KernelArtifact:
+        binary = _opt(raw["binary"], str, "binary")
+        return cls(
+            language=_req(raw["language"], str, "language"),
+            source=_req(raw["source"], str, "source"),
+            entry=_req(raw["entry"], str, "entry"),
+            spec_json=_opt(raw["spec_json"], str, "spec_json"),
+            launch=_req(raw["launch"], dict, "launch"),
+            binary=None if binary is None else base64.b64decode(binary, validate=True),
+            kernel_ms=_opt_number(raw["kernel_ms"], "kernel_ms"),
+            baselines_ms={
+                str(k): float(_req(v, (int, float), "baselines_ms"))
+                for k, v in _req(raw["baselines_ms"], dict, "baselines_ms").items()
+            },
+            sol_fraction=_opt_number(raw["sol_fraction"], "sol_fraction"),
+            pattern=_req(raw["pattern"], str, "pattern"),
+            kind=_req(raw["kind"], str, "kind"),
+            ops=tuple(_req(o, str, "ops") for o in _req(raw["ops"], list, "ops")),
+            subgraph_text=_req(raw["subgraph_text"], str, "subgraph_text"),
+            provenance=Provenance.from_dict(_req(raw["provenance"], dict, "provenance")),
+        )
+
+    @property
+    def checksum(self) -> str:
+        """sha256 over the artifact's canonical JSON (binary included, as base64)."""
+        return hashlib.sha256(_canonical(self.to_dict()).encode()).hexdigest()
+
+    @property
+    def speedup(self) -> float | None:
+        """Speedup over the best baseline (eager, inductor), where both sides were measured."""
+        if self.kernel_ms is None or not self.baselines_ms or self.kernel_ms <= 0:
+            return None
+        return min(self.baselines_ms.values()) / self.kernel_ms
+
+
+@dataclasses.dataclass(frozen=True)
+class Entry:
+    """A decoded, checksum-verified cache entry."""
+
+    key: CacheKey
+    artifact: KernelArtifact
+    sha256: str
+
+
+def encode_entry(key: CacheKey, artifact: KernelArtifact) -> bytes:
+    """The entry's bytes: canonical JSON with a sha256 over key, schema and artifact."""
+    body = {"format": ENTRY_FORMAT, "schema": key.schema, "key": key.to_dict()}
+    body["artifact"] = artifact.to_dict()
+    doc = dict(body, sha256=hashlib.sha256(_canonical(body).encode()).hexdigest())
+    return _canonical(doc).encode()
+
+
+def decode_entry(data: bytes) -> Entry:
+    """Parse and verify an entry; raises CorruptEntry saying what is wrong."""
+    try:
+        doc = json.loads(data.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise CorruptEntry(f"unparsable entry ({e})") from None
+    if not isinstance(doc, dict) or doc.get("format") != ENTRY_FORMAT:
+        raise CorruptEntry(f"not a kernelpro entry (format is not {ENTRY_FORMAT!r})")
+    if doc.get("schema") != CACHE_SCHEMA_VERSION:
+        raise CorruptEntry(
+            f"wrong schema: entry has {doc.get('schema')!r}, this kernelpro reads "
+            f"{CACHE_SCHEMA_VERSION}; re-run the search or `kernelpro cache prune`"
+        )
+    claimed = doc.pop("sha256", None)
+    actual = hashlib.sha256(_canonical(doc).encode()).hexdigest()
+    if claimed != actual:
+        raise CorruptEntry(f"bad checksum: stored {claimed!r}, content hashes to {actual}")
+    try:
+        key = CacheKey.from_dict(doc["key"])
+        artifact = KernelArtifact.from_dict(doc["artifact"])
+    except (KeyError, TypeError, ValueError) as e:
+        raise CorruptEntry(f"malformed entry field ({type(e).__name__}: {e})") from None
+    if key.schema != doc["schema"]:
+        raise CorruptEntry(f"key schema {key.schema} differs from entry schema {doc['schema']}")
+    text = artifact.subgraph_text
+    if text and hashlib.sha256(text.encode()).hexdigest() != key.subgraph.structure:
+        raise CorruptEntry("its subgraph text does not hash to the key's structure hash")
+    if artifact.provenance.toolchain != key.toolchain:
+        raise CorruptEntry(
+            f"artifact was built with {artifact.provenance.toolchain} but is keyed under "
+            f"{key.toolchain}"
+        )
+    return Entry(key=key, artifact=artifact, sha256=actual)
+
+
+def _canonical(doc: Any) -> str:
+    return json.dumps(doc, sort_keys=True, separators=(",", ":"), allow_nan=False)
+
+
+def _req(value: Any, kind: type | tuple[type, ...], name: str) -> Any:
+    if not isinstance(value, kind) or (isinstance(value, bool) and kind is not bool):
+        raise TypeError(f"field {name!r} has type {type(value).__name__}")
+    return value
+
+
+def _opt(value: Any, kind: type, name: str) -> Any:
+    return None if value is None else _req(value, kind, name)
+
+
+def _opt_number(value: Any, name: str) -> float | None:
+    return None if value is None else float(_req(value, (int, float), name))

@@ -1,0 +1,268 @@
+"""Bundles: cache entries packed in one archive to ship kernels to other machines.
+
+Owns: the bundle format (a tar, tar.gz or zip archive with `manifest.json` — format, schema,
+created, toolchain, arch, and per entry its file, digest, key JSON and sha256 — plus one JSON
+entry file per kernel, binary fields base64), writing it atomically, and reading it with every
+check: each entry's sha256 against the manifest, its own checksum, its key against the
+manifest's, and no file the manifest does not list. Import refuses, by name and reason,
+tampered entries and entries for another GPU architecture or toolchain.
+Must not: extract archives to disk (members are read into memory by name) or unpickle anything.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import hashlib
+import io
+import json
+import os
+import tarfile
+import tempfile
+import zipfile
+from pathlib import Path
+from typing import Any
+
+from .artifact import CorruptEntry, Entry, decode_entry, encode_entry, utc_now
+from .store import KernelCache
+from .toolchain import CACHE_SCHEMA_VERSION, CacheKey, Toolchain, current_arch
+
+BUNDLE_FORMAT = "kernelpro-bundle"
+MANIFEST = "manifest.json"
+MAX_MEMBER_BYTES = 256 * 2**20  # a cubin is well under 1 MiB; anything this big is not ours
+
+
+class BundleError(ValueError):
+    """The bundle as a whole cannot be read (not an archive, no or bad manifest)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Refusal:
+    """An entry that was not accepted, and why."""
+
+    name: str  # entry file name, with pattern when known
+    reason: str
+
+    def __str__(self) -> str:
+        return f"{self.name}: {self.reason}"
+
+
+@dataclasses.dataclass(frozen=True)
+class Bundle:
+    manifest: dict[str, Any]
+    entries: list[Entry]
+    refused: list[Refusal]
+
+
+@dataclasses.dataclass(frozen=True)
+class ImportReport:
+    imported: list[Entry]
+    refused: list[Refusal]
+
+
+def export_bundle(
+    cache: KernelCache,
+    out: str | os.PathLike[str],
+    pattern: str | None = None,
+    kind: str | None = None,
+    arch: str | None = None,
+    toolchain: Toolchain | None = None,
+) -> list[Entry]:
+    """Write the cache's entries for one toolchain (default: the cache's), optionally filtered,
+    to a bundle at `out` (.zip for zip, .tar.gz/.tgz for gzip'd tar, else tar)."""
+    toolchain = toolchain or cache.toolchain
+    chosen = [
+        e
+        for e in cache.entries()
+        if e.key.toolchain == toolchain
+        and (pattern is None or e.artifact.pattern == pattern)
+        and (kind is None or e.artifact.kind == kind)
+        and (arch is None or e.key.arch == arch)
+    ]
+    chosen.sort(key=lambda e: e.key.digest)
+    files: dict[str, bytes] = {}
+    listed = []
+    for e in chosen:
+        data = cache.raw(e.key.digest)
+        if data is None:
+            continue  # deleted since it was scanned
+        name = f"entries/{e.key.digest}.json"
+        files[name] = data
+        listed.append(
+            {
+                "file": name,
+                "digest": e.key.digest,
+                "key": e.key.to_dict(),
+                "sha256": hashlib.sha256(data).hexdigest(),
+                "pattern": e.artifact.pattern,
+                "kind": e.artifact.kind,
+            }
+        )
+    manifest = {
+        "format": BUNDLE_FORMAT,
+        "schema": CACHE_SCHEMA_VERSION,
+        "created": utc_now(),
+        "toolchain": toolchain.to_dict(),
+        "arch": sorted({e.key.arch for e in chosen}),
+        "entries": listed,
+    }
+    files[MANIFEST] = json.dumps(manifest, indent=1, sort_keys=True).encode()
+    _write_archive(Path(out), files)
+    return [e for e in chosen if f"entries/{e.key.digest}.json" in files]
+
+
+def read_bundle(path: str | os.PathLike[str]) -> Bundle:
+    """Read and verify a bundle; entries that fail a check are in `refused`, never in `entries`."""
+    files = _read_archive(Path(path))
+    if MANIFEST not in files:
+        raise BundleError(f"{path}: no {MANIFEST}; not a kernelpro bundle")
+    try:
+        manifest = json.loads(files.pop(MANIFEST).decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise BundleError(f"{path}: unparsable {MANIFEST} ({e})") from None
+    if not isinstance(manifest, dict) or manifest.get("format") != BUNDLE_FORMAT:
+        raise BundleError(f"{path}: {MANIFEST} is not a {BUNDLE_FORMAT} manifest")
+    if manifest.get("schema") != CACHE_SCHEMA_VERSION:
+        raise BundleError(
+            f"{path}: bundle schema {manifest.get('schema')!r}, this kernelpro reads "
+            f"{CACHE_SCHEMA_VERSION}; export it again with this version"
+        )
+    listed = manifest.get("entries")
+    if not isinstance(listed, list):
+        raise BundleError(f"{path}: {MANIFEST} has no entry list")
+    try:
+        bundle_toolchain = Toolchain.from_dict(manifest.get("toolchain"))
+    except ValueError as e:
+        raise BundleError(f"{path}: {MANIFEST}: {e}") from None
+    entries: list[Entry] = []
+    refused: list[Refusal] = []
+    seen: set[str] = set()
+    for item in listed:
+        entry, problem, label = _check_listed(item, files, bundle_toolchain)
+        if isinstance(item, dict) and isinstance(item.get("file"), str):
+            seen.add(item["file"])
+        if entry is None:
+            refused.append(Refusal(label, problem or "unknown problem"))
+        else:
+            entries.append(entry)
+    for name in sorted(set(files) - seen):
+        refused.append(Refusal(name, f"not listed in {MANIFEST} (added after export?)"))
+    return Bundle(manifest=manifest, entries=entries, refused=refused)
+
+
+def import_bundle(
+    cache: KernelCache,
+    path: str | os.PathLike[str],
+    arch: str | None = None,
+    toolchain: Toolchain | None = None,
+) -> ImportReport:
+    """Copy a bundle's verified entries for `arch` (default: this machine's GPU) and `toolchain`
+    (default: the cache's) into the cache; everything else is refused with its reason."""
+    arch = arch or current_arch()
+    toolchain = toolchain or cache.toolchain
+    bundle = read_bundle(path)
+    imported: list[Entry] = []
+    refused = list(bundle.refused)
+    for entry in bundle.entries:
+        name = f"entries/{entry.key.digest}.json ({entry.artifact.pattern or 'unnamed'})"
+        if entry.key.arch != arch:
+            refused.append(
+                Refusal(name, f"built for GPU arch {entry.key.arch}, this cache is for {arch}")
+            )
+        elif entry.key.toolchain != toolchain:
+            refused.append(
+                Refusal(name, f"built with {entry.key.toolchain}; this machine has {toolchain}")
+            )
+        else:
+            cache.put_raw(entry.key.digest, encode_entry(entry.key, entry.artifact))
+            imported.append(entry)
+    return ImportReport(imported=imported, refused=refused)
+
+
+def _check_listed(
+    item: Any, files: dict[str, bytes], bundle_toolchain: Toolchain
+) -> tuple[Entry | None, str | None, str]:
+    if not isinstance(item, dict) or not isinstance(item.get("file"), str):
+        return None, f"malformed {MANIFEST} entry {item!r:.80}", "?"
+    name = item["file"]
+    label = f"{name} ({item.get('pattern') or 'unnamed'})"
+    data = files.get(name)
+    if data is None:
+        return None, f"listed in {MANIFEST} but missing from the archive", label
+    actual = hashlib.sha256(data).hexdigest()
+    if item.get("sha256") != actual:
+        return (
+            None,
+            f"sha256 mismatch: manifest says {item.get('sha256')!r}, file hashes to {actual} "
+            "(the entry or the manifest was modified)",
+            label,
+        )
+    try:
+        entry = decode_entry(data)
+        listed_key = CacheKey.from_dict(item.get("key"))
+    except CorruptEntry as e:
+        return None, str(e), label
+    except (KeyError, TypeError, ValueError) as e:
+        return None, f"malformed key in {MANIFEST} ({e})", label
+    if listed_key != entry.key or item.get("digest") != entry.key.digest:
+        return None, f"{MANIFEST} key differs from the entry's own key", label
+    if entry.key.toolchain != bundle_toolchain:
+        return (
+            None,
+            f"entry built with {entry.key.toolchain}, bundle says {bundle_toolchain}",
+            label,
+        )
+    return entry, None, label
+
+
+def _read_archive(path: Path) -> dict[str, bytes]:
+    """Regular-file members by name, read into memory (never extracted)."""
+    files: dict[str, bytes] = {}
+    try:
+        if zipfile.is_zipfile(path):
+            with zipfile.ZipFile(path) as zf:
+                for info in zf.infolist():
+                    if not info.is_dir():
+                        _limit(path, info.filename, info.file_size)
+                        files[info.filename] = zf.read(info)
+        else:
+            with tarfile.open(path, "r:*") as tf:
+                for member in tf.getmembers():
+                    if member.isfile():
+                        _limit(path, member.name, member.size)
+                        f = tf.extractfile(member)
+                        if f is not None:
+                            files[member.name] = f.read()
+    except (OSError, tarfile.TarError, zipfile.BadZipFile) as e:
+        raise BundleError(f"{path}: cannot read archive ({e})") from None
+    return files
+
+
+def _limit(path: Path, name: str, size: int) -> None:
+    if size > MAX_MEMBER_BYTES:
+        raise BundleError(f"{path}: member {name} is {size} bytes, over {MAX_MEMBER_BYTES}")
+
+
+def _write_archive(out: Path, files: dict[str, bytes]) -> None:
+    """Write to a temporary file beside `out`, then rename: readers never see half a bundle."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", dir=out.parent)
+    try:
+        with os.fdopen(fd, "wb") as raw:
+            if out.name.endswith(".zip"):
+                with zipfile.ZipFile(raw, "w", zipfile.ZIP_DEFLATED) as zf:
+                    for name, data in files.items():
+                        zf.writestr(name, data)
+            else:
+                gz = out.name.endswith((".tar.gz", ".tgz"))
+                with tarfile.open(fileobj=raw, mode="w:gz" if gz else "w") as tf:
+                    for name, data in files.items():
+                        info = tarfile.TarInfo(name)
+                        info.size = len(data)
+                        info.mode = 0o644
+                        tf.addfile(info, io.BytesIO(data))
+        os.replace(tmp, out)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise

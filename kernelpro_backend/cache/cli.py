@@ -1,0 +1,171 @@
+"""`kernelpro cache ls | show | export | import | verify | prune`.
+
+Owns: the argparse wiring of the `cache` subcommand and its handlers, printing plain aligned
+tables. The lead's `kernelpro_backend/cli.py` calls `add_cli(subparsers)` and, for
+`args.command == "cache"`, `run_cli(args)` (also set as `args.func`).
+Must not: hold logic the library lacks (everything here calls store/bundle/maintenance).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from typing import TextIO
+
+from .artifact import Entry
+from .bundle import BundleError, export_bundle, import_bundle
+from .maintenance import MaintenanceReport, Validator, prune, verify
+from .store import KernelCache
+
+
+def add_cli(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:  # type: ignore[type-arg]
+    """Add `cache` with its sub-subcommands to a `kernelpro` argparse subparsers object."""
+    p = subparsers.add_parser("cache", help="list, inspect, export, import and clean kernel caches")
+    p.add_argument(
+        "--cache-dir", help="cache directory (default: $KERNELPRO_CACHE_DIR or ~/.cache/kernelpro)"
+    )
+    sub = p.add_subparsers(dest="cache_command", required=True)
+    ls = sub.add_parser("ls", help="list cached kernels")
+    _filters(ls)
+    show = sub.add_parser("show", help="show one entry (key digest or a unique prefix)")
+    show.add_argument("key")
+    ex = sub.add_parser("export", help="write entries to a bundle (.tar, .tar.gz, .zip)")
+    ex.add_argument("--out", required=True, help="bundle file to write")
+    _filters(ex)
+    im = sub.add_parser("import", help="verify a bundle and copy its entries into the cache")
+    im.add_argument("file")
+    im.add_argument("--arch", help="GPU arch to accept, e.g. sm_90 (default: this machine's)")
+    sub.add_parser("verify", help="re-validate every entry; drop failures")
+    pr = sub.add_parser("prune", help="drop corrupt entries and those of other toolchains")
+    pr.add_argument("--older-than", type=float, metavar="DAYS", help="also drop older entries")
+    p.set_defaults(func=run_cli)
+    return p
+
+
+def _filters(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--pattern", help="only this pattern (e.g. softmax, addmm+epilogue)")
+    p.add_argument("--kind", help="only this kind (gemm, conv, attention, reduction, pointwise)")
+    p.add_argument("--arch", help="only this GPU arch (e.g. sm_90)")
+
+
+def run_cli(
+    args: argparse.Namespace, validator: Validator | None = None, out: TextIO | None = None
+) -> int:
+    """Run `kernelpro cache ...`; returns the exit status. `validator` re-checks entries for
+    `verify` (without one, verify checks integrity only)."""
+    out = out or sys.stdout
+    with KernelCache(args.cache_dir) as cache:
+        command = args.cache_command
+        if command == "ls":
+            return _ls(cache, args, out)
+        if command == "show":
+            return _show(cache, args.key, out)
+        if command == "export":
+            written = export_bundle(cache, args.out, args.pattern, args.kind, args.arch)
+            print(f"wrote {len(written)} entries to {args.out}", file=out)
+            return 0 if written else 1
+        if command == "import":
+            return _import(cache, args, out)
+        if command == "verify":
+            if validator is None:
+                print("no validator installed: checking integrity only", file=out)
+            return _report(verify(cache, validator or (lambda entry: True)), "verified", out)
+        if command == "prune":
+            return _report(prune(cache, args.older_than), "pruned", out)
+    raise ValueError(f"unknown cache command {command!r}")
+
+
+def format_table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
+    """Columns left-aligned and padded to their widest cell."""
+    cells = [[str(h) for h in headers]] + [[_cell(c) for c in row] for row in rows]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
+    return "\n".join(
+        "  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in cells
+    )
+
+
+def _cell(value: object) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    return str(value)
+
+
+def _ls(cache: KernelCache, args: argparse.Namespace, out: TextIO) -> int:
+    rows, corrupt = [], 0
+    for item in cache.scan():
+        e = item.entry
+        if e is None:
+            corrupt += 1
+            continue
+        if (args.pattern and e.artifact.pattern != args.pattern) or (
+            (args.kind and e.artifact.kind != args.kind) or (args.arch and e.key.arch != args.arch)
+        ):
+            continue
+        a = e.artifact
+        rows.append(
+            (e.key.short(), a.pattern, a.kind, e.key.arch, a.language, a.kernel_ms,
+             a.speedup, a.sol_fraction, "yes" if e.key.toolchain == cache.toolchain else "no",
+             a.provenance.created[:10])
+        )  # fmt: skip
+    rows.sort(key=lambda r: (str(r[1]), str(r[0])))
+    headers = ("KEY", "PATTERN", "KIND", "ARCH", "LANG", "MS", "SPEEDUP", "SOL", "CURRENT", "DATE")
+    print(format_table(headers, rows), file=out)
+    print(f"{len(rows)} entries in {cache.directory}", file=out)
+    if corrupt:
+        print(f"{corrupt} corrupt entries (skipped; `kernelpro cache prune` drops them)", file=out)
+    return 0
+
+
+def _find(cache: KernelCache, prefix: str) -> list[Entry]:
+    return [e for e in cache.entries() if e.key.digest.startswith(prefix.lower())]
+
+
+def _show(cache: KernelCache, prefix: str, out: TextIO) -> int:
+    found = _find(cache, prefix)
+    if len(found) != 1:
+        what = "no entry" if not found else f"{len(found)} entries"
+        print(f"{what} matching {prefix!r}; `kernelpro cache ls` lists the keys", file=out)
+        return 1
+    e = found[0]
+    a = e.artifact
+    rows = [
+        ("digest", e.key.digest), ("pattern", a.pattern), ("kind", a.kind),
+        ("ops", " ".join(a.ops)), ("arch", e.key.arch), ("precision", e.key.subgraph.precision),
+        ("inputs", json.dumps(e.key.subgraph.inputs)), ("toolchain", str(e.key.toolchain)),
+        ("language", a.language), ("entry", a.entry), ("launch", json.dumps(a.launch)),
+        ("binary", f"{len(a.binary)} bytes" if a.binary else None), ("kernel_ms", a.kernel_ms),
+        ("baselines_ms", json.dumps(a.baselines_ms)), ("speedup", a.speedup),
+        ("sol_fraction", a.sol_fraction), ("search_log", a.provenance.search_log),
+        ("created", a.provenance.created), ("sha256", e.sha256),
+    ]  # fmt: skip
+    print(format_table(("FIELD", "VALUE"), rows), file=out)
+    if a.spec_json:
+        print(f"\nspec: {a.spec_json}", file=out)
+    print(f"\nsource:\n{a.source}", file=out)
+    return 0
+
+
+def _import(cache: KernelCache, args: argparse.Namespace, out: TextIO) -> int:
+    try:
+        report = import_bundle(cache, args.file, arch=args.arch)
+    except BundleError as e:
+        print(f"import refused: {e}", file=out)
+        return 1
+    print(f"imported {len(report.imported)} entries from {args.file}", file=out)
+    if report.refused:
+        print(f"refused {len(report.refused)}:", file=out)
+        print(format_table(("ENTRY", "REASON"), [(r.name, r.reason) for r in report.refused]),
+              file=out)  # fmt: skip
+    return 1 if report.refused else 0
+
+
+def _report(report: MaintenanceReport, verb: str, out: TextIO) -> int:
+    print(f"{verb}: kept {report.kept}, dropped {len(report.dropped)}", file=out)
+    if report.dropped:
+        rows = [(d.digest[:12], d.pattern, d.reason) for d in report.dropped]
+        print(format_table(("KEY", "PATTERN", "REASON"), rows), file=out)
+    return 0

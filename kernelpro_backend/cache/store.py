@@ -1,0 +1,235 @@
+"""The kernel cache: a diskcache store of entries plus read-only bundle directories.
+
+Owns: where the cache lives (`Options.cache_dir` > `KERNELPRO_CACHE_DIR` > ~/.cache/kernelpro),
+`KernelCache.put/get/missing/scan/delete`, the checks that make a read trustworthy (checksum,
+schema, the entry's own key equal to the key asked for), and reading extra directories of
+bundles after the writable store.
+Must not: compile, load or search kernels.
+
+Layout of a cache directory:
+    kernels/       the diskcache store (cache.db + value files), key = CacheKey.digest
+    misses.jsonl   the miss manifest (misses.py)
+
+Writes are atomic: diskcache commits each entry in one SQLite transaction (a value over the
+file threshold is written to a fresh file before the row that names it is committed), so a
+reader or a crash sees the whole entry or none of it. It is process-safe, so several warm-up
+workers can write into one cache.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import sqlite3
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from pathlib import Path
+
+import diskcache
+
+from ..fx_passes import SubgraphKey
+from .artifact import CorruptEntry, Entry, KernelArtifact, decode_entry, encode_entry
+from .disk import JsonBytesDisk, UnsafeValue
+from .misses import MissManifest
+from .toolchain import CacheKey, Toolchain, cache_key, current_toolchain
+
+log = logging.getLogger("kernelpro.cache")
+
+CACHE_DIR_ENV = "KERNELPRO_CACHE_DIR"
+BUNDLE_SUFFIXES = (".tar", ".tar.gz", ".tgz", ".zip")
+
+
+def resolve_cache_dir(
+    directory: str | os.PathLike[str] | None = None, environ: Mapping[str, str] | None = None
+) -> Path:
+    """The writable cache directory: the argument, else $KERNELPRO_CACHE_DIR, else
+    ~/.cache/kernelpro."""
+    environ = os.environ if environ is None else environ
+    chosen = directory or environ.get(CACHE_DIR_ENV) or Path.home() / ".cache" / "kernelpro"
+    return Path(chosen).expanduser()
+
+
+class CacheUnavailable(OSError):
+    """The cache directory cannot be opened for writing."""
+
+
+@dataclasses.dataclass(frozen=True)
+class ScannedEntry:
+    """One row of the writable store: a verified entry, or the reason it cannot be trusted."""
+
+    digest: str
+    entry: Entry | None
+    problem: str | None
+
+
+class KernelCache:
+    """Entries keyed by `CacheKey`; `get` never returns anything that failed a check."""
+
+    def __init__(
+        self,
+        directory: str | os.PathLike[str] | None = None,
+        extra_dirs: Sequence[str | os.PathLike[str]] = (),
+        toolchain: Toolchain | None = None,
+        environ: Mapping[str, str] | None = None,
+    ) -> None:
+        self.directory = resolve_cache_dir(directory, environ)
+        self.extra_dirs = tuple(Path(d).expanduser() for d in extra_dirs)
+        self.toolchain = toolchain or current_toolchain()
+        self.misses = MissManifest(self.directory / "misses.jsonl")
+        # No eviction: a kernel costs minutes of search; entries are a few KB to a few hundred.
+        try:
+            self._store = diskcache.Cache(
+                str(self.directory / "kernels"),
+                disk=JsonBytesDisk,
+                eviction_policy="none",
+                size_limit=2**40,
+                timeout=60,
+            )
+        except (OSError, sqlite3.Error) as e:
+            raise CacheUnavailable(
+                f"cannot open the kernel cache in {self.directory} ({type(e).__name__}: {e}); "
+                f"set {CACHE_DIR_ENV} or options={{'cache_dir': ...}} to a writable directory, "
+                "or options={'search': 'off'} to run without a cache"
+            ) from e
+        self._extra: dict[str, Entry] | None = None
+
+    # -- keys -------------------------------------------------------------------------------
+    def key_for(self, subgraph_key: SubgraphKey) -> CacheKey:
+        return cache_key(subgraph_key, self.toolchain)
+
+    # -- writes -----------------------------------------------------------------------------
+    def put(self, key: CacheKey, artifact: KernelArtifact) -> None:
+        """Store (or replace) the entry for `key`, atomically."""
+        if artifact.provenance.toolchain != key.toolchain:
+            raise ValueError(
+                f"artifact built with {artifact.provenance.toolchain} cannot be stored under a "
+                f"key for {key.toolchain}; build its Provenance with the key's toolchain"
+            )
+        self._store.set(key.digest, encode_entry(key, artifact), retry=True)
+
+    def put_raw(self, digest: str, data: bytes) -> None:
+        """Store already-encoded entry bytes (bundle import; the caller verified them)."""
+        self._store.set(digest, data, retry=True)
+
+    def delete(self, digest: str) -> bool:
+        return bool(self._store.delete(digest, retry=True))
+
+    # -- reads ------------------------------------------------------------------------------
+    def get(self, key: CacheKey) -> KernelArtifact | None:
+        """The artifact for `key` from the store, else from the extra directories, else None.
+        Untrustworthy entries are skipped with a log line."""
+        data = self._read(key.digest)
+        if data is not None:
+            entry = self._trusted(data, key, f"{self.directory} entry {key.short()}")
+            if entry is not None:
+                return entry.artifact
+        extra = self._extra_entries().get(key.digest)
+        if extra is not None and extra.key == key:
+            return extra.artifact
+        return None
+
+    def __contains__(self, key: CacheKey) -> bool:
+        return self.get(key) is not None
+
+    def missing(self, keys: Iterable[CacheKey]) -> list[CacheKey]:
+        """The keys with no usable entry, in the given order: what a resumed warm-up searches."""
+        return [k for k in keys if self.get(k) is None]
+
+    def scan(self) -> Iterator[ScannedEntry]:
+        """Every row of the writable store, verified (extra directories are not included)."""
+        for digest in list(self._store.iterkeys()):
+            data = self._read(digest)
+            if data is None:
+                continue  # deleted meanwhile, or unsafe (logged)
+            try:
+                entry = decode_entry(data)
+            except CorruptEntry as e:
+                yield ScannedEntry(digest, None, str(e))
+                continue
+            if entry.key.digest != digest:
+                yield ScannedEntry(digest, None, "stored under a digest that is not its key's")
+                continue
+            yield ScannedEntry(digest, entry, None)
+
+    def entries(self) -> Iterator[Entry]:
+        """Verified entries of the writable store."""
+        for item in self.scan():
+            if item.entry is not None:
+                yield item.entry
+
+    def raw(self, digest: str) -> bytes | None:
+        return self._read(digest)
+
+    def close(self) -> None:
+        self._store.close()
+
+    def __enter__(self) -> KernelCache:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- internals --------------------------------------------------------------------------
+    def _read(self, digest: str) -> bytes | None:
+        try:
+            value = self._store.get(digest, default=None, retry=True)
+        except UnsafeValue as e:
+            log.warning("kernelpro cache: skipping entry %s: %s", digest[:12], e)
+            return None
+        if value is not None and not isinstance(value, bytes):
+            log.warning("kernelpro cache: skipping entry %s: not bytes", digest[:12])
+            return None
+        return value
+
+    def _trusted(self, data: bytes, key: CacheKey, where: str) -> Entry | None:
+        try:
+            entry = decode_entry(data)
+        except CorruptEntry as e:
+            log.warning("kernelpro cache: skipping corrupt %s: %s", where, e)
+            return None
+        problem = foreign_reason(entry.key, key)
+        if problem:
+            log.warning("kernelpro cache: skipping foreign %s: %s", where, problem)
+            return None
+        return entry
+
+    def _extra_entries(self) -> dict[str, Entry]:
+        if self._extra is None:
+            from .bundle import BundleError, read_bundle
+
+            self._extra = {}
+            for bundle_path in _bundle_files(self.extra_dirs):
+                try:
+                    bundle = read_bundle(bundle_path)
+                except BundleError as e:
+                    log.warning("kernelpro cache: skipping bundle %s: %s", bundle_path, e)
+                    continue
+                for entry in bundle.entries:
+                    if entry.key.toolchain == self.toolchain:
+                        self._extra.setdefault(entry.key.digest, entry)
+        return self._extra
+
+
+def foreign_reason(found: CacheKey, wanted: CacheKey) -> str | None:
+    """Why an entry's own key does not match the key it was looked up under, or None."""
+    if found == wanted:
+        return None
+    if found.arch != wanted.arch:
+        return f"built for arch {found.arch}, wanted {wanted.arch}"
+    if found.toolchain != wanted.toolchain:
+        return f"built with {found.toolchain}, wanted {wanted.toolchain}"
+    if found.schema != wanted.schema:
+        return f"cache schema {found.schema}, wanted {wanted.schema}"
+    return "its key differs from the one it is stored under"
+
+
+def _bundle_files(dirs: Sequence[Path]) -> list[Path]:
+    found: list[Path] = []
+    for d in dirs:
+        if d.is_file():
+            found.append(d)
+        elif d.is_dir():
+            found.extend(
+                sorted(p for p in d.rglob("*") if p.is_file() and p.name.endswith(BUNDLE_SUFFIXES))
+            )
+    return found

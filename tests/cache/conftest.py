@@ -1,0 +1,28 @@
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+from graphs import linear_softmax_subgraph, tanh_subgraph  # noqa: E402
+
+from kernelpro_backend.cache import KernelCache  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def tanh_sg():
+    return tanh_subgraph()
+
+
+@pytest.fixture(scope="session")
+def linear_sg():
+    return linear_softmax_subgraph()
+
+
+@pytest.fixture
+def cache(tmp_path):
+    with KernelCache(tmp_path / "kp") as c:
+        yield c

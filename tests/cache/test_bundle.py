@@ -1,0 +1,187 @@
+"""Bundles: round trip, tamper rejection (entry bytes, manifest), foreign arch and toolchain."""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import io
+import json
+import tarfile
+
+import pytest
+from graphs import python_artifact, with_arch
+
+from kernelpro_backend.cache import (
+    BundleError,
+    KernelCache,
+    Toolchain,
+    export_bundle,
+    import_bundle,
+    read_bundle,
+)
+
+OLD = Toolchain("2.0.0", "2.0.0", "11.8")
+
+
+@pytest.fixture
+def filled(tmp_path, tanh_sg, linear_sg):
+    """A cache with three sm_90 entries: two tanh variants and one linear+softmax."""
+    with KernelCache(tmp_path / "src") as src:
+        keys = [
+            with_arch(src.key_for(tanh_sg.key), "sm_90"),
+            with_arch(src.key_for(dataclasses.replace(tanh_sg.key, precision="tf32")), "sm_90"),
+            with_arch(src.key_for(linear_sg.key), "sm_90"),
+        ]
+        patterns = [tanh_sg.pattern, tanh_sg.pattern, linear_sg.pattern]
+        for i, (key, pattern) in enumerate(zip(keys, patterns, strict=True)):
+            src.put(
+                key, dataclasses.replace(python_artifact(i, binary=b"\x7fELF" * 9), pattern=pattern)
+            )
+        yield src, keys
+
+
+@pytest.mark.parametrize("name", ["b.tar", "b.tar.gz", "b.zip"])
+def test_round_trip(tmp_path, filled, name):
+    src, keys = filled
+    written = export_bundle(src, tmp_path / name)
+    assert len(written) == 3
+    manifest = read_bundle(tmp_path / name).manifest
+    assert manifest["arch"] == ["sm_90"] and manifest["toolchain"] == src.toolchain.to_dict()
+    assert {e["digest"] for e in manifest["entries"]} == {k.digest for k in keys}
+    with KernelCache(tmp_path / "dst") as dst:
+        report = import_bundle(dst, tmp_path / name, arch="sm_90")
+        assert report.refused == []
+        for key in keys:
+            assert dst.get(key) == src.get(key)
+
+
+def test_export_filters(tmp_path, filled, linear_sg):
+    src, keys = filled
+    only = export_bundle(src, tmp_path / "p.tar", pattern=linear_sg.pattern)
+    assert [e.key for e in only] == [keys[2]]
+    assert export_bundle(src, tmp_path / "k.tar", kind="nope") == []
+    assert len(export_bundle(src, tmp_path / "a.tar", arch="sm_90")) == 3
+    assert export_bundle(src, tmp_path / "a80.tar", arch="sm_80") == []
+
+
+def _rewrite(path, change):
+    """Re-pack a tar bundle after `change(files)` edits its members in place."""
+    with tarfile.open(path) as tf:
+        files = {m.name: tf.extractfile(m).read() for m in tf.getmembers() if m.isfile()}
+    change(files)
+    with tarfile.open(path, "w") as tf:
+        for name, data in files.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tf.addfile(info, io.BytesIO(data))
+
+
+def _manifest_edit(edit):
+    def change(files):
+        manifest = json.loads(files["manifest.json"])
+        edit(manifest, files)
+        files["manifest.json"] = json.dumps(manifest).encode()
+
+    return change
+
+
+def _first_entry(files):
+    return sorted(n for n in files if n.startswith("entries/"))[0]
+
+
+def _import(tmp_path, bundle):
+    with KernelCache(tmp_path / "dst") as dst:
+        report = import_bundle(dst, bundle, arch="sm_90")
+        stored = len(list(dst.entries()))
+    return report, stored
+
+
+def _bump_ms(files):
+    name = _first_entry(files)
+    files[name] = files[name].replace(b'"kernel_ms":0.01', b'"kernel_ms":0.001')
+
+
+def _bump_ms_and_fix_manifest(files):
+    _bump_ms(files)
+    name = _first_entry(files)
+    manifest = json.loads(files["manifest.json"])
+    for item in manifest["entries"]:
+        if item["file"] == name:
+            item["sha256"] = hashlib.sha256(files[name]).hexdigest()
+    files["manifest.json"] = json.dumps(manifest).encode()
+
+
+def _change_manifest_key(manifest, files):
+    manifest["entries"][0]["key"]["subgraph"]["precision"] = "tf32x3"
+
+
+def _change_manifest_sha(manifest, files):
+    manifest["entries"][0]["sha256"] = "0" * 64
+
+
+def _add_unlisted(files):
+    name = _first_entry(files)
+    files[name.replace(".json", "x.json")] = files[name]
+
+
+@pytest.mark.parametrize(
+    "change, reason",
+    [
+        (_bump_ms, "sha256 mismatch"),
+        (_bump_ms_and_fix_manifest, "bad checksum"),
+        (_manifest_edit(_change_manifest_key), "key differs"),
+        (_manifest_edit(_change_manifest_sha), "sha256 mismatch"),
+        (_add_unlisted, "not listed"),
+    ],
+)
+def test_tampered_entries_are_refused_by_name(tmp_path, filled, change, reason):
+    src, _ = filled
+    bundle = tmp_path / "b.tar"
+    export_bundle(src, bundle)
+    _rewrite(bundle, change)
+    report, stored = _import(tmp_path, bundle)
+    assert len(report.refused) == 1
+    assert reason in report.refused[0].reason
+    assert report.refused[0].name.startswith("entries/")
+    expected_imported = 3 if change is _add_unlisted else 2
+    assert len(report.imported) == stored == expected_imported
+
+
+def test_unreadable_manifest_refuses_the_bundle(tmp_path, filled):
+    src, _ = filled
+    bundle = tmp_path / "b.tar"
+    export_bundle(src, bundle)
+
+    def garble(files):
+        files["manifest.json"] = b"{not json"
+
+    _rewrite(bundle, garble)
+    with pytest.raises(BundleError, match="unparsable manifest.json"):
+        read_bundle(bundle)
+    (tmp_path / "junk.tar").write_bytes(b"nothing here")
+    with pytest.raises(BundleError, match="cannot read archive"):
+        read_bundle(tmp_path / "junk.tar")
+
+
+def test_foreign_arch_is_refused(tmp_path, filled):
+    src, _ = filled
+    export_bundle(src, tmp_path / "b.zip")
+    with KernelCache(tmp_path / "dst") as dst:
+        report = import_bundle(dst, tmp_path / "b.zip", arch="sm_80")
+        assert report.imported == [] and len(list(dst.entries())) == 0
+    assert len(report.refused) == 3
+    for refusal in report.refused:
+        assert "sm_90" in refusal.reason and "sm_80" in refusal.reason
+        assert refusal.name.startswith("entries/")
+
+
+def test_foreign_toolchain_is_refused(tmp_path, tanh_sg):
+    with KernelCache(tmp_path / "old", toolchain=OLD) as old:
+        artifact = dataclasses.replace(python_artifact(toolchain=OLD), pattern=tanh_sg.pattern)
+        old.put(with_arch(old.key_for(tanh_sg.key), "sm_90"), artifact)
+        assert len(export_bundle(old, tmp_path / "old.tar")) == 1
+    with KernelCache(tmp_path / "dst") as dst:
+        report = import_bundle(dst, tmp_path / "old.tar", arch="sm_90")
+        assert report.imported == [] and len(list(dst.entries())) == 0
+    (refusal,) = report.refused
+    assert "torch 2.0.0" in refusal.reason and tanh_sg.pattern in refusal.name

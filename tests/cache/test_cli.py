@@ -1,0 +1,103 @@
+"""`kernelpro cache ...` handlers on a temporary cache."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import io
+
+import pytest
+from graphs import python_artifact, with_arch
+
+from kernelpro_backend.cache import KernelCache, Provenance, Toolchain, add_cli, run_cli
+
+
+def _run(*argv: str, validator=None) -> tuple[int, str]:
+    parser = argparse.ArgumentParser(prog="kernelpro")
+    add_cli(parser.add_subparsers(dest="command", required=True))
+    args = parser.parse_args(["cache", *argv])
+    assert args.func is run_cli
+    out = io.StringIO()
+    return run_cli(args, validator=validator, out=out), out.getvalue()
+
+
+@pytest.fixture
+def cache_dir(tmp_path, tanh_sg, linear_sg):
+    with KernelCache(tmp_path / "c") as cache:
+        for i, sg in enumerate((tanh_sg, linear_sg)):
+            artifact = dataclasses.replace(python_artifact(i), pattern=sg.pattern, kind=sg.kind)
+            cache.put(with_arch(cache.key_for(sg.key), "sm_90"), artifact)
+        yield str(tmp_path / "c"), cache
+
+
+def test_ls_prints_an_aligned_table(cache_dir, tanh_sg, linear_sg):
+    path, cache = cache_dir
+    code, text = _run("--cache-dir", path, "ls")
+    assert code == 0
+    lines = text.splitlines()
+    header, rows = lines[0], lines[1:3]
+    assert header.split() == [
+        "KEY", "PATTERN", "KIND", "ARCH", "LANG", "MS", "SPEEDUP", "SOL", "CURRENT", "DATE"
+    ]  # fmt: skip
+    column = header.index("ARCH")
+    assert all(r[column:].startswith("sm_90") for r in rows)
+    assert {r.split()[1] for r in rows} == {tanh_sg.pattern, linear_sg.pattern}
+    assert "2 entries" in lines[3]
+    code, text = _run("--cache-dir", path, "ls", "--kind", linear_sg.kind)
+    assert "1 entries" in text and linear_sg.pattern in text
+
+
+def test_show_by_prefix(cache_dir):
+    path, cache = cache_dir
+    entry = next(cache.entries())
+    code, text = _run("--cache-dir", path, "show", entry.key.digest[:10])
+    assert code == 0
+    assert entry.key.digest in text and "def scaled_tanh" in text and "sm_90" in text
+    code, text = _run("--cache-dir", path, "show", "zzzz")
+    assert code == 1 and "no entry matching 'zzzz'" in text
+
+
+def test_export_then_import_and_foreign_arch(cache_dir, tmp_path):
+    path, _ = cache_dir
+    bundle = str(tmp_path / "out" / "kernels.tar.gz")
+    code, text = _run("--cache-dir", path, "export", "--out", bundle)
+    assert code == 0 and "wrote 2 entries" in text
+    other = str(tmp_path / "other")
+    code, text = _run("--cache-dir", other, "import", bundle, "--arch", "sm_90")
+    assert code == 0 and "imported 2 entries" in text
+    code, text = _run("--cache-dir", str(tmp_path / "third"), "import", bundle, "--arch", "sm_80")
+    assert code == 1
+    assert "imported 0 entries" in text and "refused 2" in text
+    assert "built for GPU arch sm_90, this cache is for sm_80" in text
+
+
+def test_verify_drops_entries_the_validator_rejects(cache_dir, tanh_sg, linear_sg):
+    path, cache = cache_dir
+    code, text = _run("--cache-dir", path, "verify")
+    assert code == 0 and "integrity only" in text and "kept 2, dropped 0" in text
+
+    def validator(entry):
+        return entry.artifact.pattern != tanh_sg.pattern
+
+    code, text = _run("--cache-dir", path, "verify", validator=validator)
+    assert "kept 1, dropped 1" in text and "failed validation" in text
+    assert [e.artifact.pattern for e in cache.entries()] == [linear_sg.pattern]
+
+
+def test_prune_drops_old_foreign_and_corrupt_entries(cache_dir, tanh_sg):
+    path, cache = cache_dir
+    old_tc = Toolchain("2.0.0", "2.0.0", "11.8")
+    foreign = dataclasses.replace(cache.key_for(tanh_sg.key), toolchain=old_tc)
+    cache.put(foreign, python_artifact(toolchain=old_tc))
+    ancient_key = cache.key_for(dataclasses.replace(tanh_sg.key, precision="tf32"))
+    ancient = dataclasses.replace(
+        python_artifact(), provenance=Provenance(created="2020-01-01T00:00:00+00:00")
+    )
+    cache.put(ancient_key, ancient)
+    cache.put_raw("f" * 64, b"garbage")
+    code, text = _run("--cache-dir", path, "prune")
+    assert code == 0 and "kept 3, dropped 2" in text
+    assert "other toolchain" in text and "corrupt" in text
+    code, text = _run("--cache-dir", path, "prune", "--older-than", "30")
+    assert "kept 2, dropped 1" in text and "days old" in text
+    assert cache.get(ancient_key) is None

@@ -1,0 +1,118 @@
+"""CacheProvider: the search policies, loading hits, storing search winners, recording misses."""
+
+from __future__ import annotations
+
+import logging
+
+import torch
+from graphs import python_artifact, python_loader
+
+from kernelpro_backend.cache import CacheProvider
+from kernelpro_backend.options import Options
+
+
+def _reference_check(kernel, subgraph):
+    inputs = subgraph.make_inputs(seed=3)
+    expected = subgraph.module()(*inputs)
+    got = kernel(*inputs)
+    assert len(got) == len(expected)
+    for g, e in zip(got, expected, strict=True):
+        torch.testing.assert_close(g, e)  # float32 defaults: rtol 1.3e-6, atol 1e-5
+
+
+def test_hit_is_loaded_and_computes_the_subgraph(cache, tanh_sg):
+    cache.put(cache.key_for(tanh_sg.key), python_artifact())
+    loads = []
+
+    def loader(artifact):
+        loads.append(artifact)
+        return python_loader(artifact)
+
+    provider = CacheProvider(cache, Options(), loader)
+    kernel = provider.find(tanh_sg)
+    assert kernel is not None
+    _reference_check(kernel, tanh_sg)
+    assert provider.find(tanh_sg) is kernel  # loaded once per provider
+    assert len(loads) == 1
+    assert not cache.misses.path.exists()
+
+
+def test_cache_only_miss_runs_fallback_and_is_recorded(cache, tanh_sg):
+    searched = []
+    provider = CacheProvider(cache, Options(), python_loader, searcher=searched.append)
+    assert provider.find(tanh_sg) is None
+    assert provider.find(tanh_sg) is None
+    assert searched == []  # cache-only never searches
+    assert [e["digest"] for e in cache.misses.entries()] == [cache.key_for(tanh_sg.key).digest]
+
+
+def test_on_miss_searches_stores_the_winner_and_reuses_it(cache, tanh_sg):
+    calls = []
+
+    def searcher(subgraph):
+        calls.append(subgraph)
+        return python_artifact(5)
+
+    provider = CacheProvider(cache, Options(search="on-miss"), python_loader, searcher)
+    kernel = provider.find(tanh_sg)
+    assert calls == [tanh_sg]
+    _reference_check(kernel, tanh_sg)
+    stored = cache.get(cache.key_for(tanh_sg.key))
+    assert stored.launch["tag"] == 5
+    assert stored.pattern == tanh_sg.pattern and stored.ops == tuple(tanh_sg.ops)
+    assert stored.subgraph_text == tanh_sg.text
+
+    def must_not_search(subgraph):
+        raise AssertionError("searched on a hit")
+
+    later = CacheProvider(cache, Options(search="on-miss"), python_loader, must_not_search)
+    _reference_check(later.find(tanh_sg), tanh_sg)
+    assert not cache.misses.path.exists()
+
+
+def test_on_miss_without_a_winner_records_the_miss(cache, tanh_sg, caplog):
+    provider = CacheProvider(cache, Options(search="on-miss"), python_loader, lambda sg: None)
+    assert provider.find(tanh_sg) is None
+    assert len(cache.misses.entries()) == 1
+    assert cache.get(cache.key_for(tanh_sg.key)) is None
+
+    def crashing(subgraph):
+        raise RuntimeError("worker died")
+
+    with caplog.at_level(logging.ERROR, logger="kernelpro.cache"):
+        crashed = CacheProvider(cache, Options(search="on-miss"), python_loader, crashing)
+        assert crashed.find(tanh_sg) is None
+    assert "worker died" in caplog.text
+
+
+def test_off_touches_nothing(cache, tanh_sg):
+    cache.put(cache.key_for(tanh_sg.key), python_artifact())
+
+    def loader(artifact):
+        raise AssertionError("loaded with search='off'")
+
+    assert CacheProvider(cache, Options(search="off"), loader).find(tanh_sg) is None
+    assert not cache.misses.path.exists()
+
+
+def test_unloadable_hit_falls_back_with_a_log_line(cache, tanh_sg, caplog):
+    cache.put(cache.key_for(tanh_sg.key), python_artifact())
+
+    def loader(artifact):
+        raise OSError("CUDA_ERROR_INVALID_IMAGE")
+
+    with caplog.at_level(logging.WARNING, logger="kernelpro.cache"):
+        assert CacheProvider(cache, Options(), loader).find(tanh_sg) is None
+    assert "CUDA_ERROR_INVALID_IMAGE" in caplog.text
+
+
+def test_from_options_uses_cache_dir_and_extra_dirs(tmp_path, tanh_sg):
+    options = Options(cache_dir=str(tmp_path / "a"), extra_cache_dirs=(str(tmp_path / "b"),))
+    provider = CacheProvider.from_options(options, python_loader)
+    try:
+        assert provider.cache.directory == tmp_path / "a"
+        assert provider.cache.extra_dirs == (tmp_path / "b",)
+        assert provider.find(tanh_sg) is None
+        assert (tmp_path / "a" / "misses.jsonl").exists()
+    finally:
+        provider.cache.close()
