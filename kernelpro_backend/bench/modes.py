@@ -24,7 +24,7 @@ ALL_MODES: tuple[str, ...] = (EAGER, INDUCTOR, MAX_AUTOTUNE, KERNELPRO)
 @dataclasses.dataclass(frozen=True)
 class Mode:
     name: str
-    backend: str | None  # None: eager (no torch.compile)
+    backend: str | Callable[..., Any] | None  # None: eager (no torch.compile)
     compile_mode: str | None = None
     options: tuple[tuple[str, Any], ...] = ()
 

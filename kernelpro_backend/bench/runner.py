@@ -110,6 +110,12 @@ def _measure(workload: Workload, mode: Mode, config: RunConfig) -> tuple[dict, f
     return tensors, compile_s, ms
 
 
+def _one_line(error: BaseException, limit: int = 500) -> str:
+    """An exception as one line (Dynamo's errors span many lines; the cause is on line 2)."""
+    text = " ".join(line.strip() for line in str(error).splitlines() if line.strip())
+    return f"{type(error).__name__}: {text}"[:limit]
+
+
 def _release(device: torch.device) -> None:
     torch._dynamo.reset()
     gc.collect()
@@ -129,8 +135,8 @@ def run_workload(workload: Workload, config: RunConfig) -> WorkloadResult:
             tensors, compile_s, ms = _measure(workload, mode, config)
         except Exception as e:
             log.debug("mode %s failed on %s", mode.name, workload.name, exc_info=True)
-            message = f"{type(e).__name__}: {str(e).strip().splitlines()[0] if str(e) else ''}"
-            results.append(ModeResult(mode.name, FAILED, message=message[:500]))
+            message = _one_line(e)
+            results.append(ModeResult(mode.name, FAILED, message=message))
             config.progress(f"[bench] {workload.name}: {mode.name} FAILED: {message[:200]}")
             continue
         result = ModeResult(mode.name, OK, median_ms=ms, compile_s=compile_s)
@@ -171,7 +177,7 @@ def run_workloads(
         try:
             workload = build()
         except Exception as e:
-            message = f"building the workload failed: {type(e).__name__}: {e}"[:500]
+            message = f"building the workload failed: {_one_line(e)}"
             config.progress(f"[bench] {name}: {message}")
             failed = [ModeResult(m.name, FAILED, message=message) for m in config.modes]
             out.append(WorkloadResult(name, "?", "?", "?", "?", failed))

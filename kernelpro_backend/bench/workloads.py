@@ -87,6 +87,7 @@ def moe(device: torch.device, dtype: torch.dtype | None, size: str) -> Workload:
 
 
 def layer_norm(device: torch.device, dtype: torch.dtype | None, size: str) -> Workload:
+    """LayerNorm over the last dim with non-trivial affine weights."""
     p = _pick(size, dict(n=64, d=96), dict(n=16384, d=4096))
     dt = resolve_dtype(device, dtype, torch.float32)
     torch.manual_seed(0)
@@ -99,6 +100,7 @@ def layer_norm(device: torch.device, dtype: torch.dtype | None, size: str) -> Wo
 
 
 def rms_norm(device: torch.device, dtype: torch.dtype | None, size: str) -> Workload:
+    """RMSNorm (float32 statistics) with a weight."""
     p = _pick(size, dict(n=64, d=96), dict(n=16384, d=4096))
     dt = resolve_dtype(device, dtype, torch.float32)
     torch.manual_seed(0)
@@ -108,6 +110,7 @@ def rms_norm(device: torch.device, dtype: torch.dtype | None, size: str) -> Work
 
 
 def softmax(device: torch.device, dtype: torch.dtype | None, size: str) -> Workload:
+    """Softmax over the last dim."""
     p = _pick(size, dict(n=64, d=100), dict(n=4096, d=16384))
     dt = resolve_dtype(device, dtype, torch.float32)
     x = _randn(p["n"], p["d"], device=device, dtype=dt) * 4
@@ -115,6 +118,7 @@ def softmax(device: torch.device, dtype: torch.dtype | None, size: str) -> Workl
 
 
 def cross_entropy(device: torch.device, dtype: torch.dtype | None, size: str) -> Workload:
+    """Cross-entropy of logits against integer targets (mean)."""
     p = _pick(size, dict(n=32, v=50), dict(n=4096, v=32000))
     dt = resolve_dtype(device, dtype, torch.float32)
     torch.manual_seed(0)
@@ -124,6 +128,7 @@ def cross_entropy(device: torch.device, dtype: torch.dtype | None, size: str) ->
 
 
 def gemm_bias_gelu(device: torch.device, dtype: torch.dtype | None, size: str) -> Workload:
+    """GEMM with a bias + GELU epilogue (nn.Linear then GELU)."""
     p = _pick(size, dict(m=48, k=40, n=56), dict(m=8192, k=4096, n=4096))
     dt = resolve_dtype(device, dtype, torch.float32)
     torch.manual_seed(0)
