@@ -23,7 +23,7 @@ from typing import Any
 import torch
 
 from . import tables
-from .modes import ALL_MODES, KERNELPRO, make_modes
+from .modes import ALL_MODES, Mode, make_modes
 from .problems import ProblemError, load_problems
 from .results import OK, BenchReport
 from .runner import RunConfig, run_workloads
@@ -110,6 +110,18 @@ def _builders(
     return builders
 
 
+def new_report(device: torch.device, size: str, modes: list[Mode]) -> BenchReport:
+    """An empty report for a run on `device` (workloads are appended as they finish)."""
+    return BenchReport(
+        device=str(device),
+        device_name=torch.cuda.get_device_name(device) if device.type == "cuda" else "CPU",
+        versions=_versions(),
+        size=size,
+        modes=[m.name for m in modes],
+        mode_descriptions={m.name: m.describe() for m in modes},
+    )
+
+
 def _device(requested: str | None) -> torch.device:
     if requested == "cuda" and not torch.cuda.is_available():
         raise SystemExit("kernelpro bench: --device cuda, but torch sees no CUDA GPU here")
@@ -134,19 +146,8 @@ def run_bench(args: argparse.Namespace) -> int:
         modes = make_modes([m.strip() for m in args.modes.split(",") if m.strip()], kp_options)
     except ValueError as e:
         raise SystemExit(f"kernelpro bench: {e}") from None
-    if any(m.name == KERNELPRO for m in modes):
-        from .modes import check_kernelpro_registered
-
-        check_kernelpro_registered()
     config = RunConfig(modes=modes, cpu_reps=args.cpu_reps)
-    report = BenchReport(
-        device=str(device),
-        device_name=torch.cuda.get_device_name(device) if device.type == "cuda" else "CPU",
-        versions=_versions(),
-        size=size,
-        modes=[m.name for m in modes],
-        mode_descriptions={m.name: m.describe() for m in modes},
-    )
+    report = new_report(device, size, modes)
     report.workloads = run_workloads(_builders(args, device, dtype, size), config)
     print(tables.format_console(report))
     if args.json:

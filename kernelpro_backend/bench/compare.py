@@ -4,10 +4,12 @@ Owns: the per-dtype tolerances, flattening outputs into named tensors, and the c
 that says which tensor of a mode differs from eager and by how much.
 Must not: run models or loosen a tolerance because of what a result looks like.
 
-Low-precision dtypes (bf16, fp16): when a tensor misses the elementwise tolerance, it still
-passes if its root-mean-square error against a float64 run of the same model is at most twice
-eager's own (the rule of `torch._dynamo.utils.same(fp64_ref=...)`, which PyTorch's benchmark
-harness uses): a fused kernel that rounds less often than eager is not wrong.
+A tensor that misses the elementwise tolerance still passes when it is no less accurate than
+eager: its root-mean-square error against a float64 run of the same model is at most twice
+eager's (the rule of `torch._dynamo.utils.same(fp64_ref=...)`, which PyTorch's benchmark
+harness uses) and its largest error at most 4x eager's largest (so one bad element that the
+mean hides still fails). A fused kernel that rounds bf16 less often than eager, or a conv that
+cuDNN runs with another TF32 algorithm (PyTorch's default allows TF32 convs), is not wrong.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ TOLERANCES: dict[torch.dtype, tuple[float, float]] = {
     torch.float16: (2e-3, 1e-3),
 }
 FP64_RMSE_MULTIPLIER = 2.0
+FP64_MAX_MULTIPLIER = 4.0
 
 
 def tolerance(dtype: torch.dtype) -> tuple[float, float]:
@@ -75,7 +78,11 @@ class Comparison:
 
 
 def _rmse(a: torch.Tensor, b: torch.Tensor) -> float:
-    return float((a.double() - b.double()).pow(2).mean().sqrt())
+    return float((a.double() - b.double()).pow(2).mean().sqrt()) if a.numel() else 0.0
+
+
+def _max_err(a: torch.Tensor, b: torch.Tensor) -> float:
+    return float((a.double() - b.double()).abs().max()) if a.numel() else 0.0
 
 
 def _errors(actual: torch.Tensor, expected: torch.Tensor) -> tuple[float, float]:
@@ -112,13 +119,18 @@ def compare_one(
         close = actual == expected
     if bool(close.all()):
         return None
-    if fp64 is not None and expected.dtype in (torch.bfloat16, torch.float16):
+    if fp64 is not None and expected.is_floating_point() and expected.dtype != torch.float64:
         mode_err, eager_err = _rmse(actual, fp64), _rmse(expected, fp64)
-        if mode_err <= FP64_RMSE_MULTIPLIER * eager_err + atol / 10:  # as Dynamo's same()
+        mode_max, eager_max = _max_err(actual, fp64), _max_err(expected, fp64)
+        slack = atol / 10  # as Dynamo's same()
+        if mode_err <= FP64_RMSE_MULTIPLIER * eager_err + slack and (
+            mode_max <= FP64_MAX_MULTIPLIER * eager_max + slack
+        ):
             return None
         return Mismatch(
             name, abs_err, rel_err,
-            f"rmse vs float64 {mode_err:.3g} > {FP64_RMSE_MULTIPLIER:g} x eager's {eager_err:.3g}",
+            f"vs float64: rmse {mode_err:.3g} (eager {eager_err:.3g}), "
+            f"max err {mode_max:.3g} (eager {eager_max:.3g})",
         )  # fmt: skip
     bad = int((~close).sum())
     return Mismatch(
@@ -128,13 +140,13 @@ def compare_one(
 
 
 def needs_fp64(actual: Mapping[str, torch.Tensor], expected: Mapping[str, torch.Tensor]) -> bool:
-    """Whether some low-precision tensor misses the elementwise tolerance (so a float64
-    reference run is worth its cost)."""
+    """Whether some floating tensor misses the elementwise tolerance (only then is a float64
+    reference run worth its cost)."""
     for name, exp in expected.items():
         act = actual.get(name)
         if act is None or act.shape != exp.shape or act.dtype != exp.dtype:
             continue
-        if exp.dtype in (torch.bfloat16, torch.float16):
+        if exp.is_floating_point() and exp.dtype != torch.float64:
             rtol, atol = tolerance(exp.dtype)
             if not bool(torch.isclose(act, exp, rtol=rtol, atol=atol, equal_nan=True).all()):
                 return True

@@ -32,6 +32,8 @@ class Mode:
         if self.backend is None:
             return model
         options = dict(self.options) or None
+        if self.backend == KERNELPRO:
+            ensure_kernelpro_registered()
         return torch.compile(model, backend=self.backend, mode=self.compile_mode, options=options)
 
     def describe(self) -> str:
@@ -64,16 +66,19 @@ def make_modes(
     return [table[n] for n in ordered]
 
 
-def check_kernelpro_registered() -> None:
-    """torch.compile(backend="kernelpro") needs the entry point of an installed kernelpro."""
-    from torch._dynamo.backends.registry import list_backends, lookup_backend
+def ensure_kernelpro_registered() -> None:
+    """torch.compile(backend="kernelpro") finds the backend through the package's entry point,
+    which exists only once kernelpro is pip-installed; when run from a source checkout
+    (PYTHONPATH), register the same callable under the same name."""
+    from torch._dynamo.backends.registry import list_backends, register_backend
 
     if "kernelpro" in list_backends(exclude_tags=()):
         return
+    from ..backend import kernelpro
+
     try:
-        lookup_backend("kernelpro")
-    except Exception as e:
-        raise RuntimeError(
-            "torch.compile does not know backend 'kernelpro': install the package "
-            "(pip install -e .) so its torch_dynamo_backends entry point is registered"
-        ) from e
+        from torch._dynamo.backends.registry import lookup_backend
+
+        lookup_backend("kernelpro")  # also searches entry points
+    except Exception:
+        register_backend(kernelpro, name="kernelpro")

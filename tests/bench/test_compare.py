@@ -50,7 +50,7 @@ def test_bf16_fp64_rule_accepts_an_as_accurate_result_and_rejects_a_worse_one():
     assert compare({"out": as_accurate}, {"out": eager}, {"out": exact}).ok
     rejected = compare({"out": worse}, {"out": eager}, {"out": exact})
     assert not rejected.ok
-    assert "rmse vs float64" in rejected.describe()
+    assert "vs float64: rmse" in rejected.describe()
 
 
 def test_integer_outputs_must_match_exactly():
@@ -67,3 +67,26 @@ def test_named_tensors_flattens_nested_outputs():
 def test_unknown_float_dtype_has_no_tolerance():
     with pytest.raises(ValueError, match="TOLERANCES"):
         tolerance(torch.float8_e4m3fn)
+
+
+def test_fp64_rule_still_fails_one_bad_element_that_the_mean_hides():
+    gen = torch.Generator().manual_seed(1)
+    exact = torch.randn(1 << 16, dtype=torch.float64, generator=gen)
+    eager = exact.to(torch.bfloat16)
+    one_bad = eager.clone()
+    one_bad[123] += 1.0  # rmse grows by only 1/256, the largest error by ~100x
+    rejected = compare({"out": one_bad}, {"out": eager}, {"out": exact})
+    assert not rejected.ok
+    assert "max err" in rejected.describe()
+
+
+def test_fp64_rule_applies_to_float32_tf32_like_noise():
+    gen = torch.Generator().manual_seed(2)
+    exact = torch.randn(4096, dtype=torch.float64, generator=gen)
+
+    def tf32_like() -> torch.Tensor:  # ~1e-3 relative noise, as TF32 convs give
+        return (exact * (1 + 1e-3 * torch.randn(4096, dtype=torch.float64, generator=gen))).float()
+
+    eager, other = tf32_like(), tf32_like()
+    assert not compare({"out": other}, {"out": eager}).ok
+    assert compare({"out": other}, {"out": eager}, {"out": exact}).ok

@@ -81,6 +81,19 @@ def test_html_holds_every_node_and_finding_nested_by_parent(log_file, tmp_path):
     )
 
 
+def test_chart_is_well_formed_svg_with_one_dot_per_ok_trial(log_file, tmp_path):
+    import xml.etree.ElementTree as ET
+
+    out = tmp_path / "r.html"
+    run_cli("report", str(log_file), "--out", str(out))
+    page = out.read_text()
+    svg = page[page.index("<svg") : page.index("</svg>") + len("</svg>")]
+    root = ET.fromstring(svg)
+    ns = "{http://www.w3.org/2000/svg}"
+    assert len(root.findall(f"{ns}circle")) == 4  # trials 0, 1, 3, 4 were ok with a speedup
+    assert len(root.findall(f"{ns}path")) == 1
+
+
 def test_best_speedup_is_a_running_max_over_ok_trials():
     searches = parse_log("\n".join(json.dumps(e) for e in EVENTS)).searches
     assert best_speedup_series(searches[0].trials) == [

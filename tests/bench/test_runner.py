@@ -76,3 +76,24 @@ def test_sol_hook_gives_percent_of_speed_of_light():
     eager = result.mode(EAGER)
     assert result.sol_ms == 1e-6
     assert result.sol_fraction(EAGER) == 1e-6 / eager.median_ms
+
+
+def test_kernelpro_is_registered_from_a_source_checkout(monkeypatch):
+    """Without the pip entry point, the bench registers kernelpro's backend under its name."""
+    from torch._dynamo.backends import registry
+
+    from kernelpro_backend.backend import kernelpro
+    from kernelpro_backend.bench.modes import ensure_kernelpro_registered
+
+    registered = {}
+
+    def not_found(name):
+        raise registry.InvalidBackend(name)
+
+    monkeypatch.setattr(registry, "list_backends", lambda exclude_tags=(): [])
+    monkeypatch.setattr(registry, "lookup_backend", not_found)
+    monkeypatch.setattr(
+        registry, "register_backend", lambda fn, name: registered.setdefault(name, fn)
+    )
+    ensure_kernelpro_registered()
+    assert registered == {"kernelpro": kernelpro}
