@@ -27,7 +27,7 @@ from kernelpro_backend.bench import tables  # noqa: E402
 from kernelpro_backend.bench.cli import new_report  # noqa: E402
 from kernelpro_backend.bench.modes import ALL_MODES, make_modes  # noqa: E402
 from kernelpro_backend.bench.plots import write_plots  # noqa: E402
-from kernelpro_backend.bench.problems import load_problems  # noqa: E402
+from kernelpro_backend.bench.problems import load_problem, problem_files  # noqa: E402
 from kernelpro_backend.bench.runner import RunConfig, run_workloads  # noqa: E402
 from kernelpro_backend.bench.workloads import OP_WORKLOADS, TRAINING_WORKLOADS, WORKLOADS  # noqa: E402
 
@@ -41,18 +41,20 @@ def main() -> int:
     parser.add_argument("--modes", default=",".join(ALL_MODES))
     parser.add_argument("--search", action="store_true", help='kernelpro {"search": "on-miss"}')
     parser.add_argument("--budget-s", type=float, default=200.0)
+    parser.add_argument("--device", default="cuda", help="cpu: smoke-test the script itself")
+    parser.add_argument("--size", default="full", choices=("tiny", "full"))
     args = parser.parse_args()
-    if not torch.cuda.is_available():
+    if args.device == "cuda" and not torch.cuda.is_available():
         print("gpu_bench: torch sees no CUDA GPU; run this on the GPU machine", file=sys.stderr)
         return 2
     out = Path(os.environ.get("OUT", "out"))
     out.mkdir(parents=True, exist_ok=True)
-    device = torch.device("cuda")
+    device = torch.device(args.device)
     modes = make_modes(args.modes.split(","), {"search": "on-miss"} if args.search else None)
     config = RunConfig(modes=modes)
-    report = new_report(device, "full", modes)
+    report = new_report(device, args.size, modes)
     names = args.workload or DEFAULT_ORDER
-    extra = load_problems(args.problems, device) if args.problems else []
+    extra = problem_files(args.problems) if args.problems else []
     start = time.perf_counter()
     left: list[str] = []
     for name in names:
@@ -60,11 +62,13 @@ def main() -> int:
             left.append(name)
             continue
         report.workloads += run_workloads(
-            [(name, lambda n=name: WORKLOADS[n](device, None, "full"))], config
+            [(name, lambda n=name: WORKLOADS[n](device, None, args.size))], config
         )
         print(f"[gpu_bench] {name} done at {time.perf_counter() - start:.0f}s", file=sys.stderr)
-    for w in extra:
-        report.workloads += run_workloads([(w.name, lambda w=w: w)], config)
+    for path in extra:
+        report.workloads += run_workloads(
+            [(f"kb:{path.stem}", lambda p=path: load_problem(p, device))], config
+        )
     tables.write_json(report, out / "bench.json")
     tables.write_markdown(report, out / "bench.md")
     _, plot_message = write_plots(report, out)

@@ -24,7 +24,7 @@ import torch
 
 from . import tables
 from .modes import ALL_MODES, Mode, make_modes
-from .problems import ProblemError, load_problems
+from .problems import PROBLEM_PREFIX, ProblemError, load_problem, problem_files
 from .results import OK, BenchReport
 from .runner import RunConfig, run_workloads
 from .workload import Workload
@@ -103,10 +103,13 @@ def _builders(
     ]
     if args.problems:
         try:
-            problems = load_problems(args.problems, device, dtype)
+            files = problem_files(args.problems)
         except ProblemError as e:
             raise SystemExit(f"kernelpro bench: {e}") from None
-        builders += [(w.name, functools.partial(lambda w: w, w)) for w in problems]
+        builders += [
+            (PROBLEM_PREFIX + f.stem, functools.partial(load_problem, f, device, dtype))
+            for f in files
+        ]
     return builders
 
 

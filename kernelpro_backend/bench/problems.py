@@ -22,6 +22,10 @@ import torch
 
 from .workload import Workload
 
+# Problem workloads are named "kb:<file stem>", so a problem never shares a name with a
+# built-in workload ("kb:softmax" vs "softmax") in tables and JSON.
+PROBLEM_PREFIX = "kb:"
+
 
 class ProblemError(ValueError):
     """A problem file is missing, fails to import, or lacks part of the KernelBench format."""
@@ -82,7 +86,7 @@ def load_problem(
     floats = [t.dtype for t in tensors if t.is_floating_point()]
     run_dtype = dtype or (floats[0] if floats else torch.float32)
     return Workload(
-        name=path.stem,
+        name=PROBLEM_PREFIX + path.stem,
         model=model,
         inputs=inputs,
         dtype=run_dtype,
@@ -91,14 +95,20 @@ def load_problem(
     )
 
 
-def load_problems(
-    directory: str | Path, device: torch.device, dtype: torch.dtype | None = None
-) -> list[Workload]:
-    """Every `*.py` problem file of `directory` (sorted by name; `_*.py` files are skipped)."""
+def problem_files(directory: str | Path) -> list[Path]:
+    """The `*.py` problem files of `directory`, sorted by name (`_*.py` files are skipped)."""
     root = Path(directory)
     if not root.is_dir():
         raise ProblemError(f"{root}: not a directory of KernelBench problem files")
     files = sorted(p for p in root.glob("*.py") if not p.name.startswith("_"))
     if not files:
         raise ProblemError(f"{root}: holds no *.py problem files")
-    return [load_problem(p, device, dtype) for p in files]
+    return files
+
+
+def load_problems(
+    directory: str | Path, device: torch.device, dtype: torch.dtype | None = None
+) -> list[Workload]:
+    """Every problem file of `directory` loaded at once (the bench loads them one at a time
+    instead: KernelBench inputs can take gigabytes each)."""
+    return [load_problem(p, device, dtype) for p in problem_files(directory)]

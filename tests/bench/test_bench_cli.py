@@ -30,7 +30,7 @@ def kernelpro_run(tmp_path_factory):
 def test_every_workload_and_mode_is_reported_and_matches_eager(kernelpro_run):
     rc, data, _ = kernelpro_run
     names = [w["workload"] for w in data["workloads"]]
-    assert names == [*WORKLOADS, "gemm_bias_relu", "layer_norm", "softmax"]
+    assert names == [*WORKLOADS, "kb:gemm_bias_relu", "kb:layer_norm", "kb:softmax"]
     for w in data["workloads"]:
         assert [m["mode"] for m in w["modes"]] == ["eager", "kernelpro"], w["workload"]
         for m in w["modes"]:

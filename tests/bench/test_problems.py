@@ -8,11 +8,11 @@ CPU = torch.device("cpu")
 
 def test_loads_every_problem_file_as_an_inference_workload(problems_dir):
     workloads = load_problems(problems_dir, CPU)
-    assert [w.name for w in workloads] == ["gemm_bias_relu", "layer_norm", "softmax"]
+    assert [w.name for w in workloads] == ["kb:gemm_bias_relu", "kb:layer_norm", "kb:softmax"]
     for w in workloads:
         assert not w.training
         assert w.dtype == torch.float32
-        assert w.source.endswith(f"{w.name}.py")
+        assert w.source.endswith(f"{w.name.removeprefix('kb:')}.py")
         out = w.fresh_model()(*w.inputs)
         assert torch.isfinite(out).all()
     gemm = workloads[0]
