@@ -1,0 +1,84 @@
+"""The ways the bench runs a model: eager, Inductor, Inductor max-autotune, kernelpro.
+
+Owns: the mode names, how each wraps a model (`Mode.wrap`), and the kernelpro options a run
+passes (`--search` adds {"search": "on-miss"}).
+Must not: time or compare anything.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import torch
+import torch.nn as nn
+
+EAGER = "eager"
+INDUCTOR = "inductor"
+MAX_AUTOTUNE = "inductor-max-autotune"
+KERNELPRO = "kernelpro"
+ALL_MODES: tuple[str, ...] = (EAGER, INDUCTOR, MAX_AUTOTUNE, KERNELPRO)
+
+
+@dataclasses.dataclass(frozen=True)
+class Mode:
+    name: str
+    backend: str | Callable[..., Any] | None  # None: eager (no torch.compile)
+    compile_mode: str | None = None
+    options: tuple[tuple[str, Any], ...] = ()
+
+    def wrap(self, model: nn.Module) -> Callable[..., Any]:
+        if self.backend is None:
+            return model
+        options = dict(self.options) or None
+        if self.backend == KERNELPRO:
+            ensure_kernelpro_registered()
+        return torch.compile(model, backend=self.backend, mode=self.compile_mode, options=options)
+
+    def describe(self) -> str:
+        if self.backend is None:
+            return "eager PyTorch"
+        text = f"torch.compile(backend={self.backend!r}"
+        if self.compile_mode:
+            text += f", mode={self.compile_mode!r}"
+        if self.options:
+            text += f", options={dict(self.options)!r}"
+        return text + ")"
+
+
+def make_modes(
+    names: Sequence[str] = ALL_MODES,
+    kernelpro_options: Mapping[str, Any] | None = None,
+) -> list[Mode]:
+    """The modes to run, in order; eager always comes first (it is the reference)."""
+    unknown = [n for n in names if n not in ALL_MODES]
+    if unknown:
+        raise ValueError(f"unknown bench mode(s) {unknown}; known modes: {list(ALL_MODES)}")
+    kp_options = tuple(sorted((kernelpro_options or {}).items()))
+    table = {
+        EAGER: Mode(EAGER, None),
+        INDUCTOR: Mode(INDUCTOR, "inductor"),
+        MAX_AUTOTUNE: Mode(MAX_AUTOTUNE, "inductor", "max-autotune-no-cudagraphs"),
+        KERNELPRO: Mode(KERNELPRO, "kernelpro", None, kp_options),
+    }
+    ordered = [EAGER] + [n for n in ALL_MODES if n in names and n != EAGER]
+    return [table[n] for n in ordered]
+
+
+def ensure_kernelpro_registered() -> None:
+    """torch.compile(backend="kernelpro") finds the backend through the package's entry point,
+    which exists only once kernelpro is pip-installed; when run from a source checkout
+    (PYTHONPATH), register the same callable under the same name."""
+    from torch._dynamo.backends.registry import list_backends, register_backend
+
+    if "kernelpro" in list_backends(exclude_tags=()):
+        return
+    from ..backend import kernelpro
+
+    try:
+        from torch._dynamo.backends.registry import lookup_backend
+
+        lookup_backend("kernelpro")  # also searches entry points
+    except Exception:
+        register_backend(kernelpro, name="kernelpro")

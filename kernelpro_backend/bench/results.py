@@ -1,0 +1,114 @@
+"""The records a bench run produces and their JSON form.
+
+Owns: `ModeResult` (one workload under one mode), `WorkloadResult` (all modes of a workload,
+speedups, % of speed-of-light) and `BenchReport` (the run: device, versions, every workload,
+geometric-mean speedups).
+Must not: run or time anything.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any
+
+from .modes import EAGER, INDUCTOR
+
+OK, WRONG, FAILED, UNCHECKED = "ok", "wrong", "failed", "unchecked"
+
+
+@dataclasses.dataclass
+class ModeResult:
+    mode: str
+    status: str  # ok | wrong (differs from eager) | failed (raised) | unchecked (eager failed)
+    median_ms: float | None = None
+    compile_s: float | None = None  # first call: compile + warm-up, seconds
+    max_abs_err: float | None = None
+    max_rel_err: float | None = None
+    message: str = ""
+
+
+@dataclasses.dataclass(frozen=True)
+class SubgraphPoint:
+    """One subgraph's place on the roofline (filled in by whoever has per-subgraph data)."""
+
+    name: str
+    flops: float
+    bytes: float
+    ms: float
+
+
+@dataclasses.dataclass
+class WorkloadResult:
+    workload: str
+    kind: str  # training | inference
+    dtype: str
+    size: str
+    source: str
+    modes: list[ModeResult]
+    sol_ms: float | None = None
+    subgraphs: list[SubgraphPoint] = dataclasses.field(default_factory=list)
+
+    def mode(self, name: str) -> ModeResult | None:
+        return next((m for m in self.modes if m.mode == name), None)
+
+    def speedup(self, mode: str, over: str) -> float | None:
+        """How many times faster `mode` is than `over` (None unless both ran and are right)."""
+        a, b = self.mode(mode), self.mode(over)
+        if a is None or b is None or a.status != OK or b.status != OK:
+            return None
+        if not a.median_ms or not b.median_ms:
+            return None
+        return b.median_ms / a.median_ms
+
+    def sol_fraction(self, mode: str) -> float | None:
+        m = self.mode(mode)
+        if self.sol_ms is None or m is None or m.status != OK or not m.median_ms:
+            return None
+        return self.sol_ms / m.median_ms
+
+    def to_dict(self) -> dict[str, Any]:
+        d = dataclasses.asdict(self)
+        for entry in d["modes"]:
+            name = entry["mode"]
+            entry["speedup_vs_eager"] = self.speedup(name, EAGER)
+            entry["speedup_vs_inductor"] = self.speedup(name, INDUCTOR)
+            entry["sol_fraction"] = self.sol_fraction(name)
+        return d
+
+
+def geomean(values: list[float]) -> float | None:
+    if not values:
+        return None
+    return math.exp(sum(math.log(v) for v in values) / len(values))
+
+
+@dataclasses.dataclass
+class BenchReport:
+    device: str
+    device_name: str
+    versions: dict[str, str]
+    size: str
+    modes: list[str]
+    mode_descriptions: dict[str, str]
+    workloads: list[WorkloadResult] = dataclasses.field(default_factory=list)
+
+    def geomean_speedup(self, mode: str, over: str) -> float | None:
+        """Geometric mean over the workloads where both modes ran and matched eager."""
+        values = [w.speedup(mode, over) for w in self.workloads]
+        return geomean([v for v in values if v is not None])
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "device": self.device,
+            "device_name": self.device_name,
+            "versions": self.versions,
+            "size": self.size,
+            "modes": self.modes,
+            "mode_descriptions": self.mode_descriptions,
+            "workloads": [w.to_dict() for w in self.workloads],
+            "geomean_speedup_vs_eager": {m: self.geomean_speedup(m, EAGER) for m in self.modes},
+            "geomean_speedup_vs_inductor": {
+                m: self.geomean_speedup(m, INDUCTOR) for m in self.modes
+            },
+        }

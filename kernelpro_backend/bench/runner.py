@@ -1,0 +1,187 @@
+"""Running workloads under every mode in one process and checking each against eager.
+
+Owns: the per-mode procedure (fresh weights, `torch._dynamo.reset()`, first call timed as
+compile + warm-up, outputs and gradients kept for the check, then the timed median), the
+float64 reference run for low-precision mismatches, and collecting `WorkloadResult`s.
+Must not: parse arguments or render tables.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import gc
+import logging
+import sys
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import torch
+
+from .compare import compare, named_tensors, needs_fp64
+from .modes import EAGER, Mode
+from .results import FAILED, OK, UNCHECKED, WRONG, ModeResult, SubgraphPoint, WorkloadResult
+from .timing import median_ms, time_first_call
+from .workload import Workload
+
+log = logging.getLogger("kernelpro.bench")
+
+SolFn = Callable[[Workload], "float | None"]
+SubgraphFn = Callable[[Workload], "list[SubgraphPoint]"]
+
+
+@dataclasses.dataclass
+class RunConfig:
+    modes: list[Mode]
+    cpu_reps: int = 10
+    gpu_warmup_ms: int = 25
+    gpu_rep_ms: int = 100
+    # Optional hooks: the speed-of-light time of a workload, and per-subgraph roofline points.
+    sol_fn: SolFn | None = None
+    subgraph_fn: SubgraphFn | None = None
+    progress: Callable[[str], None] = lambda line: print(line, file=sys.stderr, flush=True)
+
+
+def _grads(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    return {
+        f"grad.{name}": p.grad.detach().clone()
+        for name, p in model.named_parameters()
+        if p.grad is not None
+    }
+
+
+def _run_eagerly(workload: Workload, model: torch.nn.Module, inputs: tuple[Any, ...]) -> dict:
+    """Outputs (and grads) of one uncompiled call: used for the float64 reference."""
+    if workload.loss_fn is None:
+        with torch.no_grad():
+            return named_tensors("out", model(*inputs))
+    out = model(*inputs)
+    loss = workload.loss_fn(out)
+    loss.backward()
+    return {**named_tensors("out", out), "loss": loss.detach(), **_grads(model)}
+
+
+def fp64_reference(workload: Workload) -> dict[str, torch.Tensor]:
+    model = workload.fresh_model().double()
+    inputs = tuple(
+        v.double() if isinstance(v, torch.Tensor) and v.is_floating_point() else v
+        for v in workload.inputs
+    )
+    return _run_eagerly(workload, model, inputs)
+
+
+def _measure(workload: Workload, mode: Mode, config: RunConfig) -> tuple[dict, float, float]:
+    """Run one mode: returns (named outputs of the first call, compile seconds, median ms)."""
+    device = workload.device
+    model = workload.fresh_model()
+    fn = mode.wrap(model)
+    inputs = workload.inputs
+    timing = dict(
+        cpu_reps=config.cpu_reps, gpu_warmup_ms=config.gpu_warmup_ms, gpu_rep_ms=config.gpu_rep_ms
+    )
+    if workload.loss_fn is None:
+        with torch.no_grad():
+            out, compile_s = time_first_call(lambda: fn(*inputs), device)
+            tensors = named_tensors("out", out)
+            ms = median_ms(lambda: fn(*inputs), device, **timing)
+        return tensors, compile_s, ms
+
+    loss_fn = workload.loss_fn
+
+    def forward_backward() -> tuple[object, torch.Tensor]:
+        out = fn(*inputs)
+        loss = loss_fn(out)
+        loss.backward()
+        return out, loss
+
+    (out, loss), compile_s = time_first_call(forward_backward, device)
+    tensors = {**named_tensors("out", out), "loss": loss.detach(), **_grads(model)}
+    optimizer = workload.make_optimizer(model.parameters()) if workload.make_optimizer else None
+
+    def train_step() -> None:
+        if optimizer is not None:
+            optimizer.zero_grad(set_to_none=True)
+        else:
+            model.zero_grad(set_to_none=True)
+        loss_fn(fn(*inputs)).backward()
+        if optimizer is not None:
+            optimizer.step()
+
+    ms = median_ms(train_step, device, **timing)
+    return tensors, compile_s, ms
+
+
+def _one_line(error: BaseException, limit: int = 500) -> str:
+    """An exception as one line (Dynamo's errors span many lines; the cause is on line 2)."""
+    text = " ".join(line.strip() for line in str(error).splitlines() if line.strip())
+    return f"{type(error).__name__}: {text}"[:limit]
+
+
+def _release(device: torch.device) -> None:
+    torch._dynamo.reset()
+    gc.collect()
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+
+
+def run_workload(workload: Workload, config: RunConfig) -> WorkloadResult:
+    """Every mode of `config` on one workload (eager first: it is the reference)."""
+    results: list[ModeResult] = []
+    reference: dict[str, torch.Tensor] | None = None
+    fp64: dict[str, torch.Tensor] | None = None
+    for mode in config.modes:
+        _release(workload.device)  # each mode compiles from scratch
+        config.progress(f"[bench] {workload.name}: {mode.name} ...")
+        try:
+            tensors, compile_s, ms = _measure(workload, mode, config)
+        except Exception as e:
+            log.debug("mode %s failed on %s", mode.name, workload.name, exc_info=True)
+            message = _one_line(e)
+            results.append(ModeResult(mode.name, FAILED, message=message))
+            config.progress(f"[bench] {workload.name}: {mode.name} FAILED: {message[:200]}")
+            continue
+        result = ModeResult(mode.name, OK, median_ms=ms, compile_s=compile_s)
+        if mode.name == EAGER:
+            reference = tensors
+            result.max_abs_err = result.max_rel_err = 0.0
+        elif reference is None:
+            result.status, result.message = UNCHECKED, "eager failed, so nothing to check against"
+        else:
+            if fp64 is None and needs_fp64(tensors, reference):
+                fp64 = fp64_reference(workload)
+            check = compare(tensors, reference, fp64)
+            result.max_abs_err, result.max_rel_err = check.max_abs_err, check.max_rel_err
+            if not check.ok:
+                result.status, result.message = WRONG, check.describe()
+        results.append(result)
+        del tensors
+    _release(workload.device)
+    return WorkloadResult(
+        workload=workload.name,
+        kind=workload.kind,
+        dtype=str(workload.dtype).removeprefix("torch."),
+        size=workload.size,
+        source=workload.source,
+        modes=results,
+        sol_ms=config.sol_fn(workload) if config.sol_fn else None,
+        subgraphs=config.subgraph_fn(workload) if config.subgraph_fn else [],
+    )
+
+
+def run_workloads(
+    builders: Iterable[tuple[str, Callable[[], Workload]]], config: RunConfig
+) -> list[WorkloadResult]:
+    """Build each workload just before it runs (full-size ones hold GPU memory) and run it.
+    A workload that fails to build is reported as failed under every mode."""
+    out: list[WorkloadResult] = []
+    for name, build in builders:
+        try:
+            workload = build()
+        except Exception as e:
+            message = f"building the workload failed: {_one_line(e)}"
+            config.progress(f"[bench] {name}: {message}")
+            failed = [ModeResult(m.name, FAILED, message=message) for m in config.modes]
+            out.append(WorkloadResult(name, "?", "?", "?", "?", failed))
+            continue
+        out.append(run_workload(workload, config))
+        del workload
+    return out

@@ -1,0 +1,131 @@
+"""A bench report as text: the console table, the markdown file and the JSON file.
+
+Owns: formatting numbers, the row layout shared by the console and markdown tables, the
+geometric-mean summary, and writing the JSON/markdown files.
+Must not: run anything or change results.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+from .modes import EAGER, INDUCTOR
+from .results import BenchReport
+
+HEADER = (
+    "workload", "kind", "dtype", "mode", "status", "median ms", "vs eager", "vs inductor",
+    "% SOL", "compile s",
+)  # fmt: skip
+
+
+def _num(value: float | None, fmt: str, suffix: str = "") -> str:
+    return "-" if value is None else format(value, fmt) + suffix
+
+
+def rows(report: BenchReport) -> list[tuple[str, ...]]:
+    out: list[tuple[str, ...]] = []
+    for w in report.workloads:
+        for m in w.modes:
+            sol = w.sol_fraction(m.mode)
+            out.append(
+                (
+                    w.workload,
+                    w.kind,
+                    w.dtype,
+                    m.mode,
+                    m.status,
+                    _num(m.median_ms, ".4g"),
+                    _num(w.speedup(m.mode, EAGER), ".2f", "x"),
+                    _num(w.speedup(m.mode, INDUCTOR), ".2f", "x"),
+                    _num(None if sol is None else 100 * sol, ".1f", "%"),
+                    _num(m.compile_s, ".1f"),
+                )
+            )
+    return out
+
+
+def summary_lines(report: BenchReport) -> list[str]:
+    lines = []
+    for mode in report.modes:
+        ge = report.geomean_speedup(mode, EAGER)
+        gi = report.geomean_speedup(mode, INDUCTOR)
+        lines.append(
+            f"{mode}: geomean {_num(ge, '.2f', 'x')} vs eager, {_num(gi, '.2f', 'x')} vs inductor"
+        )
+    return lines
+
+
+def problems(report: BenchReport) -> list[str]:
+    """One line per mode that failed or differs from eager, with what went wrong."""
+    return [
+        f"{w.workload} / {m.mode}: {m.status}: {m.message}"
+        for w in report.workloads
+        for m in w.modes
+        if m.status != "ok"
+    ]
+
+
+def format_console(report: BenchReport) -> str:
+    table = [HEADER, *rows(report)]
+    widths = [max(len(r[i]) for r in table) for i in range(len(HEADER))]
+    lines = [
+        "  ".join(cell.ljust(w) for cell, w in zip(r, widths, strict=True)).rstrip() for r in table
+    ]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    title = f"kernelpro bench on {report.device_name} ({report.device}), size {report.size}"
+    out = [title, "", *lines, "", *summary_lines(report)]
+    issues = problems(report)
+    if issues:
+        out += ["", "not ok:", *("  " + line for line in issues)]
+    return "\n".join(out)
+
+
+def _md_cell(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def format_markdown(report: BenchReport) -> str:
+    versions = ", ".join(f"{k} {v}" for k, v in sorted(report.versions.items()))
+    out = [
+        "# kernelpro bench",
+        "",
+        f"Device: {report.device_name} ({report.device}); size: {report.size}; {versions}.",
+        "Times are medians (GPU: `triton.testing.do_bench`; CPU: `time.perf_counter`); speedups "
+        "count only modes whose outputs (and gradients) match eager.",
+        "",
+        "| " + " | ".join(HEADER) + " |",
+        "|" + "|".join("---" for _ in HEADER) + "|",
+    ]
+    out += ["| " + " | ".join(_md_cell(c) for c in r) + " |" for r in rows(report)]
+    out += ["", "## Geometric means", ""] + [f"- {line}" for line in summary_lines(report)]
+    out += ["", "## Modes", ""]
+    out += [f"- `{name}`: {desc}" for name, desc in report.mode_descriptions.items()]
+    issues = problems(report)
+    if issues:
+        out += ["", "## Not ok", ""] + [f"- {_md_cell(line)}" for line in issues]
+    return "\n".join(out) + "\n"
+
+
+def _strict_json(value: Any) -> Any:
+    """Infinite/NaN errors (a shape mismatch, a NaN output) as strings: strict JSON has none."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    if isinstance(value, dict):
+        return {k: _strict_json(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_strict_json(v) for v in value]
+    return value
+
+
+def write_json(report: BenchReport, path: str | Path) -> None:
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    text = json.dumps(_strict_json(report.to_dict()), indent=2, allow_nan=False)
+    Path(path).write_text(text + "\n")
+
+
+def write_markdown(report: BenchReport, path: str | Path) -> None:
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    Path(path).write_text(format_markdown(report))

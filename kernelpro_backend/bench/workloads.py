@@ -1,0 +1,162 @@
+"""The bench's built-in workloads: training steps of whole models and op-level problems.
+
+Owns: one function per workload, `(device, dtype, size) -> Workload`, with its shapes at
+"tiny" (CPU tests, milliseconds per step) and "full" (GPU, sizes people train at), and the
+`WORKLOADS` registry the CLI picks from.
+Must not: time, compile or compare anything.
+
+dtype None means the workload's default: bfloat16 on CUDA for the GPT block, the MoE layer and
+attention; float32 everywhere else (and always on the CPU), as in KernelBench.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from . import models
+from .workload import Workload, WorkloadFactory, check_size, resolve_dtype
+
+
+def _pick(size: str, tiny: dict[str, int], full: dict[str, int]) -> dict[str, int]:
+    check_size(size)
+    return tiny if size == "tiny" else full
+
+
+def _adamw(params: Iterable[nn.Parameter]) -> torch.optim.Optimizer:
+    return torch.optim.AdamW(params, lr=1e-4, foreach=True)
+
+
+def _mse_to_zero(out: object) -> torch.Tensor:
+    assert isinstance(out, torch.Tensor)
+    return out.float().pow(2).mean()
+
+
+def _randn(*shape: int, device: torch.device, dtype: torch.dtype) -> torch.Tensor:
+    return torch.randn(*shape, device=device, dtype=dtype)
+
+
+def gpt_block(device: torch.device, dtype: torch.dtype | None, size: str) -> Workload:
+    """Training step of a GPT-2 style decoder block (bf16 on the GPU; batch 4, seq 2048,
+    width 1024, 16 heads at "full")."""
+    p = _pick(size, dict(b=2, t=16, d=32, h=2), dict(b=4, t=2048, d=1024, h=16))
+    dt = resolve_dtype(device, dtype, torch.bfloat16)
+    torch.manual_seed(0)
+    model = models.GPTBlock(p["d"], p["h"]).to(device=device, dtype=dt)
+    x = _randn(p["b"], p["t"], p["d"], device=device, dtype=dt)
+    return Workload("gpt_block", model, (x,), dt, size, _mse_to_zero, _adamw)
+
+
+def mlp(device: torch.device, dtype: torch.dtype | None, size: str) -> Workload:
+    """Training step of a 2-block MLP (Linear -> LayerNorm -> GELU) with a linear head."""
+    p = _pick(size, dict(n=16, d=32, hidden=64, out=8), dict(n=8192, d=1024, hidden=4096, out=1024))
+    dt = resolve_dtype(device, dtype, torch.float32)
+    torch.manual_seed(0)
+    model = models.DeepMLP(p["d"], p["hidden"], p["out"]).to(device=device, dtype=dt)
+    x = _randn(p["n"], p["d"], device=device, dtype=dt)
+    return Workload("mlp", model, (x,), dt, size, _mse_to_zero, _adamw)
+
+
+def convnet(device: torch.device, dtype: torch.dtype | None, size: str) -> Workload:
+    """Training step of a 3-stage conv -> batchnorm -> ReLU net with cross-entropy loss."""
+    p = _pick(size, dict(b=4, hw=8, w=4, classes=5), dict(b=128, hw=64, w=64, classes=100))
+    dt = resolve_dtype(device, dtype, torch.float32)
+    torch.manual_seed(0)
+    model = models.SmallConvNet(p["w"], p["classes"]).to(device=device, dtype=dt)
+    x = _randn(p["b"], 3, p["hw"], p["hw"], device=device, dtype=dt)
+    labels = torch.randint(0, p["classes"], (p["b"],), device=device)
+
+    def loss(out: object) -> torch.Tensor:
+        assert isinstance(out, torch.Tensor)
+        return F.cross_entropy(out.float(), labels)
+
+    return Workload("convnet", model, (x,), dt, size, loss, _adamw)
+
+
+def moe(device: torch.device, dtype: torch.dtype | None, size: str) -> Workload:
+    """Training step of a mixture-of-experts layer: top-2 routing over 8 expert FFNs."""
+    p = _pick(size, dict(b=2, t=16, d=32, hidden=64), dict(b=4, t=2048, d=1024, hidden=2816))
+    dt = resolve_dtype(device, dtype, torch.bfloat16)
+    torch.manual_seed(0)
+    model = models.TopTwoMoE(p["d"], p["hidden"], experts=8).to(device=device, dtype=dt)
+    x = _randn(p["b"], p["t"], p["d"], device=device, dtype=dt)
+    return Workload("moe", model, (x,), dt, size, _mse_to_zero, _adamw)
+
+
+def layer_norm(device: torch.device, dtype: torch.dtype | None, size: str) -> Workload:
+    """LayerNorm over the last dim with non-trivial affine weights."""
+    p = _pick(size, dict(n=64, d=96), dict(n=16384, d=4096))
+    dt = resolve_dtype(device, dtype, torch.float32)
+    torch.manual_seed(0)
+    model = models.LayerNormOp(p["d"]).to(device=device, dtype=dt)
+    with torch.no_grad():  # non-trivial affine parameters, so a kernel that drops them fails
+        model.norm.weight.normal_(1.0, 0.1)
+        model.norm.bias.normal_(0.0, 0.1)
+    x = _randn(p["n"], p["d"], device=device, dtype=dt)
+    return Workload("layer_norm", model, (x,), dt, size)
+
+
+def rms_norm(device: torch.device, dtype: torch.dtype | None, size: str) -> Workload:
+    """RMSNorm (float32 statistics) with a weight."""
+    p = _pick(size, dict(n=64, d=96), dict(n=16384, d=4096))
+    dt = resolve_dtype(device, dtype, torch.float32)
+    torch.manual_seed(0)
+    model = models.RMSNormOp(p["d"]).to(device=device, dtype=dt)
+    x = _randn(p["n"], p["d"], device=device, dtype=dt)
+    return Workload("rms_norm", model, (x,), dt, size)
+
+
+def softmax(device: torch.device, dtype: torch.dtype | None, size: str) -> Workload:
+    """Softmax over the last dim."""
+    p = _pick(size, dict(n=64, d=100), dict(n=4096, d=16384))
+    dt = resolve_dtype(device, dtype, torch.float32)
+    x = _randn(p["n"], p["d"], device=device, dtype=dt) * 4
+    return Workload("softmax", models.SoftmaxOp(), (x,), dt, size)
+
+
+def cross_entropy(device: torch.device, dtype: torch.dtype | None, size: str) -> Workload:
+    """Cross-entropy of logits against integer targets (mean)."""
+    p = _pick(size, dict(n=32, v=50), dict(n=4096, v=32000))
+    dt = resolve_dtype(device, dtype, torch.float32)
+    torch.manual_seed(0)
+    logits = _randn(p["n"], p["v"], device=device, dtype=dt) * 3
+    targets = torch.randint(0, p["v"], (p["n"],), device=device)
+    return Workload("cross_entropy", models.CrossEntropyOp(), (logits, targets), dt, size)
+
+
+def gemm_bias_gelu(device: torch.device, dtype: torch.dtype | None, size: str) -> Workload:
+    """GEMM with a bias + GELU epilogue (nn.Linear then GELU)."""
+    p = _pick(size, dict(m=48, k=40, n=56), dict(m=8192, k=4096, n=4096))
+    dt = resolve_dtype(device, dtype, torch.float32)
+    torch.manual_seed(0)
+    model = models.GemmBiasGeluOp(p["k"], p["n"]).to(device=device, dtype=dt)
+    x = _randn(p["m"], p["k"], device=device, dtype=dt)
+    return Workload("gemm_bias_gelu", model, (x,), dt, size)
+
+
+def attention(device: torch.device, dtype: torch.dtype | None, size: str) -> Workload:
+    """Causal scaled-dot-product attention (bf16 on the GPU, where the flash kernels run)."""
+    p = _pick(size, dict(b=2, h=2, t=16, hd=8), dict(b=4, h=16, t=2048, hd=64))
+    dt = resolve_dtype(device, dtype, torch.bfloat16)
+    torch.manual_seed(0)
+    q, k, v = (_randn(p["b"], p["h"], p["t"], p["hd"], device=device, dtype=dt) for _ in "qkv")
+    return Workload("attention", models.AttentionOp(), (q, k, v), dt, size)
+
+
+WORKLOADS: dict[str, WorkloadFactory] = {
+    "gpt_block": gpt_block,
+    "mlp": mlp,
+    "convnet": convnet,
+    "moe": moe,
+    "layer_norm": layer_norm,
+    "rms_norm": rms_norm,
+    "softmax": softmax,
+    "cross_entropy": cross_entropy,
+    "gemm_bias_gelu": gemm_bias_gelu,
+    "attention": attention,
+}
+TRAINING_WORKLOADS = ("gpt_block", "mlp", "convnet", "moe")
+OP_WORKLOADS = tuple(name for name in WORKLOADS if name not in TRAINING_WORKLOADS)

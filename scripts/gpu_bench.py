@@ -1,0 +1,90 @@
+"""GPU run of `kernelpro bench` at full size, kept to a time budget (the lead runs this on the
+H100: torch 2.11, triton 3.6).
+
+    OUT=/tmp/out python scripts/gpu_bench.py                     # ops first, then models
+    OUT=/tmp/out python scripts/gpu_bench.py --budget-s 500 --workload gpt_block --workload moe
+
+Each workload runs under eager, Inductor, Inductor max-autotune-no-cudagraphs and kernelpro in
+this one process, checked against eager. No new workload starts once --budget-s has passed
+(one that is running finishes); the ones left are listed with the command that runs them.
+Writes $OUT/bench.json, bench.md, bench.txt and PNG speedup charts (matplotlib is in the GPU
+image); prints the table last.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from kernelpro_backend.bench import tables  # noqa: E402
+from kernelpro_backend.bench.cli import new_report  # noqa: E402
+from kernelpro_backend.bench.modes import ALL_MODES, make_modes  # noqa: E402
+from kernelpro_backend.bench.plots import write_plots  # noqa: E402
+from kernelpro_backend.bench.problems import load_problem, problem_files  # noqa: E402
+from kernelpro_backend.bench.runner import RunConfig, run_workloads  # noqa: E402
+from kernelpro_backend.bench.workloads import OP_WORKLOADS, TRAINING_WORKLOADS, WORKLOADS  # noqa: E402
+
+DEFAULT_ORDER = [*OP_WORKLOADS, *TRAINING_WORKLOADS]
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--workload", action="append", choices=list(WORKLOADS))
+    parser.add_argument("--problems", help="also run a directory of KernelBench files")
+    parser.add_argument("--modes", default=",".join(ALL_MODES))
+    parser.add_argument("--search", action="store_true", help='kernelpro {"search": "on-miss"}')
+    parser.add_argument("--budget-s", type=float, default=200.0)
+    parser.add_argument("--device", default="cuda", help="cpu: smoke-test the script itself")
+    parser.add_argument("--size", default="full", choices=("tiny", "full"))
+    args = parser.parse_args()
+    if args.device == "cuda" and not torch.cuda.is_available():
+        print("gpu_bench: torch sees no CUDA GPU; run this on the GPU machine", file=sys.stderr)
+        return 2
+    out = Path(os.environ.get("OUT", "out"))
+    out.mkdir(parents=True, exist_ok=True)
+    device = torch.device(args.device)
+    modes = make_modes(args.modes.split(","), {"search": "on-miss"} if args.search else None)
+    config = RunConfig(modes=modes)
+    report = new_report(device, args.size, modes)
+    names = args.workload or DEFAULT_ORDER
+    extra = problem_files(args.problems) if args.problems else []
+    start = time.perf_counter()
+    left: list[str] = []
+    for name in names:
+        if time.perf_counter() - start > args.budget_s:
+            left.append(name)
+            continue
+        report.workloads += run_workloads(
+            [(name, lambda n=name: WORKLOADS[n](device, None, args.size))], config
+        )
+        print(f"[gpu_bench] {name} done at {time.perf_counter() - start:.0f}s", file=sys.stderr)
+    for path in extra:
+        report.workloads += run_workloads(
+            [(f"kb:{path.stem}", lambda p=path: load_problem(p, device))], config
+        )
+    tables.write_json(report, out / "bench.json")
+    tables.write_markdown(report, out / "bench.md")
+    _, plot_message = write_plots(report, out)
+    text = tables.format_console(report)
+    if left:
+        text += (
+            f"\n\nnot run (budget {args.budget_s:.0f}s spent): {', '.join(left)}; run them with\n"
+            "  kernelpro bench --size full --device cuda "
+            + " ".join(f"--workload {n}" for n in left)
+        )
+    (out / "bench.txt").write_text(text + "\n")
+    print(plot_message, file=sys.stderr)
+    print(f"[gpu_bench] total {time.perf_counter() - start:.0f}s", file=sys.stderr)
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,99 @@
+"""The runner flags a mode whose outputs or gradients differ from eager (so the bench's
+"ok" means something), and keeps going when a mode raises."""
+
+import torch
+from torch._dynamo.backends.common import aot_autograd
+from torch._functorch.aot_autograd import make_boxed_func
+
+from kernelpro_backend.bench.modes import EAGER, Mode, make_modes
+from kernelpro_backend.bench.runner import RunConfig, run_workload
+from kernelpro_backend.bench.workloads import WORKLOADS
+
+CPU = torch.device("cpu")
+
+
+def _scale_outputs(factor: float):
+    def compiler(gm, example_inputs):
+        def run(*args):
+            outs = gm(*args)
+            return [o * factor if isinstance(o, torch.Tensor) else o for o in outs]
+
+        return make_boxed_func(run)
+
+    return compiler
+
+
+def _identity(gm, example_inputs):
+    return make_boxed_func(gm.forward)
+
+
+def _config(mode: Mode) -> RunConfig:
+    return RunConfig([make_modes([EAGER])[0], mode], cpu_reps=1, progress=lambda line: None)
+
+
+def test_wrong_forward_output_is_flagged():
+    def backend(gm, example_inputs):
+        return lambda *args: [o + 1e-2 for o in gm(*args)]
+
+    result = run_workload(WORKLOADS["softmax"](CPU, None, "tiny"), _config(Mode("bad", backend)))
+    bad = result.mode("bad")
+    assert bad is not None and bad.status == "wrong"
+    assert "out:" in bad.message and bad.max_abs_err > 9e-3
+    assert result.speedup("bad", EAGER) is None  # wrong modes get no speedup
+
+
+def test_wrong_gradient_is_flagged_even_when_the_forward_is_right():
+    backend = aot_autograd(fw_compiler=_identity, bw_compiler=_scale_outputs(1.01))
+    result = run_workload(WORKLOADS["mlp"](CPU, None, "tiny"), _config(Mode("badgrad", backend)))
+    bad = result.mode("badgrad")
+    assert bad is not None and bad.status == "wrong"
+    assert "grad." in bad.message and "out" not in bad.message.split(":")[0]
+
+
+def test_a_correct_compiled_training_step_matches_and_is_timed():
+    backend = aot_autograd(fw_compiler=_identity, bw_compiler=_identity)
+    result = run_workload(WORKLOADS["convnet"](CPU, None, "tiny"), _config(Mode("aot", backend)))
+    assert [m.status for m in result.modes] == ["ok", "ok"]
+    assert all(m.median_ms and m.median_ms > 0 for m in result.modes)
+    assert result.speedup("aot", EAGER) is not None
+
+
+def test_a_mode_that_raises_is_failed_and_the_rest_still_runs():
+    def backend(gm, example_inputs):
+        raise RuntimeError("backend exploded")
+
+    config = _config(Mode("boom", backend))
+    config.modes.append(Mode("eager-again", None))
+    result = run_workload(WORKLOADS["layer_norm"](CPU, None, "tiny"), config)
+    statuses = {m.mode: m.status for m in result.modes}
+    assert statuses == {"eager": "ok", "boom": "failed", "eager-again": "ok"}
+    assert "backend exploded" in result.mode("boom").message
+
+
+def test_sol_hook_gives_percent_of_speed_of_light():
+    config = RunConfig(make_modes([EAGER]), cpu_reps=1, sol_fn=lambda w: 1e-6)
+    result = run_workload(WORKLOADS["softmax"](CPU, None, "tiny"), config)
+    eager = result.mode(EAGER)
+    assert result.sol_ms == 1e-6
+    assert result.sol_fraction(EAGER) == 1e-6 / eager.median_ms
+
+
+def test_kernelpro_is_registered_from_a_source_checkout(monkeypatch):
+    """Without the pip entry point, the bench registers kernelpro's backend under its name."""
+    from torch._dynamo.backends import registry
+
+    from kernelpro_backend.backend import kernelpro
+    from kernelpro_backend.bench.modes import ensure_kernelpro_registered
+
+    registered = {}
+
+    def not_found(name):
+        raise registry.InvalidBackend(name)
+
+    monkeypatch.setattr(registry, "list_backends", lambda exclude_tags=(): [])
+    monkeypatch.setattr(registry, "lookup_backend", not_found)
+    monkeypatch.setattr(
+        registry, "register_backend", lambda fn, name: registered.setdefault(name, fn)
+    )
+    ensure_kernelpro_registered()
+    assert registered == {"kernelpro": kernelpro}
