@@ -96,13 +96,13 @@ def main():
         json.dump(results, f, indent=1)
     print(f"\n{results['device']}  torch {results['torch']}")
     print(
-        f"{'model':<18}{'mode':<20}{'step ms (round1, round2)':<34}{'spread':>8}{'loss rel err':>14}"
+        f"{'model':<18}{'mode':<20}{'step ms median':>15}{'min':>9}{'max':>9}{'loss rel err':>14}"
     )
     for name, r in results["models"].items():
-        for mode, rounds in r["step_ms"].items():
-            meds = ", ".join(f"{m:.3f}" for m, _ in rounds)
+        for mode, t in r["step_ms"].items():
             print(
-                f"{name:<18}{mode:<20}{meds:<34}{rounds[0][1]:>8.3f}{r['loss_rel_err'][mode]:>14.2e}"
+                f"{name:<18}{mode:<20}{t['median']:>15.3f}{t['min']:>9.3f}{t['max']:>9.3f}"
+                f"{r['loss_rel_err'][mode]:>14.2e}"
             )
 
 

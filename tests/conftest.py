@@ -2,8 +2,15 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 import torch
+
+# Without a GPU, Triton kernels run on CPU tensors through Triton's interpreter. Set it before
+# triton is imported (spawned workers inherit it). On a GPU machine the real compiler runs.
+if not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")
 
 
 def pytest_collection_modifyitems(config, items):

@@ -1,20 +1,6 @@
-import os
-
-# Triton kernels run on CPU tensors through the interpreter; set before triton is imported.
-# Spawned workers inherit the environment (the GPU tests start theirs without it).
-os.environ.setdefault("TRITON_INTERPRET", "1")
-
-import pytest  # noqa: E402
-import torch  # noqa: E402
-
-from kernelpro_backend.backend import make_backend  # noqa: E402
-
-
-def subgraphs_of(fn, *args):
-    store = []
-    backend = make_backend(observer=lambda kind, sgs: store.extend(sgs))
-    torch.compile(fn, backend=backend, options={"fallback": "eager", "search": "off"})(*args)
-    return store
+import pytest
+import torch
+from runtime_helpers import subgraphs_of
 
 
 def _pointwise(x, y):

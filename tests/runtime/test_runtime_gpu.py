@@ -3,8 +3,8 @@ parent and the other worker healthy, and timing the same kernel twice agrees."""
 
 import pytest
 import torch
-from conftest import subgraphs_of
 from gaming_corpus import CASES, CUDA_CRASHES, HONEST
+from runtime_helpers import subgraphs_of
 
 from kernelpro_backend.runtime import EvalStatus, Job, SourceCandidate, WorkerPool, faster
 
