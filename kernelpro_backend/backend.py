@@ -37,9 +37,10 @@ def _warn_no_cuda_once() -> None:
 
 
 def default_provider(options: Options) -> KernelProvider:
-    """The provider the options ask for. Cache lookups and search plug in here as they land;
-    until then every subgraph goes to the fallback."""
-    return NullProvider()
+    """The provider the options ask for: cache lookups, and search on misses (autotune.py)."""
+    from .autotune import default_provider as assemble
+
+    return assemble(options)
 
 
 class CompileSession:

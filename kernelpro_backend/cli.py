@@ -60,6 +60,26 @@ def _cmd_explain(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_warmup(args: argparse.Namespace) -> int:
+    from .warmup import warmup
+
+    model, inputs = model_and_inputs(args.target)
+    options: dict[str, Any] = {}
+    if args.cache_dir:
+        options["cache_dir"] = args.cache_dir
+    if args.max_trials:
+        options["max_trials"] = args.max_trials
+    try:
+        report = warmup(
+            model, inputs, train=not args.no_train, budget_s=args.budget_s, options=options
+        )
+    except RuntimeError as e:
+        print(f"kernelpro warmup: {e}", file=sys.stderr)
+        return 2
+    print(report.table())
+    return 0
+
+
 def _cmd_demo(args: argparse.Namespace) -> int:
     from .demo import run_demo
 
@@ -83,6 +103,27 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("target", metavar="MODULE:FN")
     p.set_defaults(func=_cmd_explain)
+
+    p = sub.add_parser(
+        "warmup",
+        help="search every subgraph of a model that the cache lacks (resumable)",
+        description="MODULE:FN returns (model, example_inputs). Searches forward and backward "
+        "subgraphs on this GPU and stores each winner as soon as it is found.",
+    )
+    p.add_argument("target", metavar="MODULE:FN")
+    p.add_argument("--budget-s", type=float, default=None, help="search seconds per subgraph")
+    p.add_argument("--max-trials", type=int, default=None, help="search trials per subgraph")
+    p.add_argument("--no-train", action="store_true", help="inference graph only (no backward)")
+    p.add_argument("--cache-dir", default=None, help="cache directory to fill")
+    p.set_defaults(func=_cmd_warmup)
+
+    from .bench import add_cli as add_bench_cli
+    from .cache.cli import add_cli as add_cache_cli
+    from .profilers.cli import add_cli as add_profile_cli
+
+    add_cache_cli(sub)
+    add_profile_cli(sub)
+    add_bench_cli(sub)
 
     p = sub.add_parser("demo", help="compile a transformer block with the backend and time it")
     p.add_argument("--steps", type=int, default=20, help="timed training steps (default 20)")

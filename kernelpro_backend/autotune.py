@@ -1,0 +1,197 @@
+"""The composition root: cache, search, evaluator and profilers assembled into the backend's
+kernel provider.
+
+Owns: `default_provider(options)`; the measurer that evaluates candidates in the isolated worker
+pool and attaches stage-1 (roofline) findings; the searcher that runs `search.optimize` on a
+cache miss and turns its winner into a `KernelArtifact`; the loader that turns an artifact back
+into a kernel.
+Must not: hold search, codegen, validation or cache logic of its own - it only connects them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+from collections.abc import Hashable, Sequence
+from typing import Any
+
+import torch
+
+from .fx_passes import Subgraph
+from .options import Options
+from .providers import CallableKernel, Kernel, KernelProvider, NullProvider
+from .runtime.result import EvalResult
+
+log = logging.getLogger("kernelpro")
+
+
+def load_artifact(artifact: Any) -> Kernel:
+    """A cached Triton kernel, rebuilt from its spec (Triton compiles it, or reuses its own
+    on-disk compile cache; no nvcc is needed)."""
+    from .codegen import KernelSpec, build
+
+    if artifact.spec_json is None:
+        raise ValueError(
+            f"cached {artifact.language} kernel has no KernelSpec; only spec-built kernels load here"
+        )
+    spec = KernelSpec.from_json(artifact.spec_json)
+    kernel = build(spec)
+    return CallableKernel(f"triton-{spec.digest[:12]}", kernel)
+
+
+class PoolMeasurer:
+    """Evaluates candidates in the worker pool; adds the roofline finding (stage 1)."""
+
+    def __init__(self, options: Options) -> None:
+        self.options = options
+        self._pool: Any = None
+        self._ceilings: Any = None
+
+    @property
+    def pool(self) -> Any:
+        if self._pool is None:
+            from .runtime import WorkerPool
+
+            self._pool = WorkerPool(workers=self.options.workers, timeout_s=120)
+        return self._pool
+
+    @property
+    def ceilings(self) -> Any:
+        if self._ceilings is None:
+            from .profilers.ceilings import Ceilings
+
+            self._ceilings = Ceilings.load_or_measure("cuda", self.options.cache_dir)
+        return self._ceilings
+
+    def _job(self, subgraph: Subgraph, candidate: object) -> Any:
+        from .runtime import Job
+
+        return Job.from_subgraph(
+            subgraph,
+            candidate,
+            measure_energy=self.options.objective == "energy",
+            ceilings=self.ceilings,
+        )
+
+    def measure(self, subgraph: Subgraph, candidates: Sequence[Hashable]) -> list[EvalResult]:
+        jobs = [self._job(subgraph, c) for c in candidates]
+        results = self.pool.evaluate_many(jobs)
+        return [
+            self._with_roofline(subgraph, c, r) for c, r in zip(candidates, results, strict=True)
+        ]
+
+    def baselines(self, subgraph: Subgraph) -> dict[str, EvalResult]:
+        from .runtime import BaselineCandidate
+
+        names = ("eager", "inductor")
+        jobs = [self._job(subgraph, BaselineCandidate(n)) for n in names]
+        return dict(zip(names, self.pool.evaluate_many(jobs), strict=True))
+
+    def _with_roofline(
+        self, subgraph: Subgraph, candidate: object, result: EvalResult
+    ) -> EvalResult:
+        if not result.ok or result.median_ms is None:
+            return result
+        from .profilers.roofline import Roofs, classify
+        from .profilers.speed_of_light import SpeedOfLight
+
+        work = SpeedOfLight.work(subgraph)
+        c = self.ceilings
+        # One effective compute roof for the mix of tensor-core and FP32 work in the subgraph.
+        compute_s = work.other_flops / c.fp32_flops_per_s
+        if work.tensor_flops:
+            peak = c.peak_flops_per_s(work.tensor_dtype, subgraph.precision, tensor_op=True)
+            compute_s += work.tensor_flops / peak
+        flops_per_s = work.flops / compute_s if compute_s > 0 else c.fp32_flops_per_s
+        roofs = Roofs(bytes_per_s=c.dram_bytes_per_s, flops_per_s=flops_per_s)
+        flops, nbytes = work.flops, work.bytes
+        knobs = dict(getattr(candidate, "knobs", ()) or ())
+        report = classify(result.median_ms, flops, nbytes, roofs, knobs=knobs)
+        return dataclasses.replace(result, findings=(*result.findings, *report.findings))
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.close()
+            self._pool = None
+
+
+class SubgraphSearcher:
+    """On a cache miss: lower the subgraph, search it, return the winner as an artifact (or None
+    when the fallback stays fastest, or no template covers the subgraph)."""
+
+    def __init__(self, options: Options) -> None:
+        self.options = options
+        self.measurer = PoolMeasurer(options)
+
+    def __call__(self, subgraph: Subgraph) -> Any:
+        from .cache import KernelArtifact, Provenance
+        from .codegen import Unsupported, lower, render
+        from .search import (
+            Budget,
+            SearchMemory,
+            codegen_space,
+            default_memory_path,
+            optimize,
+        )
+
+        try:
+            lower(subgraph)
+        except Unsupported as e:
+            log.info("kernelpro: no template for %s subgraph (%s): fallback", subgraph.pattern, e)
+            return None
+        log_dir = os.path.join(_cache_dir(self.options), "logs")
+        os.makedirs(log_dir, exist_ok=True)
+        log_path = os.path.join(log_dir, f"{subgraph.key.digest[:16]}.jsonl")
+        outcome = optimize(
+            subgraph,
+            space=codegen_space(),  # type: ignore[arg-type]
+            measurer=self.measurer,
+            budget=Budget.from_options(self.options),
+            memory=SearchMemory(default_memory_path(self.options.cache_dir)),
+            log_path=log_path,
+            progress=self.options.progress,
+            objective=self.options.objective,
+            batch_size=self.options.workers,
+        )
+        baselines = {k: r.median_ms for k, r in outcome.baselines.items() if r.ok and r.median_ms}
+        if outcome.uses_fallback or outcome.result is None:
+            log.info(
+                "kernelpro: %s %s: the fallback (%s) stays fastest after %d trials",
+                subgraph.graph,
+                subgraph.pattern,
+                outcome.winner,
+                outcome.trials,
+            )
+            return None
+        spec: Any = outcome.winner
+        rendered = render(spec)
+        return KernelArtifact(
+            language=rendered.language,
+            source=rendered.source,
+            entry=rendered.entry,
+            spec_json=spec.to_json(),
+            kernel_ms=outcome.result.median_ms,
+            baselines_ms=baselines,
+            sol_fraction=outcome.result.sol_fraction,
+            provenance=Provenance(search_log=log_path),
+        )
+
+
+def _cache_dir(options: Options) -> str:
+    return (
+        options.cache_dir
+        or os.environ.get("KERNELPRO_CACHE_DIR")
+        or os.path.expanduser("~/.cache/kernelpro")
+    )
+
+
+def default_provider(options: Options) -> KernelProvider:
+    """Cache lookups (every policy but "off"), plus search on misses under "on-miss".
+    Without a CUDA GPU there is nothing to look up: every subgraph runs on the fallback."""
+    if options.search == "off" or not torch.cuda.is_available():
+        return NullProvider()
+    from .cache import CacheProvider
+
+    searcher = SubgraphSearcher(options) if options.search == "on-miss" else None
+    return CacheProvider.from_options(options, loader=load_artifact, searcher=searcher)

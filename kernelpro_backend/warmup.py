@@ -1,0 +1,132 @@
+"""Offline warm-up: find every subgraph of a model (forward and backward) and search the ones
+the cache lacks, so that later runs (search="cache-only") start fast.
+
+Owns: `warmup(model, example_inputs, ...)` and its summary. Every winner is stored as soon as
+its search ends (the cache provider does that), so an interrupted warm-up loses no finished
+work: running it again searches only what is still missing.
+Must not: search or cache by itself (autotune.py assembles the provider that does).
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+
+from .backend import make_backend
+from .fx_passes import Subgraph
+from .options import Options
+from .providers import Kernel, KernelProvider
+
+
+@dataclasses.dataclass
+class WarmupRow:
+    graph: str
+    pattern: str
+    key: str
+    result: str  # "kernel", "fallback", "symbolic"
+    seconds: float
+
+
+@dataclasses.dataclass
+class WarmupReport:
+    rows: list[WarmupRow]
+    seconds: float
+
+    def table(self) -> str:
+        header = f"{'graph':<10}{'pattern':<28}{'key':<14}{'result':<10}{'seconds':>8}"
+        lines = [header, "-" * len(header)]
+        for r in self.rows:
+            lines.append(
+                f"{r.graph:<10}{r.pattern[:27]:<28}{r.key:<14}{r.result:<10}{r.seconds:>8.1f}"
+            )
+        kernels = sum(r.result == "kernel" for r in self.rows)
+        lines.append(
+            f"{len(self.rows)} subgraphs, {kernels} with a kernel, "
+            f"{len(self.rows) - kernels} on the fallback; {self.seconds:.0f} s"
+        )
+        return "\n".join(lines)
+
+
+class _Recording:
+    """Wraps a provider and notes what it returned for each subgraph."""
+
+    def __init__(self, inner: KernelProvider, rows: list[WarmupRow]) -> None:
+        self.inner = inner
+        self.rows = rows
+
+    def find(self, subgraph: Subgraph) -> Kernel | None:
+        t0 = time.perf_counter()
+        kernel = self.inner.find(subgraph)
+        self.rows.append(
+            WarmupRow(
+                subgraph.graph,
+                subgraph.pattern,
+                subgraph.key.short(),
+                "kernel" if kernel is not None else "fallback",
+                time.perf_counter() - t0,
+            )
+        )
+        return kernel
+
+
+def warmup(
+    model: torch.nn.Module,
+    example_inputs: Sequence[Any],
+    *,
+    train: bool = True,
+    budget_s: float | None = None,
+    loss_fn: Callable[[Any], torch.Tensor] | None = None,
+    options: dict[str, Any] | None = None,
+    provider: KernelProvider | None = None,
+) -> WarmupReport:
+    """Search every subgraph of `model` the cache lacks (forward and, with `train`, backward).
+
+    `budget_s` is the search budget per subgraph; `loss_fn(output) -> scalar` defines the
+    training step (default: sum of the output)."""
+    opts = dict(options or {})
+    opts.setdefault("search", "on-miss")
+    if budget_s is not None:
+        opts["budget_s"] = budget_s
+    resolved = Options.resolve(options=opts)
+    if provider is None:
+        if not torch.cuda.is_available():
+            raise RuntimeError(
+                "kernelpro warmup searches kernels on a CUDA GPU and none is visible here; "
+                "run it on the machine (or the same GPU model) the model will train on"
+            )
+        from .autotune import default_provider
+
+        provider = default_provider(resolved)
+    rows: list[WarmupRow] = []
+
+    def note_symbolic(graph_kind: str, subgraphs: Sequence[Subgraph]) -> None:
+        for sg in subgraphs:
+            if sg.symbolic:
+                rows.append(WarmupRow(graph_kind, sg.pattern, "-", "symbolic", 0.0))
+
+    backend = make_backend(provider=_Recording(provider, rows), observer=note_symbolic)
+    model = copy.deepcopy(model)
+    started = time.perf_counter()
+    compiled = torch.compile(model, backend=backend, options=opts)
+    inputs = list(example_inputs)
+    if train:
+        out = compiled(*inputs)
+        loss = loss_fn(out) if loss_fn else _default_loss(out)
+        loss.backward()
+    else:
+        with torch.no_grad():
+            compiled(*inputs)
+    return WarmupReport(rows=rows, seconds=time.perf_counter() - started)
+
+
+def _default_loss(out: Any) -> torch.Tensor:
+    if isinstance(out, torch.Tensor):
+        return out.float().sum()
+    if isinstance(out, (list, tuple)):
+        return sum((_default_loss(o) for o in out if isinstance(o, torch.Tensor)), torch.zeros(()))
+    raise TypeError("pass loss_fn: the model's output is not a tensor or a tuple of tensors")
