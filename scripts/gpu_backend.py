@@ -16,10 +16,11 @@ import torch
 
 from kernelpro_backend import examples, make_backend
 
+# Large enough that a step is GPU-bound (several ms), not launch-bound.
 SIZES = {
-    "mlp": {"batch": 4096},
-    "transformer_block": {"batch": 8, "seq": 512},
-    "convnet": {"batch": 64},
+    "mlp": {"batch": 65536},
+    "transformer_block": {"batch": 32, "seq": 512},
+    "convnet": {"batch": 256},
 }
 
 
