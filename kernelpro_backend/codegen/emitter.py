@@ -22,9 +22,15 @@ _IDENTITY = {"sum": "0.0", "max": 'float("-inf")', "min": 'float("inf")'}
 
 class Emitter:
     def __init__(
-        self, spec: KernelSpec, coords: Sequence[str], col_dims: Sequence[int], n_cols: int
+        self,
+        spec: KernelSpec,
+        coords: Sequence[str],
+        col_dims: Sequence[int],
+        n_cols: int,
+        row_var: str = "row",
     ) -> None:
         self.spec = spec
+        self.row_var = row_var  # a [ROWS, 1] tensor: gives per-row values a pointer of their shape
         self.coords = list(coords)
         self.col_dims = set(col_dims)
         self.n_cols = n_cols
@@ -114,7 +120,7 @@ class Emitter:
             if dtype == "bool":
                 return literal(bool(value))
             return literal(float(value) if is_float(dtype) else int(value))
-        rendered = [self.value(a) if a[0] != "c" or op != "cast" else literal(a[1]) for a in args]
+        rendered = [self.value(a) for a in (args[:1] if op == "cast" else args)]
         return expression(op, rendered, dtype)
 
     def inline_reduction(self, op: str, arg: Any) -> str:
@@ -129,21 +135,23 @@ class Emitter:
         dtype = self.spec.outputs[k][2]
         v = self.value(ref)
         off = f"{offset} + " if offset else ""
-        mask = self.mask(self._index_level(index))
+        level = self._index_level(index)
+        mask = self.mask(level)
+        where = ix.render(index, self.coords)
+        if level == SCALAR and self.level(ref) != SCALAR:
+            # a per-row value (the one row of a full reduction) stored to a scalar output
+            where, mask = f"{where} + {self.row_var} * 0", "row_mask"
         if predicate:
             picked, value = predicate
-            where = f"(({ix.render(picked, self.coords)}) == {value})"
-            mask = f"{mask} & {where}" if mask else where
+            picked_here = f"(({ix.render(picked, self.coords)}) == {value})"
+            mask = f"{mask} & {picked_here}" if mask else picked_here
         if dtype == "bool":
             value = f"({v} != 0)"
         elif dtype in LOW_FLOATS or dtype != self.dtype(ref):
             value = f"({v}).to({TL_DTYPES[dtype]})"
         else:
             value = v
-        self.line(
-            f"tl.store({ptr} + {off}{ix.render(index, self.coords)}, {value}"
-            + (f", mask={mask})" if mask else ")")
-        )
+        self.line(f"tl.store({ptr} + {off}{where}, {value}" + (f", mask={mask})" if mask else ")"))
 
     def emit_ready_rows(self, needed: set[Any]) -> None:
         """Emit every needed per-row op whose operands are available outside column loops,

@@ -199,12 +199,13 @@ class ProgramBuilder:
         )
 
     def _clamp(self, name: str, n: fx.Node, dt: str) -> Ref:
-        args = list(n.args) + [None, None]
-        lo = n.kwargs.get("min", args[1]) if name != "clamp_max" else None
-        hi = n.kwargs.get("max", args[2]) if name != "clamp_min" else n.kwargs.get("max", args[1])
-        if name == "hardtanh":
-            lo = args[1] if args[1] is not None else -1.0
-            hi = args[2] if args[2] is not None else 1.0
+        args = [*n.args, None, None]
+        lo, hi = {
+            "clamp": (n.kwargs.get("min", args[1]), n.kwargs.get("max", args[2])),
+            "clamp_min": (args[1], None),
+            "clamp_max": (None, args[1]),
+            "hardtanh": (-1.0 if args[1] is None else args[1], 1.0 if args[2] is None else args[2]),
+        }[name]
         x = self.ref(args[0])
         if lo is not None:
             x = self.emit("maximum", (x, self.ref(lo)), dt)

@@ -20,7 +20,7 @@ def render_gemm(spec: KernelSpec) -> tuple[str, str]:
     b_in, b_off, (sbb, sbk, sbn) = spec.param("b")
     batched = len(spec.domain) == 3
     coords = ["pid_b", "rm", "rn"] if batched else ["rm", "rn"]
-    em = Emitter(spec, coords, [len(spec.domain) - 1], n)
+    em = Emitter(spec, coords, [len(spec.domain) - 1], n, row_var="rm")
     split = int(spec.knob("SPLIT_K"))
     persistent = bool(spec.knob("PERSISTENT"))
     wide = max(m * sam, k * sak, n * sbn, k * sbk, batch * max(sab, sbb), m * n * batch) > 2**30
