@@ -162,6 +162,11 @@ class MapBuilder:
             coords = [ix.dim(k) for k in kept]
             self.give(out, ix.reshape(coords, [dom[k] for k in kept], so, dom))
             return
+        if math.prod(so) > math.prod(dom):
+            raise Unsupported(
+                f"output {out.name} of shape {so} is larger than the domain {dom}: the kernel "
+                "would broadcast its result to a larger tensor, which no template does"
+            )
         raise Unsupported(f"output {out.name} of shape {so} does not map onto the domain {dom}")
 
     def run(self, outputs: Sequence[fx.Node], anchor: fx.Node | None = None) -> dict[fx.Node, Map]:
