@@ -15,7 +15,6 @@ from kernelpro_backend.codegen import Unsupported
 FLOOR = 54  # subgraphs that lower and pass, out of 60
 
 
-@pytest.mark.slow
 def test_examples_coverage() -> None:
     passed, unsupported, total = 0, [], 0
     for name in ("mlp", "transformer_block", "convnet"):
