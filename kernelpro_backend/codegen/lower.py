@@ -19,7 +19,7 @@ from ..fx_passes.ops import Role, op_name, role
 from . import index as ix
 from .errors import Unsupported
 from .knobs import default_knobs
-from .maps import MapBuilder, is_view_of_input, reduction_parts, root_input, shape
+from .maps import MapBuilder, broadcast, is_view_of_input, reduction_parts, root_input, shape
 from .program import ProgramBuilder
 from .spec import KernelSpec
 
@@ -134,7 +134,8 @@ def _lower_gemm(sg: Subgraph) -> dict[str, Any]:
     acc: tuple[str, Any] = ("A", 0)
     dt = str(mm.meta["val"].dtype).removeprefix("torch.")
     if bias is not None:
-        builder.give(bias, _broadcast_map(ident, domain, shape(bias)))  # type: ignore[arg-type]
+        # the bias is read like an epilogue operand: broadcast over the output tile
+        builder.give(bias, broadcast(ident, domain, shape(bias)))  # type: ignore[arg-type]
         alpha, beta = mm.kwargs.get("alpha", 1), mm.kwargs.get("beta", 1)
         if alpha != 1:
             acc = prog.emit("mul", (acc, ("c", alpha)), "float32")
@@ -170,9 +171,3 @@ def _lower_gemm(sg: Subgraph) -> dict[str, Any]:
         stores=stores,
         anchor=anchor,
     )
-
-
-def _broadcast_map(ident: list, domain: tuple[int, ...], s: tuple[int, ...]) -> list:
-    from .maps import broadcast
-
-    return broadcast(ident, domain, s)

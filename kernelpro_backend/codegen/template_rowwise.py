@@ -10,6 +10,9 @@ Must not: lower aten or launch anything.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 from . import index as ix
 from .emitter import FULL, REDUCTIONS, Emitter
 from .knobs import extent, rows_cols
@@ -79,7 +82,9 @@ def render_rowwise(spec: KernelSpec) -> tuple[str, str]:
     return "\n".join(head + em.lines), grid
 
 
-def _looped(spec: KernelSpec, em: Emitter, needed: set, open_columns) -> None:  # type: ignore[no-untyped-def]
+def _looped(
+    spec: KernelSpec, em: Emitter, needed: set[Any], open_columns: Callable[[str], None]
+) -> None:
     for i, (_, _, _) in enumerate(spec.loads):
         if ("L", i) in needed and em.level(("L", i)) != FULL:
             em.value(("L", i))
