@@ -17,7 +17,7 @@ import torch.fx as fx
 from ..fx_passes import Subgraph
 from ..fx_passes.ops import Role, op_name, role
 from . import index as ix
-from .errors import Unsupported
+from .errors import IllegalSpec, Unsupported
 from .knobs import default_knobs
 from .maps import MapBuilder, broadcast, is_view_of_input, reduction_parts, root_input, shape
 from .program import ProgramBuilder
@@ -46,7 +46,10 @@ def _finish(fields: dict[str, Any], sg: Subgraph) -> KernelSpec:
     fields["pattern"] = sg.pattern
     fields["knobs"] = ()
     draft = KernelSpec(**fields)
-    return KernelSpec(**{**fields, "knobs": default_knobs(draft)})
+    try:
+        return KernelSpec(**{**fields, "knobs": default_knobs(draft)})
+    except IllegalSpec as e:  # e.g. a GEMM row reduction over a row wider than any tile
+        raise Unsupported(f"no legal knobs for this {draft.template}: {e}") from e
 
 
 def _check_dtypes(sg: Subgraph) -> None:

@@ -80,3 +80,21 @@ def cases(dtype: torch.dtype) -> dict[str, tuple[nn.Module, tuple[torch.Tensor, 
         "reductions": (Reductions(), (t(11, 37),)),
         "broadcasts": (Broadcasts(), (t(5, 1, 37), t(3, 37), t(37))),
     }
+
+
+class PointwiseZoo(nn.Module):
+    """The rest of the op table: comparisons, logical ops, rounding, powers, trigonometry.
+    (Rounding ops are discontinuous: compared in float32 only, where both sides round the
+    same float32 value.)"""
+
+    def forward(self, x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        a = torch.where(x > y, x.abs().sqrt(), (1 - y) ** 3)
+        b = torch.floor(x * 3) + torch.trunc(y * 2) + torch.sign(x) + torch.ceil(y)
+        c = (x.abs() + 0.5) ** 1.7 + torch.rsqrt(y.abs() + 1) + torch.log1p(x.abs())
+        d = torch.logical_and(x > 0, y < 0).float() + (x >= y).float() * 2 + F.hardsigmoid(x)
+        e = torch.sin(x) * torch.cos(y) + torch.expm1(y * 0.1) + torch.reciprocal(x.abs() + 1)
+        return (
+            a + b + c + d + e,
+            torch.clamp(x, min=-0.3),
+            torch.minimum(x, y) * torch.maximum(x, y),
+        )

@@ -85,3 +85,22 @@ def test_attention_through_the_public_op() -> None:
         lambda a, b, c: (F.scaled_dot_product_attention(a, b, c),), (q, k, v), "attention"
     )
     check(sg)
+
+
+def test_pointwise_op_table() -> None:
+    from models import PointwiseZoo
+
+    x, y = (torch.randn(5, 37, requires_grad=True) for _ in range(2))
+    subgraphs = collect(PointwiseZoo(), (x, y))
+    assert {sg.graph for sg in subgraphs} == {"forward", "backward"}
+    for seed, sg in enumerate(subgraphs):
+        check(sg, seed=seed)
+
+
+def test_gemm_row_reduction_wider_than_a_tile_is_unsupported() -> None:
+    from kernelpro_backend.codegen import Unsupported
+
+    x, w = torch.randn(8, 16), torch.randn(16, 300)
+    sg = traced_subgraph(lambda a, b: (torch.mm(a, b).amax(-1, keepdim=True),), (x, w), "gemm")
+    with pytest.raises(Unsupported, match="BLOCK_N=512"):
+        lower(sg)
