@@ -1,0 +1,65 @@
+"""Building a spec into a callable kernel.
+
+Owns: rendering, executing the module source in a fresh namespace (written to a temp file so
+Triton's JIT can read the kernel's source), and wrapping `entry` as a `Kernel`.
+Must not: validate numerics or time anything (runtime/ does).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import os
+import sys
+import tempfile
+from collections.abc import Callable, Sequence
+
+import torch
+
+from .render import render
+from .spec import KernelSpec, RenderedKernel
+
+_MODULE_DIR = os.path.join(tempfile.gettempdir(), f"kernelpro-codegen-{os.getuid()}")
+
+
+def load_module(rendered: RenderedKernel) -> Callable[..., list[torch.Tensor]]:
+    """Execute `rendered.source` as a fresh module and return its entry function. The source
+    goes to a file named by its hash: `@triton.jit` reads kernel source with `inspect`."""
+    os.makedirs(_MODULE_DIR, exist_ok=True)
+    digest = hashlib.sha256(rendered.source.encode()).hexdigest()[:24]
+    path = os.path.join(_MODULE_DIR, f"kp_{digest}.py")
+    if not os.path.exists(path):
+        tmp = f"{path}.{os.getpid()}.tmp"
+        with open(tmp, "w") as f:
+            f.write(rendered.source)
+        os.replace(tmp, path)
+    name = f"kernelpro_generated_{digest}"
+    spec = importlib.util.spec_from_file_location(name, path)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"cannot load generated module {path}")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    entry = getattr(module, rendered.entry, None)
+    if entry is None:
+        raise ImportError(f"generated module {path} defines no {rendered.entry!r}")
+    return entry  # type: ignore[no-any-return]
+
+
+class SpecKernel:
+    """A `Kernel` built from a spec: `kernel(*inputs)` returns fresh outputs."""
+
+    def __init__(self, spec: KernelSpec) -> None:
+        self.spec = spec
+        self.rendered = render(spec)
+        self.name = f"{spec.template}-{spec.digest[:12]}"
+        self._entry = load_module(self.rendered)
+
+    def __call__(self, *inputs: torch.Tensor) -> Sequence[torch.Tensor]:
+        if len(inputs) != len(self.spec.inputs):
+            raise TypeError(f"{self.name} takes {len(self.spec.inputs)} inputs, got {len(inputs)}")
+        return self._entry(*inputs)
+
+
+def build(spec: KernelSpec) -> SpecKernel:
+    return SpecKernel(spec)

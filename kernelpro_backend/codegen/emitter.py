@@ -1,0 +1,173 @@
+"""Emitting a spec's op list as Triton statements inside a template's tile.
+
+Owns: the level of each value (scalar, per row, or per element of the tile), loads and stores
+with their masks, on-demand emission of the ops a value needs (memoised per scope), and the
+two reduction forms: inline over a tile that covers the row, or accumulated over a column loop.
+Must not: decide the kernel's loop structure (the templates do) or know aten.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from . import index as ix
+from .optable import LOW_FLOATS, TL_DTYPES, expression, is_float, literal
+from .spec import KernelSpec
+
+SCALAR, ROW, FULL = 0, 1, 2
+REDUCTIONS = ("sum", "max", "min")
+_IDENTITY = {"sum": "0.0", "max": 'float("-inf")', "min": 'float("inf")'}
+
+
+class Emitter:
+    def __init__(
+        self,
+        spec: KernelSpec,
+        coords: Sequence[str],
+        col_dims: Sequence[int],
+        n_cols: int,
+        row_var: str = "row",
+    ) -> None:
+        self.spec = spec
+        self.row_var = row_var  # a [ROWS, 1] tensor: gives per-row values a pointer of their shape
+        self.coords = list(coords)
+        self.col_dims = set(col_dims)
+        self.n_cols = n_cols
+        self.lines: list[str] = []
+        self.indent = 1
+        self.global_memo: dict[Any, str] = {}
+        self.local_memo: dict[Any, str] = {}
+        self.counter = 0
+        self.levels = {("L", i): self._index_level(idx) for i, (_, _, idx) in enumerate(spec.loads)}
+        self.levels[("A", 0)] = FULL
+        for i, (op, args, _) in enumerate(spec.ops):
+            lv = max((self.level(a) for a in args), default=SCALAR)
+            self.levels[("T", i)] = ROW if op in REDUCTIONS else lv
+
+    # -- levels --------------------------------------------------------------------------
+    def _index_level(self, index: ix.Index) -> int:
+        dims = ix.dims_of(index)
+        return FULL if dims & self.col_dims else ROW if dims else SCALAR
+
+    def level(self, ref: Any) -> int:
+        return SCALAR if ref[0] == "c" else self.levels[ref]
+
+    def dtype(self, ref: Any) -> str:
+        if ref[0] == "L":
+            return self.spec.inputs[self.spec.loads[ref[1]][0]][2]
+        if ref[0] == "T":
+            return self.spec.ops[ref[1]][2]
+        return "float32"
+
+    def needed(self) -> set[Any]:
+        """Refs the stores depend on."""
+        seen: set[Any] = set()
+        stack = [s[0] for s in self.spec.stores]
+        while stack:
+            r = stack.pop()
+            if r in seen or r[0] == "c":
+                continue
+            seen.add(r)
+            if r[0] == "T":
+                stack.extend(self.spec.ops[r[1]][1])
+        return seen
+
+    # -- statements ----------------------------------------------------------------------
+    def line(self, text: str) -> None:
+        self.lines.append("    " * self.indent + text)
+
+    def _name(self, prefix: str) -> str:
+        self.counter += 1
+        return f"{prefix}{self.counter}"
+
+    def mask(self, level: int) -> str | None:
+        return {SCALAR: None, ROW: "row_mask", FULL: "mask"}[level]
+
+    def value(self, ref: Any) -> str:
+        if ref[0] == "c":
+            return literal(ref[1])
+        memo = self.local_memo if self.level(ref) == FULL else self.global_memo
+        if ref in memo:
+            return memo[ref]
+        if ref[0] == "L":
+            text = self._load(ref[1])
+        elif ref[0] == "T":
+            text = self._op(ref[1])
+        else:
+            raise KeyError(f"{ref} must be bound by the template before use")
+        name = self._name("x" if ref[0] == "L" else "t")
+        self.line(f"{name} = {text}")
+        memo[ref] = name
+        return name
+
+    def _load(self, i: int) -> str:
+        inp, offset, index = self.spec.loads[i]
+        dtype = self.spec.inputs[inp][2]
+        where = ix.render(index, self.coords)
+        off = f"{offset} + " if offset else ""
+        mask = self.mask(self._index_level(index))
+        args = f"in{inp} + {off}{where}" + (f", mask={mask}, other=0" if mask else "")
+        text = f"tl.load({args})"
+        return f"{text}.to(tl.float32)" if dtype in LOW_FLOATS else text
+
+    def _op(self, i: int) -> str:
+        op, args, dtype = self.spec.ops[i]
+        if op in REDUCTIONS:
+            return self.inline_reduction(op, args[0])
+        if op == "cast" and args[0][0] == "c":
+            value = args[0][1]
+            if dtype == "bool":
+                return literal(bool(value))
+            return literal(float(value) if is_float(dtype) else int(value))
+        rendered = [self.value(a) for a in (args[:1] if op == "cast" else args)]
+        return expression(op, rendered, dtype)
+
+    def inline_reduction(self, op: str, arg: Any) -> str:
+        v = self.value(arg)
+        if self.level(arg) != FULL:  # constant along the row
+            return f"({v} * {self.n_cols})" if op == "sum" else v
+        fn = {"sum": "tl.sum", "max": "tl.max", "min": "tl.min"}[op]
+        return f"{fn}(tl.where(mask, {v}, {_IDENTITY[op]}), axis=1)[:, None]"
+
+    def store(self, k: int, ptr: str) -> None:
+        ref, offset, index, predicate = self.spec.stores[k]
+        dtype = self.spec.outputs[k][2]
+        v = self.value(ref)
+        off = f"{offset} + " if offset else ""
+        level = self._index_level(index)
+        mask = self.mask(level)
+        where = ix.render(index, self.coords)
+        if level == SCALAR and self.level(ref) != SCALAR:
+            # a per-row value (the one row of a full reduction) stored to a scalar output
+            where, mask = f"{where} + {self.row_var} * 0", "row_mask"
+        if predicate:
+            picked, value = predicate
+            picked_here = f"(({ix.render(picked, self.coords)}) == {value})"
+            mask = f"{mask} & {picked_here}" if mask else picked_here
+        if dtype == "bool":
+            value = f"({v} != 0)"
+        elif dtype in LOW_FLOATS or dtype != self.dtype(ref):
+            value = f"({v}).to({TL_DTYPES[dtype]})"
+        else:
+            value = v
+        self.line(f"tl.store({ptr} + {off}{where}, {value}" + (f", mask={mask})" if mask else ")"))
+
+    def emit_ready_rows(self, needed: set[Any]) -> None:
+        """Emit every needed per-row op whose operands are available outside column loops,
+        so loops only read per-row values, never define them."""
+        changed = True
+        while changed:
+            changed = False
+            for i, (op, args, _) in enumerate(self.spec.ops):
+                ref = ("T", i)
+                if ref not in needed or ref in self.global_memo or self.level(ref) == FULL:
+                    continue
+                if op in REDUCTIONS:
+                    continue
+                if all(
+                    a[0] == "c" or a in self.global_memo or (a[0] == "L" and self.level(a) != FULL)
+                    for a in args
+                ):
+                    self.value(ref)
+                    changed = True

@@ -1,0 +1,199 @@
+"""Knobs: the default values of each template's knobs, their legal values, and the limits.
+
+Owns: `default_knobs(spec)`, `knob_space(spec)` (legal values per knob, the search's moves) and
+`validate(spec)`, which raises `IllegalSpec` naming the value, the limit and what to change.
+Limits are H100/H200 ones: 227 KiB shared memory per block, 64 K registers per SM.
+Must not: render or measure.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING
+
+from .errors import IllegalSpec
+
+if TYPE_CHECKING:
+    from .spec import KernelSpec, KnobValue
+
+SMEM_BYTES = 227 * 1024
+MAX_TILE_ELEMENTS = 65536  # per program, in registers: 64 K 32-bit registers per SM
+_POW2 = tuple(2**i for i in range(17))
+_SPACE: dict[str, dict[str, tuple[KnobValue, ...]]] = {
+    "gemm": {
+        "BLOCK_M": (16, 32, 64, 128, 256),
+        "BLOCK_N": (16, 32, 64, 128, 256),
+        "BLOCK_K": (16, 32, 64, 128),
+        "GROUP_M": (1, 4, 8, 16),
+        "SPLIT_K": (1, 2, 4, 8),
+        "PERSISTENT": (False, True),
+        "num_warps": (2, 4, 8),
+        "num_stages": (1, 2, 3, 4, 5),
+    },
+    "row_reduction": {
+        "ROWS": _POW2[:9],
+        "BLOCK_C": _POW2,
+        "num_warps": (1, 2, 4, 8, 16, 32),
+        "num_stages": (1, 2, 3),
+    },
+    "attention": {
+        "BLOCK_M": (16, 32, 64, 128),
+        "BLOCK_N": (16, 32, 64, 128),
+        "num_warps": (2, 4, 8),
+        "num_stages": (1, 2, 3, 4),
+    },
+}
+_SPACE["pointwise"] = _SPACE["row_reduction"]
+
+
+def next_pow2(n: int) -> int:
+    return 1 << max(0, (int(n) - 1).bit_length())
+
+
+def rows_cols(spec: KernelSpec) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """(row dims, column dims) of a pointwise/row_reduction domain: a program covers ROWS rows
+    and loops over columns BLOCK_C at a time. Pointwise chains use the last dim as columns."""
+    dims = range(len(spec.domain))
+    cols = spec.reduced if spec.template == "row_reduction" else tuple(dims)[-1:]
+    return tuple(d for d in dims if d not in cols), tuple(cols)
+
+
+def extent(spec: KernelSpec, dims: tuple[int, ...]) -> int:
+    return math.prod(spec.domain[d] for d in dims)
+
+
+def _elt_bytes(spec: KernelSpec) -> int:
+    dt = dict(spec.anchor).get("operand_dtype", "float32")
+    return 4 if dt == "float32" else 2
+
+
+def default_knobs(spec: KernelSpec) -> tuple[tuple[str, KnobValue], ...]:
+    knobs: dict[str, KnobValue]
+    if spec.template == "gemm":
+        n = spec.param("n")
+        wide = 4 if _elt_bytes(spec) == 4 else 2
+        block_n = max(16, next_pow2(n)) if spec.reduced else 128
+        block_m = 64 if block_n > 128 else 128
+        knobs = dict(
+            BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=128 // wide, GROUP_M=8, SPLIT_K=1,
+            PERSISTENT=False, num_warps=8, num_stages=3,
+        )  # fmt: skip
+        if (block_m * 128 // wide + 128 // wide * block_n) * _elt_bytes(spec) * 3 > SMEM_BYTES:
+            knobs["num_stages"] = 2
+    elif spec.template == "attention":
+        d = next_pow2(spec.param("head_dim"))
+        knobs = dict(
+            BLOCK_M=128 if d <= 64 else 64, BLOCK_N=64, num_warps=4 if d <= 64 else 8, num_stages=2
+        )
+    else:
+        rows, cols = rows_cols(spec)
+        n_cols, n_rows = extent(spec, cols), extent(spec, rows)
+        block_c = next_pow2(n_cols)
+        if block_c > 16384:
+            block_c = 4096  # longer rows loop: 32000-wide CE rows take 8 passes of 4096
+        target = 2048 if spec.template == "row_reduction" else 4096
+        r = max(1, min(next_pow2(n_rows), target // block_c, 256))
+        warps = min(16, max(1, r * block_c // 512))
+        knobs = dict(ROWS=r, BLOCK_C=block_c, num_warps=warps, num_stages=1)
+    return tuple(sorted(knobs.items()))
+
+
+def knob_space(spec: KernelSpec) -> dict[str, tuple[KnobValue, ...]]:
+    """Legal values of each knob with the others held at the spec's values."""
+    space: dict[str, tuple[KnobValue, ...]] = {}
+    for name, values in _SPACE[spec.template].items():
+        legal = []
+        for v in values:
+            try:
+                spec.with_knobs(**{name: v})
+            except IllegalSpec:
+                continue
+            legal.append(v)
+        space[name] = tuple(legal)
+    return space
+
+
+def validate(spec: KernelSpec) -> None:
+    if not spec.knobs:
+        return
+    knobs = dict(spec.knobs)
+    space = _SPACE[spec.template]
+    if set(knobs) != set(space):
+        raise IllegalSpec(
+            f"{spec.template} knobs must be exactly {sorted(space)}, got {sorted(knobs)}"
+        )
+    for name, value in knobs.items():
+        if value not in space[name] or type(value) is not type(space[name][0]):
+            raise IllegalSpec(f"{name}={value!r} is not one of {space[name]}; pick one of those")
+    if spec.template == "gemm":
+        _validate_gemm(spec, knobs)
+    elif spec.template == "attention":
+        _validate_attention(spec, knobs)
+    else:
+        _validate_rowwise(spec, knobs)
+
+
+def _validate_gemm(spec: KernelSpec, k: dict) -> None:
+    bm, bn, bk, stages = k["BLOCK_M"], k["BLOCK_N"], k["BLOCK_K"], k["num_stages"]
+    smem = (bm * bk + bk * bn) * _elt_bytes(spec) * stages
+    if smem > SMEM_BYTES:
+        raise IllegalSpec(
+            f"BLOCK_M={bm}, BLOCK_N={bn}, BLOCK_K={bk}, num_stages={stages} need {smem} bytes of "
+            f"shared memory; the limit is {SMEM_BYTES}. Reducing block sizes or num_stages may help"
+        )
+    regs = bm * bn // (32 * k["num_warps"])
+    if regs > 256:
+        raise IllegalSpec(
+            f"a {bm}x{bn} fp32 accumulator over {k['num_warps']} warps is {regs} registers per "
+            "thread; the limit is 255. Use more warps or a smaller tile"
+        )
+    if spec.reduced and bn < spec.param("n"):
+        raise IllegalSpec(
+            f"BLOCK_N={bn} < N={spec.param('n')}: the epilogue's row reductions need the whole "
+            f"row in one tile; use BLOCK_N >= {next_pow2(spec.param('n'))}"
+        )
+    if k["SPLIT_K"] > 1:
+        plain = not spec.ops and len(spec.stores) == 1 and spec.outputs[0][2] == "float32"
+        if not plain or k["PERSISTENT"]:
+            raise IllegalSpec(
+                f"SPLIT_K={k['SPLIT_K']} accumulates partial tiles atomically: only a plain fp32 "
+                "GEMM (no epilogue, one output, not persistent) can; use SPLIT_K=1"
+            )
+        if spec.param("k") < k["SPLIT_K"] * bk:
+            raise IllegalSpec(
+                f"SPLIT_K={k['SPLIT_K']} x BLOCK_K={bk} exceeds K={spec.param('k')}; use fewer splits"
+            )
+
+
+def _validate_attention(spec: KernelSpec, k: dict) -> None:
+    d = next_pow2(max(spec.param("head_dim"), spec.param("value_dim")))
+    bytes_ = 2 if spec.param("operand_dtype") != "float32" else 4
+    smem = (k["BLOCK_M"] * d + 2 * k["BLOCK_N"] * d) * bytes_ * k["num_stages"]
+    if smem > SMEM_BYTES:
+        raise IllegalSpec(
+            f"BLOCK_M={k['BLOCK_M']}, BLOCK_N={k['BLOCK_N']}, head dim {d}, num_stages="
+            f"{k['num_stages']} need {smem} bytes of shared memory; the limit is {SMEM_BYTES}. "
+            "Reduce BLOCK_N or num_stages"
+        )
+
+
+def _validate_rowwise(spec: KernelSpec, k: dict) -> None:
+    rows, cols = rows_cols(spec)
+    n_cols, n_rows = extent(spec, cols), extent(spec, rows)
+    tile = k["ROWS"] * k["BLOCK_C"]
+    if tile > MAX_TILE_ELEMENTS:
+        raise IllegalSpec(
+            f"ROWS={k['ROWS']} x BLOCK_C={k['BLOCK_C']} = {tile} elements per program; the limit "
+            f"is {MAX_TILE_ELEMENTS}. Reduce ROWS or BLOCK_C (long rows loop over columns)"
+        )
+    if k["BLOCK_C"] > max(1, next_pow2(n_cols)):
+        raise IllegalSpec(
+            f"BLOCK_C={k['BLOCK_C']} is wider than the {n_cols} columns; use <= {next_pow2(n_cols)}"
+        )
+    if k["ROWS"] > max(1, next_pow2(n_rows)):
+        raise IllegalSpec(f"ROWS={k['ROWS']} exceeds the {n_rows} rows; use <= {next_pow2(n_rows)}")
+    if tile < 32 * k["num_warps"] and k["num_warps"] > 1:
+        raise IllegalSpec(
+            f"num_warps={k['num_warps']} leaves threads idle on a {tile}-element tile; use "
+            f"num_warps <= {max(1, tile // 32)}"
+        )

@@ -1,0 +1,176 @@
+"""Lowering: a partitioned `Subgraph` to a `KernelSpec` with default knobs.
+
+Owns: matching a subgraph to a template (pointwise, row_reduction, gemm, attention), choosing
+the domain the kernel iterates (the reduced input for reductions, the GEMM output for GEMMs,
+the largest output for pointwise chains), and the template's anchor parameters.
+Must not: render source; anything no template covers raises `Unsupported`, never mis-lowers.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+import torch.fx as fx
+
+from ..fx_passes import Subgraph
+from ..fx_passes.ops import Role, op_name, role
+from . import index as ix
+from .errors import IllegalSpec, Unsupported
+from .knobs import default_knobs
+from .maps import MapBuilder, broadcast, is_view_of_input, reduction_parts, root_input, shape
+from .program import ProgramBuilder
+from .spec import KernelSpec
+
+
+def lower(subgraph: Subgraph) -> KernelSpec:
+    """The spec of the template that computes `subgraph`, with default knobs."""
+    if subgraph.symbolic:
+        raise Unsupported("the subgraph has symbolic sizes; kernels are specialised to shapes")
+    if subgraph.kind == "conv":
+        raise Unsupported("convolutions have no template (left to cuDNN through the fallback)")
+    if subgraph.kind == "attention":
+        from .lower_attention import lower_attention
+
+        return _finish(lower_attention(subgraph), subgraph)
+    if subgraph.kind == "gemm":
+        return _finish(_lower_gemm(subgraph), subgraph)
+    return _finish(_lower_rowwise(subgraph), subgraph)
+
+
+def _finish(fields: dict[str, Any], sg: Subgraph) -> KernelSpec:
+    fields.setdefault("precision", sg.precision)
+    fields["inputs"] = tuple(sg.input_meta)
+    fields["outputs"] = tuple(sg.output_meta)
+    fields["pattern"] = sg.pattern
+    fields["knobs"] = ()
+    draft = KernelSpec(**fields)
+    try:
+        return KernelSpec(**{**fields, "knobs": default_knobs(draft)})
+    except IllegalSpec as e:  # e.g. a GEMM row reduction over a row wider than any tile
+        raise Unsupported(f"no legal knobs for this {draft.template}: {e}") from e
+
+
+def _check_dtypes(sg: Subgraph) -> None:
+    for _, _, dt in (*sg.input_meta, *sg.output_meta):
+        if dt in ("float64", "complex64", "complex128", "float8_e4m3fn", "float8_e5m2"):
+            raise Unsupported(f"dtype {dt} has no template (float32, bf16, fp16, ints, bool only)")
+
+
+def _lower_rowwise(sg: Subgraph) -> dict[str, Any]:
+    _check_dtypes(sg)
+    reductions = [n for n in sg.nodes if role(n) is Role.REDUCTION]
+    if reductions:
+        src, rdims, _ = reduction_parts(reductions[0])
+        domain, reduced, template = shape(src), tuple(rdims), "row_reduction"
+    else:
+        biggest = max(sg.outputs, key=lambda o: math.prod(shape(o)))
+        domain, reduced, template = shape(biggest), (), "pointwise"
+    builder = MapBuilder(sg.nodes, sg.inputs, domain, reduced)
+    maps = builder.run(sg.outputs)
+    prog = ProgramBuilder(sg.inputs, maps, builder.selections)
+    for n in sg.nodes:
+        prog.add_node(n)
+    stores = tuple(prog.store(o) for o in sg.outputs)
+    return dict(
+        template=template,
+        domain=domain,
+        reduced=reduced,
+        loads=tuple(prog.loads),
+        ops=tuple(prog.ops),
+        stores=stores,
+    )
+
+
+def operand(node: Any, sg: Subgraph) -> tuple[int, int, tuple[int, ...]]:
+    """(input index, storage offset, strides) of a GEMM/attention operand read from memory."""
+    inputs = set(sg.inputs)
+    if not isinstance(node, fx.Node) or not is_view_of_input(node, inputs):
+        raise Unsupported(
+            f"operand {node} is computed inside the subgraph; templates read GEMM/attention "
+            "operands from memory (no prologue fusion)"
+        )
+    root = root_input(node, inputs)
+    val, base = node.meta["val"], root.meta["val"]
+    if val.dtype != base.dtype:
+        raise Unsupported("operand view changes dtype")
+    return (
+        sg.inputs.index(root),
+        int(val.storage_offset()) - int(base.storage_offset()),
+        tuple(int(s) for s in val.stride()),
+    )
+
+
+def _lower_gemm(sg: Subgraph) -> dict[str, Any]:
+    _check_dtypes(sg)
+    anchors = [n for n in sg.nodes if role(n) is Role.GEMM]
+    if len(anchors) != 1:
+        raise Unsupported(f"{len(anchors)} GEMMs in one subgraph; the template takes one")
+    mm = anchors[0]
+    name = op_name(mm).removeprefix("aten::")
+    if name in ("addmm", "baddbmm"):
+        bias, a, b = mm.args[:3]
+    else:
+        bias, (a, b) = None, mm.args[:2]
+    a_in, b_in = operand(a, sg), operand(b, sg)
+    a_val, b_val = a.meta["val"], b.meta["val"]  # type: ignore[union-attr]
+    if a_val.dtype != b_val.dtype or a_val.dtype not in (
+        torch.float32,
+        torch.bfloat16,
+        torch.float16,
+    ):
+        raise Unsupported(f"GEMM operands {a_val.dtype} x {b_val.dtype}: need one float dtype")
+    domain = shape(mm)
+    batched = len(domain) == 3
+    m_size, n_size = domain[-2], domain[-1]
+    k_size = int(a_val.shape[-1])
+    has_reduction = any(role(n) is Role.REDUCTION for n in sg.nodes)
+    reduced = (len(domain) - 1,) if has_reduction else ()
+    builder = MapBuilder(sg.nodes, sg.inputs, domain, reduced)
+    ident = [ix.dim(k) for k in range(len(domain))]
+    builder.give(mm, ident)
+    maps = builder.run(sg.outputs, anchor=mm)
+    if maps[mm] != ident:
+        raise Unsupported(f"the GEMM output is read at {maps[mm]}, not tile by tile")
+    prog = ProgramBuilder(sg.inputs, maps, builder.selections)
+    acc: tuple[str, Any] = ("A", 0)
+    dt = str(mm.meta["val"].dtype).removeprefix("torch.")
+    if bias is not None:
+        # the bias is read like an epilogue operand: broadcast over the output tile
+        builder.give(bias, broadcast(ident, domain, shape(bias)))  # type: ignore[arg-type]
+        alpha, beta = mm.kwargs.get("alpha", 1), mm.kwargs.get("beta", 1)
+        if alpha != 1:
+            acc = prog.emit("mul", (acc, ("c", alpha)), "float32")
+        bref = prog.ref(bias)
+        if beta != 1:
+            bref = prog.emit("mul", (bref, ("c", beta)), dt)
+        acc = prog.emit("add", (acc, bref), dt)
+    prog.refs[mm] = acc
+    for n in sg.nodes:
+        if n is not mm:
+            prog.add_node(n)
+    stores = tuple(prog.store(o) for o in sg.outputs)
+
+    def strides3(s: tuple[int, ...]) -> tuple[int, ...]:
+        return s if batched else (0, *s)
+
+    anchor = (
+        ("a", (a_in[0], a_in[1], strides3(a_in[2]))),
+        ("b", (b_in[0], b_in[1], strides3(b_in[2]))),
+        ("batch", domain[0] if batched else 1),
+        ("m", m_size),
+        ("n", n_size),
+        ("k", k_size),
+        ("op", name),
+        ("operand_dtype", str(a_val.dtype).removeprefix("torch.")),
+    )
+    return dict(
+        template="gemm",
+        domain=domain,
+        reduced=reduced,
+        loads=tuple(prog.loads),
+        ops=tuple(prog.ops),
+        stores=stores,
+        anchor=anchor,
+    )

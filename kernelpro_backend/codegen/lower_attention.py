@@ -1,0 +1,93 @@
+"""Lowering a scaled-dot-product attention subgraph (forward) to the attention template.
+
+Owns: reading the SDPA op's arguments by schema name (CPU flash, CUDA flash, efficient and
+cuDNN variants share query/key/value/is_causal/scale), rejecting what the template does not do
+(masks, dropout, grouped heads, backward), and mapping the output and logsumexp outputs.
+Must not: render source.
+"""
+
+from __future__ import annotations
+
+import math
+import operator
+from typing import Any
+
+import torch
+import torch.fx as fx
+
+from ..fx_passes import Subgraph
+from ..fx_passes.ops import _ATTENTION_PREFIXES, op_name
+from .errors import Unsupported
+
+
+def _bound_args(node: fx.Node) -> dict[str, Any]:
+    schema = node.target._schema  # type: ignore[union-attr]
+    bound = {a.name: a.default_value for a in schema.arguments if a.has_default_value()}
+    bound.update(dict(zip((a.name for a in schema.arguments), node.args, strict=False)))
+    bound.update(node.kwargs)
+    return bound
+
+
+def lower_attention(sg: Subgraph) -> dict[str, Any]:
+    from .lower import operand
+
+    # by name, not role: the forward ops carry the nondeterministic_seeded tag (dropout), so
+    # ops.role() calls them OTHER
+    ops = [n for n in sg.nodes if op_name(n).startswith(_ATTENTION_PREFIXES)]
+    if len(ops) != 1:
+        raise Unsupported(f"{len(ops)} attention ops in one subgraph; the template takes one")
+    att = ops[0]
+    if "backward" in op_name(att):
+        raise Unsupported("attention backward has no template yet (left to the fallback)")
+    args = _bound_args(att)
+    for mask_name in ("attn_mask", "attn_bias"):
+        if args.get(mask_name) is not None:
+            raise Unsupported(f"attention with {mask_name} is not supported (only causal or none)")
+    if float(args.get("dropout_p", 0.0) or 0.0) != 0.0:
+        raise Unsupported("attention with dropout is not supported")
+    if args.get("enable_gqa"):
+        raise Unsupported("grouped-query attention is not supported")
+    q, k, v = args["query"], args["key"], args["value"]
+    qv, kv, vv = (x.meta["val"] for x in (q, k, v))
+    if qv.dim() != 4 or kv.shape[:2] != qv.shape[:2] or vv.shape[:3] != kv.shape[:3]:
+        raise Unsupported(
+            f"attention shapes {tuple(qv.shape)}, {tuple(kv.shape)}, {tuple(vv.shape)}: need [B,H,S,D] with equal heads"
+        )
+    if qv.dtype not in (torch.float32, torch.bfloat16, torch.float16) or not (
+        qv.dtype == kv.dtype == vv.dtype
+    ):
+        raise Unsupported(f"attention dtype {qv.dtype}: need one of float32/bf16/fp16")
+    b, h, sq, d = (int(s) for s in qv.shape)
+    sk, dv = int(kv.shape[2]), int(vv.shape[3])
+    if d > 256 or dv > 256:
+        raise Unsupported(f"head dim {max(d, dv)} > 256 does not fit the template's tile")
+    which = []
+    for out in sg.outputs:
+        if (
+            out.target is not operator.getitem
+            or out.args[0] is not att
+            or out.args[1] not in (0, 1)
+        ):
+            raise Unsupported(f"attention output {out.name} is not the output or the logsumexp")
+        if out.args[1] == 1 and tuple(out.meta["val"].shape) != (b, h, sq):
+            raise Unsupported(
+                f"logsumexp of shape {tuple(out.meta['val'].shape)} (padded) is not supported"
+            )
+        which.append(int(out.args[1]))  # type: ignore[arg-type]
+    scale = args.get("scale")
+    anchor = (
+        ("q", operand(q, sg)),
+        ("k", operand(k, sg)),
+        ("v", operand(v, sg)),
+        ("batch", b),
+        ("heads", h),
+        ("seq_q", sq),
+        ("seq_k", sk),
+        ("head_dim", d),
+        ("value_dim", dv),
+        ("causal", bool(args.get("is_causal", False))),
+        ("scale", float(scale) if scale is not None else 1.0 / math.sqrt(d)),
+        ("operand_dtype", str(qv.dtype).removeprefix("torch.")),
+    )
+    stores = tuple((("A", w), 0, (), ()) for w in which)
+    return dict(template="attention", domain=(b, h, sq), anchor=anchor, stores=stores)

@@ -1,0 +1,245 @@
+"""Index maps: which element of each subgraph value a kernel computes at a domain point.
+
+Owns: choosing how each output is laid over the domain (broadcast, reshape, or the kept dims
+of a reduction) and propagating those maps from the outputs back to every node and input
+(broadcasting, views, reductions). A value reached twice with different maps, or a view that
+is not a reshape/permute/expand, is `Unsupported`, never guessed.
+Must not: emit ops or render source.
+"""
+
+from __future__ import annotations
+
+import math
+import operator
+from collections.abc import Sequence
+
+import torch
+import torch.fx as fx
+
+from ..fx_passes.ops import Role, op_name, reduction_signature, role
+from . import index as ix
+from .errors import Unsupported
+
+Map = list[ix.Index]
+_RESHAPES = {
+    "aten::view",
+    "aten::reshape",
+    "aten::_unsafe_view",
+    "aten::unsqueeze",
+    "aten::squeeze",
+    "aten::alias",
+    "aten::clone",
+    "aten::flatten",
+}
+_PERMUTES = {"aten::permute", "aten::transpose", "aten::t"}
+REDUCTIONS = {"aten::sum", "aten::mean", "aten::amax", "aten::amin", "aten::var_mean"}
+
+
+def shape(node: fx.Node) -> tuple[int, ...]:
+    val = node.meta.get("val")
+    if not isinstance(val, torch.Tensor):
+        raise Unsupported(f"{node.format_node()} has no single tensor value")
+    return tuple(int(s) for s in val.shape)
+
+
+def is_view_of_input(node: fx.Node, inputs: set[fx.Node]) -> bool:
+    """A chain of views rooted at a subgraph input: loaded straight from the input's memory
+    with the strides its FakeTensor records."""
+    if node in inputs:
+        return True
+    if role(node) is not Role.VIEW or not node.all_input_nodes:
+        return False
+    return is_view_of_input(node.all_input_nodes[0], inputs)
+
+
+def root_input(node: fx.Node, inputs: set[fx.Node]) -> fx.Node:
+    while node not in inputs:
+        node = node.all_input_nodes[0]
+    return node
+
+
+def broadcast(m: Map, out_shape: Sequence[int], in_shape: Sequence[int]) -> Map:
+    off = len(out_shape) - len(in_shape)
+    if off < 0:
+        raise Unsupported(
+            f"operand of shape {tuple(in_shape)} has more dims than {tuple(out_shape)}"
+        )
+    res: Map = []
+    for i, s in enumerate(in_shape):
+        if s == 1:
+            res.append(ix.ZERO)
+        elif s == out_shape[i + off]:
+            res.append(m[i + off])
+        else:
+            raise Unsupported(f"shape {tuple(in_shape)} does not broadcast to {tuple(out_shape)}")
+    return res
+
+
+def _picked_slice(node: fx.Node) -> tuple[fx.Node, int, int] | None:
+    """(source, dim, index) when `node` is getitem(unbind(source, dim), index) or
+    select(source, dim, index) of a computed value."""
+    name = op_name(node)
+    if node.target is operator.getitem and isinstance(node.args[0], fx.Node):
+        parent = node.args[0]
+        if op_name(parent) == "aten::unbind" and isinstance(parent.args[0], fx.Node):
+            src = parent.args[0]
+            d = int(parent.args[1]) if len(parent.args) > 1 else 0  # type: ignore[arg-type]
+            return src, d % len(shape(src)), int(node.args[1])  # type: ignore[arg-type]
+    if name == "aten::select" and isinstance(node.args[0], fx.Node):
+        src = node.args[0]
+        d = int(node.args[1]) % len(shape(src))  # type: ignore[arg-type]
+        return src, d, int(node.args[2]) % shape(src)[d]  # type: ignore[arg-type]
+    return None
+
+
+def reduction_parts(node: fx.Node) -> tuple[fx.Node, tuple[int, ...], bool]:
+    """(reduced input, reduced dims, keepdim) of a reduction (or var_mean) node."""
+    src = node.args[0]
+    sig = reduction_signature(node)
+    if not isinstance(src, fx.Node) or sig is None:
+        raise Unsupported(f"cannot read the reduced dims of {node.format_node()}")
+    keep = node.kwargs.get("keepdim", node.args[2] if len(node.args) > 2 else False)
+    if op_name(node) == "aten::var_mean":
+        keep = node.kwargs.get("keepdim", False)
+    return src, sig[1], bool(keep)
+
+
+class MapBuilder:
+    """Top-down propagation of index maps over one subgraph."""
+
+    def __init__(
+        self,
+        nodes: Sequence[fx.Node],
+        inputs: Sequence[fx.Node],
+        domain: Sequence[int],
+        reduced: Sequence[int],
+    ) -> None:
+        self.nodes = list(nodes)
+        self.inputs = set(inputs)
+        self.domain = tuple(domain)
+        self.reduced = tuple(reduced)
+        self.maps: dict[fx.Node, Map] = {}
+        # outputs that pick one slice of a value (getitem of unbind, select): node ->
+        # (source node, index of the picked coordinate, picked value); stored where it matches
+        self.selections: dict[fx.Node, tuple[fx.Node, ix.Index, int]] = {}
+
+    def give(self, node: fx.Node, m: Map) -> None:
+        old = self.maps.get(node)
+        if old is None:
+            self.maps[node] = list(m)
+        elif old != list(m):
+            raise Unsupported(
+                f"{node.name} is read at two different index maps ({old} vs {list(m)}); "
+                "no template recomputes a value at two layouts"
+            )
+
+    def seed_output(self, out: fx.Node) -> None:
+        so, dom = shape(out), self.domain
+        ident = [ix.dim(k) for k in range(len(dom))]
+        picked = _picked_slice(out)
+        if picked is not None and math.prod(shape(picked[0])) == math.prod(dom):
+            src, d, i = picked
+            src_map = ix.reshape(ident, dom, shape(src), dom)
+            self.give(src, src_map)
+            self.give(out, src_map[:d] + src_map[d + 1 :])
+            self.selections[out] = (src, src_map[d], i)
+            return
+        kept = [k for k in range(len(dom)) if k not in self.reduced]
+        if self.reduced and [s for s in so if s != 1] == [dom[k] for k in kept if dom[k] != 1]:
+            # a per-row result ([C] from batch-norm statistics): laid over the kept dims
+            coords = [ix.dim(k) for k in kept]
+            self.give(out, ix.reshape(coords, [dom[k] for k in kept], so, dom))
+            return
+        try:
+            self.give(out, broadcast(ident, dom, so))
+            return
+        except Unsupported:
+            pass
+        if math.prod(so) == math.prod(dom):
+            self.give(out, ix.reshape(ident, dom, so, dom))
+            return
+        if math.prod(so) == math.prod(dom[k] for k in kept):
+            coords = [ix.dim(k) for k in kept]
+            self.give(out, ix.reshape(coords, [dom[k] for k in kept], so, dom))
+            return
+        if math.prod(so) > math.prod(dom):
+            raise Unsupported(
+                f"output {out.name} of shape {so} is larger than the domain {dom}: the kernel "
+                "would broadcast its result to a larger tensor, which no template does"
+            )
+        raise Unsupported(f"output {out.name} of shape {so} does not map onto the domain {dom}")
+
+    def run(self, outputs: Sequence[fx.Node], anchor: fx.Node | None = None) -> dict[fx.Node, Map]:
+        for o in outputs:
+            self.seed_output(o)
+        for n in reversed(self.nodes):
+            m = self.maps.get(n)
+            if m is None or n is anchor or n in self.selections or is_view_of_input(n, self.inputs):
+                continue
+            self._propagate(n, m)
+        return self.maps
+
+    def _propagate(self, n: fx.Node, m: Map) -> None:
+        r, name = role(n), op_name(n)
+        if r is Role.GETITEM:
+            src = n.args[0]
+            if not isinstance(src, fx.Node) or op_name(src) != "aten::var_mean":
+                raise Unsupported(f"{n.format_node()}: only var_mean's outputs are supported")
+            self._reduce(src, m)
+        elif r is Role.REDUCTION:
+            if name not in REDUCTIONS:
+                raise Unsupported(f"no template lowers the reduction {name}")
+            self._reduce(n, m)
+        elif r is Role.POINTWISE:
+            out = shape(n)
+            for a in n.all_input_nodes:
+                self.give(a, broadcast(m, out, shape(a)))
+        elif r is Role.VIEW:
+            src = n.all_input_nodes[0]
+            self.give(src, self._view_source_map(n, src, m))
+        elif r is Role.FACTORY:
+            return
+        else:
+            raise Unsupported(f"no template lowers {name or n.target} ({r.value})")
+
+    def _view_source_map(self, n: fx.Node, src: fx.Node, m: Map) -> Map:
+        name, out, inp = op_name(n), shape(n), shape(src)
+        if name in _RESHAPES or (name == "aten::expand" and out == inp):
+            return ix.reshape(m, out, inp, self.domain)
+        if name in _PERMUTES:
+            perm = list(range(len(inp)))
+            if name == "aten::permute":
+                perm = [int(p) % len(inp) for p in n.args[1]]  # type: ignore[union-attr,arg-type]
+            elif len(inp) == 2:
+                perm = [1, 0]
+            else:
+                a, b = (int(x) % len(inp) for x in n.args[1:3])  # type: ignore[call-overload,arg-type]
+                perm[a], perm[b] = perm[b], perm[a]
+            res: Map = [ix.ZERO] * len(inp)
+            for i, p in enumerate(perm):
+                res[p] = m[i]
+            return res
+        if name == "aten::expand":
+            return broadcast(m, out, inp)
+        raise Unsupported(
+            f"view {name} of a computed value is not supported (only reshape/permute/expand)"
+        )
+
+    def _reduce(self, n: fx.Node, m: Map) -> None:
+        src, rdims, keep = reduction_parts(n)
+        xs = shape(src)
+        if [xs[d] for d in rdims] != [self.domain[d] for d in self.reduced]:
+            raise Unsupported(
+                f"{n.name} reduces dims {rdims} of {xs}, not the kernel's reduced dims "
+                f"{self.reduced} of {self.domain} (a second-level reduction needs its own kernel)"
+            )
+        if any(set(self.reduced) & ix.dims_of(e) for e in m):
+            raise Unsupported(f"the result of {n.name} is read per column, not per row")
+        res: Map = []
+        kept = iter(m if not keep else [])
+        for d in range(len(xs)):
+            if d in rdims:
+                res.append(ix.dim(self.reduced[rdims.index(d)]))
+            else:
+                res.append(m[d] if keep else next(kept))
+        self.give(src, res)

@@ -1,0 +1,248 @@
+"""Building a spec's program (loads, op list, stores) from a subgraph and its index maps.
+
+Owns: turning each aten node into the codegen op IR (a small, closed set of op names the
+renderer's table knows), loads of inputs and of views of inputs (strides taken from the view's
+FakeTensor), the expansion of mean / var_mean into sums, and the stores of the outputs.
+Must not: choose templates or knobs, or render source.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+import torch.fx as fx
+
+from ..fx_passes.ops import Role, op_name, role
+from . import index as ix
+from .errors import Unsupported
+from .maps import Map, is_view_of_input, reduction_parts, root_input, shape
+
+Ref = tuple[str, Any]
+
+_UNARY = {
+    "exp", "log", "sqrt", "rsqrt", "abs", "sigmoid", "erf", "tanh", "relu", "neg",
+    "reciprocal", "sin", "cos", "exp2", "log2", "floor", "ceil", "log1p", "expm1", "sign",
+    "logical_not", "bitwise_not", "isnan", "silu", "mish", "hardsigmoid", "hardswish",
+    "trunc", "round",
+}  # fmt: skip
+_BINARY = {
+    "add", "sub", "mul", "div", "maximum", "minimum", "lt", "le", "gt", "ge", "eq", "ne",
+    "logical_and", "logical_or", "bitwise_and", "bitwise_or", "atan2",
+}  # fmt: skip
+_IDENTITY = {"clone", "alias", "lift_fresh_copy", "detach", "positive"}
+REDUCE_OPS = ("sum", "max", "min")
+
+
+def dtype_name(node: fx.Node) -> str:
+    val = node.meta.get("val")
+    if isinstance(val, torch.Tensor):
+        return str(val.dtype).removeprefix("torch.")
+    raise Unsupported(f"{node.name} has no tensor value")
+
+
+class ProgramBuilder:
+    def __init__(
+        self,
+        inputs: Sequence[fx.Node],
+        maps: dict[fx.Node, Map],
+        selections: dict[fx.Node, tuple[fx.Node, ix.Index, int]] | None = None,
+    ) -> None:
+        self.selections = selections or {}
+        self.inputs = list(inputs)
+        self.input_set = set(inputs)
+        self.maps = maps
+        self.loads: list[tuple[int, int, ix.Index]] = []
+        self.ops: list[tuple[str, tuple[Any, ...], str]] = []
+        self.refs: dict[fx.Node, Ref] = {}
+        self.var_mean: dict[fx.Node, tuple[Ref, Ref]] = {}
+
+    # -- leaves --------------------------------------------------------------------------
+    def load(self, node: fx.Node) -> Ref:
+        """Load of an input, or of a view of one, at the node's index map."""
+        root = root_input(node, self.input_set)
+        val, base = node.meta["val"], root.meta["val"]
+        offset = int(val.storage_offset()) - int(base.storage_offset())
+        linear = ix.add(
+            *(ix.scale(c, int(st)) for c, st in zip(self.maps[node], val.stride(), strict=True))
+        )
+        entry = (self.inputs.index(root), offset, linear)
+        if entry not in self.loads:
+            self.loads.append(entry)
+        return ("L", self.loads.index(entry))
+
+    def ref(self, arg: Any) -> Ref:
+        if isinstance(arg, fx.Node):
+            if arg in self.refs:
+                return self.refs[arg]
+            if is_view_of_input(arg, self.input_set):
+                self.refs[arg] = self.load(arg)
+                return self.refs[arg]
+            raise Unsupported(f"{arg.name} is used before it is computed")
+        if isinstance(arg, (bool, int, float)):
+            return ("c", arg)
+        raise Unsupported(f"argument {arg!r} is neither a tensor nor a number")
+
+    def emit(self, op: str, args: Sequence[Ref], dtype: str) -> Ref:
+        self.ops.append((op, tuple(args), dtype))
+        return ("T", len(self.ops) - 1)
+
+    # -- nodes ---------------------------------------------------------------------------
+    def add_node(self, n: fx.Node) -> None:
+        if n not in self.maps or n in self.refs:
+            return
+        if is_view_of_input(n, self.input_set):
+            self.refs[n] = self.load(n)
+            return
+        if n in self.selections:
+            self.refs[n] = self.ref(self.selections[n][0])
+            return
+        r = role(n)
+        if r is Role.VIEW:
+            self.refs[n] = self.ref(n.all_input_nodes[0])
+        elif r is Role.GETITEM:
+            mean_ref, var_ref = self._var_mean(n.args[0])  # type: ignore[arg-type]
+            self.refs[n] = var_ref if n.args[1] == 0 else mean_ref
+        elif r is Role.REDUCTION:
+            self.refs[n] = self._reduction(n)
+        elif r is Role.POINTWISE:
+            self.refs[n] = self._pointwise(n)
+        elif r is Role.FACTORY:
+            self.refs[n] = self._factory(n)
+        else:
+            raise Unsupported(f"no op-table entry for {op_name(n)}")
+
+    def _factory(self, n: fx.Node) -> Ref:
+        name = op_name(n)
+        if name == "aten::scalar_tensor" or name == "aten::full":
+            value = n.args[0] if name == "aten::scalar_tensor" else n.args[1]
+            return self.emit("cast", (("c", value), ("c", dtype_name(n))), dtype_name(n))
+        if name in ("aten::zeros", "aten::ones"):
+            value = 0 if name == "aten::zeros" else 1
+            return self.emit("cast", (("c", value), ("c", dtype_name(n))), dtype_name(n))
+        raise Unsupported(f"factory {name} is not supported")
+
+    def _reduction(self, n: fx.Node) -> Ref:
+        name = op_name(n).removeprefix("aten::")
+        src, rdims, _ = reduction_parts(n)
+        x = self.ref(src)
+        dt = dtype_name(n)
+        count = math.prod(shape(src)[d] for d in rdims)
+        if name == "sum":
+            return self.emit("sum", (x,), dt)
+        if name == "mean":
+            return self.emit("div", (self.emit("sum", (x,), dt), ("c", count)), dt)
+        if name in ("amax", "amin"):
+            return self.emit("max" if name == "amax" else "min", (x,), dt)
+        raise Unsupported(f"reduction {name} is not supported")
+
+    def _var_mean(self, n: fx.Node) -> tuple[Ref, Ref]:
+        if n not in self.var_mean:
+            src, rdims, _ = reduction_parts(n)
+            count = math.prod(shape(src)[d] for d in rdims)
+            raw = n.kwargs.get("correction", 1)
+            correction = 1 if raw is None else int(raw)  # type: ignore[arg-type]
+            x, dt = self.ref(src), dtype_name(src)
+            mean = self.emit("div", (self.emit("sum", (x,), dt), ("c", count)), dt)
+            centred = self.emit("sub", (x, mean), dt)
+            sq = self.emit("sum", (self.emit("mul", (centred, centred), dt),), dt)
+            var = self.emit("div", (sq, ("c", max(count - correction, 0))), dt)
+            self.var_mean[n] = (mean, var)
+        return self.var_mean[n]
+
+    def _pointwise(self, n: fx.Node) -> Ref:
+        name = op_name(n).split("::")[-1]
+        dt = dtype_name(n)
+        args = list(n.args)
+        kw = n.kwargs
+        if name in _IDENTITY:
+            return self.ref(args[0])
+        if name in ("convert_element_type", "_to_copy", "to"):
+            target = args[1] if name == "convert_element_type" else dt
+            return self.emit(
+                "cast", (self.ref(args[0]), ("c", str(target).removeprefix("torch."))), dt
+            )
+        if name in ("add", "sub") and kw.get("alpha", 1) != 1:
+            b = self.emit("mul", (self.ref(args[1]), ("c", kw["alpha"])), dt)
+            return self.emit(name, (self.ref(args[0]), b), dt)
+        if name == "rsub":
+            b = self.ref(args[0])
+            if kw.get("alpha", 1) != 1:
+                b = self.emit("mul", (b, ("c", kw["alpha"])), dt)
+            return self.emit("sub", (self.ref(args[1]), b), dt)
+        if name == "div" and kw.get("rounding_mode") is not None:
+            mode = kw["rounding_mode"]
+            q = self.emit("div", (self.ref(args[0]), self.ref(args[1])), dt)
+            return self.emit("floor" if mode == "floor" else "trunc", (q,), dt)
+        if name in _BINARY and len(args) == 2:
+            return self.emit(name, (self.ref(args[0]), self.ref(args[1])), dt)
+        if name in _UNARY and len(args) == 1:
+            return self.emit(name, (self.ref(args[0]),), dt)
+        if name == "gelu":
+            approx = kw.get("approximate", "none")
+            return self.emit("gelu_tanh" if approx == "tanh" else "gelu", (self.ref(args[0]),), dt)
+        if name == "where":
+            return self.emit("where", tuple(self.ref(a) for a in args[:3]), dt)
+        if name == "fma":
+            return self.emit("fma", tuple(self.ref(a) for a in args[:3]), dt)
+        if name in ("clamp", "clamp_min", "clamp_max", "hardtanh"):
+            return self._clamp(name, n, dt)
+        if name == "leaky_relu":
+            slope = args[1] if len(args) > 1 else 0.01
+            return self.emit("leaky_relu", (self.ref(args[0]), ("c", slope)), dt)
+        if name == "pow":
+            return self._pow(n, dt)
+        raise Unsupported(
+            f"no op-table entry for aten::{name}{tuple(type(a).__name__ for a in args)}"
+        )
+
+    def _clamp(self, name: str, n: fx.Node, dt: str) -> Ref:
+        args = [*n.args, None, None]
+        lo, hi = {
+            "clamp": (n.kwargs.get("min", args[1]), n.kwargs.get("max", args[2])),
+            "clamp_min": (args[1], None),
+            "clamp_max": (None, args[1]),
+            "hardtanh": (-1.0 if args[1] is None else args[1], 1.0 if args[2] is None else args[2]),
+        }[name]
+        x = self.ref(args[0])
+        if lo is not None:
+            x = self.emit("maximum", (x, self.ref(lo)), dt)
+        if hi is not None:
+            x = self.emit("minimum", (x, self.ref(hi)), dt)
+        return x
+
+    def _pow(self, n: fx.Node, dt: str) -> Ref:
+        base, exp = n.args[0], n.args[1]
+        if isinstance(base, fx.Node) and isinstance(exp, (int, float)):
+            x = self.ref(base)
+            e = float(exp)
+            named = {0.5: "sqrt", -0.5: "rsqrt", -1.0: "reciprocal"}
+            if e in named:
+                return self.emit(named[e], (x,), dt)
+            if e.is_integer() and 0 <= e <= 8:
+                acc: Ref = ("c", 1.0)
+                for _ in range(int(e)):
+                    acc = x if acc == ("c", 1.0) else self.emit("mul", (acc, x), dt)
+                return acc if acc != ("c", 1.0) else self.emit("cast", (acc, ("c", dt)), dt)
+            return self.emit("pow_pos", (x, ("c", e)), dt)
+        if isinstance(base, (int, float)) and isinstance(exp, fx.Node) and base > 0:
+            return self.emit(
+                "exp2", (self.emit("mul", (self.ref(exp), ("c", math.log2(base))), dt),), dt
+            )
+        raise Unsupported("pow with a tensor exponent and tensor base is not supported")
+
+    # -- outputs -------------------------------------------------------------------------
+    def store(self, out: fx.Node) -> tuple[Ref, int, ix.Index, tuple[Any, ...]]:
+        """(value, storage offset, index, predicate): the predicate (index, value) limits the
+        store to the domain points that hold the output's slice; () stores everywhere."""
+        val = out.meta["val"]
+        linear = ix.add(
+            *(ix.scale(c, int(st)) for c, st in zip(self.maps[out], val.stride(), strict=True))
+        )
+        predicate: tuple[Any, ...] = ()
+        if out in self.selections:
+            _, picked, value = self.selections[out]
+            predicate = (picked, value)
+        return (self.ref(out), 0, linear, predicate)

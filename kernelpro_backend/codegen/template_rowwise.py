@@ -1,0 +1,129 @@
+"""The pointwise and row-reduction template: one program owns ROWS rows of the domain.
+
+Owns: the Triton kernel for pointwise chains (columns = the domain's last dim) and for
+reduction/normalisation chains (columns = the reduced dims, last or not: column sums and
+batch-norm statistics are the same template with strided columns). A row that fits BLOCK_C is
+loaded once and reduced in registers; a longer row is walked once per reduction (softmax:
+max pass, sum pass, write pass), recomputing the per-element prologue from the inputs.
+Must not: lower aten or launch anything.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from . import index as ix
+from .emitter import FULL, REDUCTIONS, Emitter
+from .knobs import extent, rows_cols
+from .spec import KernelSpec
+
+_INT32_MAX = 2**31 - 1
+
+
+def _coord_lines(var: str, dims: tuple[int, ...], domain: tuple[int, ...]) -> list[str]:
+    out = []
+    stride = 1
+    strides = {}
+    for d in reversed(dims):
+        strides[d] = stride
+        stride *= domain[d]
+    for i, d in enumerate(dims):
+        text = var if strides[d] == 1 else f"({var} // {strides[d]})"
+        if i > 0:
+            text = f"({text} % {domain[d]})"
+        out.append(f"d{d} = {text}")
+    return out
+
+
+def _needs_int64(spec: KernelSpec) -> bool:
+    sizes = list(spec.domain)
+    entries = [(off, idx) for _, off, idx in spec.loads] + [
+        (off, idx) for _, off, idx, _ in spec.stores
+    ]
+    spans = [off + ix.max_value(idx, sizes) for off, idx in entries]
+    return max([*spans, 0]) > _INT32_MAX // 2
+
+
+def render_rowwise(spec: KernelSpec) -> tuple[str, str]:
+    """(kernel source, grid expression)."""
+    rows, cols = rows_cols(spec)
+    n_rows, n_cols = extent(spec, rows), extent(spec, cols)
+    block_c = int(spec.knob("BLOCK_C"))
+    em = Emitter(spec, [f"d{k}" for k in range(len(spec.domain))], cols, n_cols)
+    wide = ".to(tl.int64)" if _needs_int64(spec) else ""
+    params = [f"in{i}" for i in range(len(spec.inputs))] + [
+        f"out{i}" for i in range(len(spec.outputs))
+    ]
+    head = [
+        "@triton.jit",
+        f"def kernel({', '.join(params)}, ROWS: tl.constexpr, BLOCK_C: tl.constexpr):",
+        f"    row = tl.program_id(0){wide} * ROWS + tl.arange(0, ROWS)[:, None]",
+        f"    row_mask = row < {n_rows}",
+    ]
+    em.lines = []
+    for text in _coord_lines("row", rows, spec.domain):
+        em.line(text)
+    needed = em.needed()
+
+    def open_columns(start: str) -> None:
+        em.line(f"col = {start}tl.arange(0, BLOCK_C)[None, :]{wide}")
+        em.line(f"mask = row_mask & (col < {n_cols})")
+        for text in _coord_lines("col", cols, spec.domain):
+            em.line(text)
+
+    if block_c >= n_cols:
+        open_columns("")
+        for k in range(len(spec.stores)):
+            em.store(k, f"out{k}")
+    else:
+        _looped(spec, em, needed, open_columns)
+    grid = f"(triton.cdiv({n_rows}, {spec.knob('ROWS')}),)"
+    return "\n".join(head + em.lines), grid
+
+
+def _looped(
+    spec: KernelSpec, em: Emitter, needed: set[Any], open_columns: Callable[[str], None]
+) -> None:
+    for i, (_, _, _) in enumerate(spec.loads):
+        if ("L", i) in needed and em.level(("L", i)) != FULL:
+            em.value(("L", i))
+    em.emit_ready_rows(needed)
+    for i, (op, args, _) in enumerate(spec.ops):
+        ref = ("T", i)
+        if op not in REDUCTIONS or ref not in needed:
+            continue
+        if em.level(args[0]) != FULL:
+            em.value(ref)
+        else:
+            acc = f"acc{i}"
+            identity = {"sum": "0.0", "max": 'float("-inf")', "min": 'float("inf")'}[op]
+            em.line(f"{acc} = tl.full([ROWS, BLOCK_C], {identity}, tl.float32)")
+            em.line(f"for c0 in range(0, {extent(spec, rows_cols(spec)[1])}, BLOCK_C):")
+            em.indent += 1
+            em.local_memo = {}
+            open_columns("c0 + ")
+            v = em.value(args[0])
+            if op == "sum":
+                em.line(f"{acc} = {acc} + tl.where(mask, {v}, 0.0)")
+            else:
+                fn = "tl.maximum" if op == "max" else "tl.minimum"
+                em.line(f"{acc} = {fn}({acc}, tl.where(mask, {v}, {identity}))")
+            em.indent -= 1
+            fn = {"sum": "tl.sum", "max": "tl.max", "min": "tl.min"}[op]
+            name = f"t_red{i}"
+            em.line(f"{name} = {fn}({acc}, axis=1)[:, None]")
+            em.global_memo[ref] = name
+        em.emit_ready_rows(needed)
+    full = [k for k, (_, _, idx, _) in enumerate(spec.stores) if em._index_level(idx) == FULL]
+    if full:
+        em.line(f"for c0 in range(0, {extent(spec, rows_cols(spec)[1])}, BLOCK_C):")
+        em.indent += 1
+        em.local_memo = {}
+        open_columns("c0 + ")
+        for k in full:
+            em.store(k, f"out{k}")
+        em.indent -= 1
+    for k in range(len(spec.stores)):
+        if k not in full:
+            em.store(k, f"out{k}")

@@ -1,0 +1,94 @@
+"""Shared helpers of the codegen tests: collecting a model's subgraphs through the backend,
+running a spec's kernel under the interpreter and comparing it with the reference subgraph.
+
+Tolerance comes from the dtype: float32 rtol 1e-5, bfloat16/fp16 rtol 1.6e-2 (one bf16 ulp
+is 2^-7 = 7.8e-3), with an absolute term of the same size scaled by the output's magnitude
+(a sum of 256 products carries rounding error proportional to the size of its terms, not to
+its possibly cancelled result).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import torch
+import torch.nn as nn
+from torch.fx.experimental.proxy_tensor import make_fx
+
+from kernelpro_backend.backend import make_backend
+from kernelpro_backend.codegen import KernelSpec, build, lower
+from kernelpro_backend.fx_passes import Subgraph
+from kernelpro_backend.fx_passes.ops import Role
+from kernelpro_backend.fx_passes.partition import Group
+from kernelpro_backend.fx_passes.subgraph import _from_group
+
+RTOL = {torch.float32: 1e-5, torch.bfloat16: 1.6e-2, torch.float16: 2e-3}
+ATOL = {torch.float32: 1e-5, torch.bfloat16: 1.6e-2, torch.float16: 2e-3}
+
+
+def collect(model: nn.Module, inputs: Sequence[torch.Tensor], train: bool = True) -> list[Subgraph]:
+    """Every subgraph the partitioner finds in the model's forward (and backward) graphs."""
+    store: list[Subgraph] = []
+    backend = make_backend(observer=lambda kind, sgs: store.extend(sgs))
+    torch._dynamo.reset()
+    compiled = torch.compile(model, backend=backend, options={"fallback": "eager", "search": "off"})
+    if train:
+        out = compiled(*inputs)
+        (out if isinstance(out, torch.Tensor) else out[0]).float().sum().backward()
+    else:
+        with torch.no_grad():
+            compiled(*inputs)
+    return store
+
+
+def traced_subgraph(
+    fn: Callable[..., object], inputs: Sequence[torch.Tensor], kind: str
+) -> Subgraph:
+    """A subgraph holding every op of `fn`, for ops the partitioner does not group."""
+    gm = make_fx(fn, tracing_mode="fake")(*inputs)
+    nodes = [n for n in gm.graph.nodes if n.op == "call_function"]
+    group = Group(nodes=nodes, mask=0, attention=kind == "attention")
+    group.anchor = Role.GEMM if kind == "gemm" else None
+    return _from_group(group, "inference", "ieee")
+
+
+def compute_dtype(sg: Subgraph) -> torch.dtype:
+    """The lowest float precision the subgraph reads or writes: it sets the tolerance."""
+    names = {dt for _, _, dt in (*sg.input_meta, *sg.output_meta)}
+    for low in ("bfloat16", "float16"):
+        if low in names:
+            return getattr(torch, low)
+    return torch.float32
+
+
+def check(sg: Subgraph, spec: KernelSpec | None = None, seed: int = 0) -> KernelSpec:
+    """Build the spec (default: lowered), run it on fresh inputs and compare with the
+    reference subgraph: values within the dtype tolerance, exact shapes/strides/dtypes, inputs
+    unmodified."""
+    spec = spec or lower(sg)
+    inputs = sg.make_inputs(seed)
+    before = [x.clone() for x in inputs]
+    expected = sg.module()(*inputs)
+    got = build(spec)(*inputs)
+    assert len(got) == len(expected)
+    dt = compute_dtype(sg)
+    for i, (g, e) in enumerate(zip(got, expected, strict=True)):
+        where = f"{sg.pattern} ({sg.graph}) output {i} with {dict(spec.knobs)}"
+        assert g.shape == e.shape and g.dtype == e.dtype, where
+        assert g.stride() == e.stride(), where
+        if e.dtype.is_floating_point:
+            finite = e.float()[e.float().isfinite()]
+            scale = max(1.0, finite.abs().max().item()) if finite.numel() else 1.0
+            torch.testing.assert_close(
+                g.float(),
+                e.float(),
+                rtol=RTOL[dt],
+                atol=ATOL[dt] * scale,
+                equal_nan=True,  # integer inputs of backward graphs (counts) may be 0: x/0 both sides
+                msg=lambda m, where=where: f"{where}: {m}",
+            )
+        else:
+            assert torch.equal(g, e), where
+    for a, b in zip(inputs, before, strict=True):
+        assert torch.equal(a, b), "the kernel modified an input"
+    return spec
