@@ -13,6 +13,7 @@ import contextlib
 import multiprocessing as mp
 import multiprocessing.connection as mpc
 import signal
+import sys
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -24,6 +25,28 @@ from .worker import worker_main
 START_TIMEOUT_S = 180.0  # spawning a worker imports torch (seconds) and, on GPU, makes a context
 
 
+@contextlib.contextmanager
+def _main_module_hidden() -> Any:
+    """Keep "spawn" from re-running the user's script in each worker.
+
+    Spawned children import the parent's __main__ (its file, or its -m module) unless it has
+    neither. A training script that calls torch.compile at top level, without an
+    `if __name__ == "__main__":` guard, would then run again in every worker. Workers need
+    nothing from __main__ (their target lives in kernelpro_backend), so hide it while starting.
+    """
+    main = sys.modules.get("__main__")
+    saved = {k: main.__dict__[k] for k in ("__file__", "__spec__") if main and k in main.__dict__}
+    try:
+        if main is not None:
+            main.__dict__.pop("__file__", None)
+            main.__dict__["__spec__"] = None
+        yield
+    finally:
+        if main is not None:
+            main.__dict__.pop("__spec__", None)
+            main.__dict__.update(saved)
+
+
 class _Worker:
     def __init__(self, ctx: Any) -> None:
         self.ctx = ctx
@@ -32,7 +55,8 @@ class _Worker:
     def start(self) -> None:
         self.conn, child = self.ctx.Pipe(duplex=True)
         self.process = self.ctx.Process(target=worker_main, args=(child,), daemon=True)
-        self.process.start()
+        with _main_module_hidden():
+            self.process.start()
         child.close()
         self.ready = False
         self.started_at = time.monotonic()
