@@ -152,6 +152,7 @@ class SubgraphSearcher:
             log_path=log_path,
             progress=self.options.progress,
             objective=self.options.objective,
+            min_gain_ms=self.options.min_gain_us / 1e3,
             batch_size=self.options.workers,
         )
         baselines = {k: r.median_ms for k, r in outcome.baselines.items() if r.ok and r.median_ms}

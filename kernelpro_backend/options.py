@@ -47,6 +47,11 @@ class Options:
     # "auto" follows torch.get_float32_matmul_precision(); the others force a float32 mode.
     precision: Precision = "auto"
     objective: Objective = "time"
+    # A kernel replaces a subgraph only if it saves at least this much GPU time per call: the
+    # opaque op costs host-side launch time and splits Inductor's fusions around it. Measured on
+    # H100 (BENCHMARKS.md): 7 kernels that each won by 0.2-5 us in isolation made a
+    # launch-bound training step 1.5 ms slower.
+    min_gain_us: float = 30.0
     proposer: Proposer = "rules"
     # Isolated worker processes used to compile, validate and time candidates.
     workers: int = 1
@@ -106,6 +111,7 @@ def _resolved_type(name: str) -> Any:
         "objective": Objective,
         "proposer": Proposer,
         "budget_s": float,
+        "min_gain_us": float,
         "max_trials": int,
         "workers": int,
         "progress": bool,
@@ -151,7 +157,7 @@ def _coerce(name: str, value: Any, source: str) -> Any:
             raise OptionsError(f"{source}={value!r}: expected a number")
         if kind is int and int(value) != value:
             raise OptionsError(f"{source}={value!r}: expected a whole number")
-        if value <= 0:
+        if value < 0 or (value == 0 and name != "min_gain_us"):
             raise OptionsError(f"{source}={value!r}: must be greater than 0")
         return kind(value)
     if kind is tuple:

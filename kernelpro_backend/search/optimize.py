@@ -74,6 +74,7 @@ def optimize(
     log_path: str | None = None,
     progress: bool = True,
     objective: str = "time",
+    min_gain_ms: float = 0.0,
     batch_size: int = 1,
     params: TreeParams | None = None,
     clock: Callable[[], float] = time.monotonic,
@@ -166,7 +167,7 @@ def optimize(
             )
             line.update(tracker.trials, _ratio(reference_ms, best_ms), best_sol)
 
-    choice = choose_winner(measured, baselines, objective)
+    choice = choose_winner(measured, baselines, objective, min_gain_ms=min_gain_ms)
     saved = tracker.trials_saved(reason)
     outcome = SearchOutcome(
         subgraph=digest,

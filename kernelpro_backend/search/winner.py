@@ -45,7 +45,11 @@ def choose_winner(
     measured: Sequence[Measured],
     baselines: Mapping[str, EvalResult],
     objective: str = "time",
+    min_gain_ms: float = 0.0,
 ) -> Choice:
+    """The winner: the fastest kernel if it beats the fastest baseline beyond the spread AND by
+    at least `min_gain_ms` per call (what replacing a subgraph costs beyond its GPU time: the
+    opaque op's host-side launch and the fusion across its boundary that Inductor loses)."""
     if objective not in OBJECTIVES:
         raise ValueError(f"unknown objective {objective!r}; use one of {OBJECTIVES}")
     ok = sorted(
@@ -54,7 +58,14 @@ def choose_winner(
     )
     best = ok[0] if ok else None
     base = fastest_baseline(baselines)
-    if best is None or (base is not None and not faster_beyond_spread(best.result, base[1])):
+
+    def wins(r: EvalResult) -> bool:
+        if base is None:
+            return True
+        gain = (base[1].median_ms or 0.0) - (r.median_ms or 0.0)
+        return faster_beyond_spread(r, base[1]) and gain >= min_gain_ms
+
+    if best is None or not wins(best.result):
         if base is not None:
             return Choice(base[0], None, base[1], best)
         # nothing worked, not even a baseline: the fallback still runs the subgraph
@@ -63,10 +74,7 @@ def choose_winner(
     pick = best
     if objective == "energy":
         contenders = [
-            m
-            for m in ok
-            if not faster_beyond_spread(best.result, m.result)
-            and (base is None or faster_beyond_spread(m.result, base[1]))
+            m for m in ok if not faster_beyond_spread(best.result, m.result) and wins(m.result)
         ]
         pick = min(
             contenders,

@@ -69,3 +69,18 @@ def test_budget_validation_and_options():
         Budget(sol_stop_fraction=1.5)
     b = Budget.from_options(Options(max_trials=7, budget_s=3.0))
     assert (b.max_trials, b.max_seconds) == (7, 3.0)
+
+
+def test_a_win_smaller_than_the_replacement_cost_keeps_the_fallback():
+    # 5 us faster than Inductor, far beyond a 0.1 us spread: real, but below a 30 us floor.
+    fast = ok(0.010, spread=0.0001)
+    base = {"inductor": ok(0.015, spread=0.0001)}
+    measured = [Measured(node_id=1, candidate="k", result=fast)]
+    assert choose_winner(measured, base, min_gain_ms=0.0).winner == "k"
+    choice = choose_winner(measured, base, min_gain_ms=0.030)
+    assert choice.winner == "inductor" and choice.best.candidate == "k"
+    # A large win passes the same floor.
+    big = [Measured(node_id=2, candidate="big", result=ok(0.5, spread=0.001))]
+    assert (
+        choose_winner(big, {"inductor": ok(1.0, spread=0.001)}, min_gain_ms=0.030).winner == "big"
+    )
