@@ -35,7 +35,9 @@ def _main_module_hidden() -> Any:
     nothing from __main__ (their target lives in kernelpro_backend), so hide it while starting.
     """
     main = sys.modules.get("__main__")
-    saved = {k: main.__dict__[k] for k in ("__file__", "__spec__") if main and k in main.__dict__}
+    saved: dict[str, Any] = {
+        k: main.__dict__[k] for k in ("__file__", "__spec__") if main and k in main.__dict__
+    }
     try:
         if main is not None:
             main.__dict__.pop("__file__", None)
