@@ -64,7 +64,10 @@ def run_demo(steps: int = 20) -> int:
         "kernelpro": lambda m: torch.compile(
             m,
             backend=make_backend(sessions=sessions),
-            options={"search": "on-miss" if cuda else "cache-only"},
+            # A short search per subgraph, so the demo ends in a few minutes on a GPU.
+            options={"search": "on-miss", "budget_s": 10, "max_trials": 8, "workers": 4}
+            if cuda
+            else {"search": "cache-only"},
         ),
     }
     for name, wrap in modes.items():
