@@ -20,13 +20,10 @@ from collections.abc import Mapping
 import torch
 import torch.utils._pytree as pytree
 
-# (rtol, atol) by dtype. bf16/fp16 rtol is two units in the last place of the mantissa.
-TOLERANCES: dict[torch.dtype, tuple[float, float]] = {
-    torch.float64: (1e-7, 1e-7),
-    torch.float32: (1e-5, 1e-4),
-    torch.bfloat16: (1.6e-2, 1e-2),
-    torch.float16: (2e-3, 1e-3),
-}
+from ..runtime.compare import TOLERANCE
+
+# (rtol, atol) by dtype: the same table the evaluator proves kernels with.
+TOLERANCES: dict[torch.dtype, tuple[float, float]] = TOLERANCE
 FP64_RMSE_MULTIPLIER = 2.0
 FP64_MAX_MULTIPLIER = 4.0
 
@@ -35,7 +32,7 @@ def tolerance(dtype: torch.dtype) -> tuple[float, float]:
     if dtype in TOLERANCES:
         return TOLERANCES[dtype]
     if dtype.is_floating_point:
-        raise ValueError(f"no tolerance for {dtype}: add it to bench.compare.TOLERANCES")
+        raise ValueError(f"no tolerance for {dtype}: add it to runtime.compare.TOLERANCE")
     return (0.0, 0.0)  # integers and bools must match exactly
 
 

@@ -75,8 +75,11 @@ def profile_model(
     found: list[Any] = []
     backend = make_backend(observer=lambda kind, subgraphs: found.extend(subgraphs))
     compiled = torch.compile(model, backend=backend, options={"fallback": "eager", "search": "off"})
-    compiled(*inputs)
+    out = compiled(*inputs)
+    if isinstance(out, torch.Tensor) and out.requires_grad:
+        out.float().sum().backward()  # compiles the backward graph too: its subgraphs count
     torch.cuda.synchronize()
+    found = [sg for sg in found if not sg.symbolic]
     for i, sg in enumerate(found[: limit or None]):
         ref, sg_inputs = sg.module(), sg.make_inputs(0, "cuda")
         flops, nbytes = subgraph_cost(ref, sg_inputs)
