@@ -61,7 +61,7 @@ class PoolMeasurer:
         if self._ceilings is None:
             from .profilers.ceilings import Ceilings
 
-            self._ceilings = Ceilings.load_or_measure("cuda", self.options.cache_dir)
+            self._ceilings = Ceilings.load_or_measure("cuda", _cache_dir(self.options))
         return self._ceilings
 
     def _job(self, subgraph: Subgraph, candidate: object) -> Any:
@@ -148,7 +148,7 @@ class SubgraphSearcher:
             space=codegen_space(),  # type: ignore[arg-type]
             measurer=self.measurer,
             budget=Budget.from_options(self.options),
-            memory=SearchMemory(default_memory_path(self.options.cache_dir)),
+            memory=SearchMemory(default_memory_path(_cache_dir(self.options))),
             log_path=log_path,
             progress=self.options.progress,
             objective=self.options.objective,
@@ -180,11 +180,11 @@ class SubgraphSearcher:
 
 
 def _cache_dir(options: Options) -> str:
-    return (
-        options.cache_dir
-        or os.environ.get("KERNELPRO_CACHE_DIR")
-        or os.path.expanduser("~/.cache/kernelpro")
-    )
+    """One answer for logs, search memory and ceilings: the cache's own rule
+    (option > $KERNELPRO_CACHE_DIR > ~/.cache/kernelpro)."""
+    from .cache.store import resolve_cache_dir
+
+    return str(resolve_cache_dir(options.cache_dir))
 
 
 def default_provider(options: Options) -> KernelProvider:
