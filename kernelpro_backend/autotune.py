@@ -20,7 +20,7 @@ import torch
 
 from .fx_passes import Subgraph
 from .options import Options
-from .providers import CallableKernel, Kernel, KernelProvider, NullProvider
+from .providers import Kernel, KernelProvider, NullProvider
 from .runtime.result import EvalResult
 
 log = logging.getLogger("kernelpro")
@@ -35,9 +35,7 @@ def load_artifact(artifact: Any) -> Kernel:
         raise ValueError(
             f"cached {artifact.language} kernel has no KernelSpec; only spec-built kernels load here"
         )
-    spec = KernelSpec.from_json(artifact.spec_json)
-    kernel = build(spec)
-    return CallableKernel(f"triton-{spec.digest[:12]}", kernel)
+    return build(KernelSpec.from_json(artifact.spec_json))  # traceable: Inductor can inline it
 
 
 class PoolMeasurer:
@@ -152,7 +150,7 @@ class SubgraphSearcher:
             log_path=log_path,
             progress=self.options.progress,
             objective=self.options.objective,
-            min_gain_ms=self.options.min_gain_us / 1e3,
+            min_gain_ms=self.options.min_gain_ms(),
             batch_size=self.options.workers,
         )
         baselines = {k: r.median_ms for k, r in outcome.baselines.items() if r.ok and r.median_ms}

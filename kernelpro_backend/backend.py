@@ -61,7 +61,14 @@ class CompileSession:
         provider: KernelProvider = self.provider
         if self.options.search == "off":
             provider = NullProvider()
-        report = rewrite_graph(gm, graph_kind, provider, self.options.precision, self.observer)
+        report = rewrite_graph(
+            gm,
+            graph_kind,
+            provider,
+            self.options.precision,
+            self.observer,
+            inline=self.options.inlines,
+        )
         self.reports.append(report)
 
 

@@ -19,6 +19,7 @@ Fallback = Literal["inductor", "eager"]
 Precision = Literal["auto", "ieee", "tf32", "tf32x3"]
 Objective = Literal["time", "energy"]
 Proposer = Literal["rules", "llm"]
+Launch = Literal["inline", "op"]
 
 ENV_PREFIX = "KERNELPRO_"
 
@@ -47,12 +48,14 @@ class Options:
     # "auto" follows torch.get_float32_matmul_precision(); the others force a float32 mode.
     precision: Precision = "auto"
     objective: Objective = "time"
+    # How a kernel is launched: "inline" traces it into the aten graph so Inductor launches it
+    # from its own generated code (Inductor fallback, kernels that support it); "op" always
+    # goes through the opaque kernelpro::launch custom op (and is what the eager fallback uses).
+    launch: Launch = "inline"
     # A kernel replaces a subgraph only if it saves at least this much GPU time per call: the
-    # opaque op costs host time and splits Inductor's fusions around it. Measured on H100
-    # (BENCHMARKS.md): a compiled function calling one kernel through kernelpro::launch took
-    # 115 us per call against 36 us for plain Inductor, and 7 kernels that each won by 0.2-5 us
-    # in isolation made a launch-bound training step 1.5 ms slower.
-    min_gain_us: float = 80.0
+    # launch costs host time and splits Inductor's fusions around it. None (default) picks by
+    # launch path: OP_MIN_GAIN_US through kernelpro::launch, INLINE_MIN_GAIN_US inlined.
+    min_gain_us: float | None = None
     proposer: Proposer = "rules"
     # Isolated worker processes used to compile, validate and time candidates.
     workers: int = 1
@@ -91,9 +94,28 @@ class Options:
             )
         return cls(**values)
 
+    @property
+    def inlines(self) -> bool:
+        """Whether kernels are traced into Inductor's graph (else kernelpro::launch)."""
+        return self.launch == "inline" and self.fallback == "inductor"
+
+    def min_gain_ms(self) -> float:
+        """The gain a kernel must show to replace a subgraph, for this launch path."""
+        if self.min_gain_us is not None:
+            return self.min_gain_us / 1e3
+        return (INLINE_MIN_GAIN_US if self.inlines else OP_MIN_GAIN_US) / 1e3
+
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 
+
+# Host cost of one kernelpro::launch call, measured on H100 (BENCHMARKS.md): a compiled
+# function calling one kernel through it took 115 us per call against 36 us for plain Inductor,
+# and 7 kernels that each won by 0.2-5 us in isolation made a training step 1.5 ms slower.
+OP_MIN_GAIN_US = 80.0
+# Inlined kernels are launched by Inductor's wrapper like its own; what remains is the timing
+# noise and the fusions the split costs Inductor, so a small margin.
+INLINE_MIN_GAIN_US = 2.0
 
 # torch.compile's modes; kernelpro passes them to Inductor when Inductor is the fallback.
 _KNOWN_MODES = {
@@ -111,6 +133,7 @@ def _resolved_type(name: str) -> Any:
         "precision": Precision,
         "objective": Objective,
         "proposer": Proposer,
+        "launch": Launch,
         "budget_s": float,
         "min_gain_us": float,
         "max_trials": int,
@@ -125,6 +148,8 @@ def _resolved_type(name: str) -> Any:
 def _parse(name: str, raw: str, source: str) -> Any:
     """Parse an environment string into the field's type."""
     kind = _resolved_type(name)
+    if name == "min_gain_us" and raw.strip().lower() == "auto":
+        return None
     if kind is bool:
         low = raw.strip().lower()
         if low in ("1", "true", "yes", "on"):
@@ -144,6 +169,8 @@ def _parse(name: str, raw: str, source: str) -> Any:
 
 def _coerce(name: str, value: Any, source: str) -> Any:
     kind = _resolved_type(name)
+    if name == "min_gain_us" and value is None:
+        return None  # auto: by launch path
     if get_origin(kind) is Literal:
         allowed = get_args(kind)
         if value not in allowed:

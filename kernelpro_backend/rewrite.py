@@ -1,7 +1,9 @@
-"""The rewrite: replace subgraphs that have a kernel by one `kernelpro::launch` node each.
+"""The rewrite: replace subgraphs that have a kernel by the kernel's launches.
 
 Owns: asking the provider for each subgraph of an aten graph, registering the kernels found,
-and editing the graph so the rest of it can go to the fallback compiler unchanged.
+and editing the graph so the rest of it can go to the fallback compiler unchanged. With
+`inline=True` (Inductor fallback) a traceable kernel is traced into the graph (inline.py) so
+Inductor launches it from its generated code; anything else becomes one `kernelpro::launch` node.
 Must not: search, time or compile kernels.
 """
 
@@ -18,6 +20,7 @@ from torch._subclasses.fake_tensor import unset_fake_temporarily
 from torch.fx.passes.tools_common import legalize_graph
 
 from .fx_passes import Subgraph, find_subgraphs
+from .inline import InlineError, TraceableKernel, splice, trace_kernel
 from .kernel_op import KERNELS, RegisteredKernel
 from .providers import KernelProvider
 
@@ -31,6 +34,7 @@ class RewriteReport:
     graph: str
     subgraphs: int = 0
     replaced: list[str] = dataclasses.field(default_factory=list)  # kernel ids
+    inlined: list[str] = dataclasses.field(default_factory=list)  # kernel ids traced in
     symbolic: int = 0
 
 
@@ -64,19 +68,38 @@ def _replace(
         graph.erase_node(n)
 
 
+def _trace(kernel: object, subgraph: Subgraph, kid: str) -> fx.GraphModule | None:
+    """The kernel traced into FX nodes, or None when it must go through the opaque op."""
+    if not isinstance(kernel, TraceableKernel):
+        return None
+    try:
+        return trace_kernel(kernel, subgraph)
+    except InlineError as e:
+        log.warning(
+            "kernelpro: cannot inline kernel %s for %s %s (%s); launching it through "
+            "kernelpro::launch instead, which costs host time per call",
+            kid,
+            subgraph.graph,
+            subgraph.pattern,
+            e,
+        )
+        return None
+
+
 def rewrite_graph(
     gm: fx.GraphModule,
     graph_kind: str,
     provider: KernelProvider,
     precision_option: str = "auto",
     observer: SubgraphObserver | None = None,
+    inline: bool = False,
 ) -> RewriteReport:
     """Partition `gm`, ask `provider` for each subgraph, replace those that get a kernel."""
     subgraphs = find_subgraphs(gm, graph_kind, precision_option)
     if observer is not None:
         observer(graph_kind, subgraphs)
     report = RewriteReport(graph=graph_kind, subgraphs=len(subgraphs))
-    chosen: list[tuple[Subgraph, str]] = []
+    chosen: list[tuple[Subgraph, str, fx.GraphModule | None]] = []
     for sg in subgraphs:
         if sg.symbolic:
             report.symbolic += 1
@@ -92,10 +115,15 @@ def rewrite_graph(
             kid,
             RegisteredKernel(kernel=kernel, outputs=sg.output_meta, device_type=sg.device.type),
         )
-        chosen.append((sg, kid))
+        traced = _trace(kernel, sg, kid) if inline else None
+        chosen.append((sg, kid, traced))
     remap: dict[fx.Node, fx.Node] = {}
-    for sg, kid in chosen:
-        _replace(gm, sg, kid, remap)
+    for sg, kid, traced in chosen:
+        if traced is not None:
+            splice(gm, sg, traced, remap)
+            report.inlined.append(kid)
+        else:
+            _replace(gm, sg, kid, remap)
         report.replaced.append(kid)
     if chosen:
         legalize_graph(gm)
@@ -109,9 +137,10 @@ def rewrite_graph(
             graph_kind,
         )
     log.debug(
-        "kernelpro: %s graph: %d subgraphs, %d replaced",
+        "kernelpro: %s graph: %d subgraphs, %d replaced (%d inlined)",
         graph_kind,
         report.subgraphs,
         len(report.replaced),
+        len(report.inlined),
     )
     return report

@@ -100,6 +100,8 @@ class CacheProvider:
             return self._loaded[key.digest]
         artifact = self.cache.get(key)
         if artifact is not None:
+            if not self._pays_off(artifact):
+                return None
             return self._load(key, artifact, subgraph)
         if policy == "on-miss":
             found = self._search(subgraph)
@@ -120,6 +122,25 @@ class CacheProvider:
                 subgraph.graph,
             )
         return None
+
+    def _pays_off(self, artifact: KernelArtifact) -> bool:
+        """A hit is used only if it saved the launch path's minimum gain over this fallback when
+        it was measured (an entry found with inlined launches may not pay through the op)."""
+        base = artifact.baselines_ms.get(self.options.fallback)
+        if base is None or artifact.kernel_ms is None:
+            return True
+        need = self.options.min_gain_ms()
+        if base - artifact.kernel_ms >= need:
+            return True
+        log.info(
+            "kernelpro cache: cached %s kernel saves %.1f us over %s, under the %.1f us this "
+            "launch path needs; running the fallback",
+            artifact.pattern,
+            (base - artifact.kernel_ms) * 1e3,
+            self.options.fallback,
+            need * 1e3,
+        )
+        return False
 
     def _search(self, subgraph: Subgraph) -> KernelArtifact | None:
         if self.searcher is None:

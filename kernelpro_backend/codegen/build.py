@@ -7,6 +7,7 @@ Must not: validate numerics or time anything (runtime/ does).
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import importlib.util
 import os
@@ -59,6 +60,14 @@ class SpecKernel:
         if len(inputs) != len(self.spec.inputs):
             raise TypeError(f"{self.name} takes {len(self.spec.inputs)} inputs, got {len(inputs)}")
         return self._entry(*inputs)
+
+    def traceable(self) -> Callable[..., Sequence[torch.Tensor]]:
+        """The entry with every launch wrapped by `torch.library.wrap_triton`, so that tracing
+        it (make_fx under functionalization) records the kernels as graph nodes that Inductor
+        launches from its own generated code (rewrite.py inlines them)."""
+        from torch.library import wrap_triton
+
+        return functools.partial(self._entry, _launch=wrap_triton)
 
 
 def build(spec: KernelSpec) -> SpecKernel:

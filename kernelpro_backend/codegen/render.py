@@ -60,19 +60,16 @@ def render(spec: KernelSpec) -> RenderedKernel:
         launch_knobs["INTERPRET"] = "INTERPRET"
     ins = [f"in{i}" for i in range(len(spec.inputs))]
     outs = [f"out{i}" for i in range(len(spec.outputs))]
-    host = [f"def {ENTRY}({', '.join(ins)}):"]
+    # `_launch` wraps each kernel before its launch: `_direct` calls it as is; the backend passes
+    # torch.library.wrap_triton to trace the launch into Inductor's graph (rewrite.py).
+    host = [f"def {ENTRY}({', '.join([*ins, '_launch=_direct'])}):"]
     host.append(f"    device = {ins[0]}.device" if ins else "    device = torch.device('cuda')")
     zero = spec.template == "gemm" and spec.knob("SPLIT_K") != 1  # partial tiles add atomically
     for i, (shape, stride, dt) in enumerate(spec.outputs):
-        alloc = "torch.zeros" if zero else "torch.empty"
-        if zero:
-            host.append(
-                f"    {outs[i]} = torch.zeros({list(shape)}, dtype=torch.{dt}, device=device).as_strided({list(shape)}, {list(stride)})"
-            )
-        else:
-            host.append(
-                f"    {outs[i]} = {alloc}_strided({list(shape)}, {list(stride)}, dtype=torch.{dt}, device=device)"
-            )
+        host.append(
+            f"    {outs[i]} = torch.empty_strided({list(shape)}, {list(stride)}, dtype=torch.{dt}, device=device)"
+            + (".zero_()" if zero else "")
+        )
     host.append(
         "    num_sms = torch.cuda.get_device_properties(device).multi_processor_count if device.type == 'cuda' else 4"
     )
@@ -81,7 +78,7 @@ def render(spec: KernelSpec) -> RenderedKernel:
         f"{k}={v if v == 'INTERPRET' else repr(v)}" for k, v in launch_knobs.items()
     )
     host.append(
-        f"    kernel[grid]({', '.join(ins + outs)}, {knob_args}, "
+        f"    _launch(kernel)[grid]({', '.join(ins + outs)}, {knob_args}, "
         f"num_warps={spec.knob('num_warps')}, num_stages={spec.knob('num_stages')})"
     )
     host.append(f"    return [{', '.join(outs)}]")
@@ -96,6 +93,10 @@ def render(spec: KernelSpec) -> RenderedKernel:
             "",
             "# Triton's CPU interpreter (tests) gets widened dot operands; GPUs never take that branch",
             'INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"',
+            "",
+            "",
+            "def _direct(kernel):",
+            "    return kernel",
             "",
             "",
             kernel,
