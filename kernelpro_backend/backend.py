@@ -57,7 +57,9 @@ class CompileSession:
         self.observer = observer
         self.reports: list[RewriteReport] = []
 
-    def rewrite(self, gm: fx.GraphModule, graph_kind: str) -> None:
+    def rewrite(
+        self, gm: fx.GraphModule, graph_kind: str, inline: bool | None = None
+    ) -> RewriteReport:
         provider: KernelProvider = self.provider
         if self.options.search == "off":
             provider = NullProvider()
@@ -67,9 +69,19 @@ class CompileSession:
             provider,
             self.options.precision,
             self.observer,
-            inline=self.options.inlines,
+            inline=self.options.inlines if inline is None else inline,
         )
         self.reports.append(report)
+        return report
+
+
+def _copy_graph(gm: fx.GraphModule) -> fx.GraphModule:
+    """A copy of `gm` whose nodes (meta shared shallowly) the rewrite can edit independently."""
+    graph = fx.Graph()
+    out = graph.graph_copy(gm.graph, {})
+    old_output = next(n for n in reversed(gm.graph.nodes) if n.op == "output")
+    graph.output(out).meta = dict(old_output.meta)
+    return fx.GraphModule(gm, graph)
 
 
 def _graph_kind(kwargs: Mapping[str, Any]) -> str:
@@ -87,8 +99,27 @@ def _compile_inductor(
     from torch._inductor.compile_fx import compile_fx, compile_fx_inner
 
     def inner_compile(graph: fx.GraphModule, inputs: Sequence[Any], **kwargs: Any) -> Any:
-        session.rewrite(graph, _graph_kind(kwargs))
-        return compile_fx_inner(graph, inputs, **kwargs)
+        kind = _graph_kind(kwargs)
+        pristine = _copy_graph(graph) if session.options.inlines else None
+        report = session.rewrite(graph, kind)
+        if pristine is None or not report.inlined:
+            return compile_fx_inner(graph, inputs, **kwargs)
+        try:
+            return compile_fx_inner(graph, inputs, **kwargs)
+        except Exception as e:
+            # Inductor could not compile the graph with our kernels inlined (a bug to report,
+            # with this log): compile again with every kernel behind kernelpro::launch.
+            log.warning(
+                "kernelpro: Inductor failed on the %s graph with %d inlined kernel(s) (%s: %s); "
+                "retrying with the kernels behind kernelpro::launch",
+                kind,
+                len(report.inlined),
+                type(e).__name__,
+                str(e)[:500],
+            )
+            session.reports.remove(report)
+            session.rewrite(pristine, kind, inline=False)
+            return compile_fx_inner(pristine, inputs, **kwargs)
 
     patches = list_mode_options(mode) if mode and mode != "default" else None
     # AOTAutograd's cache would hand back a compiled graph without calling inner_compile, so the

@@ -20,7 +20,7 @@ from torch._functorch.aot_autograd import make_boxed_func
 from torch._functorch.partitioners import min_cut_rematerialization_partition
 from torch._inductor.decomposition import select_decomp_table
 
-from kernelpro_backend import examples
+from kernelpro_backend import examples, make_backend
 from kernelpro_backend.fx_passes import Subgraph
 from kernelpro_backend.rewrite import RewriteReport, rewrite_graph
 
@@ -29,7 +29,7 @@ import json, torch
 from torch._dynamo.backends.common import aot_autograd
 from torch._functorch.partitioners import min_cut_rematerialization_partition
 from torch._inductor.decomposition import select_decomp_table
-from kernelpro_backend import examples
+from kernelpro_backend import examples, make_backend
 from kernelpro_backend.codegen import Unsupported, build, lower
 from kernelpro_backend.rewrite import rewrite_graph
 
@@ -137,3 +137,66 @@ def test_untraceable_kernel_goes_through_the_op_and_says_so(caplog, monkeypatch)
     assert any(r.replaced for r in reports)
     assert not any(r.inlined for r in reports)
     assert "cannot inline kernel" in caplog.text and "not just launches" in caplog.text
+
+
+class _TracesToALaunch:
+    """Runs as the reference module; traces to one Triton launch that fills its outputs."""
+
+    name = "traces-to-a-launch"
+
+    def __init__(self, subgraph: Subgraph) -> None:
+        self._module = subgraph.module()
+        self._metas = subgraph.output_meta
+
+    def __call__(self, *inputs):
+        return list(self._module(*inputs))
+
+    def traceable(self):
+        import triton
+        import triton.language as tl
+        from torch.library import wrap_triton
+
+        @triton.jit
+        def fill(out, n, BLOCK: tl.constexpr):
+            offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+            tl.store(out + offs, 0.0, mask=offs < n)
+
+        def entry(*inputs):
+            outs = []
+            for shape, stride, dt in self._metas:
+                out = torch.empty_strided(shape, stride, dtype=getattr(torch, dt))
+                wrap_triton(fill)[(1,)](out, out.numel(), BLOCK=16)
+                outs.append(out)
+            return outs
+
+        return entry
+
+
+def test_inductor_failure_on_inlined_graph_retries_through_the_op(caplog, monkeypatch):
+    import torch._inductor.compile_fx as compile_fx
+
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    real = compile_fx.compile_fx_inner
+
+    def failing_on_launch_nodes(gm, *args, **kwargs):
+        if any("triton_kernel_wrapper" in str(n.target) for n in gm.graph.nodes):
+            raise RuntimeError("simulated Inductor failure on a user Triton kernel")
+        return real(gm, *args, **kwargs)
+
+    monkeypatch.setattr(compile_fx, "compile_fx_inner", failing_on_launch_nodes)
+
+    class Provider:
+        def find(self, subgraph):
+            return _TracesToALaunch(subgraph) if subgraph.pattern == "rms_norm" else None
+
+    model_ref, (x,) = examples.transformer_block("cpu")
+    model, _ = examples.transformer_block("cpu")
+    ref_losses, _ = train(model_ref, x, steps=1)
+    sessions: list = []
+    backend = make_backend(provider=Provider(), sessions=sessions)
+    with caplog.at_level(logging.WARNING, logger="kernelpro"):
+        losses, _ = train(model, x, lambda m: torch.compile(m, backend=backend), steps=1)
+    torch.testing.assert_close(losses, ref_losses, rtol=1e-5, atol=1e-6)
+    assert "Inductor failed on the forward graph" in caplog.text
+    reports = [r for s in sessions for r in s.reports]
+    assert any(r.replaced for r in reports) and not any(r.inlined for r in reports)
