@@ -27,15 +27,17 @@ log = logging.getLogger("kernelpro")
 
 
 def load_artifact(artifact: Any) -> Kernel:
-    """A cached Triton kernel, rebuilt from its spec (Triton compiles it, or reuses its own
-    on-disk compile cache; no nvcc is needed)."""
-    from .codegen import KernelSpec, build
+    """A cached Triton kernel: the exact source that was proved and timed (Triton compiles it,
+    or reuses its own on-disk compile cache; no nvcc is needed), never a re-rendering of its
+    spec by templates that may have changed since."""
+    from .codegen import KernelSpec, RenderedKernel, build
 
     if artifact.spec_json is None:
         raise ValueError(
             f"cached {artifact.language} kernel has no KernelSpec; only spec-built kernels load here"
         )
-    return build(KernelSpec.from_json(artifact.spec_json))  # traceable: Inductor can inline it
+    rendered = RenderedKernel(artifact.language, artifact.source, artifact.entry)
+    return build(KernelSpec.from_json(artifact.spec_json), rendered)  # traceable: inlinable
 
 
 class PoolMeasurer:

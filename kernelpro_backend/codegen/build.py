@@ -50,9 +50,9 @@ def load_module(rendered: RenderedKernel) -> Callable[..., list[torch.Tensor]]:
 class SpecKernel:
     """A `Kernel` built from a spec: `kernel(*inputs)` returns fresh outputs."""
 
-    def __init__(self, spec: KernelSpec) -> None:
+    def __init__(self, spec: KernelSpec, rendered: RenderedKernel | None = None) -> None:
         self.spec = spec
-        self.rendered = render(spec)
+        self.rendered = render(spec) if rendered is None else rendered
         self.name = f"{spec.template}-{spec.digest[:12]}"
         self._entry = load_module(self.rendered)
 
@@ -70,5 +70,7 @@ class SpecKernel:
         return functools.partial(self._entry, _launch=wrap_triton)
 
 
-def build(spec: KernelSpec) -> SpecKernel:
-    return SpecKernel(spec)
+def build(spec: KernelSpec, rendered: RenderedKernel | None = None) -> SpecKernel:
+    """The kernel for `spec`; `rendered`: use this source (a cached, proved one) instead of
+    rendering the spec with today's templates."""
+    return SpecKernel(spec, rendered)
