@@ -76,7 +76,15 @@ def _causal_offset(name: str, args: dict[str, Any], sq: int, sk: int) -> int | N
 
 
 def _reject_extras(name: str, args: dict[str, Any]) -> None:
-    for extra in ("attn_mask", "attn_bias", "bias", "cum_seq_q", "cum_seq_k", "cu_seqlens_q"):
+    for extra in (
+        "attn_mask",
+        "attn_bias",
+        "bias",
+        "cum_seq_q",
+        "cum_seq_k",
+        "cu_seqlens_q",
+        "cu_seqlens_k",
+    ):
         if extra in args and not _absent(args[extra]):
             raise Unsupported(
                 f"attention backward with {extra} is not supported (only causal or no mask, "

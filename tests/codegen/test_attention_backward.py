@@ -285,3 +285,32 @@ def test_gpu_script_quick(tmp_path: object) -> None:
         env=env, capture_output=True, text=True, timeout=600,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+
+
+def test_masks_dropout_and_cudnn_are_unsupported_not_mislowered() -> None:
+    q, lse = torch.randn(1, 2, 9, 16, device="meta"), torch.empty(1, 2, 9, device="meta")
+    mask = torch.empty(9, 9, device="meta")
+    seed = torch.empty((), dtype=torch.int64, device="meta")
+
+    def masked(*t: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        res = aten._scaled_dot_product_flash_attention_for_cpu_backward(
+            t[0], t[0], t[0], t[0], t[0], t[1], 0.0, False, attn_mask=t[2]
+        )
+        return res[0], res[1], res[2]
+
+    def dropout(*t: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        res = aten._scaled_dot_product_flash_attention_for_cpu_backward(
+            t[0], t[0], t[0], t[0], t[0], t[1], 0.1, False
+        )
+        return res[0], res[1], res[2]
+
+    def cudnn(*t: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        res = aten._scaled_dot_product_cudnn_attention_backward(
+            t[0], t[0], t[0], t[0], t[0], t[1], t[3], t[3], None, None, None, 9, 9, 0.0, False
+        )  # fmt: skip
+        return res[0], res[1], res[2]
+
+    for fn, reason in ((masked, "attn_mask"), (dropout, "dropout"), (cudnn, "cuDNN")):
+        sg = traced_subgraph(fn, (q, lse, mask, seed), "attention")
+        with pytest.raises(Unsupported, match=reason):
+            lower(sg)
