@@ -42,6 +42,15 @@ _SPACE: dict[str, dict[str, tuple[KnobValue, ...]]] = {
         "num_warps": (2, 4, 8),
         "num_stages": (1, 2, 3, 4),
     },
+    "attention_backward": {
+        "BLOCK_M": (16, 32, 64, 128),  # query rows per step of the dK/dV kernel
+        "BLOCK_N": (16, 32, 64, 128),  # keys per dK/dV program
+        "BLOCK_M_DQ": (16, 32, 64, 128),  # query rows per dQ (and preprocess) program
+        "BLOCK_N_DQ": (16, 32, 64, 128),  # keys per step of the dQ kernel
+        "DQ": ("kernel", "atomic"),  # dQ by its own kernel, or atomically from dK/dV programs
+        "num_warps": (2, 4, 8),
+        "num_stages": (1, 2, 3, 4),
+    },
 }
 _SPACE["pointwise"] = _SPACE["row_reduction"]
 
@@ -85,6 +94,8 @@ def default_knobs(spec: KernelSpec) -> tuple[tuple[str, KnobValue], ...]:
         knobs = dict(
             BLOCK_M=128 if d <= 64 else 64, BLOCK_N=64, num_warps=4 if d <= 64 else 8, num_stages=2
         )
+    elif spec.template == "attention_backward":
+        return _default_attention_backward(spec)
     else:
         rows, cols = rows_cols(spec)
         n_cols, n_rows = extent(spec, cols), extent(spec, rows)
@@ -129,6 +140,8 @@ def validate(spec: KernelSpec) -> None:
         _validate_gemm(spec, knobs)
     elif spec.template == "attention":
         _validate_attention(spec, knobs)
+    elif spec.template == "attention_backward":
+        _validate_attention_backward(spec, knobs)
     else:
         _validate_rowwise(spec, knobs)
 
@@ -175,6 +188,54 @@ def _validate_attention(spec: KernelSpec, k: dict) -> None:
             f"{k['num_stages']} need {smem} bytes of shared memory; the limit is {SMEM_BYTES}. "
             "Reduce BLOCK_N or num_stages"
         )
+
+
+def _default_attention_backward(spec: KernelSpec) -> tuple[tuple[str, KnobValue], ...]:
+    """Flash-attention-2 style: large key blocks per dK/dV program stepping over small query
+    blocks, large query blocks per dQ program stepping over small key blocks (Triton's fused
+    attention tutorial: 32/128 and 128/32 with 4 warps); head dim 128 halves the key block."""
+    from .errors import IllegalSpec
+
+    wide = next_pow2(max(spec.param("head_dim"), spec.param("value_dim"))) > 64
+    knobs: dict[str, KnobValue] = dict(
+        BLOCK_M=32, BLOCK_N=64 if wide else 128, BLOCK_M_DQ=64 if wide else 128, BLOCK_N_DQ=32,
+        DQ="kernel", num_warps=8 if wide else 4, num_stages=3,
+    )  # fmt: skip
+    for stages in (3, 2, 1):  # fp32 operands take twice the shared memory
+        knobs["num_stages"] = stages
+        try:
+            _validate_attention_backward(spec, knobs)
+        except IllegalSpec:
+            continue
+        break
+    return tuple(sorted(knobs.items()))
+
+
+def _validate_attention_backward(spec: KernelSpec, k: dict) -> None:
+    d = max(16, next_pow2(spec.param("head_dim"))) + max(16, next_pow2(spec.param("value_dim")))
+    bytes_ = 2 if spec.param("operand_dtype") != "float32" else 4
+    stages = k["num_stages"]
+    for resident, streamed, names in (
+        (k["BLOCK_N"], k["BLOCK_M"], "BLOCK_N (resident K, V) and BLOCK_M (streamed Q, dO)"),
+        (k["BLOCK_M_DQ"], k["BLOCK_N_DQ"], "BLOCK_M_DQ (resident Q, dO) and BLOCK_N_DQ"),
+    ):
+        smem = (resident + streamed * stages) * d * bytes_
+        if smem > SMEM_BYTES:
+            raise IllegalSpec(
+                f"{names} = {resident}, {streamed} with head dims {d} in total and num_stages="
+                f"{stages} need {smem} bytes of shared memory; the limit is {SMEM_BYTES}. "
+                "Reduce the blocks or num_stages"
+            )
+    regs = k["BLOCK_N"] * d // (32 * k["num_warps"])
+    if regs > 256:
+        raise IllegalSpec(
+            f"dK and dV accumulators of {k['BLOCK_N']} keys x {d} columns over {k['num_warps']} "
+            f"warps are {regs} fp32 registers per thread; the limit is 255. Use more warps or "
+            "a smaller BLOCK_N"
+        )
+    has_dq = any(which == 0 for which, _ in spec.param("grads"))
+    if k["DQ"] == "atomic" and not has_dq:
+        raise IllegalSpec("DQ='atomic' but the subgraph does not output grad_q; use DQ='kernel'")
 
 
 def _validate_rowwise(spec: KernelSpec, k: dict) -> None:

@@ -2,7 +2,7 @@
 
 Owns: reading the SDPA op's arguments by schema name (CPU flash, CUDA flash, efficient and
 cuDNN variants share query/key/value/is_causal/scale), rejecting what the template does not do
-(masks, dropout, grouped heads, backward), and mapping the output and logsumexp outputs.
+(masks, dropout, grouped heads); backward ops go to lower_attention_bwd, and mapping the output and logsumexp outputs.
 Must not: render source.
 """
 
@@ -38,7 +38,9 @@ def lower_attention(sg: Subgraph) -> dict[str, Any]:
         raise Unsupported(f"{len(ops)} attention ops in one subgraph; the template takes one")
     att = ops[0]
     if "backward" in op_name(att):
-        raise Unsupported("attention backward has no template yet (left to the fallback)")
+        from .lower_attention_bwd import lower_attention_backward
+
+        return lower_attention_backward(sg, att)
     args = _bound_args(att)
     for mask_name in ("attn_mask", "attn_bias"):
         if args.get(mask_name) is not None:

@@ -13,6 +13,21 @@ import json
 from .spec import KernelSpec, RenderedKernel
 
 ENTRY = "entry"
+_PRELUDE = [
+    "import os",
+    "",
+    "import torch",
+    "import triton",
+    "import triton.language as tl",
+    "",
+    "# Triton's CPU interpreter (tests) gets widened dot operands; GPUs never take that branch",
+    'INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"',
+    "",
+    "",
+    "def _direct(kernel):",
+    '    """The default launcher: the jitted kernel itself (torch.library.wrap_triton fits here)."""',
+    "    return kernel",
+]
 
 
 def _header(spec: KernelSpec) -> list[str]:
@@ -39,6 +54,10 @@ def _ref_text(ref: tuple) -> str:
 
 def render(spec: KernelSpec) -> RenderedKernel:
     """The spec's Triton module: `entry(*inputs)` returns the outputs in canonical order."""
+    if spec.template == "attention_backward":
+        from .template_attention_bwd import render_attention_backward
+
+        return render_launches(spec, *render_attention_backward(spec))
     if spec.template in ("pointwise", "row_reduction"):
         from .template_rowwise import render_rowwise
 
@@ -106,4 +125,27 @@ def render(spec: KernelSpec) -> RenderedKernel:
             "",
         ]
     )
+    return RenderedKernel(language="triton", source=source, entry=ENTRY)
+
+
+def render_launches(
+    spec: KernelSpec, kernels: str, scratch: list[str], launches: list[tuple[str, str, str]]
+) -> RenderedKernel:
+    """A module launching several kernels in order. `kernels` is their source; `scratch` host
+    lines allocating temporaries (after the outputs, with `device` defined); each launch is
+    (kernel name, grid expression, argument text, knobs and num_warps included), written as
+    `_launch(kernel)[grid](args)` so a caller may pass its own launcher to `entry`."""
+    ins = [f"in{i}" for i in range(len(spec.inputs))]
+    outs = [f"out{i}" for i in range(len(spec.outputs))]
+    host = [f"def {ENTRY}({', '.join([*ins, '_launch=_direct'])}):"]
+    host.append(f"    device = {ins[0]}.device" if ins else "    device = torch.device('cuda')")
+    for name, (shape, stride, dt) in zip(outs, spec.outputs, strict=True):
+        host.append(
+            f"    {name} = torch.empty_strided({list(shape)}, {list(stride)}, dtype=torch.{dt}, device=device)"
+        )
+    host += scratch
+    for kernel, grid, args in launches:
+        host.append(f"    _launch({kernel})[{grid}]({args})")
+    host.append(f"    return [{', '.join(outs)}]")
+    source = "\n".join([*_header(spec), *_PRELUDE, "", "", kernels, "", "", *host, ""])
     return RenderedKernel(language="triton", source=source, entry=ENTRY)

@@ -22,7 +22,7 @@ from .index import to_tuple
 KnobValue = int | str | bool
 TensorMeta = tuple[tuple[int, ...], tuple[int, ...], str]
 
-TEMPLATES = ("pointwise", "row_reduction", "gemm", "attention")
+TEMPLATES = ("pointwise", "row_reduction", "gemm", "attention", "attention_backward")
 PRECISIONS = ("ieee", "tf32", "tf32x3")
 
 
