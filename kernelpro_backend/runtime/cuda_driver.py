@@ -235,6 +235,9 @@ def _allocate(
 
 
 def current_arch(device: torch.device | int | None = None) -> str:
+    """The cubin target of a CUDA device ("sm_90a" on an H100)."""
+    if not torch.cuda.is_available():
+        raise CandidateLoadError("a CUDA kernel needs a CUDA device; none is visible here")
     major, minor = torch.cuda.get_device_capability(device)
     return arch_for_capability(major, minor)
 
@@ -243,8 +246,6 @@ def load_cuda_source(
     source: str, entry: str, device: torch.device | int | None = None
 ) -> CudaKernel:
     """Parse the header, compile (or hit the cubin cache) for the device, load."""
-    if not torch.cuda.is_available():
-        raise CandidateLoadError("a CUDA candidate needs a CUDA device; none is visible")
     spec = parse_launch(source, entry)
     cubin = compile_cuda(source, current_arch(device), kernels=spec.kernels)
     return CudaKernel(cubin.data, spec, device)

@@ -65,12 +65,17 @@ def _parse_expr(text: str) -> ast.expr:
         tree = ast.parse(text.strip(), mode="eval").body
     except SyntaxError as e:
         raise LaunchSpecError(f"expression {text!r} is not valid syntax: {e.msg}") from None
+    allowed = (ast.Name, ast.BinOp, ast.UnaryOp, ast.Call, ast.Attribute, ast.Subscript)
     for node in ast.walk(tree):
-        allowed = (ast.Constant, ast.Name, ast.BinOp, ast.UnaryOp, ast.Call, ast.Attribute)
-        if isinstance(node, ast.operator | ast.unaryop | ast.expr_context):
+        if isinstance(node, ast.expr_context | ast.UAdd | ast.USub) or type(node) in _BINOPS:
             continue
-        if not isinstance(node, (*allowed, ast.Subscript)):
-            raise LaunchSpecError(f"expression {text!r}: {type(node).__name__} is not allowed")
+        number = isinstance(node, ast.Constant) and type(node.value) in (int, float)
+        if not number and not isinstance(node, allowed):
+            what = f"literal {node.value!r}" if isinstance(node, ast.Constant) else None
+            raise LaunchSpecError(
+                f"expression {text!r}: {what or type(node).__name__} is not allowed (numbers, "
+                "+ - * / // % << >>, cdiv/min/max, inK/outK .shape[i] .stride(i) .numel() only)"
+            )
     return tree
 
 
@@ -143,13 +148,12 @@ class _Evaluator(ast.NodeVisitor):
         return target[index]
 
     def visit_Call(self, node: ast.Call) -> Any:
-        args = [self.visit(a) for a in node.args]
         if node.keywords:
             raise self.fail("keyword arguments are not allowed")
         if isinstance(node.func, ast.Name) and node.func.id in _FUNCTIONS:
-            return _FUNCTIONS[node.func.id](*args)
+            return _FUNCTIONS[node.func.id](*[self.visit(a) for a in node.args])
         if isinstance(node.func, ast.Attribute) and node.func.attr in ("stride", "numel"):
             target = self.visit(node.func.value)
             if isinstance(target, TensorMeta):
-                return getattr(target, node.func.attr)(*args)
+                return getattr(target, node.func.attr)(*[self.visit(a) for a in node.args])
         raise self.fail("only cdiv/min/max, .stride(i) and .numel() may be called")
