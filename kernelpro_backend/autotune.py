@@ -187,7 +187,7 @@ class SubgraphSearcher:
             )
             return None
         return KernelArtifact(
-            **winner_fields(outcome.winner, render),
+            **winner_fields(outcome.winner, render, subgraph.device),
             kernel_ms=outcome.result.median_ms,
             baselines_ms=baselines,
             sol_fraction=outcome.result.sol_fraction,
@@ -195,10 +195,10 @@ class SubgraphSearcher:
         )
 
 
-def winner_fields(winner: Any, render: Any) -> dict[str, Any]:
+def winner_fields(winner: Any, render: Any, device: Any = None) -> dict[str, Any]:
     """The artifact fields of a winning candidate: a KernelSpec is rendered; free-form source
-    is stored as written, and a CUDA winner also stores its cubin and launch metadata so a
-    cache hit loads without a compiler."""
+    is stored as written, and a CUDA winner also stores its cubin for `device` (default: the
+    current one) and its launch metadata, so a cache hit loads without a compiler."""
     from .runtime.candidate import SourceCandidate
 
     if isinstance(winner, SourceCandidate):
@@ -210,7 +210,7 @@ def winner_fields(winner: Any, render: Any) -> dict[str, Any]:
         if winner.language == "cuda":
             from .runtime.cuda_driver import cubin_artifact_fields
 
-            fields.update(cubin_artifact_fields(winner.source, winner.entry))
+            fields.update(cubin_artifact_fields(winner.source, winner.entry, device))
         return fields
     rendered = render(winner)
     return {

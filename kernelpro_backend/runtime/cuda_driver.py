@@ -82,13 +82,16 @@ def _param_sizes(driver: Any, function: Any) -> list[int] | None:
     """Sizes of the kernel's parameters from the cubin, or None where the driver cannot say."""
     if not hasattr(driver, "cuFuncGetParamInfo"):
         return None
-    sizes = []
+    sizes: list[int] = []
     for index in range(4096):
         err, *rest = driver.cuFuncGetParamInfo(function, index)
-        if int(err) != 0:
-            break
-        sizes.append(int(rest[-1]))
-    return sizes
+        if int(err) == 0:
+            sizes.append(int(rest[-1]))
+        elif getattr(err, "name", "") == "CUDA_ERROR_INVALID_VALUE":
+            return sizes  # index == the number of parameters
+        else:
+            return None  # e.g. CUDA_ERROR_NOT_SUPPORTED on a driver older than 12.4
+    return None
 
 
 class CudaKernel:

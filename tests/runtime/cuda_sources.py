@@ -94,3 +94,24 @@ extern "C" __global__ void spin(float* out) {
   }
 }
 """
+
+# 100 KiB of dynamic shared memory per block: launches only after the >48 KiB opt-in.
+BIG_SMEM_ADD = """
+/* kernelpro-launch
+{
+  "outputs": [{"shape": "in0.shape", "dtype": "in0.dtype"}],
+  "grid": ["cdiv(in0.numel(), 256)"],
+  "block": [256],
+  "smem": "100 * 1024",
+  "args": ["in0", "in1", "out0", {"i64": "in0.numel()"}]
+}
+*/
+extern "C" __global__ void big_smem_add(const float* x, const float* y, float* out, long long n) {
+  extern __shared__ float staged[];  // 25600 floats; the top 256 are used
+  long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+  float* slot = staged + (100 * 1024 / 4 - 256) + threadIdx.x;
+  if (i < n) *slot = x[i] + y[i];
+  __syncthreads();
+  if (i < n) out[i] = *slot;
+}
+"""
