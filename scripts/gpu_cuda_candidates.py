@@ -31,6 +31,7 @@ os.environ.setdefault("KERNELPRO_CUBIN_DIR", str(OUT / "cubins"))  # workers inh
 import torch  # noqa: E402
 from cuda_sources import (  # noqa: E402
     BIG_SMEM_ADD,
+    CUTE_SCALE,
     DOES_NOT_COMPILE,
     ENDLESS_LOOP,
     OUT_OF_BOUNDS_WRITE,
@@ -108,7 +109,11 @@ def pool_checks(rows: list, report: dict, ceilings: Ceilings) -> None:
 
 
 def in_process_checks(rows: list, report: dict) -> None:
-    from kernelpro_backend.runtime.cuda_compile import compile_cuda, nvrtc_version
+    from kernelpro_backend.runtime.cuda_compile import (
+        compile_cuda,
+        cutlass_include_dirs,
+        nvrtc_version,
+    )
     from kernelpro_backend.runtime.cuda_driver import CudaKernel, current_arch, load_cuda_source
     from kernelpro_backend.runtime.cuda_source import parse_launch
 
@@ -150,7 +155,16 @@ def in_process_checks(rows: list, report: dict) -> None:
         torch.testing.assert_close(out, torch.softmax(x, -1), rtol=1e-5, atol=1e-6)
         return f"{cubin.compiler} cubin matches torch.softmax"
 
+    def cute() -> str:
+        if not cutlass_include_dirs():
+            return "skipped: CUTLASS headers absent (install the nvidia-cutlass wheel)"
+        x = torch.randn(1000, device="cuda")
+        (out,) = load_cuda_source(CUTE_SCALE, "cute_scale")(x)
+        torch.testing.assert_close(out, 2 * x, rtol=0, atol=0)
+        return f"CuTe kernel built with {cutlass_include_dirs()[0]}"
+
     record("cuda_graph_capture", graph_capture)
+    record("cute_kernel", cute)
     record("smem_over_48k", big_smem)
     record("nvrtc_compile", nvrtc)
     record("cached_cubin_without_nvcc", cached_cubin_without_nvcc)

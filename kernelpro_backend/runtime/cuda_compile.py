@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import hashlib
+import importlib.metadata
 import importlib.util
 import os
 import re
@@ -76,7 +77,7 @@ def find_nvcc() -> str | None:
 def nvcc_version(nvcc: str) -> str:
     out = subprocess.run([nvcc, "--version"], capture_output=True, text=True, timeout=30).stdout
     found = re.search(r"V(\d+\.\d+\.\d+)", out)
-    return f"nvcc {found.group(1) if found else out.strip().splitlines()[-1:]}"
+    return f"nvcc {found.group(1) if found else 'unknown version'}"
 
 
 def cutlass_include_dirs() -> list[str]:
@@ -89,6 +90,14 @@ def cutlass_include_dirs() -> list[str]:
         for root in spec.submodule_search_locations:
             dirs.append(Path(root) / "source" / "include")
     return [str(d) for d in dirs if (d / "cute").is_dir() or (d / "cutlass").is_dir()]
+
+
+@functools.lru_cache(maxsize=1)
+def _cutlass_version() -> str:
+    try:
+        return importlib.metadata.version("nvidia-cutlass")
+    except importlib.metadata.PackageNotFoundError:
+        return os.environ.get("CUTLASS_PATH", "none")
 
 
 def nvcc_flags(arch: str) -> tuple[str, ...]:
@@ -255,7 +264,9 @@ def compile_cuda(
             f"no CUDA compiler ({compiler}): put nvcc on PATH (or set CUDA_HOME), or install "
             "NVRTC (pip install nvidia-cuda-nvrtc) next to cuda-python"
         )
-    key = hashlib.sha256("\0".join([source, arch, tool, *flags]).encode()).hexdigest()
+    # Header versions count too: a CuTe source compiled against other headers is another cubin.
+    parts = [source, arch, tool, *flags, f"cutlass {_cutlass_version()}"]
+    key = hashlib.sha256("\0".join(parts).encode()).hexdigest()
     path = Path(cache_dir) if cache_dir is not None else default_cubin_dir()
     path = path / key[:2] / f"{key}.cubin"
     if use_cache and path.is_file():

@@ -115,3 +115,26 @@ extern "C" __global__ void big_smem_add(const float* x, const float* y, float* o
   if (i < n) out[i] = *slot;
 }
 """
+
+# CuTe: each block copies a 128-element tile of x into out, doubled (needs the CUTLASS headers).
+CUTE_SCALE = """
+/* kernelpro-launch
+{
+  "outputs": [{"shape": "in0.shape", "dtype": "float32"}],
+  "grid": ["cdiv(in0.numel(), 128)"],
+  "block": [128],
+  "args": ["in0", "out0", {"i32": "in0.numel()"}]
+}
+*/
+#include <cute/tensor.hpp>
+
+extern "C" __global__ void cute_scale(const float* x, float* out, int n) {
+  using namespace cute;
+  Tensor gx = make_tensor(make_gmem_ptr(x), make_shape(n));
+  Tensor go = make_tensor(make_gmem_ptr(out), make_shape(n));
+  Tensor tx = local_tile(gx, make_shape(Int<128>{}), make_coord(blockIdx.x));
+  Tensor to = local_tile(go, make_shape(Int<128>{}), make_coord(blockIdx.x));
+  int i = blockIdx.x * 128 + threadIdx.x;
+  if (i < n) to(threadIdx.x) = 2.f * tx(threadIdx.x);
+}
+"""

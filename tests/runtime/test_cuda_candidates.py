@@ -5,6 +5,7 @@ Compiling needs nvcc (skipped cleanly without it); nothing here needs a GPU."""
 import pytest
 import torch
 from cuda_sources import (
+    CUTE_SCALE,
     DOES_NOT_COMPILE,
     NOT_EXTERN_C,
     ROW_SOFTMAX,
@@ -19,6 +20,7 @@ from kernelpro_backend.runtime.cuda_compile import (
     CudaCompileError,
     arch_for_capability,
     compile_cuda,
+    cutlass_include_dirs,
     find_nvcc,
     trim_log,
 )
@@ -191,6 +193,14 @@ def test_nvcc_compiles_a_cubin_and_the_second_compile_is_a_cache_hit(tmp_path):
     assert again.cached and again.data == first.data and again.path == first.path
     other_arch = compile_cuda(VECTOR_ADD, "sm_80", kernels=["vector_add"], cache_dir=tmp_path)
     assert not other_arch.cached and other_arch.path != first.path
+
+
+@needs_nvcc
+@pytest.mark.skipif(not cutlass_include_dirs(), reason="CUTLASS headers (nvidia-cutlass) absent")
+def test_cute_source_compiles_with_the_wheel_headers(tmp_path):
+    cubin = compile_cuda(CUTE_SCALE, ARCH, kernels=["cute_scale"], cache_dir=tmp_path)
+    assert any(f.startswith("-I") and f.endswith("include") for f in cubin.flags)
+    assert b"cute_scale\0" in cubin.data
 
 
 @needs_nvcc

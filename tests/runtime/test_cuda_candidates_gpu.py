@@ -7,6 +7,7 @@ import pytest
 import torch
 from cuda_sources import (
     BIG_SMEM_ADD,
+    CUTE_SCALE,
     ENDLESS_LOOP,
     OUT_OF_BOUNDS_WRITE,
     ROW_SOFTMAX,
@@ -25,7 +26,7 @@ from kernelpro_backend.runtime import (
     cuda_compile,
     cuda_driver,
 )
-from kernelpro_backend.runtime.cuda_compile import compile_cuda, nvrtc_version
+from kernelpro_backend.runtime.cuda_compile import compile_cuda, cutlass_include_dirs, nvrtc_version
 from kernelpro_backend.runtime.cuda_driver import CudaKernel, current_arch, load_cuda_source
 from kernelpro_backend.runtime.cuda_source import parse_launch
 
@@ -122,6 +123,13 @@ def test_large_dynamic_shared_memory_is_opted_in():
     x, y = (torch.randn(70_001, device="cuda") for _ in range(2))
     (out,) = kernel(x, y)
     torch.testing.assert_close(out, x + y, rtol=0, atol=0)
+
+
+@pytest.mark.skipif(not cutlass_include_dirs(), reason="CUTLASS headers (nvidia-cutlass) absent")
+def test_cute_kernel_runs():
+    x = torch.randn(1000, device="cuda")
+    (out,) = load_cuda_source(CUTE_SCALE, "cute_scale")(x)
+    torch.testing.assert_close(out, 2 * x, rtol=0, atol=0)
 
 
 def test_nvrtc_cubin_runs_like_the_nvcc_one(tmp_path):
