@@ -101,8 +101,13 @@ class CudaKernel:
         self, cubin: bytes, spec: LaunchSpec, device: torch.device | int | None = None
     ) -> None:
         self.spec = spec
-        index = torch.cuda.current_device() if device is None else torch.device(device).index
-        self.device = torch.device("cuda", index if index is not None else 0)
+        if device is None:
+            index = torch.cuda.current_device()
+        elif isinstance(device, int):
+            index = device
+        else:
+            index = torch.device(device).index or 0
+        self.device = torch.device("cuda", index)
         self.name = f"cuda-{spec.launches[0].kernel}"
         driver = self._driver = driver_api()
         _check(driver, driver.cuInit(0), "cuInit")

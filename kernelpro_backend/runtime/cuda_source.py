@@ -55,9 +55,11 @@ from typing import Any
 
 from .cuda_expr import Expr, LaunchSpecError, TensorMeta
 
-__all__ = ["Expr", "LaunchSpec", "LaunchSpecError", "TensorMeta", "parse_launch"]
+__all__ = ["CONTRACT", "Expr", "LaunchSpec", "LaunchSpecError", "TensorMeta", "parse_launch"]
 
 HEADER = "kernelpro-launch"
+# The contract as text, for a proposer's prompt (the LLM proposer puts it in its instructions).
+CONTRACT = (__doc__ or "")[(__doc__ or "").index("The contract") :]
 # C type of a scalar argument -> the integer range it holds (None: floating point)
 SCALAR_TYPES: dict[str, tuple[int, int] | None] = {
     "i32": (-(2**31), 2**31),

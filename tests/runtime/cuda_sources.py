@@ -49,7 +49,7 @@ extern "C" __global__ void row_softmax(const float* x, float* y, int cols, long 
   extern __shared__ float scratch[];
   const float* row = x + blockIdx.x * ldx;
   float* out = y + blockIdx.x * ldy;
-  float m = -INFINITY;
+  float m = __int_as_float(0xff800000);  // -inf; NVRTC has no <math.h> for INFINITY
   for (int c = threadIdx.x; c < cols; c += blockDim.x) m = fmaxf(m, row[c]);
   m = block_reduce(m, scratch, true);
   float s = 0.f;

@@ -2,6 +2,8 @@
 compiling a correct and a broken kernel, the cubin cache, and cache artifacts carrying cubins.
 Compiling needs nvcc (skipped cleanly without it); nothing here needs a GPU."""
 
+import ctypes
+
 import pytest
 import torch
 from cuda_sources import (
@@ -70,6 +72,17 @@ def test_row_softmax_header_reads_strides_of_inputs_and_outputs():
     (step,) = resolve(spec, [x]).steps
     assert step.grid == (7, 1, 1) and step.smem == 1024
     assert [a.value for a in step.args[2:]] == [50, 64, 50]
+
+
+def test_contract_text_carries_its_example_and_every_key():
+    from kernelpro_backend.runtime.cuda_source import CONTRACT
+
+    for word in ("kernelpro-launch", '"outputs"', '"scratch"', '"launches"', '{"i64": expr}'):
+        assert word in CONTRACT
+    start = CONTRACT.index("/* kernelpro-launch\n")
+    example = CONTRACT[start : CONTRACT.index("*/", start) + 2]
+    spec = parse_launch(example.replace("\n    ", "\n"), "row_softmax")
+    assert resolve(spec, [meta(8, 40)]).steps[0].args[2].value == 40
 
 
 def test_python_literal_header_and_several_launches():
@@ -272,3 +285,98 @@ def test_cuda_artifact_without_cubin_does_not_load():
     artifact = KernelArtifact(language="cuda", source=ROW_SOFTMAX, entry="row_softmax")
     with pytest.raises(ValueError, match="no cubin"):
         load_artifact(artifact)
+
+
+# --- the driver layer against a fake driver (the real one runs in the GPU tests) -----------
+
+
+class _Result(int):
+    """A CUresult stand-in: an int with the enum's name."""
+
+    def __new__(cls, value, name):
+        result = super().__new__(cls, value)
+        result.name = name
+        return result
+
+
+OK_RESULT = _Result(0, "CUDA_SUCCESS")
+
+
+class FakeDriver:
+    """Answers the calls CudaKernel makes; kernels have the parameter sizes given."""
+
+    def __init__(self, params):
+        self.params, self.launches = params, []
+
+    def cuInit(self, flags):
+        return (OK_RESULT,)
+
+    def cuDeviceGet(self, ordinal):
+        return OK_RESULT, ordinal
+
+    def cuDevicePrimaryCtxRetain(self, dev):
+        return OK_RESULT, 1234
+
+    def cuCtxGetCurrent(self):
+        return OK_RESULT, 0
+
+    def cuCtxSetCurrent(self, ctx):
+        return (OK_RESULT,)
+
+    def cuModuleLoadData(self, image):
+        return OK_RESULT, "module"
+
+    def cuModuleGetFunction(self, module, name):
+        if name.decode() not in self.params:
+            return _Result(500, "CUDA_ERROR_NOT_FOUND"), None
+        return OK_RESULT, name.decode()
+
+    def cuFuncGetParamInfo(self, function, index):
+        sizes = self.params[function]
+        if index >= len(sizes):
+            return _Result(1, "CUDA_ERROR_INVALID_VALUE"), 0, 0
+        return OK_RESULT, 8 * index, sizes[index]
+
+    def cuLaunchKernel(self, f, gx, gy, gz, bx, by, bz, smem, stream, params, extra):
+        # Read the parameters back the way the driver does: params is a void** array.
+        count = len(self.params[f])
+        pointers = (ctypes.c_void_p * count).from_address(params)
+        values = [ctypes.c_int64.from_address(p).value for p in pointers]
+        self.launches.append((f, (gx, gy, gz), (bx, by, bz), smem, stream, values))
+        return (OK_RESULT,)
+
+
+def fake_kernel(monkeypatch, source, entry, params):
+    driver = FakeDriver(params)
+    monkeypatch.setattr(cuda_driver, "driver_api", lambda: driver)
+    return cuda_driver.CudaKernel(b"\x7fELF", parse_launch(source, entry), device=0)
+
+
+def test_parameter_layout_matching_the_header_loads(monkeypatch):
+    kernel = fake_kernel(monkeypatch, VECTOR_ADD, "vector_add", {"vector_add": [8, 8, 8, 8]})
+    assert kernel.device == torch.device("cuda", 0) and kernel.name == "cuda-vector_add"
+
+
+def test_parameter_layout_differing_from_the_header_is_a_launch_spec_error(monkeypatch):
+    with pytest.raises(LaunchSpecError, match=r"takes 4 parameters of \[8, 8, 8, 4\] bytes"):
+        fake_kernel(monkeypatch, VECTOR_ADD, "vector_add", {"vector_add": [8, 8, 8, 4]})
+
+
+def test_launch_passes_pointers_and_scalars_on_torch_stream(monkeypatch):
+    kernel = fake_kernel(monkeypatch, VECTOR_ADD, "vector_add", {"vector_add": [8, 8, 8, 8]})
+    kernel.device = torch.device("cpu")  # the fake launches nothing: host tensors will do
+    stream = type("Stream", (), {"cuda_stream": 77})()
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: stream)
+    x, y = torch.randn(3, 1001), torch.randn(3, 1001)
+    (out,) = kernel(x, y)
+    kernel(x, y)  # the second call reuses the resolved plan
+    assert out.shape == (3, 1001) and out.dtype == torch.float32
+    assert len(kernel._plans) == 1 and len(kernel._driver.launches) == 2
+    name, grid, block, smem, on_stream, values = kernel._driver.launches[0]
+    assert (name, grid, block, smem, on_stream) == ("vector_add", (12, 1, 1), (256, 1, 1), 0, 77)
+    assert values == [x.data_ptr(), y.data_ptr(), out.data_ptr(), 3003]
+
+
+def test_missing_kernel_symbol_is_a_launch_spec_error(monkeypatch):
+    with pytest.raises(LaunchSpecError, match=r"finding kernel 'vector_add'.*CUDA_ERROR_NOT_FOUND"):
+        fake_kernel(monkeypatch, VECTOR_ADD, "vector_add", {"other": []})
