@@ -11,33 +11,54 @@ Must not: hold search, codegen, validation or cache logic of its own - it only c
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import logging
 import os
+import tempfile
 from collections.abc import Hashable, Sequence
+from pathlib import Path
 from typing import Any
 
 import torch
 
 from .fx_passes import Subgraph
 from .options import Options
-from .providers import Kernel, KernelProvider, NullProvider
+from .providers import CallableKernel, Kernel, KernelProvider, NullProvider
 from .runtime.result import EvalResult
 
 log = logging.getLogger("kernelpro")
 
 
 def load_artifact(artifact: Any) -> Kernel:
-    """A cached Triton kernel: the exact source that was proved and timed (Triton compiles it,
-    or reuses its own on-disk compile cache; no nvcc is needed), never a re-rendering of its
-    spec by templates that may have changed since."""
+    """A cached kernel as a callable, from exactly what was proved and timed. Spec-built Triton
+    kernels run their stored source (never a re-rendering by templates that may have changed
+    since; traceable, so Inductor can inline them); free-form Triton source is imported; CUDA
+    kernels load their stored cubin through the driver API. No nvcc is needed."""
+    digest = hashlib.sha256(artifact.source.encode()).hexdigest()[:12]
+    if artifact.language == "cuda":
+        from .runtime.cuda_driver import load_cubin
+
+        if artifact.binary is None:
+            raise ValueError(
+                "cached cuda kernel has no cubin; `kernelpro cache verify` drops entries "
+                "that do not load, and a new search stores one with its cubin"
+            )
+        arch = artifact.launch.get("arch")
+        cuda_kernel = load_cubin(artifact.source, artifact.entry, artifact.binary, arch)
+        return CallableKernel(f"cuda-{artifact.entry}-{digest}", cuda_kernel)
+    if artifact.spec_json is None and artifact.language == "triton":
+        from .runtime.candidate import SourceCandidate, load_kernel
+
+        candidate = SourceCandidate("triton", artifact.source, artifact.entry)
+        workdir = Path(tempfile.mkdtemp(prefix="kernelpro-artifact-"))
+        fn = load_kernel(candidate, torch.nn.Identity(), workdir)
+        return CallableKernel(f"triton-{artifact.entry}-{digest}", fn)
+    if artifact.spec_json is None:
+        raise ValueError(f"cached {artifact.language} kernel has no KernelSpec and no loader")
     from .codegen import KernelSpec, RenderedKernel, build
 
-    if artifact.spec_json is None:
-        raise ValueError(
-            f"cached {artifact.language} kernel has no KernelSpec; only spec-built kernels load here"
-        )
     rendered = RenderedKernel(artifact.language, artifact.source, artifact.entry)
-    return build(KernelSpec.from_json(artifact.spec_json), rendered)  # traceable: inlinable
+    return build(KernelSpec.from_json(artifact.spec_json), rendered)
 
 
 class PoolMeasurer:
@@ -165,18 +186,39 @@ class SubgraphSearcher:
                 outcome.trials,
             )
             return None
-        spec: Any = outcome.winner
-        rendered = render(spec)
         return KernelArtifact(
-            language=rendered.language,
-            source=rendered.source,
-            entry=rendered.entry,
-            spec_json=spec.to_json(),
+            **winner_fields(outcome.winner, render, subgraph.device),
             kernel_ms=outcome.result.median_ms,
             baselines_ms=baselines,
             sol_fraction=outcome.result.sol_fraction,
             provenance=Provenance(search_log=log_path),
         )
+
+
+def winner_fields(winner: Any, render: Any, device: Any = None) -> dict[str, Any]:
+    """The artifact fields of a winning candidate: a KernelSpec is rendered; free-form source
+    is stored as written, and a CUDA winner also stores its cubin for `device` (default: the
+    current one) and its launch metadata, so a cache hit loads without a compiler."""
+    from .runtime.candidate import SourceCandidate
+
+    if isinstance(winner, SourceCandidate):
+        fields: dict[str, Any] = {
+            "language": winner.language,
+            "source": winner.source,
+            "entry": winner.entry,
+        }
+        if winner.language == "cuda":
+            from .runtime.cuda_driver import cubin_artifact_fields
+
+            fields.update(cubin_artifact_fields(winner.source, winner.entry, device))
+        return fields
+    rendered = render(winner)
+    return {
+        "language": rendered.language,
+        "source": rendered.source,
+        "entry": rendered.entry,
+        "spec_json": winner.to_json(),
+    }
 
 
 def _cache_dir(options: Options) -> str:

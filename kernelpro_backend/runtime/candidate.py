@@ -37,7 +37,10 @@ class SourceCandidate:
 
     For "triton", `source` is a Python module (it may import torch and triton and define
     @triton.jit kernels) defining a function named `entry` that takes the subgraph inputs in
-    canonical order and returns the outputs in canonical order, as fresh tensors."""
+    canonical order and returns the outputs in canonical order, as fresh tensors.
+    For "cuda", `source` is CUDA C++ with `extern "C" __global__` kernels and one
+    `/* kernelpro-launch {...} */` header saying how to launch them, and `entry` names the
+    first kernel launched: the contract is in cuda_source.py."""
 
     language: str
     source: str
@@ -102,10 +105,10 @@ def load_kernel(candidate: Candidate, reference: torch.nn.Module, workdir: Path)
         return _load_spec(candidate.spec_json)
     if candidate.language == "triton":
         return _load_python_module(candidate, workdir)
-    raise CandidateLoadError(
-        "cuda source candidates are not supported by the evaluator yet: "
-        "propose the kernel as Triton source or as a codegen KernelSpec"
-    )
+    # Imported here: the driver API bindings are needed only for CUDA candidates.
+    from .cuda_driver import load_cuda_source
+
+    return load_cuda_source(candidate.source, candidate.entry)
 
 
 def _load_spec(spec_json: str) -> KernelFn:

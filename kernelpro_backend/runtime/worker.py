@@ -81,10 +81,12 @@ def _failure(error: BaseException, stage: str) -> EvalResult:
     )
     tail = "".join(traceback.format_exception(error)[-6:])[-3000:]
     first = str(error).strip().splitlines()[0] if str(error).strip() else ""
+    details = {"stage": stage, "traceback": tail, "fatal": is_fatal(error)}
+    log = getattr(error, "log", None)  # a compiler's trimmed output (cuda_compile.py)
+    if isinstance(log, str) and log:
+        details["compiler_log"] = log
     return EvalResult(
-        status,
-        message=f"{stage}: {type(error).__name__}: {first}"[:500],
-        details={"stage": stage, "traceback": tail, "fatal": is_fatal(error)},
+        status, message=f"{stage}: {type(error).__name__}: {first}"[:500], details=details
     )
 
 

@@ -81,12 +81,12 @@ def test_exception_in_kernel_is_a_crash_with_traceback(pointwise_subgraph, state
     assert "block 3 out of range" in result.message and "Traceback" in result.details["traceback"]
 
 
-def test_cuda_source_is_reported_unsupported(pointwise_subgraph, state):
+def test_cuda_source_without_launch_header_is_a_compile_error(pointwise_subgraph, state):
     job = Job.from_subgraph(
         pointwise_subgraph, SourceCandidate("cuda", "__global__ void k(){}", "k")
     )
     result = evaluate_job(job, state)
-    assert result.status is EvalStatus.COMPILE_ERROR and "not supported" in result.message
+    assert result.status is EvalStatus.COMPILE_ERROR and "kernelpro-launch" in result.message
 
 
 def test_wrong_output_count_and_shape(pointwise_subgraph, state):

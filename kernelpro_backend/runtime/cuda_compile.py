@@ -1,0 +1,291 @@
+"""Compiling CUDA C++ source to a cubin, with an on-disk cubin cache.
+
+Owns: finding a compiler (nvcc from $CUDA_HOME/bin or PATH, else NVRTC through cuda-python:
+`cuda.bindings.nvrtc` or the older `cuda.nvrtc`), the flags (-std=c++17, the device's arch with
+the "a" suffix from sm_90 on so wgmma/TMA compile, CUTLASS/CuTe headers from the
+`nvidia-cutlass` wheel or $CUTLASS_PATH), trimming compiler logs to their useful lines, and the
+cubin cache: <cache dir>/cubin/<sha256 of source + arch + flags + compiler version>.cubin,
+written atomically (temp file + os.replace) so concurrent workers never read half a file.
+Must not: load or launch cubins (cuda_driver.py) or parse launch headers (cuda_source.py).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import hashlib
+import importlib.metadata
+import importlib.util
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from .candidate import CandidateLoadError
+
+NVCC_TIMEOUT_S = 90.0  # CuTe GEMMs take 20-60 s; a worker job times out at the pool's limit
+LOG_LINES = 40  # lines of compiler output kept in an error
+CUBIN_DIR_ENV = "KERNELPRO_CUBIN_DIR"
+CACHE_DIR_ENV = "KERNELPRO_CACHE_DIR"  # the cache package's rule; cubins go in its cubin/
+SOURCE_NAME = "candidate.cu"
+
+
+class CudaCompileError(CandidateLoadError):
+    """The source did not compile; `log` holds the compiler's useful lines."""
+
+    def __init__(self, message: str, log: str = "") -> None:
+        super().__init__(message)
+        self.log = log
+
+
+@dataclasses.dataclass(frozen=True)
+class Cubin:
+    data: bytes
+    arch: str  # "sm_90a"
+    compiler: str  # "nvcc 13.0.88" or "nvrtc 13.0"
+    flags: tuple[str, ...]
+    cached: bool  # read from the cubin cache rather than compiled now
+    path: Path | None = None
+
+
+def arch_for_capability(major: int, minor: int) -> str:
+    """sm_XY for a device; from Hopper on the arch-specific "a" target (sm_90a), which cubins
+    are built for anyway (a cubin runs only on its own major version) and which wgmma/TMA need."""
+    return f"sm_{major}{minor}{'a' if major >= 9 else ''}"
+
+
+def default_cubin_dir() -> Path:
+    """$KERNELPRO_CUBIN_DIR, else <$KERNELPRO_CACHE_DIR or ~/.cache/kernelpro>/cubin."""
+    if os.environ.get(CUBIN_DIR_ENV):
+        return Path(os.environ[CUBIN_DIR_ENV]).expanduser()
+    root = os.environ.get(CACHE_DIR_ENV) or Path.home() / ".cache" / "kernelpro"
+    return Path(root).expanduser() / "cubin"
+
+
+def find_nvcc() -> str | None:
+    home = os.environ.get("CUDA_HOME") or os.environ.get("CUDA_PATH")
+    if home and os.access(Path(home) / "bin" / "nvcc", os.X_OK):
+        return str(Path(home) / "bin" / "nvcc")
+    return shutil.which("nvcc")
+
+
+@functools.lru_cache(maxsize=8)
+def nvcc_version(nvcc: str) -> str:
+    out = subprocess.run([nvcc, "--version"], capture_output=True, text=True, timeout=30).stdout
+    found = re.search(r"V(\d+\.\d+\.\d+)", out)
+    return f"nvcc {found.group(1) if found else 'unknown version'}"
+
+
+def cutlass_include_dirs() -> list[str]:
+    """CUTLASS/CuTe headers: $CUTLASS_PATH/include, or the nvidia-cutlass wheel's copy."""
+    dirs = []
+    if os.environ.get("CUTLASS_PATH"):
+        dirs.append(Path(os.environ["CUTLASS_PATH"]) / "include")
+    spec = importlib.util.find_spec("cutlass_library")  # located, not imported (slow)
+    if spec is not None and spec.submodule_search_locations:
+        for root in spec.submodule_search_locations:
+            dirs.append(Path(root) / "source" / "include")
+    return [str(d) for d in dirs if (d / "cute").is_dir() or (d / "cutlass").is_dir()]
+
+
+@functools.lru_cache(maxsize=1)
+def _cutlass_version() -> str:
+    try:
+        return importlib.metadata.version("nvidia-cutlass")
+    except importlib.metadata.PackageNotFoundError:
+        return os.environ.get("CUTLASS_PATH", "none")
+
+
+def nvcc_flags(arch: str) -> tuple[str, ...]:
+    flags = ["-cubin", f"-arch={arch}", "-O3", "-std=c++17", "-lineinfo"]
+    flags += ["--expt-relaxed-constexpr", "-DNDEBUG"]  # CuTe needs the former
+    return tuple(flags + [f"-I{d}" for d in cutlass_include_dirs()])
+
+
+def trim_log(log: str, workdir: str | None = None) -> str:
+    """The useful lines of a compiler log: each error with a few lines of context (source line,
+    caret), the first lines of template instantiation chains, at most LOG_LINES lines."""
+    if workdir:
+        log = log.replace(workdir + os.sep, "")
+    lines = [ln.rstrip() for ln in log.splitlines() if ln.strip()]
+    keep: list[str] = []
+    context = 0
+    for line in lines:
+        if re.search(r"\berror\b", line, re.IGNORECASE):
+            keep.append(line)
+            context = 3
+        elif context > 0 and not line.startswith("Compilation terminated"):
+            keep.append(line)
+            context -= 1
+    keep = keep or lines
+    if len(keep) > LOG_LINES:
+        keep = keep[:LOG_LINES] + [f"... ({len(keep) - LOG_LINES} more lines)"]
+    return "\n".join(keep)
+
+
+def _error_lines(log: str) -> list[str]:
+    return [
+        ln
+        for ln in log.splitlines()
+        if re.search(r"\berror\b", ln, re.IGNORECASE) and "detected in the compilation" not in ln
+    ]
+
+
+def _compile_error(tool: str, log: str) -> CudaCompileError:
+    errors = _error_lines(log)
+    first = errors[0].strip() if errors else (log.strip().splitlines() or ["no output"])[0]
+    count = f"{len(errors)} error{'s' if len(errors) != 1 else ''}" if errors else "failed"
+    return CudaCompileError(f"{tool}: {count}; first: {first}\n{log}", log)
+
+
+def _compile_nvcc(nvcc: str, source: str, flags: Sequence[str], timeout_s: float) -> bytes:
+    with tempfile.TemporaryDirectory(prefix="kernelpro-nvcc-") as tmp:
+        src, out = Path(tmp) / SOURCE_NAME, Path(tmp) / "candidate.cubin"
+        src.write_text(source)
+        try:
+            proc = subprocess.run(
+                [nvcc, *flags, "-o", str(out), str(src)],
+                capture_output=True,
+                text=True,
+                timeout=timeout_s,
+                cwd=tmp,
+            )
+        except subprocess.TimeoutExpired:
+            raise CudaCompileError(
+                f"nvcc ran over {timeout_s:g} s: simplify the kernel (fewer template "
+                "instantiations, smaller unrolls)"
+            ) from None
+        if proc.returncode != 0 or not out.exists():
+            raise _compile_error("nvcc", trim_log(proc.stdout + proc.stderr, tmp))
+        return out.read_bytes()
+
+
+def _nvrtc_module() -> Any:
+    try:
+        from cuda.bindings import nvrtc  # cuda-python >= 12.6
+    except ImportError:
+        try:
+            from cuda import nvrtc  # type: ignore[attr-defined,no-redef]  # older cuda-python
+        except ImportError:
+            return None
+    return nvrtc
+
+
+def _nvrtc_value(result: tuple[Any, ...], what: str) -> Any:
+    err, *rest = result
+    if int(err) != 0:
+        raise CudaCompileError(f"NVRTC {what} failed: {err}")
+    return rest[0] if len(rest) == 1 else tuple(rest)
+
+
+@functools.lru_cache(maxsize=1)
+def nvrtc_version() -> str | None:
+    """ "nvrtc 13.0", or None without the bindings or without libnvrtc.so."""
+    nvrtc = _nvrtc_module()
+    if nvrtc is None:
+        return None
+    try:
+        major, minor = _nvrtc_value(nvrtc.nvrtcVersion(), "version")
+    except Exception:  # the bindings are installed but the library is not
+        return None
+    return f"nvrtc {major}.{minor}"
+
+
+def nvrtc_flags(arch: str) -> tuple[str, ...]:
+    flags = [f"--gpu-architecture={arch}", "-std=c++17", "-lineinfo", "-DNDEBUG"]
+    flags += ["--expt-relaxed-constexpr"]
+    home = os.environ.get("CUDA_HOME") or "/usr/local/cuda"
+    includes = [str(Path(home) / "include"), *cutlass_include_dirs()]
+    return tuple(flags + [f"-I{d}" for d in includes if Path(d).is_dir()])
+
+
+def _compile_nvrtc(source: str, flags: Sequence[str]) -> bytes:
+    nvrtc = _nvrtc_module()
+    create = nvrtc.nvrtcCreateProgram(source.encode(), SOURCE_NAME.encode(), 0, [], [])
+    program = _nvrtc_value(create, "nvrtcCreateProgram")
+    try:
+        options = [f.encode() for f in flags]
+        (status,) = nvrtc.nvrtcCompileProgram(program, len(options), options)
+        size = _nvrtc_value(nvrtc.nvrtcGetProgramLogSize(program), "log size")
+        log = b" " * int(size)  # filled in place, as cuda-python's own examples do
+        nvrtc.nvrtcGetProgramLog(program, log)
+        if int(status) != 0:
+            raise _compile_error("nvrtc", trim_log(log.decode(errors="replace").rstrip("\0 ")))
+        size = _nvrtc_value(nvrtc.nvrtcGetCUBINSize(program), "cubin size")
+        cubin = b" " * int(size)
+        (status,) = nvrtc.nvrtcGetCUBIN(program, cubin)
+        if int(status) != 0:
+            raise CudaCompileError(
+                f"NVRTC produced no cubin ({status}): is {flags[0]} a real arch?"
+            )
+        return cubin
+    finally:
+        nvrtc.nvrtcDestroyProgram(program)
+
+
+def _atomic_write(path: Path, data: bytes) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def compile_cuda(
+    source: str,
+    arch: str,
+    *,
+    kernels: Sequence[str] = (),
+    cache_dir: str | os.PathLike[str] | None = None,
+    use_cache: bool = True,
+    timeout_s: float = NVCC_TIMEOUT_S,
+    compiler: str = "auto",
+) -> Cubin:
+    """The cubin of `source` for `arch`, from the cubin cache or compiled now by `compiler`
+    ("auto": nvcc, else NVRTC; or "nvcc" / "nvrtc"). Raises CudaCompileError with the trimmed
+    log; checks that each of `kernels` is a symbol of the cubin (declared extern "C")."""
+    if compiler not in ("auto", "nvcc", "nvrtc"):
+        raise ValueError(f'compiler must be "auto", "nvcc" or "nvrtc", got {compiler!r}')
+    nvcc = find_nvcc() if compiler != "nvrtc" else None
+    if nvcc is not None:
+        tool, flags = nvcc_version(nvcc), nvcc_flags(arch)
+    elif compiler != "nvcc" and nvrtc_version() is not None:
+        tool, flags = str(nvrtc_version()), nvrtc_flags(arch)
+    else:
+        raise CudaCompileError(
+            f"no CUDA compiler ({compiler}): put nvcc on PATH (or set CUDA_HOME), or install "
+            "NVRTC (pip install nvidia-cuda-nvrtc) next to cuda-python"
+        )
+    # Header versions count too: a CuTe source compiled against other headers is another cubin.
+    parts = [source, arch, tool, *flags, f"cutlass {_cutlass_version()}"]
+    key = hashlib.sha256("\0".join(parts).encode()).hexdigest()
+    path = Path(cache_dir) if cache_dir is not None else default_cubin_dir()
+    path = path / key[:2] / f"{key}.cubin"
+    if use_cache and path.is_file():
+        data, cached = path.read_bytes(), True
+    else:
+        if nvcc is not None:
+            data = _compile_nvcc(nvcc, source, flags, timeout_s)
+        else:
+            data = _compile_nvrtc(source, flags)
+        cached = False
+    missing = [k for k in kernels if k.encode() + b"\0" not in data]
+    if missing:
+        raise CudaCompileError(
+            f"kernel(s) {', '.join(missing)} not found in the compiled cubin: declare each "
+            'launched kernel `extern "C" __global__` with exactly that name'
+        )
+    if use_cache and not cached:
+        try:
+            _atomic_write(path, data)
+        except OSError:  # a read-only cache only costs a recompile next time
+            path = None  # type: ignore[assignment]
+    return Cubin(data, arch, tool, tuple(flags), cached, path if use_cache else None)
