@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import logging
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -21,6 +22,8 @@ from .backend import make_backend
 from .fx_passes import Subgraph
 from .options import Options
 from .providers import Kernel, KernelProvider
+
+log = logging.getLogger("kernelpro")
 
 
 @dataclasses.dataclass
@@ -70,6 +73,16 @@ class _Recording:
                 "kernel" if kernel is not None else "fallback",
                 time.perf_counter() - t0,
             )
+        )
+        row = self.rows[-1]
+        log.info(
+            "kernelpro warmup: [%d] %s %s %s: %s (%.1f s)",
+            len(self.rows),
+            row.graph,
+            row.pattern,
+            row.key,
+            row.result,
+            row.seconds,
         )
         return kernel
 

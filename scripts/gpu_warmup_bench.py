@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import signal
 import subprocess
@@ -59,6 +60,7 @@ def main() -> None:
     ap.add_argument("--workers", type=int, default=4)
     args = ap.parse_args()
     if args.one:
+        logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
         print(json.dumps(warm_one(args.one, args.budget_s, args.trials, args.workers)))
         return
     names = args.workload or [
@@ -84,19 +86,24 @@ def main() -> None:
         cmd = [sys.executable, __file__, "--one", name, "--budget-s", str(args.budget_s)]
         cmd += ["--trials", str(args.trials), "--workers", str(args.workers)]
         # Own session: on the deadline the whole group (the search's worker processes too) dies.
+        # The child's log goes to one file as it runs, so a deadline still shows how far it got.
+        log = open(os.path.join(out_dir, "warmup_children.log"), "a")  # noqa: SIM115
+        log.write(f"=== {name}\n")
+        log.flush()
         proc = subprocess.Popen(
-            cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
+            cmd, stdout=subprocess.PIPE, stderr=log, text=True, start_new_session=True
         )
         try:
-            stdout, stderr = proc.communicate(timeout=left)
+            stdout, _ = proc.communicate(timeout=left)
             if proc.returncode == 0:
                 results.append(json.loads(stdout.strip().splitlines()[-1]))
             else:
-                results.append({"workload": name, "error": stderr[-2000:]})
+                results.append({"workload": name, "error": f"exit {proc.returncode}, see log"})
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.communicate()
             results.append({"workload": name, "error": f"deadline after {left:.0f} s"})
+        log.close()
         print(json.dumps({k: v for k, v in results[-1].items() if k != "rows"}), flush=True)
 
     from kernelpro_backend.cache import KernelCache

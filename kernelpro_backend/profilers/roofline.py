@@ -73,6 +73,12 @@ def _severity_for(fraction: float) -> Severity:
     return Severity.INFO
 
 
+def _us(ms: float) -> str:
+    """A time in microseconds with enough digits for sub-microsecond bounds."""
+    us = ms * 1e3
+    return f"{us:.1f} us" if us >= 1 else f"{us:.2g} us"
+
+
 def classify(
     measured_ms: float,
     flops: float,
@@ -94,7 +100,7 @@ def classify(
     sol_ms = max(memory_ms, compute_ms)
     fraction = sol_ms / measured_ms
     roof = Bottleneck.MEMORY if memory_ms >= compute_ms else Bottleneck.COMPUTE
-    pct = f"{100 * fraction:.0f}% of speed of light ({measured_ms * 1e3:.1f} us vs {sol_ms * 1e3:.1f} us)"
+    pct = f"{100 * fraction:.0f}% of speed of light ({_us(measured_ms)} vs {_us(sol_ms)})"
     knobs = knobs or {}
     suggestion: dict[str, Any] = {}
     few_programs = grid_size is not None and grid_size < roofs.sm_count
@@ -127,6 +133,14 @@ def classify(
             f"{roofs.launch_latency_ms * 1e3:.0f} us launch latency ({pct}); fuse it with its "
             "neighbours or batch launches (CUDA graphs) rather than tuning the kernel."
         )
+    elif sol_ms < roofs.launch_latency_ms:
+        bottleneck, severity = Bottleneck.LATENCY, Severity.HIGH
+        guidance = (
+            f"latency-bound: at speed of light the work takes {_us(sol_ms)}, less than one "
+            f"~{roofs.launch_latency_ms * 1e3:.0f} us launch, so the {_us(measured_ms)} measured "
+            "is launch and host overhead; fuse it with its neighbours into fewer launches "
+            "(or CUDA graphs) rather than tuning the kernel."
+        )
     elif fraction < UNDER_UTILISED:
         bottleneck, severity = Bottleneck.UNDERUTILIZED, Severity.HIGH
         guidance = (
@@ -156,7 +170,7 @@ def classify(
             value=round(fraction, 4),
             threshold=NEAR_ROOF,
             severity=severity,
-            guidance=f"{pct}; memory roof {memory_ms * 1e3:.1f} us, compute roof {compute_ms * 1e3:.1f} us.",
+            guidance=f"{pct}; memory roof {_us(memory_ms)}, compute roof {_us(compute_ms)}.",
         ),
     )
     return RooflineReport(bottleneck, sol_ms, fraction, memory_ms, compute_ms, findings)

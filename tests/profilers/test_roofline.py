@@ -83,3 +83,13 @@ def test_ceilings_from_mapping_and_from_any_object():
         Roofs.of({"flops_per_s": 1.0})
     with pytest.raises(ValueError, match="measured_ms"):
         classify(0.0, 1.0, 1.0, H100)
+
+
+def test_host_bound_reference_of_tiny_work_is_latency_bound():
+    # Seen on H100: a 17 KB RMSNorm reference measured 130 us per call (6 eager launches) was
+    # called under-utilised at "0.0 us" of speed of light; its work is below one launch.
+    report = classify(0.130, flops=2.08e3, bytes=1.68e4, ceilings=H100)
+    assert report.bottleneck is Bottleneck.LATENCY
+    text = report.findings[0].guidance
+    assert "less than one" in text and "launch" in text
+    assert "0.0056 us" in text and " 0.0 us" not in report.findings[1].guidance
