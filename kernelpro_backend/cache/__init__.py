@@ -7,7 +7,7 @@ Note: the repository-root `cache/` folder holds shipped bundles; this package re
 from .artifact import CorruptEntry, Entry, KernelArtifact, Provenance, decode_entry, encode_entry
 from .bundle import Bundle, BundleError, ImportReport, export_bundle, import_bundle, read_bundle
 from .cli import add_cli, run_cli
-from .maintenance import MaintenanceReport, Validator, prune, verify
+from .maintenance import Checked, MaintenanceReport, Validator, Verdict, prune, verify
 from .misses import MissManifest
 from .provider import CacheProvider, Loader, Searcher, describe, pending, store_winner
 from .store import CacheUnavailable, KernelCache, resolve_cache_dir
@@ -27,6 +27,7 @@ __all__ = [
     "CacheKey",
     "CacheProvider",
     "CacheUnavailable",
+    "Checked",
     "CorruptEntry",
     "Entry",
     "ImportReport",
@@ -39,6 +40,7 @@ __all__ = [
     "Searcher",
     "Toolchain",
     "Validator",
+    "Verdict",
     "add_cli",
     "cache_key",
     "current_arch",
