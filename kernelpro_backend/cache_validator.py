@@ -19,7 +19,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from .cache.artifact import Entry, KernelArtifact
-from .cache.maintenance import Verdict
+from .cache.maintenance import ValidatorUnavailable, Verdict
 from .cache.provider import Loader
 from .cache.toolchain import Toolchain, current_arch, current_toolchain
 from .fx_passes.rebuild import RebuildError, rebuild_subgraph
@@ -112,6 +112,14 @@ class CacheEntryValidator:
         results = self.evaluate(jobs)
         result = results[0]
         if not result.ok:
+            # Judge the kernel only where PyTorch's own eager run of the reference passes the
+            # same checks; otherwise the machine, not the kernel, is at fault.
+            eager = results[1] if self.retime else self.evaluate(job.baselines()[:1])[0]
+            if not eager.ok:
+                raise ValidatorUnavailable(
+                    f"the eager reference of {artifact.pattern} {key.short()} fails here too "
+                    f"({eager.status.value}: {eager.message}); fix the environment and re-run"
+                )
             return Verdict("failed", f"{result.status.value}: {result.message} (seed {self.seed})")
         if not self.retime:
             return Verdict("ok", "validated", measured_ms=result.median_ms)
@@ -143,7 +151,10 @@ class CacheEntryValidator:
         if self._pool is None:
             from .runtime import WorkerPool
 
-            self._pool = WorkerPool(workers=self.workers, timeout_s=self.timeout_s)
+            try:
+                self._pool = WorkerPool(workers=self.workers, timeout_s=self.timeout_s)
+            except Exception as e:
+                raise ValidatorUnavailable(f"cannot start the evaluator's workers: {e}") from e
         return self._pool.evaluate_many(jobs)  # type: ignore[no-any-return]
 
     def _ceilings_for(self, subgraph: Any) -> Any:
@@ -155,7 +166,10 @@ class CacheEntryValidator:
             from .cache.store import resolve_cache_dir
             from .profilers.ceilings import Ceilings
 
-            self._ceilings = Ceilings.load_or_measure("cuda", resolve_cache_dir(self.cache_dir))
+            try:
+                self._ceilings = Ceilings.load_or_measure("cuda", resolve_cache_dir(self.cache_dir))
+            except Exception as e:
+                raise ValidatorUnavailable(f"cannot load or measure GPU ceilings: {e}") from e
         return self._ceilings
 
     def close(self) -> None:

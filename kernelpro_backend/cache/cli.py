@@ -16,7 +16,7 @@ from typing import TextIO
 
 from .artifact import Entry
 from .bundle import BundleError, export_bundle, import_bundle
-from .maintenance import MaintenanceReport, Validator, prune, verify
+from .maintenance import MaintenanceReport, Validator, ValidatorUnavailable, prune, verify
 from .store import KernelCache
 
 
@@ -85,7 +85,11 @@ def run_cli(
         if command == "import":
             return _import(cache, args, out)
         if command == "verify":
-            return _verify(cache, args, validator, out)
+            try:
+                return _verify(cache, args, validator, out)
+            except ValidatorUnavailable as e:
+                print(f"verify stopped, no further entry dropped: {e}", file=out)
+                return 2
         if command == "prune":
             return _report(prune(cache, args.older_than), "pruned", out)
     raise ValueError(f"unknown cache command {command!r}")

@@ -33,8 +33,13 @@ class Verdict:
             raise ValueError(f"verdict status must be ok, failed or skipped, got {self.status!r}")
 
 
+class ValidatorUnavailable(RuntimeError):
+    """The validator cannot judge any entry here (no worker pool, the reference itself fails):
+    `verify` stops and deletes nothing more, instead of dropping every entry."""
+
+
 # Re-checks one entry: True (or an "ok" Verdict) keeps it. Raising counts as a failure (the
-# message is the reason).
+# message is the reason), except ValidatorUnavailable, which stops `verify`.
 Validator = Callable[[Entry], bool | Verdict]
 
 
@@ -70,6 +75,8 @@ class MaintenanceReport:
 def _verdict(validator: Validator, entry: Entry) -> Verdict:
     try:
         found = validator(entry)
+    except ValidatorUnavailable:
+        raise
     except Exception as e:
         return Verdict("failed", f"validator raised {type(e).__name__}: {e}")
     if isinstance(found, Verdict):

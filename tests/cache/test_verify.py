@@ -12,7 +12,15 @@ import pytest
 import torch
 from graphs import TANH_SOURCE, python_artifact, python_loader, tanh_subgraph, with_arch
 
-from kernelpro_backend.cache import KernelCache, Toolchain, add_cli, describe, run_cli, verify
+from kernelpro_backend.cache import (
+    Entry,
+    KernelCache,
+    Toolchain,
+    add_cli,
+    describe,
+    run_cli,
+    verify,
+)
 from kernelpro_backend.cache_validator import CacheEntryValidator, artifact_candidate
 from kernelpro_backend.runtime import EvalResult, EvalStatus, SourceCandidate, SpecCandidate
 
@@ -96,17 +104,19 @@ def test_verify_a_codegen_triton_entry_with_the_default_loader(tmp_path, tanh_sg
 # -- the validator's logic, with a fake evaluator ---------------------------------------------
 
 
+OK = EvalResult(EvalStatus.OK, median_ms=0.5, message="ok")
+
+
 class FakeEvaluator:
-    def __init__(self, *results: EvalResult) -> None:
-        self.results = list(results)
+    """Answers each job by its candidate: the kernel, or the eager/inductor baseline."""
+
+    def __init__(self, kernel=OK, eager=OK, inductor=OK) -> None:
+        self.answers = {"kernel": kernel, "eager": eager, "inductor": inductor}
         self.jobs: list = []
 
     def __call__(self, jobs):
         self.jobs.append(list(jobs))
-        return self.results[: len(jobs)]
-
-
-OK = EvalResult(EvalStatus.OK, median_ms=0.5, message="ok")
+        return [self.answers[getattr(j.candidate, "name", "kernel")] for j in jobs]
 
 
 def _entry(cache, key):
@@ -115,7 +125,7 @@ def _entry(cache, key):
 
 def test_the_job_holds_the_rebuilt_reference_and_fresh_inputs(cache, tanh_sg):
     key = _put(cache, tanh_sg, python_artifact(0))
-    fake = FakeEvaluator(OK)
+    fake = FakeEvaluator()
     validator = CacheEntryValidator(loader=python_loader, evaluate=fake, arch=key.arch, seed=42)
     verdict = validator(_entry(cache, key))
     assert verdict.status == "ok" and verdict.measured_ms == 0.5
@@ -142,10 +152,8 @@ def test_the_job_holds_the_rebuilt_reference_and_fresh_inputs(cache, tanh_sg):
 )
 def test_entries_that_cannot_be_checked_here(cache, tanh_sg, change, expected):
     key, artifact = change(cache.key_for(tanh_sg.key), describe(python_artifact(0), tanh_sg))
-    from kernelpro_backend.cache.artifact import Entry
-
     entry = Entry(key, artifact, sha256="")
-    fake = FakeEvaluator(OK)
+    fake = FakeEvaluator()
     verdict = CacheEntryValidator(
         loader=python_loader, evaluate=fake, arch="cpu", toolchain=cache.toolchain
     )(entry)
@@ -153,21 +161,36 @@ def test_entries_that_cannot_be_checked_here(cache, tanh_sg, change, expected):
     assert fake.jobs == []  # nothing was run
 
 
+WRONG = EvalResult(EvalStatus.WRONG, message="output 0: max error 1e-3 > tol")
+
+
 def test_a_rejected_kernel_fails_with_the_evaluators_message(cache, tanh_sg):
     key = _put(cache, tanh_sg, python_artifact(0))
-    wrong = EvalResult(EvalStatus.WRONG, message="output 0: max error 1e-3 > tol")
-    validator = CacheEntryValidator(loader=python_loader, evaluate=FakeEvaluator(wrong), seed=9)
-    validator.arch = key.arch
+    fake = FakeEvaluator(kernel=WRONG)
+    validator = CacheEntryValidator(loader=python_loader, evaluate=fake, arch=key.arch, seed=9)
     verdict = validator(_entry(cache, key))
     assert verdict.status == "failed"
     assert verdict.reason == "wrong: output 0: max error 1e-3 > tol (seed 9)"
+    assert [j.candidate.describe()["kind"] for jobs in fake.jobs for j in jobs] == [
+        "source", "baseline"
+    ]  # fmt: skip
+
+
+def test_when_the_eager_reference_fails_too_verify_stops_and_drops_nothing(cache, tanh_sg):
+    key = _put(cache, tanh_sg, python_artifact(0))
+    broken = EvalResult(EvalStatus.CRASHED, message="CUDA error: no device")
+    fake = FakeEvaluator(kernel=WRONG, eager=broken)
+    validator = CacheEntryValidator(loader=python_loader, evaluate=fake, arch=key.arch)
+    code, text = _run("--cache-dir", str(cache.directory), "verify", validator=validator)
+    assert code == 2 and "verify stopped" in text and "CUDA error: no device" in text
+    assert cache.get(key) is not None
 
 
 def test_retime_updates_times_unless_dry_run(cache, tanh_sg):
     key = _put(cache, tanh_sg, python_artifact(0))
     eager = EvalResult(EvalStatus.OK, median_ms=0.4)
     inductor = EvalResult(EvalStatus.COMPILE_ERROR, message="no compiler")
-    fake = FakeEvaluator(OK, eager, inductor)
+    fake = FakeEvaluator(OK, eager=eager, inductor=inductor)
     validator = CacheEntryValidator(loader=python_loader, evaluate=fake, arch=key.arch, retime=True)
     report = verify(cache, validator, dry_run=True)
     assert cache.get(key).kernel_ms == python_artifact(0).kernel_ms  # unchanged
