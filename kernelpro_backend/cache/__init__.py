@@ -7,7 +7,15 @@ Note: the repository-root `cache/` folder holds shipped bundles; this package re
 from .artifact import CorruptEntry, Entry, KernelArtifact, Provenance, decode_entry, encode_entry
 from .bundle import Bundle, BundleError, ImportReport, export_bundle, import_bundle, read_bundle
 from .cli import add_cli, run_cli
-from .maintenance import MaintenanceReport, Validator, prune, verify
+from .maintenance import (
+    Checked,
+    MaintenanceReport,
+    Validator,
+    ValidatorUnavailable,
+    Verdict,
+    prune,
+    verify,
+)
 from .misses import MissManifest
 from .provider import CacheProvider, Loader, Searcher, describe, pending, store_winner
 from .store import CacheUnavailable, KernelCache, resolve_cache_dir
@@ -27,6 +35,7 @@ __all__ = [
     "CacheKey",
     "CacheProvider",
     "CacheUnavailable",
+    "Checked",
     "CorruptEntry",
     "Entry",
     "ImportReport",
@@ -39,6 +48,8 @@ __all__ = [
     "Searcher",
     "Toolchain",
     "Validator",
+    "ValidatorUnavailable",
+    "Verdict",
     "add_cli",
     "cache_key",
     "current_arch",

@@ -16,7 +16,7 @@ from typing import TextIO
 
 from .artifact import Entry
 from .bundle import BundleError, export_bundle, import_bundle
-from .maintenance import MaintenanceReport, Validator, prune, verify
+from .maintenance import MaintenanceReport, Validator, ValidatorUnavailable, prune, verify
 from .store import KernelCache
 
 
@@ -37,7 +37,22 @@ def add_cli(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser: 
     im = sub.add_parser("import", help="verify a bundle and copy its entries into the cache")
     im.add_argument("file")
     im.add_argument("--arch", help="GPU arch to accept, e.g. sm_90 (default: this machine's)")
-    sub.add_parser("verify", help="re-validate every entry; drop failures")
+    ve = sub.add_parser(
+        "verify",
+        help="re-validate every entry on this GPU; drop failures",
+        description="Rebuilds each entry's reference from its subgraph text, loads the kernel "
+        "and proves it again with the search's evaluator on fresh inputs. Entries for another "
+        "GPU arch or toolchain are skipped. Exit status 1 when an entry failed.",
+    )
+    ve.add_argument("--dry-run", action="store_true", help="report only; delete nothing")
+    ve.add_argument(
+        "--retime", action="store_true", help="also re-time kernel and baselines; store times"
+    )
+    ve.add_argument("--seed", type=int, help="input seed (default: a fresh random one)")
+    ve.add_argument("--workers", type=int, default=1, help="evaluator worker processes")
+    ve.add_argument(
+        "--integrity-only", action="store_true", help="check checksums and keys only; run nothing"
+    )
     pr = sub.add_parser("prune", help="drop corrupt entries and those of other toolchains")
     pr.add_argument("--older-than", type=float, metavar="DAYS", help="also drop older entries")
     p.set_defaults(func=run_cli)
@@ -54,7 +69,8 @@ def run_cli(
     args: argparse.Namespace, validator: Validator | None = None, out: TextIO | None = None
 ) -> int:
     """Run `kernelpro cache ...`; returns the exit status. `validator` re-checks entries for
-    `verify` (without one, verify checks integrity only)."""
+    `verify` (default: `CacheEntryValidator`, which runs the evaluator; with
+    `--integrity-only`, none)."""
     out = out or sys.stdout
     with KernelCache(args.cache_dir) as cache:
         command = args.cache_command
@@ -69,9 +85,11 @@ def run_cli(
         if command == "import":
             return _import(cache, args, out)
         if command == "verify":
-            if validator is None:
-                print("no validator installed: checking integrity only", file=out)
-            return _report(verify(cache, validator or (lambda entry: True)), "verified", out)
+            try:
+                return _verify(cache, args, validator, out)
+            except ValidatorUnavailable as e:
+                print(f"verify stopped, no further entry dropped: {e}", file=out)
+                return 2
         if command == "prune":
             return _report(prune(cache, args.older_than), "pruned", out)
     raise ValueError(f"unknown cache command {command!r}")
@@ -161,6 +179,39 @@ def _import(cache: KernelCache, args: argparse.Namespace, out: TextIO) -> int:
         print(format_table(("ENTRY", "REASON"), [(r.name, r.reason) for r in report.refused]),
               file=out)  # fmt: skip
     return 1 if report.refused else 0
+
+
+def _verify(
+    cache: KernelCache, args: argparse.Namespace, validator: Validator | None, out: TextIO
+) -> int:
+    dry_run = bool(getattr(args, "dry_run", False))
+    if validator is not None:
+        report = verify(cache, validator, dry_run)
+    elif getattr(args, "integrity_only", False):
+        print("checking integrity only (no kernel is run)", file=out)
+        report = verify(cache, lambda entry: True, dry_run)
+    else:
+        # Imported here: the validator runs kernels, which the cache package itself must not.
+        from ..cache_validator import CacheEntryValidator
+
+        with CacheEntryValidator(
+            retime=args.retime, seed=args.seed, workers=args.workers, cache_dir=args.cache_dir
+        ) as entry_validator:
+            print(f"validating on {entry_validator.arch}, input seed {entry_validator.seed}",
+                  file=out)  # fmt: skip
+            report = verify(cache, entry_validator, dry_run)
+    rows = [
+        (c.digest[:12], c.pattern, c.language, c.outcome, c.stored_ms, c.measured_ms, c.reason)
+        for c in report.checked
+    ]
+    if rows:
+        headers = ("KEY", "PATTERN", "LANG", "RESULT", "STORED_MS", "NOW_MS", "REASON")
+        print(format_table(headers, rows), file=out)
+    verb = "verified (dry run: nothing deleted)" if dry_run else "verified"
+    dropped = "would drop" if dry_run else "dropped"
+    print(f"{verb}: kept {report.kept}, {dropped} {len(report.dropped)}, "
+          f"skipped {report.skipped}", file=out)  # fmt: skip
+    return 1 if report.dropped else 0
 
 
 def _report(report: MaintenanceReport, verb: str, out: TextIO) -> int:

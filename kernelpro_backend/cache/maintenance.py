@@ -1,9 +1,11 @@
 """Keeping a cache honest: re-validation and pruning.
 
-Owns: `verify` (re-check every entry with an injected validator and drop failures, corrupt
-entries included) and `prune` (drop entries for other toolchains or cache schemas, corrupt ones,
-and optionally those older than N days).
-Must not: validate kernels by itself; the validator (runtime/evaluate) is passed in.
+Owns: `verify` (re-check every entry with an injected validator, drop failures - corrupt
+entries included - and store re-timed artifacts; `Verdict` is what a validator returns,
+`Checked` one row of its summary) and `prune` (drop entries for other toolchains or cache
+schemas, corrupt ones, and optionally those older than N days).
+Must not: validate kernels by itself; the validator (kernelpro_backend/cache_validator.py,
+which runs the evaluator) is passed in.
 """
 
 from __future__ import annotations
@@ -12,11 +14,33 @@ import dataclasses
 import datetime
 from collections.abc import Callable
 
-from .artifact import Entry
+from .artifact import Entry, KernelArtifact
 from .store import KernelCache
 
-# Re-checks one entry; True keeps it. Raising counts as a failure (the message is the reason).
-Validator = Callable[[Entry], bool]
+
+@dataclasses.dataclass(frozen=True)
+class Verdict:
+    """What a validator found for one entry: "ok" keeps it (and stores `updated`, a re-timed
+    artifact, where given), "failed" drops it, "skipped" keeps it unchecked (another GPU arch)."""
+
+    status: str  # "ok" | "failed" | "skipped"
+    reason: str = ""
+    measured_ms: float | None = None
+    updated: KernelArtifact | None = None
+
+    def __post_init__(self) -> None:
+        if self.status not in ("ok", "failed", "skipped"):
+            raise ValueError(f"verdict status must be ok, failed or skipped, got {self.status!r}")
+
+
+class ValidatorUnavailable(RuntimeError):
+    """The validator cannot judge any entry here (no worker pool, the reference itself fails):
+    `verify` stops and deletes nothing more, instead of dropping every entry."""
+
+
+# Re-checks one entry: True (or an "ok" Verdict) keeps it. Raising counts as a failure (the
+# message is the reason), except ValidatorUnavailable, which stops `verify`.
+Validator = Callable[[Entry], bool | Verdict]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -27,30 +51,70 @@ class Dropped:
 
 
 @dataclasses.dataclass(frozen=True)
+class Checked:
+    """One row of `verify`'s summary table."""
+
+    digest: str
+    pattern: str
+    language: str
+    outcome: str  # kept | dropped | would drop | skipped
+    reason: str
+    stored_ms: float | None
+    measured_ms: float | None
+
+
+@dataclasses.dataclass(frozen=True)
 class MaintenanceReport:
     kept: int
     dropped: list[Dropped]
+    skipped: int = 0
+    checked: list[Checked] = dataclasses.field(default_factory=list)
+    dry_run: bool = False
 
 
-def verify(cache: KernelCache, validator: Validator) -> MaintenanceReport:
-    """Re-validate every entry of the writable store; drop the ones that fail."""
-    kept, dropped = 0, []
+def _verdict(validator: Validator, entry: Entry) -> Verdict:
+    try:
+        found = validator(entry)
+    except ValidatorUnavailable:
+        raise
+    except Exception as e:
+        return Verdict("failed", f"validator raised {type(e).__name__}: {e}")
+    if isinstance(found, Verdict):
+        return found
+    return Verdict("ok") if found else Verdict("failed", "failed validation")
+
+
+def verify(cache: KernelCache, validator: Validator, dry_run: bool = False) -> MaintenanceReport:
+    """Re-validate every entry of the writable store; drop the ones that fail (corrupt ones
+    included), store re-timed artifacts the validator returns. `dry_run` changes nothing."""
+    kept, skipped, dropped, checked = 0, 0, [], []
     for item in cache.scan():
-        reason: str | None = None
-        if item.entry is None:
-            reason = f"corrupt: {item.problem}"
+        entry = item.entry
+        if entry is None:
+            verdict = Verdict("failed", f"corrupt: {item.problem}")
         else:
-            try:
-                reason = None if validator(item.entry) else "failed validation"
-            except Exception as e:
-                reason = f"validator raised {type(e).__name__}: {e}"
-        if reason is None:
+            verdict = _verdict(validator, entry)
+        pattern = entry.artifact.pattern if entry else "?"
+        language = entry.artifact.language if entry else "?"
+        stored_ms = entry.artifact.kernel_ms if entry else None
+        if verdict.status == "failed":
+            if not dry_run:
+                cache.delete(item.digest)
+            dropped.append(Dropped(item.digest, pattern, verdict.reason))
+            outcome = "would drop" if dry_run else "dropped"
+        elif verdict.status == "skipped":
+            skipped += 1
+            outcome = "skipped"
+        else:
             kept += 1
-            continue
-        pattern = item.entry.artifact.pattern if item.entry else "?"
-        cache.delete(item.digest)
-        dropped.append(Dropped(item.digest, pattern, reason))
-    return MaintenanceReport(kept, dropped)
+            outcome = "kept"
+            if verdict.updated is not None and entry is not None and not dry_run:
+                cache.put(entry.key, verdict.updated)
+        checked.append(
+            Checked(item.digest, pattern, language, outcome, verdict.reason, stored_ms,
+                    verdict.measured_ms)
+        )  # fmt: skip
+    return MaintenanceReport(kept, dropped, skipped, checked, dry_run)
 
 
 def prune(

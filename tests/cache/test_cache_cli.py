@@ -73,14 +73,14 @@ def test_export_then_import_and_foreign_arch(cache_dir, tmp_path):
 
 def test_verify_drops_entries_the_validator_rejects(cache_dir, tanh_sg, linear_sg):
     path, cache = cache_dir
-    code, text = _run("--cache-dir", path, "verify")
+    code, text = _run("--cache-dir", path, "verify", "--integrity-only")
     assert code == 0 and "integrity only" in text and "kept 2, dropped 0" in text
 
     def validator(entry):
         return entry.artifact.pattern != tanh_sg.pattern
 
     code, text = _run("--cache-dir", path, "verify", validator=validator)
-    assert "kept 1, dropped 1" in text and "failed validation" in text
+    assert code == 1 and "kept 1, dropped 1" in text and "failed validation" in text
     assert [e.artifact.pattern for e in cache.entries()] == [linear_sg.pattern]
 
 

@@ -1,0 +1,190 @@
+"""Re-proving cached kernels on this machine: the validator behind `kernelpro cache verify`.
+
+Owns: `CacheEntryValidator`, which for one cache entry rebuilds the PyTorch reference from the
+entry's canonical subgraph text and key (fx_passes.rebuild), loads the kernel with the
+backend's loader (autotune.load_artifact, the same path a cache hit takes), and proves it with
+the evaluator the search uses (a runtime `Job` in the isolated `WorkerPool`: fresh seeded
+inputs, poisoned outputs, dtype tolerances, inputs unmodified, determinism, the speed-of-light
+check), optionally re-timing it and the eager/Inductor baselines; and `artifact_candidate`,
+an artifact in the form the evaluator runs.
+Must not: decide what to delete or touch the store (cache.maintenance.verify does), or hold
+validation logic of its own (runtime/ does): it only connects rebuild, loader and evaluator.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import secrets
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from .cache.artifact import Entry, KernelArtifact
+from .cache.maintenance import ValidatorUnavailable, Verdict
+from .cache.provider import Loader
+from .cache.toolchain import Toolchain, current_arch, current_toolchain
+from .fx_passes.rebuild import RebuildError, rebuild_subgraph
+from .runtime.candidate import Candidate, SourceCandidate, SpecCandidate
+from .runtime.job import Job
+from .runtime.result import EvalResult
+
+# Runs jobs in isolation and returns their results in order (WorkerPool.evaluate_many).
+Evaluate = Callable[[Sequence[Job]], list[EvalResult]]
+
+CHECK_TIMING_S = 0.05  # timed runs per entry when only checking (the search uses 0.25 s)
+
+
+def artifact_candidate(artifact: KernelArtifact) -> Candidate:
+    """The evaluator's form of a cached kernel: its KernelSpec where codegen made it (built
+    exactly as `autotune.load_artifact` builds it), else its source. A "python" artifact (tests)
+    is a plain Python module defining `entry`, which the evaluator loads like Triton source."""
+    if artifact.spec_json is not None:
+        return SpecCandidate(artifact.spec_json)
+    if artifact.language in ("triton", "python"):
+        return SourceCandidate("triton", artifact.source, artifact.entry)
+    raise ValueError(
+        f"the evaluator cannot run {artifact.language} kernels without a KernelSpec; "
+        "re-run the search to replace this entry"
+    )
+
+
+class CacheEntryValidator:
+    """Callable on a cache `Entry`, returning a `Verdict` for `cache.maintenance.verify`.
+
+    with CacheEntryValidator(retime=True) as validator:
+        report = verify(cache, validator, dry_run=True)
+    """
+
+    def __init__(
+        self,
+        loader: Loader | None = None,
+        evaluate: Evaluate | None = None,
+        arch: str | None = None,
+        toolchain: Toolchain | None = None,
+        retime: bool = False,
+        seed: int | None = None,
+        workers: int = 1,
+        timeout_s: float = 120,
+        cache_dir: str | None = None,
+    ) -> None:
+        self.loader = loader or _default_loader()
+        self.arch = arch or current_arch()
+        self.toolchain = toolchain or current_toolchain()
+        self.retime = retime
+        # Fresh inputs: not the search's seed 0, and a new one each run (printed on failures).
+        self.seed = seed if seed is not None else 1 + secrets.randbelow(10**6)
+        self.workers = workers
+        self.timeout_s = timeout_s
+        self.cache_dir = cache_dir
+        self._evaluate = evaluate
+        self._pool: Any = None
+        self._ceilings: Any = None
+
+    # -- one entry --------------------------------------------------------------------------
+    def __call__(self, entry: Entry) -> Verdict:
+        key, artifact = entry.key, entry.artifact
+        if key.arch != self.arch:
+            return Verdict("skipped", f"built for {key.arch}; this machine is {self.arch}")
+        if key.toolchain != self.toolchain:
+            return Verdict(
+                "skipped",
+                f"built with {key.toolchain}, this is {self.toolchain}: never served here; "
+                "`kernelpro cache prune` drops it",
+            )
+        if not artifact.subgraph_text:
+            return Verdict("failed", "no subgraph text stored: the reference cannot be rebuilt")
+        try:
+            subgraph = rebuild_subgraph(
+                artifact.subgraph_text, key.subgraph, artifact.kind, artifact.pattern
+            )
+        except RebuildError as e:
+            return Verdict("failed", f"reference does not rebuild: {e}")
+        try:
+            self.loader(artifact)
+            candidate = artifact_candidate(artifact)
+        except Exception as e:
+            return Verdict("failed", f"does not load: {type(e).__name__}: {e}")
+        job = Job.from_subgraph(
+            subgraph, candidate, seed=self.seed, ceilings=self._ceilings_for(subgraph)
+        )
+        if not self.retime:
+            job = dataclasses.replace(job, timing_budget_s=CHECK_TIMING_S)
+        jobs = [job, *job.baselines()] if self.retime else [job]
+        results = self.evaluate(jobs)
+        result = results[0]
+        if not result.ok:
+            # Judge the kernel only where PyTorch's own eager run of the reference passes the
+            # same checks; otherwise the machine, not the kernel, is at fault.
+            eager = results[1] if self.retime else self.evaluate(job.baselines()[:1])[0]
+            if not eager.ok:
+                raise ValidatorUnavailable(
+                    f"the eager reference of {artifact.pattern} {key.short()} fails here too "
+                    f"({eager.status.value}: {eager.message}); fix the environment and re-run"
+                )
+            return Verdict("failed", f"{result.status.value}: {result.message} (seed {self.seed})")
+        if not self.retime:
+            return Verdict("ok", "validated", measured_ms=result.median_ms)
+        return self._retimed(
+            artifact, result, dict(zip(("eager", "inductor"), results[1:], strict=True))
+        )
+
+    def _retimed(
+        self, artifact: KernelArtifact, result: EvalResult, baselines: dict[str, EvalResult]
+    ) -> Verdict:
+        baseline_ms = {n: r.median_ms for n, r in baselines.items() if r.ok and r.median_ms}
+        updated = dataclasses.replace(
+            artifact,
+            kernel_ms=result.median_ms,
+            baselines_ms=baseline_ms or artifact.baselines_ms,
+            sol_fraction=result.sol_fraction,
+        )
+        reason = "validated, re-timed"
+        if baseline_ms and result.median_ms is not None:
+            name, best = min(baseline_ms.items(), key=lambda kv: kv[1])
+            if result.median_ms >= best:
+                reason += f"; now slower than {name} ({result.median_ms:.4g} vs {best:.4g} ms)"
+        return Verdict("ok", reason, measured_ms=result.median_ms, updated=updated)
+
+    # -- the evaluator ----------------------------------------------------------------------
+    def evaluate(self, jobs: Sequence[Job]) -> list[EvalResult]:
+        if self._evaluate is not None:
+            return self._evaluate(jobs)
+        if self._pool is None:
+            from .runtime import WorkerPool
+
+            try:
+                self._pool = WorkerPool(workers=self.workers, timeout_s=self.timeout_s)
+            except Exception as e:
+                raise ValidatorUnavailable(f"cannot start the evaluator's workers: {e}") from e
+        return self._pool.evaluate_many(jobs)  # type: ignore[no-any-return]
+
+    def _ceilings_for(self, subgraph: Any) -> Any:
+        """The device ceilings the search uses (from the cache dir), for the speed-of-light
+        check; None off CUDA or with an injected evaluator (the worker then decides)."""
+        if subgraph.device.type != "cuda" or self._evaluate is not None:
+            return None
+        if self._ceilings is None:
+            from .cache.store import resolve_cache_dir
+            from .profilers.ceilings import Ceilings
+
+            try:
+                self._ceilings = Ceilings.load_or_measure("cuda", resolve_cache_dir(self.cache_dir))
+            except Exception as e:
+                raise ValidatorUnavailable(f"cannot load or measure GPU ceilings: {e}") from e
+        return self._ceilings
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.close()
+            self._pool = None
+
+    def __enter__(self) -> CacheEntryValidator:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _default_loader() -> Loader:
+    from .autotune import load_artifact
+
+    return load_artifact
