@@ -70,16 +70,9 @@ def _elt_bytes(spec: KernelSpec) -> int:
 def default_knobs(spec: KernelSpec) -> tuple[tuple[str, KnobValue], ...]:
     knobs: dict[str, KnobValue]
     if spec.template == "gemm":
-        n = spec.param("n")
-        wide = 4 if _elt_bytes(spec) == 4 else 2
-        block_n = max(16, next_pow2(n)) if spec.reduced else 128
-        block_m = 64 if block_n > 128 else 128
-        knobs = dict(
-            BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=128 // wide, GROUP_M=8, SPLIT_K=1,
-            PERSISTENT=False, num_warps=8, num_stages=3,
-        )  # fmt: skip
-        if (block_m * 128 // wide + 128 // wide * block_n) * _elt_bytes(spec) * 3 > SMEM_BYTES:
-            knobs["num_stages"] = 2
+        from .gemm_configs import gemm_default_knobs  # the tables to edit live there
+
+        knobs = gemm_default_knobs(spec)
     elif spec.template == "attention":
         d = next_pow2(spec.param("head_dim"))
         knobs = dict(
