@@ -19,12 +19,16 @@ import math
 from typing import TYPE_CHECKING
 
 from .errors import IllegalSpec
+from .knobs import tma_problem
 
 if TYPE_CHECKING:
     from .spec import KernelSpec, KnobValue
 
 NUM_SMS = 132  # H100 SXM; the H200 has the same count
 SKINNY_M = 64  # at most this many rows: one narrow M tile, memory-bound
+# "pointer" (cp.async loads through pointer tensors) or "tma" (on-device TMA descriptors, taken
+# only where the operands allow it). Default "pointer" until the H100 sweep shows TMA wins.
+DEFAULT_LOADS = "pointer"
 Tile = tuple[int, int, int, int, int]  # BLOCK_M, BLOCK_N, BLOCK_K, num_stages, num_warps
 
 # Per operand kind, largest tile first; the default is the first that fills the GPU.
@@ -72,7 +76,7 @@ def _knobs(tile: Tile, spec: KernelSpec) -> dict[str, KnobValue]:
     warps = max(2, min(warps, bm * bn // 256))
     return dict(
         BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=8, SPLIT_K=1, PERSISTENT=False,
-        num_warps=warps, num_stages=stages,
+        LOADS="pointer", num_warps=warps, num_stages=stages,
     )  # fmt: skip
 
 
@@ -117,6 +121,8 @@ def gemm_default_knobs(spec: KernelSpec) -> dict[str, KnobValue]:
         ]
         tile = filling[0] if filling else fitted[-1]
     knobs = _knobs(tile, spec)
+    if DEFAULT_LOADS == "tma" and tma_problem(spec) is None:
+        knobs["LOADS"] = "tma"
     return dict(_shrink_to_legal(knobs, _with_any_knobs(spec)).knobs)
 
 

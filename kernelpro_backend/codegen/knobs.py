@@ -25,6 +25,7 @@ _SPACE: dict[str, dict[str, tuple[KnobValue, ...]]] = {
         "BLOCK_N": (16, 32, 64, 128, 256),
         "BLOCK_K": (16, 32, 64, 128),
         "GROUP_M": (1, 4, 8, 16),
+        "LOADS": ("pointer", "tma"),
         "SPLIT_K": (1, 2, 4, 8),
         "PERSISTENT": (False, True),
         "num_warps": (2, 4, 8),
@@ -44,6 +45,18 @@ _SPACE: dict[str, dict[str, tuple[KnobValue, ...]]] = {
     },
 }
 _SPACE["pointwise"] = _SPACE["row_reduction"]
+# Knobs added after specs were cached, with the value that reproduces the older kernels:
+# `KernelSpec.from_json` fills them in, so cached specs keep loading.
+ADDED_KNOBS: dict[str, dict[str, KnobValue]] = {"gemm": {"LOADS": "pointer"}}
+
+
+def with_added_knobs(template: str, knobs: tuple[tuple[str, KnobValue], ...]) -> tuple:
+    """`knobs` (sorted pairs) completed with knobs added since a spec was written."""
+    if not knobs:
+        return knobs
+    present = dict(knobs)
+    added = {k: v for k, v in ADDED_KNOBS.get(template, {}).items() if k not in present}
+    return tuple(sorted({**present, **added}.items())) if added else knobs
 
 
 def next_pow2(n: int) -> int:
@@ -145,6 +158,12 @@ def _validate_gemm(spec: KernelSpec, k: dict) -> None:
             f"BLOCK_N={bn} < N={spec.param('n')}: the epilogue's row reductions need the whole "
             f"row in one tile; use BLOCK_N >= {next_pow2(spec.param('n'))}"
         )
+    if k["LOADS"] == "tma":
+        problem = tma_problem(spec)
+        if problem:
+            raise IllegalSpec(
+                f"LOADS='tma' needs TMA-compatible operands: {problem}; use 'pointer'"
+            )
     if k["SPLIT_K"] > 1:
         plain = not spec.ops and len(spec.stores) == 1 and spec.outputs[0][2] == "float32"
         if not plain or k["PERSISTENT"]:
@@ -156,6 +175,22 @@ def _validate_gemm(spec: KernelSpec, k: dict) -> None:
             raise IllegalSpec(
                 f"SPLIT_K={k['SPLIT_K']} x BLOCK_K={bk} exceeds K={spec.param('k')}; use fewer splits"
             )
+
+
+def tma_problem(spec: KernelSpec) -> str | None:
+    """Why a GEMM's operands cannot be read through TMA descriptors, or None if they can: each
+    operand needs one unit-stride axis (row- or column-major), and its other strides and its
+    offset must be multiples of 16 bytes (the descriptor's base address and row pitch)."""
+    elt = _elt_bytes(spec)
+    for name in ("a", "b"):
+        _, offset, (s_batch, s_row, s_col) = spec.param(name)
+        if 1 not in (s_row, s_col):
+            return f"operand {name} has strides {(s_row, s_col)} with no unit stride"
+        pitch = s_row if s_col == 1 else s_col
+        for what, value in (("row pitch", pitch), ("batch stride", s_batch), ("offset", offset)):
+            if value * elt % 16:
+                return f"operand {name}'s {what} is {value * elt} bytes, not a multiple of 16"
+    return None
 
 
 def _validate_attention(spec: KernelSpec, k: dict) -> None:

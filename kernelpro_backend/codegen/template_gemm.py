@@ -63,6 +63,21 @@ def main_loop(spec: KernelSpec, wide: bool) -> list[str]:
         f"{ax}={size} {'is' if ok else 'is not'} a multiple of {blk}"
         for ax, size, blk, ok in zip("MNK", (m, n, k), blocks, even, strict=True)
     )
+    tma = spec.knob("LOADS") == "tma"
+    if tma:
+        load_a, load_b = _descriptor_loads(spec)
+        advance: list[str] = []
+    else:
+        load_a, load_b = _load("a_ptrs", a_mask), _load("b_ptrs", b_mask)
+        advance = [
+            f"    a_ptrs += BLOCK_K * SPLIT_K * {sak}",
+            f"    b_ptrs += BLOCK_K * SPLIT_K * {sbk}",
+        ]
+    pointers = [
+        f"a_ptrs = in{a_in} + {a_off} + pid_b * {sab} + rm * {sam} + {k_start}[None, :] * {sak}",
+        f"b_ptrs = in{b_in} + {b_off} + pid_b * {sbb} + {k_start}[:, None] * {sbk} + rn * {sbn}",
+        f"# masks only on axes the tile does not divide ({note})",
+    ]
     return [
         "# grouped order: GROUP_M row-tiles share each column of B while it is in L2",
         "group = tile // (GROUP_M * num_pid_n)",
@@ -72,15 +87,12 @@ def main_loop(spec: KernelSpec, wide: bool) -> list[str]:
         "pid_n = (tile % (GROUP_M * num_pid_n)) // group_m",
         f"rm = (pid_m * BLOCK_M + tl.arange(0, BLOCK_M)[:, None]){i64}",
         f"rn = (pid_n * BLOCK_N + tl.arange(0, BLOCK_N)[None, :]){i64}",
-        "rk = tl.arange(0, BLOCK_K)",
-        f"a_ptrs = in{a_in} + {a_off} + pid_b * {sab} + rm * {sam} + {k_start}[None, :] * {sak}",
-        f"b_ptrs = in{b_in} + {b_off} + pid_b * {sbb} + {k_start}[:, None] * {sbk} + rn * {sbn}",
+        *([] if tma else ["rk = tl.arange(0, BLOCK_K)", *pointers]),
         "acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)",
-        f"# masks only on axes the tile does not divide ({note})",
         f"for kt in {loop}:",
-        *([f"    k_left = {k} - kt * BLOCK_K"] if not even.k else []),
-        f"    a = {_load('a_ptrs', a_mask)}",
-        f"    b = {_load('b_ptrs', b_mask)}",
+        *([f"    k_left = {k} - kt * BLOCK_K"] if not (even.k or tma) else []),
+        f"    a = {load_a}",
+        f"    b = {load_b}",
         *(
             [
                 "    if INTERPRET:  # the CPU interpreter multiplies bf16/fp16 wrongly; widen there",
@@ -91,9 +103,46 @@ def main_loop(spec: KernelSpec, wide: bool) -> list[str]:
             else []
         ),
         f"    acc = tl.dot(a, b, acc{dot_kw})",
-        f"    a_ptrs += BLOCK_K * SPLIT_K * {sak}",
-        f"    b_ptrs += BLOCK_K * SPLIT_K * {sbk}",
+        *advance,
     ]
+
+
+def tma_descriptors(spec: KernelSpec) -> list[str]:
+    """Device-side TMA descriptors of both operands, made once per program (the host sets
+    Triton's allocator for their scratch). A row-major operand is described as stored, a
+    column-major one as its transpose (the unit stride must be last); the descriptor zero-fills
+    out-of-bounds boxes, so odd shapes need no masks."""
+    m, n, k = (spec.param(x) for x in ("m", "n", "k"))
+    a_in, a_off, (sab, sam, sak) = spec.param("a")
+    b_in, b_off, (sbb, sbk, sbn) = spec.param("b")
+    a_shape, a_box = (f"[{m}, {k}], strides=[{sam}, 1]", "[BLOCK_M, BLOCK_K]")
+    if sak != 1:
+        a_shape, a_box = (f"[{k}, {m}], strides=[{sak}, 1]", "[BLOCK_K, BLOCK_M]")
+    b_shape, b_box = (f"[{k}, {n}], strides=[{sbk}, 1]", "[BLOCK_K, BLOCK_N]")
+    if sbn != 1:
+        b_shape, b_box = (f"[{n}, {k}], strides=[{sbn}, 1]", "[BLOCK_N, BLOCK_K]")
+    return [
+        f"a_desc = tl.make_tensor_descriptor(in{a_in} + {a_off} + pid_b * {sab}, shape={a_shape}, "
+        f"block_shape={a_box})",
+        f"b_desc = tl.make_tensor_descriptor(in{b_in} + {b_off} + pid_b * {sbb}, shape={b_shape}, "
+        f"block_shape={b_box})",
+    ]
+
+
+def _descriptor_loads(spec: KernelSpec) -> tuple[str, str]:
+    _, _, (_, _, sak) = spec.param("a")
+    _, _, (_, _, sbn) = spec.param("b")
+    a = (
+        "a_desc.load([pid_m * BLOCK_M, kt * BLOCK_K])"
+        if sak == 1
+        else "a_desc.load([kt * BLOCK_K, pid_m * BLOCK_M]).T"
+    )
+    b = (
+        "b_desc.load([kt * BLOCK_K, pid_n * BLOCK_N])"
+        if sbn == 1
+        else "b_desc.load([pid_n * BLOCK_N, kt * BLOCK_K]).T"
+    )
+    return a, b
 
 
 def render_gemm(spec: KernelSpec) -> tuple[str, str]:
@@ -119,6 +168,8 @@ def render_gemm(spec: KernelSpec) -> tuple[str, str]:
         f"    num_pid_m = tl.cdiv({m}, BLOCK_M)",
         f"    num_pid_n = tl.cdiv({n}, BLOCK_N)",
     ]
+    if spec.knob("LOADS") == "tma":
+        lines += ["    " + x for x in tma_descriptors(spec)]
     pad = "    "
     if persistent:
         lines.append("    for tile in range(pid, num_pid_m * num_pid_n, tl.num_programs(0)):")

@@ -9,7 +9,7 @@ import torch
 import torch.nn.functional as F
 from harness import check, traced_subgraph
 
-from kernelpro_backend.codegen import lower, render
+from kernelpro_backend.codegen import knob_space, lower, render
 from kernelpro_backend.codegen.template_gemm import EvenAxes, even_axes
 
 SMALL = dict(BLOCK_M=16, BLOCK_N=16, BLOCK_K=16, num_warps=2, num_stages=2)
@@ -63,3 +63,47 @@ def test_even_persistent_batched_and_transposed() -> None:
     spec = lower(sg).with_knobs(**SMALL)
     assert even_axes(spec) == EvenAxes(True, True, True)
     check(sg, spec, seed=2)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("layout", ["row-major", "column-major"])
+def test_tma_descriptor_loads_match_at_odd_and_even_shapes(dtype: torch.dtype, layout: str) -> None:
+    """Descriptors zero-fill out-of-bounds boxes: M=40, N=24, K=48 with 16x16x32 tiles have
+    partial tiles on every axis and still need no masks."""
+    for m, n, k in ((40, 24, 48), (32, 48, 64)):
+        if layout == "row-major":
+            a, b = torch.randn(m, k, dtype=dtype), torch.randn(k, n, dtype=dtype)
+        else:
+            a, b = torch.randn(k, m, dtype=dtype).t(), torch.randn(n, k, dtype=dtype).t()
+        sg = traced_subgraph(lambda x, y: (torch.mm(x, y).relu(),), (a, b), "gemm")
+        spec = lower(sg).with_knobs(**{**SMALL, "BLOCK_K": 32}, LOADS="tma")
+        source = render(spec).source
+        assert "tl.make_tensor_descriptor" in source and not main_loop_loads(source)
+        check(sg, spec, seed=m)
+
+
+def test_tma_batched_and_persistent() -> None:
+    a, b = torch.randn(2, 24, 32), torch.randn(2, 32, 40)
+    sg = traced_subgraph(torch.bmm, (a, b), "gemm")
+    check(sg, lower(sg).with_knobs(**SMALL, LOADS="tma", PERSISTENT=True))
+
+
+def test_tma_is_illegal_for_unaligned_operand_pitch() -> None:
+    from kernelpro_backend.codegen import IllegalSpec
+
+    a, b = torch.randn(16, 33), torch.randn(33, 16)  # a fp32 row of 33 is 132 bytes
+    spec = lower(traced_subgraph(torch.mm, (a, b), "gemm"))
+    with pytest.raises(IllegalSpec, match="132 bytes, not a multiple of 16"):
+        spec.with_knobs(LOADS="tma")
+    assert "tma" not in knob_space(spec)["LOADS"]
+
+
+def test_specs_cached_before_the_loads_knob_still_load() -> None:
+    import json
+
+    from kernelpro_backend.codegen import KernelSpec
+
+    spec = lower(traced_subgraph(torch.mm, (torch.randn(8, 16), torch.randn(16, 8)), "gemm"))
+    raw = json.loads(spec.to_json())
+    raw["knobs"] = [kv for kv in raw["knobs"] if kv[0] != "LOADS"]
+    assert KernelSpec.from_json(json.dumps(raw)) == spec  # LOADS="pointer" is the old kernel
