@@ -95,6 +95,12 @@ def _fit(tile: Tile, spec: KernelSpec) -> Tile:
     return bm, bn, bk, stages, warps
 
 
+def fitted_knobs(spec: KernelSpec, tile: Tile) -> dict[str, KnobValue]:
+    """Full GEMM knobs for a (BLOCK_M, BLOCK_N, BLOCK_K, num_stages, num_warps) tile, clamped
+    to the problem's sizes; may still be illegal (check with `spec.with_knobs`)."""
+    return _knobs(_fit(tile, spec), spec)
+
+
 def _shrink_to_legal(knobs: dict[str, KnobValue], spec: KernelSpec) -> KernelSpec:
     """The spec with these knobs, dropping pipeline stages until shared memory fits."""
     while True:
@@ -145,7 +151,7 @@ def inductor_candidates(spec: KernelSpec) -> list[dict[str, KnobValue]]:
     base = _with_any_knobs(spec)
     seen: list[dict[str, KnobValue]] = [gemm_default_knobs(spec)]
     for tile in INDUCTOR_MM_CONFIGS:
-        knobs = _knobs(_fit(tile, spec), spec)
+        knobs = fitted_knobs(spec, tile)
         try:
             base.with_knobs(**knobs)
         except IllegalSpec:
