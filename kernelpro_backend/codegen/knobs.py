@@ -1,7 +1,9 @@
 """Knobs: the default values of each template's knobs, their legal values, and the limits.
 
-Owns: `default_knobs(spec)`, `knob_space(spec)` (legal values per knob, the search's moves) and
-`validate(spec)`, which raises `IllegalSpec` naming the value, the limit and what to change.
+Owns: `default_knobs(spec)` (GEMM tables live in gemm_configs.py), `knob_space(spec)` (legal
+values per knob, the search's moves), `validate(spec)`, which raises `IllegalSpec` naming the
+value, the limit and what to change, `tma_problem(spec)` (when a GEMM cannot use TMA loads) and
+`with_added_knobs` (knobs added since a spec was cached, at the value of the older kernel).
 Limits are H100/H200 ones: 227 KiB shared memory per block, 64 K registers per SM.
 Must not: render or measure.
 """
