@@ -1,7 +1,9 @@
 """Knobs: the default values of each template's knobs, their legal values, and the limits.
 
-Owns: `default_knobs(spec)`, `knob_space(spec)` (legal values per knob, the search's moves) and
-`validate(spec)`, which raises `IllegalSpec` naming the value, the limit and what to change.
+Owns: `default_knobs(spec)` (GEMM tables live in gemm_configs.py), `knob_space(spec)` (legal
+values per knob, the search's moves), `validate(spec)`, which raises `IllegalSpec` naming the
+value, the limit and what to change, `tma_problem(spec)` (when a GEMM cannot use TMA loads) and
+`with_added_knobs` (knobs added since a spec was cached, at the value of the older kernel).
 Limits are H100/H200 ones: 227 KiB shared memory per block, 64 K registers per SM.
 Must not: render or measure.
 """
@@ -25,6 +27,7 @@ _SPACE: dict[str, dict[str, tuple[KnobValue, ...]]] = {
         "BLOCK_N": (16, 32, 64, 128, 256),
         "BLOCK_K": (16, 32, 64, 128),
         "GROUP_M": (1, 4, 8, 16),
+        "LOADS": ("pointer", "tma"),
         "SPLIT_K": (1, 2, 4, 8),
         "PERSISTENT": (False, True),
         "num_warps": (2, 4, 8),
@@ -53,6 +56,18 @@ _SPACE: dict[str, dict[str, tuple[KnobValue, ...]]] = {
     },
 }
 _SPACE["pointwise"] = _SPACE["row_reduction"]
+# Knobs added after specs were cached, with the value that reproduces the older kernels:
+# `KernelSpec.from_json` fills them in, so cached specs keep loading.
+ADDED_KNOBS: dict[str, dict[str, KnobValue]] = {"gemm": {"LOADS": "pointer"}}
+
+
+def with_added_knobs(template: str, knobs: tuple[tuple[str, KnobValue], ...]) -> tuple:
+    """`knobs` (sorted pairs) completed with knobs added since a spec was written."""
+    if not knobs:
+        return knobs
+    present = dict(knobs)
+    added = {k: v for k, v in ADDED_KNOBS.get(template, {}).items() if k not in present}
+    return tuple(sorted({**present, **added}.items())) if added else knobs
 
 
 def next_pow2(n: int) -> int:
@@ -79,16 +94,9 @@ def _elt_bytes(spec: KernelSpec) -> int:
 def default_knobs(spec: KernelSpec) -> tuple[tuple[str, KnobValue], ...]:
     knobs: dict[str, KnobValue]
     if spec.template == "gemm":
-        n = spec.param("n")
-        wide = 4 if _elt_bytes(spec) == 4 else 2
-        block_n = max(16, next_pow2(n)) if spec.reduced else 128
-        block_m = 64 if block_n > 128 else 128
-        knobs = dict(
-            BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=128 // wide, GROUP_M=8, SPLIT_K=1,
-            PERSISTENT=False, num_warps=8, num_stages=3,
-        )  # fmt: skip
-        if (block_m * 128 // wide + 128 // wide * block_n) * _elt_bytes(spec) * 3 > SMEM_BYTES:
-            knobs["num_stages"] = 2
+        from .gemm_configs import gemm_default_knobs  # the tables to edit live there
+
+        knobs = gemm_default_knobs(spec)
     elif spec.template == "attention":
         d = next_pow2(spec.param("head_dim"))
         knobs = dict(
@@ -165,6 +173,12 @@ def _validate_gemm(spec: KernelSpec, k: dict) -> None:
             f"BLOCK_N={bn} < N={spec.param('n')}: the epilogue's row reductions need the whole "
             f"row in one tile; use BLOCK_N >= {next_pow2(spec.param('n'))}"
         )
+    if k["LOADS"] == "tma":
+        problem = tma_problem(spec)
+        if problem:
+            raise IllegalSpec(
+                f"LOADS='tma' needs TMA-compatible operands: {problem}; use 'pointer'"
+            )
     if k["SPLIT_K"] > 1:
         plain = not spec.ops and len(spec.stores) == 1 and spec.outputs[0][2] == "float32"
         if not plain or k["PERSISTENT"]:
@@ -176,6 +190,22 @@ def _validate_gemm(spec: KernelSpec, k: dict) -> None:
             raise IllegalSpec(
                 f"SPLIT_K={k['SPLIT_K']} x BLOCK_K={bk} exceeds K={spec.param('k')}; use fewer splits"
             )
+
+
+def tma_problem(spec: KernelSpec) -> str | None:
+    """Why a GEMM's operands cannot be read through TMA descriptors, or None if they can: each
+    operand needs one unit-stride axis (row- or column-major), and its other strides and its
+    offset must be multiples of 16 bytes (the descriptor's base address and row pitch)."""
+    elt = _elt_bytes(spec)
+    for name in ("a", "b"):
+        _, offset, (s_batch, s_row, s_col) = spec.param(name)
+        if 1 not in (s_row, s_col):
+            return f"operand {name} has strides {(s_row, s_col)} with no unit stride"
+        pitch = s_row if s_col == 1 else s_col
+        for what, value in (("row pitch", pitch), ("batch stride", s_batch), ("offset", offset)):
+            if value * elt % 16:
+                return f"operand {name}'s {what} is {value * elt} bytes, not a multiple of 16"
+    return None
 
 
 def _validate_attention(spec: KernelSpec, k: dict) -> None:

@@ -52,6 +52,24 @@ def _ref_text(ref: tuple) -> str:
     return {"L": f"load{value}", "T": f"t{value}", "A": f"acc{value}"}.get(kind, repr(value))
 
 
+_TMA_HELPERS = [
+    "def _tma_scratch(size, alignment, stream):",
+    "    return torch.empty(size, dtype=torch.int8, device='cuda')",
+    "",
+    "",
+    "def _check_tma_aligned(*operands):",
+    "    for x in operands:",
+    "        if x.data_ptr() % 16:",
+    "            raise ValueError(",
+    "                f'a GEMM operand starts at address {x.data_ptr():#x}, not 16-byte aligned: '",
+    "                'this LOADS=\"tma\" kernel reads operands through TMA descriptors; use the '",
+    "                'LOADS=\"pointer\" spec for unaligned views'",
+    "            )",
+    "",
+    "",
+]
+
+
 def render(spec: KernelSpec) -> RenderedKernel:
     """The spec's Triton module: `entry(*inputs)` returns the outputs in canonical order."""
     if spec.template == "attention_backward":
@@ -89,6 +107,15 @@ def render(spec: KernelSpec) -> RenderedKernel:
             f"    {outs[i]} = torch.empty_strided({list(shape)}, {list(stride)}, dtype=torch.{dt}, device=device)"
             + (".zero_()" if zero else "")
         )
+    tma = spec.template == "gemm" and spec.knob("LOADS") == "tma"
+    if tma:
+        operands = sorted({spec.param("a")[0], spec.param("b")[0]})
+        host += [
+            "    if device.type == 'cuda':",
+            "        triton.set_allocator(_tma_scratch)  # the kernel's TMA descriptors live there",
+            "        if _launch is _direct:  # real tensors (a traced launch sees fake ones)",
+            f"            _check_tma_aligned({', '.join(ins[i] for i in operands)})",
+        ]
     host.append(
         "    num_sms = torch.cuda.get_device_properties(device).multi_processor_count if device.type == 'cuda' else 4"
     )
@@ -118,6 +145,7 @@ def render(spec: KernelSpec) -> RenderedKernel:
             "    return kernel",
             "",
             "",
+            *(_TMA_HELPERS if tma else []),
             kernel,
             "",
             "",

@@ -93,6 +93,9 @@ class KernelSpec:
         values: dict[str, Any] = {
             k: (v if isinstance(v, str) else to_tuple(v)) for k, v in raw.items()
         }
+        from .knobs import with_added_knobs
+
+        values["knobs"] = with_added_knobs(values["template"], values.get("knobs", ()))
         return cls(**values)
 
     @property

@@ -4,20 +4,151 @@ accumulator tile, and row reductions when the row fits one tile (BLOCK_N >= N).
 Owns: the Triton kernel - grouped (GROUP_M) tile order, optional persistent tile loop,
 optional split-K with atomic accumulation, operands read through strides (a transposed weight
 is just other strides), fp32 accumulation, `tl.dot` input precision from the spec
-(float32 stays "ieee" unless the spec says tf32 / tf32x3).
+(float32 stays "ieee" unless the spec says tf32 / tf32x3), and the main loop's shape
+specialisation: shapes are static in a spec, so an axis whose size the tile divides (M by
+BLOCK_M, N by BLOCK_N, K by BLOCK_K) loads without a mask, and operand pointers advance by
+BLOCK_K * stride per step instead of being recomputed.
 Must not: lower aten or launch anything.
 """
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 from .emitter import Emitter
 from .spec import KernelSpec
 
 
-def render_gemm(spec: KernelSpec) -> tuple[str, str]:
-    m, n, k, batch = (spec.param(x) for x in ("m", "n", "k", "batch"))
+class EvenAxes(NamedTuple):
+    """Which GEMM axes the tile divides: their main-loop loads need no bounds mask."""
+
+    m: bool
+    n: bool
+    k: bool
+
+
+def even_axes(spec: KernelSpec) -> EvenAxes:
+    m, n, k = (int(spec.param(x)) for x in ("m", "n", "k"))
+    bm, bn, bk = (int(spec.knob(x)) for x in ("BLOCK_M", "BLOCK_N", "BLOCK_K"))
+    return EvenAxes(m % bm == 0, n % bn == 0, k % bk == 0)
+
+
+def _and(parts: list[str]) -> str | None:
+    return " & ".join(f"({p})" for p in parts) if parts else None
+
+
+def _load(ptrs: str, mask: str | None) -> str:
+    return f"tl.load({ptrs}, mask={mask}, other=0.0)" if mask else f"tl.load({ptrs})"
+
+
+def main_loop(spec: KernelSpec, wide: bool) -> list[str]:
+    """Statements from the tile coordinates to the finished fp32 accumulator `acc`."""
+    m, n, k = (spec.param(x) for x in ("m", "n", "k"))
     a_in, a_off, (sab, sam, sak) = spec.param("a")
     b_in, b_off, (sbb, sbk, sbn) = spec.param("b")
+    split = int(spec.knob("SPLIT_K"))
+    even = even_axes(spec)
+    precision = {"ieee": "ieee", "tf32": "tf32", "tf32x3": "tf32x3"}[spec.precision]
+    low = spec.param("operand_dtype") != "float32"
+    dot_kw = "" if low else f', input_precision="{precision}"'
+    i64 = ".to(tl.int64)" if wide else ""
+    # split-K program pid_k starts at K tile pid_k and strides over SPLIT_K tiles
+    k_start = "(pid_k * BLOCK_K + rk)" if split > 1 else "rk"
+    a_mask = _and(([] if even.m else [f"rm < {m}"]) + ([] if even.k else ["rk[None, :] < k_left"]))
+    b_mask = _and(([] if even.k else ["rk[:, None] < k_left"]) + ([] if even.n else [f"rn < {n}"]))
+    k_tiles = -(-k // int(spec.knob("BLOCK_K")))
+    loop = f"range(pid_k, {k_tiles}, SPLIT_K)" if split > 1 else f"range(0, {k_tiles})"
+    blocks = [spec.knob(x) for x in ("BLOCK_M", "BLOCK_N", "BLOCK_K")]
+    note = ", ".join(
+        f"{ax}={size} {'is' if ok else 'is not'} a multiple of {blk}"
+        for ax, size, blk, ok in zip("MNK", (m, n, k), blocks, even, strict=True)
+    )
+    tma = spec.knob("LOADS") == "tma"
+    if tma:
+        load_a, load_b = _descriptor_loads(spec)
+        advance: list[str] = []
+    else:
+        load_a, load_b = _load("a_ptrs", a_mask), _load("b_ptrs", b_mask)
+        advance = [
+            f"    a_ptrs += BLOCK_K * SPLIT_K * {sak}",
+            f"    b_ptrs += BLOCK_K * SPLIT_K * {sbk}",
+        ]
+    pointers = [
+        f"a_ptrs = in{a_in} + {a_off} + pid_b * {sab} + rm * {sam} + {k_start}[None, :] * {sak}",
+        f"b_ptrs = in{b_in} + {b_off} + pid_b * {sbb} + {k_start}[:, None] * {sbk} + rn * {sbn}",
+        f"# masks only on axes the tile does not divide ({note})",
+    ]
+    return [
+        "# grouped order: GROUP_M row-tiles share each column of B while it is in L2",
+        "group = tile // (GROUP_M * num_pid_n)",
+        "first_m = group * GROUP_M",
+        "group_m = tl.minimum(num_pid_m - first_m, GROUP_M)",
+        "pid_m = first_m + (tile % (GROUP_M * num_pid_n)) % group_m",
+        "pid_n = (tile % (GROUP_M * num_pid_n)) // group_m",
+        f"rm = (pid_m * BLOCK_M + tl.arange(0, BLOCK_M)[:, None]){i64}",
+        f"rn = (pid_n * BLOCK_N + tl.arange(0, BLOCK_N)[None, :]){i64}",
+        *([] if tma else ["rk = tl.arange(0, BLOCK_K)", *pointers]),
+        "acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)",
+        f"for kt in {loop}:",
+        *([f"    k_left = {k} - kt * BLOCK_K"] if not (even.k or tma) else []),
+        f"    a = {load_a}",
+        f"    b = {load_b}",
+        *(
+            [
+                "    if INTERPRET:  # the CPU interpreter multiplies bf16/fp16 wrongly; widen there",
+                "        a = a.to(tl.float32)",
+                "        b = b.to(tl.float32)",
+            ]
+            if low
+            else []
+        ),
+        f"    acc = tl.dot(a, b, acc{dot_kw})",
+        *advance,
+    ]
+
+
+def tma_descriptors(spec: KernelSpec) -> list[str]:
+    """Device-side TMA descriptors of both operands, made once per program (the host sets
+    Triton's allocator for their scratch). A row-major operand is described as stored, a
+    column-major one as its transpose (the unit stride must be last); the descriptor zero-fills
+    out-of-bounds boxes, so odd shapes need no masks."""
+    m, n, k = (spec.param(x) for x in ("m", "n", "k"))
+    a_in, a_off, (sab, sam, sak) = spec.param("a")
+    b_in, b_off, (sbb, sbk, sbn) = spec.param("b")
+    a_shape, a_box = (f"[{m}, {k}], strides=[{sam}, 1]", "[BLOCK_M, BLOCK_K]")
+    if sak != 1:
+        a_shape, a_box = (f"[{k}, {m}], strides=[{sak}, 1]", "[BLOCK_K, BLOCK_M]")
+    b_shape, b_box = (f"[{k}, {n}], strides=[{sbk}, 1]", "[BLOCK_K, BLOCK_N]")
+    if sbn != 1:
+        b_shape, b_box = (f"[{n}, {k}], strides=[{sbn}, 1]", "[BLOCK_N, BLOCK_K]")
+    return [
+        f"a_desc = tl.make_tensor_descriptor(in{a_in} + {a_off} + pid_b * {sab}, shape={a_shape}, "
+        f"block_shape={a_box})",
+        f"b_desc = tl.make_tensor_descriptor(in{b_in} + {b_off} + pid_b * {sbb}, shape={b_shape}, "
+        f"block_shape={b_box})",
+    ]
+
+
+def _descriptor_loads(spec: KernelSpec) -> tuple[str, str]:
+    _, _, (_, _, sak) = spec.param("a")
+    _, _, (_, _, sbn) = spec.param("b")
+    a = (
+        "a_desc.load([pid_m * BLOCK_M, kt * BLOCK_K])"
+        if sak == 1
+        else "a_desc.load([kt * BLOCK_K, pid_m * BLOCK_M]).T"
+    )
+    b = (
+        "b_desc.load([kt * BLOCK_K, pid_n * BLOCK_N])"
+        if sbn == 1
+        else "b_desc.load([pid_n * BLOCK_N, kt * BLOCK_K]).T"
+    )
+    return a, b
+
+
+def render_gemm(spec: KernelSpec) -> tuple[str, str]:
+    m, n, k, batch = (spec.param(x) for x in ("m", "n", "k", "batch"))
+    _, _, (sab, sam, sak) = spec.param("a")
+    _, _, (sbb, sbk, sbn) = spec.param("b")
     batched = len(spec.domain) == 3
     coords = ["pid_b", "rm", "rn"] if batched else ["rm", "rn"]
     em = Emitter(spec, coords, [len(spec.domain) - 1], n, row_var="rm")
@@ -37,45 +168,15 @@ def render_gemm(spec: KernelSpec) -> tuple[str, str]:
         f"    num_pid_m = tl.cdiv({m}, BLOCK_M)",
         f"    num_pid_n = tl.cdiv({n}, BLOCK_N)",
     ]
+    if spec.knob("LOADS") == "tma":
+        lines += ["    " + x for x in tma_descriptors(spec)]
     pad = "    "
     if persistent:
         lines.append("    for tile in range(pid, num_pid_m * num_pid_n, tl.num_programs(0)):")
         pad = "        "
     else:
         lines.append("    tile = pid")
-    precision = {"ieee": "ieee", "tf32": "tf32", "tf32x3": "tf32x3"}[spec.precision]
-    dot_kw = f', input_precision="{precision}"' if spec.param("operand_dtype") == "float32" else ""
-    i64 = ".to(tl.int64)" if wide else ""
-    body = [
-        "# grouped order: GROUP_M row-tiles share each column of B while it is in L2",
-        "group = tile // (GROUP_M * num_pid_n)",
-        "first_m = group * GROUP_M",
-        "group_m = tl.minimum(num_pid_m - first_m, GROUP_M)",
-        "pid_m = first_m + (tile % (GROUP_M * num_pid_n)) % group_m",
-        "pid_n = (tile % (GROUP_M * num_pid_n)) // group_m",
-        f"rm = (pid_m * BLOCK_M + tl.arange(0, BLOCK_M)[:, None]){i64}",
-        f"rn = (pid_n * BLOCK_N + tl.arange(0, BLOCK_N)[None, :]){i64}",
-        "rk = tl.arange(0, BLOCK_K)",
-        f"a_ptrs = in{a_in} + {a_off} + pid_b * {sab} + rm * {sam} + rk[None, :] * {sak}",
-        f"b_ptrs = in{b_in} + {b_off} + pid_b * {sbb} + rk[:, None] * {sbk} + rn * {sbn}",
-        "acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)",
-        f"for kt in range(pid_k, tl.cdiv({k}, BLOCK_K), SPLIT_K):",
-        "    k0 = kt * BLOCK_K",
-        f"    a = tl.load(a_ptrs + k0 * {sak}, mask=(rm < {m}) & (rk[None, :] + k0 < {k}), other=0.0)",
-        f"    b = tl.load(b_ptrs + k0 * {sbk}, mask=(rk[:, None] + k0 < {k}) & (rn < {n}), other=0.0)",
-        *(
-            [
-                "    if INTERPRET:  # the CPU interpreter multiplies bf16/fp16 wrongly; widen there",
-                "        a = a.to(tl.float32)",
-                "        b = b.to(tl.float32)",
-            ]
-            if not dot_kw
-            else []
-        ),
-        f"    acc = tl.dot(a, b, acc{dot_kw})",
-        f"row_mask = rm < {m}",
-        f"mask = row_mask & (rn < {n})",
-    ]
+    body = [*main_loop(spec, wide), f"row_mask = rm < {m}", f"mask = row_mask & (rn < {n})"]
     em.indent = len(pad) // 4
     em.local_memo[("A", 0)] = "acc"
     if split > 1:

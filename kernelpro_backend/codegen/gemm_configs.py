@@ -1,0 +1,161 @@
+"""GEMM tile configurations: the default knobs per operand kind and problem size, and the
+configurations Inductor's max-autotune tries on CUDA, so the search and the GPU sweep
+(scripts/gpu_gemm_sweep.py) can start from them.
+
+Owns: the tables below (edit them to change defaults), `gemm_default_knobs(spec)` and
+`inductor_candidates(spec)`.
+Must not: validate knobs (knobs.py does, through `KernelSpec.with_knobs`), render or measure.
+
+Defaults follow Inductor's H100 choices (torch/_inductor/template_heuristics/triton.py,
+`mm_configs` and `persistent_mm_configs`): a 128x256x64 tile with 8 warps for large 16-bit
+GEMMs ("wins on Hopper-class matmul" there), 128x128x64 below that, a narrow M tile with a
+deep K tile for skinny GEMMs (memory-bound: fewer, longer K steps). The largest tile that
+still gives every SM a program (>= NUM_SMS tiles) is taken; fewer tiles than SMs leave SMs idle.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING
+
+from .errors import IllegalSpec
+from .knobs import tma_problem
+
+if TYPE_CHECKING:
+    from .spec import KernelSpec, KnobValue
+
+NUM_SMS = 132  # H100 SXM; the H200 has the same count
+SKINNY_M = 64  # at most this many rows: one narrow M tile, memory-bound
+# "pointer" (cp.async loads through pointer tensors) or "tma" (on-device TMA descriptors, taken
+# only where the operands allow it). Default "pointer" until the H100 sweep shows TMA wins.
+DEFAULT_LOADS = "pointer"
+Tile = tuple[int, int, int, int, int]  # BLOCK_M, BLOCK_N, BLOCK_K, num_stages, num_warps
+
+# Per operand kind, largest tile first; the default is the first that fills the GPU.
+DEFAULT_TILES: dict[str, tuple[Tile, ...]] = {
+    "16bit": ((128, 256, 64, 3, 8), (128, 128, 64, 4, 8), (64, 128, 64, 4, 4), (64, 64, 64, 4, 4)),
+    "tf32": ((128, 256, 32, 3, 8), (128, 128, 32, 4, 8), (64, 128, 32, 4, 4), (64, 64, 32, 4, 4)),
+    # fp32 ieee runs on FMA units, not tensor cores: smaller tiles, 32 fp32 wide K steps
+    "ieee": ((128, 128, 32, 3, 8), (64, 128, 32, 3, 4), (64, 64, 32, 3, 4)),
+}
+# (BLOCK_N, BLOCK_K, num_stages, num_warps) for M <= SKINNY_M; BLOCK_M = next_pow2(M) >= 16
+SKINNY_TILES: dict[str, tuple[int, int, int, int]] = {
+    "16bit": (128, 128, 4, 4),
+    "tf32": (128, 64, 4, 4),
+    "ieee": (64, 64, 3, 4),
+}
+
+# Inductor's CUDA mm_configs then persistent_mm_configs (torch 2.13), as
+# (BLOCK_M, BLOCK_N, BLOCK_K, num_stages, num_warps); GROUP_M is 8 in all of them.
+INDUCTOR_MM_CONFIGS: tuple[Tile, ...] = (
+    (32, 32, 16, 1, 2), (32, 32, 128, 2, 4), (32, 64, 32, 5, 8), (64, 32, 32, 5, 8),
+    (64, 32, 128, 5, 4), (64, 64, 16, 2, 4), (64, 64, 32, 2, 4), (64, 64, 64, 3, 8),
+    (64, 64, 128, 5, 4), (64, 128, 32, 3, 4), (64, 128, 32, 4, 8), (64, 128, 64, 3, 4),
+    (64, 128, 128, 4, 4), (128, 64, 32, 3, 4), (128, 64, 32, 4, 8), (128, 128, 32, 2, 8),
+    (128, 128, 32, 3, 4), (128, 128, 64, 3, 4), (128, 128, 64, 5, 8), (128, 128, 128, 4, 8),
+    (128, 256, 64, 4, 8),
+    (128, 256, 64, 3, 8), (128, 128, 64, 3, 8), (128, 128, 128, 3, 8), (128, 128, 128, 3, 4),
+    (128, 128, 64, 4, 8), (256, 128, 64, 4, 8), (128, 128, 64, 5, 4),
+)  # fmt: skip
+
+
+def next_pow2(n: int) -> int:
+    return 1 << max(0, (int(n) - 1).bit_length())
+
+
+def operand_kind(spec: KernelSpec) -> str:
+    """'16bit' (bf16/fp16 operands), 'tf32' (fp32 at tf32/tf32x3 precision) or 'ieee'."""
+    if dict(spec.anchor).get("operand_dtype", "float32") != "float32":
+        return "16bit"
+    return "ieee" if spec.precision == "ieee" else "tf32"
+
+
+def _knobs(tile: Tile, spec: KernelSpec) -> dict[str, KnobValue]:
+    bm, bn, bk, stages, warps = tile
+    # Inductor's rule: each warp computes at least a 16x16 tile
+    warps = max(2, min(warps, bm * bn // 256))
+    return dict(
+        BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=8, SPLIT_K=1, PERSISTENT=False,
+        LOADS="pointer", num_warps=warps, num_stages=stages,
+    )  # fmt: skip
+
+
+def _fit(tile: Tile, spec: KernelSpec) -> Tile:
+    """Clamp tile sizes to the problem like Inductor does: never more than next_pow2(size),
+    never below 16. A row reduction in the epilogue needs the whole row: BLOCK_N >= N."""
+    m, n, k = (int(spec.param(x)) for x in ("m", "n", "k"))
+    bm, bn, bk, stages, warps = tile
+    bm = max(16, min(bm, next_pow2(m)))
+    bk = max(16, min(bk, next_pow2(k)))
+    if spec.reduced:
+        bn = max(16, next_pow2(n))
+        bm = min(bm, max(16, 128 * 128 // bn))  # keep the fp32 accumulator in registers
+    else:
+        bn = max(16, min(bn, next_pow2(n)))
+    return bm, bn, bk, stages, warps
+
+
+def fitted_knobs(spec: KernelSpec, tile: Tile) -> dict[str, KnobValue]:
+    """Full GEMM knobs for a (BLOCK_M, BLOCK_N, BLOCK_K, num_stages, num_warps) tile, clamped
+    to the problem's sizes; may still be illegal (check with `spec.with_knobs`)."""
+    return _knobs(_fit(tile, spec), spec)
+
+
+def _shrink_to_legal(knobs: dict[str, KnobValue], spec: KernelSpec) -> KernelSpec:
+    """The spec with these knobs, dropping pipeline stages until shared memory fits."""
+    while True:
+        try:
+            return spec.with_knobs(**knobs)
+        except IllegalSpec:
+            if int(knobs["num_stages"]) <= 1:
+                raise
+            knobs["num_stages"] = int(knobs["num_stages"]) - 1
+
+
+def gemm_default_knobs(spec: KernelSpec) -> dict[str, KnobValue]:
+    """Default knobs of a GEMM spec (the spec's own knobs may be empty)."""
+    m, n = int(spec.param("m")), int(spec.param("n"))
+    batch = int(spec.param("batch"))
+    kind = operand_kind(spec)
+    if m <= SKINNY_M and not spec.reduced:
+        bn, bk, stages, warps = SKINNY_TILES[kind]
+        tile = _fit((next_pow2(m), bn, bk, stages, warps), spec)
+    else:
+        fitted = [_fit(t, spec) for t in DEFAULT_TILES[kind]]
+        filling = [
+            t for t in fitted if math.ceil(m / t[0]) * math.ceil(n / t[1]) * batch >= NUM_SMS
+        ]
+        tile = filling[0] if filling else fitted[-1]
+    knobs = _knobs(tile, spec)
+    if DEFAULT_LOADS == "tma" and tma_problem(spec) is None:
+        knobs["LOADS"] = "tma"
+    return dict(_shrink_to_legal(knobs, _with_any_knobs(spec)).knobs)
+
+
+def _with_any_knobs(spec: KernelSpec) -> KernelSpec:
+    """`spec` with a full knob set, so that `with_knobs` can validate changes to it."""
+    if spec.knobs:
+        return spec
+    import dataclasses
+
+    small = _knobs((16, 16, 16, 1, 2), spec)
+    if spec.reduced:
+        small["BLOCK_N"] = max(16, next_pow2(int(spec.param("n"))))
+        small["num_warps"] = 8
+    return dataclasses.replace(spec, knobs=tuple(sorted(small.items())))
+
+
+def inductor_candidates(spec: KernelSpec) -> list[dict[str, KnobValue]]:
+    """Inductor's max-autotune configurations fitted to this GEMM (clamped to its sizes like
+    Inductor does), legal ones only, without duplicates; the default knobs first."""
+    base = _with_any_knobs(spec)
+    seen: list[dict[str, KnobValue]] = [gemm_default_knobs(spec)]
+    for tile in INDUCTOR_MM_CONFIGS:
+        knobs = fitted_knobs(spec, tile)
+        try:
+            base.with_knobs(**knobs)
+        except IllegalSpec:
+            continue
+        if knobs not in seen:
+            seen.append(knobs)
+    return seen
