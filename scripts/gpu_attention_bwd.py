@@ -64,7 +64,15 @@ def capture(shape: tuple[int, ...], causal: bool, device: str) -> Subgraph:
         torch.randn(shape, device=device, dtype=torch.bfloat16, requires_grad=True)
         for _ in range(3)
     )
-    model(q, k, v).float().sum().backward()
+    # On H100 torch picks cuDNN attention for bf16, whose saved statistics the template does not
+    # read (yet): capture the flash-attention graphs, the ones the backward template covers.
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    if device == "cuda":
+        with sdpa_kernel([SDPBackend.FLASH_ATTENTION]):
+            model(q, k, v).float().sum().backward()
+    else:
+        model(q, k, v).float().sum().backward()
     found = [s for s in store if s.pattern == "sdpa_backward"]
     if len(found) != 1:
         raise RuntimeError(f"expected one sdpa_backward subgraph, got {[s.pattern for s in store]}")

@@ -182,7 +182,8 @@ def cached_cubin_without_nvcc() -> str:
     env = {k: v for k, v in os.environ.items() if k not in ("CUDA_HOME", "CUDA_PATH")}
     paths = os.environ.get("PATH", "").split(os.pathsep)
     env["PATH"] = os.pathsep.join(p for p in paths if not (Path(p) / "nvcc").exists())
-    env["PYTHONPATH"] = str(ROOT)
+    # Keep the caller's PYTHONPATH (the GPU image gets diskcache from there), the repo first.
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)
     child = subprocess.run(
         [sys.executable, "-c", CHILD, str(entry)], env=env, capture_output=True, text=True
     )

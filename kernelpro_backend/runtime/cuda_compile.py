@@ -197,7 +197,6 @@ def nvrtc_version() -> str | None:
 
 def nvrtc_flags(arch: str) -> tuple[str, ...]:
     flags = [f"--gpu-architecture={arch}", "-std=c++17", "-lineinfo", "-DNDEBUG"]
-    flags += ["--expt-relaxed-constexpr"]
     home = os.environ.get("CUDA_HOME") or "/usr/local/cuda"
     includes = [str(Path(home) / "include"), *cutlass_include_dirs()]
     return tuple(flags + [f"-I{d}" for d in includes if Path(d).is_dir()])
