@@ -4,7 +4,8 @@ accumulator tile, and row reductions when the row fits one tile (BLOCK_N >= N).
 Owns: the Triton kernel - grouped (GROUP_M) tile order, optional persistent tile loop,
 optional split-K with atomic accumulation, operands read through strides (a transposed weight
 is just other strides), fp32 accumulation, `tl.dot` input precision from the spec
-(float32 stays "ieee" unless the spec says tf32 / tf32x3), and the main loop's shape
+(float32 stays "ieee" unless the spec says tf32 / tf32x3; tf32 operands are rounded to nearest
+as cuBLAS does, not truncated as Triton's dot does), and the main loop's shape
 specialisation: shapes are static in a spec, so an axis whose size the tile divides (M by
 BLOCK_M, N by BLOCK_N, K by BLOCK_K) loads without a mask, and operand pointers advance by
 BLOCK_K * stride per step instead of being recomputed.
@@ -102,9 +103,35 @@ def main_loop(spec: KernelSpec, wide: bool) -> list[str]:
             if low
             else []
         ),
+        *(tf32_rounding() if precision == "tf32" and not low else []),
         f"    acc = tl.dot(a, b, acc{dot_kw})",
         *advance,
     ]
+
+
+def tf32_rounding() -> list[str]:
+    """Round both float32 operand tiles to the nearest tf32 (10 mantissa bits, ties away from
+    zero: `cvt.rna.tf32.f32`), as cuBLAS does under PyTorch's tf32 policy. Triton's tf32
+    `tl.dot` feeds the raw float32 bits to the tensor cores, which drop the low 13 bits (a
+    truncation: about twice the error of PyTorch's tf32, biased toward zero; Triton issue
+    4574). Rounded values have those bits zero already, so the hardware keeps them exactly.
+    The interpreter has no PTX: there the same rounding is done with integer ops."""
+    asm = '"cvt.rna.tf32.f32 $0, $1;", "=r,r"'
+    lines = ["    # tf32 as PyTorch's (rounded, not truncated); see template_gemm.tf32_rounding"]
+    lines.append("    if INTERPRET:")
+    for x in ("a", "b"):
+        lines.append(
+            f"        {x} = tl.where({x} != {x}, {x}, "
+            f"(({x}.to(tl.uint32, bitcast=True) + 0x1000) & 0xFFFFE000)"
+            ".to(tl.float32, bitcast=True))"
+        )
+    lines.append("    else:")
+    for x in ("a", "b"):
+        lines.append(
+            f"        {x} = tl.inline_asm_elementwise({asm}, [{x}], dtype=tl.float32, "
+            "is_pure=True, pack=1)"
+        )
+    return lines
 
 
 def tma_descriptors(spec: KernelSpec) -> list[str]:

@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from ..fx_passes.subgraph import IntRange, random_inputs
 from .compare import (
@@ -59,8 +60,43 @@ def _as_list(outs: object) -> list[torch.Tensor]:
     return list(outs) if isinstance(outs, (list, tuple)) else [outs]  # type: ignore[list-item]
 
 
+def round_to_tf32(x: torch.Tensor) -> torch.Tensor:
+    """The nearest tf32 value of each float32 element (10 mantissa bits, ties away from zero),
+    as `cvt.rna.tf32.f32` and cuBLAS's tf32 mode round. NaN and inf are kept."""
+    bits = x.contiguous().view(torch.int32).to(torch.int64) & 0xFFFFFFFF
+    rounded = ((bits + 0x1000) & 0xFFFFE000).to(torch.uint32).view(torch.int32)
+    out = rounded.view(torch.float32).view(x.shape)
+    return torch.where(torch.isfinite(x), out, x)
+
+
+class _Tf32OnCpu(TorchDispatchMode):
+    """PyTorch's CPU matmuls ignore the tf32 policy (they stay IEEE float32). On the CPU (Triton's
+    interpreter) a tf32 reference therefore rounds the float32 operands of every matrix product
+    to tf32 first, as the GPU's tensor cores do under that policy; accumulation stays float32."""
+
+    _OPS = {"aten::mm", "aten::bmm", "aten::addmm", "aten::baddbmm", "aten::convolution"}
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+        kwargs = kwargs or {}
+        if func._schema.name in self._OPS:
+            operands = (1, 2) if func._schema.name in ("aten::addmm", "aten::baddbmm") else (0, 1)
+            args = tuple(
+                round_to_tf32(a)
+                if i in operands
+                and isinstance(a, torch.Tensor)
+                and a.dtype == torch.float32
+                and a.device.type == "cpu"
+                else a
+                for i, a in enumerate(args)
+            )
+        return func(*args, **kwargs)
+
+
 def compute_reference(reference: Callable[..., Any], inputs: Sequence[torch.Tensor]) -> Reference:
-    with torch.no_grad():
+    emulate_tf32 = torch.get_float32_matmul_precision() != "highest" and all(
+        x.device.type == "cpu" for x in inputs
+    )
+    with torch.no_grad(), _Tf32OnCpu() if emulate_tf32 else contextlib.nullcontext():
         eager = _as_list(reference(*inputs))
         aliases = aliased_pairs(eager, inputs)
         upcast = [x.double() if x.dtype.is_floating_point else x for x in inputs]

@@ -4,13 +4,16 @@ bf16, plain, epilogue, split-K, persistent, batched and transposed operands)."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 import torch.nn.functional as F
 from harness import check, traced_subgraph
 
-from kernelpro_backend.codegen import knob_space, lower, render
+from kernelpro_backend.codegen import build, knob_space, lower, render
 from kernelpro_backend.codegen.template_gemm import EvenAxes, even_axes
+from kernelpro_backend.runtime.validate import compute_reference, precision_mode, round_to_tf32
 
 SMALL = dict(BLOCK_M=16, BLOCK_N=16, BLOCK_K=16, num_warps=2, num_stages=2)
 
@@ -107,3 +110,53 @@ def test_specs_cached_before_the_loads_knob_still_load() -> None:
     raw = json.loads(spec.to_json())
     raw["knobs"] = [kv for kv in raw["knobs"] if kv[0] != "LOADS"]
     assert KernelSpec.from_json(json.dumps(raw)) == spec  # LOADS="pointer" is the old kernel
+
+
+def test_tf32_operands_are_rounded_to_nearest_not_truncated() -> None:
+    """Triton's tf32 dot drops the low 13 mantissa bits (truncation); PyTorch's tf32 rounds.
+    The interpreter's dot is exact float32, so the kernel's result must be the product of the
+    *rounded* operands: far closer to it than to the exact or the truncated product."""
+    m, n, k = 37, 29, 45
+    a, b = torch.randn(m, k), torch.randn(k, n)
+    sg = dataclasses.replace(traced_subgraph(torch.mm, (a, b), "gemm"), precision="tf32")
+    spec = lower(sg).with_knobs(**SMALL)
+    assert spec.precision == "tf32"
+    source = render(spec).source
+    assert "0xFFFFE000" in source and 'input_precision="tf32"' in source
+    kernel = build(spec)
+
+    def run(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:  # the subgraph's input order
+        by_shape = {(m, k): a, (k, n): b}
+        (out,) = kernel(*(by_shape[tuple(shape)] for shape, _, _ in sg.input_meta))
+        return out
+
+    got = run(a, b)
+    rounded = round_to_tf32(a).double() @ round_to_tf32(b).double()
+    exact = a.double() @ b.double()
+    truncated = (a.view(torch.int32) & -8192).view(torch.float32).double() @ (
+        b.view(torch.int32) & -8192
+    ).view(torch.float32).double()
+    err_rounded = float((got.double() - rounded).abs().max())
+    assert err_rounded < 1e-4, err_rounded  # float32 accumulation of tf32-exact products
+    assert float((got.double() - exact).abs().max()) > 10 * err_rounded
+    assert float((got.double() - truncated).abs().max()) > 10 * err_rounded
+    # NaN and inf pass through the rounding unchanged
+    a[0, 0], b[1, 2] = float("nan"), float("inf")
+    got = run(a, b)
+    assert torch.isnan(got[0]).all() and torch.isinf(got[1:, 2]).any()
+
+
+def test_tf32_reference_on_the_cpu_rounds_operands_like_the_gpu() -> None:
+    """CPU matmuls ignore the tf32 policy; the reference emulates it, so a tf32 kernel run in the
+    interpreter is judged against PyTorch's tf32 (rounded operands), and an IEEE one is not."""
+    a, b = torch.randn(33, 47), torch.randn(47, 21)
+    x = torch.tensor([1.0 + 2**-12, 1.0 + 2**-11 + 2**-12, float("inf"), float("nan")])
+    r = round_to_tf32(x)
+    assert r[0] == 1.0 and r[1] == 1.0 + 2**-10 and torch.isinf(r[2]) and torch.isnan(r[3])
+    with precision_mode("tf32"):
+        ref = compute_reference(torch.mm, [a, b])
+    assert ref.eager is not None
+    assert torch.equal(ref.eager[0], round_to_tf32(a) @ round_to_tf32(b))
+    with precision_mode("ieee"):
+        ref = compute_reference(torch.mm, [a, b])
+    assert ref.eager is not None and torch.equal(ref.eager[0], a @ b)
