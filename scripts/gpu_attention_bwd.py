@@ -151,9 +151,13 @@ def bench(fn, device: str) -> float:
 def variants(spec: KernelSpec) -> list[tuple[str, KernelSpec]]:
     out = [("default", spec)]
     for label, knobs in (
-        ("atomic_dq", dict(DQ="atomic")),
         ("inner64", dict(BLOCK_M=64, BLOCK_N_DQ=64, num_stages=2)),
+        ("n128", dict(BLOCK_M=64, BLOCK_N=128, BLOCK_M_DQ=128, BLOCK_N_DQ=64, num_stages=2)),
+        ("s3", dict(num_stages=3)),
+        ("w4", dict(num_warps=4)),
     ):
+        if all(spec.knob(k) == v for k, v in knobs.items()):
+            continue  # the default already
         try:
             out.append((label, spec.with_knobs(**knobs)))  # type: ignore[arg-type]
         except IllegalSpec as e:

@@ -223,15 +223,18 @@ def _validate_attention(spec: KernelSpec, k: dict) -> None:
 def _default_attention_backward(spec: KernelSpec) -> tuple[tuple[str, KnobValue], ...]:
     """Flash-attention-2 style: large key blocks per dK/dV program stepping over small query
     blocks, large query blocks per dQ program stepping over small key blocks (Triton's fused
-    attention tutorial: 32/128 and 128/32 with 4 warps); head dim 128 halves the key block."""
+    attention tutorial: 32/128 and 128/32 with 4 warps). Head dim 128 uses 64x64 blocks in both
+    kernels, 8 warps, 2 stages (scripts/gpu_attention_bwd.py times it against the older
+    32/64, 64/32 3-stage default; BENCHMARKS.md, attention backward)."""
     from .errors import IllegalSpec
 
     wide = next_pow2(max(spec.param("head_dim"), spec.param("value_dim"))) > 64
-    knobs: dict[str, KnobValue] = dict(
-        BLOCK_M=32, BLOCK_N=64 if wide else 128, BLOCK_M_DQ=64 if wide else 128, BLOCK_N_DQ=32,
-        DQ="kernel", num_warps=8 if wide else 4, num_stages=3,
+    knobs: dict[str, KnobValue] = (
+        dict(BLOCK_M=64, BLOCK_N=64, BLOCK_M_DQ=64, BLOCK_N_DQ=64, DQ="kernel", num_warps=8, num_stages=2)
+        if wide
+        else dict(BLOCK_M=32, BLOCK_N=128, BLOCK_M_DQ=128, BLOCK_N_DQ=32, DQ="kernel", num_warps=4, num_stages=3)
     )  # fmt: skip
-    for stages in (3, 2, 1):  # fp32 operands take twice the shared memory
+    for stages in range(int(knobs["num_stages"]), 0, -1):  # fp32 operands take twice the smem
         knobs["num_stages"] = stages
         try:
             _validate_attention_backward(spec, knobs)
