@@ -116,9 +116,11 @@ class CacheEntryValidator:
             # same checks; otherwise the machine, not the kernel, is at fault.
             eager = results[1] if self.retime else self.evaluate(job.baselines()[:1])[0]
             if not eager.ok:
+                where = str(eager.details.get("traceback", "")).strip()
                 raise ValidatorUnavailable(
                     f"the eager reference of {artifact.pattern} {key.short()} fails here too "
                     f"({eager.status.value}: {eager.message}); fix the environment and re-run"
+                    + (f"\n{where}" if where else "")
                 )
             return Verdict("failed", f"{result.status.value}: {result.message} (seed {self.seed})")
         if not self.retime:

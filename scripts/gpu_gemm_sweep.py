@@ -270,6 +270,9 @@ def main() -> int:
         "--max-configs", type=int, default=14, help="configs per case, default first"
     )
     parser.add_argument("--cpu-smoke", action="store_true", help="tiny sizes, Triton interpreter")
+    parser.add_argument(
+        "--only", action="append", default=[], help="run only cases whose name contains this"
+    )
     args = parser.parse_args()
     global DEVICE
     if args.cpu_smoke:
@@ -287,6 +290,8 @@ def main() -> int:
     budget_end = start + args.budget_s
     results = []
     for name, precision, make in cases(args.cpu_smoke):
+        if args.only and not any(o in name for o in args.only):
+            continue
         print(f"{name} ({time.time() - start:.0f} s)", flush=True)
         try:
             results.append(run_case(name, precision, make, budget_end, args.max_configs))

@@ -111,7 +111,7 @@ def evaluate_job(job: Job, state: WorkerState) -> EvalResult:
     """Load, validate and time `job.candidate`. Expected failures come back as results;
     a CUDA fault comes back as CRASHED with details["fatal"] set."""
     device = torch.device(job.device)
-    if device.type == "cuda":
+    if device.type == "cuda" and device.index is not None:  # bare "cuda" is the current one
         torch.cuda.set_device(device)
     reference = pickle.loads(job.reference)
     baseline = isinstance(job.candidate, BaselineCandidate)

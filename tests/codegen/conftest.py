@@ -1,8 +1,21 @@
-"""Codegen tests run Triton kernels in its CPU interpreter: the variable must be set before
-Triton creates any JIT function (generated modules are built inside the tests)."""
+"""Codegen tests run Triton kernels in its CPU interpreter; GPU-marked ones on the real compiler.
+
+Generated modules are built inside the tests, after this fixture has set TRITON_INTERPRET, so
+each test gets the mode it needs (Triton decides per JIT function, when it is created). The
+variable is set per test and restored afterwards: setting it at import time would put every
+later test of the session - GPU tests in other directories included - in the interpreter."""
 
 import os
 import sys
 
-os.environ.setdefault("TRITON_INTERPRET", "1")
+import pytest
+
 sys.path.insert(0, os.path.dirname(__file__))
+
+
+@pytest.fixture(autouse=True)
+def _triton_mode(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    if "gpu" in request.keywords:
+        monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    else:
+        monkeypatch.setenv("TRITON_INTERPRET", "1")
