@@ -156,6 +156,15 @@ class SubgraphSearcher:
             optimize,
         )
 
+        selected = self.options.search_patterns
+        if selected and subgraph.pattern not in selected:
+            log.info(
+                "kernelpro: %s %s is not in search_patterns (%s): fallback",
+                subgraph.graph,
+                subgraph.pattern,
+                ", ".join(selected),
+            )
+            return None
         try:
             lower(subgraph)
         except Unsupported as e:

@@ -69,6 +69,8 @@ def _cmd_warmup(args: argparse.Namespace) -> int:
         options["cache_dir"] = args.cache_dir
     if args.max_trials:
         options["max_trials"] = args.max_trials
+    if args.patterns:
+        options["search_patterns"] = tuple(p for p in args.patterns.split(",") if p)
     try:
         report = warmup(
             model, inputs, train=not args.no_train, budget_s=args.budget_s, options=options
@@ -115,6 +117,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-trials", type=int, default=None, help="search trials per subgraph")
     p.add_argument("--no-train", action="store_true", help="inference graph only (no backward)")
     p.add_argument("--cache-dir", default=None, help="cache directory to fill")
+    p.add_argument(
+        "--patterns",
+        default=None,
+        help="search only these subgraph patterns, comma-separated (as `explain` names them, "
+        "e.g. sdpa_backward,rms_norm); default: all",
+    )
     p.set_defaults(func=_cmd_warmup)
 
     from .bench import add_cli as add_bench_cli

@@ -57,6 +57,9 @@ class Options:
     # launch path: OP_MIN_GAIN_US through kernelpro::launch, INLINE_MIN_GAIN_US inlined.
     min_gain_us: float | None = None
     proposer: Proposer = "rules"
+    # Search only subgraphs with these patterns (as `kernelpro explain` names them, e.g.
+    # "sdpa_backward", "rms_norm"); the others still use cache hits. Empty: every pattern.
+    search_patterns: tuple[str, ...] = ()
     # Isolated worker processes used to compile, validate and time candidates.
     workers: int = 1
     # Show a progress bar during searches.
@@ -141,6 +144,7 @@ def _resolved_type(name: str) -> Any:
         "progress": bool,
         "cache_dir": (str, type(None)),
         "extra_cache_dirs": tuple,
+        "search_patterns": tuple,
     }
     return hints[name]
 
@@ -158,7 +162,8 @@ def _parse(name: str, raw: str, source: str) -> Any:
             return False
         raise OptionsError(f"{source}={raw!r}: expected one of 1/0/true/false/yes/no/on/off")
     if kind is tuple:
-        return tuple(p for p in raw.split(os.pathsep) if p)
+        sep = "," if name == "search_patterns" else os.pathsep
+        return tuple(p.strip() for p in raw.split(sep) if p.strip())
     if kind in (int, float):
         try:
             return _coerce(name, kind(raw), source)
@@ -192,7 +197,8 @@ def _coerce(name: str, value: Any, source: str) -> Any:
         if isinstance(value, str):
             return (value,)
         if not all(isinstance(v, str) for v in value):
-            raise OptionsError(f"{source}={value!r}: expected a list of directory paths")
+            what = "pattern names" if name == "search_patterns" else "directory paths"
+            raise OptionsError(f"{source}={value!r}: expected a list of {what}")
         return tuple(value)
     if value is not None and not isinstance(value, str):
         raise OptionsError(f"{source}={value!r}: expected a directory path")

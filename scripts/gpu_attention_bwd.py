@@ -148,6 +148,43 @@ def bench(fn, device: str) -> float:
     return float(do_bench(fn, warmup=25, rep=100, return_mode="median"))
 
 
+def backend_times(shape: tuple[int, ...], causal: bool, device: str) -> dict:
+    """What a model pays per backend: the whole SDPA backward through autograd (the backward
+    node of the forward op each backend ran), and the backend torch picks by default here."""
+    if device != "cuda":
+        return {}
+    import contextlib
+
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    q, k, v = (
+        torch.randn(shape, device=device, dtype=torch.bfloat16, requires_grad=True)
+        for _ in range(3)
+    )
+    grad_out = torch.randn(shape, device=device, dtype=torch.bfloat16)
+    out: dict = {}
+    try:
+        names = {int(m.value): name for name, m in SDPBackend.__members__.items()}
+        out["default_backend"] = names.get(int(torch._fused_sdp_choice(q, k, v, is_causal=causal)))
+    except Exception as e:
+        out["default_backend"] = f"unknown ({type(e).__name__}: {e})"
+    for name, chosen in (
+        ("flash", [SDPBackend.FLASH_ATTENTION]),
+        ("cudnn", [SDPBackend.CUDNN_ATTENTION]),
+        ("default", None),
+    ):
+        try:
+            with sdpa_kernel(chosen) if chosen else contextlib.nullcontext():
+                y = F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+            out[f"{name}_autograd_bwd_ms"] = bench(
+                lambda y=y: torch.autograd.grad(y, (q, k, v), grad_out, retain_graph=True), device
+            )
+        except Exception as e:
+            out[f"{name}_autograd_bwd_ms"] = None
+            out[f"{name}_error"] = f"{type(e).__name__}: {str(e)[:200]}"
+    return out
+
+
 def variants(spec: KernelSpec) -> list[tuple[str, KernelSpec]]:
     out = [("default", spec)]
     for label, knobs in (
@@ -155,6 +192,8 @@ def variants(spec: KernelSpec) -> list[tuple[str, KernelSpec]]:
         ("n128", dict(BLOCK_M=64, BLOCK_N=128, BLOCK_M_DQ=128, BLOCK_N_DQ=64, num_stages=2)),
         ("s3", dict(num_stages=3)),
         ("w4", dict(num_warps=4)),
+        ("w8", dict(num_warps=8)),
+        ("s3w4", dict(num_stages=3, num_warps=4)),
     ):
         if all(spec.knob(k) == v for k, v in knobs.items()):
             continue  # the default already
@@ -180,6 +219,7 @@ def run_case(shape: tuple[int, ...], causal: bool, device: str) -> list[dict]:
         base["op"] = op_name(next(n for n in sg.nodes if "backward" in op_name(n)))
         base["eager_ms"] = eager_ms
         base["eager_vs_fp32"] = max(rel_err(e, truth[w]) for e, w in zip(eager, which, strict=True))
+        base.update(backend_times(shape, causal, device))
     except Exception as e:
         traceback.print_exc()
         return [{**base, "status": f"error: {type(e).__name__}: {str(e)[:300]}"}]
@@ -249,6 +289,19 @@ def main() -> int:
             f"{r.get('ours_vs_eager', 0):>9.2e} {r.get('ours_vs_fp32', 0):>9.2e}|{r.get('eager_vs_fp32', 0):>9.2e}  "
             f"{r['status'][:60]}"
         )  # fmt: skip
+    print("\nWhole SDPA backward through autograd, per backend (ms), and torch's default choice:")
+    print(f"{'D':>4} {'causal':>6} {'flash':>8} {'cudnn':>8} {'default':>8}  default backend  "
+          f"best ours (kernel only)")  # fmt: skip
+    seen = set()
+    for r in rows:
+        if (r["D"], r["causal"]) in seen or "eager_ms" not in r:
+            continue
+        seen.add((r["D"], r["causal"]))
+        ours = [x["ours_ms"] for x in rows if (x["D"], x["causal"]) == (r["D"], r["causal"]) and "ours_ms" in x]  # fmt: skip
+        t = [r.get(f"{n}_autograd_bwd_ms") for n in ("flash", "cudnn", "default")]
+        cells = " ".join(f"{x:8.3f}" if x else f"{'-':>8}" for x in t)
+        print(f"{r['D']:>4} {r['causal']!s:>6} {cells}  {r.get('default_backend', '-')!s:15}  "
+              f"{min(ours) if ours else float('nan'):.3f}")  # fmt: skip
     return 0 if all(r["status"] == "ok" for r in rows) else 1
 
 

@@ -73,7 +73,9 @@ def start(step: Step, work: Path, deadline: float) -> None:
     env = dict(os.environ, OUT=str(folder), PYTHONUNBUFFERED="1")
     log = open(folder / "log.txt", "w")  # noqa: SIM115 - closed with the process
     step.started = time.time()
-    print(f"[{time.strftime('%H:%M:%S')}] start {step.name} (limit {step.limit_s:.0f} s)", flush=True)
+    print(
+        f"[{time.strftime('%H:%M:%S')}] start {step.name} (limit {step.limit_s:.0f} s)", flush=True
+    )
     step.proc = subprocess.Popen(
         ["bash", "-c", step.command], env=env, stdout=log, stderr=subprocess.STDOUT,
         start_new_session=True,

@@ -5,6 +5,7 @@ Each workload warms up in its own process with a deadline, so a slow one cannot 
 run; what finished is stored as soon as it is found (warm-up resumes where it stopped).
 
     OUT=/tmp/out python3 scripts/gpu_warmup_bench.py [--workload NAME ...] [--deadline-s 500]
+        [--patterns sdpa_backward,softmax]     # search only these subgraph patterns
 Writes $OUT/sm90-bench.tar.gz, $OUT/warmup_bench.json and prints a table.
 """
 
@@ -22,7 +23,7 @@ import time
 CACHE = "/tmp/kp_bench_cache"
 
 
-def warm_one(name: str, budget_s: float, trials: int, workers: int) -> dict:
+def warm_one(name: str, budget_s: float, trials: int, workers: int, patterns: str) -> dict:
     import torch
 
     from kernelpro_backend.bench.workloads import WORKLOADS
@@ -41,6 +42,7 @@ def warm_one(name: str, budget_s: float, trials: int, workers: int) -> dict:
             "max_trials": trials,
             "workers": workers,
             "progress": False,
+            "search_patterns": tuple(p for p in patterns.split(",") if p),
         },
     )
     return {
@@ -58,10 +60,13 @@ def main() -> None:
     ap.add_argument("--budget-s", type=float, default=10)
     ap.add_argument("--trials", type=int, default=8)
     ap.add_argument("--workers", type=int, default=4)
+    ap.add_argument("--patterns", default="", help="search only these patterns (comma-separated)")
     args = ap.parse_args()
     if args.one:
         logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
-        print(json.dumps(warm_one(args.one, args.budget_s, args.trials, args.workers)))
+        print(
+            json.dumps(warm_one(args.one, args.budget_s, args.trials, args.workers, args.patterns))
+        )
         return
     names = args.workload or [
         "gpt_block",
@@ -85,6 +90,7 @@ def main() -> None:
             continue
         cmd = [sys.executable, __file__, "--one", name, "--budget-s", str(args.budget_s)]
         cmd += ["--trials", str(args.trials), "--workers", str(args.workers)]
+        cmd += ["--patterns", args.patterns]
         # Own session: on the deadline the whole group (the search's worker processes too) dies.
         # The child's log goes to one file as it runs, so a deadline still shows how far it got.
         log = open(os.path.join(out_dir, "warmup_children.log"), "a")  # noqa: SIM115

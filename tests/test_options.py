@@ -25,6 +25,18 @@ def test_environment_parsing():
     assert o.progress is False and o.extra_cache_dirs == ("/a", "/b") and o.workers == 2
 
 
+def test_search_patterns_from_environment_and_options():
+    env = {"KERNELPRO_SEARCH_PATTERNS": "sdpa_backward, rms_norm"}
+    assert Options.resolve(environ=env).search_patterns == ("sdpa_backward", "rms_norm")
+    o = Options.resolve(options={"search_patterns": ["softmax"]}, environ=env)
+    assert o.search_patterns == ("softmax",)
+    assert Options.resolve(options={"search_patterns": "softmax"}, environ={}).search_patterns == (
+        "softmax",
+    )
+    with pytest.raises(OptionsError, match="list of pattern names"):
+        Options.resolve(options={"search_patterns": [1]}, environ={})
+
+
 @pytest.mark.parametrize(
     ("options", "message"),
     [
@@ -49,3 +61,23 @@ def test_unknown_mode():
     with pytest.raises(OptionsError, match="unknown torch.compile mode"):
         Options.resolve(mode="fastest", environ={})
     assert Options.resolve(mode="max-autotune", environ={}).search == "cache-only"
+
+
+def test_the_searcher_leaves_patterns_outside_search_patterns_to_the_fallback(caplog):
+    """Nothing is lowered, measured or started for a subgraph whose pattern was not selected."""
+    import logging
+
+    import torch
+    from helpers import subgraphs_of
+
+    from kernelpro_backend.autotune import SubgraphSearcher
+
+    (softmax,) = subgraphs_of(torch.nn.Softmax(-1), torch.randn(4, 8), train=False)
+    assert softmax.pattern == "softmax"
+    searcher = SubgraphSearcher(
+        Options.resolve(options={"search_patterns": ["rms_norm"]}, environ={})
+    )
+    with caplog.at_level(logging.INFO, logger="kernelpro"):
+        assert searcher(softmax) is None
+    assert searcher.measurer._pool is None  # no worker was started
+    assert "not in search_patterns (rms_norm)" in caplog.text
