@@ -116,9 +116,9 @@ def main() -> int:
     running: list[Step] = []
     for step in steps:
         if step.command == "wait":
-            for s in running:
-                finish(s, work, block=True)
-            running = []
+            while running:  # reap each as it ends, so its seconds are its own
+                running = [s for s in running if not finish(s, work, block=False)]
+                time.sleep(0.5)
             step.rc = 0
             continue
         if time.time() >= deadline - 5:
