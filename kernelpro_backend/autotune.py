@@ -2,9 +2,9 @@
 kernel provider.
 
 Owns: `default_provider(options)`; the measurer that evaluates candidates in the isolated worker
-pool and attaches stage-1 (roofline) findings; the searcher that runs `search.optimize` on a
-cache miss and turns its winner into a `KernelArtifact`; the loader that turns an artifact back
-into a kernel.
+pool and attaches stage-1 (roofline) findings; the proposer `options.proposer` names; the
+searcher that runs `search.optimize` on a cache miss and turns its winner into a
+`KernelArtifact`; the loader that turns an artifact back into a kernel.
 Must not: hold search, codegen, validation or cache logic of its own - it only connects them.
 """
 
@@ -15,9 +15,9 @@ import hashlib
 import logging
 import os
 import tempfile
-from collections.abc import Hashable, Sequence
+from collections.abc import Hashable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -25,6 +25,9 @@ from .fx_passes import Subgraph
 from .options import Options
 from .providers import CallableKernel, Kernel, KernelProvider, NullProvider
 from .runtime.result import EvalResult
+
+if TYPE_CHECKING:
+    from .search import Proposer
 
 log = logging.getLogger("kernelpro")
 
@@ -137,6 +140,18 @@ class PoolMeasurer:
             self._pool = None
 
 
+def make_proposer(options: Options, environ: Mapping[str, str] | None = None) -> Proposer:
+    """The proposer `options.proposer` names. "llm" checks its package and endpoint settings
+    here, when the searcher is built, so a missing one fails once with what to set rather than
+    inside every search; nodes its answers leave without children get the rules' children
+    (logged)."""
+    from .search import LLMProposer, RuleProposer
+
+    if options.proposer == "llm":
+        return LLMProposer.from_environ(options.llm_model, environ, fallback=RuleProposer())
+    return RuleProposer()
+
+
 class SubgraphSearcher:
     """On a cache miss: lower the subgraph, search it, return the winner as an artifact (or None
     when the fallback stays fastest, or no template covers the subgraph)."""
@@ -144,6 +159,7 @@ class SubgraphSearcher:
     def __init__(self, options: Options) -> None:
         self.options = options
         self.measurer = PoolMeasurer(options)
+        self.proposer = make_proposer(options)
 
     def __call__(self, subgraph: Subgraph) -> Any:
         from .cache import KernelArtifact, Provenance
@@ -177,6 +193,7 @@ class SubgraphSearcher:
             subgraph,
             space=codegen_space(),  # type: ignore[arg-type]
             measurer=self.measurer,
+            proposer=self.proposer,
             budget=Budget.from_options(self.options),
             memory=SearchMemory(default_memory_path(_cache_dir(self.options))),
             log_path=log_path,

@@ -56,10 +56,14 @@ class Options:
     # launch costs host time and splits Inductor's fusions around it. None (default) picks by
     # launch path: OP_MIN_GAIN_US through kernelpro::launch, INLINE_MIN_GAIN_US inlined.
     min_gain_us: float | None = None
+    # Who proposes the next candidates: the built-in expert rules, or an LLM behind an
+    # OpenAI-compatible endpoint (OPENAI_BASE_URL, OPENAI_API_KEY).
     proposer: Proposer = "rules"
     # Search only subgraphs with these patterns (as `kernelpro explain` names them, e.g.
     # "sdpa_backward", "rms_norm"); the others still use cache hits. Empty: every pattern.
     search_patterns: tuple[str, ...] = ()
+    # The LLM proposer's model; None: $OPENAI_MODEL, else search.llm.DEFAULT_MODEL.
+    llm_model: str | None = None
     # Isolated worker processes used to compile, validate and time candidates.
     workers: int = 1
     # Show a progress bar during searches.
@@ -143,6 +147,7 @@ def _resolved_type(name: str) -> Any:
         "workers": int,
         "progress": bool,
         "cache_dir": (str, type(None)),
+        "llm_model": (str, type(None)),
         "extra_cache_dirs": tuple,
         "search_patterns": tuple,
     }
@@ -201,5 +206,9 @@ def _coerce(name: str, value: Any, source: str) -> Any:
             raise OptionsError(f"{source}={value!r}: expected a list of {what}")
         return tuple(value)
     if value is not None and not isinstance(value, str):
-        raise OptionsError(f"{source}={value!r}: expected a directory path")
+        raise OptionsError(f"{source}={value!r}: expected {_TEXT.get(name, 'a string')}")
     return value
+
+
+# What a text option holds, for its error message.
+_TEXT = {"cache_dir": "a directory path", "llm_model": "a model name (a string)"}

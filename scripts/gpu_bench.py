@@ -43,7 +43,12 @@ def main() -> int:
     parser.add_argument("--budget-s", type=float, default=200.0)
     parser.add_argument("--device", default="cuda", help="cpu: smoke-test the script itself")
     parser.add_argument("--size", default="full", choices=("tiny", "full"))
+    parser.add_argument(
+        "--dtype", default="auto", choices=("auto", "float32", "bfloat16", "float16"),
+        help="auto: each workload's default",
+    )  # fmt: skip
     args = parser.parse_args()
+    dtype = None if args.dtype == "auto" else getattr(torch, args.dtype)
     if args.device == "cuda" and not torch.cuda.is_available():
         print("gpu_bench: torch sees no CUDA GPU; run this on the GPU machine", file=sys.stderr)
         return 2
@@ -62,9 +67,11 @@ def main() -> int:
             left.append(name)
             continue
         report.workloads += run_workloads(
-            [(name, lambda n=name: WORKLOADS[n](device, None, args.size))], config
+            [(name, lambda n=name: WORKLOADS[n](device, dtype, args.size))], config
         )
         print(f"[gpu_bench] {name} done at {time.perf_counter() - start:.0f}s", file=sys.stderr)
+        tables.write_json(report, out / "bench.json")  # after each workload: a kill loses one
+        print(tables.format_console(report), flush=True)
     for path in extra:
         report.workloads += run_workloads(
             [(f"kb:{path.stem}", lambda p=path: load_problem(p, device))], config

@@ -45,6 +45,9 @@ def test_search_patterns_from_environment_and_options():
         ({"budget_s": -1}, "greater than 0"),
         ({"max_trials": 2.5}, "whole number"),
         ({"progress": "yes"}, "True or False"),
+        ({"proposer": "gpt"}, r"expected one of \['rules', 'llm'\]"),
+        ({"llm_model": 4}, "expected a model name"),
+        ({"cache_dir": 4}, "expected a directory path"),
     ],
 )
 def test_bad_options_say_what_is_wrong(options, message):
@@ -81,3 +84,11 @@ def test_the_searcher_leaves_patterns_outside_search_patterns_to_the_fallback(ca
         assert searcher(softmax) is None
     assert searcher.measurer._pool is None  # no worker was started
     assert "not in search_patterns (rms_norm)" in caplog.text
+
+
+def test_llm_model_from_options_or_environment():
+    assert Options.resolve(environ={}).llm_model is None  # then $OPENAI_MODEL, then a default
+    env = {"KERNELPRO_PROPOSER": "llm", "KERNELPRO_LLM_MODEL": "local-coder"}
+    o = Options.resolve(environ=env)
+    assert o.proposer == "llm" and o.llm_model == "local-coder"
+    assert Options.resolve(options={"llm_model": "chosen"}, environ=env).llm_model == "chosen"

@@ -1,10 +1,12 @@
-"""Search for faster kernels: MCTS over candidates (ask/tell), proposers (built-in expert rules;
-an LLM proposer fits the same protocol), rewards, budgets and search memory.
+"""Search for faster kernels: MCTS over candidates (ask/tell), proposers (built-in expert rules
+in rules.py; an LLM behind an OpenAI-compatible endpoint in llm/), rewards, budgets and search
+memory.
 
 Must not: parse profiler output (findings arrive typed), or compile/time candidates (the
 measurer does)."""
 
 from .budget import Budget, BudgetTracker
+from .llm import LLMProposer, LLMSetupError
 from .memory import MoveRecord, SearchMemory, default_memory_path
 from .optimize import Measurer, SearchOutcome, optimize
 from .proposer import Proposal, ProposalRequest, Proposer, bottleneck_of
@@ -19,6 +21,8 @@ __all__ = [
     "BudgetTracker",
     "Choice",
     "CodegenSpace",
+    "LLMProposer",
+    "LLMSetupError",
     "Measured",
     "Measurer",
     "MoveRecord",

@@ -88,6 +88,7 @@ def optimize(
     if objective not in OBJECTIVES:
         raise ValueError(f"unknown objective {objective!r}; use one of {OBJECTIVES}")
     proposer = proposer or RuleProposer()
+    proposer_before = _proposer_stats(proposer)
     # Without a persistent memory the search still learns within itself: a move that just
     # gained is tried first on the next node (moves generalise across the tree).
     memory = memory if memory is not None else SearchMemory(None)
@@ -123,6 +124,7 @@ def optimize(
         budget=budget.to_dict(),
         objective=objective,
         seed=seed,
+        proposer=proposer.name,
     )
 
     measured: list[Measured] = []
@@ -191,10 +193,33 @@ def optimize(
         trials_saved_by_sol=saved,
         reason=reason,
         tree=outcome.tree,
+        proposer_stats=_stats_delta(proposer_before, _proposer_stats(proposer)),
     )
     won = "fallback" if outcome.uses_fallback else f"kernel #{choice.node_id}"
     line.finish(f"{reason}: {won} wins ({choice.winner if outcome.uses_fallback else ''})".strip())
     return outcome
+
+
+def _proposer_stats(proposer: Proposer) -> dict[str, Any] | None:
+    """A proposer's counters, if it keeps any (the LLM proposer: requests, tokens, latency)."""
+    stats = getattr(proposer, "stats", None)
+    return dict(stats()) if callable(stats) else None
+
+
+def _stats_delta(
+    before: dict[str, Any] | None, after: dict[str, Any] | None
+) -> dict[str, Any] | None:
+    """What one search added to the counters (a proposer may serve several searches)."""
+    if after is None:
+        return None
+    return {
+        k: v - before.get(k, 0) if before and _number(v) and _number(before.get(k, 0)) else v
+        for k, v in after.items()
+    }
+
+
+def _number(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
 
 
 def _ratio(reference_ms: float | None, ms: float | None) -> float | None:

@@ -3,8 +3,9 @@
 Owns: `Proposal`, `ProposalRequest` (everything a proposer may look at: the subgraph, the node's
 candidate and measurement with its typed findings, the space, the history of the search, the
 memory prior of moves, and a duplicate check) and `Proposer`. The built-in `RuleProposer` lives
-in rules.py; an LLM proposer fits the same protocol (it reads `findings` and `history`, returns
-Proposals of free-form candidates with a move such as "llm:rewrite").
+in rules.py; `LLMProposer` in llm/ reads `findings` and `history` too, and returns knob changes
+("llm:knobs:...") and free-form candidates ("llm:rewrite:triton"). A proposer may also have a
+`stats()` method returning counters (requests, tokens, ...); optimize logs what a search adds.
 Must not: measure candidates or parse profiler output (findings arrive typed).
 """
 
@@ -34,7 +35,7 @@ class ProposalRequest:
     result: EvalResult
     space: SearchSpace
     # One dict per measured node so far: {"id", "parent", "move", "candidate", "status",
-    # "median_ms", "reward"}; what an LLM proposer shows as "tried so far".
+    # "median_ms", "reward", "message"}; what an LLM proposer shows as "tried so far".
     history: tuple[dict[str, Any], ...]
     move_prior: Callable[[str], float]  # memory's expected gain of a move on this subgraph
     is_known: Callable[[Hashable], bool]  # already in the tree (proposing it again is wasted)

@@ -286,6 +286,7 @@ class SearchTree:
             "status": n.result.status.value,
             "median_ms": n.result.median_ms,
             "reward": n.reward,
+            "message": n.result.message,  # why it failed: what a proposer can fix
         }
 
     def to_dict(self) -> dict[str, Any]:

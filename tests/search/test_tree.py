@@ -131,3 +131,28 @@ def test_no_seed_candidates_means_an_exhausted_tree_and_the_fallback():
         progress=False,
     )
     assert out.trials == 0 and out.stop_reason == "exhausted" and out.winner == "inductor"
+
+
+def test_proposers_see_the_history_with_failure_messages():
+    space = SyntheticSpace({"num_warps": (1, 2, 4, 8)}, [{"num_warps": 2}])
+    measurer = SyntheticMeasurer(lambda k: EvalStatus.COMPILE_ERROR if k["num_warps"] == 1 else 1.0)
+    histories = []
+
+    class Recording(RuleProposer):
+        def propose(self, request):
+            histories.append(request.history)
+            return super().propose(request)
+
+    optimize(
+        FakeSubgraph(),
+        space=space,
+        measurer=measurer,
+        proposer=Recording(),
+        budget=Budget(max_trials=4, max_seconds=1e9, sol_stop_fraction=None, plateau_trials=None),
+        progress=False,
+    )
+    last = histories[-1]
+    failed = [h for h in last if h["status"] == "compile_error"]
+    assert [h["candidate"]["knobs"] for h in failed] == [{"num_warps": 1}]
+    assert failed[0]["message"] == "synthetic failure at {'num_warps': 1}"
+    assert failed[0]["median_ms"] is None and failed[0]["parent"] is not None
