@@ -35,6 +35,10 @@ def add_cli(subparsers: Any) -> None:
     p.add_argument("--bandwidth", type=float, default=DEFAULT_BYTES_PER_S, help="bytes/s roof")
     p.add_argument("--flops", type=float, help="FLOP/s roof (default: by dtype, H100)")
     p.add_argument("--limit", type=int, default=0, help="profile at most N subgraphs (0: all)")
+    p.add_argument(
+        "--start", type=int, default=0,
+        help="begin at subgraph N as the output numbers them (resume a profile cut short)",
+    )  # fmt: skip
     p.set_defaults(func=run_cli)
 
 
@@ -64,7 +68,12 @@ def subgraph_cost(module: Any, inputs: list[Any]) -> tuple[float, float]:
 
 
 def profile_model(
-    spec: str, tools: list[str] | None, bandwidth: float, flops_roof: float | None, limit: int
+    spec: str,
+    tools: list[str] | None,
+    bandwidth: float,
+    flops_roof: float | None,
+    limit: int,
+    start: int = 0,
 ) -> int:
     import torch
 
@@ -80,7 +89,8 @@ def profile_model(
         out.float().sum().backward()  # compiles the backward graph too: its subgraphs count
     torch.cuda.synchronize()
     found = [sg for sg in found if not sg.symbolic]
-    for i, sg in enumerate(found[: limit or None]):
+    chosen = list(enumerate(found))[start:]
+    for i, sg in chosen[: limit or None]:
         ref, sg_inputs = sg.module(), sg.make_inputs(0, "cuda")
         flops, nbytes = subgraph_cost(ref, sg_inputs)
         dtype = sg.input_meta[0][2] if sg.input_meta else "float32"
@@ -97,9 +107,10 @@ def profile_model(
             ref, sg_inputs, flops=flops, bytes=nbytes, ceilings=ceilings, tools=tools
         )
         print(report.text())
+    profiled = len(chosen[: limit or None])
     print(
         f"\n{len(found)} subgraphs found"
-        + (f", {limit} profiled" if limit and limit < len(found) else "")
+        + (f", {profiled} profiled (from [{start}])" if profiled < len(found) else "")
     )
     return 0
 
@@ -115,4 +126,4 @@ def run_cli(args: argparse.Namespace) -> int:
         )
         return 2
     tools = [t.strip() for t in args.tools.split(",")] if args.tools else None
-    return profile_model(args.target, tools, args.bandwidth, args.flops, args.limit)
+    return profile_model(args.target, tools, args.bandwidth, args.flops, args.limit, args.start)
