@@ -129,3 +129,18 @@ def test_run_ncu_says_what_went_wrong_when_nothing_was_profiled(tmp_path, monkey
     _fake_ncu(tmp_path, monkeypatch, "print('==PROF== No kernels were profiled.')")
     with pytest.raises(RuntimeError, match="profiled no kernel launch"):
         run_ncu(["python3", "-c", "pass"], "missing_kernel")
+
+
+def test_sector_use_is_judged_only_when_loads_went_through_the_lsu_pipe():
+    """ncu reports 0% bytes used per sector for kernels whose global loads all use TMA (no LSU
+    requests): that is no data and must not be called scattered access."""
+    from kernelpro_backend.profilers.ncu_metrics import NcuLaunch
+    from kernelpro_backend.profilers.ncu_rules import ncu_findings as rules
+
+    metric = "smsp__sass_average_data_bytes_per_sector_mem_global_op_ld.pct"
+    requests = "l1tex__t_requests_pipe_lsu_mem_global_op_ld.sum"
+    tma_only = NcuLaunch("cublas_tma_gemm", {metric: 0.0, requests: 0.0}, {})
+    assert not [f for f in rules(tma_only, {}, element_bytes=2) if f.metric.endswith("per_sector_pct")]
+    scattered = NcuLaunch("gather", {metric: 25.0, requests: 1000.0}, {})
+    (f,) = [f for f in rules(scattered, {}, element_bytes=2) if f.metric.endswith("per_sector_pct")]
+    assert f.value == 25.0
