@@ -59,7 +59,9 @@ __all__ = ["CONTRACT", "Expr", "LaunchSpec", "LaunchSpecError", "TensorMeta", "p
 
 HEADER = "kernelpro-launch"
 # The contract as text, for a proposer's prompt (the LLM proposer puts it in its instructions).
-CONTRACT = (__doc__ or "")[(__doc__ or "").index("The contract") :]
+# The rules only: from below the section's heading, not the module's title line.
+_HEAD = "The contract (what a proposer writes)"
+CONTRACT = (__doc__ or "").split(_HEAD, 1)[-1].lstrip("-\n").strip()
 # C type of a scalar argument -> the integer range it holds (None: floating point)
 SCALAR_TYPES: dict[str, tuple[int, int] | None] = {
     "i32": (-(2**31), 2**31),

@@ -79,6 +79,8 @@ def test_contract_text_carries_its_example_and_every_key():
 
     for word in ("kernelpro-launch", '"outputs"', '"scratch"', '"launches"', '{"i64": expr}'):
         assert word in CONTRACT
+    assert CONTRACT.startswith("`source` is CUDA C++")  # the rules, not the module's title
+    assert "Must not:" not in CONTRACT
     start = CONTRACT.index("/* kernelpro-launch\n")
     example = CONTRACT[start : CONTRACT.index("*/", start) + 2]
     spec = parse_launch(example.replace("\n    ", "\n"), "row_softmax")

@@ -30,16 +30,7 @@ MAX_HISTORY = 40  # most recent trials shown
 MAX_MESSAGE = 300  # of a failed trial's message: its first line says what went wrong
 
 
-def _cuda_rules(contract: str) -> str:
-    """The rules of cuda_source.CONTRACT without the module-docstring lines above them
-    (CONTRACT starts at the docstring's title line, which also begins "The contract")."""
-    head = "The contract (what a proposer writes)"
-    return (
-        contract[contract.index(head) + len(head) :].lstrip("-\n") if head in contract else contract
-    )
-
-
-CUDA_CONTRACT = _cuda_rules(CONTRACT).strip()
+CUDA_CONTRACT = CONTRACT
 TRITON_CONTRACT = """\
 `source` is a Python module; it may import torch and triton and define @triton.jit kernels.
 It defines a host function named `entry` that takes the subgraph's inputs as tensors, in the
