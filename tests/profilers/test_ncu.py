@@ -140,7 +140,9 @@ def test_sector_use_is_judged_only_when_loads_went_through_the_lsu_pipe():
     metric = "smsp__sass_average_data_bytes_per_sector_mem_global_op_ld.pct"
     requests = "l1tex__t_requests_pipe_lsu_mem_global_op_ld.sum"
     tma_only = NcuLaunch("cublas_tma_gemm", {metric: 0.0, requests: 0.0}, {})
-    assert not [f for f in rules(tma_only, {}, element_bytes=2) if f.metric.endswith("per_sector_pct")]
+    assert not [
+        f for f in rules(tma_only, {}, element_bytes=2) if f.metric.endswith("per_sector_pct")
+    ]
     scattered = NcuLaunch("gather", {metric: 25.0, requests: 1000.0}, {})
     (f,) = [f for f in rules(scattered, {}, element_bytes=2) if f.metric.endswith("per_sector_pct")]
     assert f.value == 25.0
