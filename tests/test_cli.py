@@ -1,6 +1,9 @@
 import subprocess
 import sys
 
+import pytest
+import torch
+
 import kernelpro_backend
 from kernelpro_backend.cli import main
 
@@ -35,3 +38,14 @@ def test_explain_bad_target():
         text=True,
     )
     assert proc.returncode != 0 and "cannot import" in proc.stderr
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the CPU-only demo")
+def test_demo_on_cpu_says_search_needs_a_gpu_and_claims_no_speedup(capsys):
+    """Without a GPU nothing is replaced, so the demo must not print a speedup for kernelpro."""
+    from kernelpro_backend.demo import run_demo
+
+    assert run_demo(steps=2) == 0  # 0: kernelpro's first loss matched eager's
+    out = capsys.readouterr().out
+    assert "kernel search needs one" in out and "replaced 0" in out
+    assert "not a kernelpro speedup" in out and "x over Inductor" not in out
