@@ -70,7 +70,7 @@ def _cmd_warmup(args: argparse.Namespace) -> int:
     if args.max_trials:
         options["max_trials"] = args.max_trials
     if args.patterns:
-        options["search_patterns"] = tuple(p for p in args.patterns.split(",") if p)
+        options["search_patterns"] = args.patterns
     try:
         report = warmup(
             model, inputs, train=not args.no_train, budget_s=args.budget_s, options=options

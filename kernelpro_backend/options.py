@@ -199,6 +199,8 @@ def _coerce(name: str, value: Any, source: str) -> Any:
             raise OptionsError(f"{source}={value!r}: must be greater than 0")
         return kind(value)
     if kind is tuple:
+        if isinstance(value, str) and name == "search_patterns":
+            return _parse(name, value, source)  # "softmax,rms_norm", as in the environment
         if isinstance(value, str):
             return (value,)
         if not all(isinstance(v, str) for v in value):

@@ -24,7 +24,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from kernelpro_backend.bench import tables  # noqa: E402
-from kernelpro_backend.bench.cli import new_report  # noqa: E402
+from kernelpro_backend.bench.cli import DTYPES, new_report  # noqa: E402
 from kernelpro_backend.bench.modes import ALL_MODES, make_modes  # noqa: E402
 from kernelpro_backend.bench.plots import write_plots  # noqa: E402
 from kernelpro_backend.bench.problems import load_problem, problem_files  # noqa: E402
@@ -44,11 +44,11 @@ def main() -> int:
     parser.add_argument("--device", default="cuda", help="cpu: smoke-test the script itself")
     parser.add_argument("--size", default="full", choices=("tiny", "full"))
     parser.add_argument(
-        "--dtype", default="auto", choices=("auto", "float32", "bfloat16", "float16"),
+        "--dtype", default="auto", choices=("auto", *DTYPES),
         help="auto: each workload's default",
     )  # fmt: skip
     args = parser.parse_args()
-    dtype = None if args.dtype == "auto" else getattr(torch, args.dtype)
+    dtype = None if args.dtype == "auto" else DTYPES[args.dtype]
     if args.device == "cuda" and not torch.cuda.is_available():
         print("gpu_bench: torch sees no CUDA GPU; run this on the GPU machine", file=sys.stderr)
         return 2
@@ -71,7 +71,6 @@ def main() -> int:
         )
         print(f"[gpu_bench] {name} done at {time.perf_counter() - start:.0f}s", file=sys.stderr)
         tables.write_json(report, out / "bench.json")  # after each workload: a kill loses one
-        print(tables.format_console(report), flush=True)
     for path in extra:
         report.workloads += run_workloads(
             [(f"kb:{path.stem}", lambda p=path: load_problem(p, device))], config

@@ -42,7 +42,7 @@ def warm_one(name: str, budget_s: float, trials: int, workers: int, patterns: st
             "max_trials": trials,
             "workers": workers,
             "progress": False,
-            "search_patterns": tuple(p for p in patterns.split(",") if p),
+            "search_patterns": patterns,
         },
     )
     return {

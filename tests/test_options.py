@@ -33,6 +33,8 @@ def test_search_patterns_from_environment_and_options():
     assert Options.resolve(options={"search_patterns": "softmax"}, environ={}).search_patterns == (
         "softmax",
     )
+    o = Options.resolve(options={"search_patterns": "softmax, rms_norm"}, environ={})
+    assert o.search_patterns == ("softmax", "rms_norm")  # a string splits as in the environment
     with pytest.raises(OptionsError, match="list of pattern names"):
         Options.resolve(options={"search_patterns": [1]}, environ={})
 

@@ -82,10 +82,7 @@ class _Tf32OnCpu(TorchDispatchMode):
             operands = (1, 2) if func._schema.name in ("aten::addmm", "aten::baddbmm") else (0, 1)
             args = tuple(
                 round_to_tf32(a)
-                if i in operands
-                and isinstance(a, torch.Tensor)
-                and a.dtype == torch.float32
-                and a.device.type == "cpu"
+                if i in operands and isinstance(a, torch.Tensor) and a.dtype == torch.float32
                 else a
                 for i, a in enumerate(args)
             )
