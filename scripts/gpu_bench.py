@@ -8,12 +8,15 @@ Each workload runs under eager, Inductor, Inductor max-autotune-no-cudagraphs an
 this one process, checked against eager. No new workload starts once --budget-s has passed
 (one that is running finishes); the ones left are listed with the command that runs them.
 Writes $OUT/bench.json, bench.md, bench.txt and PNG speedup charts (matplotlib is in the GPU
-image); prints the table last.
+image); prints the table last. Modes run in the order --modes gives (eager first): put the
+slowest compile last. $OUT/partial.jsonl gets a line as each mode finishes.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import json
 import os
 import sys
 import time
@@ -28,6 +31,7 @@ from kernelpro_backend.bench.cli import DTYPES, new_report  # noqa: E402
 from kernelpro_backend.bench.modes import ALL_MODES, make_modes  # noqa: E402
 from kernelpro_backend.bench.plots import write_plots  # noqa: E402
 from kernelpro_backend.bench.problems import load_problem, problem_files  # noqa: E402
+from kernelpro_backend.bench.results import ModeResult  # noqa: E402
 from kernelpro_backend.bench.runner import RunConfig, run_workloads  # noqa: E402
 from kernelpro_backend.bench.workloads import OP_WORKLOADS, TRAINING_WORKLOADS, WORKLOADS  # noqa: E402
 
@@ -55,8 +59,17 @@ def main() -> int:
     out = Path(os.environ.get("OUT", "out"))
     out.mkdir(parents=True, exist_ok=True)
     device = torch.device(args.device)
-    modes = make_modes(args.modes.split(","), {"search": "on-miss"} if args.search else None)
-    config = RunConfig(modes=modes)
+    modes = make_modes(
+        [m.strip() for m in args.modes.split(",") if m.strip()],
+        {"search": "on-miss"} if args.search else None,
+    )
+    partial = out / "partial.jsonl"  # one line per finished mode: what a kill leaves
+
+    def save_mode(workload: str, result: ModeResult) -> None:
+        with partial.open("a") as f:
+            f.write(json.dumps({"workload": workload, **dataclasses.asdict(result)}) + "\n")
+
+    config = RunConfig(modes=modes, on_mode=save_mode)
     report = new_report(device, args.size, modes)
     names = args.workload or DEFAULT_ORDER
     extra = problem_files(args.problems) if args.problems else []

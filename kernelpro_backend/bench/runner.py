@@ -39,6 +39,9 @@ class RunConfig:
     sol_fn: SolFn | None = None
     subgraph_fn: SubgraphFn | None = None
     progress: Callable[[str], None] = lambda line: print(line, file=sys.stderr, flush=True)
+    # Called with (workload name, result) as each mode finishes, so a caller can save partial
+    # results: a run killed by its time limit keeps the modes that finished.
+    on_mode: Callable[[str, ModeResult], None] | None = None
 
 
 def _grads(model: torch.nn.Module) -> dict[str, torch.Tensor]:
@@ -138,6 +141,8 @@ def run_workload(workload: Workload, config: RunConfig) -> WorkloadResult:
             message = _one_line(e)
             results.append(ModeResult(mode.name, FAILED, message=message))
             config.progress(f"[bench] {workload.name}: {mode.name} FAILED: {message[:200]}")
+            if config.on_mode is not None:
+                config.on_mode(workload.name, results[-1])
             continue
         result = ModeResult(mode.name, OK, median_ms=ms, compile_s=compile_s)
         if mode.name == EAGER:
@@ -153,6 +158,8 @@ def run_workload(workload: Workload, config: RunConfig) -> WorkloadResult:
             if not check.ok:
                 result.status, result.message = WRONG, check.describe()
         results.append(result)
+        if config.on_mode is not None:
+            config.on_mode(workload.name, result)
         del tensors
     _release(workload.device)
     return WorkloadResult(

@@ -97,3 +97,21 @@ def test_kernelpro_is_registered_from_a_source_checkout(monkeypatch):
     )
     ensure_kernelpro_registered()
     assert registered == {"kernelpro": kernelpro}
+
+
+def test_modes_run_in_the_order_given_with_eager_first():
+    names = [
+        m.name for m in make_modes(["kernelpro", "inductor-max-autotune", "eager", "inductor"])
+    ]
+    assert names == ["eager", "kernelpro", "inductor-max-autotune", "inductor"]
+
+
+def test_each_finished_mode_is_reported_as_it_finishes():
+    def backend(gm, example_inputs):
+        raise RuntimeError("backend exploded")
+
+    seen: list[tuple[str, str, str]] = []
+    config = _config(Mode("boom", backend))
+    config.on_mode = lambda workload, r: seen.append((workload, r.mode, r.status))
+    run_workload(WORKLOADS["softmax"](CPU, None, "tiny"), config)
+    assert seen == [("softmax", "eager", "ok"), ("softmax", "boom", "failed")]
