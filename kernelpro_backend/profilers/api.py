@@ -80,8 +80,11 @@ def triton_kernels_of(fn: Any) -> list[Any]:
     seen: list[Any] = []
     candidates = [fn] + list(getattr(fn, "__globals__", {}).values())
     for obj in candidates:
-        obj = getattr(obj, "fn", obj)  # Autotuner/Heuristics wrap the JITFunction in .fn
-        while not isinstance(obj, JITFunction) and hasattr(obj, "fn"):
+        # Autotuner/Heuristics wrap the JITFunction in .fn; a JITFunction's own .fn is the
+        # plain Python function, so unwrap only until one is reached.
+        for _ in range(8):
+            if isinstance(obj, JITFunction) or not hasattr(obj, "fn"):
+                break
             obj = obj.fn
         if not isinstance(obj, JITFunction):
             continue

@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 import pickle
 import sys
+import types
 from pathlib import Path
 
 import pytest
@@ -226,3 +227,38 @@ def test_the_launcher_rebuilds_a_candidate_from_its_payload(monkeypatch, tmp_pat
     assert torch.equal(seen[0][0], torch.tensor([0.0, 2.0, 4.0]))
     with pytest.raises(SystemExit, match="usage"):
         launcher.main(["--candidate"])
+
+
+def _body(x_ptr):  # the Python function of a @triton.jit kernel; never compiled here
+    pass
+
+
+def launched_jit_function(compiled):
+    """A JITFunction whose per-device cache holds `compiled`, as a launch on a GPU leaves it
+    (filled by hand: no driver is touched)."""
+    from triton.runtime.jit import JITFunction
+
+    jitted = JITFunction(_body)
+    jitted.device_caches[0] = ({"key": compiled}, {}, None, None, None)
+    return jitted
+
+
+def test_ptxas_reads_the_compiled_kernels_behind_a_spec_kernels_entry(tmp_path):
+    compiled = types.SimpleNamespace(
+        asm={"cubin": b""},
+        name="kernel",
+        n_regs=40,
+        n_spills=0,
+        metadata=types.SimpleNamespace(shared=0, num_warps=4),
+    )
+    namespace = {"kernel": launched_jit_function(compiled)}
+    exec("def entry(x):\n    return [x]\n", namespace)  # a generated module's entry
+
+    class SpecLike:  # codegen's SpecKernel: the entry function and the spec's knobs
+        entry = staticmethod(namespace["entry"])
+        spec = types.SimpleNamespace(knobs=(("num_warps", 4),))
+
+    got = feedback(FeedbackPlan(ROOFS, ("ptxas",)), kernel=SpecLike(), tmp_path=tmp_path)
+    assert got.tools_run == ("ptxas",), got.tools_skipped
+    registers = [f for f in got.findings if f.metric == "registers_per_thread"]
+    assert registers[0].value == 40 and "x 4 warps" in registers[0].guidance
