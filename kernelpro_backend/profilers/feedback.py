@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -109,7 +110,7 @@ def candidate_feedback(
     for tool in chosen:
         why = _missing_input(tool.name, target)
         if why is None and tool.name == "ncu" and tool.available() is None:
-            why = _add_ncu_command(target, candidate, inputs, workdir, precision)
+            why = _add_ncu_command(target, kernel, candidate, workdir, precision)
         if why is None:
             runnable.append(tool)
         else:
@@ -180,7 +181,7 @@ def _no_triton_kernels() -> str:
 
 
 def _add_ncu_command(
-    target: ProfileTarget, candidate: Any, inputs: Sequence[Any], workdir: Path, precision: str
+    target: ProfileTarget, kernel: Any, candidate: Any, workdir: Path, precision: str
 ) -> str | None:
     """Point ncu at a child that rebuilds the candidate from its data (the compiled kernel does
     not pickle); None when done, else why not."""
@@ -188,11 +189,23 @@ def _add_ncu_command(
 
     try:
         path = write_candidate_payload(
-            candidate, inputs, workdir / "ncu-candidate.pkl", precision=precision
+            candidate, target.inputs, workdir / "ncu-candidate.pkl", precision=precision
         )
     except Exception as exc:
         return f"cannot hand the candidate to ncu's child process: {one_line(exc)}"
     module = "kernelpro_backend.profilers.ncu_launcher"
     target.ncu_command = [sys.executable, "-m", module, "--candidate", str(path)]
-    target.kernel_name = None  # the first launch in the profiled range
+    target.kernel_name = _own_kernels_regex(target, kernel)
     return None
+
+
+def _own_kernels_regex(target: ProfileTarget, kernel: Any) -> str | None:
+    """The first launch of the candidate's own kernels, not of the fill kernel a torch.zeros
+    output launches before them: their names anchored; None (the first launch) when unknown."""
+    found: list[Any] = [
+        getattr(k, "name", None) or getattr(k.metadata, "name", None) for k in target.compiled
+    ]
+    if not found:  # a CUDA candidate: the kernels its launch header names
+        found = list(getattr(getattr(kernel, "spec", None), "kernels", None) or ())
+    names = sorted({n for n in found if isinstance(n, str) and n})
+    return f"^({'|'.join(re.escape(n) for n in names)})$" if names else None

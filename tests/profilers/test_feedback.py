@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import pickle
+import re
 import sys
 import types
 from pathlib import Path
@@ -134,7 +135,7 @@ def test_ncu_runs_only_below_the_best_time_and_rebuilds_the_candidate(fake_tools
     target = made["ncu"].targets[-1]
     command = list(target.ncu_command)
     assert command[:3] == [sys.executable, "-m", "kernelpro_backend.profilers.ncu_launcher"]
-    assert command[3] == "--candidate" and target.kernel_name is None
+    assert command[3] == "--candidate" and target.kernel_name is None  # no names: first launch
     payload = pickle.loads(Path(command[4]).read_bytes())
     assert payload["candidate"] == CANDIDATE and payload["device"] == "cpu"
     assert torch.equal(payload["inputs"][0], torch.ones(4))
@@ -262,3 +263,25 @@ def test_ptxas_reads_the_compiled_kernels_behind_a_spec_kernels_entry(tmp_path):
     assert got.tools_run == ("ptxas",), got.tools_skipped
     registers = [f for f in got.findings if f.metric == "registers_per_thread"]
     assert registers[0].value == 40 and "x 4 warps" in registers[0].guidance
+
+
+def test_ncu_profiles_the_candidates_own_kernels_not_a_fill_before_them(
+    fake_tools, monkeypatch, tmp_path
+):
+    import kernelpro_backend.profilers.feedback as module
+
+    made = fake_tools(FakeTool("ncu"))
+    triton_kernel = types.SimpleNamespace(name="kernel", metadata=None)
+    monkeypatch.setattr(module, "triton_kernels_of", lambda fn: [triton_kernel])
+    feedback(FeedbackPlan(ROOFS, ("ncu",)), tmp_path=tmp_path)
+    regex = made["ncu"].targets[-1].kernel_name
+    assert regex == "^(kernel)$"
+    assert re.search(regex, "kernel") and not re.search(regex, "vectorized_elementwise_kernel")
+
+    class CudaLike:  # runtime's CudaKernel: its launch header names the kernels
+        spec = types.SimpleNamespace(kernels=("row_norm", "row_max"))
+        cubin = b"\x7fELF"
+
+    monkeypatch.setattr(module, "triton_kernels_of", lambda fn: [])
+    feedback(FeedbackPlan(ROOFS, ("ncu",)), kernel=CudaLike(), tmp_path=tmp_path)
+    assert made["ncu"].targets[-1].kernel_name == "^(row_max|row_norm)$"
