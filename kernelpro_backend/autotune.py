@@ -2,8 +2,9 @@
 kernel provider.
 
 Owns: `default_provider(options)`; the measurer that evaluates candidates in the isolated worker
-pool and attaches stage-1 (roofline) findings; the proposer `options.proposer` names; the
-searcher that runs `search.optimize` on a cache miss and turns its winner into a
+pool, asking each worker for the two-stage feedback (roofline, then `options.search_tools`;
+ncu only for candidates that beat the subgraph's best so far); the proposer `options.proposer`
+names; the searcher that runs `search.optimize` on a cache miss and turns its winner into a
 `KernelArtifact`; the loader that turns an artifact back into a kernel.
 Must not: hold search, codegen, validation or cache logic of its own - it only connects them.
 """
@@ -64,20 +65,28 @@ def load_artifact(artifact: Any) -> Kernel:
     return build(KernelSpec.from_json(artifact.spec_json), rendered)
 
 
+JOB_TIMEOUT_S = 120.0  # compile + validate + time one candidate, stage-2 ptxas/sass included
+NCU_TIMEOUT_S = 240.0  # more per job when ncu may run: ~20 s typical, retried on old ncu builds
+
+
 class PoolMeasurer:
-    """Evaluates candidates in the worker pool; adds the roofline finding (stage 1)."""
+    """Evaluates candidates in the worker pool, where each OK candidate gets its roofline and
+    stage-2 findings (profilers/feedback.py); remembers each subgraph's best time so that ncu
+    profiles only candidates that beat it."""
 
     def __init__(self, options: Options) -> None:
         self.options = options
         self._pool: Any = None
         self._ceilings: Any = None
+        self._best_ms: dict[str, float] = {}  # subgraph key digest -> fastest OK candidate
 
     @property
     def pool(self) -> Any:
         if self._pool is None:
             from .runtime import WorkerPool
 
-            self._pool = WorkerPool(workers=self.options.workers, timeout_s=120)
+            timeout = JOB_TIMEOUT_S + (NCU_TIMEOUT_S if "ncu" in self.options.search_tools else 0)
+            self._pool = WorkerPool(workers=self.options.workers, timeout_s=timeout)
         return self._pool
 
     @property
@@ -88,7 +97,7 @@ class PoolMeasurer:
             self._ceilings = Ceilings.load_or_measure("cuda", _cache_dir(self.options))
         return self._ceilings
 
-    def _job(self, subgraph: Subgraph, candidate: object) -> Any:
+    def _job(self, subgraph: Subgraph, candidate: object, feedback: Any = None) -> Any:
         from .runtime import Job
 
         return Job.from_subgraph(
@@ -96,11 +105,35 @@ class PoolMeasurer:
             candidate,
             measure_energy=self.options.objective == "energy",
             ceilings=self.ceilings,
+            feedback=feedback,
+        )
+
+    def _work_and_roofs(self, subgraph: Subgraph) -> tuple[Any, Any]:
+        from .profilers.feedback import subgraph_roofs
+        from .profilers.speed_of_light import SpeedOfLight
+
+        work = SpeedOfLight.work(subgraph)
+        return work, subgraph_roofs(work, self.ceilings, subgraph.precision)
+
+    def feedback_plan(self, subgraph: Subgraph) -> Any:
+        """What each worker runs after timing a candidate of `subgraph`: the roofline, then the
+        allowed stage-2 tools; ncu only below the best time so far (none yet: no limit)."""
+        from .profilers.feedback import FeedbackPlan
+
+        return FeedbackPlan(
+            roofs=self._work_and_roofs(subgraph)[1],
+            tools=tuple(self.options.search_tools),
+            ncu_below_ms=self._best_ms.get(_digest(subgraph)),
         )
 
     def measure(self, subgraph: Subgraph, candidates: Sequence[Hashable]) -> list[EvalResult]:
-        jobs = [self._job(subgraph, c) for c in candidates]
+        plan = self.feedback_plan(subgraph)
+        jobs = [self._job(subgraph, c, plan) for c in candidates]
         results = self.pool.evaluate_many(jobs)
+        times = [r.median_ms for r in results if r.ok and r.median_ms]
+        if times:
+            key = _digest(subgraph)
+            self._best_ms[key] = min(times + [self._best_ms.get(key, float("inf"))])
         return [
             self._with_roofline(subgraph, c, r) for c, r in zip(candidates, results, strict=True)
         ]
@@ -115,24 +148,18 @@ class PoolMeasurer:
     def _with_roofline(
         self, subgraph: Subgraph, candidate: object, result: EvalResult
     ) -> EvalResult:
+        """The worker's findings; the roofline here only when an OK result came back without
+        one (its feedback failed: details["feedback_error"])."""
         if not result.ok or result.median_ms is None:
             return result
-        from .profilers.roofline import Roofs, classify
-        from .profilers.speed_of_light import SpeedOfLight
+        if any(f.tool == "roofline" for f in result.findings):
+            return result
+        from .profilers.roofline import classify
 
-        work = SpeedOfLight.work(subgraph)
-        c = self.ceilings
-        # One effective compute roof for the mix of tensor-core and FP32 work in the subgraph.
-        compute_s = work.other_flops / c.fp32_flops_per_s
-        if work.tensor_flops:
-            peak = c.peak_flops_per_s(work.tensor_dtype, subgraph.precision, tensor_op=True)
-            compute_s += work.tensor_flops / peak
-        flops_per_s = work.flops / compute_s if compute_s > 0 else c.fp32_flops_per_s
-        roofs = Roofs(bytes_per_s=c.dram_bytes_per_s, flops_per_s=flops_per_s)
-        flops, nbytes = work.flops, work.bytes
+        work, roofs = self._work_and_roofs(subgraph)
         knobs = dict(getattr(candidate, "knobs", ()) or ())
-        report = classify(result.median_ms, flops, nbytes, roofs, knobs=knobs)
-        return dataclasses.replace(result, findings=(*result.findings, *report.findings))
+        report = classify(result.median_ms, work.flops, work.bytes, roofs, knobs=knobs)
+        return dataclasses.replace(result, findings=(*report.findings, *result.findings))
 
     def close(self) -> None:
         if self._pool is not None:
@@ -245,6 +272,13 @@ def winner_fields(winner: Any, render: Any, device: Any = None) -> dict[str, Any
         "entry": rendered.entry,
         "spec_json": winner.to_json(),
     }
+
+
+def _digest(subgraph: Any) -> str:
+    try:
+        return str(subgraph.key.digest)
+    except (AttributeError, ValueError):
+        return "unkeyed"
 
 
 def _cache_dir(options: Options) -> str:

@@ -62,6 +62,11 @@ class Options:
     # Search only subgraphs with these patterns (as `kernelpro explain` names them, e.g.
     # "sdpa_backward", "rms_norm"); the others still use cache hits. Empty: every pattern.
     search_patterns: tuple[str, ...] = ()
+    # Stage-2 profiling tools a search runs on every candidate that works, after the roofline
+    # class calls for them (profilers/tools.py names them); their findings steer the rule
+    # proposer (spills -> fewer warps, ...). "none" / empty: the roofline alone. "ncu" profiles
+    # the candidates that beat the best so far with Nsight Compute (~20 s each).
+    search_tools: tuple[str, ...] = ("ptxas", "sass")
     # The LLM proposer's model; None: $OPENAI_MODEL, else search.llm.DEFAULT_MODEL.
     llm_model: str | None = None
     # Isolated worker processes used to compile, validate and time candidates.
@@ -150,6 +155,7 @@ def _resolved_type(name: str) -> Any:
         "llm_model": (str, type(None)),
         "extra_cache_dirs": tuple,
         "search_patterns": tuple,
+        "search_tools": tuple,
     }
     return hints[name]
 
@@ -167,8 +173,9 @@ def _parse(name: str, raw: str, source: str) -> Any:
             return False
         raise OptionsError(f"{source}={raw!r}: expected one of 1/0/true/false/yes/no/on/off")
     if kind is tuple:
-        sep = "," if name == "search_patterns" else os.pathsep
-        return tuple(p.strip() for p in raw.split(sep) if p.strip())
+        sep = "," if name in _NAME_LISTS else os.pathsep
+        parts = tuple(p.strip() for p in raw.split(sep) if p.strip())
+        return _tool_names(parts, source) if name == "search_tools" else parts
     if kind in (int, float):
         try:
             return _coerce(name, kind(raw), source)
@@ -199,14 +206,14 @@ def _coerce(name: str, value: Any, source: str) -> Any:
             raise OptionsError(f"{source}={value!r}: must be greater than 0")
         return kind(value)
     if kind is tuple:
-        if isinstance(value, str) and name == "search_patterns":
+        if isinstance(value, str) and name in _NAME_LISTS:
             return _parse(name, value, source)  # "softmax,rms_norm", as in the environment
         if isinstance(value, str):
             return (value,)
         if not all(isinstance(v, str) for v in value):
-            what = "pattern names" if name == "search_patterns" else "directory paths"
+            what = _NAME_LISTS.get(name, "directory paths")
             raise OptionsError(f"{source}={value!r}: expected a list of {what}")
-        return tuple(value)
+        return _tool_names(tuple(value), source) if name == "search_tools" else tuple(value)
     if value is not None and not isinstance(value, str):
         raise OptionsError(f"{source}={value!r}: expected {_TEXT.get(name, 'a string')}")
     return value
@@ -214,3 +221,21 @@ def _coerce(name: str, value: Any, source: str) -> Any:
 
 # What a text option holds, for its error message.
 _TEXT = {"cache_dir": "a directory path", "llm_model": "a model name (a string)"}
+# Tuple options whose string form is a ","-separated list of names, and what the names are.
+_NAME_LISTS = {"search_patterns": "pattern names", "search_tools": "profiling tool names"}
+
+
+def _tool_names(names: tuple[str, ...], source: str) -> tuple[str, ...]:
+    """Registered stage-2 tool names, in order, once each; ("none",) means no tools."""
+    if names in ((), ("none",)):
+        return ()
+    from .profilers.tools import registered  # imports no GPU code
+
+    known = sorted(registered())
+    unknown = [n for n in names if n not in known]
+    if unknown:
+        raise OptionsError(
+            f"{source}={names!r}: unknown profiling tools {unknown}; known: "
+            f"{', '.join(known)} (or 'none' for the roofline alone)"
+        )
+    return tuple(dict.fromkeys(names))

@@ -39,6 +39,36 @@ def test_search_patterns_from_environment_and_options():
         Options.resolve(options={"search_patterns": [1]}, environ={})
 
 
+def test_search_tools_from_environment_and_options():
+    assert Options.resolve(environ={}).search_tools == ("ptxas", "sass")
+    env = {"KERNELPRO_SEARCH_TOOLS": "ptxas, ncu"}
+    assert Options.resolve(environ=env).search_tools == ("ptxas", "ncu")
+    assert Options.resolve(environ={"KERNELPRO_SEARCH_TOOLS": "none"}).search_tools == ()
+    o = Options.resolve(options={"search_tools": "sass,ptxas,sass"}, environ=env)
+    assert o.search_tools == ("sass", "ptxas")  # a string splits as in the environment; once each
+    assert Options.resolve(options={"search_tools": ["ncu"]}, environ={}).search_tools == ("ncu",)
+    assert Options.resolve(options={"search_tools": ()}, environ={}).search_tools == ()
+    assert Options.resolve(options={"search_tools": "none"}, environ={}).search_tools == ()
+
+
+@pytest.mark.parametrize(
+    ("where", "value"),
+    [("options", "vtune"), ("options", ["ptxas", "nsys"]), ("environ", "ptxas,vtune")],
+)
+def test_unknown_search_tools_list_the_known_names(where, value):
+    kwargs = (
+        {"options": {"search_tools": value}, "environ": {}}
+        if where == "options"
+        else {"environ": {"KERNELPRO_SEARCH_TOOLS": value}}
+    )
+    with pytest.raises(OptionsError, match="unknown profiling tools") as info:
+        Options.resolve(**kwargs)
+    for name in ("energy", "ncu", "ptxas", "sass", "timeline", "'none'"):
+        assert name in str(info.value)
+    with pytest.raises(OptionsError, match="list of profiling tool names"):
+        Options.resolve(options={"search_tools": [1]}, environ={})
+
+
 @pytest.mark.parametrize(
     ("options", "message"),
     [

@@ -3,7 +3,8 @@ self-contained HTML page.
 
 Owns: parsing the log into searches (one per "start" event), the trial tree (parent/child from
 "parent"), and the page: each search's header and outcome, the tree as nested lists with the
-findings at each node, and the best speedup over trials as an inline SVG chart.
+findings at each node (and which profiling tools ran or were skipped), and the best speedup
+over trials as an inline SVG chart.
 Must not: run or re-measure anything; no external JS or CSS.
 """
 
@@ -98,7 +99,21 @@ def _node(trial: dict[str, Any]) -> str:
     findings = trial.get("findings") or []
     if findings:
         parts.append('<ul class="findings">' + "".join(_finding(f) for f in findings) + "</ul>")
+    profiled = _profiled(trial)
+    if profiled:
+        parts.append(f'<div class="tools">{profiled}</div>')
     return "".join(parts)
+
+
+def _profiled(trial: dict[str, Any]) -> str:
+    """'profiled with ptxas; skipped sass (why)' from a trial's stage-2 fields, if any."""
+    ran = [str(t) for t in trial.get("tools_run") or []]
+    skipped = [p for p in trial.get("tools_skipped") or [] if isinstance(p, list) and len(p) == 2]
+    parts = [f"profiled with {', '.join(ran)}"] if ran else []
+    parts += [f"skipped {name} ({why})" for name, why in skipped]
+    if trial.get("feedback_error"):
+        parts.append(f"feedback failed: {trial['feedback_error']}")
+    return html.escape("; ".join(parts))
 
 
 def _tree(trials: list[dict[str, Any]]) -> str:
@@ -181,7 +196,7 @@ STYLE = """
 body{font-family:sans-serif;margin:2em;max-width:1100px}
 table{border-collapse:collapse}th,td{border:1px solid #ccc;padding:2px 8px;text-align:left}
 ul.tree ul{border-left:1px dashed #bbb;margin-left:.4em}.cand{color:#555;font-size:85%}
-.findings{font-size:90%}.sev-high{color:#b00}.sev-medium{color:#b60}
+.findings{font-size:90%}.tools{font-size:80%;color:#666}.sev-high{color:#b00}.sev-medium{color:#b60}
 .status-ok{color:#070}.status-wrong,.status-crashed,.status-compile_error{color:#b00}
 """
 

@@ -56,6 +56,12 @@ class SpecKernel:
         self.name = f"{spec.template}-{spec.digest[:12]}"
         self._entry = load_module(self.rendered)
 
+    @property
+    def entry(self) -> Callable[..., list[torch.Tensor]]:
+        """The generated module's entry function; its globals hold the @triton.jit kernels
+        (the profilers find the compiled ones there)."""
+        return self._entry
+
     def __call__(self, *inputs: torch.Tensor) -> Sequence[torch.Tensor]:
         if len(inputs) != len(self.spec.inputs):
             raise TypeError(f"{self.name} takes {len(self.spec.inputs)} inputs, got {len(inputs)}")

@@ -1,8 +1,8 @@
 """The two-stage profile of one kernel: time it, classify it against the roofs (stage 1), then
 run only the tools that class calls for (stage 2).
 
-Owns: `profile_kernel`, `ProfileReport`, `time_ms` and `triton_kernels_of` (finding the
-compiled Triton kernels behind a callable).
+Owns: `profile_kernel`, `ProfileReport`, `run_tools` (stage 2 on one target, failures recorded),
+`time_ms` and `triton_kernels_of` (finding the compiled Triton kernels behind a callable).
 Must not: change kernels or decide what to try next (search/ reads the findings).
 """
 
@@ -15,7 +15,7 @@ from typing import Any
 
 from .findings import Finding, Severity
 from .roofline import RooflineReport, classify
-from .tools import ProfileTarget, tools_for
+from .tools import ProfileTarget, Tool, tools_for
 
 _ORDER = [Severity.HIGH, Severity.MEDIUM, Severity.LOW, Severity.INFO]
 
@@ -80,8 +80,11 @@ def triton_kernels_of(fn: Any) -> list[Any]:
     seen: list[Any] = []
     candidates = [fn] + list(getattr(fn, "__globals__", {}).values())
     for obj in candidates:
-        obj = getattr(obj, "fn", obj)  # Autotuner/Heuristics wrap the JITFunction in .fn
-        while not isinstance(obj, JITFunction) and hasattr(obj, "fn"):
+        # Autotuner/Heuristics wrap the JITFunction in .fn; a JITFunction's own .fn is the
+        # plain Python function, so unwrap only until one is reached.
+        for _ in range(8):
+            if isinstance(obj, JITFunction) or not hasattr(obj, "fn"):
+                break
             obj = obj.fn
         if not isinstance(obj, JITFunction):
             continue
@@ -115,10 +118,20 @@ def profile_kernel(
     if not target.compiled:
         target.compiled = triton_kernels_of(fn)
     roof = classify(ms, flops, bytes, ceilings, grid_size=grid_size, knobs=target.knobs)
+    chosen = tools_for(roof.bottleneck, names=tools, budget_s=budget_s)
+    found, ran, skipped = run_tools(chosen, target)
+    return ProfileReport(ms, roof, roof.findings + found, ran, skipped)
+
+
+def run_tools(
+    tools: Sequence[Tool], target: ProfileTarget
+) -> tuple[tuple[Finding, ...], tuple[str, ...], tuple[tuple[str, str], ...]]:
+    """Run stage-2 `tools` on `target`: (findings most severe first, tools run, (tool, why)
+    for each tool that is unavailable here or raised). Never raises for a tool."""
     found: list[Finding] = []
     ran: list[str] = []
     skipped: list[tuple[str, str]] = []
-    for tool in tools_for(roof.bottleneck, names=tools, budget_s=budget_s):
+    for tool in tools:
         why = tool.available()
         if why:
             skipped.append((tool.name, why))
@@ -127,8 +140,12 @@ def profile_kernel(
             found += tool.run(target)
             ran.append(tool.name)
         except Exception as exc:  # one failing tool must not hide the others' findings
-            skipped.append(
-                (tool.name, f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
-            )
+            skipped.append((tool.name, one_line(exc)))
     found.sort(key=lambda f: _ORDER.index(f.severity))
-    return ProfileReport(ms, roof, roof.findings + tuple(found), tuple(ran), tuple(skipped))
+    return tuple(found), tuple(ran), tuple(skipped)
+
+
+def one_line(exc: BaseException) -> str:
+    """`Type: first line of the message`, for a skipped tool's reason."""
+    text = str(exc).strip()
+    return f"{type(exc).__name__}: {text.splitlines()[0] if text else ''}"[:300]

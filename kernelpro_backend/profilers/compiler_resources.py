@@ -2,7 +2,8 @@
 reports them (`ptxas -v` text, or Triton's compiled-kernel metadata), and what they cost.
 
 Owns: `KernelResources`, `parse_ptxas_report`, `resources_of_triton`, `resource_findings`
-(spills, register-limited occupancy, shared memory per block) and `CompilerResourceTool`.
+(spills, register-limited occupancy, shared memory per block, and an info line with the
+registers, shared memory and spills of every kernel) and `CompilerResourceTool`.
 Must not: compile or launch anything.
 """
 
@@ -161,6 +162,19 @@ def resource_findings(
             f"{res.shared_bytes // 1024} KB shared memory per program: one program per SM, so no "
             "other program overlaps its loads; fewer pipeline stages or a smaller BLOCK_K halve it.",
             less_shared_memory(knobs),
+        )
+    if res.registers:  # what the compiler allotted, even when nothing above is wrong
+        warps_text = f" x {warps} warps" if isinstance(warps, int) and warps > 0 else ""
+        out.append(
+            Finding(
+                TOOL,
+                "registers_per_thread",
+                res.registers,
+                None,
+                Severity.INFO,
+                f"{res.name}: {res.registers} registers/thread{warps_text}, "
+                f"{res.shared_bytes} bytes shared memory, {res.spill_bytes} bytes spilled.",
+            )
         )
     return out
 

@@ -10,7 +10,7 @@ Must not: change kernels, or run a tool whose class was not called for.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any, Protocol
 
 from .findings import Bottleneck, Finding
@@ -63,9 +63,16 @@ def registered() -> dict[str, Callable[[], Tool]]:
 
 
 def tools_for(
-    bottleneck: Bottleneck, *, names: Sequence[str] | None = None, budget_s: float | None = None
+    bottleneck: Bottleneck,
+    *,
+    names: Sequence[str] | None = None,
+    budget_s: float | None = None,
+    among: Collection[str] | None = None,
 ) -> list[Tool]:
-    """The tools that apply to `bottleneck` (or exactly `names`), cheapest first, within budget."""
+    """The tools that apply to `bottleneck` (or exactly `names`), cheapest first, within budget.
+
+    `among`: only tools of these names are considered (before the budget is spent), e.g. the
+    stage-2 tools a search allows."""
     factories = registered()
     if names is not None:
         unknown = [n for n in names if n not in factories]
@@ -73,7 +80,7 @@ def tools_for(
             raise KeyError(f"unknown profiling tools {unknown}; known: {sorted(factories)}")
         chosen = [factories[n]() for n in names]
     else:
-        chosen = [f() for f in factories.values()]
+        chosen = [f() for n, f in factories.items() if among is None or n in among]
         chosen = [t for t in chosen if bottleneck in t.applies_to]
     chosen.sort(key=lambda t: t.cost_s)
     if budget_s is not None:

@@ -101,6 +101,7 @@ class CudaKernel:
         self, cubin: bytes, spec: LaunchSpec, device: torch.device | int | None = None
     ) -> None:
         self.spec = spec
+        self.cubin = cubin  # the machine code, for the SASS tool of the search's feedback
         if device is None:
             index = torch.cuda.current_device()
         elif isinstance(device, int):

@@ -12,6 +12,7 @@ import pickle
 from typing import Any
 
 from ..profilers.ceilings import Ceilings
+from ..profilers.feedback import FeedbackPlan
 from ..profilers.speed_of_light import SpeedOfLight, Work
 from .candidate import BaselineCandidate, Candidate, as_candidate
 
@@ -34,6 +35,7 @@ class Job:
     sol_ms: float | None = None  # set in the parent when ceilings were given; else the worker's
     timing_budget_s: float = 0.25  # time spent in timed runs (after warm-up), per candidate
     name: str = ""  # for messages and logs: pattern and key digest
+    feedback: FeedbackPlan | None = None  # stage-2 profiling of an OK candidate (not baselines)
 
     def __post_init__(self) -> None:
         if self.trials < 3:
@@ -49,6 +51,7 @@ class Job:
         seed: int = 0,
         measure_energy: bool = False,
         ceilings: Ceilings | None = None,
+        feedback: FeedbackPlan | None = None,
     ) -> Job:
         """A job for `candidate` (a Candidate or a codegen KernelSpec) on `subgraph`."""
         work = SpeedOfLight.work(subgraph)
@@ -71,6 +74,7 @@ class Job:
             work=work,
             sol_ms=sol_ms,
             name=name,
+            feedback=feedback,
         )
 
     def with_candidate(self, candidate: object) -> Job:

@@ -1,9 +1,11 @@
 """Evaluating one job end to end, and the loop a worker process runs.
 
-Owns: `evaluate_job` (load -> validate -> time -> speed-of-light check -> energy), which
-turns every expected failure into an `EvalResult`, and `worker_main`, the process entry point
-that pool.py spawns (one CUDA context per process).
-Must not: manage processes (pool.py does) or decide what to try.
+Owns: `evaluate_job` (load -> validate -> time -> speed-of-light check -> energy -> the
+job's feedback plan: roofline and stage-2 findings, profilers/feedback.py), which turns every
+expected failure into an `EvalResult`, and `worker_main`, the process entry point that pool.py
+spawns (one CUDA context per process).
+Must not: manage processes (pool.py does) or decide what to try; a failure of the feedback
+never fails the candidate.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from typing import Any
 import torch
 
 from ..fx_passes.subgraph import IntRange, random_inputs
+from ..profilers.findings import Finding
 from .candidate import BaselineCandidate, CandidateLoadError, load_kernel
 from .job import Job
 from .result import EvalResult, EvalStatus
@@ -150,6 +153,10 @@ def evaluate_job(job: Job, state: WorkerState) -> EvalResult:
         print(f"kernelpro: SUSPICIOUS {job.name}: {message}", flush=True)
         details.update(measured_median_ms=timing.median_ms, measured_spread_ms=timing.spread_ms)
         return EvalResult(EvalStatus.SUSPICIOUS, sol_ms=sol_ms, message=message, details=details)
+    findings: tuple[Finding, ...] = ()
+    if job.feedback is not None and not baseline:
+        findings, more = _feedback(job, kernel, timing.median_ms, sets[0], state.workdir)
+        details.update(more)
     return EvalResult(
         EvalStatus.OK,
         median_ms=timing.median_ms,
@@ -160,7 +167,40 @@ def evaluate_job(job: Job, state: WorkerState) -> EvalResult:
         energy_j=energy,
         message=f"ok: {timing.median_ms:.4g} ms +- {timing.spread_ms:.2g} ({timing.method})",
         details=details,
+        findings=findings,
     )
+
+
+def _feedback(
+    job: Job, kernel: Any, measured_ms: float, inputs: list[torch.Tensor], workdir: Path
+) -> tuple[tuple[Finding, ...], dict[str, Any]]:
+    """The findings of `job.feedback` for a timed candidate, and the details to record. A
+    failure is printed and recorded as details["feedback_error"]; the candidate stays OK."""
+    from ..profilers.api import one_line
+    from ..profilers.feedback import candidate_feedback, float_element_bytes, kernel_knobs
+
+    assert job.feedback is not None
+    try:
+        if job.work is None:
+            raise ValueError("the job carries no work counts (make it with Job.from_subgraph)")
+        with precision_mode(job.precision):
+            feedback = candidate_feedback(
+                job.feedback,
+                kernel=kernel,
+                candidate=job.candidate,
+                measured_ms=measured_ms,
+                work=job.work,
+                inputs=inputs,
+                knobs=kernel_knobs(kernel),
+                element_bytes=float_element_bytes(inputs),
+                workdir=workdir,
+                precision=job.precision,
+            )
+    except Exception as e:
+        message = one_line(e)
+        print(f"kernelpro: FEEDBACK FAILED {job.name}: {message}", flush=True)
+        return (), {"feedback_error": message, **({"fatal": True} if is_fatal(e) else {})}
+    return feedback.findings, feedback.details()
 
 
 def _still_healthy(job: Job) -> bool:

@@ -166,6 +166,7 @@ def optimize(
                 reward=reward,
                 findings=[f.to_dict() for f in result.findings],
                 message=result.message,
+                **_profiling(result),
             )
             line.update(tracker.trials, _ratio(reference_ms, best_ms), best_sol)
 
@@ -198,6 +199,13 @@ def optimize(
     won = "fallback" if outcome.uses_fallback else f"kernel #{choice.node_id}"
     line.finish(f"{reason}: {won} wins ({choice.winner if outcome.uses_fallback else ''})".strip())
     return outcome
+
+
+def _profiling(result: EvalResult) -> dict[str, Any]:
+    """Which stage-2 tools ran on the candidate and why the others did not, when the measurer
+    says (the worker's feedback puts them in details)."""
+    keys = ("tools_run", "tools_skipped", "feedback_error")
+    return {k: result.details[k] for k in keys if k in result.details}
 
 
 def _proposer_stats(proposer: Proposer) -> dict[str, Any] | None:

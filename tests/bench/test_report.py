@@ -116,3 +116,17 @@ def test_a_log_without_events_is_an_error(tmp_path, capsys):
     assert run_cli("report", str(empty)) == 2
     assert "holds no search events" in capsys.readouterr().err
     assert run_cli("report", str(tmp_path / "missing.jsonl")) == 2
+
+
+def test_a_node_says_which_profiling_tools_ran_and_why_others_did_not(tmp_path):
+    trial = _trial(0, None, "lower", "ok", 0.04, 0.75)
+    trial["tools_run"] = ["ptxas"]
+    trial["tools_skipped"] = [["sass", "cuobjdump <not> found"]]
+    failed = {**_trial(1, 0, "num_warps:up", "ok", 0.03, 1.0), "feedback_error": "OSError: x"}
+    path = tmp_path / "search.jsonl"
+    path.write_text("\n".join(json.dumps(e) for e in [EVENTS[0], trial, failed]) + "\n")
+    out = tmp_path / "report.html"
+    assert run_cli("report", str(path), "--out", str(out)) == 0
+    page = out.read_text()
+    assert "profiled with ptxas; skipped sass (cuobjdump &lt;not&gt; found)" in page
+    assert "feedback failed: OSError: x" in page

@@ -18,6 +18,7 @@ from kernelpro_backend.profilers import (
     profile_kernel,
     tools_for,
 )
+from kernelpro_backend.profilers.api import triton_kernels_of
 from kernelpro_backend.profilers.cli import add_cli, run_cli, subgraph_cost
 from kernelpro_backend.profilers.sass import find_cuobjdump
 
@@ -109,6 +110,23 @@ def test_two_stages_on_cpu_with_a_given_time_a_real_cubin_and_a_ptxas_report():
     text = report.text()
     assert "under-utilised" in text and "num_warps" in text
     assert report.to_dict()["bottleneck"] == "under-utilised"
+
+
+def test_triton_kernels_of_finds_the_compiled_kernels_of_jit_functions_and_wrappers():
+    from triton.runtime.jit import JITFunction
+
+    def body(x_ptr):  # never compiled: the per-device cache is filled as a launch leaves it
+        pass
+
+    jitted = JITFunction(body)
+    compiled = types.SimpleNamespace(asm={"cubin": b""}, name="k")
+    jitted.device_caches[0] = ({"key": compiled, "pending": object()}, {}, None, None, None)
+    autotuned = types.SimpleNamespace(fn=types.SimpleNamespace(fn=jitted))  # Autotuner(Heuristics)
+    namespace = {"kernel": autotuned, "torch": torch}
+    exec("def entry(x):\n    return [x]\n", namespace)
+    assert triton_kernels_of(jitted) == [compiled]
+    assert triton_kernels_of(namespace["entry"]) == [compiled]  # through the entry's globals
+    assert triton_kernels_of(lambda x: x) == []
 
 
 def test_a_failing_tool_is_reported_not_raised():
