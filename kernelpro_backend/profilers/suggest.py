@@ -12,6 +12,24 @@ from collections.abc import Mapping
 from typing import Any
 
 
+# Each role's knob names across templates and older specs (codegen/knobs.py names: ROWS,
+# BLOCK_C, SPLIT_K, PERSISTENT); a suggestion uses the name the candidate's knobs use.
+ROWS = ("ROWS", "rows_per_program")
+COLUMN_BLOCK = ("BLOCK_C", "BLOCK")
+SPLIT = ("SPLIT_K", "split_k")
+PERSISTENT = ("PERSISTENT", "persistent")
+
+
+def _knob(knobs: Mapping[str, Any], names: tuple[str, ...]) -> tuple[str, Any]:
+    """(the name `knobs` uses for this role, its value); (first name, None) when absent."""
+    lower = {k.lower(): k for k in knobs}
+    for name in names:
+        key = lower.get(name.lower())
+        if key is not None:
+            return key, knobs[key]
+    return names[0], None
+
+
 def _pow2_floor(x: float) -> int:
     n = 1
     while n * 2 <= x:
@@ -22,19 +40,20 @@ def _pow2_floor(x: float) -> int:
 def more_programs(knobs: Mapping[str, Any], grid: int, sm_count: int) -> dict[str, Any]:
     """Less work per program so that the grid reaches >= 2 waves of `sm_count` programs."""
     factor = max(2, _pow2_floor(2 * sm_count / max(grid, 1)))
-    rows = knobs.get("rows_per_program")
+    rows_key, rows = _knob(knobs, ROWS)
     if isinstance(rows, int) and rows > 1:
-        return {"rows_per_program": max(1, _pow2_floor(rows / factor))}
-    for tile in ("BLOCK_M", "BLOCK_N", "BLOCK"):
+        return {rows_key: max(1, _pow2_floor(rows / factor))}
+    for tile in ("BLOCK_M", "BLOCK_N"):
         size = knobs.get(tile)
         if isinstance(size, int) and size > 16:
             return {tile: max(16, _pow2_floor(size / factor))}
-    split = knobs.get("split_k")
+    split_key, split = _knob(knobs, SPLIT)
     if isinstance(split, int) or "BLOCK_K" in knobs:
-        return {"split_k": min(16, max(2, (split or 1) * factor))}
-    if knobs.get("persistent") is True:
-        return {"persistent": False}
-    return {"rows_per_program": 1}
+        return {split_key: min(16, max(2, (split or 1) * factor))}
+    persistent_key, persistent = _knob(knobs, PERSISTENT)
+    if persistent is True:
+        return {persistent_key: False}
+    return {rows_key: 1}
 
 
 def fewer_registers(knobs: Mapping[str, Any]) -> dict[str, Any]:
@@ -42,7 +61,10 @@ def fewer_registers(knobs: Mapping[str, Any]) -> dict[str, Any]:
     warps = knobs.get("num_warps")
     if isinstance(warps, int) and warps < 8:
         return {"num_warps": warps * 2 if warps >= 2 else 4}
-    for tile in ("BLOCK", "BLOCK_N", "BLOCK_M", "BLOCK_K"):
+    block_key, block = _knob(knobs, COLUMN_BLOCK)
+    if isinstance(block, int) and block > 16:
+        return {block_key: block // 2}
+    for tile in ("BLOCK_N", "BLOCK_M", "BLOCK_K"):
         size = knobs.get(tile)
         if isinstance(size, int) and size > 16:
             return {tile: size // 2}
@@ -63,11 +85,21 @@ def less_shared_memory(knobs: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def wider_loads(knobs: Mapping[str, Any], bytes_per_element: int = 4) -> dict[str, Any]:
-    """16-byte accesses per thread (LDG.E.128): 4 fp32 or 8 bf16 elements."""
-    width = knobs.get("vector_width")
+    """16-byte accesses per thread (LDG.E.128): 4 fp32 or 8 bf16 elements. Templates without a
+    vector knob (Triton vectorises a BLOCK_C-wide row block over 32 x num_warps threads) get
+    enough BLOCK_C for each thread to hold 16 contiguous bytes, or fewer warps."""
     target = max(1, 16 // max(bytes_per_element, 1))
-    if isinstance(width, int) and width >= target:
-        return {}
+    width = knobs.get("vector_width")
+    if isinstance(width, int):
+        return {} if width >= target else {"vector_width": target}
+    block_key, block = _knob(knobs, ("BLOCK_C",))  # codegen's pointwise / row templates
+    warps = knobs.get("num_warps")
+    if isinstance(block, int) and isinstance(warps, int) and warps > 0:
+        if block // (32 * warps) >= target:
+            return {}
+        if warps > 1 and block >= 32 * target:
+            return {"num_warps": max(1, _pow2_floor(block / (32 * target)))}
+        return {block_key: 32 * warps * target}
     return {"vector_width": target}
 
 

@@ -27,7 +27,7 @@ ROLES: dict[str, tuple[str, ...]] = {
     "passes": ("num_passes", "passes"),
     "persistent": ("persistent",),
     "split": ("split_k", "split"),
-    "tile": ("block_m", "block_n", "block_k", "block_size", "block"),
+    "tile": ("block_m", "block_n", "block_k", "block_c", "block_size", "block"),
     "warps": ("num_warps", "warps"),
     "stages": ("num_stages", "stages"),
     "precision": ("precision",),

@@ -48,7 +48,7 @@ def test_tiny_grid_of_a_matmul_asks_for_split_k():
         0.2, flops=2 * 64 * 64 * 65536, bytes=1e6, ceilings=H100, grid_size=1, knobs={"BLOCK_K": 64}
     )
     assert report.bottleneck is Bottleneck.LATENCY
-    assert dict(report.findings[0].suggestion) == {"split_k": 16}
+    assert dict(report.findings[0].suggestion) == {"SPLIT_K": 16}  # the GEMM template's knob name
 
 
 def test_time_near_launch_latency_is_latency_bound():
@@ -93,3 +93,18 @@ def test_host_bound_reference_of_tiny_work_is_latency_bound():
     text = report.findings[0].guidance
     assert "less than one" in text and "launch" in text
     assert "0.0056 us" in text and " 0.0 us" not in report.findings[1].guidance
+
+
+def test_suggestions_use_the_knob_names_of_codegen_templates():
+    from kernelpro_backend.profilers.suggest import fewer_registers, more_programs, wider_loads
+
+    rows = {"ROWS": 8, "BLOCK_C": 1024, "num_warps": 8, "num_stages": 1}
+    assert more_programs(rows, grid=16, sm_count=132) == {"ROWS": 1}
+    assert fewer_registers({**rows, "num_warps": 8}) == {"BLOCK_C": 512}
+    gemm = {"BLOCK_M": 16, "BLOCK_N": 16, "BLOCK_K": 64, "SPLIT_K": 1, "num_warps": 4}
+    assert more_programs(gemm, grid=4, sm_count=132) == {"SPLIT_K": 16}
+    # 16-byte loads: each of 32 x num_warps threads needs 4 fp32 / 8 bf16 contiguous elements.
+    assert wider_loads({"BLOCK_C": 256, "num_warps": 4}, 4) == {"num_warps": 2}
+    assert wider_loads({"BLOCK_C": 64, "num_warps": 1}, 2) == {"BLOCK_C": 256}
+    assert wider_loads({"BLOCK_C": 1024, "num_warps": 4}, 4) == {}
+    assert wider_loads({"vector_width": 2}, 4) == {"vector_width": 4}
