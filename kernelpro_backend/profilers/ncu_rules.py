@@ -141,8 +141,10 @@ def _coalescing(m: NcuLaunch, knobs: Mapping[str, Any], element_bytes: int) -> l
     # The ratio is over LSU global loads only. On the H100 it read 0% for every cuBLAS GEMM and
     # the attention kernel of the example block (2026-11-23 profile), whose operands arrive by
     # TMA / cp.async instead: without LSU load requests it is no data, not 0% of bytes used.
+    # It still read 0% for a cuBLAS GEMM that issued some LSU loads (second profile, same day):
+    # an LSU load always uses some bytes of its sector, so exactly 0% is no data either.
     lsu_loads = m.get("l1tex__t_requests_pipe_lsu_mem_global_op_ld.sum")
-    if efficiency is not None and efficiency < 50 and lsu_loads and not out:
+    if efficiency and 0 < efficiency < 50 and lsu_loads and not out:
         out.append(
             _f(
                 "global_ld_bytes_used_per_sector_pct",

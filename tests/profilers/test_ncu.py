@@ -143,6 +143,11 @@ def test_sector_use_is_judged_only_when_loads_went_through_the_lsu_pipe():
     assert not [
         f for f in rules(tma_only, {}, element_bytes=2) if f.metric.endswith("per_sector_pct")
     ]
+    # A cuBLAS GEMM on the H100 issued some LSU loads and still read exactly 0% (2026-11-23).
+    some_lsu = NcuLaunch("cublas_gemm", {metric: 0.0, requests: 64.0}, {})
+    assert not [
+        f for f in rules(some_lsu, {}, element_bytes=2) if f.metric.endswith("per_sector_pct")
+    ]
     scattered = NcuLaunch("gather", {metric: 25.0, requests: 1000.0}, {})
     (f,) = [f for f in rules(scattered, {}, element_bytes=2) if f.metric.endswith("per_sector_pct")]
     assert f.value == 25.0
