@@ -1,8 +1,10 @@
 """Running workloads under every mode in one process and checking each against eager.
 
-Owns: the per-mode procedure (fresh weights, `torch._dynamo.reset()`, first call timed as
-compile + warm-up, outputs and gradients kept for the check, then the timed median), the
-float64 reference run for low-precision mismatches, and collecting `WorkloadResult`s.
+Owns: the per-mode procedure (fresh weights, first call timed as compile + warm-up, outputs
+and gradients kept for the check, one provisional timing reported at once; then every mode's
+step timed in interleaved rounds, the median of its round medians; `torch._dynamo.reset()`
+around each workload), the float64 reference run for low-precision mismatches, and collecting
+`WorkloadResult`s.
 Must not: parse arguments or render tables.
 """
 
@@ -11,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import gc
 import logging
+import statistics
 import sys
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -35,6 +38,7 @@ class RunConfig:
     cpu_reps: int = 10
     gpu_warmup_ms: int = 25
     gpu_rep_ms: int = 100
+    rounds: int = 5  # interleaved timing rounds: each mode's time is the median of its rounds
     # Optional hooks: the speed-of-light time of a workload, and per-subgraph roofline points.
     sol_fn: SolFn | None = None
     subgraph_fn: SubgraphFn | None = None
@@ -72,21 +76,24 @@ def fp64_reference(workload: Workload) -> dict[str, torch.Tensor]:
     return _run_eagerly(workload, model, inputs)
 
 
-def _measure(workload: Workload, mode: Mode, config: RunConfig) -> tuple[dict, float, float]:
-    """Run one mode: returns (named outputs of the first call, compile seconds, median ms)."""
+def _prepare(
+    workload: Workload, mode: Mode
+) -> tuple[dict[str, torch.Tensor], float, Callable[[], None]]:
+    """Compile one mode: returns (named outputs of the first call, compile seconds, the step
+    to time). The step of a training workload is a whole optimizer step."""
     device = workload.device
     model = workload.fresh_model()
     fn = mode.wrap(model)
     inputs = workload.inputs
-    timing = dict(
-        cpu_reps=config.cpu_reps, gpu_warmup_ms=config.gpu_warmup_ms, gpu_rep_ms=config.gpu_rep_ms
-    )
     if workload.loss_fn is None:
+
+        def infer() -> None:
+            with torch.no_grad():
+                fn(*inputs)
+
         with torch.no_grad():
             out, compile_s = time_first_call(lambda: fn(*inputs), device)
-            tensors = named_tensors("out", out)
-            ms = median_ms(lambda: fn(*inputs), device, **timing)
-        return tensors, compile_s, ms
+        return named_tensors("out", out), compile_s, infer
 
     loss_fn = workload.loss_fn
 
@@ -109,8 +116,31 @@ def _measure(workload: Workload, mode: Mode, config: RunConfig) -> tuple[dict, f
         if optimizer is not None:
             optimizer.step()
 
-    ms = median_ms(train_step, device, **timing)
-    return tensors, compile_s, ms
+    return tensors, compile_s, train_step
+
+
+def _time_interleaved(
+    steps: dict[str, Callable[[], None]], device: torch.device, config: RunConfig
+) -> tuple[dict[str, float], dict[str, str]]:
+    """Median over `config.rounds` of each mode's median step time, the modes' rounds
+    interleaved so that clock, thermal and allocator drift hit every mode alike (one sequential
+    run per mode differed by up to 1.65x between identical codes on the H100). Returns
+    (mode -> ms, mode -> error message for modes whose step raised)."""
+    timing = dict(
+        cpu_reps=config.cpu_reps, gpu_warmup_ms=config.gpu_warmup_ms, gpu_rep_ms=config.gpu_rep_ms
+    )
+    times: dict[str, list[float]] = {name: [] for name in steps}
+    errors: dict[str, str] = {}
+    for _ in range(config.rounds):
+        for name, step in steps.items():
+            if name in errors:
+                continue
+            try:
+                times[name].append(median_ms(step, device, **timing))
+            except Exception as e:
+                log.debug("timing mode %s failed", name, exc_info=True)
+                errors[name] = f"timing failed: {_one_line(e)}"
+    return {n: statistics.median(t) for n, t in times.items() if t and n not in errors}, errors
 
 
 def _one_line(error: BaseException, limit: int = 500) -> str:
@@ -127,15 +157,17 @@ def _release(device: torch.device) -> None:
 
 
 def run_workload(workload: Workload, config: RunConfig) -> WorkloadResult:
-    """Every mode of `config` on one workload (eager first: it is the reference)."""
+    """Every mode of `config` on one workload: each compiles and is checked against eager
+    (which runs first: it is the reference), then all are timed in interleaved rounds."""
     results: list[ModeResult] = []
+    steps: dict[str, Callable[[], None]] = {}
     reference: dict[str, torch.Tensor] | None = None
     fp64: dict[str, torch.Tensor] | None = None
+    _release(workload.device)
     for mode in config.modes:
-        _release(workload.device)  # each mode compiles from scratch
         config.progress(f"[bench] {workload.name}: {mode.name} ...")
         try:
-            tensors, compile_s, ms = _measure(workload, mode, config)
+            tensors, compile_s, step = _prepare(workload, mode)
         except Exception as e:
             log.debug("mode %s failed on %s", mode.name, workload.name, exc_info=True)
             message = _one_line(e)
@@ -144,7 +176,7 @@ def run_workload(workload: Workload, config: RunConfig) -> WorkloadResult:
             if config.on_mode is not None:
                 config.on_mode(workload.name, results[-1])
             continue
-        result = ModeResult(mode.name, OK, median_ms=ms, compile_s=compile_s)
+        result = ModeResult(mode.name, OK, compile_s=compile_s)
         if mode.name == EAGER:
             reference = tensors
             result.max_abs_err = result.max_rel_err = 0.0
@@ -157,10 +189,26 @@ def run_workload(workload: Workload, config: RunConfig) -> WorkloadResult:
             result.max_abs_err, result.max_rel_err = check.max_abs_err, check.max_rel_err
             if not check.ok:
                 result.status, result.message = WRONG, check.describe()
-        results.append(result)
-        if config.on_mode is not None:
-            config.on_mode(workload.name, result)
         del tensors
+        results.append(result)
+        steps[mode.name] = step
+        if config.on_mode is not None:  # a run killed before the interleaved timing keeps this
+            timing = dict(cpu_reps=config.cpu_reps, gpu_warmup_ms=config.gpu_warmup_ms)
+            provisional = dataclasses.replace(
+                result,
+                median_ms=median_ms(step, workload.device, gpu_rep_ms=config.gpu_rep_ms, **timing),
+                message=(result.message + " " if result.message else "")
+                + "(provisional: one timing right after compile; interleaved timing pending)",
+            )
+            config.on_mode(workload.name, provisional)
+    medians, errors = _time_interleaved(steps, workload.device, config)
+    for result in results:
+        if result.mode in errors:
+            result.status, result.message = FAILED, errors[result.mode]
+        result.median_ms = medians.get(result.mode)
+        if config.on_mode is not None and result.mode in steps:
+            config.on_mode(workload.name, result)
+    del steps
     _release(workload.device)
     return WorkloadResult(
         workload=workload.name,

@@ -112,6 +112,43 @@ def test_each_finished_mode_is_reported_as_it_finishes():
 
     seen: list[tuple[str, str, str]] = []
     config = _config(Mode("boom", backend))
-    config.on_mode = lambda workload, r: seen.append((workload, r.mode, r.status))
+    seen_messages: list[str] = []
+    config.on_mode = lambda workload, r: (
+        seen.append((workload, r.mode, r.status)),
+        seen_messages.append(r.message),
+    )
     run_workload(WORKLOADS["softmax"](CPU, None, "tiny"), config)
-    assert seen == [("softmax", "eager", "ok"), ("softmax", "boom", "failed")]
+    # eager at once after its compile (provisional time), boom when it fails, eager again with
+    # its interleaved time
+    assert seen == [
+        ("softmax", "eager", "ok"),
+        ("softmax", "boom", "failed"),
+        ("softmax", "eager", "ok"),
+    ]
+    assert "provisional" in seen_messages[0] and "provisional" not in seen_messages[2]
+
+
+def test_modes_are_timed_in_interleaved_rounds_after_all_compiled():
+    calls: list[str] = []
+
+    def tagged(tag):
+        def backend(gm, example_inputs):
+            def run(*args):
+                calls.append(tag)
+                return gm(*args)
+
+            return run
+
+        return backend
+
+    config = RunConfig(
+        [make_modes([EAGER])[0], Mode("a", tagged("a")), Mode("b", tagged("b"))],
+        cpu_reps=1,
+        rounds=3,
+        progress=lambda line: None,
+    )
+    result = run_workload(WORKLOADS["softmax"](CPU, None, "tiny"), config)
+    assert [m.status for m in result.modes] == ["ok", "ok", "ok"]
+    assert all(m.median_ms and m.median_ms > 0 for m in result.modes)
+    # compile + check (one call each), then 3 rounds of (untimed + timed) per mode, alternating
+    assert calls == ["a", "b"] + ["a", "a", "b", "b"] * 3
