@@ -75,7 +75,9 @@ def main() -> None:
         m, t = r["median_ms"], r["ms"]
         spread = " ".join(f"{min(v):.3f}-{max(v):.3f}" for v in t.values())
         ratio = m["kernelpro"] / m["inductor"]
-        print(f"{r['workload']:<12}{m['inductor']:>13.3f}{m['kernelpro']:>14.3f}{ratio:>8.3f}  {spread}")
+        print(
+            f"{r['workload']:<12}{m['inductor']:>13.3f}{m['kernelpro']:>14.3f}{ratio:>8.3f}  {spread}"
+        )
 
 
 if __name__ == "__main__":

@@ -11,7 +11,6 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-
 # Each role's knob names across templates and older specs (codegen/knobs.py names: ROWS,
 # BLOCK_C, SPLIT_K, PERSISTENT); a suggestion uses the name the candidate's knobs use.
 ROWS = ("ROWS", "rows_per_program")
