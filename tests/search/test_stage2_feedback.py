@@ -101,7 +101,10 @@ def test_the_spill_finding_reaches_the_proposer_and_its_fixes_come_first(measure
         ("BLOCK:down", "finding:ptxas/spill_bytes"),  # the spill rule: a smaller tile
     ]
     assert dict(proposals[0].candidate.knobs)["num_warps"] == 4
-    assert proposals[2].reason.startswith("roofline:")
+    # the spill rule's other fix: the tile over 8 warps; then the roofline class's rules
+    assert (proposals[2].move, proposals[2].reason) == ("num_warps:up", "finding:ptxas/spill_bytes")
+    assert dict(proposals[2].candidate.knobs)["num_warps"] == 8
+    assert proposals[3].reason.startswith("roofline:")
 
 
 def test_the_search_expands_the_spill_fix_and_logs_the_tools(measurer, tmp_path):
