@@ -33,6 +33,7 @@ from kernelpro_backend.bench.plots import write_plots  # noqa: E402
 from kernelpro_backend.bench.problems import load_problem, problem_files  # noqa: E402
 from kernelpro_backend.bench.results import ModeResult  # noqa: E402
 from kernelpro_backend.bench.runner import RunConfig, run_workloads  # noqa: E402
+from kernelpro_backend.bench.sol import device_sol_hooks  # noqa: E402
 from kernelpro_backend.bench.workloads import OP_WORKLOADS, TRAINING_WORKLOADS, WORKLOADS  # noqa: E402
 
 DEFAULT_ORDER = [*OP_WORKLOADS, *TRAINING_WORKLOADS]
@@ -69,7 +70,8 @@ def main() -> int:
         with partial.open("a") as f:
             f.write(json.dumps({"workload": workload, **dataclasses.asdict(result)}) + "\n")
 
-    config = RunConfig(modes=modes, on_mode=save_mode)
+    sol_fn, subgraph_fn = device_sol_hooks(device)  # % of SOL and the roofline chart
+    config = RunConfig(modes=modes, on_mode=save_mode, sol_fn=sol_fn, subgraph_fn=subgraph_fn)
     report = new_report(device, args.size, modes)
     names = args.workload or DEFAULT_ORDER
     extra = problem_files(args.problems) if args.problems else []

@@ -149,7 +149,10 @@ def run_bench(args: argparse.Namespace) -> int:
         modes = make_modes([m.strip() for m in args.modes.split(",") if m.strip()], kp_options)
     except ValueError as e:
         raise SystemExit(f"kernelpro bench: {e}") from None
-    config = RunConfig(modes=modes, cpu_reps=args.cpu_reps)
+    from .sol import device_sol_hooks
+
+    sol_fn, subgraph_fn = device_sol_hooks(device)  # % of SOL and the roofline chart (GPU)
+    config = RunConfig(modes=modes, cpu_reps=args.cpu_reps, sol_fn=sol_fn, subgraph_fn=subgraph_fn)
     report = new_report(device, size, modes)
     report.workloads = run_workloads(_builders(args, device, dtype, size), config)
     print(tables.format_console(report))
