@@ -19,7 +19,9 @@ import dataclasses
 import json
 import os
 import sys
+import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -31,9 +33,15 @@ from kernelpro_backend.bench.cli import DTYPES, new_report  # noqa: E402
 from kernelpro_backend.bench.modes import ALL_MODES, make_modes  # noqa: E402
 from kernelpro_backend.bench.plots import write_plots  # noqa: E402
 from kernelpro_backend.bench.problems import load_problem, problem_files  # noqa: E402
-from kernelpro_backend.bench.results import ModeResult  # noqa: E402
+from kernelpro_backend.bench.results import (  # noqa: E402
+    FAILED,
+    BenchReport,
+    ModeResult,
+    WorkloadResult,
+)
 from kernelpro_backend.bench.runner import RunConfig, run_workloads  # noqa: E402
 from kernelpro_backend.bench.sol import device_sol_hooks  # noqa: E402
+from kernelpro_backend.bench.workload import Workload  # noqa: E402
 from kernelpro_backend.bench.workloads import OP_WORKLOADS, TRAINING_WORKLOADS, WORKLOADS  # noqa: E402
 
 DEFAULT_ORDER = [*OP_WORKLOADS, *TRAINING_WORKLOADS]
@@ -46,6 +54,11 @@ def main() -> int:
     parser.add_argument("--modes", default=",".join(ALL_MODES))
     parser.add_argument("--search", action="store_true", help='kernelpro {"search": "on-miss"}')
     parser.add_argument("--budget-s", type=float, default=200.0)
+    parser.add_argument(
+        "--mode-limit-s", type=float,
+        help="a mode still compiling after this many seconds is recorded as not finished and "
+        "the run ends with the table so far (the compile cannot be interrupted in-process)",
+    )  # fmt: skip
     parser.add_argument("--device", default="cuda", help="cpu: smoke-test the script itself")
     parser.add_argument("--size", default="full", choices=("tiny", "full"))
     parser.add_argument(
@@ -65,14 +78,50 @@ def main() -> int:
         {"search": "on-miss"} if args.search else None,
     )
     partial = out / "partial.jsonl"  # one line per finished mode: what a kill leaves
+    latest: dict[str, ModeResult] = {}  # of the workload running now, by mode
+    report = new_report(device, args.size, modes)
 
     def save_mode(workload: str, result: ModeResult) -> None:
+        latest[result.mode] = result
+        if watchdog.mode == result.mode:
+            watchdog.cancel()
         with partial.open("a") as f:
             f.write(json.dumps({"workload": workload, **dataclasses.asdict(result)}) + "\n")
 
+    def give_up(workload: Workload, mode: str) -> None:
+        """The watchdog fired: record what finished, the mode that did not, and stop."""
+        failed = ModeResult(
+            mode, FAILED, message=f"still compiling after {args.mode_limit_s:.0f} s: stopped"
+        )
+        modes_so_far = [*latest.values(), failed]
+        report.workloads.append(
+            WorkloadResult(
+                workload.name,
+                workload.kind,
+                str(workload.dtype).removeprefix("torch."),
+                workload.size,
+                workload.source,
+                modes_so_far,
+            )  # fmt: skip
+        )
+        finish(report, out, [], args.budget_s)
+        print(f"[gpu_bench] {workload.name}: {mode} {failed.message}", file=sys.stderr, flush=True)
+        os._exit(0)
+
+    def mode_start(workload: Workload, mode: str) -> None:
+        if mode == modes[0].name:
+            latest.clear()
+        watchdog.start(workload, mode)
+
+    watchdog = Watchdog(args.mode_limit_s, give_up)
     sol_fn, subgraph_fn = device_sol_hooks(device)  # % of SOL and the roofline chart
-    config = RunConfig(modes=modes, on_mode=save_mode, sol_fn=sol_fn, subgraph_fn=subgraph_fn)
-    report = new_report(device, args.size, modes)
+    config = RunConfig(
+        modes=modes,
+        on_mode=save_mode,
+        on_mode_start=mode_start,
+        sol_fn=sol_fn,
+        subgraph_fn=subgraph_fn,
+    )
     names = args.workload or DEFAULT_ORDER
     extra = problem_files(args.problems) if args.problems else []
     start = time.perf_counter()
@@ -90,21 +139,50 @@ def main() -> int:
         report.workloads += run_workloads(
             [(f"kb:{path.stem}", lambda p=path: load_problem(p, device))], config
         )
+    finish(report, out, left, args.budget_s)
+    print(f"[gpu_bench] total {time.perf_counter() - start:.0f}s", file=sys.stderr)
+    return 0
+
+
+def finish(report: BenchReport, out: Path, left: list[str], budget_s: float) -> None:
+    """Write bench.json, bench.md, bench.txt and the plots; print the table."""
     tables.write_json(report, out / "bench.json")
     tables.write_markdown(report, out / "bench.md")
     _, plot_message = write_plots(report, out)
     text = tables.format_console(report)
     if left:
         text += (
-            f"\n\nnot run (budget {args.budget_s:.0f}s spent): {', '.join(left)}; run them with\n"
+            f"\n\nnot run (budget {budget_s:.0f}s spent): {', '.join(left)}; run them with\n"
             "  kernelpro bench --size full --device cuda "
             + " ".join(f"--workload {n}" for n in left)
         )
     (out / "bench.txt").write_text(text + "\n")
     print(plot_message, file=sys.stderr)
-    print(f"[gpu_bench] total {time.perf_counter() - start:.0f}s", file=sys.stderr)
-    print(text)
-    return 0
+    print(text, flush=True)
+
+
+class Watchdog:
+    """Calls `fire(workload, mode)` from a timer thread when one mode's compile outlives
+    `limit_s` (None: never)."""
+
+    def __init__(self, limit_s: float | None, fire: Callable[[Workload, str], None]) -> None:
+        self.limit_s, self.fire = limit_s, fire
+        self.mode: str | None = None
+        self._timer: threading.Timer | None = None
+
+    def start(self, workload: Workload, mode: str) -> None:
+        self.cancel()
+        if self.limit_s is None:
+            return
+        self.mode = mode
+        self._timer = threading.Timer(self.limit_s, self.fire, (workload, mode))
+        self._timer.daemon = True
+        self._timer.start()
+
+    def cancel(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+        self._timer, self.mode = None, None
 
 
 if __name__ == "__main__":

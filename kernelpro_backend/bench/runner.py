@@ -21,7 +21,7 @@ from typing import Any
 import torch
 
 from .compare import compare, named_tensors, needs_fp64
-from .modes import EAGER, Mode
+from .modes import EAGER, MAX_AUTOTUNE, Mode
 from .results import FAILED, OK, UNCHECKED, WRONG, ModeResult, SubgraphPoint, WorkloadResult
 from .timing import median_ms, time_first_call
 from .workload import Workload
@@ -46,6 +46,12 @@ class RunConfig:
     # Called with (workload name, result) as each mode finishes, so a caller can save partial
     # results: a run killed by its time limit keeps the modes that finished.
     on_mode: Callable[[str, ModeResult], None] | None = None
+    # Called with (workload, mode name) before each mode compiles (a watchdog can start here).
+    on_mode_start: Callable[[Workload, str], None] | None = None
+    # Modes whose compile can take minutes (max-autotune's GEMM autotuning): before one of them
+    # compiles, the modes compiled so far are timed in interleaved rounds and reported through
+    # `on_mode`, so a run cut during that compile keeps properly timed results for the rest.
+    slow_modes: frozenset[str] = frozenset({MAX_AUTOTUNE})
 
 
 def _grads(model: torch.nn.Module) -> dict[str, torch.Tensor]:
@@ -156,6 +162,31 @@ def _release(device: torch.device) -> None:
         torch.cuda.empty_cache()
 
 
+def _checkpoint(
+    workload: Workload,
+    results: list[ModeResult],
+    steps: dict[str, Callable[[], None]],
+    config: RunConfig,
+    before: str,
+) -> None:
+    """Time the modes compiled so far in interleaved rounds and report them (not final)."""
+    assert config.on_mode is not None
+    medians, errors = _time_interleaved(steps, workload.device, config)
+    for result in results:
+        if result.mode not in steps:
+            continue
+        note = f"(interleaved among the modes compiled before {before}; final timing pending)"
+        config.on_mode(
+            workload.name,
+            dataclasses.replace(
+                result,
+                status=FAILED if result.mode in errors else result.status,
+                median_ms=medians.get(result.mode),
+                message=errors.get(result.mode) or (result.message + " " + note).strip(),
+            ),
+        )
+
+
 def run_workload(workload: Workload, config: RunConfig) -> WorkloadResult:
     """Every mode of `config` on one workload: each compiles and is checked against eager
     (which runs first: it is the reference), then all are timed in interleaved rounds."""
@@ -165,7 +196,11 @@ def run_workload(workload: Workload, config: RunConfig) -> WorkloadResult:
     fp64: dict[str, torch.Tensor] | None = None
     _release(workload.device)
     for mode in config.modes:
+        if mode.name in config.slow_modes and config.on_mode is not None and len(steps) > 1:
+            _checkpoint(workload, results, steps, config, before=mode.name)
         config.progress(f"[bench] {workload.name}: {mode.name} ...")
+        if config.on_mode_start is not None:
+            config.on_mode_start(workload, mode.name)
         try:
             tensors, compile_s, step = _prepare(workload, mode)
         except Exception as e:

@@ -152,3 +152,20 @@ def test_modes_are_timed_in_interleaved_rounds_after_all_compiled():
     assert all(m.median_ms and m.median_ms > 0 for m in result.modes)
     # compile + check (one call each), then 3 rounds of (untimed + timed) per mode, alternating
     assert calls == ["a", "b"] + ["a", "a", "b", "b"] * 3
+
+
+def test_modes_compiled_before_a_slow_one_are_timed_first_so_a_cut_keeps_them():
+    seen: list[tuple[str, str]] = []
+    config = RunConfig(
+        [make_modes([EAGER])[0], Mode("fast", _identity), Mode("inductor-max-autotune", _identity)],
+        cpu_reps=1,
+        rounds=1,
+        progress=lambda line: None,
+    )
+    config.on_mode = lambda workload, r: seen.append((r.mode, r.message))
+    run_workload(WORKLOADS["softmax"](CPU, None, "tiny"), config)
+    checkpoint = [m for m, msg in seen if "before inductor-max-autotune" in msg]
+    assert checkpoint == ["eager", "fast"]
+    final = seen[-3:]
+    assert [m for m, _ in final] == ["eager", "fast", "inductor-max-autotune"]
+    assert all("pending" not in msg for _, msg in final)
