@@ -5,6 +5,8 @@ Owns: the grouping rules -
   (b) reduction / normalisation / softmax / loss chains with their pointwise neighbours,
   (c) attention ops alone,
   (d) pure pointwise chains;
+a reduction over a group's per-row results (the mean of a loss) starts a group of its own: it
+reduces other rows than the group's kernel, which cannot reduce across its programs.
 views and constants are pulled into the group that alone consumes them. A merge is taken only if
 the merged group stays convex (no path leaves it and comes back), so replacing any group by one
 op keeps the graph acyclic - the same condition `fuser_utils.validate_partition` checks, computed
@@ -128,18 +130,9 @@ class _Partitioner:
                 shape, dims = sig
                 return dims == (len(shape) - 1,)
             return g.anchor is None
-        if sig == g.row_signature:
-            return True
-        # A second-level reduction over the per-row results (e.g. the mean of a loss).
-        shape, dims = g.row_signature
-        kept = tuple(s for i, s in enumerate(shape) if i not in dims)
-        kept_numel = 1
-        for s in kept:
-            kept_numel *= s
-        in_numel = 1
-        for s in sig[0]:
-            in_numel *= s
-        return in_numel == kept_numel
+        # Only the group's own rows: a second-level reduction over its per-row results (the mean
+        # of a loss) reduces across the rows one program owns, which no template does.
+        return bool(sig == g.row_signature)
 
     def _compatible(self, a: Group, b: Group) -> bool:
         """May two existing groups become one?"""
