@@ -3,6 +3,11 @@
 Owns: the level of each value (scalar, per row, or per element of the tile), loads and stores
 with their masks, on-demand emission of the ops a value needs (memoised per scope), and the
 two reduction forms: inline over a tile that covers the row, or accumulated over a column loop.
+A row gather ("gather": the element at column `index` of each row) is the masked reduction
+sum_c where(c == index, bits(x[c]), 0) over the float32 bit patterns as int32, bitcast back:
+one term is not zero, and integer zeros add exactly, so the result is the picked element bit
+for bit (-0.0 and NaN payloads included), whatever order or start value the reduction uses - a
+float sum would turn a picked -0.0 into +0.0 on a reduction that starts from +0.0.
 Must not: decide the kernel's loop structure (the templates do) or know aten.
 """
 
@@ -16,8 +21,10 @@ from .optable import LOW_FLOATS, TL_DTYPES, expression, is_float, literal
 from .spec import KernelSpec
 
 SCALAR, ROW, FULL = 0, 1, 2
-REDUCTIONS = ("sum", "max", "min")
-_IDENTITY = {"sum": "0.0", "max": 'float("-inf")', "min": 'float("inf")'}
+REDUCTIONS = ("sum", "max", "min", "gather")
+_IDENTITY = {"sum": "0.0", "max": 'float("-inf")', "min": 'float("inf")', "gather": "0"}
+_ACC_DTYPE = {"sum": "tl.float32", "max": "tl.float32", "min": "tl.float32", "gather": "tl.int32"}
+_FINISH = {"sum": "tl.sum", "max": "tl.max", "min": "tl.min", "gather": "tl.sum"}
 
 
 class Emitter:
@@ -114,7 +121,7 @@ class Emitter:
     def _op(self, i: int) -> str:
         op, args, dtype = self.spec.ops[i]
         if op in REDUCTIONS:
-            return self.inline_reduction(op, args[0])
+            return self.inline_reduction(op, args)
         if op == "cast" and args[0][0] == "c":
             value = args[0][1]
             if dtype == "bool":
@@ -123,12 +130,39 @@ class Emitter:
         rendered = [self.value(a) for a in (args[:1] if op == "cast" else args)]
         return expression(op, rendered, dtype)
 
-    def inline_reduction(self, op: str, arg: Any) -> str:
-        v = self.value(arg)
-        if self.level(arg) != FULL:  # constant along the row
+    def inline_reduction(self, op: str, args: Sequence[Any]) -> str:
+        if self.level(args[0]) != FULL:  # constant along the row
+            v = self.value(args[0])
             return f"({v} * {self.n_cols})" if op == "sum" else v
-        fn = {"sum": "tl.sum", "max": "tl.max", "min": "tl.min"}[op]
-        return f"{fn}(tl.where(mask, {v}, {_IDENTITY[op]}), axis=1)[:, None]"
+        return self.finish(op, self._term(op, args))
+
+    def _term(self, op: str, args: Sequence[Any]) -> str:
+        """The tile's contribution to a reduction: its valid elements (for a row gather, the one
+        whose column is the row's index, as float32 bits), the identity elsewhere. An index
+        outside the row picks nothing and gives 0.0, where PyTorch raises or device-asserts:
+        kernels are only proved on the in-range indices the validator generates."""
+        v = self.value(args[0])
+        if op != "gather":
+            return f"tl.where(mask, {v}, {_IDENTITY[op]})"
+        index, (_, col_dim) = self.value(args[1]), args[2]
+        bits = f"{v}.to(tl.int32, bitcast=True)"
+        return f"tl.where(mask & ({self.coords[col_dim]} == {index}), {bits}, 0)"
+
+    def accumulator(self, op: str, acc: str) -> str:
+        """The statement that starts a column loop's accumulator tile."""
+        return f"{acc} = tl.full([ROWS, BLOCK_C], {_IDENTITY[op]}, {_ACC_DTYPE[op]})"
+
+    def accumulate(self, op: str, args: Sequence[Any], acc: str) -> str:
+        """The statement that folds this column block into a loop accumulator."""
+        term = self._term(op, args)
+        if op in ("sum", "gather"):
+            return f"{acc} = {acc} + {term}"
+        return f"{acc} = {'tl.maximum' if op == 'max' else 'tl.minimum'}({acc}, {term})"
+
+    def finish(self, op: str, tile: str) -> str:
+        """A tile of terms (or an accumulator) reduced to its per-row value."""
+        text = f"{_FINISH[op]}({tile}, axis=1)[:, None]"
+        return f"{text}.to(tl.float32, bitcast=True)" if op == "gather" else text
 
     def store(self, k: int, ptr: str) -> None:
         ref, offset, index, predicate = self.spec.stores[k]

@@ -2,8 +2,8 @@
 
 Owns: choosing how each output is laid over the domain (broadcast, reshape, or the kept dims
 of a reduction) and propagating those maps from the outputs back to every node and input
-(broadcasting, views, reductions). A value reached twice with different maps, or a view that
-is not a reshape/permute/expand, is `Unsupported`, never guessed.
+(broadcasting, views, reductions, row gathers). A value reached twice with different maps, or a
+view that is not a reshape/permute/expand, is `Unsupported`, never guessed.
 Must not: emit ops or render source.
 """
 
@@ -197,6 +197,8 @@ class MapBuilder:
         elif r is Role.VIEW:
             src = n.all_input_nodes[0]
             self.give(src, self._view_source_map(n, src, m))
+        elif r is Role.ROW_GATHER:
+            self._row_gather(n, m)
         elif r is Role.FACTORY:
             return
         else:
@@ -243,3 +245,20 @@ class MapBuilder:
             else:
                 res.append(m[d] if keep else next(kept))
         self.give(src, res)
+
+    def _row_gather(self, n: fx.Node, m: Map) -> None:
+        """gather(src, -1, index): src is read along the kernel's one reduced dim (the row), the
+        index at the gather's own (per-row) position."""
+        src, index = n.args[0], n.args[2]
+        if not isinstance(src, fx.Node) or not isinstance(index, fx.Node):
+            raise Unsupported(f"{n.format_node()}: gather operands must be tensors")
+        xs = shape(src)
+        if len(self.reduced) != 1 or xs[-1] != self.domain[self.reduced[0]]:
+            raise Unsupported(
+                f"{n.name} gathers along a row of {xs[-1]}, not the kernel's reduced dims "
+                f"{self.reduced} of {self.domain}"
+            )
+        if any(set(self.reduced) & ix.dims_of(e) for e in m):
+            raise Unsupported(f"the result of {n.name} is read per column, not per row")
+        self.give(src, [*m[:-1], ix.dim(self.reduced[0])])
+        self.give(index, m)

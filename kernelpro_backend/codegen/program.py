@@ -2,7 +2,8 @@
 
 Owns: turning each aten node into the codegen op IR (a small, closed set of op names the
 renderer's table knows), loads of inputs and of views of inputs (strides taken from the view's
-FakeTensor), the expansion of mean / var_mean into sums, and the stores of the outputs.
+FakeTensor), the expansion of mean / var_mean into sums, row gathers as "gather" reductions
+pushed down to the values read from memory, and the stores of the outputs.
 Must not: choose templates or knobs, or render source.
 """
 
@@ -19,6 +20,7 @@ from ..fx_passes.ops import Role, op_name, role
 from . import index as ix
 from .errors import Unsupported
 from .maps import Map, is_view_of_input, reduction_parts, root_input, shape
+from .optable import is_float
 
 Ref = tuple[str, Any]
 
@@ -33,7 +35,7 @@ _BINARY = {
     "logical_and", "logical_or", "bitwise_and", "bitwise_or", "atan2",
 }  # fmt: skip
 _IDENTITY = {"clone", "alias", "lift_fresh_copy", "detach", "positive"}
-REDUCE_OPS = ("sum", "max", "min")
+REDUCE_OPS = ("sum", "max", "min", "gather")
 
 
 def dtype_name(node: fx.Node) -> str:
@@ -111,6 +113,8 @@ class ProgramBuilder:
             self.refs[n] = self._pointwise(n)
         elif r is Role.FACTORY:
             self.refs[n] = self._factory(n)
+        elif r is Role.ROW_GATHER:
+            self.refs[n] = self._row_gather(n)
         else:
             raise Unsupported(f"no op-table entry for {op_name(n)}")
 
@@ -137,6 +141,27 @@ class ProgramBuilder:
         if name in ("amax", "amin"):
             return self.emit("max" if name == "amax" else "min", (x,), dt)
         raise Unsupported(f"reduction {name} is not supported")
+
+    def _row_gather(self, n: fx.Node) -> Ref:
+        """gather(src, -1, index) as "gather" reductions (the element at column `index` of each
+        row) of the values src is computed from, with src's pointwise ops applied to the picked
+        elements: picking commutes with elementwise ops on the same element, so the result is
+        bit for bit the same, and a gather of a load needs no reduction before it - it shares
+        the first pass over the row (cross-entropy picks the target logit while it finds the
+        row's max, not in a third pass after the log-sum-exp)."""
+        src, index = n.args[0], n.args[2]
+        col = self.maps[src][-1]  # type: ignore[index]
+        if len(col) != 1 or col[0][0] != 1 or not isinstance(col[0][1], int):
+            raise Unsupported(f"{n.name} gathers along {col}, not along one domain dim")
+        picker = _Picker(self, self.ref(index), col[0][1])
+        return picker.pick(self.ref(src))
+
+    def dtype_of(self, ref: Ref) -> str:
+        if ref[0] == "L":
+            return dtype_name(self.inputs[self.loads[ref[1]][0]])
+        if ref[0] == "T":
+            return str(self.ops[ref[1]][2])
+        return "float32"  # the GEMM/attention accumulator
 
     def _var_mean(self, n: fx.Node) -> tuple[Ref, Ref]:
         if n not in self.var_mean:
@@ -246,3 +271,47 @@ class ProgramBuilder:
             _, picked, value = self.selections[out]
             predicate = (picked, value)
         return (self.ref(out), 0, linear, predicate)
+
+
+class _Picker:
+    """Rewrites a value varying along the row into the same ops over its picked elements."""
+
+    def __init__(self, prog: ProgramBuilder, index: Ref, col_dim: int) -> None:
+        self.prog, self.index, self.col_dim = prog, index, col_dim
+        self.along: dict[Ref, bool] = {}
+        self.picked: dict[Ref, Ref] = {}
+
+    def varies(self, ref: Ref) -> bool:
+        """Whether the value differs between columns of a row."""
+        if ref[0] == "c":
+            return False
+        if ref not in self.along:
+            if ref[0] == "L":
+                self.along[ref] = self.col_dim in ix.dims_of(self.prog.loads[ref[1]][2])
+            elif ref[0] == "T":
+                op, args, _ = self.prog.ops[ref[1]]
+                self.along[ref] = op not in REDUCE_OPS and any(self.varies(a) for a in args)
+            else:
+                self.along[ref] = True  # the accumulator tile
+        return self.along[ref]
+
+    def pick(self, ref: Ref) -> Ref:
+        if not self.varies(ref):
+            return ref
+        if ref in self.picked:
+            return self.picked[ref]
+        prog = self.prog
+        result: Ref | None = None
+        if ref[0] == "T":
+            op, args, dt = prog.ops[ref[1]]
+            # float operands only: the pick moves float32 bit patterns, which is what every
+            # float value is inside a kernel (bool/int values are picked after the op instead)
+            if all(not self.varies(a) or is_float(prog.dtype_of(a)) for a in args):
+                result = prog.emit(op, tuple(self.pick(a) for a in args), dt)
+        if result is None:
+            dt = prog.dtype_of(ref)
+            if not is_float(dt):
+                raise Unsupported(f"gather of a {dt} value: the row gather picks float values")
+            result = prog.emit("gather", (ref, self.index, ("c", self.col_dim)), dt)
+        self.picked[ref] = result
+        return result

@@ -3,8 +3,10 @@
 Owns: the Triton kernel for pointwise chains (columns = the domain's last dim) and for
 reduction/normalisation chains (columns = the reduced dims, last or not: column sums and
 batch-norm statistics are the same template with strided columns). A row that fits BLOCK_C is
-loaded once and reduced in registers; a longer row is walked once per reduction (softmax:
-max pass, sum pass, write pass), recomputing the per-element prologue from the inputs.
+loaded once and reduced in registers; a longer row is walked once per wave of reductions - the
+reductions whose per-row operands are known by then share one pass - and once more to write
+full-row outputs (softmax: max pass, sum pass, write pass; cross-entropy: max and target pick
+in one pass, then the sum pass), recomputing the per-element prologue from the inputs.
 Must not: lower aten or launch anything.
 """
 
@@ -89,35 +91,41 @@ def _looped(
         if ("L", i) in needed and em.level(("L", i)) != FULL:
             em.value(("L", i))
     em.emit_ready_rows(needed)
-    for i, (op, args, _) in enumerate(spec.ops):
-        ref = ("T", i)
-        if op not in REDUCTIONS or ref not in needed:
-            continue
-        if em.level(args[0]) != FULL:
-            em.value(ref)
-        else:
-            acc = f"acc{i}"
-            identity = {"sum": "0.0", "max": 'float("-inf")', "min": 'float("inf")'}[op]
-            em.line(f"{acc} = tl.full([ROWS, BLOCK_C], {identity}, tl.float32)")
-            em.line(f"for c0 in range(0, {extent(spec, rows_cols(spec)[1])}, BLOCK_C):")
+    n_cols = extent(spec, rows_cols(spec)[1])
+    pending = [
+        i for i, (op, _, _) in enumerate(spec.ops) if op in REDUCTIONS and ("T", i) in needed
+    ]
+    while pending:
+        wave = [i for i in pending if _ready(spec, em, spec.ops[i][1])]
+        if not wave:
+            raise AssertionError(f"reductions {pending} wait on values no pass computes")
+        pending = [i for i in pending if i not in wave]
+        looped = []
+        for i in wave:
+            op, args, _ = spec.ops[i]
+            if em.level(args[0]) != FULL:
+                em.value(("T", i))  # constant along the row: no pass needed
+            else:
+                looped.append(i)
+        if looped:
+            for i in looped:
+                em.line(em.accumulator(spec.ops[i][0], f"acc{i}"))
+            em.line(f"for c0 in range(0, {n_cols}, BLOCK_C):")
             em.indent += 1
             em.local_memo = {}
             open_columns("c0 + ")
-            v = em.value(args[0])
-            if op == "sum":
-                em.line(f"{acc} = {acc} + tl.where(mask, {v}, 0.0)")
-            else:
-                fn = "tl.maximum" if op == "max" else "tl.minimum"
-                em.line(f"{acc} = {fn}({acc}, tl.where(mask, {v}, {identity}))")
+            for i in looped:
+                op, args, _ = spec.ops[i]
+                em.line(em.accumulate(op, args, f"acc{i}"))
             em.indent -= 1
-            fn = {"sum": "tl.sum", "max": "tl.max", "min": "tl.min"}[op]
-            name = f"t_red{i}"
-            em.line(f"{name} = {fn}({acc}, axis=1)[:, None]")
-            em.global_memo[ref] = name
+            for i in looped:
+                name = f"t_red{i}"
+                em.line(f"{name} = {em.finish(spec.ops[i][0], f'acc{i}')}")
+                em.global_memo[("T", i)] = name
         em.emit_ready_rows(needed)
     full = [k for k, (_, _, idx, _) in enumerate(spec.stores) if em._index_level(idx) == FULL]
     if full:
-        em.line(f"for c0 in range(0, {extent(spec, rows_cols(spec)[1])}, BLOCK_C):")
+        em.line(f"for c0 in range(0, {n_cols}, BLOCK_C):")
         em.indent += 1
         em.local_memo = {}
         open_columns("c0 + ")
@@ -127,3 +135,26 @@ def _looped(
     for k in range(len(spec.stores)):
         if k not in full:
             em.store(k, f"out{k}")
+
+
+def _ready(spec: KernelSpec, em: Emitter, args: tuple[Any, ...]) -> bool:
+    """Whether a reduction over `args` can run now: every per-row value its per-element operand
+    (and its gather index) reads is already computed outside the column loops."""
+    stack = list(args)
+    seen: set[Any] = set()
+    while stack:
+        ref = stack.pop()
+        if ref[0] == "c" or ref in seen or ref in em.global_memo:
+            continue
+        seen.add(ref)
+        if ref[0] == "L":
+            if em.level(ref) != FULL:
+                return False  # per-row loads are emitted up front; one missing is not ready
+            continue
+        if ref[0] != "T":
+            continue
+        op, op_args, _ = spec.ops[ref[1]]
+        if op in REDUCTIONS or em.level(ref) != FULL:
+            return False  # a per-row value not computed yet
+        stack.extend(op_args)
+    return True

@@ -1,7 +1,7 @@
 """Classification of aten graph nodes into the roles the partitioner fuses around.
 
 Owns: which aten/prims ops are anchors (GEMM, convolution), attention, reductions, pointwise,
-views and constant factories, and what a reduction reduces over.
+views, constant factories and row gathers, and what a reduction (or row gather) reduces over.
 Must not: group nodes (partition.py does) or look at anything but one node.
 """
 
@@ -24,7 +24,10 @@ class Role(enum.Enum):
     VIEW = "view"  # layout-only: view, reshape, permute, expand, select, ...
     FACTORY = "factory"  # constants made from nothing: full, scalar_tensor, arange
     GETITEM = "getitem"  # picks one output of a multi-output op
-    OTHER = "other"  # not fusable: gather/scatter/index, cat, random, mutation, unknown
+    # one element per row of the last dim (cross-entropy's logp.gather(-1, t[:, None])): fusable
+    # into the row-reduction group that produces its source, as a masked reduction there
+    ROW_GATHER = "row_gather"
+    OTHER = "other"  # not fusable: other gathers, scatter/index, cat, random, mutation, unknown
 
 
 _GEMM = {"aten::mm", "aten::bmm", "aten::addmm", "aten::baddbmm"}
@@ -102,6 +105,8 @@ def role(node: fx.Node) -> Role:
         return Role.REDUCTION
     if name in _FACTORY:
         return Role.FACTORY
+    if name == "aten::gather" and row_gather_signature(node) is not None:
+        return Role.ROW_GATHER
     if name == "aten::_to_copy" and _changes_device(node):
         return Role.OTHER
     if torch.Tag.pointwise in tags or name in _EXTRA_POINTWISE:
@@ -180,3 +185,25 @@ def reduction_signature(node: fx.Node) -> tuple[tuple[int, ...], tuple[int, ...]
     if rank == 0:
         return shape, ()
     return shape, tuple(sorted({d % rank for d in dims}))
+
+
+def row_gather_signature(node: fx.Node) -> tuple[tuple[int, ...], tuple[int, ...]] | None:
+    """(source shape, (last dim,)) of `gather(src, dim, index)` when it picks one element per row
+    of the last dim: `dim` is the last dim and `index` has size 1 there and src's sizes elsewhere.
+    That is the signature of the row reduction over `src`'s last dim, so the gather can join the
+    group whose rows it reads. None for every other gather (other dims, wider or broadcast-smaller
+    indices, sparse gradients, symbolic sizes)."""
+    if op_name(node) != "aten::gather" or len(node.args) < 3 or node.kwargs.get("sparse_grad"):
+        return None
+    src, dim, index = _val(node.args[0]), node.args[1], _val(node.args[2])
+    if src is None or index is None or not isinstance(dim, int) or src.dim() == 0:
+        return None
+    sizes = (*src.shape, *index.shape)
+    if not all(isinstance(s, int) for s in sizes) or index.dim() != src.dim():
+        return None
+    rank = src.dim()
+    if dim % rank != rank - 1 or index.shape[-1] != 1:
+        return None
+    if tuple(index.shape[:-1]) != tuple(src.shape[:-1]):
+        return None
+    return tuple(src.shape), (rank - 1,)

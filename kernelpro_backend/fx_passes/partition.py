@@ -2,9 +2,13 @@
 
 Owns: the grouping rules -
   (a) a GEMM/convolution anchor with the pointwise epilogue and row reductions on its output,
-  (b) reduction / normalisation / softmax / loss chains with their pointwise neighbours,
+  (b) reduction / normalisation / softmax / loss chains with their pointwise neighbours, and the
+      row gather that picks one element of each row they reduce (cross-entropy's target
+      log-probability), which then never leaves the kernel,
   (c) attention ops alone,
   (d) pure pointwise chains;
+a reduction over a group's per-row results (the mean of a loss) starts a group of its own: it
+reduces other rows than the group's kernel, which cannot reduce across its programs.
 views and constants are pulled into the group that alone consumes them. A merge is taken only if
 the merged group stays convex (no path leaves it and comes back), so replacing any group by one
 op keeps the graph acyclic - the same condition `fuser_utils.validate_partition` checks, computed
@@ -19,7 +23,7 @@ from collections.abc import Iterable
 
 import torch.fx as fx
 
-from .ops import Role, op_name, reduction_signature, role
+from .ops import Role, op_name, reduction_signature, role, row_gather_signature
 
 _ANCHORS = (Role.GEMM, Role.CONV)
 # Normalisations stay out of GEMM epilogues: a GEMM group may end in softmax/logsumexp-style row
@@ -128,18 +132,9 @@ class _Partitioner:
                 shape, dims = sig
                 return dims == (len(shape) - 1,)
             return g.anchor is None
-        if sig == g.row_signature:
-            return True
-        # A second-level reduction over the per-row results (e.g. the mean of a loss).
-        shape, dims = g.row_signature
-        kept = tuple(s for i, s in enumerate(shape) if i not in dims)
-        kept_numel = 1
-        for s in kept:
-            kept_numel *= s
-        in_numel = 1
-        for s in sig[0]:
-            in_numel *= s
-        return in_numel == kept_numel
+        # Only the group's own rows: a second-level reduction over its per-row results (the mean
+        # of a loss) reduces across the rows one program owns, which no template does.
+        return bool(sig == g.row_signature)
 
     def _compatible(self, a: Group, b: Group) -> bool:
         """May two existing groups become one?"""
@@ -161,6 +156,9 @@ class _Partitioner:
             return
         if r is Role.ATTENTION:
             self._new_group(node).attention = True
+            return
+        if r is Role.ROW_GATHER:
+            self._place_row_gather(node)
             return
         if r in _ANCHORS:
             self._new_group(node).anchor = r
@@ -204,6 +202,28 @@ class _Partitioner:
         if r is Role.REDUCTION:
             g.reductions = 1
             g.row_signature = sig
+
+    def _place_row_gather(self, node: fx.Node) -> None:
+        """A row gather joins the group that reduces the rows it picks from (its source's group,
+        with the same row signature); with no such group it stays with the fallback, like any
+        other gather. Its index's pointwise chain (cross-entropy's ignore_index select) comes
+        along when legal."""
+        src = node.args[0]
+        g = self.group_of.get(src) if isinstance(src, fx.Node) else None
+        if g is None or g.attention or g.row_signature != row_gather_signature(node):
+            return
+        merged = self._try_merge([g], node)
+        if merged is None:
+            return
+        for other in self._producer_groups(node):
+            if (
+                merged.anchor is None
+                and other is not merged
+                and not other.anchor
+                and not other.reductions
+                and self._compatible(merged, other)
+            ):
+                self._try_merge([merged, other], None)
 
     def _absorb_feeders(self) -> None:
         """Pull views/constants whose every user sits in one group into that group

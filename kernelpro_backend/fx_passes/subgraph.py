@@ -192,25 +192,46 @@ def _int_ranges(inputs: Sequence[fx.Node], members: set[fx.Node]) -> dict[int, I
             or val.dtype == torch.bool
         ):
             continue
-        for u in p.users:
-            if u not in members or not u.args:
-                continue
+        for u, value in _uses(p, members):
             name = op_name(u)
             src = u.args[0].meta.get("val") if isinstance(u.args[0], fx.Node) else None
             if not isinstance(src, torch.Tensor) or not all(isinstance(d, int) for d in src.shape):
                 continue
             if name in ("aten::nll_loss_forward", "aten::nll_loss_backward"):
                 target = u.args[1] if name == "aten::nll_loss_forward" else u.args[2]
-                if target is p:
+                if target is value:
                     classes = src.shape[1] if src.dim() > 1 else src.shape[0]
                     ranges[i] = IntRange(0, classes)
             elif (
-                name in ("aten::gather", "aten::index_select", "aten::scatter") and len(u.args) > 2
+                name in ("aten::gather", "aten::index_select", "aten::scatter")
+                and len(u.args) > 2
+                and u.args[2] is value
             ):
                 dim = u.args[1]
                 if isinstance(dim, int):
                     ranges[i] = IntRange(0, src.shape[dim])
     return ranges
+
+
+def _uses(p: fx.Node, members: set[fx.Node]) -> list[tuple[fx.Node, fx.Node]]:
+    """(member, the value it reads) for every member that reads `p` itself or `p` passed through
+    views and the value branches of `where` (cross-entropy's `where(t != ignore, t, 0)` and
+    `unsqueeze` before its gather): those members see p's values as they are."""
+    found: list[tuple[fx.Node, fx.Node]] = []
+    stack, seen = [p], {p}
+    while stack:
+        value = stack.pop()
+        for u in value.users:
+            if u not in members or not u.args:
+                continue
+            found.append((u, value))
+            passes = (role(u) is Role.VIEW and u.args[0] is value) or (
+                op_name(u) == "aten::where" and value in u.args[1:3]
+            )
+            if passes and u not in seen:
+                seen.add(u)
+                stack.append(u)
+    return found
 
 
 def _from_group(group: Group, graph_kind: str, precision: str) -> Subgraph:

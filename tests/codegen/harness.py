@@ -61,12 +61,17 @@ def compute_dtype(sg: Subgraph) -> torch.dtype:
     return torch.float32
 
 
-def check(sg: Subgraph, spec: KernelSpec | None = None, seed: int = 0) -> KernelSpec:
-    """Build the spec (default: lowered), run it on fresh inputs and compare with the
-    reference subgraph: values within the dtype tolerance, exact shapes/strides/dtypes, inputs
-    unmodified."""
+def check(
+    sg: Subgraph,
+    spec: KernelSpec | None = None,
+    seed: int = 0,
+    inputs: list[torch.Tensor] | None = None,
+) -> KernelSpec:
+    """Build the spec (default: lowered), run it on fresh inputs (or on `inputs`) and compare
+    with the reference subgraph: values within the dtype tolerance, exact shapes/strides/dtypes,
+    inputs unmodified."""
     spec = spec or lower(sg)
-    inputs = sg.make_inputs(seed)
+    inputs = inputs if inputs is not None else sg.make_inputs(seed)
     before = [x.clone() for x in inputs]
     expected = sg.module()(*inputs)
     got = build(spec)(*inputs)

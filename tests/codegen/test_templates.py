@@ -104,3 +104,18 @@ def test_gemm_row_reduction_wider_than_a_tile_is_unsupported() -> None:
     sg = traced_subgraph(lambda a, b: (torch.mm(a, b).amax(-1, keepdim=True),), (x, w), "gemm")
     with pytest.raises(Unsupported, match="BLOCK_N=512"):
         lower(sg)
+
+
+def test_reductions_ready_together_share_a_pass_over_long_rows() -> None:
+    from kernelpro_backend.codegen import render
+
+    def stats(x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        # sum, max and min read only x: one pass; the centred sum needs the mean: a second one
+        s = x.sum(-1, keepdim=True)
+        centred = ((x - s / x.shape[-1]) ** 2).sum(-1, keepdim=True)
+        return s, x.amax(-1, keepdim=True), x.amin(-1, keepdim=True), centred
+
+    sg = traced_subgraph(stats, (torch.randn(7, 100),), "reduction")
+    looped = lower(sg).with_knobs(BLOCK_C=16, ROWS=2, num_warps=1)
+    assert render(looped).source.count("for c0 in range(") == 2
+    check(sg, looped)
