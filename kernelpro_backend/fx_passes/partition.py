@@ -40,6 +40,11 @@ _NOT_IN_GEMM = {
 }
 
 
+# The widest row a GEMM epilogue can reduce: codegen's largest GEMM tile (BLOCK_N); a row
+# reduction fused into a GEMM needs each output row in one tile (tests check the two agree).
+MAX_GEMM_EPILOGUE_ROW = 256
+
+
 @dataclasses.dataclass
 class Group:
     """A set of nodes that becomes one subgraph."""
@@ -128,9 +133,11 @@ class _Partitioner:
             return False
         if g.row_signature is None:
             if g.anchor is Role.GEMM:
-                # Row reductions on the GEMM output: reduce the last dim only.
+                # Row reductions on the GEMM output: reduce the last dim only, and only rows
+                # one GEMM tile holds. A wider row (an LM head's vocabulary) starts its own row
+                # group: joined, it would make the whole group, GEMM included, unlowerable.
                 shape, dims = sig
-                return dims == (len(shape) - 1,)
+                return dims == (len(shape) - 1,) and shape[-1] <= MAX_GEMM_EPILOGUE_ROW
             return g.anchor is None
         # Only the group's own rows: a second-level reduction over its per-row results (the mean
         # of a loss) reduces across the rows one program owns, which no template does.

@@ -181,12 +181,13 @@ def _train(model: nn.Module, fn, inputs, steps: int = 2):  # type: ignore[no-unt
     return losses, [p.grad.clone() for p in model.parameters()]
 
 
-@pytest.mark.parametrize("name", ["tiny_lm", "logits_ce"])
+@pytest.mark.parametrize("name", ["tiny_lm", "wide_lm", "logits_ce"])
 def test_training_through_the_backend_matches_eager(name: str) -> None:
     torch.manual_seed(0)
-    if name == "tiny_lm":
-        model_ref = TinyLM()
-        inputs = (torch.randint(0, 61, (3, 7)), torch.randint(0, 61, (3, 7)))
+    if name in ("tiny_lm", "wide_lm"):
+        vocab = 61 if name == "tiny_lm" else 300  # 300: wider than any GEMM tile
+        model_ref = TinyLM(vocab)
+        inputs = (torch.randint(0, vocab, (3, 7)), torch.randint(0, vocab, (3, 7)))
         inputs[1][0, :2] = -100  # ignored positions
     else:
         model_ref = LogitsCE()
@@ -204,7 +205,10 @@ def test_training_through_the_backend_matches_eager(name: str) -> None:
     replaced = sum(len(r.replaced) for s in sessions for r in s.reports)
     assert replaced == len(provider.patterns) and replaced >= 3
     fused = [p for p in provider.patterns if p.endswith(":True")]
-    # the tiny LM's vocabulary fits a GEMM tile: the gather rides in the head GEMM's epilogue
+    # the tiny LM's vocabulary fits a GEMM tile: the gather rides in the head GEMM's epilogue;
+    # a wider one gets its own fused cross-entropy kernel after the head GEMM's
     assert fused == (
         ["addmm+epilogue+rowreduce:True"] if name == "tiny_lm" else ["cross_entropy:True"]
     )
+    if name == "wide_lm":
+        assert any(p.startswith("addmm") for p in provider.patterns), provider.patterns

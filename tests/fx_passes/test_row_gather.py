@@ -170,3 +170,44 @@ def test_fused_groups_are_convex_and_rebuild_to_the_same_key() -> None:
     inputs = sg.make_inputs(3)
     for got, want in zip(rebuilt.module()(*inputs), sg.module()(*inputs), strict=True):
         torch.testing.assert_close(got, want, rtol=0, atol=0)
+
+
+class LMHead(torch.nn.Module):
+    """The last layer of a language model and its loss: the logits never leave the graph."""
+
+    def __init__(self, vocab: int) -> None:
+        super().__init__()
+        self.head = torch.nn.Linear(16, vocab, bias=False)
+
+    def forward(self, x: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+        return F.cross_entropy(self.head(x), target)
+
+
+def test_a_vocabulary_wider_than_a_gemm_tile_keeps_the_gemm_and_the_loss_apart() -> None:
+    """An LM head's row reductions over its vocabulary used to join the head GEMM's epilogue,
+    which no GEMM tile can hold: the whole group, GEMM included, fell back. Now the GEMM is a
+    group of its own and the loss a fused row kernel, and both lower."""
+    from kernelpro_backend.codegen import lower
+
+    vocab = 1000
+    sgs = subgraphs_of(LMHead(vocab), torch.randn(N, 16), torch.randint(0, vocab, (N,)))
+    forward = [s for s in sgs if s.graph == "forward"]
+    gemm = [s for s in forward if s.kind == "gemm"]
+    assert len(gemm) == 1 and "amax" not in gemm[0].ops
+    (loss,) = _with_gather(forward)
+    assert loss.pattern == "cross_entropy" and loss.kind == "reduction"
+    for sg in (gemm[0], loss):
+        lower(sg)  # raises Unsupported if a template cannot take it
+
+
+def test_a_narrow_head_still_reduces_its_rows_in_the_gemm_epilogue() -> None:
+    sgs = subgraphs_of(LMHead(200), torch.randn(N, 16), torch.randint(0, 200, (N,)))
+    fused = [s for s in sgs if s.graph == "forward" and s.kind == "gemm" and "amax" in s.ops]
+    assert len(fused) == 1
+
+
+def test_the_partition_limit_is_codegen_widest_gemm_tile() -> None:
+    from kernelpro_backend.codegen.knobs import _SPACE
+    from kernelpro_backend.fx_passes.partition import MAX_GEMM_EPILOGUE_ROW
+
+    assert max(_SPACE["gemm"]["BLOCK_N"]) == MAX_GEMM_EPILOGUE_ROW  # type: ignore[type-var]
