@@ -133,6 +133,9 @@ def _compile_inductor(
 def _compile_eager(
     session: CompileSession, gm: fx.GraphModule, example_inputs: Sequence[Any]
 ) -> Callable[..., Any]:
+    # Inductor's decompositions read `torch._inductor.lowering` (max_pool2d's, in torch 2.13)
+    # without importing it; Inductor imports it itself, the eager fallback must.
+    import torch._inductor.lowering  # noqa: F401
     from torch._dynamo.backends.common import aot_autograd
     from torch._functorch.aot_autograd import make_boxed_func
     from torch._functorch.partitioners import min_cut_rematerialization_partition

@@ -102,3 +102,23 @@ def test_dynamic_shapes_fall_back(how, caplog):
     symbolic = sum(r.symbolic for s in sessions for r in s.reports)
     assert symbolic > 0
     assert any("symbolic sizes" in r.message for r in caplog.records)
+
+
+def test_eager_fallback_compiles_max_pool_in_a_fresh_process():
+    """torch's Inductor decomposition of max_pool2d reads `torch._inductor.lowering`, which only
+    Inductor itself imports: a fresh process compiling a conv net with the eager fallback failed
+    with "module 'torch._inductor' has no attribute 'lowering'" (torch 2.13)."""
+    import subprocess
+    import sys
+
+    code = (
+        "import torch, torch.nn.functional as F\n"
+        "from kernelpro_backend import make_backend\n"
+        "f = torch.compile(lambda x: F.max_pool2d(x, 2).sum(), "
+        "backend=make_backend(), options={'fallback': 'eager', 'search': 'off'})\n"
+        "x = torch.randn(2, 3, 8, 8, requires_grad=True)\n"
+        "f(x).backward()\n"
+        "print('ok', x.grad.shape)\n"
+    )
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0 and "ok" in run.stdout, run.stderr[-2000:]
