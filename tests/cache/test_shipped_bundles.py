@@ -51,3 +51,32 @@ def test_every_shipped_kernel_computes_its_subgraph(path: Path) -> None:
                 eager = ref.eager[i] if ref.eager is not None else None
                 rejection, _ = compare(i, got, ref.exact[i], eager)
                 assert rejection is None, f"{artifact.pattern} {entry.key.short()}: {rejection}"
+
+
+# The example and its size each bundle was warmed up at (cache/README.md).
+WARMED_UP = {
+    "sm90-mlp.tar.gz": ("mlp", {}),
+    "sm90-convnet.tar.gz": ("convnet", {}),
+    "sm90-transformer-block.tar.gz": ("transformer_block", {"batch": 8, "seq": 512}),
+}
+
+
+@pytest.mark.parametrize("path", BUNDLES, ids=[p.name for p in BUNDLES])
+def test_shipped_kernels_still_match_a_subgraph_of_their_example(path: Path) -> None:
+    """A partition change that cut the examples differently would leave shipped kernels that
+    no compile can hit any more: every entry's structure must still be one the backend cuts."""
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from helpers import subgraphs_of
+
+    from kernelpro_backend import examples
+
+    name, kwargs = WARMED_UP[path.name]
+    model, inputs = examples.EXAMPLES[name]("cpu", **kwargs)
+    cut = {sg.key.structure for sg in subgraphs_of(model, *inputs) if not sg.symbolic}
+    for entry in read_bundle(path).entries:
+        assert entry.key.subgraph.structure in cut, (
+            f"{path.name}: {entry.artifact.pattern} {entry.key.subgraph.short()} is no longer "
+            "a subgraph of its example: re-run its warm-up (cache/README.md)"
+        )
