@@ -149,6 +149,18 @@ class CrossEntropyOp(nn.Module):
         return F.cross_entropy(logits, targets)
 
 
+class LMHeadLoss(nn.Module):
+    """A language model's last layer and its loss: hidden states -> vocabulary logits ->
+    cross-entropy against the next tokens (the logits never leave the step)."""
+
+    def __init__(self, d: int, vocab: int) -> None:
+        super().__init__()
+        self.head = nn.Linear(d, vocab, bias=False)
+
+    def forward(self, hidden: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        return F.cross_entropy(self.head(hidden), targets)
+
+
 class GemmBiasGeluOp(nn.Module):
     def __init__(self, d_in: int, d_out: int) -> None:
         super().__init__()

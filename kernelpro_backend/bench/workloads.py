@@ -137,6 +137,23 @@ def gemm_bias_gelu(device: torch.device, dtype: torch.dtype | None, size: str) -
     return Workload("gemm_bias_gelu", model, (x,), dt, size)
 
 
+def _the_loss(out: object) -> torch.Tensor:
+    assert isinstance(out, torch.Tensor)
+    return out
+
+
+def lm_head(device: torch.device, dtype: torch.dtype | None, size: str) -> Workload:
+    """Training step of a language model's head and loss: 8192 tokens x width 1024 -> a
+    32000-word vocabulary, cross-entropy (bf16 on the GPU)."""
+    p = _pick(size, dict(n=16, d=32, v=300), dict(n=8192, d=1024, v=32000))
+    dt = resolve_dtype(device, dtype, torch.bfloat16)
+    torch.manual_seed(0)
+    model = models.LMHeadLoss(p["d"], p["v"]).to(device=device, dtype=dt)
+    hidden = _randn(p["n"], p["d"], device=device, dtype=dt)
+    targets = torch.randint(0, p["v"], (p["n"],), device=device)
+    return Workload("lm_head", model, (hidden, targets), dt, size, _the_loss, _adamw)
+
+
 def attention(device: torch.device, dtype: torch.dtype | None, size: str) -> Workload:
     """Causal scaled-dot-product attention (bf16 on the GPU, where the flash kernels run)."""
     p = _pick(size, dict(b=2, h=2, t=16, hd=8), dict(b=4, h=16, t=2048, hd=64))
@@ -151,6 +168,7 @@ WORKLOADS: dict[str, WorkloadFactory] = {
     "mlp": mlp,
     "convnet": convnet,
     "moe": moe,
+    "lm_head": lm_head,
     "layer_norm": layer_norm,
     "rms_norm": rms_norm,
     "softmax": softmax,
@@ -158,5 +176,5 @@ WORKLOADS: dict[str, WorkloadFactory] = {
     "gemm_bias_gelu": gemm_bias_gelu,
     "attention": attention,
 }
-TRAINING_WORKLOADS = ("gpt_block", "mlp", "convnet", "moe")
+TRAINING_WORKLOADS = ("gpt_block", "mlp", "convnet", "moe", "lm_head")
 OP_WORKLOADS = tuple(name for name in WORKLOADS if name not in TRAINING_WORKLOADS)

@@ -54,6 +54,7 @@ def test_training_workloads_are_marked_training(kernelpro_run):
         "mlp",
         "convnet",
         "moe",
+        "lm_head",
     }
 
 

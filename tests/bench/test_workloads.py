@@ -27,7 +27,8 @@ def test_tiny_workload_runs_eagerly_on_cpu(name):
 
 
 def test_registry_has_the_briefs_workloads():
-    assert set(TRAINING_WORKLOADS) == {"gpt_block", "mlp", "convnet", "moe"}
+    # the brief's four, and a language model's head + loss (where the fused cross-entropy runs)
+    assert set(TRAINING_WORKLOADS) == {"gpt_block", "mlp", "convnet", "moe", "lm_head"}
     assert set(OP_WORKLOADS) == {
         "layer_norm", "rms_norm", "softmax", "cross_entropy", "gemm_bias_gelu", "attention",
     }  # fmt: skip
@@ -79,3 +80,14 @@ def test_moe_drops_tokens_past_capacity():
     capacity = 2  # ceil(2 * 32 / 8 * 0.25)
     assert out[:capacity].abs().sum(-1).gt(0).all()
     assert out[capacity:].abs().sum() == 0
+
+
+def test_lm_head_cuts_into_the_head_gemm_and_a_fused_cross_entropy():
+    """The vocabulary (300 at "tiny") is wider than a GEMM tile: the head GEMM and the loss are
+    separate subgraphs and the loss picks the target inside its row kernel."""
+    from kernelpro_backend.bench.sol import workload_subgraphs
+
+    w = WORKLOADS["lm_head"](torch.device("cpu"), None, "tiny")
+    forward = [s for s in workload_subgraphs(w) if s.graph == "forward"]
+    assert [s.pattern for s in forward if s.kind == "gemm"] == ["mm"]
+    assert [s.pattern for s in forward if "gather" in s.ops] == ["cross_entropy"]
