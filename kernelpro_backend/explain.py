@@ -63,15 +63,19 @@ def describe(sg: Subgraph) -> SubgraphInfo:
     )
 
 
-def explain(
-    model: torch.nn.Module, *example_inputs: Any, **compile_kwargs: Any
-) -> list[SubgraphInfo]:
-    """The subgraphs kernelpro finds in `model` for these inputs: forward and backward when the
-    model has trainable parameters or inputs that require grad, else the inference graph."""
-    found: list[SubgraphInfo] = []
+def find_subgraphs(
+    model: torch.nn.Module,
+    *example_inputs: Any,
+    train: bool | None = None,
+    **compile_kwargs: Any,
+) -> list[Subgraph]:
+    """The subgraphs kernelpro cuts from one call of `model` (a copy: the model is untouched).
+    `train` None: forward and backward when the output requires grad, else the inference
+    graph; True/False forces the choice (False runs under `torch.no_grad()`)."""
+    found: list[Subgraph] = []
 
     def observe(graph_kind: str, subgraphs: Sequence[Subgraph]) -> None:
-        found.extend(describe(s) for s in subgraphs)
+        found.extend(subgraphs)
 
     model = copy.deepcopy(model)
     inputs = [
@@ -84,11 +88,20 @@ def explain(
         options={"fallback": "eager", "search": "off"},
         **compile_kwargs,
     )
-    out = compiled(*inputs)
+    with torch.set_grad_enabled(train is not False):
+        out = compiled(*inputs)
     leaves = [t for t in _tensors(out) if t.requires_grad and t.dtype.is_floating_point]
-    if leaves:
+    if leaves and train is not False:
         torch.autograd.backward([t.float().sum() for t in leaves])
     return found
+
+
+def explain(
+    model: torch.nn.Module, *example_inputs: Any, **compile_kwargs: Any
+) -> list[SubgraphInfo]:
+    """The subgraphs kernelpro finds in `model` for these inputs: forward and backward when the
+    model has trainable parameters or inputs that require grad, else the inference graph."""
+    return [describe(s) for s in find_subgraphs(model, *example_inputs, **compile_kwargs)]
 
 
 def _tensors(obj: Any) -> list[torch.Tensor]:

@@ -33,19 +33,11 @@ MAX_POINTS = 64  # subgraphs timed per workload for the roofline chart
 
 def workload_subgraphs(workload: Workload) -> list[Any]:
     """The subgraphs the backend cuts from one call (and backward) of the workload's model."""
-    from ..backend import make_backend
+    from ..explain import find_subgraphs
 
-    found: list[Any] = []
-    backend = make_backend(observer=lambda kind, subgraphs: found.extend(subgraphs))
-    model = workload.fresh_model()
-    compiled = torch.compile(model, backend=backend, options={"fallback": "eager", "search": "off"})
     torch._dynamo.reset()
     try:
-        if workload.loss_fn is None:
-            with torch.no_grad():
-                compiled(*workload.inputs)
-        else:
-            workload.loss_fn(compiled(*workload.inputs)).backward()
+        found = find_subgraphs(workload.model, *workload.inputs, train=workload.training)
     finally:
         torch._dynamo.reset()
     return [sg for sg in found if not sg.symbolic]

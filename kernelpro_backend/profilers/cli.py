@@ -77,18 +77,13 @@ def profile_model(
 ) -> int:
     import torch
 
-    from ..backend import make_backend
+    from ..explain import find_subgraphs
     from .api import profile_kernel
 
     model, inputs = _load(spec)
-    found: list[Any] = []
-    backend = make_backend(observer=lambda kind, subgraphs: found.extend(subgraphs))
-    compiled = torch.compile(model, backend=backend, options={"fallback": "eager", "search": "off"})
-    out = compiled(*inputs)
-    if isinstance(out, torch.Tensor) and out.requires_grad:
-        out.float().sum().backward()  # compiles the backward graph too: its subgraphs count
+    # forward and, when the output requires grad, backward: its subgraphs count too
+    found = [sg for sg in find_subgraphs(model, *inputs) if not sg.symbolic]
     torch.cuda.synchronize()
-    found = [sg for sg in found if not sg.symbolic]
     chosen = list(enumerate(found))[start:]
     for i, sg in chosen[: limit or None]:
         ref, sg_inputs = sg.module(), sg.make_inputs(0, "cuda")
