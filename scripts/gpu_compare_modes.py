@@ -19,20 +19,8 @@ from pathlib import Path
 import torch
 
 from kernelpro_backend.bench.modes import make_modes
+from kernelpro_backend.bench.runner import prepare_mode
 from kernelpro_backend.bench.workloads import WORKLOADS
-
-
-def stepper(workload, mode):
-    model = workload.fresh_model()
-    fn = mode.wrap(model)
-    opt = workload.make_optimizer(model.parameters())
-
-    def step() -> None:
-        opt.zero_grad(set_to_none=True)
-        workload.loss_fn(fn(*workload.inputs)).backward()
-        opt.step()
-
-    return step
 
 
 def main() -> None:
@@ -51,7 +39,7 @@ def main() -> None:
         sync = torch.cuda.synchronize if device.type == "cuda" else lambda: None
         steps = {}
         for mode in make_modes(["inductor", "kernelpro"])[1:]:
-            steps[mode.name] = step = stepper(workload, mode)
+            steps[mode.name] = step = prepare_mode(workload, mode)[2]
             for _ in range(3):
                 step()
         times: dict[str, list[float]] = {k: [] for k in steps}

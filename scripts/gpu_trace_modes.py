@@ -21,6 +21,7 @@ import torch
 from torch.profiler import ProfilerActivity, profile
 
 from kernelpro_backend.bench.modes import make_modes
+from kernelpro_backend.bench.runner import prepare_mode
 from kernelpro_backend.bench.workloads import WORKLOADS
 
 
@@ -41,17 +42,7 @@ def main() -> None:
     per_kernel: dict[str, dict[str, list[float]]] = defaultdict(dict)
     cpu_ms: dict[str, float] = {}
     for mode in modes:
-        model = workload.fresh_model()
-        fn = mode.wrap(model)
-        opt = workload.make_optimizer(model.parameters()) if workload.make_optimizer else None
-
-        def step(fn=fn, model=model, opt=opt) -> None:
-            if opt is not None:
-                opt.zero_grad(set_to_none=True)
-            workload.loss_fn(fn(*workload.inputs)).backward()
-            if opt is not None:
-                opt.step()
-
+        step = prepare_mode(workload, mode)[2]  # the bench's own step, compiled by its first call
         for _ in range(3):
             step()
         if cuda:
@@ -71,7 +62,7 @@ def main() -> None:
                 continue
             total = gpu_us if cuda else event.self_cpu_time_total
             per_kernel[event.key][mode.name] = [event.count / args.steps, total / args.steps]
-        del fn, model, opt
+        del step
     rows = []
     for kernel, by_mode in per_kernel.items():
         times = [by_mode.get(m.name, [0, 0])[1] for m in modes]

@@ -82,7 +82,7 @@ def fp64_reference(workload: Workload) -> dict[str, torch.Tensor]:
     return _run_eagerly(workload, model, inputs)
 
 
-def _prepare(
+def prepare_mode(
     workload: Workload, mode: Mode
 ) -> tuple[dict[str, torch.Tensor], float, Callable[[], None]]:
     """Compile one mode: returns (named outputs of the first call, compile seconds, the step
@@ -202,7 +202,7 @@ def run_workload(workload: Workload, config: RunConfig) -> WorkloadResult:
         if config.on_mode_start is not None:
             config.on_mode_start(workload, mode.name)
         try:
-            tensors, compile_s, step = _prepare(workload, mode)
+            tensors, compile_s, step = prepare_mode(workload, mode)
         except Exception as e:
             log.debug("mode %s failed on %s", mode.name, workload.name, exc_info=True)
             message = _one_line(e)
