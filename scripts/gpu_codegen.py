@@ -186,6 +186,10 @@ def main() -> int:
         action="store_true",
         help="tiny sizes on the CPU through Triton's interpreter",
     )
+    parser.add_argument(
+        "--only", action="append", default=[], metavar="TEXT",
+        help="run only the cases whose name contains TEXT (repeatable)",
+    )  # fmt: skip
     args = parser.parse_args()
     global DEVICE
     if args.cpu_smoke:
@@ -200,7 +204,11 @@ def main() -> int:
     os.makedirs(out_dir, exist_ok=True)
     rows = []
     size = "tiny" if args.cpu_smoke else "quick" if args.quick else "full"
-    for name, make in cases(size):
+    chosen = [(n, m) for n, m in cases(size) if not args.only or any(t in n for t in args.only)]
+    if not chosen:
+        print(f"gpu_codegen: no case matches {args.only}", file=sys.stderr)
+        return 2
+    for name, make in chosen:
         try:
             sg = make()
         except Exception as e:

@@ -32,9 +32,12 @@ class CrossEntropy(nn.Module):
         return F.cross_entropy(logits, target, **self.kwargs)  # type: ignore[arg-type]
 
 
-def _fused(n: int, v: int, dtype: torch.dtype, train: bool = True, **kwargs: object) -> Subgraph:
-    logits = torch.randn(n, v, dtype=dtype, requires_grad=train)
-    sgs = collect(CrossEntropy(**kwargs), (logits, torch.randint(0, v, (n,))), train=train)
+def _fused(
+    n: int, v: int, dtype: torch.dtype, train: bool = True, device: str = "cpu", **kwargs: object
+) -> Subgraph:
+    logits = torch.randn(n, v, dtype=dtype, device=device, requires_grad=train)
+    target = torch.randint(0, v, (n,), device=device)
+    sgs = collect(CrossEntropy(**kwargs), (logits, target), train=train)
     (sg,) = [s for s in sgs if "gather" in s.ops]
     return sg
 
@@ -128,6 +131,21 @@ def test_bench_shape_makes_two_passes_over_each_row() -> None:
     source = render(spec).source
     assert _passes(source) == 2
     assert source.count("tl.load(in") == 3  # the target once, the logits once per pass
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_fused_cross_entropy_on_the_gpu(dtype: torch.dtype) -> None:
+    """Compiled by Triton for the device (not the interpreter) at the bench's vocabulary: the
+    default kernel (one block per row) and a looped one (32 blocks a row), forward and
+    inference subgraphs, with a third of the targets ignored."""
+    for train in (True, False):
+        sg = _fused(517, 32000, dtype, train, device="cuda")
+        spec = lower(sg)
+        for s in (spec, spec.with_knobs(BLOCK_C=1024, ROWS=1, num_warps=4)):
+            check(sg, s, inputs=_with_ignored_targets(sg, 6))
+            check(sg, s, seed=7)
 
 
 class _SpecProvider:
