@@ -9,7 +9,8 @@ this one process, checked against eager. No new workload starts once --budget-s 
 (one that is running finishes); the ones left are listed with the command that runs them.
 Writes $OUT/bench.json, bench.md, bench.txt and PNG speedup charts (matplotlib is in the GPU
 image); prints the table last. Modes run in the order --modes gives (eager first): put the
-slowest compile last. $OUT/partial.jsonl gets a line as each mode finishes.
+slowest compile last. $OUT/partial.jsonl gets a line as each mode finishes (`kernelpro bench
+--merge` turns the final ones of a cut run into a table).
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ from kernelpro_backend.bench.results import (  # noqa: E402
     WorkloadResult,
 )
 from kernelpro_backend.bench.runner import RunConfig, run_workloads  # noqa: E402
-from kernelpro_backend.bench.sol import device_sol_hooks  # noqa: E402
+from kernelpro_backend.bench.sol import device_roofs, device_sol_hooks  # noqa: E402
 from kernelpro_backend.bench.workload import Workload  # noqa: E402
 from kernelpro_backend.bench.workloads import OP_WORKLOADS, TRAINING_WORKLOADS, WORKLOADS  # noqa: E402
 
@@ -80,13 +81,16 @@ def main() -> int:
     partial = out / "partial.jsonl"  # one line per finished mode: what a kill leaves
     latest: dict[str, ModeResult] = {}  # of the workload running now, by mode
     report = new_report(device, args.size, modes)
+    report.roofs = device_roofs(device)  # the measured ceilings, for the roofline chart
+    meta: dict[str, dict[str, str]] = {}  # kind/dtype/size/source by workload, for partial rows
 
     def save_mode(workload: str, result: ModeResult) -> None:
         latest[result.mode] = result
         if watchdog.mode == result.mode:
             watchdog.cancel()
         with partial.open("a") as f:
-            f.write(json.dumps({"workload": workload, **dataclasses.asdict(result)}) + "\n")
+            row = {"workload": workload, **meta.get(workload, {}), **dataclasses.asdict(result)}
+            f.write(json.dumps(row) + "\n")
 
     def give_up(workload: Workload, mode: str) -> None:
         """The watchdog fired: record what finished, the mode that did not, and stop."""
@@ -109,6 +113,12 @@ def main() -> int:
         os._exit(0)
 
     def mode_start(workload: Workload, mode: str) -> None:
+        meta[workload.name] = {
+            "kind": workload.kind,
+            "dtype": str(workload.dtype).removeprefix("torch."),
+            "size": workload.size,
+            "source": workload.source,
+        }
         if mode == modes[0].name:
             latest.clear()
         watchdog.start(workload, mode)

@@ -7,6 +7,7 @@ Must not: hold benchmarking logic (runner, tables, plots, report do that).
     kernelpro bench --size full --device cuda --json out/bench.json --markdown out/bench.md --plots out
     kernelpro bench --workload softmax --workload mlp --size tiny --device cpu --modes eager,kernelpro
     kernelpro bench --problems path/to/kernelbench/level1 --device cuda
+    kernelpro bench --merge run1/bench.json --merge run2/partial.jsonl --markdown all.md --plots out
     kernelpro report search.jsonl --out search.html
 """
 
@@ -65,6 +66,18 @@ def add_cli(subparsers: Any) -> None:
                    help="what kernelpro runs where it has no kernel (default: its own default)")  # fmt: skip
     p.add_argument("--cpu-reps", type=int, default=10, help="timed runs per mode on the CPU")
     p.add_argument("--list", action="store_true", help="list the built-in workloads and exit")
+    p.add_argument(
+        "--merge", action="append", metavar="FILE",
+        help="run nothing: merge earlier results (bench.json, or the partial.jsonl a cut GPU run "
+        "leaves) into one table and plots; a workload in several files is taken whole from the "
+        "last (repeatable, in order)",
+    )  # fmt: skip
+    p.add_argument(
+        "--merge-meta", action="append", metavar="NAME=KIND,DTYPE", default=[],
+        help="with --merge: kind and dtype of a workload whose partial rows lack them",
+    )  # fmt: skip
+    p.add_argument("--roofs", metavar="FILE",
+                   help="with --merge: measured ceilings (JSON) for the roofline chart")  # fmt: skip
     p.set_defaults(func=run_bench)
 
     r = subparsers.add_parser("report", help="render a search log (JSON lines) as an HTML page")
@@ -137,6 +150,8 @@ def run_bench(args: argparse.Namespace) -> int:
             doc = (factory.__doc__ or "").strip()
             print(f"{name:16} {doc.splitlines()[0] if doc else ''}")
         return 0
+    if args.merge:
+        return run_merge(args)
     device = _device(args.device)
     size = args.size or ("full" if device.type == "cuda" else "tiny")
     dtype = None if args.dtype == "auto" else DTYPES[args.dtype]
@@ -149,12 +164,20 @@ def run_bench(args: argparse.Namespace) -> int:
         modes = make_modes([m.strip() for m in args.modes.split(",") if m.strip()], kp_options)
     except ValueError as e:
         raise SystemExit(f"kernelpro bench: {e}") from None
-    from .sol import device_sol_hooks
+    from .sol import device_roofs, device_sol_hooks
 
     sol_fn, subgraph_fn = device_sol_hooks(device)  # % of SOL and the roofline chart (GPU)
     config = RunConfig(modes=modes, cpu_reps=args.cpu_reps, sol_fn=sol_fn, subgraph_fn=subgraph_fn)
     report = new_report(device, size, modes)
     report.workloads = run_workloads(_builders(args, device, dtype, size), config)
+    report.roofs = device_roofs(device)
+    write_outputs(report, args)
+    all_ok = all(m.status == OK for w in report.workloads for m in w.modes)
+    return 0 if all_ok else 1
+
+
+def write_outputs(report: BenchReport, args: argparse.Namespace) -> None:
+    """Print the table; write the JSON, markdown and plots the arguments ask for."""
     print(tables.format_console(report))
     if args.json:
         tables.write_json(report, args.json)
@@ -167,8 +190,30 @@ def run_bench(args: argparse.Namespace) -> int:
 
         _, message = write_plots(report, args.plots)
         print(message)
-    all_ok = all(m.status == OK for w in report.workloads for m in w.modes)
-    return 0 if all_ok else 1
+
+
+def _merge_meta(items: list[str]) -> dict[str, dict[str, str]]:
+    meta = {}
+    for item in items:
+        name, _, rest = item.partition("=")
+        kind, _, dtype = rest.partition(",")
+        if not (name and kind and dtype):
+            raise SystemExit(f"kernelpro bench: --merge-meta wants NAME=KIND,DTYPE, got {item!r}")
+        meta[name] = {"kind": kind, "dtype": dtype}
+    return meta
+
+
+def run_merge(args: argparse.Namespace) -> int:
+    from .merge import MergeError, merge_reports, read_roofs
+
+    try:
+        roofs = read_roofs(args.roofs) if args.roofs else None
+        report = merge_reports(args.merge, _merge_meta(args.merge_meta), roofs)
+    except MergeError as e:
+        print(f"kernelpro bench: {e}", file=sys.stderr)
+        return 2
+    write_outputs(report, args)
+    return 0
 
 
 def run_report(args: argparse.Namespace) -> int:

@@ -1,8 +1,9 @@
-"""The records a bench run produces and their JSON form.
+"""The records a bench run produces and their JSON form (both ways).
 
 Owns: `ModeResult` (one workload under one mode), `WorkloadResult` (all modes of a workload,
-speedups, % of speed-of-light) and `BenchReport` (the run: device, versions, every workload,
-geometric-mean speedups).
+speedups, % of speed-of-light) and `BenchReport` (the run: device, versions, the device's
+measured roofs, every workload, geometric-mean speedups), and reading them back from JSON
+(`from_dict`: only the recorded fields; speedups and % SOL are always recomputed).
 Must not: run or time anything.
 """
 
@@ -26,6 +27,17 @@ class ModeResult:
     max_abs_err: float | None = None
     max_rel_err: float | None = None
     message: str = ""
+
+
+def mode_from_dict(d: dict[str, Any]) -> ModeResult:
+    """A ModeResult from its JSON (extra keys such as speedups ignored; errors written as the
+    strings "inf"/"nan" by strict JSON read back as floats)."""
+    fields = {f.name for f in dataclasses.fields(ModeResult)}
+    values = {k: v for k, v in d.items() if k in fields}
+    for key in ("max_abs_err", "max_rel_err"):
+        if isinstance(values.get(key), str):
+            values[key] = float(values[key])
+    return ModeResult(**values)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -76,6 +88,19 @@ class WorkloadResult:
             entry["sol_fraction"] = self.sol_fraction(name)
         return d
 
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> WorkloadResult:
+        return cls(
+            workload=d["workload"],
+            kind=d.get("kind", "?"),
+            dtype=d.get("dtype", "?"),
+            size=d.get("size", "?"),
+            source=d.get("source", "?"),
+            modes=[mode_from_dict(m) for m in d["modes"]],
+            sol_ms=d.get("sol_ms"),
+            subgraphs=[SubgraphPoint(**p) for p in d.get("subgraphs", [])],
+        )
+
 
 def geomean(values: list[float]) -> float | None:
     if not values:
@@ -92,6 +117,9 @@ class BenchReport:
     modes: list[str]
     mode_descriptions: dict[str, str]
     workloads: list[WorkloadResult] = dataclasses.field(default_factory=list)
+    # the device's measured ceilings, for the roofline chart: dram_tb_per_s, fp32_tflops,
+    # tf32_tflops, bf16_tflops (empty on the CPU, which has no measured roofs)
+    roofs: dict[str, float] = dataclasses.field(default_factory=dict)
 
     def geomean_speedup(self, mode: str, over: str) -> float | None:
         """Geometric mean over the workloads where both modes ran and matched eager."""
@@ -106,9 +134,25 @@ class BenchReport:
             "size": self.size,
             "modes": self.modes,
             "mode_descriptions": self.mode_descriptions,
+            "roofs": self.roofs,
             "workloads": [w.to_dict() for w in self.workloads],
             "geomean_speedup_vs_eager": {m: self.geomean_speedup(m, EAGER) for m in self.modes},
             "geomean_speedup_vs_inductor": {
                 m: self.geomean_speedup(m, INDUCTOR) for m in self.modes
             },
         }
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> BenchReport:
+        """A report read back from `to_dict`'s JSON (a file written by `kernelpro bench --json`
+        or scripts/gpu_bench.py)."""
+        return cls(
+            device=d["device"],
+            device_name=d["device_name"],
+            versions=dict(d.get("versions", {})),
+            size=d.get("size", "?"),
+            modes=list(d["modes"]),
+            mode_descriptions=dict(d.get("mode_descriptions", {})),
+            workloads=[WorkloadResult.from_dict(w) for w in d["workloads"]],
+            roofs=dict(d.get("roofs") or {}),
+        )

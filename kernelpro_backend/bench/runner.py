@@ -28,6 +28,11 @@ from .workload import Workload
 
 log = logging.getLogger("kernelpro.bench")
 
+# The end of the message of every result `on_mode` hears before a mode's final timing (the
+# provisional timing right after its compile, the checkpoint before a slow mode): readers of
+# those records (bench/merge.py) keep only rows without it.
+PENDING = "timing pending)"
+
 SolFn = Callable[[Workload], "float | None"]
 SubgraphFn = Callable[[Workload], "list[SubgraphPoint]"]
 
@@ -175,7 +180,7 @@ def _checkpoint(
     for result in results:
         if result.mode not in steps:
             continue
-        note = f"(interleaved among the modes compiled before {before}; final timing pending)"
+        note = f"(interleaved among the modes compiled before {before}; final {PENDING})"
         config.on_mode(
             workload.name,
             dataclasses.replace(
@@ -233,7 +238,7 @@ def run_workload(workload: Workload, config: RunConfig) -> WorkloadResult:
                 result,
                 median_ms=median_ms(step, workload.device, gpu_rep_ms=config.gpu_rep_ms, **timing),
                 message=(result.message + " " if result.message else "")
-                + "(provisional: one timing right after compile; interleaved timing pending)",
+                + f"(provisional: one timing right after compile; interleaved {PENDING})",
             )
             config.on_mode(workload.name, provisional)
     medians, errors = _time_interleaved(steps, workload.device, config)

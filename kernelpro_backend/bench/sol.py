@@ -3,7 +3,8 @@
 Owns: finding a workload's subgraphs (forward and backward) the way the backend cuts them,
 `workload_sol_ms` (the sum of their speed-of-light times, plus the optimizer's memory traffic
 for a training step) and `subgraph_points` (each subgraph's FLOPs, bytes and the time of its
-eager reference, for the roofline chart), and `sol_hooks`, which gives the runner both.
+eager reference, for the roofline chart), `sol_hooks`, which gives the runner both, and
+`roofs_of` (the device's measured ceilings in the units the report and chart use).
 Must not: time modes or render anything.
 
 The SOL is at kernelpro's granularity: a kernel per subgraph that moves only its inputs and
@@ -125,3 +126,26 @@ def device_sol_hooks(
     from ..profilers.ceilings import Ceilings
 
     return sol_hooks(Ceilings.load_or_measure(device))
+
+
+def roofs_of(ceilings: Any) -> dict[str, float]:
+    """A Ceilings object (or its dict) as the report's roofs: TB/s and TFLOP/s."""
+
+    def get(key: str) -> float:
+        return float(ceilings[key] if isinstance(ceilings, dict) else getattr(ceilings, key))
+
+    return {
+        "dram_tb_per_s": get("dram_bytes_per_s") / 1e12,
+        "fp32_tflops": get("fp32_flops_per_s") / 1e12,
+        "tf32_tflops": get("tf32_flops_per_s") / 1e12,
+        "bf16_tflops": get("bf16_flops_per_s") / 1e12,
+    }
+
+
+def device_roofs(device: torch.device) -> dict[str, float]:
+    """This CUDA device's measured roofs (cached after the first measurement); {} on the CPU."""
+    if device.type != "cuda":
+        return {}
+    from ..profilers.ceilings import Ceilings
+
+    return roofs_of(Ceilings.load_or_measure(device))

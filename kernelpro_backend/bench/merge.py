@@ -1,0 +1,163 @@
+"""One report from the results of several bench runs (one table, one set of plots).
+
+Owns: reading a run's results - the `bench.json` of `kernelpro bench --json` or
+scripts/gpu_bench.py, or the `partial.jsonl` a gpu_bench run cut by its time limit leaves
+(its final rows only) - and `merge_reports`: one row per workload, each row from a single run.
+Timings of different runs are never mixed within a workload (a speedup exists only when
+measured side by side in one run): a workload present in several inputs is taken whole from the
+last one that has it. Its speed of light and roofline points, which depend on the workload and
+the device but not on the run, are kept from an earlier run of the same size and dtype when the
+last one has none (a run cut before it computed them).
+Must not: run or time anything.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+from typing import Any
+
+from .modes import ALL_MODES
+from .results import BenchReport, WorkloadResult, mode_from_dict
+from .runner import PENDING
+
+log = logging.getLogger("kernelpro.bench")
+
+
+class MergeError(ValueError):
+    """An input that is not a bench result, or inputs that cannot go in one table."""
+
+
+def _is_final(row: dict[str, Any]) -> bool:
+    return not str(row.get("message", "")).endswith(PENDING)
+
+
+def workloads_from_partial(text: str, source: str = "partial") -> list[WorkloadResult]:
+    """The workloads of a partial.jsonl whose every mode reached its final timing (a mode's
+    later line replaces its earlier ones). Workloads cut before that are left out, logged."""
+    rows: dict[str, dict[str, dict[str, Any]]] = {}
+    for n, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+            rows.setdefault(row["workload"], {})[row["mode"]] = row
+        except (json.JSONDecodeError, KeyError, TypeError) as e:
+            raise MergeError(f"{source} line {n}: not a bench result row ({e})") from None
+    found = []
+    for name, by_mode in rows.items():
+        pending = [m for m, row in by_mode.items() if not _is_final(row)]
+        if pending:
+            log.warning("%s: %s left out: no final timing for %s", source, name, pending)
+            continue
+        first = next(iter(by_mode.values()))
+        found.append(
+            WorkloadResult(
+                workload=name,
+                kind=first.get("kind", "?"),
+                dtype=first.get("dtype", "?"),
+                size=first.get("size", "?"),
+                source=first.get("source", "?"),
+                modes=[mode_from_dict(row) for row in by_mode.values()],
+            )
+        )
+    return found
+
+
+def _keep_sol(old: WorkloadResult, new: WorkloadResult) -> None:
+    """Give `new` the SOL and roofline points of `old` (same workload, size and dtype) when it
+    has none of its own."""
+    same = (old.size, old.dtype) == (new.size, new.dtype) or "?" in (new.size, new.dtype)
+    if not same:
+        return
+    if new.sol_ms is None and old.sol_ms is not None:
+        new.sol_ms = old.sol_ms
+        log.info("merge: %s keeps the SOL of an earlier run", new.workload)
+    if not new.subgraphs and old.subgraphs:
+        new.subgraphs = old.subgraphs
+
+
+def read_results(path: str | Path) -> tuple[BenchReport | None, list[WorkloadResult]]:
+    """(the report, its workloads) of a bench.json; (None, final workloads) of a .jsonl."""
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except OSError as e:
+        raise MergeError(f"cannot read {path}: {e}") from None
+    if path.suffix == ".jsonl":
+        return None, workloads_from_partial(text, str(path))
+    try:
+        report = BenchReport.from_dict(json.loads(text))
+    except (json.JSONDecodeError, KeyError, TypeError) as e:
+        raise MergeError(f"{path}: not a bench report ({type(e).__name__}: {e})") from None
+    return report, report.workloads
+
+
+def merge_reports(
+    paths: list[str | Path],
+    meta: dict[str, dict[str, str]] | None = None,
+    roofs: dict[str, float] | None = None,
+) -> BenchReport:
+    """Merge bench results (in order; a later input's workload replaces an earlier one's).
+    `meta` fills in what old partial files did not record ({"lm_head": {"kind": "training",
+    "dtype": "bfloat16"}}); `roofs` replaces the reports' roofs (older runs did not store them).
+    The inputs must come from one device."""
+    if not paths:
+        raise MergeError("nothing to merge")
+    reports: list[BenchReport] = []
+    merged: dict[str, WorkloadResult] = {}
+    for path in paths:
+        report, workloads = read_results(path)
+        if report is not None:
+            reports.append(report)
+        for w in workloads:
+            if w.workload in merged:
+                log.info("merge: %s taken from %s (replaces an earlier run's)", w.workload, path)
+                _keep_sol(merged[w.workload], w)
+            merged[w.workload] = w  # dict keeps the first position, takes the last value
+    if not reports:
+        raise MergeError("at least one input must be a bench.json (it gives the device)")
+    devices = {r.device_name for r in reports}
+    if len(devices) > 1:
+        raise MergeError(f"results of different devices cannot share a table: {sorted(devices)}")
+    for name, fields in (meta or {}).items():
+        if name not in merged:
+            raise MergeError(f"--merge-meta names {name}, which no input has")
+        for key, value in fields.items():
+            if key not in ("kind", "dtype", "size", "source"):
+                raise MergeError(f"--merge-meta: unknown field {key!r} for {name}")
+            setattr(merged[name], key, value)
+    unknown = [w.workload for w in merged.values() if "?" in (w.kind, w.dtype)]
+    if unknown:
+        log.warning("merge: kind or dtype unknown for %s (give --merge-meta)", unknown)
+    modes = {m.mode for w in merged.values() for m in w.modes}
+    descriptions: dict[str, str] = {}
+    versions: dict[str, str] = {}
+    for r in reports:
+        descriptions.update(r.mode_descriptions)
+        versions.update(r.versions)
+    last = reports[-1]
+    return BenchReport(
+        device=last.device,
+        device_name=last.device_name,
+        versions=versions,
+        size="/".join(sorted({r.size for r in reports})),
+        modes=[m for m in ALL_MODES if m in modes] + sorted(modes - set(ALL_MODES)),
+        mode_descriptions={m: d for m, d in descriptions.items() if m in modes},
+        workloads=list(merged.values()),
+        roofs=dict(roofs) if roofs else next((dict(r.roofs) for r in reports if r.roofs), {}),
+    )
+
+
+def read_roofs(path: str | Path) -> dict[str, float]:
+    """Roofs from a ceilings JSON (the file `Ceilings` caches, or any JSON holding it under a
+    "ceilings" key, such as an evaluate run's results)."""
+    from .sol import roofs_of
+
+    try:
+        data = json.loads(Path(path).read_text())
+        data = data.get("ceilings", data)
+        return roofs_of(data)
+    except (OSError, json.JSONDecodeError, KeyError, TypeError, AttributeError) as e:
+        raise MergeError(f"{path}: no measured ceilings in it ({type(e).__name__}: {e})") from None
