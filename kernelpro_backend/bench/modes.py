@@ -28,13 +28,20 @@ class Mode:
     compile_mode: str | None = None
     options: tuple[tuple[str, Any], ...] = ()
 
-    def wrap(self, model: nn.Module) -> Callable[..., Any]:
+    def wrap(self, model: nn.Module, sessions: list[Any] | None = None) -> Callable[..., Any]:
+        """The model as this mode runs it. For kernelpro, `sessions` (if given) collects each
+        compile's session: which subgraphs got a kernel."""
         if self.backend is None:
             return model
         options = dict(self.options) or None
-        if self.backend == KERNELPRO:
+        backend = self.backend
+        if backend == KERNELPRO:
             ensure_kernelpro_registered()
-        return torch.compile(model, backend=self.backend, mode=self.compile_mode, options=options)
+            if sessions is not None:
+                from ..backend import make_backend
+
+                backend = make_backend(sessions=sessions)
+        return torch.compile(model, backend=backend, mode=self.compile_mode, options=options)
 
     def describe(self) -> str:
         if self.backend is None:

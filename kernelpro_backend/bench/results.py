@@ -27,6 +27,7 @@ class ModeResult:
     max_abs_err: float | None = None
     max_rel_err: float | None = None
     message: str = ""
+    kernels: str = ""  # kernelpro: "used/found", its kernels in use of the subgraphs it cut
 
 
 def mode_from_dict(d: dict[str, Any]) -> ModeResult:

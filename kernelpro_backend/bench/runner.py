@@ -21,7 +21,7 @@ from typing import Any
 import torch
 
 from .compare import compare, named_tensors, needs_fp64
-from .modes import EAGER, MAX_AUTOTUNE, Mode
+from .modes import EAGER, KERNELPRO, MAX_AUTOTUNE, Mode
 from .results import FAILED, OK, UNCHECKED, WRONG, ModeResult, SubgraphPoint, WorkloadResult
 from .timing import median_ms, time_first_call
 from .workload import Workload
@@ -88,13 +88,14 @@ def fp64_reference(workload: Workload) -> dict[str, torch.Tensor]:
 
 
 def prepare_mode(
-    workload: Workload, mode: Mode
+    workload: Workload, mode: Mode, sessions: list[Any] | None = None
 ) -> tuple[dict[str, torch.Tensor], float, Callable[[], None]]:
     """Compile one mode: returns (named outputs of the first call, compile seconds, the step
-    to time). The step of a training workload is a whole optimizer step."""
+    to time). The step of a training workload is a whole optimizer step. `sessions` collects
+    kernelpro's compile sessions (forward and backward: both compile in the first call)."""
     device = workload.device
     model = workload.fresh_model()
-    fn = mode.wrap(model)
+    fn = mode.wrap(model, sessions)
     inputs = workload.inputs
     if workload.loss_fn is None:
 
@@ -192,6 +193,15 @@ def _checkpoint(
         )
 
 
+def kernels_used(sessions: list[Any] | None) -> str:
+    """ "used/found": subgraphs that run a kernelpro kernel, of those the backend cut ("" when
+    not kernelpro). A graph Inductor could not compile with our kernels is not counted."""
+    if sessions is None:
+        return ""
+    reports = [r for s in sessions for r in s.reports]
+    return f"{sum(len(r.replaced) for r in reports)}/{sum(r.subgraphs for r in reports)}"
+
+
 def run_workload(workload: Workload, config: RunConfig) -> WorkloadResult:
     """Every mode of `config` on one workload: each compiles and is checked against eager
     (which runs first: it is the reference), then all are timed in interleaved rounds."""
@@ -206,8 +216,9 @@ def run_workload(workload: Workload, config: RunConfig) -> WorkloadResult:
         config.progress(f"[bench] {workload.name}: {mode.name} ...")
         if config.on_mode_start is not None:
             config.on_mode_start(workload, mode.name)
+        sessions: list[Any] | None = [] if mode.name == KERNELPRO else None
         try:
-            tensors, compile_s, step = prepare_mode(workload, mode)
+            tensors, compile_s, step = prepare_mode(workload, mode, sessions)
         except Exception as e:
             log.debug("mode %s failed on %s", mode.name, workload.name, exc_info=True)
             message = _one_line(e)
@@ -216,7 +227,7 @@ def run_workload(workload: Workload, config: RunConfig) -> WorkloadResult:
             if config.on_mode is not None:
                 config.on_mode(workload.name, results[-1])
             continue
-        result = ModeResult(mode.name, OK, compile_s=compile_s)
+        result = ModeResult(mode.name, OK, compile_s=compile_s, kernels=kernels_used(sessions))
         if mode.name == EAGER:
             reference = tensors
             result.max_abs_err = result.max_rel_err = 0.0

@@ -37,6 +37,9 @@ def test_every_workload_and_mode_is_reported_and_matches_eager(kernelpro_run):
             assert m["status"] == "ok", (w["workload"], m)
             assert m["median_ms"] > 0 and m["compile_s"] >= 0
         kp = w["modes"][1]
+        used, found = map(int, kp["kernels"].split("/"))  # kernelpro says what it cut and used
+        assert found >= 1 and 0 <= used <= found, (w["workload"], kp["kernels"])
+        assert w["modes"][0]["kernels"] == ""
         assert kp["speedup_vs_eager"] == pytest.approx(w["modes"][0]["median_ms"] / kp["median_ms"])
     assert rc == 0
     assert data["mode_descriptions"]["kernelpro"] == (

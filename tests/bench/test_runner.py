@@ -173,3 +173,17 @@ def test_modes_compiled_before_a_slow_one_are_timed_first_so_a_cut_keeps_them():
     final = seen[-3:]
     assert [m for m, _ in final] == ["eager", "fast", "inductor-max-autotune"]
     assert all("pending" not in msg for _, msg in final)
+
+
+def test_kernels_used_counts_replaced_subgraphs_over_every_compile():
+    from types import SimpleNamespace
+
+    from kernelpro_backend.bench.runner import kernels_used
+    from kernelpro_backend.rewrite import RewriteReport
+
+    forward = RewriteReport("forward", subgraphs=5, replaced=["a/k1", "b/k2"])
+    backward = RewriteReport("backward", subgraphs=7, replaced=["c/k3"])
+    sessions = [SimpleNamespace(reports=[forward]), SimpleNamespace(reports=[backward])]
+    assert kernels_used(sessions) == "3/12"
+    assert kernels_used([]) == "0/0"
+    assert kernels_used(None) == ""  # not kernelpro
