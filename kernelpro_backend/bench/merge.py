@@ -107,11 +107,15 @@ def merge_reports(
         raise MergeError("nothing to merge")
     reports: list[BenchReport] = []
     merged: dict[str, WorkloadResult] = {}
+    described: dict[str, dict[str, str]] = {}  # workload -> mode -> how its run ran that mode
     for path in paths:
         report, workloads = read_results(path)
         if report is not None:
             reports.append(report)
         for w in workloads:
+            described[w.workload] = {
+                m.mode: _description(report, m.mode, partial_rows=str(path)) for m in w.modes
+            }
             if w.workload in merged:
                 log.info("merge: %s taken from %s (replaces an earlier run's)", w.workload, path)
                 _keep_sol(merged[w.workload], w)
@@ -132,10 +136,8 @@ def merge_reports(
     if unknown:
         log.warning("merge: kind or dtype unknown for %s (give --merge-meta)", unknown)
     modes = {m.mode for w in merged.values() for m in w.modes}
-    descriptions: dict[str, str] = {}
     versions: dict[str, str] = {}
     for r in reports:
-        descriptions.update(r.mode_descriptions)
         versions.update(r.versions)
     last = reports[-1]
     return BenchReport(
@@ -144,10 +146,33 @@ def merge_reports(
         versions=versions,
         size="/".join(sorted({r.size for r in reports})),
         modes=[m for m in ALL_MODES if m in modes] + sorted(modes - set(ALL_MODES)),
-        mode_descriptions={m: d for m, d in descriptions.items() if m in modes},
+        mode_descriptions=_descriptions(described),
         workloads=list(merged.values()),
         roofs=dict(roofs) if roofs else next((dict(r.roofs) for r in reports if r.roofs), {}),
     )
+
+
+def _description(report: BenchReport | None, mode: str, partial_rows: str) -> str:
+    if report is not None:
+        return report.mode_descriptions.get(mode, "not recorded")
+    return f"not recorded in {Path(partial_rows).name}"
+
+
+def _descriptions(described: dict[str, dict[str, str]]) -> dict[str, str]:
+    """Each mode's description; where runs ran a mode differently (kernelpro with and without
+    search), each variant with the workloads it applies to."""
+    variants: dict[str, dict[str, list[str]]] = {}
+    for workload, by_mode in described.items():
+        for mode, text in by_mode.items():
+            variants.setdefault(mode, {}).setdefault(text, []).append(workload)
+    out = {}
+    for mode in [m for m in ALL_MODES if m in variants] + sorted(set(variants) - set(ALL_MODES)):
+        texts = variants[mode]
+        if len(texts) == 1:
+            out[mode] = next(iter(texts))
+        else:
+            out[mode] = "; ".join(f"{t} for {', '.join(ws)}" for t, ws in texts.items())
+    return out
 
 
 def read_roofs(path: str | Path) -> dict[str, float]:

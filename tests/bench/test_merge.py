@@ -143,3 +143,18 @@ def test_roofs_and_labels_of_the_roofline_chart():
     points = [("a", SubgraphPoint(str(i), 1.0, 1.0, ms)) for i, ms in enumerate((1, 5, 3, 2))]
     points.append(("b", SubgraphPoint("x", 1.0, 1.0, 0.1)))
     assert labelled(points, per_workload=2) == {1, 2, 4}
+
+
+def test_a_mode_run_differently_by_different_runs_is_described_per_workload(tmp_path):
+    a = _write(tmp_path, "a.json", [_workload("softmax", (1.0, 0.8, 0.5))])
+    b = _write(tmp_path, "b.json", [_workload("mlp", (25.0, 24.7, 24.7))])
+    report_b = json.loads(b.read_text())
+    report_b["mode_descriptions"]["kernelpro"] = "kernelpro cache-only"
+    b.write_text(json.dumps(report_b))
+    partial = _partial(tmp_path, [_row("moe", "eager", 5.0), _row("moe", "kernelpro", 2.4)])
+    d = merge_reports([a, b, partial]).mode_descriptions
+    assert d["eager"] == "eager for softmax, mlp; not recorded in partial.jsonl for moe"
+    assert d["kernelpro"] == (
+        "kernelpro for softmax; kernelpro cache-only for mlp; not recorded in partial.jsonl for moe"
+    )
+    assert d["inductor"] == "inductor"
