@@ -9,11 +9,12 @@ Must not: compute results (it reads a `BenchReport`).
 from __future__ import annotations
 
 import importlib.util
+import math
 from pathlib import Path
 from typing import Any
 
 from .modes import EAGER, INDUCTOR
-from .results import BenchReport
+from .results import BenchReport, WorkloadResult
 
 MISSING_MATPLOTLIB = (
     "plots skipped: matplotlib is not installed (it is not a kernelpro dependency); "
@@ -34,6 +35,14 @@ def _pyplot() -> Any:
     return plt
 
 
+def bar_height(w: WorkloadResult, mode: str, over: str) -> float:
+    """The speedup; 0 where the mode ran but failed or differs from eager; NaN (no bar) where
+    the workload's run did not include the mode."""
+    if w.mode(mode) is None or w.mode(over) is None:
+        return math.nan
+    return w.speedup(mode, over) or 0.0
+
+
 def plot_speedups(report: BenchReport, path: Path, over: str) -> Path | None:
     """Grouped bars: for each workload, each compiled mode's speedup over `over`."""
     modes = [m for m in report.modes if m != over]
@@ -44,14 +53,14 @@ def plot_speedups(report: BenchReport, path: Path, over: str) -> Path | None:
     fig, ax = plt.subplots(figsize=(max(6.0, 0.9 * len(names) * len(modes) / 2 + 3), 4.5))
     width = 0.8 / len(modes)
     for i, mode in enumerate(modes):
-        values = [w.speedup(mode, over) or 0.0 for w in report.workloads]
+        values = [bar_height(w, mode, over) for w in report.workloads]
         xs = [j + (i - (len(modes) - 1) / 2) * width for j in range(len(names))]
         ax.bar(xs, values, width, label=mode)
     ax.axhline(1.0, color="black", linewidth=0.8)
     ax.set_xticks(range(len(names)))
     ax.set_xticklabels(names, rotation=30, ha="right")
     ax.set_ylabel(f"speedup over {over} (x)")
-    ax.set_title(f"{report.device_name}: speedup over {over} (0 = failed or wrong)")
+    ax.set_title(f"{report.device_name}: speedup over {over} (0: failed or wrong; none: not run)")
     ax.legend()
     fig.tight_layout()
     fig.savefig(path, dpi=120)

@@ -158,3 +158,17 @@ def test_a_mode_run_differently_by_different_runs_is_described_per_workload(tmp_
         "kernelpro for softmax; kernelpro cache-only for mlp; not recorded in partial.jsonl for moe"
     )
     assert d["inductor"] == "inductor"
+
+
+def test_speedup_bars_tell_a_failed_mode_from_one_that_did_not_run():
+    import math
+
+    from kernelpro_backend.bench.plots import bar_height
+
+    w = _workload("moe", (5.0, 2.5, 2.4))
+    w.modes.append(ModeResult("inductor-max-autotune", "failed", message="boom"))
+    assert bar_height(w, "kernelpro", "inductor") == pytest.approx(2.5 / 2.4)
+    assert bar_height(w, "inductor-max-autotune", "inductor") == 0.0
+    assert math.isnan(
+        bar_height(_workload("gpt", (3.0, 2.0, 2.0)), "inductor-max-autotune", "eager")
+    )
