@@ -99,26 +99,14 @@ def main() -> int:
         )
         modes_so_far = [*latest.values(), failed]
         report.workloads.append(
-            WorkloadResult(
-                workload.name,
-                workload.kind,
-                str(workload.dtype).removeprefix("torch."),
-                workload.size,
-                workload.source,
-                modes_so_far,
-            )  # fmt: skip
+            WorkloadResult(workload=workload.name, **workload.record(), modes=modes_so_far)
         )
         finish(report, out, [], args.budget_s)
         print(f"[gpu_bench] {workload.name}: {mode} {failed.message}", file=sys.stderr, flush=True)
         os._exit(0)
 
     def mode_start(workload: Workload, mode: str) -> None:
-        meta[workload.name] = {
-            "kind": workload.kind,
-            "dtype": str(workload.dtype).removeprefix("torch."),
-            "size": workload.size,
-            "source": workload.source,
-        }
+        meta[workload.name] = workload.record()
         if mode == modes[0].name:
             latest.clear()
         watchdog.start(workload, mode)

@@ -131,6 +131,17 @@ def prepare_mode(
     return tensors, compile_s, train_step
 
 
+def _time_step(step: Callable[[], None], device: torch.device, config: RunConfig) -> float:
+    """One median timing of a step with the run's repetition settings."""
+    return median_ms(
+        step,
+        device,
+        cpu_reps=config.cpu_reps,
+        gpu_warmup_ms=config.gpu_warmup_ms,
+        gpu_rep_ms=config.gpu_rep_ms,
+    )
+
+
 def _time_interleaved(
     steps: dict[str, Callable[[], None]], device: torch.device, config: RunConfig
 ) -> tuple[dict[str, float], dict[str, str]]:
@@ -138,9 +149,6 @@ def _time_interleaved(
     interleaved so that clock, thermal and allocator drift hit every mode alike (one sequential
     run per mode differed by up to 1.65x between identical codes on the H100). Returns
     (mode -> ms, mode -> error message for modes whose step raised)."""
-    timing = dict(
-        cpu_reps=config.cpu_reps, gpu_warmup_ms=config.gpu_warmup_ms, gpu_rep_ms=config.gpu_rep_ms
-    )
     times: dict[str, list[float]] = {name: [] for name in steps}
     errors: dict[str, str] = {}
     for _ in range(config.rounds):
@@ -148,7 +156,7 @@ def _time_interleaved(
             if name in errors:
                 continue
             try:
-                times[name].append(median_ms(step, device, **timing))
+                times[name].append(_time_step(step, device, config))
             except Exception as e:
                 log.debug("timing mode %s failed", name, exc_info=True)
                 errors[name] = f"timing failed: {_one_line(e)}"
@@ -244,10 +252,9 @@ def run_workload(workload: Workload, config: RunConfig) -> WorkloadResult:
         results.append(result)
         steps[mode.name] = step
         if config.on_mode is not None:  # a run killed before the interleaved timing keeps this
-            timing = dict(cpu_reps=config.cpu_reps, gpu_warmup_ms=config.gpu_warmup_ms)
             provisional = dataclasses.replace(
                 result,
-                median_ms=median_ms(step, workload.device, gpu_rep_ms=config.gpu_rep_ms, **timing),
+                median_ms=_time_step(step, workload.device, config),
                 message=(result.message + " " if result.message else "")
                 + f"(provisional: one timing right after compile; interleaved {PENDING})",
             )
@@ -263,10 +270,7 @@ def run_workload(workload: Workload, config: RunConfig) -> WorkloadResult:
     _release(workload.device)
     return WorkloadResult(
         workload=workload.name,
-        kind=workload.kind,
-        dtype=str(workload.dtype).removeprefix("torch."),
-        size=workload.size,
-        source=workload.source,
+        **workload.record(),
         modes=results,
         sol_ms=config.sol_fn(workload) if config.sol_fn else None,
         subgraphs=config.subgraph_fn(workload) if config.subgraph_fn else [],

@@ -121,11 +121,18 @@ def device_sol_hooks(
 ]:
     """Hooks with this CUDA device's measured ceilings; (None, None) on the CPU, which has no
     measured roofs."""
+    ceilings = _device_ceilings(device)
+    return (None, None) if ceilings is None else sol_hooks(ceilings)
+
+
+def _device_ceilings(device: torch.device) -> Any:
+    """This CUDA device's measured ceilings (measured once, then cached on disk); None on the
+    CPU."""
     if device.type != "cuda":
-        return None, None
+        return None
     from ..profilers.ceilings import Ceilings
 
-    return sol_hooks(Ceilings.load_or_measure(device))
+    return Ceilings.load_or_measure(device)
 
 
 def roofs_of(ceilings: Any) -> dict[str, float]:
@@ -143,9 +150,6 @@ def roofs_of(ceilings: Any) -> dict[str, float]:
 
 
 def device_roofs(device: torch.device) -> dict[str, float]:
-    """This CUDA device's measured roofs (cached after the first measurement); {} on the CPU."""
-    if device.type != "cuda":
-        return {}
-    from ..profilers.ceilings import Ceilings
-
-    return roofs_of(Ceilings.load_or_measure(device))
+    """This CUDA device's measured roofs; {} on the CPU."""
+    ceilings = _device_ceilings(device)
+    return {} if ceilings is None else roofs_of(ceilings)

@@ -54,6 +54,11 @@ class Workload:
                 return value.device
         return torch.device("cpu")
 
+    def record(self) -> dict[str, str]:
+        """What a result row says of the workload: kind, dtype, size and source."""
+        dtype = str(self.dtype).removeprefix("torch.")
+        return {"kind": self.kind, "dtype": dtype, "size": self.size, "source": self.source}
+
     def fresh_model(self) -> nn.Module:
         """A deep copy of the model with the original weights (each mode gets its own, so an
         optimizer step in one mode never changes the weights another mode starts from)."""
