@@ -189,7 +189,7 @@ def _checkpoint(
     for result in results:
         if result.mode not in steps:
             continue
-        note = f"(interleaved among the modes compiled before {before}; final {PENDING})"
+        note = f"(interleaved among the modes compiled before {before}; final {PENDING}"
         config.on_mode(
             workload.name,
             dataclasses.replace(
@@ -256,7 +256,7 @@ def run_workload(workload: Workload, config: RunConfig) -> WorkloadResult:
                 result,
                 median_ms=_time_step(step, workload.device, config),
                 message=(result.message + " " if result.message else "")
-                + f"(provisional: one timing right after compile; interleaved {PENDING})",
+                + f"(provisional: one timing right after compile; interleaved {PENDING}",
             )
             config.on_mode(workload.name, provisional)
     medians, errors = _time_interleaved(steps, workload.device, config)

@@ -187,3 +187,24 @@ def test_kernels_used_counts_replaced_subgraphs_over_every_compile():
     assert kernels_used(sessions) == "3/12"
     assert kernels_used([]) == "0/0"
     assert kernels_used(None) == ""  # not kernelpro
+
+
+def test_the_rows_a_run_reports_as_it_goes_merge_into_its_final_results():
+    """What `on_mode` hears, written as partial rows, reads back (bench/merge.py) as exactly the
+    run's final results: the provisional rows carry the PENDING mark and are left out."""
+    import dataclasses
+    import json
+
+    from kernelpro_backend.bench.merge import workloads_from_partial
+    from kernelpro_backend.bench.runner import PENDING
+
+    rows: list[str] = []
+    config = _config(Mode("again", None))
+    config.on_mode = lambda workload, r: rows.append(
+        json.dumps({"workload": workload, **dataclasses.asdict(r)})
+    )
+    workload = WORKLOADS["softmax"](CPU, None, "tiny")
+    final = run_workload(workload, config)
+    assert sum(json.loads(r)["message"].endswith(PENDING) for r in rows) == 2  # provisional
+    (merged,) = workloads_from_partial("\n".join(rows))
+    assert merged.modes == final.modes
