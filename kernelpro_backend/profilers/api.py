@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import statistics
+import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -136,11 +137,13 @@ def run_tools(
         if why:
             skipped.append((tool.name, why))
             continue
+        started = time.perf_counter()
         try:
             found += tool.run(target)
             ran.append(tool.name)
         except Exception as exc:  # one failing tool must not hide the others' findings
             skipped.append((tool.name, one_line(exc)))
+        target.seconds[tool.name] = time.perf_counter() - started
     found.sort(key=lambda f: _ORDER.index(f.severity))
     return tuple(found), tuple(ran), tuple(skipped)
 

@@ -63,12 +63,14 @@ class Feedback:
     bottleneck: Bottleneck
     tools_run: tuple[str, ...]
     tools_skipped: tuple[tuple[str, str], ...]  # (tool, why)
+    tool_s: tuple[tuple[str, float], ...] = ()  # (tool, seconds it ran)
 
     def details(self) -> dict[str, Any]:
         """JSON-ready fields for EvalResult.details and the search log."""
         return {
             "tools_run": list(self.tools_run),
             "tools_skipped": [list(pair) for pair in self.tools_skipped],
+            "tool_s": dict(self.tool_s),
         }
 
 
@@ -118,7 +120,13 @@ def candidate_feedback(
     found, ran, failed = run_tools(runnable, target)
     # One kernel compiled for two input specialisations reports the same findings twice.
     unique = tuple({f.to_json(): f for f in found}.values())
-    return Feedback(roof.findings + unique, roof.bottleneck, ran, tuple(skipped) + failed)
+    return Feedback(
+        roof.findings + unique,
+        roof.bottleneck,
+        ran,
+        tuple(skipped) + failed,
+        tuple(target.seconds.items()),
+    )
 
 
 def kernel_knobs(kernel: Any) -> dict[str, Any]:

@@ -36,6 +36,7 @@ class ProfileTarget:
     ptxas_report: str | None = None  # `ptxas -v` text, e.g. from an nvcc build
     ncu_command: Sequence[str] | None = None
     element_bytes: int = 4  # of the main dtype: sets the ideal load width
+    seconds: dict[str, float] = dataclasses.field(default_factory=dict)  # run_tools: per tool
 
 
 class Tool(Protocol):

@@ -36,6 +36,9 @@ class Job:
     timing_budget_s: float = 0.25  # time spent in timed runs (after warm-up), per candidate
     name: str = ""  # for messages and logs: pattern and key digest
     feedback: FeedbackPlan | None = None  # stage-2 profiling of an OK candidate (not baselines)
+    # A search's best time so far times a margin: a candidate whose first runs are slower than
+    # this is timed no further and not proved (it cannot win); None: always time and prove.
+    abandon_above_ms: float | None = None
 
     def __post_init__(self) -> None:
         if self.trials < 3:

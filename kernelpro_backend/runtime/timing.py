@@ -75,21 +75,30 @@ def time_kernel(
     device: torch.device,
     budget_s: float = 0.25,
     l2_bytes: int = 50 * 2**20,
+    abandon_above_ms: float | None = None,
 ) -> Timing:
+    """`abandon_above_ms`: a kernel whose warm-up runs already take longer than this is not
+    timed further; its Timing is those runs, method "<method>-abandoned" (a search passes a
+    multiple of its best time, so a clearly slower candidate costs a few runs, not a budget)."""
     with torch.no_grad():
         if device.type == "cuda":
-            return _time_cuda(fn, input_sets, device, budget_s, l2_bytes)
-        return _time_cpu(fn, input_sets, budget_s)
+            return _time_cuda(fn, input_sets, device, budget_s, l2_bytes, abandon_above_ms)
+        return _time_cpu(fn, input_sets, budget_s, abandon_above_ms)
 
 
 def _time_cpu(
-    fn: Callable[..., Any], sets: Sequence[Sequence[torch.Tensor]], budget_s: float
+    fn: Callable[..., Any],
+    sets: Sequence[Sequence[torch.Tensor]],
+    budget_s: float,
+    abandon_above_ms: float | None = None,
 ) -> Timing:
     for k in range(2):
         fn(*sets[k % len(sets)])
     start = time.perf_counter()
     fn(*sets[0])
     estimate_ms = (time.perf_counter() - start) * 1e3
+    if abandon_above_ms is not None and estimate_ms > abandon_above_ms:
+        return summarize([estimate_ms], "perf_counter-abandoned")
     times = []
     for k in range(_reps(estimate_ms, budget_s)):
         args = sets[k % len(sets)]
@@ -109,18 +118,22 @@ def _time_cuda(
     device: torch.device,
     budget_s: float,
     l2_bytes: int,
+    abandon_above_ms: float | None = None,
 ) -> Timing:
     flush = torch.empty(2 * l2_bytes // 4, dtype=torch.int32, device=device)
     for k in range(3):
         fn(*sets[k % len(sets)])
     torch.cuda.synchronize(device)
-    start, end = _events(2)
-    start.record()
+    starts, ends = _events(5), _events(5)
     for k in range(5):
+        starts[k].record()
         fn(*sets[k % len(sets)])
-    end.record()
-    end.synchronize()
-    estimate_ms = start.elapsed_time(end) / 5
+        ends[k].record()
+    ends[-1].synchronize()
+    warm = [s.elapsed_time(e) for s, e in zip(starts, ends, strict=True)]
+    estimate_ms = statistics.median(warm)
+    if abandon_above_ms is not None and estimate_ms > abandon_above_ms:
+        return summarize(warm, "events-abandoned")
     if estimate_ms < LAUNCH_BOUND_MS:
         try:
             return _time_cuda_graph(fn, sets, device, budget_s, estimate_ms, flush)

@@ -10,11 +10,14 @@ never fails the candidate.
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import math
 import os
 import pickle
 import tempfile
 import traceback
+from collections.abc import Iterator
 from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
@@ -25,6 +28,8 @@ from ..fx_passes.subgraph import IntRange, random_inputs
 from ..profilers.findings import Finding
 from .candidate import BaselineCandidate, CandidateLoadError, load_kernel
 from .job import Job
+from .phases import Phases
+from .precompile import precompile
 from .result import EvalResult, EvalStatus
 from .timing import Timing, measure_energy_j, time_kernel
 from .validate import precision_mode, validate
@@ -94,10 +99,16 @@ def _failure(error: BaseException, stage: str) -> EvalResult:
 
 
 def _timing_sets(job: Job, device: torch.device, l2_bytes: int) -> list[list[torch.Tensor]]:
+    """Input sets rotated between timed calls so that no call finds its inputs in L2: enough
+    sets to cover twice the L2, at most TIMING_SET_BYTES together; one set when a set alone
+    is over twice the L2 (a 4 GB input needs no second copy to defeat a 50 MB cache)."""
     ranges = {i: IntRange(lo, hi) for i, lo, hi in job.int_ranges}
     set_bytes = sum(math.prod(s) * getattr(torch, d).itemsize for s, _, d in job.input_meta) or 1
-    count = max(3, min(32, math.ceil(2 * l2_bytes / set_bytes)))
-    count = max(2, min(count, TIMING_SET_BYTES // set_bytes))
+    if set_bytes >= 2 * l2_bytes and l2_bytes:
+        count = 1
+    else:
+        count = max(3, min(32, math.ceil(2 * l2_bytes / set_bytes)))
+        count = max(2, min(count, TIMING_SET_BYTES // set_bytes))
     return [
         random_inputs(list(job.input_meta), ranges, job.seed * 1000 + 500 + k, device)
         for k in range(count)
@@ -110,40 +121,93 @@ def _l2_bytes(device: torch.device) -> int:
     return int(getattr(torch.cuda.get_device_properties(device), "L2_cache_size", 50 * 2**20))
 
 
-def evaluate_job(job: Job, state: WorkerState) -> EvalResult:
-    """Load, validate and time `job.candidate`. Expected failures come back as results;
-    a CUDA fault comes back as CRASHED with details["fatal"] set."""
+@contextlib.contextmanager
+def _holding(lock: Any, phases: Phases) -> Iterator[None]:
+    """The pool's GPU lock, so that one candidate at a time runs on the GPU (clean timings)
+    while the other workers load and compile; the wait is the "gpu_wait" phase."""
+    if lock is None:
+        yield
+        return
+    with phases("gpu_wait"):
+        lock.acquire()
+    try:
+        yield
+    finally:
+        lock.release()
+
+
+def evaluate_job(job: Job, state: WorkerState, gpu_lock: Any = None) -> EvalResult:
+    """Load, compile, time and validate `job.candidate`. Expected failures come back as
+    results; a CUDA fault comes back as CRASHED with details["fatal"] set. The seconds of each
+    phase are in details["phase_s"]."""
+    phases = Phases()
+    try:
+        result = _evaluate(job, state, phases, gpu_lock)
+    finally:
+        if torch.cuda.is_available() and job.device.startswith("cuda"):
+            torch.cuda.empty_cache()  # an idle worker holds no GPU memory for the next one
+    return dataclasses.replace(result, details={**result.details, "phase_s": phases.rounded()})
+
+
+def _evaluate(job: Job, state: WorkerState, phases: Phases, gpu_lock: Any) -> EvalResult:
     device = torch.device(job.device)
     if device.type == "cuda" and device.index is not None:  # bare "cuda" is the current one
         torch.cuda.set_device(device)
     reference = pickle.loads(job.reference)
-    baseline = isinstance(job.candidate, BaselineCandidate)
-    describe = {"candidate": job.candidate.describe(), "subgraph": job.name}
     with precision_mode(job.precision):
         try:
-            kernel = load_kernel(job.candidate, reference, state.workdir)
+            with phases("load"):
+                kernel = load_kernel(job.candidate, reference, state.workdir)
+            with phases("compile"):  # outside the GPU lock: CPU work overlaps other timings
+                precompile(kernel, job.input_meta, device)
         except Exception as e:
             return _failure(e, "load")
-        try:
+        with _holding(gpu_lock, phases):
+            return _on_gpu(job, state, kernel, reference, device, phases)
+
+
+def _on_gpu(
+    job: Job,
+    state: WorkerState,
+    kernel: Any,
+    reference: Any,
+    device: torch.device,
+    phases: Phases,
+) -> EvalResult:
+    """Time (giving up early on a candidate that cannot win), prove, check against the speed
+    of light, then energy and the feedback plan: everything that needs the GPU to itself."""
+    baseline = isinstance(job.candidate, BaselineCandidate)
+    describe = {"candidate": job.candidate.describe(), "subgraph": job.name}
+    abandon = None if baseline else job.abandon_above_ms
+    try:
+        with phases("time"):
+            l2 = _l2_bytes(device)
+            sets = _timing_sets(job, device, l2)
+            timing: Timing = time_kernel(
+                kernel, sets, device, job.timing_budget_s, l2 or 1, abandon
+            )
+            del sets
+    except Exception as e:
+        return _failure(e, "timing")
+    if timing.method.endswith("-abandoned"):
+        return _abandoned(timing, abandon, describe)
+    try:
+        with phases("validate"):
             # Baselines are what PyTorch runs: they are checked but not rejected for
             # run-to-run differences (e.g. atomics in index_add), only recorded.
             rejection, details = validate(kernel, reference, job, device, not baseline)
-        except Exception as e:
-            return _failure(e, "validate")
-        if rejection is not None:
-            return EvalResult(
-                rejection.status,
-                message=rejection.message,
-                details={**describe, **rejection.details},
-            )
-        try:
-            l2 = _l2_bytes(device)
-            sets = _timing_sets(job, device, l2)
-            timing: Timing = time_kernel(kernel, sets, device, job.timing_budget_s, l2 or 1)
-            sol_ms = state.sol_ms(job, device)
-            energy = measure_energy_j(kernel, sets[0], device) if job.measure_energy else None
-        except Exception as e:
-            return _failure(e, "timing")
+    except Exception as e:
+        return _failure(e, "validate")
+    if rejection is not None:
+        return EvalResult(
+            rejection.status, message=rejection.message, details={**describe, **rejection.details}
+        )
+    try:
+        sol_ms = state.sol_ms(job, device)
+        with phases("energy"):
+            energy = _energy(job, kernel, device) if job.measure_energy else None
+    except Exception as e:
+        return _failure(e, "timing")
     details = {**describe, **details, "timing_method": timing.method}
     if sol_ms is not None and timing.median_ms + timing.spread_ms < SOL_MARGIN * sol_ms:
         message = (
@@ -155,7 +219,10 @@ def evaluate_job(job: Job, state: WorkerState) -> EvalResult:
         return EvalResult(EvalStatus.SUSPICIOUS, sol_ms=sol_ms, message=message, details=details)
     findings: tuple[Finding, ...] = ()
     if job.feedback is not None and not baseline:
-        findings, more = _feedback(job, kernel, timing.median_ms, sets[0], state.workdir)
+        with phases("feedback"):
+            inputs = _timing_sets(job, device, 0)[0]
+            findings, more = _feedback(job, kernel, timing.median_ms, inputs, state.workdir)
+            del inputs
         details.update(more)
     return EvalResult(
         EvalStatus.OK,
@@ -169,6 +236,25 @@ def evaluate_job(job: Job, state: WorkerState) -> EvalResult:
         details=details,
         findings=findings,
     )
+
+
+def _abandoned(timing: Timing, limit: float | None, describe: dict[str, Any]) -> EvalResult:
+    """A candidate slower than the search's limit after its warm-up runs: recorded with that
+    rough time (the tree learns it is slow) and marked unproved, so it is never a winner."""
+    return EvalResult(
+        EvalStatus.OK,
+        median_ms=timing.median_ms,
+        spread_ms=timing.spread_ms,
+        times_ms=timing.times_ms,
+        message=f"abandoned: {timing.median_ms:.4g} ms in warm-up runs, over the "
+        f"{limit:.4g} ms this search still needs; not proved",
+        details={**describe, "abandoned": True, "timing_method": timing.method},
+    )
+
+
+def _energy(job: Job, kernel: Any, device: torch.device) -> float | None:
+    inputs = _timing_sets(job, device, 0)[0]
+    return measure_energy_j(kernel, inputs, device)
 
 
 def _feedback(
@@ -213,10 +299,29 @@ def _still_healthy(job: Job) -> bool:
         return False
 
 
-def worker_main(conn: Connection) -> None:
+class _PoolGpuLock:
+    """The pool's GPU, asked for and given back over the worker's pipe: the pool grants it
+    to one worker at a time and takes it back from a worker that dies holding it (a lock
+    shared between processes would stay locked)."""
+
+    def __init__(self, conn: Connection) -> None:
+        self.conn = conn
+
+    def acquire(self) -> None:
+        self.conn.send(("gpu", "acquire"))
+        reply = self.conn.recv()
+        if reply != ("gpu", "granted"):
+            raise RuntimeError(f"the pool answered {reply!r} to a GPU request")
+
+    def release(self) -> None:
+        self.conn.send(("gpu", "release"))
+
+
+def worker_main(conn: Connection, serialize_gpu: bool = False) -> None:
     """Serve jobs from `conn` until it closes: receive (job_id, Job), send (job_id, result
     dict, fatal). After a fatal CUDA error the worker exits and the pool starts a new one."""
     state = WorkerState(Path(tempfile.mkdtemp(prefix="kernelpro-worker-")))
+    gpu_lock = _PoolGpuLock(conn) if serialize_gpu else None
     conn.send(("ready", os.getpid()))
     while True:
         try:
@@ -227,7 +332,7 @@ def worker_main(conn: Connection) -> None:
             return
         job_id, job = message
         try:
-            result = evaluate_job(job, state)
+            result = evaluate_job(job, state, gpu_lock)
         except Exception as e:  # a bug in the evaluator itself: report it, keep serving
             result = _failure(e, "evaluator")
         fatal = bool(result.details.get("fatal")) or not _still_healthy(job)
