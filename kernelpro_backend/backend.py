@@ -20,8 +20,9 @@ import torch
 import torch.fx as fx
 
 from .options import Options
-from .providers import KernelProvider, NullProvider
+from .providers import KernelProvider
 from .rewrite import RewriteReport, SubgraphObserver, rewrite_graph
+from .tuner import default_provider
 
 log = logging.getLogger("kernelpro")
 
@@ -34,13 +35,6 @@ def _warn_no_cuda_once() -> None:
         "kernelpro: no CUDA GPU here, so kernel search and cached GPU kernels are off; the model "
         "runs on the fallback only (Inductor or eager), with unchanged numerics"
     )
-
-
-def default_provider(options: Options) -> KernelProvider:
-    """The provider the options ask for: cache lookups, and search on misses (autotune.py)."""
-    from .autotune import default_provider as assemble
-
-    return assemble(options)
 
 
 class CompileSession:
@@ -60,13 +54,10 @@ class CompileSession:
     def rewrite(
         self, gm: fx.GraphModule, graph_kind: str, inline: bool | None = None
     ) -> RewriteReport:
-        provider: KernelProvider = self.provider
-        if self.options.search == "off":
-            provider = NullProvider()
         report = rewrite_graph(
             gm,
             graph_kind,
-            provider,
+            self.provider,
             self.options.precision,
             self.observer,
             inline=self.options.inlines if inline is None else inline,
@@ -179,12 +170,7 @@ def make_backend(
         opts = Options.resolve(mode=mode, options=options)
         if opts.search != "off" and not torch.cuda.is_available():
             _warn_no_cuda_once()
-        if provider is None:
-            chosen = default_provider(opts)
-        elif isinstance(provider, KernelProvider):
-            chosen = provider
-        else:
-            chosen = provider(opts)
+        chosen = default_provider(opts, provider)
         session = CompileSession(opts, chosen, observer)
         if sessions is not None:
             sessions.append(session)

@@ -69,8 +69,21 @@ class Options:
     search_tools: tuple[str, ...] = ("ptxas", "sass")
     # The LLM proposer's model; None: $OPENAI_MODEL, else search.llm.DEFAULT_MODEL.
     llm_model: str | None = None
-    # Isolated worker processes used to compile, validate and time candidates.
-    workers: int = 1
+    # Isolated worker processes used to compile, validate and time candidates: they load and
+    # compile in parallel and take the GPU one at a time to validate and time, so timings stay
+    # clean. Fewer run at once when the subgraph's footprint leaves no room for more.
+    workers: int = 4
+    # Seconds one candidate may take in a worker (compile + validate + time + stage-2 tools),
+    # and more when ncu may run (~20 s typical, retried on old ncu builds).
+    job_timeout_s: float = 120.0
+    ncu_timeout_s: float = 240.0
+    # Seconds of timed runs per candidate after its warm-up (the search), and per entry when
+    # `kernelpro cache verify` only re-checks timings.
+    timing_s: float = 0.25
+    check_timing_s: float = 0.05
+    # The worker pool is kept for the whole process (warm CUDA contexts, torch and Triton
+    # imported) and shut down after this many idle seconds, or at exit.
+    pool_idle_s: float = 300.0
     # Show a progress bar during searches.
     progress: bool = True
 
@@ -150,6 +163,11 @@ def _resolved_type(name: str) -> Any:
         "min_gain_us": float,
         "max_trials": int,
         "workers": int,
+        "job_timeout_s": float,
+        "ncu_timeout_s": float,
+        "timing_s": float,
+        "check_timing_s": float,
+        "pool_idle_s": float,
         "progress": bool,
         "cache_dir": (str, type(None)),
         "llm_model": (str, type(None)),

@@ -4,7 +4,8 @@ the cache lacks, so that later runs (search="cache-only") start fast.
 Owns: `warmup(model, example_inputs, ...)` and its summary. Every winner is stored as soon as
 its search ends (the cache provider does that), so an interrupted warm-up loses no finished
 work: running it again searches only what is still missing.
-Must not: search or cache by itself (autotune.py assembles the provider that does).
+Must not: search or cache by itself (tuner/ assembles the provider that does). When it ends, no
+worker process holds GPU memory (the pool is shut down).
 """
 
 from __future__ import annotations
@@ -112,7 +113,7 @@ def warmup(
                 "kernelpro warmup searches kernels on a CUDA GPU and none is visible here; "
                 "run it on the machine (or the same GPU model) the model will train on"
             )
-        from .autotune import default_provider
+        from .tuner import default_provider
 
         provider = default_provider(resolved)
     rows: list[WarmupRow] = []
@@ -134,6 +135,10 @@ def warmup(
     else:
         with torch.no_grad():
             compiled(*inputs)
+    if torch.cuda.is_available():
+        from .tuner.searcher import release_gpu_memory
+
+        release_gpu_memory()
     return WarmupReport(rows=rows, seconds=time.perf_counter() - started)
 
 

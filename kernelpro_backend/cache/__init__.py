@@ -1,12 +1,15 @@
-"""The kernel cache: keys, the diskcache store, bundles for export/import, integrity checks.
+"""The kernel cache: keys, the diskcache store, bundles for export/import, integrity checks,
+the miss manifest.
 
-Must not: compile, load or search kernels (loaders and the searcher are injected).
+Must not: decide policy (tuner/ does), or compile, load or search kernels; maintenance's
+`verify` is handed the validator that re-proves entries (tuner/verify.py).
 Note: the repository-root `cache/` folder holds shipped bundles; this package reads them.
 """
 
 from .artifact import CorruptEntry, Entry, KernelArtifact, Provenance, decode_entry, encode_entry
 from .bundle import Bundle, BundleError, ImportReport, export_bundle, import_bundle, read_bundle
 from .cli import add_cli, run_cli
+from .entries import describe, pending, store_winner
 from .maintenance import (
     Checked,
     MaintenanceReport,
@@ -17,7 +20,6 @@ from .maintenance import (
     verify,
 )
 from .misses import MissManifest
-from .provider import CacheProvider, Loader, Searcher, describe, pending, store_winner
 from .store import CacheUnavailable, KernelCache, resolve_cache_dir
 from .toolchain import (
     CACHE_SCHEMA_VERSION,
@@ -33,7 +35,6 @@ __all__ = [
     "Bundle",
     "BundleError",
     "CacheKey",
-    "CacheProvider",
     "CacheUnavailable",
     "Checked",
     "CorruptEntry",
@@ -41,11 +42,9 @@ __all__ = [
     "ImportReport",
     "KernelArtifact",
     "KernelCache",
-    "Loader",
     "MaintenanceReport",
     "MissManifest",
     "Provenance",
-    "Searcher",
     "Toolchain",
     "Validator",
     "ValidatorUnavailable",

@@ -36,8 +36,9 @@ class MissManifest:
         self.path = Path(path)
         self._seen: set[str] = set()
 
-    def record(self, key: CacheKey, subgraph: Subgraph) -> bool:
-        """Record a miss; False when this key was already recorded."""
+    def record(self, key: CacheKey, subgraph: Subgraph, reason: str | None = None) -> bool:
+        """Record a miss (and why it was not searched, when it was skipped); False when this
+        key was already recorded."""
         if key.digest in self._seen:
             return False
         line = json.dumps(
@@ -50,6 +51,7 @@ class MissManifest:
                 "inputs": [[list(s), list(st), dt] for s, st, dt in subgraph.input_meta],
                 "graph": subgraph.graph,
                 "time": utc_now(),
+                **({"reason": reason} if reason else {}),
             },
             sort_keys=True,
         )

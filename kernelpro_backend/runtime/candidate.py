@@ -57,12 +57,19 @@ class SourceCandidate:
 
 @dataclasses.dataclass(frozen=True)
 class SpecCandidate:
-    """A codegen `KernelSpec`, carried as its JSON text and built inside the worker."""
+    """A codegen `KernelSpec`, carried as its JSON text and built inside the worker. With
+    `source` (a cached entry's stored, rendered module), that source is what runs, exactly
+    as a cache hit runs it, rather than today's rendering of the spec."""
 
     spec_json: str
+    source: str | None = None
+    entry: str | None = None
 
     def describe(self) -> dict[str, Any]:
-        return {"kind": "spec", "spec": self.spec_json}
+        out: dict[str, Any] = {"kind": "spec", "spec": self.spec_json}
+        if self.source is not None:
+            out["sha"] = hashlib.sha256(self.source.encode()).hexdigest()[:12]
+        return out
 
 
 @dataclasses.dataclass(frozen=True)
@@ -102,7 +109,7 @@ def load_kernel(candidate: Candidate, reference: torch.nn.Module, workdir: Path)
             return reference
         return torch.compile(reference, backend="inductor")  # type: ignore[return-value]
     if isinstance(candidate, SpecCandidate):
-        return _load_spec(candidate.spec_json)
+        return _load_spec(candidate)
     if candidate.language == "triton":
         return _load_python_module(candidate, workdir)
     # Imported here: the driver API bindings are needed only for CUDA candidates.
@@ -111,12 +118,16 @@ def load_kernel(candidate: Candidate, reference: torch.nn.Module, workdir: Path)
     return load_cuda_source(candidate.source, candidate.entry)
 
 
-def _load_spec(spec_json: str) -> KernelFn:
+def _load_spec(candidate: SpecCandidate) -> KernelFn:
     try:
         # Imported lazily: codegen is its own package and a worker may run without it.
-        from .. import codegen  # type: ignore[attr-defined]
+        from ..codegen import KernelSpec, RenderedKernel, build
 
-        return codegen.build(codegen.KernelSpec.from_json(spec_json))  # type: ignore[no-any-return]
+        spec = KernelSpec.from_json(candidate.spec_json)
+        if candidate.source is None:
+            return build(spec)
+        rendered = RenderedKernel("triton", candidate.source, candidate.entry or "entry")
+        return build(spec, rendered)
     except Exception as e:
         raise CandidateLoadError(f"building the KernelSpec failed: {type(e).__name__}: {e}") from e
 

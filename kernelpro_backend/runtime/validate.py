@@ -98,9 +98,12 @@ def compute_reference(reference: Callable[..., Any], inputs: Sequence[torch.Tens
         aliases = aliased_pairs(eager, inputs)
         upcast = [x.double() if x.dtype.is_floating_point else x for x in inputs]
         try:
-            exact = [o.clone() for o in _as_list(reference(*upcast))]
+            outs = _as_list(reference(*upcast))
         except Exception:  # an op without a float64 kernel here: the native run is the reference
             return Reference(eager, None, aliases)
+        del upcast  # at real sizes the float64 inputs are gigabytes: free them before copying
+        # Views (of an upcast input) are copied; fresh outputs are kept as they are.
+        exact = [o.clone() if o._is_view() else o for o in outs]
     return Reference(exact, eager, aliases)
 
 
@@ -129,17 +132,22 @@ def trial_inputs(
     seed = job.seed * 1000 + trial
     fresh = random_inputs(list(job.input_meta), ranges, seed, device)
     info: dict[str, Any] = {"trial": trial, "seed": seed, "scale": 1.0}
+    ref: Reference | None = None
     if trial == 1:
         candidate = _scaled(fresh, LARGE_SCALE)
         ref = compute_reference(reference, candidate)
         if _finite_where_exact_is(ref):
             fresh, info["scale"] = candidate, LARGE_SCALE
+        else:
+            ref = None
+        del candidate
     if trial == 1 and previous is not None:
         # Same addresses, new values: a result cached by pointer is now stale.
         for old, new in zip(previous, fresh, strict=True):
             old.untyped_storage().copy_(new.untyped_storage())
         fresh, info["in_place"] = previous, True
-    return fresh, compute_reference(reference, fresh), info
+    # The reference of the scaled values is computed once (the same values, now in place).
+    return fresh, ref if ref is not None else compute_reference(reference, fresh), info
 
 
 def run_once(

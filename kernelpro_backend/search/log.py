@@ -45,18 +45,26 @@ class SearchLog:
 
 
 class ProgressLine:
-    """`kernelpro softmax [3f2a91c0] trial 12/64  best 1.34x  71% of SOL`, redrawn in place."""
+    """`kernelpro softmax [3f2a91c0] trial 12/64  best 1.34x  71% of SOL  2.10 trials/s`,
+    redrawn in place."""
 
     def __init__(self, stream: TextIO | None, label: str, max_trials: int) -> None:
         self.stream, self.label, self.max_trials = stream, label, max_trials
 
-    def update(self, trial: int, speedup: float | None, sol_fraction: float | None) -> None:
+    def update(
+        self,
+        trial: int,
+        speedup: float | None,
+        sol_fraction: float | None,
+        trials_per_s: float | None = None,
+    ) -> None:
         if self.stream is None:
             return
         best = f"{speedup:.2f}x" if speedup is not None else "-"
         sol = f"{100 * sol_fraction:.0f}% of SOL" if sol_fraction is not None else "SOL unknown"
+        rate = f"  {trials_per_s:.2f} trials/s" if trials_per_s is not None else ""
         self.stream.write(
-            f"\rkernelpro {self.label} trial {trial}/{self.max_trials}  best {best}  {sol}"
+            f"\rkernelpro {self.label} trial {trial}/{self.max_trials}  best {best}  {sol}{rate}"
         )
         self.stream.flush()
 

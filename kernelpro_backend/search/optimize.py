@@ -25,6 +25,10 @@ from .space import SearchSpace
 from .tree import SearchTree, TreeParams
 from .winner import OBJECTIVES, Measured, choose_winner, fastest_baseline
 
+# A candidate whose warm-up runs are this much slower than the best proved time is timed no
+# further and not proved: it cannot win, and at real sizes proving costs seconds.
+ABANDON_RATIO = 1.5
+
 
 class Measurer(Protocol):
     def measure(self, subgraph: Any, candidates: Sequence[Hashable]) -> list[EvalResult]:
@@ -34,6 +38,52 @@ class Measurer(Protocol):
     def baselines(self, subgraph: Any) -> dict[str, EvalResult]:
         """{"eager": ..., "inductor": ...}, measured like candidates."""
         ...
+
+
+class AsyncMeasurer(Protocol):
+    """A measurer that keeps candidates in flight (tuner.measurer.PoolMeasurer)."""
+
+    def baselines(self, subgraph: Any) -> dict[str, EvalResult]: ...
+
+    def submit(
+        self, subgraph: Any, candidate: Hashable, abandon_above_ms: float | None = None
+    ) -> int:
+        """Start measuring `candidate`; returns a ticket."""
+        ...
+
+    def collect(self) -> list[tuple[int, EvalResult]]:
+        """Block until at least one submitted candidate is done; (ticket, result) pairs."""
+        ...
+
+
+class _Batched:
+    """A plain `Measurer` as an AsyncMeasurer: what was submitted is measured in one call."""
+
+    def __init__(self, inner: Measurer) -> None:
+        self.inner = inner
+        self.queue: list[tuple[int, Hashable]] = []
+        self.next = 0
+
+    def baselines(self, subgraph: Any) -> dict[str, EvalResult]:
+        return self.inner.baselines(subgraph)
+
+    def submit(
+        self, subgraph: Any, candidate: Hashable, abandon_above_ms: float | None = None
+    ) -> int:
+        self.subgraph = subgraph
+        self.next += 1
+        self.queue.append((self.next, candidate))
+        return self.next
+
+    def collect(self) -> list[tuple[int, EvalResult]]:
+        batch, self.queue = self.queue, []
+        results = self.inner.measure(self.subgraph, [c for _, c in batch])
+        if len(results) != len(batch):
+            raise RuntimeError(
+                f"measurer returned {len(results)} results for {len(batch)} candidates; "
+                "it must return exactly one EvalResult per candidate, in order"
+            )
+        return [(t, r) for (t, _), r in zip(batch, results, strict=True)]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -66,7 +116,7 @@ def optimize(
     subgraph: Any,
     *,
     space: SearchSpace,
-    measurer: Measurer,
+    measurer: Measurer | AsyncMeasurer,
     proposer: Proposer | None = None,
     budget: Budget,
     memory: SearchMemory | None = None,
@@ -80,125 +130,232 @@ def optimize(
     clock: Callable[[], float] = time.monotonic,
     stream: TextIO | None = None,
     tree_out: list[SearchTree] | None = None,
+    fixed_s: dict[str, float] | None = None,
 ) -> SearchOutcome:
     """Search `subgraph` for a kernel faster than its fallback within `budget`.
 
-    `batch_size` candidates are measured per call of `measurer.measure` (one per worker).
+    Up to `batch_size` candidates are in flight at once: with an AsyncMeasurer (`submit`/
+    `collect`) a new one starts as soon as one finishes; a plain Measurer measures them in
+    batches. The budget's wall time starts after the baselines; `fixed_s` (costs paid before
+    the search, e.g. the pool's start) is logged with the baselines' own time.
     `tree_out`, if given, receives the SearchTree (for inspection and tests)."""
     if objective not in OBJECTIVES:
         raise ValueError(f"unknown objective {objective!r}; use one of {OBJECTIVES}")
-    proposer = proposer or RuleProposer()
-    proposer_before = _proposer_stats(proposer)
-    # Without a persistent memory the search still learns within itself: a move that just
-    # gained is tried first on the next node (moves generalise across the tree).
-    memory = memory if memory is not None else SearchMemory(None)
-    digest = _digest(subgraph)
-    log = SearchLog(log_path)
-    # Baselines (an Inductor compile among them) are a fixed cost outside the trial budget.
-    baselines = dict(measurer.baselines(subgraph))
-    tracker = BudgetTracker(budget, clock)
-    base = fastest_baseline(baselines)
-    reference_ms = base[1].median_ms if base else None
-    sol_ms = next((r.sol_ms for r in baselines.values() if r.sol_ms), None)
-    tree = SearchTree(
+    async_measurer: Any = measurer if hasattr(measurer, "submit") else _Batched(measurer)  # type: ignore[arg-type]
+    search = _Search(
         subgraph,
         space,
-        proposer,
-        reference_ms=reference_ms,
-        memory=memory,
-        seed=seed,
-        params=params,
+        async_measurer,
+        proposer or RuleProposer(),
+        budget,
+        memory if memory is not None else SearchMemory(None),
+        SearchLog(log_path),
+        clock,
     )
-    if tree_out is not None:
-        tree_out.append(tree)
-    pattern = str(getattr(subgraph, "pattern", "?"))
-    line = ProgressLine(
-        (stream or sys.stderr) if progress else None, f"{pattern} [{digest[:8]}]", budget.max_trials
+    fixed = dict(fixed_s or {})
+    started = clock()
+    search.baselines = dict(async_measurer.baselines(subgraph))
+    fixed["baselines"] = round(clock() - started, 3)
+    fixed.update(_baseline_phases(search.baselines))
+    search.start(
+        seed, params, objective, fixed, tree_out, (stream or sys.stderr) if progress else None
     )
-    log.start(
-        subgraph=digest,
-        pattern=pattern,
-        kind=str(getattr(subgraph, "kind", "?")),
-        sol_ms=sol_ms,
-        baselines={k: v.median_ms for k, v in baselines.items()},
-        budget=budget.to_dict(),
-        objective=objective,
-        seed=seed,
-        proposer=proposer.name,
-    )
+    reason = search.run(max(1, batch_size))
+    return search.finish(reason, objective, min_gain_ms)
 
-    measured: list[Measured] = []
-    best_sol: float | None = None
-    best_ms: float | None = None
-    while True:
-        reason = tracker.stop_reason()
-        if reason is not None:
-            break
-        batch = tree.ask(min(batch_size, tracker.remaining_trials()))
-        if not batch:
-            reason = EXHAUSTED
-            break
-        results = measurer.measure(subgraph, [c for _, c in batch])
-        if len(results) != len(batch):
-            raise RuntimeError(
-                f"measurer returned {len(results)} results for {len(batch)} candidates; "
-                "it must return exactly one EvalResult per candidate, in order"
-            )
-        for (node_id, candidate), result in zip(batch, results, strict=True):
-            reward = tree.tell(node_id, result)
-            measured.append(Measured(node_id, candidate, result))
-            if result.ok and result.median_ms and (best_ms is None or result.median_ms < best_ms):
-                best_ms = result.median_ms
-                best_sol = result.sol_fraction
-            best_reward = tree.best_reward if measured and tree.best_reward > -1e300 else None
-            tracker.record(best_reward, best_sol)
-            node = tree.nodes[node_id]
-            log.trial(
-                id=node_id,
-                parent=node.parent or None,
-                candidate=space.describe(candidate),
-                move=node.move,
-                reason=node.reason,
-                status=result.status.value,
-                median_ms=result.median_ms,
-                speedup=_ratio(reference_ms, result.median_ms) if result.ok else None,
-                sol_fraction=result.sol_fraction,
-                reward=reward,
-                findings=[f.to_dict() for f in result.findings],
-                message=result.message,
-                **_profiling(result),
-            )
-            line.update(tracker.trials, _ratio(reference_ms, best_ms), best_sol)
 
-    choice = choose_winner(measured, baselines, objective, min_gain_ms=min_gain_ms)
-    saved = tracker.trials_saved(reason)
-    outcome = SearchOutcome(
-        subgraph=digest,
-        winner=choice.winner,
-        winner_id=choice.node_id,
-        result=choice.result,
-        baselines=baselines,
-        best_id=choice.best.node_id if choice.best else None,
-        best_result=choice.best.result if choice.best else None,
-        trials=tracker.trials,
-        trials_saved=saved,
-        stop_reason=reason,
-        tree=tree.summary(),
+class _Search:
+    """The state of one search: tree, tracker, log and what is in flight."""
+
+    def __init__(
+        self,
+        subgraph: Any,
+        space: SearchSpace,
+        measurer: AsyncMeasurer,
+        proposer: Proposer,
+        budget: Budget,
+        memory: SearchMemory,
+        log: SearchLog,
+        clock: Callable[[], float],
+    ) -> None:
+        self.subgraph, self.space, self.measurer = subgraph, space, measurer
+        self.proposer, self.budget, self.memory, self.log = proposer, budget, memory, log
+        self.clock = clock
+        self.digest = _digest(subgraph)
+        self.proposer_before = _proposer_stats(proposer)
+        self.baselines: dict[str, EvalResult] = {}
+        self.measured: list[Measured] = []
+        self.in_flight: dict[int, int] = {}  # ticket -> node id
+        self.best_ms: float | None = None
+        self.best_sol: float | None = None
+        self.phase_totals: dict[str, float] = {}
+
+    def start(
+        self,
+        seed: int,
+        params: TreeParams | None,
+        objective: str,
+        fixed: dict[str, float],
+        tree_out: list[SearchTree] | None,
+        stream: TextIO | None,
+    ) -> None:
+        base = fastest_baseline(self.baselines)
+        self.reference_ms = base[1].median_ms if base else None
+        self.tree = SearchTree(
+            self.subgraph,
+            self.space,
+            self.proposer,
+            reference_ms=self.reference_ms,
+            memory=self.memory,
+            seed=seed,
+            params=params,
+        )
+        if tree_out is not None:
+            tree_out.append(self.tree)
+        self.tracker = BudgetTracker(self.budget, self.clock)  # the budget starts now
+        self.fixed = fixed
+        pattern = str(getattr(self.subgraph, "pattern", "?"))
+        self.line = ProgressLine(stream, f"{pattern} [{self.digest[:8]}]", self.budget.max_trials)
+        self.log.start(
+            subgraph=self.digest,
+            pattern=pattern,
+            kind=str(getattr(self.subgraph, "kind", "?")),
+            sol_ms=next((r.sol_ms for r in self.baselines.values() if r.sol_ms), None),
+            baselines={k: v.median_ms for k, v in self.baselines.items()},
+            budget=self.budget.to_dict(),
+            objective=objective,
+            seed=seed,
+            proposer=self.proposer.name,
+            fixed_s=fixed,
+        )
+
+    def run(self, capacity: int) -> str:
+        """Keep up to `capacity` candidates in flight until a stop rule fires (what is in
+        flight then is still collected) or the tree has nothing left."""
+        while True:
+            reason = self.tracker.stop_reason()
+            if reason is None:
+                self._fill(capacity)
+            if not self.in_flight:
+                return reason or EXHAUSTED
+            for ticket, result in self.measurer.collect():
+                node_id = self.in_flight.pop(ticket, None)
+                if node_id is not None:
+                    self._tell(node_id, result)
+
+    def _fill(self, capacity: int) -> None:
+        while len(self.in_flight) < capacity:
+            if self.tracker.remaining_trials() - len(self.in_flight) <= 0:
+                return
+            batch = self.tree.ask(1)
+            if not batch:
+                return
+            node_id, candidate = batch[0]
+            limit = self.best_ms * ABANDON_RATIO if self.best_ms else None
+            ticket = self.measurer.submit(self.subgraph, candidate, abandon_above_ms=limit)
+            self.in_flight[ticket] = node_id
+
+    def _tell(self, node_id: int, result: EvalResult) -> None:
+        reward = self.tree.tell(node_id, result)
+        node = self.tree.nodes[node_id]
+        self.measured.append(Measured(node_id, node.candidate, result))
+        proved = result.ok and not result.details.get("abandoned")
+        if (
+            proved
+            and result.median_ms
+            and (self.best_ms is None or result.median_ms < self.best_ms)
+        ):
+            self.best_ms, self.best_sol = result.median_ms, result.sol_fraction
+        best_reward = self.tree.best_reward if self.tree.best_reward > -1e300 else None
+        self.tracker.record(best_reward, self.best_sol)
+        phases = dict(result.details.get("phase_s") or {})
+        for name, seconds in phases.items():
+            self.phase_totals[name] = self.phase_totals.get(name, 0.0) + float(seconds)
+        self.log.trial(
+            id=node_id,
+            parent=node.parent or None,
+            depth=self.tree.depth(node_id),
+            candidate=self.space.describe(node.candidate),
+            move=node.move,
+            reason=node.reason,
+            status=result.status.value,
+            median_ms=result.median_ms,
+            speedup=_ratio(self.reference_ms, result.median_ms) if result.ok else None,
+            sol_fraction=result.sol_fraction,
+            reward=reward,
+            findings=[f.to_dict() for f in result.findings],
+            message=result.message,
+            phase_s=phases,
+            elapsed_s=round(self.tracker.elapsed(), 3),
+            **_profiling(result),
+        )
+        rate = self.tracker.trials / max(self.tracker.elapsed(), 1e-9)
+        self.line.update(
+            self.tracker.trials, _ratio(self.reference_ms, self.best_ms), self.best_sol, rate
+        )
+
+    def finish(self, reason: str, objective: str, min_gain_ms: float) -> SearchOutcome:
+        choice = choose_winner(self.measured, self.baselines, objective, min_gain_ms=min_gain_ms)
+        tracker = self.tracker
+        outcome = SearchOutcome(
+            subgraph=self.digest,
+            winner=choice.winner,
+            winner_id=choice.node_id,
+            result=choice.result,
+            baselines=self.baselines,
+            best_id=choice.best.node_id if choice.best else None,
+            best_result=choice.best.result if choice.best else None,
+            trials=tracker.trials,
+            trials_saved=tracker.trials_saved(reason),
+            stop_reason=reason,
+            tree=self.tree.summary(),
+        )
+        search_s = tracker.elapsed()
+        why = _why_few(reason, tracker.trials, self.budget, self.measured)
+        self.log.end(
+            winner=choice.node_id if choice.node_id is not None else choice.winner,
+            best_ms=choice.result.median_ms if choice.result else None,
+            speedup_vs_inductor=outcome.speedup_vs_inductor,
+            trials=tracker.trials,
+            trials_saved_by_sol=outcome.trials_saved,
+            reason=reason,
+            why=why,
+            tree=outcome.tree,
+            fixed_s=self.fixed,
+            search_s=round(search_s, 3),
+            trials_per_s=round(tracker.trials / search_s, 3) if search_s > 0 else None,
+            phase_s={k: round(v, 3) for k, v in self.phase_totals.items()},
+            proposer_stats=_stats_delta(self.proposer_before, _proposer_stats(self.proposer)),
+        )
+        won = "fallback" if outcome.uses_fallback else f"kernel #{choice.node_id}"
+        text = f"{reason}: {won} wins ({choice.winner if outcome.uses_fallback else ''})"
+        self.line.finish(text.replace(" ()", "") + (f"; {why}" if why else ""))
+        return outcome
+
+
+def _baseline_phases(baselines: dict[str, EvalResult]) -> dict[str, float]:
+    """Each baseline's load (Inductor: its compile) and total seconds in the worker."""
+    out: dict[str, float] = {}
+    for name, result in baselines.items():
+        phases = result.details.get("phase_s") or {}
+        out[f"{name}_load"] = round(float(phases.get("load", 0.0)), 3)
+        out[f"{name}_total"] = round(sum(float(v) for v in phases.values()), 3)
+    return out
+
+
+def _why_few(reason: str, trials: int, budget: Budget, measured: list[Measured]) -> str | None:
+    """Why a search stopped with one trial or none: the budget against the first trial's cost."""
+    if trials > 1:
+        return None
+    if not measured:
+        return f"{reason} before any candidate finished"
+    phases = dict(measured[0].result.details.get("phase_s") or {})
+    total = sum(float(v) for v in phases.values())
+    slowest = max(phases.items(), key=lambda kv: float(kv[1]), default=("?", 0.0))
+    return (
+        f"{reason} after 1 trial: it took {total:.1f} s of the {budget.max_seconds:g} s budget, "
+        f"most of it in {slowest[0]} ({float(slowest[1]):.1f} s)"
     )
-    winner_ms = choice.result.median_ms if choice.result else None
-    log.end(
-        winner=choice.node_id if choice.node_id is not None else choice.winner,
-        best_ms=winner_ms,
-        speedup_vs_inductor=outcome.speedup_vs_inductor,
-        trials=tracker.trials,
-        trials_saved_by_sol=saved,
-        reason=reason,
-        tree=outcome.tree,
-        proposer_stats=_stats_delta(proposer_before, _proposer_stats(proposer)),
-    )
-    won = "fallback" if outcome.uses_fallback else f"kernel #{choice.node_id}"
-    line.finish(f"{reason}: {won} wins ({choice.winner if outcome.uses_fallback else ''})".strip())
-    return outcome
 
 
 def _profiling(result: EvalResult) -> dict[str, Any]:

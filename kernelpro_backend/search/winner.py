@@ -41,6 +41,11 @@ def fastest_baseline(baselines: Mapping[str, EvalResult]) -> tuple[str, EvalResu
     return name, result
 
 
+def _proved(result: EvalResult) -> bool:
+    """OK and proved: a candidate abandoned after its warm-up runs was never validated."""
+    return result.ok and not result.details.get("abandoned")
+
+
 def choose_winner(
     measured: Sequence[Measured],
     baselines: Mapping[str, EvalResult],
@@ -53,7 +58,7 @@ def choose_winner(
     if objective not in OBJECTIVES:
         raise ValueError(f"unknown objective {objective!r}; use one of {OBJECTIVES}")
     ok = sorted(
-        (m for m in measured if m.result.ok and m.result.median_ms is not None),
+        (m for m in measured if _proved(m.result) and m.result.median_ms is not None),
         key=lambda m: (m.result.median_ms, m.node_id),
     )
     best = ok[0] if ok else None

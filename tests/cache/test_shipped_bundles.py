@@ -10,12 +10,12 @@ from pathlib import Path
 import pytest
 import torch
 
-from kernelpro_backend.autotune import load_artifact
 from kernelpro_backend.cache.bundle import read_bundle
 from kernelpro_backend.cache.store import BUNDLE_SUFFIXES
 from kernelpro_backend.fx_passes.rebuild import rebuild_subgraph
 from kernelpro_backend.runtime.compare import compare
 from kernelpro_backend.runtime.validate import compute_reference, precision_mode
+from kernelpro_backend.tuner import load_artifact
 
 SHIPPED = Path(__file__).resolve().parents[2] / "cache"
 BUNDLES = sorted(p for p in SHIPPED.iterdir() if p.name.endswith(BUNDLE_SUFFIXES))

@@ -21,8 +21,9 @@ from kernelpro_backend.cache import (
     run_cli,
     verify,
 )
-from kernelpro_backend.cache_validator import CacheEntryValidator, artifact_candidate
 from kernelpro_backend.runtime import EvalResult, EvalStatus, SourceCandidate, SpecCandidate
+from kernelpro_backend.tuner import artifact_candidate
+from kernelpro_backend.tuner.verify import CacheEntryValidator
 
 WRONG_SOURCE = TANH_SOURCE.replace("+ 1.0", "+ 1.001")  # off by 1e-3: far outside float32 tol
 
@@ -203,9 +204,11 @@ def test_retime_updates_times_unless_dry_run(cache, tanh_sg):
     ]  # fmt: skip
 
 
-def test_artifact_candidate_prefers_the_spec():
+def test_artifact_candidate_prefers_the_spec_with_the_stored_source():
+    """verify proves the bytes a hit runs: the stored source, not today's rendering."""
     a = python_artifact(0)
-    assert artifact_candidate(dataclasses.replace(a, spec_json="{}")) == SpecCandidate("{}")
+    candidate = artifact_candidate(dataclasses.replace(a, spec_json="{}"))
+    assert candidate == SpecCandidate("{}", a.source, a.entry)
     assert isinstance(artifact_candidate(a), SourceCandidate)
     with pytest.raises(ValueError, match="cannot run cuda"):
         artifact_candidate(dataclasses.replace(a, language="cuda"))

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from kernelpro_backend.cache import KernelArtifact, cache_key, describe, verify
-from kernelpro_backend.cache_validator import CacheEntryValidator
+from kernelpro_backend.tuner.verify import CacheEntryValidator
 
 pytestmark = [
     pytest.mark.gpu,

@@ -14,7 +14,6 @@ from cuda_sources import (
     VECTOR_ADD,
 )
 
-from kernelpro_backend.autotune import load_artifact, winner_fields
 from kernelpro_backend.cache import KernelArtifact, KernelCache, cache_key
 from kernelpro_backend.runtime import EvalStatus, Job, SourceCandidate, cuda_driver
 from kernelpro_backend.runtime.cuda_compile import (
@@ -29,6 +28,7 @@ from kernelpro_backend.runtime.cuda_compile import (
 from kernelpro_backend.runtime.cuda_plan import resolve
 from kernelpro_backend.runtime.cuda_source import LaunchSpecError, TensorMeta, parse_launch
 from kernelpro_backend.runtime.worker import WorkerState, evaluate_job
+from kernelpro_backend.tuner import load_artifact, winner_fields
 
 needs_nvcc = pytest.mark.skipif(find_nvcc() is None, reason="nvcc is not installed here")
 ARCH = "sm_90a"

@@ -16,7 +16,6 @@ from cuda_sources import (
 )
 from runtime_helpers import subgraphs_of
 
-from kernelpro_backend.autotune import load_artifact, winner_fields
 from kernelpro_backend.cache import KernelArtifact, KernelCache, cache_key
 from kernelpro_backend.runtime import (
     EvalStatus,
@@ -29,6 +28,7 @@ from kernelpro_backend.runtime import (
 from kernelpro_backend.runtime.cuda_compile import compile_cuda, cutlass_include_dirs, nvrtc_version
 from kernelpro_backend.runtime.cuda_driver import CudaKernel, current_arch, load_cuda_source
 from kernelpro_backend.runtime.cuda_source import parse_launch
+from kernelpro_backend.tuner import load_artifact, winner_fields
 
 pytestmark = [
     pytest.mark.gpu,

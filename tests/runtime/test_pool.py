@@ -70,3 +70,19 @@ def test_inductor_baseline_is_validated_and_timed(softmax_subgraph):
         eager, inductor = pool.evaluate_many(job.baselines())
     assert eager.ok and inductor.ok, (eager.message, inductor.message)
     assert inductor.details["candidate"]["name"] == "inductor"
+
+
+def test_jobs_stay_in_flight_and_report_their_phases(pool, pointwise_subgraph):
+    """submit/collect: several jobs in flight on two workers that take the GPU (here: the
+    pool's lock) in turn; every result says where its time went, the queue included."""
+    tickets = [pool.submit(honest(pointwise_subgraph)) for _ in range(3)]
+    assert pool.in_flight == 3
+    done: dict = {}
+    while len(done) < 3:
+        done.update(pool.collect())
+    assert sorted(done) == tickets and pool.in_flight == 0
+    for result in done.values():
+        assert result.ok, result.message
+        phases = result.details["phase_s"]
+        assert {"queue", "load", "compile", "gpu_wait", "time", "validate"} <= set(phases)
+        assert all(v >= 0 for v in phases.values())

@@ -1,4 +1,4 @@
-"""CacheProvider: the search policies, loading hits, storing search winners, recording misses."""
+"""KernelFinder (the one per-subgraph policy): the search policies, loading hits, storing search winners, recording misses."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import logging
 import torch
 from graphs import python_artifact, python_loader
 
-from kernelpro_backend.cache import CacheProvider
 from kernelpro_backend.options import Options
+from kernelpro_backend.tuner import KernelFinder
 
 
 def _reference_check(kernel, subgraph):
@@ -28,7 +28,7 @@ def test_hit_is_loaded_and_computes_the_subgraph(cache, tanh_sg):
         loads.append(artifact)
         return python_loader(artifact)
 
-    provider = CacheProvider(cache, Options(), loader)
+    provider = KernelFinder(cache, Options(), loader)
     kernel = provider.find(tanh_sg)
     assert kernel is not None
     _reference_check(kernel, tanh_sg)
@@ -39,7 +39,7 @@ def test_hit_is_loaded_and_computes_the_subgraph(cache, tanh_sg):
 
 def test_cache_only_miss_runs_fallback_and_is_recorded(cache, tanh_sg):
     searched = []
-    provider = CacheProvider(cache, Options(), python_loader, searcher=searched.append)
+    provider = KernelFinder(cache, Options(), python_loader, searcher=searched.append)
     assert provider.find(tanh_sg) is None
     assert provider.find(tanh_sg) is None
     assert searched == []  # cache-only never searches
@@ -53,7 +53,7 @@ def test_on_miss_searches_stores_the_winner_and_reuses_it(cache, tanh_sg):
         calls.append(subgraph)
         return python_artifact(5)
 
-    provider = CacheProvider(cache, Options(search="on-miss"), python_loader, searcher)
+    provider = KernelFinder(cache, Options(search="on-miss"), python_loader, searcher)
     kernel = provider.find(tanh_sg)
     assert calls == [tanh_sg]
     _reference_check(kernel, tanh_sg)
@@ -65,13 +65,13 @@ def test_on_miss_searches_stores_the_winner_and_reuses_it(cache, tanh_sg):
     def must_not_search(subgraph):
         raise AssertionError("searched on a hit")
 
-    later = CacheProvider(cache, Options(search="on-miss"), python_loader, must_not_search)
+    later = KernelFinder(cache, Options(search="on-miss"), python_loader, must_not_search)
     _reference_check(later.find(tanh_sg), tanh_sg)
     assert not cache.misses.path.exists()
 
 
 def test_on_miss_without_a_winner_records_the_miss(cache, tanh_sg, caplog):
-    provider = CacheProvider(cache, Options(search="on-miss"), python_loader, lambda sg: None)
+    provider = KernelFinder(cache, Options(search="on-miss"), python_loader, lambda sg: None)
     assert provider.find(tanh_sg) is None
     assert len(cache.misses.entries()) == 1
     assert cache.get(cache.key_for(tanh_sg.key)) is None
@@ -80,7 +80,7 @@ def test_on_miss_without_a_winner_records_the_miss(cache, tanh_sg, caplog):
         raise RuntimeError("worker died")
 
     with caplog.at_level(logging.ERROR, logger="kernelpro.cache"):
-        crashed = CacheProvider(cache, Options(search="on-miss"), python_loader, crashing)
+        crashed = KernelFinder(cache, Options(search="on-miss"), python_loader, crashing)
         assert crashed.find(tanh_sg) is None
     assert "worker died" in caplog.text
 
@@ -91,7 +91,7 @@ def test_off_touches_nothing(cache, tanh_sg):
     def loader(artifact):
         raise AssertionError("loaded with search='off'")
 
-    assert CacheProvider(cache, Options(search="off"), loader).find(tanh_sg) is None
+    assert KernelFinder(cache, Options(search="off"), loader).find(tanh_sg) is None
     assert not cache.misses.path.exists()
 
 
@@ -102,13 +102,13 @@ def test_unloadable_hit_falls_back_with_a_log_line(cache, tanh_sg, caplog):
         raise OSError("CUDA_ERROR_INVALID_IMAGE")
 
     with caplog.at_level(logging.WARNING, logger="kernelpro.cache"):
-        assert CacheProvider(cache, Options(), loader).find(tanh_sg) is None
+        assert KernelFinder(cache, Options(), loader).find(tanh_sg) is None
     assert "CUDA_ERROR_INVALID_IMAGE" in caplog.text
 
 
 def test_from_options_uses_cache_dir_and_extra_dirs(tmp_path, tanh_sg):
     options = Options(cache_dir=str(tmp_path / "a"), extra_cache_dirs=(str(tmp_path / "b"),))
-    provider = CacheProvider.from_options(options, python_loader)
+    provider = KernelFinder.from_options(options, python_loader)
     try:
         assert provider.cache.directory == tmp_path / "a"
         assert provider.cache.extra_dirs == (tmp_path / "b",)

@@ -1,15 +1,17 @@
-"""The composition root: `options.proposer` is honoured, and "llm" without its endpoint settings
+"""The searcher and its measurer: `options.proposer` is honoured, and "llm" without its endpoint settings
 fails once, at set-up, saying what to set; the measurer asks the workers for the two-stage
 feedback (`options.search_tools`, ncu only below the subgraph's best time) and classifies a
 result itself only when the worker's feedback failed."""
 
 from __future__ import annotations
 
+import contextlib
+
 import pytest
 
-from kernelpro_backend.autotune import make_proposer
 from kernelpro_backend.options import Options
 from kernelpro_backend.search import LLMProposer, LLMSetupError, RuleProposer
+from kernelpro_backend.tuner.searcher import make_proposer
 
 ENDPOINT = {"OPENAI_BASE_URL": "http://127.0.0.1:1/v1", "OPENAI_API_KEY": "k"}
 
@@ -42,8 +44,8 @@ def test_the_searcher_hands_its_proposer_to_optimize(monkeypatch, tmp_path):
     import torch
     from helpers import subgraphs_of
 
-    import kernelpro_backend.search as search
-    from kernelpro_backend.autotune import SubgraphSearcher
+    import kernelpro_backend.tuner.searcher as searcher_module
+    from kernelpro_backend.tuner.searcher import SubgraphSearcher
 
     for name, value in ENDPOINT.items():
         monkeypatch.setenv(name, value)
@@ -57,39 +59,59 @@ def test_the_searcher_hands_its_proposer_to_optimize(monkeypatch, tmp_path):
         seen.update(kwargs)
         raise _Stop
 
-    monkeypatch.setattr(search, "optimize", fake_optimize)
+    monkeypatch.setattr(searcher_module, "optimize", fake_optimize)
+    monkeypatch.setattr(searcher_module, "lease_pool", _fake_lease)
     (sg,) = subgraphs_of(lambda x: torch.softmax(x, -1), torch.randn(8, 40), train=False)
     with pytest.raises(_Stop):
         searcher(sg)
     assert seen["proposer"] is searcher.proposer and isinstance(searcher.proposer, LLMProposer)
 
 
+@contextlib.contextmanager
+def _fake_lease(workers, timeout_s, idle_s):
+    yield _FakePool([])
+
+
 class _FakePool:
+    """The pool's interface (evaluate_many, submit/collect), answering from a list."""
+
+    start_s = 0.0
+
     def __init__(self, results):
-        self.results, self.jobs = list(results), []
+        self.results, self.jobs, self.submitted = list(results), [], {}
 
     def evaluate_many(self, jobs):
         self.jobs.append(list(jobs))
         return [self.results.pop(0) for _ in jobs]
+
+    def submit(self, job):
+        ticket = len(self.submitted)
+        self.submitted[ticket] = job
+        return ticket
+
+    def collect(self):
+        done = {t: self.results.pop(0) for t in sorted(self.submitted)}
+        self.jobs.append([self.submitted[t] for t in sorted(self.submitted)])
+        self.submitted = {}
+        return done
 
 
 def test_the_measurer_asks_workers_for_feedback_and_ncu_only_below_the_best(tmp_path):
     import torch
     from helpers import subgraphs_of
 
-    from kernelpro_backend.autotune import PoolMeasurer
     from kernelpro_backend.profilers import Finding, Severity
     from kernelpro_backend.profilers.ceilings import Ceilings
     from kernelpro_backend.profilers.feedback import subgraph_roofs
     from kernelpro_backend.profilers.speed_of_light import SpeedOfLight
     from kernelpro_backend.runtime import EvalResult, EvalStatus, SourceCandidate
+    from kernelpro_backend.tuner.measurer import PoolMeasurer
 
     (sg,) = subgraphs_of(lambda x: torch.softmax(x, -1), torch.randn(8, 40), train=False)
     options = Options.resolve(
         options={"search_tools": "ptxas,ncu", "cache_dir": str(tmp_path)}, environ={}
     )
-    measurer = PoolMeasurer(options)
-    measurer._ceilings = Ceilings("H100", 3.0e12, 60e12, 400e12, 800e12, 50 * 2**20)
+    ceilings = Ceilings("H100", 3.0e12, 60e12, 400e12, 800e12, 50 * 2**20)
     roof = Finding("roofline", "bottleneck", "memory-bound", None, Severity.LOW, "from the worker")
     ptxas = Finding("ptxas", "registers_per_thread", 32, None, Severity.INFO, "32 registers")
 
@@ -97,14 +119,15 @@ def test_the_measurer_asks_workers_for_feedback_and_ncu_only_below_the_best(tmp_
         return EvalResult(EvalStatus.OK, median_ms=ms, findings=findings)
 
     results = [ok(2.0), ok(1.0), EvalResult(EvalStatus.WRONG), ok(1.5, (ptxas,))]
-    measurer._pool = pool = _FakePool(results)
+    pool = _FakePool(results)
+    measurer = PoolMeasurer(options, pool, sg, ceilings, capacity=2)
     candidates = [SourceCandidate("triton", f"# {i}\ndef entry(x): ...", "entry") for i in range(4)]
 
     first = measurer.measure(sg, candidates[:2])
     plan = pool.jobs[0][0].feedback
     assert plan.tools == ("ptxas", "ncu") and plan.ncu_below_ms is None  # nothing to beat yet
     work = SpeedOfLight.work(sg)
-    assert plan.roofs == subgraph_roofs(work, measurer._ceilings, sg.precision)
+    assert plan.roofs == subgraph_roofs(work, ceilings, sg.precision)
     assert [r.findings for r in first] == [(roof,), (roof,)]  # the worker's roofline, not twice
 
     second = measurer.measure(sg, candidates[2:])
@@ -112,22 +135,25 @@ def test_the_measurer_asks_workers_for_feedback_and_ncu_only_below_the_best(tmp_
     assert second[0].findings == ()  # failed: no roofline
     # OK without a roofline finding (the worker's feedback failed): the parent classifies it
     assert [f.tool for f in second[1].findings] == ["roofline", "roofline", "ptxas"]
-    assert measurer._best_ms == {sg.key.digest: 1.0}
+    assert measurer.best_ms == 1.0
 
-    measurer._pool = _FakePool([ok(3.0), ok(2.5)])
+    measurer.pool = _FakePool([ok(3.0), ok(2.5)])
     measurer.baselines(sg)
-    assert all(job.feedback is None for job in measurer._pool.jobs[0])
+    assert all(job.feedback is None for job in measurer.pool.jobs[0])
 
 
-def test_ncu_in_search_tools_gives_workers_more_time(monkeypatch):
-    import kernelpro_backend.runtime as runtime
-    from kernelpro_backend.autotune import JOB_TIMEOUT_S, NCU_TIMEOUT_S, PoolMeasurer
+def test_ncu_in_search_tools_gives_workers_more_time():
+    from kernelpro_backend.tuner.searcher import SubgraphSearcher
 
-    made = []
-    monkeypatch.setattr(runtime, "WorkerPool", lambda **kw: made.append(kw) or kw)
-    for tools, timeout in (
-        ("ptxas,sass", JOB_TIMEOUT_S),
-        ("ptxas,ncu", JOB_TIMEOUT_S + NCU_TIMEOUT_S),
-    ):
-        PoolMeasurer(Options.resolve(options={"search_tools": tools}, environ={})).pool  # noqa: B018
-        assert made[-1]["timeout_s"] == timeout
+    for tools, timeout in (("ptxas,sass", 120.0), ("ptxas,ncu", 120.0 + 240.0)):
+        options = Options.resolve(options={"search_tools": tools}, environ={})
+        assert SubgraphSearcher(options).job_timeout_s == timeout
+    options = Options.resolve(options={"job_timeout_s": 30, "ncu_timeout_s": 5}, environ={})
+    assert (
+        SubgraphSearcher(
+            Options.resolve(
+                options={"search_tools": "ncu", "job_timeout_s": 30, "ncu_timeout_s": 5}, environ={}
+            )
+        ).job_timeout_s
+        == 35
+    )

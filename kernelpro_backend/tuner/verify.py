@@ -2,11 +2,10 @@
 
 Owns: `CacheEntryValidator`, which for one cache entry rebuilds the PyTorch reference from the
 entry's canonical subgraph text and key (fx_passes.rebuild), loads the kernel with the
-backend's loader (autotune.load_artifact, the same path a cache hit takes), and proves it with
+backend's loader (tuner.artifacts.load_artifact, the same path a cache hit takes), and proves it with
 the evaluator the search uses (a runtime `Job` in the isolated `WorkerPool`: fresh seeded
 inputs, poisoned outputs, dtype tolerances, inputs unmodified, determinism, the speed-of-light
-check), optionally re-timing it and the eager/Inductor baselines; and `artifact_candidate`,
-an artifact in the form the evaluator runs.
+check), optionally re-timing it and the eager/Inductor baselines.
 Must not: decide what to delete or touch the store (cache.maintenance.verify does), or hold
 validation logic of its own (runtime/ does): it only connects rebuild, loader and evaluator.
 """
@@ -18,33 +17,16 @@ import secrets
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from .cache.artifact import Entry, KernelArtifact
-from .cache.maintenance import ValidatorUnavailable, Verdict
-from .cache.provider import Loader
-from .cache.toolchain import Toolchain, current_arch, current_toolchain
-from .fx_passes.rebuild import RebuildError, rebuild_subgraph
-from .runtime.candidate import Candidate, SourceCandidate, SpecCandidate
-from .runtime.job import Job
-from .runtime.result import EvalResult
+from ..cache.artifact import Entry, KernelArtifact
+from ..cache.maintenance import ValidatorUnavailable, Verdict
+from ..cache.toolchain import Toolchain, current_arch, current_toolchain
+from ..fx_passes.rebuild import RebuildError, rebuild_subgraph
+from ..runtime.job import Job
+from ..runtime.result import EvalResult
+from .artifacts import Loader, artifact_candidate, load_artifact
 
 # Runs jobs in isolation and returns their results in order (WorkerPool.evaluate_many).
 Evaluate = Callable[[Sequence[Job]], list[EvalResult]]
-
-CHECK_TIMING_S = 0.05  # timed runs per entry when only checking (the search uses 0.25 s)
-
-
-def artifact_candidate(artifact: KernelArtifact) -> Candidate:
-    """The evaluator's form of a cached kernel: its KernelSpec where codegen made it (built
-    exactly as `autotune.load_artifact` builds it), else its source. A "python" artifact (tests)
-    is a plain Python module defining `entry`, which the evaluator loads like Triton source."""
-    if artifact.spec_json is not None:
-        return SpecCandidate(artifact.spec_json)
-    if artifact.language in ("triton", "python"):
-        return SourceCandidate("triton", artifact.source, artifact.entry)
-    raise ValueError(
-        f"the evaluator cannot run {artifact.language} kernels without a KernelSpec; "
-        "re-run the search to replace this entry"
-    )
 
 
 class CacheEntryValidator:
@@ -65,8 +47,9 @@ class CacheEntryValidator:
         workers: int = 1,
         timeout_s: float = 120,
         cache_dir: str | None = None,
+        check_timing_s: float = 0.05,
     ) -> None:
-        self.loader = loader or _default_loader()
+        self.loader = loader or load_artifact
         self.arch = arch or current_arch()
         self.toolchain = toolchain or current_toolchain()
         self.retime = retime
@@ -75,6 +58,7 @@ class CacheEntryValidator:
         self.workers = workers
         self.timeout_s = timeout_s
         self.cache_dir = cache_dir
+        self.check_timing_s = check_timing_s  # timed runs per entry when only checking
         self._evaluate = evaluate
         self._pool: Any = None
         self._ceilings: Any = None
@@ -107,7 +91,7 @@ class CacheEntryValidator:
             subgraph, candidate, seed=self.seed, ceilings=self._ceilings_for(subgraph)
         )
         if not self.retime:
-            job = dataclasses.replace(job, timing_budget_s=CHECK_TIMING_S)
+            job = dataclasses.replace(job, timing_budget_s=self.check_timing_s)
         jobs = [job, *job.baselines()] if self.retime else [job]
         results = self.evaluate(jobs)
         result = results[0]
@@ -151,7 +135,7 @@ class CacheEntryValidator:
         if self._evaluate is not None:
             return self._evaluate(jobs)
         if self._pool is None:
-            from .runtime import WorkerPool
+            from ..runtime import WorkerPool
 
             try:
                 self._pool = WorkerPool(workers=self.workers, timeout_s=self.timeout_s)
@@ -165,8 +149,8 @@ class CacheEntryValidator:
         if subgraph.device.type != "cuda" or self._evaluate is not None:
             return None
         if self._ceilings is None:
-            from .cache.store import resolve_cache_dir
-            from .profilers.ceilings import Ceilings
+            from ..cache.store import resolve_cache_dir
+            from ..profilers.ceilings import Ceilings
 
             try:
                 self._ceilings = Ceilings.load_or_measure("cuda", resolve_cache_dir(self.cache_dir))
@@ -184,9 +168,3 @@ class CacheEntryValidator:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-
-def _default_loader() -> Loader:
-    from .autotune import load_artifact
-
-    return load_artifact

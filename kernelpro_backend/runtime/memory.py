@@ -1,0 +1,80 @@
+"""How many candidates of a subgraph fit on the GPU next to the user's own tensors.
+
+Owns: `Footprint` (the bytes one evaluation needs: while it validates on the GPU, and while
+it only compiles), `plan_memory(footprint, free_bytes, workers)` -> `MemoryPlan`, and
+`gpu_free_bytes(device)`, which first returns the caller's cached allocator blocks.
+Must not: allocate, evaluate or decide what to try.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Sequence
+
+import torch
+
+TensorMeta = tuple[tuple[int, ...], tuple[int, ...], str]
+GiB = 2**30
+# A worker's CUDA context and Triton/Inductor scratch, and a margin for the allocator's
+# rounding and fragmentation: what the estimate cannot see.
+CONTEXT_BYTES = 768 * 2**20
+HEADROOM = 0.9
+
+
+def _bytes(meta: Sequence[TensorMeta], as_float64: bool = False) -> int:
+    total = 0
+    for shape, _, dtype in meta:
+        dt = getattr(torch, dtype)
+        size = 8 if as_float64 and dt.is_floating_point else dt.itemsize
+        total += math.prod(shape) * size
+    return total
+
+
+@dataclasses.dataclass(frozen=True)
+class Footprint:
+    validate_bytes: int  # peak while proving: inputs, copies, float64 reference, outputs
+    compile_bytes: int  # while precompiling: empty inputs and outputs of the real shapes
+
+    @classmethod
+    def of(cls, input_meta: Sequence[TensorMeta], output_meta: Sequence[TensorMeta]) -> Footprint:
+        """From the subgraph's tensors. While validating a worker holds the inputs and their
+        saved copy, the float64 upcast inputs and reference outputs, the native reference,
+        and the candidate's outputs with their snapshots for two runs (determinism)."""
+        ins, outs = _bytes(input_meta), _bytes(output_meta)
+        ins64, outs64 = _bytes(input_meta, True), _bytes(output_meta, True)
+        validate = 2 * ins + ins64 + outs64 + 5 * outs + CONTEXT_BYTES
+        return cls(validate_bytes=validate, compile_bytes=ins + outs + CONTEXT_BYTES)
+
+
+@dataclasses.dataclass(frozen=True)
+class MemoryPlan:
+    concurrent: int  # evaluations in flight at once; 0: the search cannot run
+    free_bytes: int
+    footprint: Footprint
+
+    @property
+    def message(self) -> str:
+        need = self.footprint.validate_bytes / GiB
+        return (
+            f"needs {need:.1f} GiB to prove a candidate, {self.free_bytes / GiB:.1f} GiB free; "
+            "kept the fallback"
+        )
+
+
+def plan_memory(footprint: Footprint, free_bytes: int, workers: int) -> MemoryPlan:
+    """One evaluation validates at a time (the pool's GPU lock); the others compile. So one
+    fits when its validation peak fits in `free_bytes` (less a margin), and each more needs
+    its compile footprint."""
+    usable = int(free_bytes * HEADROOM)
+    if footprint.validate_bytes > usable:
+        return MemoryPlan(0, free_bytes, footprint)
+    more = (usable - footprint.validate_bytes) // max(1, footprint.compile_bytes)
+    return MemoryPlan(max(1, min(workers, 1 + int(more))), free_bytes, footprint)
+
+
+def gpu_free_bytes(device: torch.device | str = "cuda") -> int:
+    """Free device memory after returning the caller's cached (unused) allocator blocks."""
+    torch.cuda.empty_cache()
+    free, _ = torch.cuda.mem_get_info(torch.device(device))
+    return int(free)

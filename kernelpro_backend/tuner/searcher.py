@@ -1,0 +1,168 @@
+"""Searching one subgraph on a cache miss: lowering, memory plan, pool lease, search, winner.
+
+Owns: `SubgraphSearcher` (subgraph -> proved winner as a `KernelArtifact`, or None when the
+fallback stays fastest, no template covers the subgraph, or it cannot fit on the GPU) and
+`make_proposer` (the proposer `options.proposer` names).
+Must not: read or write the cache (finder.py does), or compile, validate and time candidates
+itself (the pool's workers do, through measurer.py).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from ..cache.artifact import KernelArtifact, Provenance
+from ..cache.store import resolve_cache_dir
+from ..codegen import Unsupported, lower
+from ..fx_passes import Subgraph
+from ..options import Options
+from ..profilers.ceilings import Ceilings
+from ..runtime.memory import Footprint, MemoryPlan, gpu_free_bytes, plan_memory
+from ..runtime.shared_pool import lease_pool
+from ..search import Budget, SearchMemory, codegen_space, default_memory_path, optimize
+from .artifacts import winner_fields
+from .measurer import PoolMeasurer
+
+if TYPE_CHECKING:
+    from ..search import Proposer
+
+log = logging.getLogger("kernelpro")
+
+
+def make_proposer(options: Options, environ: Mapping[str, str] | None = None) -> Proposer:
+    """The proposer `options.proposer` names. "llm" checks its package and endpoint settings
+    here, when the searcher is built, so a missing one fails once with what to set rather than
+    inside every search; nodes its answers leave without children get the rules' children
+    (logged)."""
+    from ..search import LLMProposer, RuleProposer
+
+    if options.proposer == "llm":
+        return LLMProposer.from_environ(options.llm_model, environ, fallback=RuleProposer())
+    return RuleProposer()
+
+
+class SubgraphSearcher:
+    """On a cache miss: lower the subgraph, plan its memory, search it, return the winner as
+    an artifact. `skipped` holds why the last subgraph was not searched (for the manifest)."""
+
+    def __init__(self, options: Options) -> None:
+        self.options = options
+        self.proposer = make_proposer(options)
+        self.skipped: str | None = None
+        self._ceilings: Ceilings | None = None
+
+    def ceilings(self, subgraph: Subgraph) -> Ceilings | None:
+        """The device's measured ceilings (cached in the cache dir); None off the GPU."""
+        if subgraph.device.type != "cuda":
+            return None
+        if self._ceilings is None:
+            self._ceilings = Ceilings.load_or_measure("cuda", str(cache_root(self.options)))
+        return self._ceilings
+
+    @property
+    def job_timeout_s(self) -> float:
+        ncu = self.options.ncu_timeout_s if "ncu" in self.options.search_tools else 0.0
+        return self.options.job_timeout_s + ncu
+
+    def _searchable(self, subgraph: Subgraph) -> bool:
+        selected = self.options.search_patterns
+        if selected and subgraph.pattern not in selected:
+            log.info(
+                "kernelpro: %s %s is not in search_patterns (%s): fallback",
+                subgraph.graph,
+                subgraph.pattern,
+                ", ".join(selected),
+            )
+            return False
+        try:
+            lower(subgraph)
+        except Unsupported as e:
+            log.info("kernelpro: no template for %s subgraph (%s): fallback", subgraph.pattern, e)
+            return False
+        return True
+
+    def plan(self, subgraph: Subgraph) -> MemoryPlan:
+        """How many of the subgraph's evaluations fit on its GPU at once (off the GPU: all)."""
+        footprint = Footprint.of(subgraph.input_meta, subgraph.output_meta)
+        if subgraph.device.type != "cuda":
+            return MemoryPlan(self.options.workers, 0, footprint)
+        return plan_memory(footprint, gpu_free_bytes(subgraph.device), self.options.workers)
+
+    def __call__(self, subgraph: Subgraph) -> KernelArtifact | None:
+        self.skipped = None
+        if not self._searchable(subgraph):
+            return None
+        plan = self.plan(subgraph)
+        if plan.concurrent == 0:
+            self.skipped = plan.message
+            log.warning("kernelpro: %s %s %s", subgraph.graph, subgraph.pattern, plan.message)
+            return None
+        log_dir = cache_root(self.options) / "logs"
+        log_dir.mkdir(parents=True, exist_ok=True)
+        log_path = str(log_dir / f"{subgraph.key.digest[:16]}.jsonl")
+        leased = time.perf_counter()
+        with lease_pool(self.options.workers, self.job_timeout_s, self.options.pool_idle_s) as pool:
+            fixed = {
+                "pool_start": round(pool.start_s or 0.0, 3),
+                "lease": round(time.perf_counter() - leased, 3),
+            }
+            measurer = PoolMeasurer(
+                self.options, pool, subgraph, self.ceilings(subgraph), plan.concurrent
+            )
+            fixed["prepare"] = round(time.perf_counter() - leased - fixed["lease"], 3)
+            outcome = optimize(
+                subgraph,
+                space=codegen_space(),  # type: ignore[arg-type]
+                measurer=measurer,
+                proposer=self.proposer,
+                budget=Budget.from_options(self.options),
+                memory=SearchMemory(default_memory_path(str(cache_root(self.options)))),
+                log_path=log_path,
+                progress=self.options.progress,
+                objective=self.options.objective,
+                min_gain_ms=self.options.min_gain_ms(),
+                batch_size=plan.concurrent,
+                fixed_s=fixed,
+            )
+        return _artifact(outcome, subgraph, log_path)
+
+
+def _artifact(outcome: Any, subgraph: Subgraph, log_path: str) -> KernelArtifact | None:
+    baselines = {k: r.median_ms for k, r in outcome.baselines.items() if r.ok and r.median_ms}
+    if outcome.uses_fallback or outcome.result is None:
+        log.info(
+            "kernelpro: %s %s: the fallback (%s) stays fastest after %d trials",
+            subgraph.graph,
+            subgraph.pattern,
+            outcome.winner,
+            outcome.trials,
+        )
+        return None
+    return KernelArtifact(
+        **winner_fields(outcome.winner, device=subgraph.device),
+        kernel_ms=outcome.result.median_ms,
+        baselines_ms=baselines,
+        sol_fraction=outcome.result.sol_fraction,
+        provenance=Provenance(search_log=log_path),
+    )
+
+
+def cache_root(options: Options) -> Path:
+    """Where logs, search memory and ceilings go: the cache's own directory."""
+    return Path(resolve_cache_dir(options.cache_dir))
+
+
+def release_gpu_memory() -> None:
+    """After a warm-up: shut the pool down so no worker holds GPU memory, and return the
+    caller's cached blocks."""
+    from ..runtime.shared_pool import release_pool
+
+    release_pool()
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
