@@ -38,12 +38,16 @@ class Footprint:
 
     @classmethod
     def of(cls, input_meta: Sequence[TensorMeta], output_meta: Sequence[TensorMeta]) -> Footprint:
-        """From the subgraph's tensors. While validating a worker holds the inputs and their
-        saved copy, the float64 upcast inputs and reference outputs, the native reference,
-        and the candidate's outputs with their snapshots for two runs (determinism)."""
+        """From the subgraph's tensors. Validation peaks either while the reference runs (the
+        previous trial's inputs, this trial's, their float64 upcast, the float64 and native
+        reference outputs) or while the candidate runs (inputs and their saved copy, both
+        references, and the candidate's outputs, their snapshot and a second run's outputs
+        for the determinism check)."""
         ins, outs = _bytes(input_meta), _bytes(output_meta)
         ins64, outs64 = _bytes(input_meta, True), _bytes(output_meta, True)
-        validate = 2 * ins + ins64 + outs64 + 5 * outs + CONTEXT_BYTES
+        reference = 2 * ins + ins64 + outs64 + outs
+        candidate = 2 * ins + outs64 + outs + 3 * outs
+        validate = max(reference, candidate) + CONTEXT_BYTES
         return cls(validate_bytes=validate, compile_bytes=ins + outs + CONTEXT_BYTES)
 
 
