@@ -97,11 +97,14 @@ def warmup(
     loss_fn: Callable[[Any], torch.Tensor] | None = None,
     options: dict[str, Any] | None = None,
     provider: KernelProvider | None = None,
+    release_workers: bool = True,
 ) -> WarmupReport:
     """Search every subgraph of `model` the cache lacks (forward and, with `train`, backward).
 
     `budget_s` is the search budget per subgraph; `loss_fn(output) -> scalar` defines the
-    training step (default: sum of the output)."""
+    training step (default: sum of the output). `release_workers`: shut the worker pool down at
+    the end (no worker keeps GPU memory); a caller warming several models keeps it and calls
+    `tuner.searcher.release_gpu_memory()` itself."""
     opts = dict(options or {})
     opts.setdefault("search", "on-miss")
     if budget_s is not None:
@@ -135,7 +138,7 @@ def warmup(
     else:
         with torch.no_grad():
             compiled(*inputs)
-    if torch.cuda.is_available():
+    if release_workers and torch.cuda.is_available():
         from .tuner.searcher import release_gpu_memory
 
         release_gpu_memory()

@@ -17,6 +17,7 @@ import torch
 from kernelpro_backend.bench.problems import load_problem, problem_files
 from kernelpro_backend.bench.search_report import report, summarize_logs, table
 from kernelpro_backend.bench.workloads import WORKLOADS
+from kernelpro_backend.tuner.searcher import release_gpu_memory
 from kernelpro_backend.warmup import warmup
 
 
@@ -43,20 +44,22 @@ def main() -> int:
         started = time.perf_counter()
         try:
             work = load_problem(path, device)
-            warmup(work.model, work.inputs, train=False, budget_s=args.budget_s, options=options)
+            warmup(work.model, work.inputs, train=False, budget_s=args.budget_s, options=options,
+                   release_workers=False)  # fmt: skip
         except Exception as e:  # one problem's failure is reported, the others still run
             print(f"{path.stem}: FAILED {type(e).__name__}: {e}", flush=True)
         walls[path.stem] = round(time.perf_counter() - started, 1)
         print(f"{path.stem}: {walls[path.stem]} s", flush=True)
-        del work
+        work = None  # type: ignore[assignment]
         torch.cuda.empty_cache()
     for name in [w for w in args.workloads.split(",") if w]:
         started = time.perf_counter()
         work = WORKLOADS[name](device, None, "full")
         warmup(work.model, work.inputs, budget_s=args.budget_s, loss_fn=work.loss_fn,
-               options=options)  # fmt: skip
+               options=options, release_workers=False)  # fmt: skip
         walls[name] = round(time.perf_counter() - started, 1)
         print(f"{name}: {walls[name]} s", flush=True)
+    release_gpu_memory()
     logs = sorted((out / "cache" / "logs").glob("*.jsonl"), key=lambda p: p.stat().st_mtime)
     data = report(summarize_logs(logs))
     data["warmup_wall_s"] = walls

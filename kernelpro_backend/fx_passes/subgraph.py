@@ -114,7 +114,11 @@ def random_inputs(
     seed: int,
     device: torch.device,
 ) -> list[torch.Tensor]:
-    gen = torch.Generator().manual_seed(seed)
+    # On a GPU the values are drawn there: drawing gigabytes on the host (float64, then a
+    # copy) took ~15 s per input set for a 6 GB input, longer than a whole search's budget.
+    on_gpu = torch.device(device).type == "cuda"
+    gen = torch.Generator(device=device if on_gpu else "cpu").manual_seed(seed)
+    make = {"generator": gen, "device": device} if on_gpu else {"generator": gen}
     out = []
     for i, (shape, stride, dtype_name) in enumerate(metas):
         dtype = getattr(torch, dtype_name)
@@ -124,12 +128,13 @@ def random_inputs(
             1 + sum((s - 1) * st for s, st in zip(shape, stride, strict=True)) if all(shape) else 0
         )
         if dtype.is_floating_point or dtype.is_complex:
-            base = torch.randn(storage, generator=gen, dtype=torch.float64).to(dtype)
+            draw = torch.float32 if on_gpu and dtype.itemsize <= 4 else torch.float64
+            base = torch.randn(storage, dtype=draw, **make).to(dtype)
         elif dtype == torch.bool:
-            base = torch.randint(0, 2, (storage,), generator=gen).bool()
+            base = torch.randint(0, 2, (storage,), **make).bool()
         else:
             r = int_ranges.get(i, IntRange(0, 8))
-            base = torch.randint(r.low, r.high, (storage,), generator=gen, dtype=dtype)
+            base = torch.randint(r.low, r.high, (storage,), dtype=dtype, **make)
         out.append(base.to(device).as_strided(shape, stride))
     return out
 

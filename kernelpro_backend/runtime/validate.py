@@ -209,7 +209,8 @@ def validate(
             # them would be one more copy of every output (gigabytes at real sizes).
             outs2, _ = run_once(kernel, inputs, job, device, snapshot=False)
             rejection = check_form(outs2, job.output_meta, device) or check_deterministic(
-                snap, list(outs2)  # type: ignore[call-overload]
+                snap,
+                list(outs2),  # type: ignore[call-overload]
             )
             del outs2
         if rejection is not None:

@@ -17,7 +17,7 @@ import os
 import pickle
 import tempfile
 import traceback
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
@@ -163,7 +163,35 @@ def _evaluate(job: Job, state: WorkerState, phases: Phases, gpu_lock: Any) -> Ev
         except Exception as e:
             return _failure(e, "load")
         with _holding(gpu_lock, phases):
-            return _on_gpu(job, state, kernel, reference, device, phases)
+            result = _on_gpu(job, state, kernel, reference, device, phases)
+        if _feedback_after(job, result):
+            # ptxas/sass read the compiled kernel: CPU work that need not hold the GPU.
+            with phases("feedback"):
+                findings, more = _feedback(job, kernel, result.median_ms or 0.0, (), state.workdir)
+            result = dataclasses.replace(
+                result, findings=findings, details={**result.details, **more}
+            )
+        return result
+
+
+# Stage-2 tools that run the kernel (and so need the GPU to themselves).
+GPU_TOOLS = frozenset({"ncu", "timeline", "energy"})
+
+
+def _gpu_feedback(job: Job) -> bool:
+    return job.feedback is not None and bool(GPU_TOOLS & set(job.feedback.tools))
+
+
+def _feedback_after(job: Job, result: EvalResult) -> bool:
+    """Whether the feedback runs after the GPU is released: an OK, proved candidate whose
+    stage-2 tools only read its compiled code."""
+    return (
+        job.feedback is not None
+        and not _gpu_feedback(job)
+        and result.ok
+        and not result.details.get("abandoned")
+        and not isinstance(job.candidate, BaselineCandidate)
+    )
 
 
 def _on_gpu(
@@ -218,7 +246,7 @@ def _on_gpu(
         details.update(measured_median_ms=timing.median_ms, measured_spread_ms=timing.spread_ms)
         return EvalResult(EvalStatus.SUSPICIOUS, sol_ms=sol_ms, message=message, details=details)
     findings: tuple[Finding, ...] = ()
-    if job.feedback is not None and not baseline:
+    if _gpu_feedback(job) and not baseline:
         with phases("feedback"):
             inputs = _timing_sets(job, device, 0)[0]
             findings, more = _feedback(job, kernel, timing.median_ms, inputs, state.workdir)
@@ -258,7 +286,7 @@ def _energy(job: Job, kernel: Any, device: torch.device) -> float | None:
 
 
 def _feedback(
-    job: Job, kernel: Any, measured_ms: float, inputs: list[torch.Tensor], workdir: Path
+    job: Job, kernel: Any, measured_ms: float, inputs: Sequence[torch.Tensor], workdir: Path
 ) -> tuple[tuple[Finding, ...], dict[str, Any]]:
     """The findings of `job.feedback` for a timed candidate, and the details to record. A
     failure is printed and recorded as details["feedback_error"]; the candidate stays OK."""
@@ -278,7 +306,7 @@ def _feedback(
                 work=job.work,
                 inputs=inputs,
                 knobs=kernel_knobs(kernel),
-                element_bytes=float_element_bytes(inputs),
+                element_bytes=float_element_bytes(inputs or _meta_tensors(job)),
                 workdir=workdir,
                 precision=job.precision,
             )
@@ -289,6 +317,11 @@ def _feedback(
     return feedback.findings, feedback.details()
 
 
+def _meta_tensors(job: Job) -> list[torch.Tensor]:
+    """Empty stand-ins of the job's inputs (dtype only), for what reads dtypes, not values."""
+    return [torch.empty(0, dtype=getattr(torch, d)) for _, _, d in job.input_meta]
+
+
 def _still_healthy(job: Job) -> bool:
     if not job.device.startswith("cuda"):
         return True
@@ -297,6 +330,24 @@ def _still_healthy(job: Job) -> bool:
         return True
     except Exception:
         return False
+
+
+def _warm_inductor() -> None:
+    """Pay Inductor's first-compile cost (imports, caches, its compile workers) once per worker
+    at start, not in the first subgraph's baseline (seen: 8 s of a 12 s baseline on H100).
+    Workers compile one graph at a time: no pool of compile subprocesses per worker."""
+    if not torch.cuda.is_available():
+        return
+    try:
+        import torch._inductor.config as inductor_config
+
+        inductor_config.compile_threads = 1
+        x = torch.randn(64, 64, device="cuda")
+        torch.compile(lambda t: torch.softmax(t * 2.0, -1).sum(0), backend="inductor")(x)
+        torch._dynamo.reset()
+        torch.cuda.empty_cache()
+    except Exception as e:  # a warm-up failure only costs time later
+        print(f"kernelpro: worker warm-up failed: {type(e).__name__}: {e}", flush=True)
 
 
 class _PoolGpuLock:
@@ -320,8 +371,13 @@ class _PoolGpuLock:
 def worker_main(conn: Connection, serialize_gpu: bool = False) -> None:
     """Serve jobs from `conn` until it closes: receive (job_id, Job), send (job_id, result
     dict, fatal). After a fatal CUDA error the worker exits and the pool starts a new one."""
+    # Real-size subgraphs allocate and free blocks of several sizes (6 GB inputs, 12 GB float64
+    # references): expandable segments keep the freed memory usable for the next size.
+    with contextlib.suppress(Exception):
+        torch.cuda.memory._set_allocator_settings("expandable_segments:True")
     state = WorkerState(Path(tempfile.mkdtemp(prefix="kernelpro-worker-")))
     gpu_lock = _PoolGpuLock(conn) if serialize_gpu else None
+    _warm_inductor()
     conn.send(("ready", os.getpid()))
     while True:
         try:

@@ -222,6 +222,11 @@ class _Search:
             kind=str(getattr(self.subgraph, "kind", "?")),
             sol_ms=next((r.sol_ms for r in self.baselines.values() if r.sol_ms), None),
             baselines={k: v.median_ms for k, v in self.baselines.items()},
+            baseline_errors={
+                k: f"{v.status.value}: {v.message}"[:400]
+                for k, v in self.baselines.items()
+                if not v.ok
+            },
             budget=self.budget.to_dict(),
             objective=objective,
             seed=seed,

@@ -101,3 +101,21 @@ def test_spread_has_a_floor_and_ties_inside_it():
     c = Timing(1.2, 0.02, (), "events")
     assert faster(a, c) is True and faster(c, a) is False
     assert faster(EvalResult(EvalStatus.WRONG), a) is None
+
+
+def test_large_outputs_are_compared_in_slices_with_the_same_verdict(monkeypatch):
+    """Slices bound the float64 temporaries; the verdict, worst ratio and index are those of
+    the whole-tensor comparison."""
+    import kernelpro_backend.runtime.compare as cmp
+
+    ref = torch.randn(50, 77, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
+    got, eager = ref.float().clone(), ref.float()
+    got[33, 5] += 1.0
+    whole, whole_ratio = cmp.compare(0, got, ref, eager)
+    monkeypatch.setattr(cmp, "COMPARE_CHUNK", 1000)
+    sliced, sliced_ratio = cmp.compare(0, got, ref, eager)
+    assert whole is not None and sliced is not None
+    assert sliced.details["index"] == whole.details["index"] == (33, 5)
+    assert sliced_ratio == whole_ratio
+    got[33, 5] -= 1.0
+    assert cmp.compare(0, got, ref, eager)[0] is None

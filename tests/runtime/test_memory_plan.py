@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from kernelpro_backend.runtime.memory import CONTEXT_BYTES, GiB, Footprint, plan_memory
+from kernelpro_backend.runtime.memory import CONTEXT_BYTES, Footprint, GiB, plan_memory
 
 SOFTMAX_4096x262144 = [((4096, 262144), (262144, 1), "float32")]  # 4 GiB in, 4 GiB out
 
