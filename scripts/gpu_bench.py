@@ -30,7 +30,6 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from kernelpro_backend.bench import tables  # noqa: E402
-from kernelpro_backend.bench.cli import DTYPES, new_report  # noqa: E402
 from kernelpro_backend.bench.modes import ALL_MODES, make_modes  # noqa: E402
 from kernelpro_backend.bench.plots import write_plots  # noqa: E402
 from kernelpro_backend.bench.problems import load_problem, problem_files  # noqa: E402
@@ -40,10 +39,15 @@ from kernelpro_backend.bench.results import (  # noqa: E402
     ModeResult,
     WorkloadResult,
 )
-from kernelpro_backend.bench.runner import RunConfig, run_workloads  # noqa: E402
+from kernelpro_backend.bench.runner import RunConfig, new_report, run_workloads  # noqa: E402
 from kernelpro_backend.bench.sol import device_roofs, device_sol_hooks  # noqa: E402
 from kernelpro_backend.bench.workload import Workload  # noqa: E402
-from kernelpro_backend.bench.workloads import OP_WORKLOADS, TRAINING_WORKLOADS, WORKLOADS  # noqa: E402
+from kernelpro_backend.bench.workloads import (  # noqa: E402
+    DTYPES,
+    OP_WORKLOADS,
+    TRAINING_WORKLOADS,
+    WORKLOADS,
+)
 
 DEFAULT_ORDER = [*OP_WORKLOADS, *TRAINING_WORKLOADS]
 

@@ -5,6 +5,7 @@ and gradients kept for the check, one provisional timing reported at once; then 
 step timed in interleaved rounds, the median of its round medians; `torch._dynamo.reset()`
 around each workload), the float64 reference run for low-precision mismatches, and collecting
 `WorkloadResult`s.
+`new_report` starts the report of a run (device, versions, modes).
 Must not: parse arguments or render tables.
 """
 
@@ -13,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 import gc
 import logging
+import platform
 import statistics
 import sys
 from collections.abc import Callable, Iterable
@@ -22,7 +24,16 @@ import torch
 
 from .compare import compare, named_tensors, needs_fp64
 from .modes import EAGER, KERNELPRO, MAX_AUTOTUNE, Mode
-from .results import FAILED, OK, UNCHECKED, WRONG, ModeResult, SubgraphPoint, WorkloadResult
+from .results import (
+    FAILED,
+    OK,
+    UNCHECKED,
+    WRONG,
+    BenchReport,
+    ModeResult,
+    SubgraphPoint,
+    WorkloadResult,
+)
 from .timing import median_ms, time_first_call
 from .workload import Workload
 
@@ -295,3 +306,30 @@ def run_workloads(
         out.append(run_workload(workload, config))
         del workload
     return out
+
+
+def versions() -> dict[str, str]:
+    """The versions a run's results depend on: torch, python, kernelpro, triton (if present)."""
+    from .. import __version__
+
+    found = {"torch": torch.__version__, "python": platform.python_version()}
+    found["kernelpro"] = __version__
+    try:
+        import triton
+
+        found["triton"] = triton.__version__
+    except ImportError:
+        pass
+    return found
+
+
+def new_report(device: torch.device, size: str, modes: list[Mode]) -> BenchReport:
+    """An empty report for a run on `device` (workloads are appended as they finish)."""
+    return BenchReport(
+        device=str(device),
+        device_name=torch.cuda.get_device_name(device) if device.type == "cuda" else "CPU",
+        versions=versions(),
+        size=size,
+        modes=[m.name for m in modes],
+        mode_descriptions={m.name: m.describe() for m in modes},
+    )

@@ -16,12 +16,11 @@ from kernelpro_backend.cache import (
     Entry,
     KernelCache,
     Toolchain,
-    add_cli,
     describe,
-    run_cli,
     verify,
 )
 from kernelpro_backend.cache_validator import CacheEntryValidator, artifact_candidate
+from kernelpro_backend.cli.cache import add_cli, run_cli
 from kernelpro_backend.runtime import EvalResult, EvalStatus, SourceCandidate, SpecCandidate
 
 WRONG_SOURCE = TANH_SOURCE.replace("+ 1.0", "+ 1.001")  # off by 1e-3: far outside float32 tol
