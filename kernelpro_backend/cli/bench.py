@@ -59,13 +59,13 @@ def add_cli(subparsers: Any) -> None:
     p.add_argument("--list", action="store_true", help="list the built-in workloads and exit")
     p.add_argument(
         "--merge", action="append", metavar="FILE",
-        help="run nothing: merge earlier results (bench.json, or the partial.jsonl a cut GPU run "
-        "leaves) into one table and plots; a workload in several files is taken whole from the "
-        "last (repeatable, in order)",
+        help="run nothing: merge earlier results (bench.json, or the .jsonl of finished "
+        "workloads a cut GPU run leaves) into one table and plots; a workload in several files "
+        "is taken whole from the last (repeatable, in order)",
     )  # fmt: skip
     p.add_argument(
         "--merge-meta", action="append", metavar="NAME=KIND,DTYPE", default=[],
-        help="with --merge: kind and dtype of a workload whose partial rows lack them",
+        help="with --merge: kind and dtype of a workload whose results lack them",
     )  # fmt: skip
     p.add_argument("--roofs", metavar="FILE",
                    help="with --merge: measured ceilings (JSON) for the roofline chart")  # fmt: skip
