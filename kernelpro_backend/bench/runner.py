@@ -17,7 +17,6 @@ import dataclasses
 import gc
 import logging
 import platform
-import statistics
 import sys
 from collections.abc import Callable, Iterable
 from contextlib import AbstractContextManager
@@ -25,6 +24,7 @@ from typing import Any
 
 import torch
 
+from ..runtime.timing import summarize
 from .compare import compare, named_tensors, needs_fp64
 from .modes import EAGER, KERNELPRO, Mode
 from .results import (
@@ -167,7 +167,8 @@ def _time_interleaved(
             except Exception as e:
                 log.debug("timing mode %s failed", name, exc_info=True)
                 errors[name] = f"timing failed: {_one_line(e)}"
-    return {n: statistics.median(t) for n, t in times.items() if t and n not in errors}, errors
+    medians = {n: summarize(t, "rounds").median_ms for n, t in times.items() if t}
+    return {n: ms for n, ms in medians.items() if n not in errors}, errors
 
 
 def _one_line(error: BaseException, limit: int = 500) -> str:
