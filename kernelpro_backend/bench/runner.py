@@ -37,7 +37,7 @@ from .results import (
     SubgraphPoint,
     WorkloadResult,
 )
-from .timing import median_ms, time_first_call
+from .timing import step_timing, time_first_call
 from .workload import Workload
 
 log = logging.getLogger("kernelpro.bench")
@@ -140,13 +140,13 @@ def prepare_mode(
 
 def _time_step(step: Callable[[], None], device: torch.device, config: RunConfig) -> float:
     """One median timing of a step with the run's repetition settings."""
-    return median_ms(
+    return step_timing(
         step,
         device,
         cpu_reps=config.cpu_reps,
         gpu_warmup_ms=config.gpu_warmup_ms,
         gpu_rep_ms=config.gpu_rep_ms,
-    )
+    ).median_ms
 
 
 def _time_interleaved(

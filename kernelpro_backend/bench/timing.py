@@ -2,7 +2,7 @@
 repeated runs, on the GPU with `triton.testing.do_bench` (CUDA events, L2 flushed between
 runs), on the CPU with `time.perf_counter`; the statistics are runtime/timing.py's `summarize`.
 
-Owns: the step timer (`median_ms`) and the first-call (compile + warm-up) clock.
+Owns: the step timer (`step_timing`) and the first-call (compile + warm-up) clock.
 Must not: compile or compare anything, or time kernels (runtime/timing.py's `time_kernel`
 does, for the subgraphs of the roofline chart too): a step runs many kernels, Python and the
 optimizer, so it is timed as the user runs it, without CUDA-graph replay.
@@ -57,14 +57,3 @@ def step_timing(
         fn()
         cpu_times.append((time.perf_counter() - start) * 1e3)
     return summarize(cpu_times, "perf_counter")
-
-
-def median_ms(
-    fn: Callable[[], object],
-    device: torch.device,
-    cpu_reps: int = 10,
-    gpu_warmup_ms: int = 25,
-    gpu_rep_ms: int = 100,
-) -> float:
-    """Median time of one call of `fn` in milliseconds."""
-    return step_timing(fn, device, cpu_reps, gpu_warmup_ms, gpu_rep_ms).median_ms

@@ -20,14 +20,9 @@ def run_cli(*argv: str) -> int:
     return int(args.func(args))
 
 
-@pytest.fixture(scope="session")
-def tanh_sg():
-    return tanh_subgraph()
-
-
-@pytest.fixture(scope="session")
-def linear_sg():
-    return linear_softmax_subgraph()
+# The subgraphs tests/cache/conftest.py gives its tests, under the same names.
+tanh_sg = pytest.fixture(scope="session", name="tanh_sg")(tanh_subgraph)
+linear_sg = pytest.fixture(scope="session", name="linear_sg")(linear_softmax_subgraph)
 
 
 @pytest.fixture
