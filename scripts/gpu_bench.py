@@ -9,20 +9,19 @@ this one process, checked against eager. No new workload starts once --budget-s 
 (one that is running finishes); the ones left are listed with the command that runs them.
 Writes $OUT/bench.json, bench.md, bench.txt and PNG speedup charts (matplotlib is in the GPU
 image); prints the table last. Modes run in the order --modes gives (eager first): put the
-slowest compile last. $OUT/partial.jsonl gets a line as each mode finishes (`kernelpro bench
---merge` turns the final ones of a cut run into a table).
+slowest compile last. $OUT/workloads.jsonl gets a line as each workload finishes, its final
+result (`kernelpro bench --merge` turns those of a cut run into a table).
 """
 
 from __future__ import annotations
 
 import argparse
-import dataclasses
-import json
+import contextlib
 import os
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import torch
@@ -30,7 +29,6 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from kernelpro_backend.bench import tables  # noqa: E402
-from kernelpro_backend.bench.cli import DTYPES, new_report  # noqa: E402
 from kernelpro_backend.bench.modes import ALL_MODES, make_modes  # noqa: E402
 from kernelpro_backend.bench.plots import write_plots  # noqa: E402
 from kernelpro_backend.bench.problems import load_problem, problem_files  # noqa: E402
@@ -40,10 +38,15 @@ from kernelpro_backend.bench.results import (  # noqa: E402
     ModeResult,
     WorkloadResult,
 )
-from kernelpro_backend.bench.runner import RunConfig, run_workloads  # noqa: E402
+from kernelpro_backend.bench.runner import RunConfig, new_report, run_workloads  # noqa: E402
 from kernelpro_backend.bench.sol import device_roofs, device_sol_hooks  # noqa: E402
 from kernelpro_backend.bench.workload import Workload  # noqa: E402
-from kernelpro_backend.bench.workloads import OP_WORKLOADS, TRAINING_WORKLOADS, WORKLOADS  # noqa: E402
+from kernelpro_backend.bench.workloads import (  # noqa: E402
+    DTYPES,
+    OP_WORKLOADS,
+    TRAINING_WORKLOADS,
+    WORKLOADS,
+)
 
 DEFAULT_ORDER = [*OP_WORKLOADS, *TRAINING_WORKLOADS]
 
@@ -78,45 +81,28 @@ def main() -> int:
         [m.strip() for m in args.modes.split(",") if m.strip()],
         {"search": "on-miss"} if args.search else None,
     )
-    partial = out / "partial.jsonl"  # one line per finished mode: what a kill leaves
-    latest: dict[str, ModeResult] = {}  # of the workload running now, by mode
+    finished = out / "workloads.jsonl"  # one line per finished workload: what a kill leaves
     report = new_report(device, args.size, modes)
     report.roofs = device_roofs(device)  # the measured ceilings, for the roofline chart
-    meta: dict[str, dict[str, str]] = {}  # kind/dtype/size/source by workload, for partial rows
-
-    def save_mode(workload: str, result: ModeResult) -> None:
-        latest[result.mode] = result
-        if watchdog.mode == result.mode:
-            watchdog.cancel()
-        with partial.open("a") as f:
-            row = {"workload": workload, **meta.get(workload, {}), **dataclasses.asdict(result)}
-            f.write(json.dumps(row) + "\n")
 
     def give_up(workload: Workload, mode: str) -> None:
-        """The watchdog fired: record what finished, the mode that did not, and stop."""
+        """The watchdog fired: record the mode that did not finish compiling, and stop."""
         failed = ModeResult(
             mode, FAILED, message=f"still compiling after {args.mode_limit_s:.0f} s: stopped"
         )
-        modes_so_far = [*latest.values(), failed]
-        report.workloads.append(
-            WorkloadResult(workload=workload.name, **workload.record(), modes=modes_so_far)
-        )
+        cut = WorkloadResult(workload=workload.name, **workload.record(), modes=[failed])
+        report.workloads.append(cut)
+        tables.append_jsonl(cut, finished)
         finish(report, out, [], args.budget_s)
         print(f"[gpu_bench] {workload.name}: {mode} {failed.message}", file=sys.stderr, flush=True)
         os._exit(0)
-
-    def mode_start(workload: Workload, mode: str) -> None:
-        meta[workload.name] = workload.record()
-        if mode == modes[0].name:
-            latest.clear()
-        watchdog.start(workload, mode)
 
     watchdog = Watchdog(args.mode_limit_s, give_up)
     sol_fn, subgraph_fn = device_sol_hooks(device)  # % of SOL and the roofline chart
     config = RunConfig(
         modes=modes,
-        on_mode=save_mode,
-        on_mode_start=mode_start,
+        on_workload=lambda result: tables.append_jsonl(result, finished),
+        watch_compile=watchdog.watching,
         sol_fn=sol_fn,
         subgraph_fn=subgraph_fn,
     )
@@ -165,22 +151,20 @@ class Watchdog:
 
     def __init__(self, limit_s: float | None, fire: Callable[[Workload, str], None]) -> None:
         self.limit_s, self.fire = limit_s, fire
-        self.mode: str | None = None
-        self._timer: threading.Timer | None = None
 
-    def start(self, workload: Workload, mode: str) -> None:
-        self.cancel()
-        if self.limit_s is None:
-            return
-        self.mode = mode
-        self._timer = threading.Timer(self.limit_s, self.fire, (workload, mode))
-        self._timer.daemon = True
-        self._timer.start()
-
-    def cancel(self) -> None:
-        if self._timer is not None:
-            self._timer.cancel()
-        self._timer, self.mode = None, None
+    @contextlib.contextmanager
+    def watching(self, workload: Workload, mode: str) -> Iterator[None]:
+        """Fire if the block (one mode's compile) outlives the limit."""
+        timer = None
+        if self.limit_s is not None:
+            timer = threading.Timer(self.limit_s, self.fire, (workload, mode))
+            timer.daemon = True
+            timer.start()
+        try:
+            yield
+        finally:
+            if timer is not None:
+                timer.cancel()
 
 
 if __name__ == "__main__":

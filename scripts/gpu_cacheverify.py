@@ -38,7 +38,8 @@ except ImportError:
 
 from kernelpro_backend import examples
 from kernelpro_backend.backend import make_backend
-from kernelpro_backend.cache import KernelArtifact, KernelCache, add_cli, describe, run_cli
+from kernelpro_backend.cache import KernelArtifact, KernelCache, describe
+from kernelpro_backend.cli.cache import add_cli, run_cli
 from kernelpro_backend.fx_passes import rebuild_subgraph
 
 MAX_VERIFY_ENTRIES = 6  # correct entries in part B (each is compiled, validated, re-timed)

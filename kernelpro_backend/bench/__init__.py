@@ -2,14 +2,7 @@
 
 Owns: the built-in workloads, KernelBench problem loading, running every mode (eager,
 Inductor, Inductor max-autotune, kernelpro) in one process with correctness checks against
-eager, the tables/JSON/plots of the results, and `kernelpro report` (search log -> HTML).
-Must not: search, cache or generate kernels (it only calls torch.compile).
-
-The CLI wiring: `add_cli(subparsers)` adds `bench` and `report`; each sets `func`.
+eager, the tables/JSON/plots of the results, and the search-log HTML report.
+Must not: search, cache or generate kernels (it only calls torch.compile), or parse command
+lines (`kernelpro bench` and `kernelpro report` live in kernelpro_backend/cli/).
 """
-
-from __future__ import annotations
-
-from .cli import add_cli, run_bench, run_report
-
-__all__ = ["add_cli", "run_bench", "run_report"]

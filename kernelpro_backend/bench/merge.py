@@ -1,8 +1,8 @@
 """One report from the results of several bench runs (one table, one set of plots).
 
 Owns: reading a run's results - the `bench.json` of `kernelpro bench --json` or
-scripts/gpu_bench.py, or the `partial.jsonl` a gpu_bench run cut by its time limit leaves
-(its final rows only) - and `merge_reports`: one row per workload, each row from a single run.
+scripts/gpu_bench.py, or a JSON-lines file of finished workloads (`tables.append_jsonl`: one
+final `WorkloadResult` a line, what a run cut by its time limit leaves) - and `merge_reports`: one row per workload, each row from a single run.
 Timings of different runs are never mixed within a workload (a speedup exists only when
 measured side by side in one run): a workload present in several inputs is taken whole from the
 last one that has it. Its speed of light and roofline points, which depend on the workload and
@@ -16,11 +16,9 @@ from __future__ import annotations
 import json
 import logging
 from pathlib import Path
-from typing import Any
 
 from .modes import ALL_MODES
-from .results import BenchReport, WorkloadResult, mode_from_dict
-from .runner import PENDING
+from .results import BenchReport, WorkloadResult
 
 log = logging.getLogger("kernelpro.bench")
 
@@ -29,39 +27,18 @@ class MergeError(ValueError):
     """An input that is not a bench result, or inputs that cannot go in one table."""
 
 
-def _is_final(row: dict[str, Any]) -> bool:
-    return not str(row.get("message", "")).endswith(PENDING)
-
-
-def workloads_from_partial(text: str, source: str = "partial") -> list[WorkloadResult]:
-    """The workloads of a partial.jsonl whose every mode reached its final timing (a mode's
-    later line replaces its earlier ones). Workloads cut before that are left out, logged."""
-    rows: dict[str, dict[str, dict[str, Any]]] = {}
+def workloads_from_jsonl(text: str, source: str = "jsonl") -> list[WorkloadResult]:
+    """The workloads of a JSON-lines file, one finished workload a line."""
+    found = []
     for n, line in enumerate(text.splitlines(), 1):
         if not line.strip():
             continue
         try:
-            row = json.loads(line)
-            rows.setdefault(row["workload"], {})[row["mode"]] = row
+            found.append(WorkloadResult.from_dict(json.loads(line)))
         except (json.JSONDecodeError, KeyError, TypeError) as e:
-            raise MergeError(f"{source} line {n}: not a bench result row ({e})") from None
-    found = []
-    for name, by_mode in rows.items():
-        pending = [m for m, row in by_mode.items() if not _is_final(row)]
-        if pending:
-            log.warning("%s: %s left out: no final timing for %s", source, name, pending)
-            continue
-        first = next(iter(by_mode.values()))
-        found.append(
-            WorkloadResult(
-                workload=name,
-                kind=first.get("kind", "?"),
-                dtype=first.get("dtype", "?"),
-                size=first.get("size", "?"),
-                source=first.get("source", "?"),
-                modes=[mode_from_dict(row) for row in by_mode.values()],
-            )
-        )
+            raise MergeError(
+                f"{source} line {n}: not a workload result ({type(e).__name__}: {e})"
+            ) from None
     return found
 
 
@@ -79,14 +56,14 @@ def _keep_sol(old: WorkloadResult, new: WorkloadResult) -> None:
 
 
 def read_results(path: str | Path) -> tuple[BenchReport | None, list[WorkloadResult]]:
-    """(the report, its workloads) of a bench.json; (None, final workloads) of a .jsonl."""
+    """(the report, its workloads) of a bench.json; (None, its workloads) of a .jsonl."""
     path = Path(path)
     try:
         text = path.read_text()
     except OSError as e:
         raise MergeError(f"cannot read {path}: {e}") from None
     if path.suffix == ".jsonl":
-        return None, workloads_from_partial(text, str(path))
+        return None, workloads_from_jsonl(text, str(path))
     try:
         report = BenchReport.from_dict(json.loads(text))
     except (json.JSONDecodeError, KeyError, TypeError) as e:
@@ -100,7 +77,7 @@ def merge_reports(
     roofs: dict[str, float] | None = None,
 ) -> BenchReport:
     """Merge bench results (in order; a later input's workload replaces an earlier one's).
-    `meta` fills in what old partial files did not record ({"lm_head": {"kind": "training",
+    `meta` fills in what older results did not record ({"lm_head": {"kind": "training",
     "dtype": "bfloat16"}}); `roofs` replaces the reports' roofs (older runs did not store them).
     The inputs must come from one device."""
     if not paths:
@@ -114,7 +91,7 @@ def merge_reports(
             reports.append(report)
         for w in workloads:
             described[w.workload] = {
-                m.mode: _description(report, m.mode, partial_rows=str(path)) for m in w.modes
+                m.mode: _description(report, m.mode, rows=str(path)) for m in w.modes
             }
             if w.workload in merged:
                 log.info("merge: %s taken from %s (replaces an earlier run's)", w.workload, path)
@@ -152,10 +129,10 @@ def merge_reports(
     )
 
 
-def _description(report: BenchReport | None, mode: str, partial_rows: str) -> str:
+def _description(report: BenchReport | None, mode: str, rows: str) -> str:
     if report is not None:
         return report.mode_descriptions.get(mode, "not recorded")
-    return f"not recorded in {Path(partial_rows).name}"
+    return f"not recorded in {Path(rows).name}"
 
 
 def _descriptions(described: dict[str, dict[str, str]]) -> dict[str, str]:

@@ -1,37 +1,46 @@
 """Running workloads under every mode in one process and checking each against eager.
 
 Owns: the per-mode procedure (fresh weights, first call timed as compile + warm-up, outputs
-and gradients kept for the check, one provisional timing reported at once; then every mode's
-step timed in interleaved rounds, the median of its round medians; `torch._dynamo.reset()`
-around each workload), the float64 reference run for low-precision mismatches, and collecting
-`WorkloadResult`s.
+and gradients kept for the check; then every mode's step timed in interleaved rounds, the
+median of its round medians; `torch._dynamo.reset()` around each workload), the float64
+reference run for low-precision mismatches, and collecting `WorkloadResult`s, each handed to
+`RunConfig.on_workload` as soon as it is final (a run cut short keeps the finished workloads;
+there are no provisional results).
+`new_report` starts the report of a run (device, versions, modes).
 Must not: parse arguments or render tables.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import gc
 import logging
-import statistics
+import platform
 import sys
 from collections.abc import Callable, Iterable
+from contextlib import AbstractContextManager
 from typing import Any
 
 import torch
 
+from ..runtime.timing import summarize
 from .compare import compare, named_tensors, needs_fp64
-from .modes import EAGER, KERNELPRO, MAX_AUTOTUNE, Mode
-from .results import FAILED, OK, UNCHECKED, WRONG, ModeResult, SubgraphPoint, WorkloadResult
-from .timing import median_ms, time_first_call
+from .modes import EAGER, KERNELPRO, Mode
+from .results import (
+    FAILED,
+    OK,
+    UNCHECKED,
+    WRONG,
+    BenchReport,
+    ModeResult,
+    SubgraphPoint,
+    WorkloadResult,
+)
+from .timing import step_timing, time_first_call
 from .workload import Workload
 
 log = logging.getLogger("kernelpro.bench")
-
-# The end of the message of every result `on_mode` hears before a mode's final timing (the
-# provisional timing right after its compile, the checkpoint before a slow mode): readers of
-# those records (bench/merge.py) keep only rows without it.
-PENDING = "timing pending)"
 
 SolFn = Callable[[Workload], "float | None"]
 SubgraphFn = Callable[[Workload], "list[SubgraphPoint]"]
@@ -48,15 +57,13 @@ class RunConfig:
     sol_fn: SolFn | None = None
     subgraph_fn: SubgraphFn | None = None
     progress: Callable[[str], None] = lambda line: print(line, file=sys.stderr, flush=True)
-    # Called with (workload name, result) as each mode finishes, so a caller can save partial
-    # results: a run killed by its time limit keeps the modes that finished.
-    on_mode: Callable[[str, ModeResult], None] | None = None
-    # Called with (workload, mode name) before each mode compiles (a watchdog can start here).
-    on_mode_start: Callable[[Workload, str], None] | None = None
-    # Modes whose compile can take minutes (max-autotune's GEMM autotuning): before one of them
-    # compiles, the modes compiled so far are timed in interleaved rounds and reported through
-    # `on_mode`, so a run cut during that compile keeps properly timed results for the rest.
-    slow_modes: frozenset[str] = frozenset({MAX_AUTOTUNE})
+    # Called with each workload's final result as it finishes, so a caller can save it (one
+    # JSON line per workload, `tables.append_jsonl`): a run killed by its time limit keeps the
+    # workloads that finished.
+    on_workload: Callable[[WorkloadResult], None] | None = None
+    # Entered around each mode's compile (first call) with (workload, mode name): a watchdog
+    # that gives up on a compile that outlives its limit.
+    watch_compile: Callable[[Workload, str], AbstractContextManager[object]] | None = None
 
 
 def _grads(model: torch.nn.Module) -> dict[str, torch.Tensor]:
@@ -133,13 +140,13 @@ def prepare_mode(
 
 def _time_step(step: Callable[[], None], device: torch.device, config: RunConfig) -> float:
     """One median timing of a step with the run's repetition settings."""
-    return median_ms(
+    return step_timing(
         step,
         device,
         cpu_reps=config.cpu_reps,
         gpu_warmup_ms=config.gpu_warmup_ms,
         gpu_rep_ms=config.gpu_rep_ms,
-    )
+    ).median_ms
 
 
 def _time_interleaved(
@@ -160,7 +167,8 @@ def _time_interleaved(
             except Exception as e:
                 log.debug("timing mode %s failed", name, exc_info=True)
                 errors[name] = f"timing failed: {_one_line(e)}"
-    return {n: statistics.median(t) for n, t in times.items() if t and n not in errors}, errors
+    medians = {n: summarize(t, "rounds").median_ms for n, t in times.items() if t}
+    return {n: ms for n, ms in medians.items() if n not in errors}, errors
 
 
 def _one_line(error: BaseException, limit: int = 500) -> str:
@@ -176,29 +184,8 @@ def _release(device: torch.device) -> None:
         torch.cuda.empty_cache()
 
 
-def _checkpoint(
-    workload: Workload,
-    results: list[ModeResult],
-    steps: dict[str, Callable[[], None]],
-    config: RunConfig,
-    before: str,
-) -> None:
-    """Time the modes compiled so far in interleaved rounds and report them (not final)."""
-    assert config.on_mode is not None
-    medians, errors = _time_interleaved(steps, workload.device, config)
-    for result in results:
-        if result.mode not in steps:
-            continue
-        note = f"(interleaved among the modes compiled before {before}; final {PENDING}"
-        config.on_mode(
-            workload.name,
-            dataclasses.replace(
-                result,
-                status=FAILED if result.mode in errors else result.status,
-                median_ms=medians.get(result.mode),
-                message=errors.get(result.mode) or (result.message + " " + note).strip(),
-            ),
-        )
+def _unwatched(workload: Workload, mode: str) -> AbstractContextManager[object]:
+    return contextlib.nullcontext()
 
 
 def kernels_used(sessions: list[Any] | None) -> str:
@@ -219,21 +206,17 @@ def run_workload(workload: Workload, config: RunConfig) -> WorkloadResult:
     fp64: dict[str, torch.Tensor] | None = None
     _release(workload.device)
     for mode in config.modes:
-        if mode.name in config.slow_modes and config.on_mode is not None and len(steps) > 1:
-            _checkpoint(workload, results, steps, config, before=mode.name)
         config.progress(f"[bench] {workload.name}: {mode.name} ...")
-        if config.on_mode_start is not None:
-            config.on_mode_start(workload, mode.name)
+        watch = config.watch_compile or _unwatched
         sessions: list[Any] | None = [] if mode.name == KERNELPRO else None
         try:
-            tensors, compile_s, step = prepare_mode(workload, mode, sessions)
+            with watch(workload, mode.name):
+                tensors, compile_s, step = prepare_mode(workload, mode, sessions)
         except Exception as e:
             log.debug("mode %s failed on %s", mode.name, workload.name, exc_info=True)
             message = _one_line(e)
             results.append(ModeResult(mode.name, FAILED, message=message))
             config.progress(f"[bench] {workload.name}: {mode.name} FAILED: {message[:200]}")
-            if config.on_mode is not None:
-                config.on_mode(workload.name, results[-1])
             continue
         result = ModeResult(mode.name, OK, compile_s=compile_s, kernels=kernels_used(sessions))
         if mode.name == EAGER:
@@ -251,21 +234,11 @@ def run_workload(workload: Workload, config: RunConfig) -> WorkloadResult:
         del tensors
         results.append(result)
         steps[mode.name] = step
-        if config.on_mode is not None:  # a run killed before the interleaved timing keeps this
-            provisional = dataclasses.replace(
-                result,
-                median_ms=_time_step(step, workload.device, config),
-                message=(result.message + " " if result.message else "")
-                + f"(provisional: one timing right after compile; interleaved {PENDING}",
-            )
-            config.on_mode(workload.name, provisional)
     medians, errors = _time_interleaved(steps, workload.device, config)
     for result in results:
         if result.mode in errors:
             result.status, result.message = FAILED, errors[result.mode]
         result.median_ms = medians.get(result.mode)
-        if config.on_mode is not None and result.mode in steps:
-            config.on_mode(workload.name, result)
     del steps
     _release(workload.device)
     return WorkloadResult(
@@ -291,7 +264,36 @@ def run_workloads(
             config.progress(f"[bench] {name}: {message}")
             failed = [ModeResult(m.name, FAILED, message=message) for m in config.modes]
             out.append(WorkloadResult(name, "?", "?", "?", "?", failed))
-            continue
-        out.append(run_workload(workload, config))
-        del workload
+        else:
+            out.append(run_workload(workload, config))
+            del workload
+        if config.on_workload is not None:
+            config.on_workload(out[-1])
     return out
+
+
+def versions() -> dict[str, str]:
+    """The versions a run's results depend on: torch, python, kernelpro, triton (if present)."""
+    from .. import __version__
+
+    found = {"torch": torch.__version__, "python": platform.python_version()}
+    found["kernelpro"] = __version__
+    try:
+        import triton
+
+        found["triton"] = triton.__version__
+    except ImportError:
+        pass
+    return found
+
+
+def new_report(device: torch.device, size: str, modes: list[Mode]) -> BenchReport:
+    """An empty report for a run on `device` (workloads are appended as they finish)."""
+    return BenchReport(
+        device=str(device),
+        device_name=torch.cuda.get_device_name(device) if device.type == "cuda" else "CPU",
+        versions=versions(),
+        size=size,
+        modes=[m.name for m in modes],
+        mode_descriptions={m.name: m.describe() for m in modes},
+    )

@@ -3,7 +3,7 @@
 Owns: finding a workload's subgraphs (forward and backward) the way the backend cuts them,
 `workload_sol_ms` (the sum of their speed-of-light times, plus the optimizer's memory traffic
 for a training step) and `subgraph_points` (each subgraph's FLOPs, bytes and the time of its
-eager reference, for the roofline chart), `sol_hooks`, which gives the runner both, and
+eager reference as runtime/timing.py's `time_kernel` measures kernels, for the roofline chart), `sol_hooks`, which gives the runner both, and
 `roofs_of` (the device's measured ceilings in the units the report and chart use).
 Must not: time modes or render anything.
 
@@ -21,7 +21,6 @@ from typing import Any
 import torch
 
 from .results import SubgraphPoint
-from .timing import median_ms
 from .workload import Workload
 
 log = logging.getLogger("kernelpro.bench")
@@ -30,6 +29,7 @@ log = logging.getLogger("kernelpro.bench")
 # exp_avg_sq.
 ADAMW_ACCESSES = 7
 MAX_POINTS = 64  # subgraphs timed per workload for the roofline chart
+POINT_BUDGET_S = 0.02  # timing each of them: 64 x 20 ms, about a second per workload
 
 
 def workload_subgraphs(workload: Workload) -> list[Any]:
@@ -62,17 +62,14 @@ def workload_sol_ms(workload: Workload, subgraphs: list[Any], ceilings: Any) -> 
 def subgraph_points(subgraphs: list[Any], device: torch.device) -> list[SubgraphPoint]:
     """FLOPs, bytes and the eager reference's time of each subgraph (at most MAX_POINTS)."""
     from ..profilers.speed_of_light import SpeedOfLight
+    from ..runtime.timing import time_kernel
 
     points = []
     for i, sg in enumerate(subgraphs[:MAX_POINTS]):
         work = SpeedOfLight.work(sg)
         module, inputs = sg.module(), sg.make_inputs(0, device)
 
-        def run(module: Any = module, inputs: list[torch.Tensor] = inputs) -> object:
-            return module(*inputs)
-
-        with torch.no_grad():
-            ms = median_ms(run, device, cpu_reps=3, gpu_rep_ms=20)
+        ms = time_kernel(module, [inputs], device, budget_s=POINT_BUDGET_S).median_ms
         points.append(SubgraphPoint(f"{i}:{sg.graph[0]}:{sg.pattern}", work.flops, work.bytes, ms))
     return points
 

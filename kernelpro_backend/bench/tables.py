@@ -1,7 +1,8 @@
 """A bench report as text: the console table, the markdown file and the JSON file.
 
 Owns: formatting numbers, the row layout shared by the console and markdown tables, the
-geometric-mean summary, and writing the JSON/markdown files.
+geometric-mean summary, and writing the JSON/markdown files and the JSON-lines file of a run
+in progress (`append_jsonl`: one line per finished workload, its final result).
 Must not: run anything or change results.
 """
 
@@ -13,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from .modes import EAGER, INDUCTOR
-from .results import BenchReport
+from .results import BenchReport, WorkloadResult
 
 HEADER = (
     "workload", "kind", "dtype", "mode", "status", "median ms", "vs eager", "vs inductor",
@@ -125,6 +126,15 @@ def write_json(report: BenchReport, path: str | Path) -> None:
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     text = json.dumps(_strict_json(report.to_dict()), indent=2, allow_nan=False)
     Path(path).write_text(text + "\n")
+
+
+def append_jsonl(workload: WorkloadResult, path: str | Path) -> None:
+    """Append one finished workload's final result as one JSON line (`kernelpro bench --merge`
+    reads such a file; a run killed mid-way leaves the workloads it finished)."""
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    line = json.dumps(_strict_json(workload.to_dict()), allow_nan=False)
+    with Path(path).open("a") as f:
+        f.write(line + "\n")
 
 
 def write_markdown(report: BenchReport, path: str | Path) -> None:

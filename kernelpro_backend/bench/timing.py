@@ -1,18 +1,22 @@
-"""Timing a step: median of repeated runs, on the GPU with `triton.testing.do_bench` (CUDA
-events, L2 flushed between runs), on the CPU with `time.perf_counter`.
+"""Timing a whole step (a training step with its optimizer, or an inference call): median of
+repeated runs, on the GPU with `triton.testing.do_bench` (CUDA events, L2 flushed between
+runs), on the CPU with `time.perf_counter`; the statistics are runtime/timing.py's `summarize`.
 
-Owns: the two timers and the first-call (compile + warm-up) clock.
-Must not: compile or compare anything.
+Owns: the step timer (`step_timing`) and the first-call (compile + warm-up) clock.
+Must not: compile or compare anything, or time kernels (runtime/timing.py's `time_kernel`
+does, for the subgraphs of the roofline chart too): a step runs many kernels, Python and the
+optimizer, so it is timed as the user runs it, without CUDA-graph replay.
 """
 
 from __future__ import annotations
 
-import statistics
 import time
 from collections.abc import Callable
 from typing import TypeVar
 
 import torch
+
+from ..runtime.timing import Timing, summarize
 
 T = TypeVar("T")
 
@@ -31,24 +35,25 @@ def time_first_call(fn: Callable[[], T], device: torch.device) -> tuple[T, float
     return result, time.perf_counter() - start
 
 
-def median_ms(
+def step_timing(
     fn: Callable[[], object],
     device: torch.device,
     cpu_reps: int = 10,
     gpu_warmup_ms: int = 25,
     gpu_rep_ms: int = 100,
-) -> float:
-    """Median time of one call of `fn` in milliseconds."""
+) -> Timing:
+    """The times of repeated calls of `fn`, summarized (median, spread)."""
     if device.type == "cuda":
         from triton.testing import do_bench
 
-        return float(do_bench(fn, warmup=gpu_warmup_ms, rep=gpu_rep_ms, return_mode="median"))
+        times = do_bench(fn, warmup=gpu_warmup_ms, rep=gpu_rep_ms, return_mode="all")
+        return summarize([float(t) for t in times], "do_bench")
     if cpu_reps < 1:
         raise ValueError(f"cpu_reps={cpu_reps}: need at least one timed run")
     fn()  # one untimed run: allocator and caches settle after the first call
-    times: list[float] = []
+    cpu_times: list[float] = []
     for _ in range(cpu_reps):
         start = time.perf_counter()
         fn()
-        times.append((time.perf_counter() - start) * 1e3)
-    return statistics.median(times)
+        cpu_times.append((time.perf_counter() - start) * 1e3)
+    return summarize(cpu_times, "perf_counter")

@@ -1,8 +1,9 @@
 """The bench's built-in workloads: training steps of whole models and op-level problems.
 
 Owns: one function per workload, `(device, dtype, size) -> Workload`, with its shapes at
-"tiny" (CPU tests, milliseconds per step) and "full" (GPU, sizes people train at), and the
-`WORKLOADS` registry the CLI picks from.
+"tiny" (CPU tests, milliseconds per step) and "full" (GPU, sizes people train at), the
+`WORKLOADS` registry the CLI picks from, the `DTYPES` it names, and `workload_builders` (names and
+a KernelBench directory -> what `runner.run_workloads` builds one at a time).
 Must not: time, compile or compare anything.
 
 dtype None means the workload's default: bfloat16 on CUDA for the GPT block, the MoE layer and
@@ -11,13 +12,15 @@ attention; float32 everywhere else (and always on the CPU), as in KernelBench.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import functools
+from collections.abc import Callable, Iterable, Sequence
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
 from . import models
+from .problems import PROBLEM_PREFIX, load_problem, problem_files
 from .workload import Workload, WorkloadFactory, check_size, resolve_dtype
 
 
@@ -178,3 +181,31 @@ WORKLOADS: dict[str, WorkloadFactory] = {
 }
 TRAINING_WORKLOADS = ("gpt_block", "mlp", "convnet", "moe", "lm_head")
 OP_WORKLOADS = tuple(name for name in WORKLOADS if name not in TRAINING_WORKLOADS)
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+def workload_builders(
+    names: Sequence[str],
+    problems: str | None,
+    device: torch.device,
+    dtype: torch.dtype | None,
+    size: str,
+) -> list[tuple[str, Callable[[], Workload]]]:
+    """(name, build) of the named built-in workloads ("all" for all; none named: all, or none
+    when a problems directory is given), then of each problem file. Raises ValueError for an
+    unknown name, ProblemError for a bad directory."""
+    chosen = list(names or ([] if problems else ["all"]))
+    if "all" in chosen:
+        chosen = list(WORKLOADS)
+    unknown = [n for n in chosen if n not in WORKLOADS]
+    if unknown:
+        raise ValueError(f"unknown workload(s) {unknown}; known: {', '.join(WORKLOADS)}")
+    builders: list[tuple[str, Callable[[], Workload]]] = [
+        (n, functools.partial(WORKLOADS[n], device, dtype, size)) for n in dict.fromkeys(chosen)
+    ]
+    if problems:
+        builders += [
+            (PROBLEM_PREFIX + f.stem, functools.partial(load_problem, f, device, dtype))
+            for f in problem_files(problems)
+        ]
+    return builders

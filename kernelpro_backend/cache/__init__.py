@@ -8,7 +8,6 @@ Note: the repository-root `cache/` folder holds shipped bundles; this package re
 
 from .artifact import CorruptEntry, Entry, KernelArtifact, Provenance, decode_entry, encode_entry
 from .bundle import Bundle, BundleError, ImportReport, export_bundle, import_bundle, read_bundle
-from .cli import add_cli, run_cli
 from .entries import describe, pending, store_winner
 from .maintenance import (
     Checked,
@@ -49,7 +48,6 @@ __all__ = [
     "Validator",
     "ValidatorUnavailable",
     "Verdict",
-    "add_cli",
     "cache_key",
     "current_arch",
     "current_toolchain",
@@ -62,7 +60,6 @@ __all__ = [
     "prune",
     "read_bundle",
     "resolve_cache_dir",
-    "run_cli",
     "store_winner",
     "verify",
 ]

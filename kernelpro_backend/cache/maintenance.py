@@ -1,10 +1,11 @@
-"""Keeping a cache honest: re-validation and pruning.
+"""Keeping a cache honest: listing, re-validation and pruning.
 
-Owns: `verify` (re-check every entry with an injected validator, drop failures - corrupt
+Owns: `list_entries` (the entries matching pattern/kind/arch filters, and how many are
+corrupt), `find_entries` (by digest prefix), `verify` (re-check every entry with an injected validator, drop failures - corrupt
 entries included - and store re-timed artifacts; `Verdict` is what a validator returns,
 `Checked` one row of its summary) and `prune` (drop entries for other toolchains or cache
 schemas, corrupt ones, and optionally those older than N days).
-Must not: validate kernels by itself; the validator (kernelpro_backend/cache_validator.py,
+Must not: validate kernels by itself; the validator (kernelpro_backend/tuner/verify.py,
 which runs the evaluator) is passed in.
 """
 
@@ -70,6 +71,36 @@ class MaintenanceReport:
     skipped: int = 0
     checked: list[Checked] = dataclasses.field(default_factory=list)
     dry_run: bool = False
+
+
+def matches(
+    entry: Entry, pattern: str | None = None, kind: str | None = None, arch: str | None = None
+) -> bool:
+    """Whether `entry` has this pattern, kind and GPU arch (None matches any)."""
+    return (
+        (not pattern or entry.artifact.pattern == pattern)
+        and (not kind or entry.artifact.kind == kind)
+        and (not arch or entry.key.arch == arch)
+    )
+
+
+def list_entries(
+    cache: KernelCache, pattern: str | None = None, kind: str | None = None, arch: str | None = None
+) -> tuple[list[Entry], int]:
+    """(the readable entries that match, sorted by pattern then key; how many are corrupt)."""
+    found, corrupt = [], 0
+    for item in cache.scan():
+        if item.entry is None:
+            corrupt += 1
+        elif matches(item.entry, pattern, kind, arch):
+            found.append(item.entry)
+    found.sort(key=lambda e: (e.artifact.pattern, e.key.short()))
+    return found, corrupt
+
+
+def find_entries(cache: KernelCache, prefix: str) -> list[Entry]:
+    """The entries whose key digest starts with `prefix` (any case)."""
+    return [e for e in cache.entries() if e.key.digest.startswith(prefix.lower())]
 
 
 def _verdict(validator: Validator, entry: Entry) -> Verdict:

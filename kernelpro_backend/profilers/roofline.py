@@ -1,6 +1,7 @@
 """Stage 1 of the feedback: the roofline classifier.
 
-Owns: `Roofs` (the device roofs as plain numbers), `RooflineReport` and `classify`, which
+Owns: `Roofs` (the device roofs as plain numbers; H100 defaults where none are measured),
+`RooflineReport` and `classify`, which
 turns a measured time plus the FLOPs and bytes of a subgraph into a bottleneck class, the
 speed-of-light time and a Finding with guidance.
 Must not: measure anything or compute FLOPs/bytes of a subgraph (speed_of_light does that);
@@ -21,6 +22,11 @@ from .suggest import more_programs
 DEFAULT_LAUNCH_LATENCY_MS = 0.005
 NEAR_ROOF = 0.6  # at >= 60% of SOL the kernel is on its roof: name the roof
 UNDER_UTILISED = 0.25  # below 25% of SOL with no latency cause: occupancy/stalls/spills
+# H100 SXM roofs where none are measured (GPU.md): ~3.0 TB/s copy; dense peaks per dtype
+# (bf16/fp16 measured ~800 TFLOP/s; fp32 at "highest" precision runs on CUDA cores: 132 SMs x
+# 128 x 2 x 1.98 GHz).
+DEFAULT_BYTES_PER_S = 3.0e12
+DEFAULT_FLOPS_PER_S = {"float32": 67e12, "bfloat16": 800e12, "float16": 800e12}
 
 
 @dataclasses.dataclass(frozen=True)

@@ -4,7 +4,9 @@ Owns: counting a subgraph's FLOPs per aten op (mm/addmm/bmm 2MNK, convolution, a
 4*B*H*Sq*Sk*D, halved when causal, backward 2.5x forward; pointwise 1 per output element;
 reductions 1 per input element) and the fewest bytes it must move (each external input read
 once, each output written once), and `SpeedOfLight`, which turns them into a time with the
-device's measured `Ceilings`: max(flops / compute roof, bytes / DRAM bandwidth).
+device's measured `Ceilings`: max(flops / compute roof, bytes / DRAM bandwidth); and
+`subgraph_cost`, the same two numbers of a callable counted by running it once under torch's
+FlopCounterMode (for a subgraph known only as a module, as `kernelpro profile` has it).
 Must not: time kernels or read profiler output.
 """
 
@@ -160,3 +162,16 @@ class SpeedOfLight:
         """(flops, bytes, sol_ms) of a `Subgraph` on the device the ceilings were measured on."""
         work = cls.work(subgraph)
         return work.flops, work.bytes, cls.time_ms(work, ceilings, subgraph.precision)
+
+
+def subgraph_cost(module: Any, inputs: list[Any]) -> tuple[float, float]:
+    """(FLOPs, bytes): FLOPs of matmul/conv/attention ops as torch counts them (others count
+    as one per output element); bytes of the external inputs and outputs, read/written once."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    with FlopCounterMode(display=False) as counter, torch.no_grad():
+        outputs = module(*inputs)
+    tensors = [t for t in [*inputs, *outputs] if isinstance(t, torch.Tensor)]
+    nbytes = sum(t.numel() * t.element_size() for t in tensors)
+    elementwise = sum(t.numel() for t in outputs if isinstance(t, torch.Tensor))
+    return float(max(counter.get_total_flops(), elementwise)), float(nbytes)

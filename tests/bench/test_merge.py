@@ -1,6 +1,6 @@
-"""Merging the results of several bench runs into one table: reports read back from JSON, a cut
-GPU run's partial.jsonl (final rows only), one run per workload, SOL kept from an earlier run,
-the roofs for the roofline chart."""
+"""Merging the results of several bench runs into one table: reports read back from JSON, the
+JSON lines of finished workloads a cut GPU run leaves, one run per workload, SOL kept from an
+earlier run, the roofs for the roofline chart."""
 
 import dataclasses
 import json
@@ -8,7 +8,7 @@ import json
 import pytest
 
 from kernelpro_backend.bench import tables
-from kernelpro_backend.bench.merge import MergeError, merge_reports, workloads_from_partial
+from kernelpro_backend.bench.merge import MergeError, merge_reports, workloads_from_jsonl
 from kernelpro_backend.bench.plots import labelled, roof_lines
 from kernelpro_backend.bench.results import (
     BenchReport,
@@ -16,7 +16,6 @@ from kernelpro_backend.bench.results import (
     SubgraphPoint,
     WorkloadResult,
 )
-from kernelpro_backend.bench.runner import PENDING
 from kernelpro_backend.bench.sol import roofs_of
 
 from .conftest import run_cli
@@ -40,15 +39,17 @@ def _write(tmp_path, name, workloads, modes=("eager", "inductor", "kernelpro"), 
     return path
 
 
-def _partial(tmp_path, rows):
-    path = tmp_path / "partial.jsonl"
-    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+def _jsonl(tmp_path, workloads):
+    """The file a cut run leaves: one finished workload a line."""
+    path = tmp_path / "workloads.jsonl"
+    for w in workloads:
+        tables.append_jsonl(w, path)
     return path
 
 
-def _row(workload, mode, ms, message="", **meta):
-    return {"workload": workload, **meta, **dataclasses.asdict(ModeResult(mode, "ok", ms, 1.0)),
-            "message": message}  # fmt: skip
+def _unlabelled(name, ms, modes):
+    """A workload whose results lack kind and dtype (as older runs wrote them)."""
+    return dataclasses.replace(_workload(name, ms, modes=modes), kind="?", dtype="?")
 
 
 def test_report_round_trips_through_json_with_infinite_errors(tmp_path):
@@ -60,19 +61,14 @@ def test_report_round_trips_through_json_with_infinite_errors(tmp_path):
     assert back.roofs == ROOFS and back.modes == ["eager", "inductor", "kernelpro"]
 
 
-def test_partial_keeps_only_workloads_whose_every_mode_has_its_final_timing():
-    rows = [
-        _row("convnet", "eager", 4.1, f"(provisional: one timing ...; interleaved {PENDING}"),
-        _row("convnet", "inductor", 3.5, f"(provisional: ...; interleaved {PENDING}"),
-        _row("convnet", "eager", 4.0, f"(interleaved among ...; final {PENDING}"),
-        _row("convnet", "eager", 3.9),
-        _row("convnet", "inductor", 3.4),
-        _row("lm_head", "eager", 3.4, kind="training", dtype="bfloat16", size="full"),
-        _row("lm_head", "inductor", 2.8, f"(provisional: ...; interleaved {PENDING}"),
-    ]
-    (w,) = workloads_from_partial("".join(json.dumps(r) + "\n" for r in rows))
-    assert w.workload == "convnet" and w.kind == "?"  # old rows carry no kind/dtype
-    assert [(m.mode, m.median_ms) for m in w.modes] == [("eager", 3.9), ("inductor", 3.4)]
+def test_jsonl_reads_back_every_finished_workload_whole(tmp_path):
+    conv = _workload("convnet", (3.9, 3.4), modes=("eager", "inductor"))
+    conv.modes[1] = ModeResult("inductor", "wrong", 3.4, 1.0, max_abs_err=float("inf"), message="x")
+    lm_head = _workload("lm_head", (3.4, 2.8), sol_ms=1.0, modes=("eager", "inductor"))
+    path = _jsonl(tmp_path, [conv, lm_head])
+    assert workloads_from_jsonl(path.read_text() + "\n") == [conv, lm_head]
+    with pytest.raises(MergeError, match="line 2: not a workload result"):
+        workloads_from_jsonl(path.read_text().splitlines()[0] + '\n{"workload": "cut"}')
 
 
 def test_a_workload_is_taken_whole_from_the_last_run_and_keeps_earlier_sol(tmp_path):
@@ -82,9 +78,9 @@ def test_a_workload_is_taken_whole_from_the_last_run_and_keeps_earlier_sol(tmp_p
     four = ("eager", "inductor", "kernelpro", "inductor-max-autotune")
     second = _write(tmp_path, "b.json", [_workload("mlp", (25.2, 24.8, 24.8, 24.6), modes=four)],
                     modes=four)  # fmt: skip
-    partial = _partial(tmp_path, [_row("lm_head", "eager", 3.4), _row("lm_head", "kernelpro", 2.8)])
+    cut = _jsonl(tmp_path, [_unlabelled("lm_head", (3.4, 2.8), ("eager", "kernelpro"))])
     report = merge_reports(
-        [first, second, partial], {"lm_head": {"kind": "training", "dtype": "bfloat16"}}
+        [first, second, cut], {"lm_head": {"kind": "training", "dtype": "bfloat16"}}
     )
     assert [w.workload for w in report.workloads] == ["moe", "mlp", "lm_head"]
     mlp = report.workloads[1]
@@ -104,7 +100,7 @@ def test_merge_refuses_what_cannot_share_a_table(tmp_path):
     with pytest.raises(MergeError, match="different devices"):
         merge_reports([a, tmp_path / "b.json"])
     with pytest.raises(MergeError, match="bench.json"):
-        merge_reports([_partial(tmp_path, [_row("mlp", "eager", 1.0)])])
+        merge_reports([_jsonl(tmp_path, [_workload("mlp", (1.0,), modes=("eager",))])])
     with pytest.raises(MergeError, match="no input has"):
         merge_reports([a], {"gpt_block": {"kind": "training", "dtype": "bfloat16"}})
     (tmp_path / "bad.json").write_text("{}")
@@ -119,13 +115,15 @@ def test_merge_from_the_cli_writes_the_table_and_refuses_bad_input(tmp_path, cap
                                                  "tf32_flops_per_s": 4e14,
                                                  "bf16_flops_per_s": 8e14}}))  # fmt: skip
     md = tmp_path / "all.md"
-    rc = run_cli("bench", "--merge", str(a), "--roofs", str(ceilings), "--markdown", str(md),
-                 "--json", str(tmp_path / "all.json"))  # fmt: skip
+    cut = _jsonl(tmp_path, [_workload("mlp", (25.0, 24.7, 12.5))])
+    rc = run_cli("bench", "--merge", str(a), "--merge", str(cut), "--roofs", str(ceilings),
+                 "--markdown", str(md), "--json", str(tmp_path / "all.json"))  # fmt: skip
     assert rc == 0
     assert (
         "| moe | training | bfloat16 | kernelpro | ok | 2.4 | 2.08x | 1.04x | 50.0% |"
         in md.read_text()
     )
+    assert "| mlp | training | bfloat16 | kernelpro | ok | 12.5 | 2.00x | 1.98x |" in md.read_text()
     assert json.loads((tmp_path / "all.json").read_text())["roofs"] == pytest.approx(ROOFS)
     assert run_cli("bench", "--merge", str(tmp_path / "missing.json")) == 2
     assert "cannot read" in capsys.readouterr().err
@@ -151,11 +149,11 @@ def test_a_mode_run_differently_by_different_runs_is_described_per_workload(tmp_
     report_b = json.loads(b.read_text())
     report_b["mode_descriptions"]["kernelpro"] = "kernelpro cache-only"
     b.write_text(json.dumps(report_b))
-    partial = _partial(tmp_path, [_row("moe", "eager", 5.0), _row("moe", "kernelpro", 2.4)])
-    d = merge_reports([a, b, partial]).mode_descriptions
-    assert d["eager"] == "eager for softmax, mlp; not recorded in partial.jsonl for moe"
+    cut = _jsonl(tmp_path, [_workload("moe", (5.0, 2.4), modes=("eager", "kernelpro"))])
+    d = merge_reports([a, b, cut]).mode_descriptions
+    assert d["eager"] == "eager for softmax, mlp; not recorded in workloads.jsonl for moe"
     assert d["kernelpro"] == (
-        "kernelpro for softmax; kernelpro cache-only for mlp; not recorded in partial.jsonl for moe"
+        "kernelpro for softmax; kernelpro cache-only for mlp; not recorded in workloads.jsonl for moe"
     )
     assert d["inductor"] == "inductor"
 

@@ -1,12 +1,14 @@
 """The runner flags a mode whose outputs or gradients differ from eager (so the bench's
 "ok" means something), and keeps going when a mode raises."""
 
+import contextlib
+
 import torch
 from torch._dynamo.backends.common import aot_autograd
 from torch._functorch.aot_autograd import make_boxed_func
 
 from kernelpro_backend.bench.modes import EAGER, Mode, make_modes
-from kernelpro_backend.bench.runner import RunConfig, run_workload
+from kernelpro_backend.bench.runner import RunConfig, run_workload, run_workloads
 from kernelpro_backend.bench.workloads import WORKLOADS
 
 CPU = torch.device("cpu")
@@ -106,26 +108,50 @@ def test_modes_run_in_the_order_given_with_eager_first():
     assert names == ["eager", "kernelpro", "inductor-max-autotune", "inductor"]
 
 
-def test_each_finished_mode_is_reported_as_it_finishes():
+def test_each_workload_is_reported_once_when_final_and_a_failed_build_too():
     def backend(gm, example_inputs):
         raise RuntimeError("backend exploded")
 
-    seen: list[tuple[str, str, str]] = []
+    def broken_build():
+        raise ValueError("no such shape")
+
+    seen = []
     config = _config(Mode("boom", backend))
-    seen_messages: list[str] = []
-    config.on_mode = lambda workload, r: (
-        seen.append((workload, r.mode, r.status)),
-        seen_messages.append(r.message),
+    config.on_workload = seen.append
+    returned = run_workloads(
+        [("softmax", lambda: WORKLOADS["softmax"](CPU, None, "tiny")), ("bad", broken_build)],
+        config,
     )
+    assert seen == returned  # each once, the final result, as it finished
+    assert [(m.mode, m.status) for m in seen[0].modes] == [("eager", "ok"), ("boom", "failed")]
+    assert (
+        seen[0].mode("eager").median_ms > 0 and "provisional" not in seen[0].mode("eager").message
+    )
+    assert [m.status for m in seen[1].modes] == ["failed", "failed"]
+    assert "no such shape" in seen[1].modes[0].message
+
+
+def test_each_compile_is_watched_and_a_failed_one_still_leaves_the_watch():
+    events = []
+
+    @contextlib.contextmanager
+    def watch(workload, mode):
+        events.append(("start", workload.name, mode))
+        try:
+            yield
+        finally:
+            events.append(("end", workload.name, mode))
+
+    def backend(gm, example_inputs):
+        raise RuntimeError("backend exploded")
+
+    config = _config(Mode("boom", backend))
+    config.watch_compile = watch
     run_workload(WORKLOADS["softmax"](CPU, None, "tiny"), config)
-    # eager at once after its compile (provisional time), boom when it fails, eager again with
-    # its interleaved time
-    assert seen == [
-        ("softmax", "eager", "ok"),
-        ("softmax", "boom", "failed"),
-        ("softmax", "eager", "ok"),
-    ]
-    assert "provisional" in seen_messages[0] and "provisional" not in seen_messages[2]
+    assert events == [
+        ("start", "softmax", "eager"), ("end", "softmax", "eager"),
+        ("start", "softmax", "boom"), ("end", "softmax", "boom"),
+    ]  # fmt: skip
 
 
 def test_modes_are_timed_in_interleaved_rounds_after_all_compiled():
@@ -154,27 +180,6 @@ def test_modes_are_timed_in_interleaved_rounds_after_all_compiled():
     assert calls == ["a", "b"] + ["a", "a", "b", "b"] * 3
 
 
-def test_modes_compiled_before_a_slow_one_are_timed_first_so_a_cut_keeps_them():
-    seen: list[tuple[str, str]] = []
-    config = RunConfig(
-        [
-            make_modes([EAGER])[0],
-            Mode("fast", lambda gm, example_inputs: gm.forward),
-            Mode("inductor-max-autotune", lambda gm, example_inputs: gm.forward),
-        ],
-        cpu_reps=1,
-        rounds=1,
-        progress=lambda line: None,
-    )
-    config.on_mode = lambda workload, r: seen.append((r.mode, r.message))
-    run_workload(WORKLOADS["softmax"](CPU, None, "tiny"), config)
-    checkpoint = [m for m, msg in seen if "before inductor-max-autotune" in msg]
-    assert checkpoint == ["eager", "fast"]
-    final = seen[-3:]
-    assert [m for m, _ in final] == ["eager", "fast", "inductor-max-autotune"]
-    assert all("pending" not in msg for _, msg in final)
-
-
 def test_kernels_used_counts_replaced_subgraphs_over_every_compile():
     from types import SimpleNamespace
 
@@ -189,22 +194,18 @@ def test_kernels_used_counts_replaced_subgraphs_over_every_compile():
     assert kernels_used(None) == ""  # not kernelpro
 
 
-def test_the_rows_a_run_reports_as_it_goes_merge_into_its_final_results():
-    """What `on_mode` hears, written as partial rows, reads back (bench/merge.py) as exactly the
-    run's final results: the provisional rows carry the PENDING mark and are left out."""
-    import dataclasses
-    import json
+def test_the_lines_a_run_writes_as_it_goes_merge_into_its_final_results(tmp_path):
+    """What `on_workload` hears, written as JSON lines, reads back (bench/merge.py) as exactly
+    the run's final results."""
+    from kernelpro_backend.bench import tables
+    from kernelpro_backend.bench.merge import workloads_from_jsonl
 
-    from kernelpro_backend.bench.merge import workloads_from_partial
-    from kernelpro_backend.bench.runner import PENDING
-
-    rows: list[str] = []
+    path = tmp_path / "workloads.jsonl"
     config = _config(Mode("again", None))
-    config.on_mode = lambda workload, r: rows.append(
-        json.dumps({"workload": workload, **dataclasses.asdict(r)})
+    config.on_workload = lambda result: tables.append_jsonl(result, path)
+    final = run_workloads(
+        [(n, lambda n=n: WORKLOADS[n](CPU, None, "tiny")) for n in ("softmax", "layer_norm")],
+        config,
     )
-    workload = WORKLOADS["softmax"](CPU, None, "tiny")
-    final = run_workload(workload, config)
-    assert sum(json.loads(r)["message"].endswith(PENDING) for r in rows) == 2  # provisional
-    (merged,) = workloads_from_partial("\n".join(rows))
-    assert merged.modes == final.modes
+    assert len(path.read_text().splitlines()) == 2  # one line per workload, no others
+    assert workloads_from_jsonl(path.read_text()) == final

@@ -16,11 +16,10 @@ from kernelpro_backend.cache import (
     Entry,
     KernelCache,
     Toolchain,
-    add_cli,
     describe,
-    run_cli,
     verify,
 )
+from kernelpro_backend.cli.cache import add_cli, run_cli
 from kernelpro_backend.runtime import EvalResult, EvalStatus, SourceCandidate, SpecCandidate
 from kernelpro_backend.tuner import artifact_candidate
 from kernelpro_backend.tuner.verify import CacheEntryValidator
@@ -75,7 +74,7 @@ def test_verify_with_the_real_evaluator_keeps_a_correct_entry_and_drops_a_wrong_
 
 
 def test_verify_a_codegen_triton_entry_with_the_default_loader(tmp_path, tanh_sg):
-    """A KernelSpec artifact loads through autotune.load_artifact and runs in the worker (Triton's
+    """A KernelSpec artifact loads through tuner.load_artifact and runs in the worker (Triton's
     interpreter on CPU); the spec of `tanh*3+2` stored under `tanh*3+1` is proved wrong."""
     from graphs import trace
 

@@ -63,7 +63,7 @@ def test_closed_pool_refuses_work(pointwise_subgraph):
 
 @pytest.mark.slow
 def test_inductor_baseline_is_validated_and_timed(softmax_subgraph):
-    # Its own pool with the searcher's 120 s limit (autotune.PoolMeasurer): a cold Inductor
+    # Its own pool with the searcher's 120 s limit (tuner.searcher): a cold Inductor
     # compile in a fresh worker took over the module pool's 12 s hang limit on a fresh CI machine.
     job = Job.from_subgraph(softmax_subgraph, BaselineCandidate("inductor"))
     with WorkerPool(workers=2, timeout_s=120) as pool:

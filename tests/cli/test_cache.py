@@ -9,7 +9,8 @@ import io
 import pytest
 from graphs import python_artifact, with_arch
 
-from kernelpro_backend.cache import KernelCache, Provenance, Toolchain, add_cli, run_cli
+from kernelpro_backend.cache import KernelCache, Provenance, Toolchain
+from kernelpro_backend.cli.cache import add_cli, run_cli
 
 
 def _run(*argv: str, validator=None) -> tuple[int, str]:

@@ -1,8 +1,7 @@
 """`kernelpro cache ls | show | export | import | verify | prune`.
 
-Owns: the argparse wiring of the `cache` subcommand and its handlers, printing plain aligned
-tables. The lead's `kernelpro_backend/cli.py` calls `add_cli(subparsers)` and, for
-`args.command == "cache"`, `run_cli(args)` (also set as `args.func`).
+Owns: the argparse wiring of the `cache` subcommand (`add_cli`; `run_cli(args)` is its
+`args.func`) and its handlers, printing plain aligned tables.
 Must not: hold logic the library lacks (everything here calls store/bundle/maintenance).
 """
 
@@ -14,10 +13,17 @@ import sys
 from collections.abc import Sequence
 from typing import TextIO
 
-from .artifact import Entry
-from .bundle import BundleError, export_bundle, import_bundle
-from .maintenance import MaintenanceReport, Validator, ValidatorUnavailable, prune, verify
-from .store import KernelCache
+from ..cache.bundle import BundleError, export_bundle, import_bundle
+from ..cache.maintenance import (
+    MaintenanceReport,
+    Validator,
+    ValidatorUnavailable,
+    find_entries,
+    list_entries,
+    prune,
+    verify,
+)
+from ..cache.store import KernelCache
 
 
 def add_cli(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:  # type: ignore[type-arg]
@@ -113,23 +119,13 @@ def _cell(value: object) -> str:
 
 
 def _ls(cache: KernelCache, args: argparse.Namespace, out: TextIO) -> int:
-    rows, corrupt = [], 0
-    for item in cache.scan():
-        e = item.entry
-        if e is None:
-            corrupt += 1
-            continue
-        if (args.pattern and e.artifact.pattern != args.pattern) or (
-            (args.kind and e.artifact.kind != args.kind) or (args.arch and e.key.arch != args.arch)
-        ):
-            continue
-        a = e.artifact
-        rows.append(
-            (e.key.short(), a.pattern, a.kind, e.key.arch, a.language, a.kernel_ms,
-             a.speedup, a.sol_fraction, "yes" if e.key.toolchain == cache.toolchain else "no",
-             a.provenance.created[:10])
-        )  # fmt: skip
-    rows.sort(key=lambda r: (str(r[1]), str(r[0])))
+    entries, corrupt = list_entries(cache, args.pattern, args.kind, args.arch)
+    rows = [
+        (e.key.short(), e.artifact.pattern, e.artifact.kind, e.key.arch, e.artifact.language,
+         e.artifact.kernel_ms, e.artifact.speedup, e.artifact.sol_fraction,
+         "yes" if e.key.toolchain == cache.toolchain else "no", e.artifact.provenance.created[:10])
+        for e in entries
+    ]  # fmt: skip
     headers = ("KEY", "PATTERN", "KIND", "ARCH", "LANG", "MS", "SPEEDUP", "SOL", "CURRENT", "DATE")
     print(format_table(headers, rows), file=out)
     print(f"{len(rows)} entries in {cache.directory}", file=out)
@@ -138,12 +134,8 @@ def _ls(cache: KernelCache, args: argparse.Namespace, out: TextIO) -> int:
     return 0
 
 
-def _find(cache: KernelCache, prefix: str) -> list[Entry]:
-    return [e for e in cache.entries() if e.key.digest.startswith(prefix.lower())]
-
-
 def _show(cache: KernelCache, prefix: str, out: TextIO) -> int:
-    found = _find(cache, prefix)
+    found = find_entries(cache, prefix)
     if len(found) != 1:
         what = "no entry" if not found else f"{len(found)} entries"
         print(f"{what} matching {prefix!r}; `kernelpro cache ls` lists the keys", file=out)
@@ -192,7 +184,7 @@ def _verify(
         report = verify(cache, lambda entry: True, dry_run)
     else:
         # Imported here: the validator runs kernels, which the cache package itself must not.
-        from ..cache_validator import CacheEntryValidator
+        from ..tuner.verify import CacheEntryValidator
 
         with CacheEntryValidator(
             retime=args.retime, seed=args.seed, workers=args.workers, cache_dir=args.cache_dir

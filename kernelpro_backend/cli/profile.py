@@ -1,9 +1,9 @@
 """`kernelpro profile MODULE:FN`: the two-stage profile of every subgraph of a model, as text.
 
-Owns: `add_cli(subparsers)` and `run_cli(args) -> int` (the lead wires them into cli.py),
-`subgraph_cost` (FLOPs via torch's FlopCounterMode, bytes of external inputs/outputs) and
-`profile_model`.
-Must not: search or replace kernels: it profiles the reference (eager aten) of each subgraph.
+Owns: the `profile` arguments (`add_cli`, `run_cli`), loading the model onto the GPU and
+printing each subgraph's report (`profile_model`).
+Must not: search or replace kernels (it profiles the reference, eager aten, of each subgraph),
+or measure anything itself (profilers/ does).
 """
 
 from __future__ import annotations
@@ -14,12 +14,7 @@ import inspect
 import sys
 from typing import Any
 
-from .roofline import Roofs
-
-# H100 SXM defaults (GPU.md): ~3.0 TB/s copy; dense peaks per dtype (bf16/fp16 measured ~800
-# TFLOP/s; fp32 at "highest" precision runs on CUDA cores: 132 SMs x 128 x 2 x 1.98 GHz).
-DEFAULT_BYTES_PER_S = 3.0e12
-DEFAULT_FLOPS_PER_S = {"float32": 67e12, "bfloat16": 800e12, "float16": 800e12}
+from ..profilers.roofline import DEFAULT_BYTES_PER_S, DEFAULT_FLOPS_PER_S, Roofs
 
 
 def add_cli(subparsers: Any) -> None:
@@ -53,20 +48,6 @@ def _load(spec: str) -> tuple[Any, tuple[Any, ...]]:
     return model.cuda(), tuple(x.cuda() if hasattr(x, "cuda") else x for x in inputs)
 
 
-def subgraph_cost(module: Any, inputs: list[Any]) -> tuple[float, float]:
-    """(FLOPs, bytes): FLOPs of matmul/conv/attention ops as torch counts them (others count
-    as one per output element); bytes of the external inputs and outputs, read/written once."""
-    import torch
-    from torch.utils.flop_counter import FlopCounterMode
-
-    with FlopCounterMode(display=False) as counter, torch.no_grad():
-        outputs = module(*inputs)
-    tensors = [t for t in [*inputs, *outputs] if isinstance(t, torch.Tensor)]
-    nbytes = sum(t.numel() * t.element_size() for t in tensors)
-    elementwise = sum(t.numel() for t in outputs if isinstance(t, torch.Tensor))
-    return float(max(counter.get_total_flops(), elementwise)), float(nbytes)
-
-
 def profile_model(
     spec: str,
     tools: list[str] | None,
@@ -78,7 +59,8 @@ def profile_model(
     import torch
 
     from ..explain import find_subgraphs
-    from .api import profile_kernel
+    from ..profilers.api import profile_kernel
+    from ..profilers.speed_of_light import subgraph_cost
 
     model, inputs = _load(spec)
     # forward and, when the output requires grad, backward: its subgraphs count too

@@ -5,7 +5,7 @@ import pytest
 import torch
 
 import kernelpro_backend
-from kernelpro_backend.cli import main
+from kernelpro_backend.cli.main import main
 
 
 def test_version(capsys):

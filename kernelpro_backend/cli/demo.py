@@ -1,0 +1,23 @@
+"""`kernelpro demo`: compile a transformer block with the backend and time it.
+
+Owns: the `demo` arguments. Must not: hold the demo itself (demo.py does).
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+
+def add_cli(subparsers: Any) -> None:
+    p = subparsers.add_parser(
+        "demo", help="compile a transformer block with the backend and time it"
+    )
+    p.add_argument("--steps", type=int, default=20, help="timed training steps (default 20)")
+    p.set_defaults(func=run_demo)
+
+
+def run_demo(args: argparse.Namespace) -> int:
+    from ..demo import run_demo as demo
+
+    return demo(steps=args.steps)

@@ -1,0 +1,34 @@
+"""`kernelpro explain MODULE:FN`: the fusable subgraphs of a model, as a table.
+
+Owns: the `explain` arguments and printout. Must not: find subgraphs itself (explain.py does).
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from .target import model_and_inputs
+
+
+def add_cli(subparsers: Any) -> None:
+    p = subparsers.add_parser(
+        "explain",
+        help="list the fusable subgraphs of a model (forward and backward)",
+        description="MODULE:FN names a function returning (model, example_inputs).",
+    )
+    p.add_argument("target", metavar="MODULE:FN")
+    p.set_defaults(func=run_explain)
+
+
+def run_explain(args: argparse.Namespace) -> int:
+    from ..explain import explain, format_table
+
+    model, inputs = model_and_inputs(args.target)
+    rows = explain(model, *inputs)
+    print(format_table(rows))
+    kinds: dict[str, int] = {}
+    for r in rows:
+        kinds[r.kind] = kinds.get(r.kind, 0) + 1
+    print(f"\n{len(rows)} subgraphs: " + ", ".join(f"{n} {k}" for k, n in sorted(kinds.items())))
+    return 0
