@@ -1,6 +1,6 @@
 """GEMM tile configurations: the default knobs per operand kind and problem size, and the
 configurations Inductor's max-autotune tries on CUDA, so the search and the GPU sweep
-(scripts/gpu_gemm_sweep.py) can start from them.
+(bench/gemm_sweep.py) can start from them.
 
 Owns: the tables below (edit them to change defaults), `gemm_default_knobs(spec)` and
 `inductor_candidates(spec)`.

@@ -1,14 +1,17 @@
-"""On a GPU: `verify` re-proves real Triton (codegen) entries keyed for this arch; subgraphs
-traced on CUDA rebuild from their text."""
+"""On a GPU: `verify` (and `kernelpro cache verify`) re-proves real Triton (codegen) entries
+keyed for this arch; subgraphs traced on CUDA rebuild from their text."""
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
+import io
 
 import pytest
 import torch
 
-from kernelpro_backend.cache import KernelArtifact, cache_key, describe, verify
+from kernelpro_backend.cache import KernelArtifact, KernelCache, cache_key, describe, verify
+from kernelpro_backend.cli.cache import add_cli, run_cli
 from kernelpro_backend.tuner.verify import CacheEntryValidator
 
 pytestmark = [
@@ -61,3 +64,58 @@ def test_cuda_subgraphs_rebuild_and_rekey(cache):
     got = rebuilt.module()(*[t.cuda() for t in inputs])
     for e, g in zip(expected, got, strict=True):
         torch.testing.assert_close(g.cpu(), e, rtol=1e-5, atol=1e-4)
+
+
+def _cache_verify(cache_dir, *flags: str) -> tuple[int, str]:
+    parser = argparse.ArgumentParser(prog="kernelpro")
+    add_cli(parser.add_subparsers(dest="command", required=True))
+    args = parser.parse_args(["cache", "--cache-dir", str(cache_dir), "verify", *flags])
+    out = io.StringIO()
+    return run_cli(args, out=out), out.getvalue()
+
+
+def test_cache_verify_cli_on_codegen_entries_of_an_example_model(tmp_path):
+    """`kernelpro cache verify` on codegen entries of the MLP's CUDA subgraphs: --dry-run
+    deletes nothing; then the correct entries are kept and re-timed (--retime), the wrong one
+    (tanh*3+2 stored under tanh*3+1) is dropped and the entry for another arch is left alone."""
+    from graphs import scaled_tanh, trace
+
+    from kernelpro_backend import examples
+    from kernelpro_backend.codegen import Unsupported
+    from kernelpro_backend.explain import find_subgraphs
+
+    torch.set_float32_matmul_precision("highest")
+    model, inputs = examples.EXAMPLES["mlp"]("cuda")
+    good = []
+    with KernelCache(tmp_path) as cache:
+        for sg in find_subgraphs(model, *inputs, train=True):
+            if len(good) >= 6:  # each is compiled, validated and re-timed
+                break
+            try:
+                artifact = _spec_artifact(sg)
+            except Unsupported:
+                continue
+            key = cache.key_for(sg.key)
+            if key not in good:
+                cache.put(key, describe(artifact, sg))
+                good.append(key)
+        x = torch.randn(64, 96, device="cuda")
+        (tanh,) = trace(scaled_tanh, x)
+        (shifted,) = trace(lambda t: torch.tanh(t) * 3.0 + 2.0, x)
+        wrong = cache.key_for(tanh.key)
+        cache.put(wrong, describe(_spec_artifact(shifted), tanh))
+        other = "sm_80" if wrong.arch != "sm_80" else "sm_90"
+        foreign = dataclasses.replace(wrong, subgraph=dataclasses.replace(tanh.key, device=other))
+        cache.put(foreign, describe(_spec_artifact(tanh), tanh))
+    assert good
+
+    code, text = _cache_verify(tmp_path, "--dry-run")
+    with KernelCache(tmp_path) as cache:
+        assert len(list(cache.entries())) == len(good) + 2, text
+    code, text = _cache_verify(tmp_path, "--retime", "--seed", "7")
+    with KernelCache(tmp_path) as cache:
+        left = {e.key.digest: e.artifact for e in cache.entries()}
+    assert all(k.digest in left for k in good), text
+    assert wrong.digest not in left, text
+    assert foreign.digest in left, text
+    assert all(left[k.digest].kernel_ms is not None for k in good), text

@@ -269,24 +269,6 @@ def test_spec_round_trips_through_json() -> None:
     assert source.count("_launch(attn_bwd_") == 3  # preprocess, dK/dV with atomic dQ, convert
 
 
-@pytest.mark.gpu
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
-def test_gpu_script_quick(tmp_path: object) -> None:
-    """The real CUDA backward subgraphs (flash for bf16), compiled for the device."""
-    import os
-    import subprocess
-    import sys
-
-    root = os.path.join(os.path.dirname(__file__), "..", "..")
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    env.update(OUT=str(tmp_path), PYTHONPATH=root)
-    proc = subprocess.run(
-        [sys.executable, os.path.join(root, "scripts", "gpu_attention_bwd.py"), "--quick"],
-        env=env, capture_output=True, text=True, timeout=600,
-    )  # fmt: skip
-    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
-
-
 def test_masks_dropout_and_cudnn_are_unsupported_not_mislowered() -> None:
     q, lse = torch.randn(1, 2, 9, 16, device="meta"), torch.empty(1, 2, 9, device="meta")
     mask = torch.empty(9, 9, device="meta")

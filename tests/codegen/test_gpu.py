@@ -1,6 +1,7 @@
-"""GPU tier: the generated kernels compiled by Triton for the real device (no interpreter),
-through the GPU script's smoke mode, and both GEMM load paths. Skipped cleanly without CUDA;
-the GEMM sweep script's logic also runs here at tiny sizes in the interpreter."""
+"""GPU tier: the generated kernels compiled by Triton for the real device (no interpreter):
+every template's default spec at moderate sizes, and both GEMM load paths. Skipped cleanly
+without CUDA; the GEMM sweep's logic (bench/gemm_sweep.py) also runs here at tiny sizes in
+the interpreter."""
 
 from __future__ import annotations
 
@@ -10,21 +11,73 @@ import sys
 
 import pytest
 import torch
+import torch.nn as nn
+import torch.nn.functional as F
 
 ROOT = os.path.join(os.path.dirname(__file__), "..", "..")
 
 
+# Every template at moderate sizes (1024^3 GEMMs, 2048x2048 rows, 8000-word vocabulary,
+# 512-token attention): the default spec compiled for the device and checked against the
+# subgraph's reference on fresh inputs, tolerance by dtype.
+N, ROWS, COLS, VOCAB, SEQ = 1024, 2048, 2048, 8000, 512
+
+
+class _CrossEntropy(nn.Module):
+    def forward(self, x: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
+        return F.cross_entropy(x, t)
+
+
+def _biggest(model: nn.Module, *inputs: torch.Tensor, kind: str | None = None):
+    from kernelpro_backend.explain import find_subgraphs
+
+    found = [s for s in find_subgraphs(model, *inputs, train=False) if kind in (None, s.kind)]
+    return max(found, key=lambda s: sum(torch.Size(m[0]).numel() for m in s.input_meta))
+
+
+def _template_case(name: str):
+    from harness import traced_subgraph
+
+    from kernelpro_backend.examples import RMSNorm
+
+    f32, bf16, dev = torch.float32, torch.bfloat16, "cuda"
+    rows = lambda dt: torch.randn(ROWS, COLS, device=dev, dtype=dt)  # noqa: E731
+    if name.startswith("linear+gelu"):
+        dt = f32 if name.endswith("fp32") else bf16
+        model = nn.Sequential(nn.Linear(N, N), nn.GELU()).to(dev, dt)
+        return _biggest(model, torch.randn(N, N, device=dev, dtype=dt), kind="gemm")
+    if name == "cross-entropy bf16":
+        x = torch.randn(ROWS, VOCAB, device=dev, dtype=bf16)
+        t = torch.randint(0, VOCAB, (ROWS,), device=dev)
+        return _biggest(_CrossEntropy(), x, t, kind="reduction")
+    if name.startswith("attention"):
+        # The partitioner skips SDPA forward ops (tagged nondeterministic_seeded): trace it whole.
+        d, causal = (64, True) if "causal" in name else (128, False)
+        qkv = [torch.randn(2, 16, SEQ, d, device=dev, dtype=bf16) for _ in range(3)]
+        sdpa = lambda q, k, v: (F.scaled_dot_product_attention(q, k, v, is_causal=causal),)  # noqa: E731
+        return traced_subgraph(sdpa, qkv, "attention")
+    op, dtype = name.split()
+    dt = f32 if dtype == "fp32" else bf16
+    module = {"layernorm": nn.LayerNorm(COLS), "rmsnorm": RMSNorm(COLS), "softmax": nn.Softmax(-1)}
+    return _biggest(module[op].to(dev, dt), rows(dt))
+
+
+TEMPLATE_CASES = [
+    "linear+gelu fp32", "linear+gelu bf16", "layernorm fp32", "layernorm bf16", "rmsnorm fp32",
+    "softmax fp32", "softmax bf16", "cross-entropy bf16", "attention d64 causal",
+    "attention d128",
+]  # fmt: skip
+
+
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
-def test_gpu_script_smoke(tmp_path: os.PathLike) -> None:
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    env.update(OUT=str(tmp_path), PYTHONPATH=ROOT)
-    proc = subprocess.run(
-        [sys.executable, os.path.join(ROOT, "scripts", "gpu_codegen.py"), "--quick"],
-        env=env, capture_output=True, text=True, timeout=900,
-    )  # fmt: skip
-    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
-    assert os.path.exists(os.path.join(tmp_path, "gpu_codegen.json"))
+@pytest.mark.parametrize("name", TEMPLATE_CASES)
+def test_default_spec_of_each_template_compiles_and_matches_on_gpu(name: str) -> None:
+    from harness import check
+
+    sg = _template_case(name)
+    assert sg.device.type == "cuda"
+    check(sg, seed=1)
 
 
 @pytest.mark.gpu
@@ -44,11 +97,11 @@ def test_gemm_loads_compile_and_match_on_gpu(loads: str) -> None:
         check(sg, lower(sg).with_knobs(LOADS=loads))
 
 
-def test_gemm_sweep_script_runs_in_the_interpreter(tmp_path: os.PathLike) -> None:
+def test_gemm_sweep_runs_in_the_interpreter(tmp_path: os.PathLike) -> None:
     """The H100 sweep's logic (capture, configs, correctness, table) at tiny sizes on the CPU."""
     env = dict(os.environ, OUT=str(tmp_path), PYTHONPATH=ROOT, TRITON_INTERPRET="1")
     proc = subprocess.run(
-        [sys.executable, os.path.join(ROOT, "scripts", "gpu_gemm_sweep.py"), "--cpu-smoke", "--max-configs", "2"],
+        [sys.executable, "-m", "kernelpro_backend.bench.gemm_sweep", "--cpu-smoke", "--max-configs", "2"],
         env=env, capture_output=True, text=True, timeout=300,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]

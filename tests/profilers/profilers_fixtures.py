@@ -6,7 +6,7 @@ import pytest
 
 FIXTURES = Path(__file__).parent / "fixtures"
 CASES = ("good_add", "strided_copy", "spill", "tiny_grid")
-# The knobs each kernel of scripts/gpu_profilers.py was built with.
+# The knobs each kernel of tests/profilers/flawed_kernels.py was built with.
 KNOBS = {
     "good_add": {"BLOCK": 1024, "num_warps": 4},
     "strided_copy": {"BLOCK": 1024, "num_warps": 4},

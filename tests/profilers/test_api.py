@@ -22,7 +22,7 @@ from kernelpro_backend.profilers.sass import find_cuobjdump
 from kernelpro_backend.profilers.speed_of_light import subgraph_cost
 
 H100 = Roofs(bytes_per_s=3.0e12, flops_per_s=67e12, sm_count=132)
-SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "gpu_profilers.py"
+SCRIPT = Path(__file__).resolve().parent / "flawed_kernels.py"
 
 
 def test_each_class_gets_its_tools_cheapest_first():
@@ -46,7 +46,7 @@ import base64, importlib.util, json, sys
 import triton
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
-spec = importlib.util.spec_from_file_location("gpu_profilers_script", sys.argv[1])
+spec = importlib.util.spec_from_file_location("flawed_kernels", sys.argv[1])
 script = importlib.util.module_from_spec(spec)
 sys.modules[spec.name] = script  # dataclasses resolve annotations through sys.modules
 spec.loader.exec_module(script)
@@ -63,7 +63,7 @@ print(json.dumps({"cubin": base64.b64encode(k.asm["cubin"]).decode(), "name": m.
 
 
 def _compile_for_sm90(case):
-    """Real sm_90 machine code of one of the GPU script's kernels, compiled on this CPU machine.
+    """Real sm_90 machine code of one of flawed_kernels.py's kernels, compiled on this CPU machine.
     In a child process without TRITON_INTERPRET: Triton reads it when a kernel is decorated and
     again while builtins compile, so the interpreter the CPU suite runs under must not be on."""
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}

@@ -1,9 +1,5 @@
 """Each tool live on a small Triton kernel (run on the GPU machine; skipped without CUDA)."""
 
-import importlib.util
-import sys
-from pathlib import Path
-
 import pytest
 import torch
 
@@ -13,17 +9,14 @@ pytestmark = [
     pytest.mark.gpu,
     pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU"),
 ]
-SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "gpu_profilers.py"
 H100 = Roofs(bytes_per_s=3.0e12, flops_per_s=67e12, sm_count=132)
 
 
 @pytest.fixture(scope="module")
 def script():
-    spec = importlib.util.spec_from_file_location("gpu_profilers_script", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+    import flawed_kernels
+
+    return flawed_kernels
 
 
 def _target(script, name):
@@ -31,7 +24,7 @@ def _target(script, name):
     args = case.inputs()
     compiled = case.launch(*args)
     torch.cuda.synchronize()
-    command = [sys.executable, str(SCRIPT), "--launch", name]
+    command = script.launch_command(name)
     target = ProfileTarget(
         fn=lambda *a: case.launch(*a),
         inputs=args,
@@ -108,3 +101,29 @@ def test_ncu_through_a_pickled_callable(script):
         tools=["ncu"],
     )
     assert "ncu" in report.tools_run, report.tools_skipped
+
+
+@pytest.mark.parametrize("name", ["good_add", "strided_copy", "spill", "tiny_grid"])
+def test_all_tools_name_each_flaw_and_spare_the_good_kernel(script, name):
+    """Every registered tool on each kernel: a flawed kernel gets a finding of its flaw's tool
+    and metric whose suggestion names the knob that fixes it; the good one no high finding."""
+    from kernelpro_backend.profilers.tools import registered
+
+    case, target = _target(script, name)
+    report = profile_kernel(
+        target.fn,
+        target.inputs,
+        flops=case.flops,
+        bytes=case.bytes,
+        ceilings=H100,
+        grid_size=case.grid,
+        target=target,
+        tools=sorted(registered()),
+    )
+    high = [f"{f.tool}.{f.metric}" for f in report.findings if f.severity.value == "high"]
+    if case.flaw is None:
+        assert not high, report.text()
+    else:
+        tool, metric, knob = case.flaw
+        hit = [f for f in report.findings if f.tool == tool and f.metric == metric]
+        assert hit and any(knob in dict(f.suggestion) for f in hit), report.text()

@@ -3,7 +3,7 @@
 All compute (or pretend to compute) `relu(x * y + 1.0)` on two float32 tensors of the same
 shape: the subgraph `pointwise_subgraph` in conftest.py. Each gaming case names the status and
 a phrase of the message the evaluator must reject it with. Shared by the CPU tests (Triton
-interpreter), the GPU tests and scripts/gpu_evaluate.py.
+interpreter) and the GPU tests (test_runtime_gpu.py).
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """Stage-2 findings steer the search: the ptxas spill finding the worker's feedback makes for a
-spilling kernel (Triton metadata fixture of scripts/gpu_profilers.py's `spill` kernel) comes
+spilling kernel (Triton metadata fixture of flawed_kernels.py's `spill` kernel) comes
 back in the measurer's result, is logged with the tools that ran, and makes the rule proposer
 expand the spill fixes first: the finding's own change (more warps share the tile), then the
 spill rule's smaller tile, before the roofline class's rules."""

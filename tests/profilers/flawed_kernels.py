@@ -1,16 +1,18 @@
-"""Run the profiling tools live on one good and three deliberately flawed Triton kernels, and
-capture their raw outputs as test fixtures.
-
-    OUT=/tmp/out python scripts/gpu_profilers.py            # on the H100 (ncu, torch.cuda)
-    python scripts/gpu_profilers.py --cpu-fixtures DIR      # no GPU: real SASS + ptxas -v only
-    python scripts/gpu_profilers.py --launch CASE           # the child that ncu profiles
+"""One good and three deliberately flawed Triton kernels: the profiling tools' live subjects
+(test_profilers_gpu.py, test_api.py) and the source of the fixtures in fixtures/.
 
 Kernels: `good_add` (coalesced, 16-byte loads, a full grid), `strided_copy` (each thread reads
-32 floats apart: uncoalesced), `spill` (BLOCK=16384 with num_warps=1: 512 live floats per
+32 floats apart: uncoalesced), `spill` (BLOCK=8192 with num_warps=1: 256 live floats per
 thread, registers spill), `tiny_grid` (4 programs on 132 SMs). The tools must name each flaw
-and propose the knob that fixes it; the good kernel must get no high-severity finding.
-Writes fixtures flat into $KP_FIXTURES_DIR (default $OUT/fixtures) plus $OUT/fixtures.tar.gz,
-results to $OUT/profilers_results.json, and prints a table last.
+and propose the knob that fixes it; the good kernel must get no high-severity finding (the GPU
+tests assert that).
+
+    python tests/profilers/flawed_kernels.py --launch CASE        # the child that ncu profiles
+    python tests/profilers/flawed_kernels.py --cpu-fixtures DIR   # no GPU: real SASS + ptxas -v
+    python tests/profilers/flawed_kernels.py --gpu-fixtures DIR   # on the GPU: all fixtures
+
+Owns: the kernels, their launch, and capturing their raw tool outputs as fixtures.
+Must not: assert anything (the tests do) or time anything (the tools do).
 """
 
 from __future__ import annotations
@@ -18,14 +20,12 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import os
 import subprocess
 import sys
 import tarfile
-import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
@@ -221,52 +221,23 @@ def launch_child(name: str) -> None:
     torch.cuda.profiler.stop()
 
 
-def measured_ceilings():
-    import torch
-
-    from kernelpro_backend.profilers.roofline import Roofs
-
-    a = torch.empty(1 << 28, dtype=torch.uint8, device="cuda")
-    b = torch.empty_like(a)
-    b.copy_(a)
-    torch.cuda.synchronize()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    for _ in range(20):
-        b.copy_(a)
-    end.record()
-    end.synchronize()
-    bandwidth = 2 * a.numel() * 20 / (start.elapsed_time(end) / 1e3)
-    props = torch.cuda.get_device_properties(0)
-    # float32 on CUDA cores: SMs x 128 FMA lanes x 2 FLOP x ~1.98 GHz (H100 SXM boost)
-    return Roofs(
-        bytes_per_s=bandwidth,
-        flops_per_s=props.multi_processor_count * 128 * 2 * 1.98e9,
-        sm_count=props.multi_processor_count,
-    )
-
-
-def gpu_run(out: Path, fixtures: Path) -> int:
+def gpu_fixtures(dest: Path) -> None:
+    """Every fixture, captured live: SASS, ptxas -v, Triton metadata and ncu CSV per kernel,
+    and a torch.profiler trace of an eager op chain; packed into dest/../fixtures.tar.gz too."""
     import torch
 
     from kernelpro_backend.profilers import ncu as ncu_mod
-    from kernelpro_backend.profilers.api import profile_kernel
     from kernelpro_backend.profilers.compiler_resources import resources_of_triton
     from kernelpro_backend.profilers.sass import disassemble
     from kernelpro_backend.profilers.timeline import record_trace
-    from kernelpro_backend.profilers.tools import ProfileTarget, registered
 
-    fixtures.mkdir(parents=True, exist_ok=True)
-    ceilings = measured_ceilings()
-    print(f"ceilings: {ceilings}")
-    rows, results, failures = [], {}, []
+    dest.mkdir(parents=True, exist_ok=True)
     for case in CASES.values():
-        args = case.inputs()
-        compiled = case.launch(*args)
+        compiled = case.launch(*case.inputs())
         torch.cuda.synchronize()
         res = resources_of_triton(compiled)
-        (fixtures / f"sass_{case.name}.txt").write_text(disassemble(compiled.asm["cubin"]))
-        (fixtures / f"ptxas_{case.name}.txt").write_text(ptxas_report(compiled.asm["ptx"]))
+        (dest / f"sass_{case.name}.txt").write_text(disassemble(compiled.asm["cubin"]))
+        (dest / f"ptxas_{case.name}.txt").write_text(ptxas_report(compiled.asm["ptx"]))
         meta = {
             "name": compiled.name,
             "n_regs": res.registers,
@@ -275,91 +246,39 @@ def gpu_run(out: Path, fixtures: Path) -> int:
             "num_warps": res.num_warps,
             "knobs": case.knobs,
         }
-        (fixtures / f"triton_meta_{case.name}.json").write_text(json.dumps(meta, indent=1))
-        command = [sys.executable, str(Path(__file__).resolve()), "--launch", case.name]
-        t0 = time.time()
-        try:
-            csv_text, _ = ncu_mod.run_ncu(command, kernel_regex=compiled.name)
-            (fixtures / f"ncu_{case.name}.csv").write_text(csv_text)
-        except Exception as exc:
-            print(f"ncu failed on {case.name}: {exc}")
-        ncu_s = time.time() - t0
-        target = ProfileTarget(
-            fn=lambda *a, c=case: c.launch(*a),
-            inputs=args,
-            knobs=case.knobs,
-            kernel_name=compiled.name,
-            compiled=[compiled],
-            ncu_command=command,
-        )
-        report = profile_kernel(
-            target.fn,
-            args,
-            flops=case.flops,
-            bytes=case.bytes,
-            ceilings=ceilings,
-            grid_size=case.grid,
-            target=target,
-            tools=sorted(registered()),
-        )
-        print(f"\n=== {case.name} (ncu {ncu_s:.1f} s) ===\n{report.text()}")
-        results[case.name] = report.to_dict()
-        high = [f for f in report.findings if f.severity.value == "high"]
-        if case.flaw is None:
-            ok = not high
-            verdict = (
-                "no high finding"
-                if ok
-                else f"UNEXPECTED high: {[f.tool + '.' + f.metric for f in high]}"
-            )
-        else:
-            tool, metric, knob = case.flaw
-            hit = [f for f in report.findings if f.tool == tool and f.metric == metric]
-            ok = bool(hit) and any(knob in dict(f.suggestion) for f in hit)
-            verdict = f"{tool}.{metric} -> {dict(hit[0].suggestion) if hit else 'MISSING'}"
-        if not ok:
-            failures.append(case.name)
-        rows.append(
-            (
-                case.name,
-                report.roofline.bottleneck.value,
-                f"{report.measured_ms * 1e3:.1f}",
-                f"{report.roofline.sol_fraction:.2f}",
-                len(high),
-                "ok" if ok else "FAIL",
-                verdict,
-            )
-        )
-
+        (dest / f"triton_meta_{case.name}.json").write_text(json.dumps(meta, indent=1))
+        csv_text, _ = ncu_mod.run_ncu(launch_command(case.name), kernel_regex=compiled.name)
+        (dest / f"ncu_{case.name}.csv").write_text(csv_text)
+        print(f"wrote the fixtures of {case.name}")
     x = torch.randn(64, 1000, device="cuda")
     trace = record_trace(lambda t: torch.softmax(t, -1) * 2 + 1, [x], calls=5)
-    (fixtures / "timeline_eager_chain.json").write_text(json.dumps(trace))
-    (out / "profilers_results.json").write_text(json.dumps(results, indent=1, default=str))
-    with tarfile.open(out / "fixtures.tar.gz", "w:gz") as tar:
-        for f in sorted(fixtures.iterdir()):
+    (dest / "timeline_eager_chain.json").write_text(json.dumps(trace))
+    with tarfile.open(dest.parent / "fixtures.tar.gz", "w:gz") as tar:
+        for f in sorted(dest.iterdir()):
             tar.add(f, arcname=f.name)
-    print(f"\n{'case':14} {'class':16} {'us':>9} {'SOL':>5} {'high':>4} check  verdict")
-    for r in rows:
-        print(f"{r[0]:14} {r[1]:16} {r[2]:>9} {r[3]:>5} {r[4]:>4} {r[5]:6} {r[6]}")
-    return 1 if failures else 0
+
+
+def launch_command(name: str) -> list[str]:
+    """The command that launches one case in a child process (what ncu profiles)."""
+    return [sys.executable, str(Path(__file__).resolve()), "--launch", name]
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--launch", choices=sorted(CASES))
-    parser.add_argument("--cpu-fixtures", type=Path)
+    group = parser.add_mutually_exclusive_group(required=True)
+    group.add_argument("--launch", choices=sorted(CASES))
+    group.add_argument("--cpu-fixtures", type=Path)
+    group.add_argument("--gpu-fixtures", type=Path)
     args = parser.parse_args()
     if args.launch:
         launch_child(args.launch)
-        return 0
-    if args.cpu_fixtures:
+    elif args.cpu_fixtures:
         cpu_fixtures(args.cpu_fixtures)
-        return 0
-    out = Path(os.environ.get("OUT", "out"))
-    out.mkdir(parents=True, exist_ok=True)
-    return gpu_run(out, Path(os.environ.get("KP_FIXTURES_DIR", out / "fixtures")))
+    else:
+        gpu_fixtures(args.gpu_fixtures)
+    return 0
 
 
 if __name__ == "__main__":

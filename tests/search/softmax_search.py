@@ -1,34 +1,33 @@
-"""GPU check of the search (kernelpro_backend.search) on real, noisy timings.
+"""A self-contained search subject for the GPU search test (test_gpu_search.py): the search
+(kernelpro_backend.search) on real, noisy timings.
 
-Self-contained: a row-softmax Triton kernel with knobs (rows per program, num_warps,
-num_stages) stands in for codegen; a small measurer validates each candidate against
-torch.softmax on fresh inputs (outputs poisoned with NaN), times it with
-triton.testing.do_bench (median, spread = (p80 - p20) / 2), and reports the speed-of-light
-fraction against a measured copy bandwidth. Eager and torch.compile (Inductor) are the
-baselines. Writes outcomes.json, search logs and the search memory under $OUT; prints a table.
+A row-softmax Triton kernel with knobs (rows per program, num_warps, num_stages) stands in for
+codegen; a small measurer validates each candidate against torch.softmax on fresh inputs
+(outputs poisoned with NaN) and times it with runtime/timing.py's `time_kernel`, the one kernel
+timer; the speed-of-light bound comes from the device's measured DRAM ceiling
+(profilers/ceilings.py). Eager and torch.compile (Inductor) are the baselines.
 
-Run from the repository root:  OUT=/tmp/out python scripts/gpu_search.py
+Owns: the stand-in space, subgraph and measurer, and `search_softmax` (one search per shape).
+Must not: time kernels its own way or assert anything (the test does).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
-import os
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+import torch
+import triton
+import triton.language as tl
 
-import torch  # noqa: E402
-import triton  # noqa: E402
-import triton.language as tl  # noqa: E402
-
-from kernelpro_backend.profilers.findings import Bottleneck, Finding, Severity  # noqa: E402
-from kernelpro_backend.runtime.result import EvalResult, EvalStatus  # noqa: E402
-from kernelpro_backend.search import Budget, SearchMemory, optimize  # noqa: E402
+from kernelpro_backend.profilers.ceilings import Ceilings
+from kernelpro_backend.profilers.findings import Bottleneck, Finding, Severity
+from kernelpro_backend.runtime.result import EvalResult, EvalStatus
+from kernelpro_backend.runtime.timing import time_kernel
+from kernelpro_backend.search import Budget, SearchMemory, optimize
 
 
 @triton.jit
@@ -110,14 +109,14 @@ class SoftmaxSubgraph:
 
 
 def timed(fn, sol_ms):
-    p20, p50, p80 = triton.testing.do_bench(fn, warmup=10, rep=40, quantiles=[0.2, 0.5, 0.8])
+    timing = time_kernel(fn, [()], torch.device("cuda"))
     return EvalResult(
         EvalStatus.OK,
-        median_ms=p50,
-        spread_ms=(p80 - p20) / 2,
-        times_ms=(p20, p50, p80),
+        median_ms=timing.median_ms,
+        spread_ms=timing.spread_ms,
+        times_ms=timing.times_ms,
         sol_ms=sol_ms,
-        sol_fraction=min(1.0, sol_ms / p50),
+        sol_fraction=min(1.0, sol_ms / timing.median_ms),
         findings=(
             Finding(
                 "roofline",
@@ -186,26 +185,17 @@ class SoftmaxMeasurer:
         return result
 
 
-def copy_bandwidth_gbs():
-    a = torch.empty(256 * 2**20, dtype=torch.uint8, device="cuda")
-    b = torch.empty_like(a)
-    ms = triton.testing.do_bench(lambda: b.copy_(a), warmup=10, rep=50)
-    return 2 * a.numel() / (ms * 1e6)
+SHAPES = ((4096, 1024, torch.float32), (8192, 4096, torch.float32), (4096, 8192, torch.bfloat16))
 
 
-def main(quick: bool = False) -> list[dict[str, Any]]:
-    out = Path(os.environ.get("OUT", "out"))
+def search_softmax(
+    out: Path, shapes=SHAPES, max_trials: int = 40, max_seconds: float = 60.0
+) -> list[dict[str, Any]]:
+    """One search per (rows, cols, dtype); logs, memory and outcomes.json go under `out`."""
     out.mkdir(parents=True, exist_ok=True)
-    bw = copy_bandwidth_gbs()
+    bw = Ceilings.load_or_measure("cuda").dram_bytes_per_s / 1e9
     measurer = SoftmaxMeasurer(bw)
     memory = SearchMemory(out / "search_memory.jsonl")
-    shapes = [
-        (4096, 1024, torch.float32),
-        (8192, 4096, torch.float32),
-        (4096, 8192, torch.bfloat16),
-    ]
-    if quick:
-        shapes = shapes[:1]
     rows = []
     for r, c, dt in shapes:
         sg = SoftmaxSubgraph(r, c, dt)
@@ -215,7 +205,7 @@ def main(quick: bool = False) -> list[dict[str, Any]]:
             space=SoftmaxSpace(),
             measurer=measurer,
             memory=memory,
-            budget=Budget(max_trials=12 if quick else 40, max_seconds=60.0),
+            budget=Budget(max_trials=max_trials, max_seconds=max_seconds),
             log_path=str(out / f"search_{sg.key.digest}.jsonl"),
             progress=True,
         )
@@ -239,24 +229,6 @@ def main(quick: bool = False) -> list[dict[str, Any]]:
             }
         )
     (out / "outcomes.json").write_text(
-        json.dumps({"copy_bandwidth_gbs": bw, "rows": rows}, indent=1, default=str)
+        json.dumps({"dram_bandwidth_gbs": bw, "rows": rows}, indent=1, default=str)
     )
-    print(f"\ncopy bandwidth {bw:.0f} GB/s; memory records {len(memory)}")
-    print(
-        f"{'subgraph':32} {'eager':>8} {'inductor':>8} {'kernel':>8} {'%SOL':>5} {'trials':>6} {'saved':>5} {'reason':>10}  winner"
-    )
-    for row in rows:
-        kernel = row["best_kernel_ms"]
-        sol = row["best_sol_fraction"]
-        print(
-            f"{row['subgraph']:32} {row['eager_ms']:8.4f} {row['inductor_ms']:8.4f} "
-            f"{kernel if kernel is not None else float('nan'):8.4f} {100 * (sol or 0):5.0f} "
-            f"{row['trials']:6d} {row['trials_saved']:5d} {row['reason']:>10}  {row['winner']}"
-        )
     return rows
-
-
-if __name__ == "__main__":
-    if not torch.cuda.is_available():
-        sys.exit("gpu_search.py needs a CUDA GPU (run it on the device machine)")
-    main(quick="--quick" in sys.argv)
