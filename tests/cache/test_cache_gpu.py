@@ -108,9 +108,9 @@ def test_triton_cubin_survives_a_bundle_and_a_hit_computes_the_subgraph(tmp_path
     from graphs import scaled_tanh, trace
 
     from kernelpro_backend.cache import KernelCache, export_bundle, import_bundle
-    from kernelpro_backend.tuner import KernelFinder
     from kernelpro_backend.options import Options
     from kernelpro_backend.providers import CallableKernel
+    from kernelpro_backend.tuner import KernelFinder
 
     x = torch.randn(4096, 1024, device="cuda")
     (sg,) = trace(scaled_tanh, x)
