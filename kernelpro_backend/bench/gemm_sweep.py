@@ -18,14 +18,14 @@ budget are listed as skipped.
 
 from __future__ import annotations
 
-import argparse
 import functools
 import json
 import os
 import sys
 import time
 import traceback
-from collections.abc import Callable
+import types
+from collections.abc import Callable, Sequence
 
 import torch
 import torch.nn as nn
@@ -251,19 +251,17 @@ def print_table(meta: dict, results: list[dict]) -> None:
     )
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument(
-        "--budget-s", type=float, default=210.0, help="stop starting configs after this"
+def sweep(
+    budget_s: float = 210.0,
+    max_configs: int = 14,
+    cpu_smoke: bool = False,
+    only: Sequence[str] = (),
+) -> int:
+    """Run the sweep (scripts/gpu_gemm_sweep.py parses its arguments) and write
+    $OUT/gpu_gemm_sweep.json; returns the exit code."""
+    args = types.SimpleNamespace(
+        budget_s=budget_s, max_configs=max_configs, cpu_smoke=cpu_smoke, only=list(only)
     )
-    parser.add_argument(
-        "--max-configs", type=int, default=14, help="configs per case, default first"
-    )
-    parser.add_argument("--cpu-smoke", action="store_true", help="tiny sizes, Triton interpreter")
-    parser.add_argument(
-        "--only", action="append", default=[], help="run only cases whose name contains this"
-    )
-    args = parser.parse_args(argv)
     global DEVICE
     if args.cpu_smoke:
         DEVICE = "cpu"
@@ -300,7 +298,3 @@ def main(argv: list[str] | None = None) -> int:
         json.dump({"meta": meta, "results": results}, f, indent=1)
     print_table(meta, results)
     return 0 if all("error" not in c for c in results) else 1
-
-
-if __name__ == "__main__":
-    sys.exit(main())

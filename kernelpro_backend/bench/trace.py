@@ -12,9 +12,9 @@ Must not: time steps its own way (bench/timing.py's clock wraps the profiled ste
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
+import types
 from collections import defaultdict
 from collections.abc import Callable
 from pathlib import Path
@@ -82,18 +82,17 @@ def format_table(result: dict[str, Any], cuda: bool, limit: int = 40) -> str:
     return "\n".join(lines)
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--workload", required=True, choices=list(WORKLOADS))
-    ap.add_argument("--modes", default="inductor,kernelpro")
-    ap.add_argument("--steps", type=int, default=5)
-    ap.add_argument("--device", default="cuda", help="cpu: smoke-test at tiny size")
-    args = ap.parse_args(argv)
+def run_trace(
+    workload: str, modes: str = "inductor,kernelpro", steps: int = 5, device: str = "cuda"
+) -> int:
+    """Trace `modes` of `workload` (scripts/gpu_trace_modes.py parses its arguments), write
+    $OUT/trace_<workload>.json and print the table; returns the exit code."""
+    args = types.SimpleNamespace(workload=workload, modes=modes, steps=steps, device=device)
     out = Path(os.environ.get("OUT", "out"))
     out.mkdir(parents=True, exist_ok=True)
-    device = torch.device(args.device)
+    on = torch.device(args.device)
     names = [m.strip() for m in args.modes.split(",")]
-    result = trace_modes(args.workload, names, args.steps, device, out)
+    result = trace_modes(args.workload, names, args.steps, on, out)
     (out / f"trace_{args.workload}.json").write_text(json.dumps(result, indent=1))
-    print(format_table(result, device.type == "cuda"))
+    print(format_table(result, on.type == "cuda"))
     return 0
