@@ -21,6 +21,17 @@ from kernelpro_backend.tuner.searcher import release_gpu_memory
 from kernelpro_backend.warmup import warmup
 
 
+def write_report(out: Path, walls: dict[str, float]) -> dict:
+    """The report over every search log so far (rewritten after each problem, so a run cut
+    by its time limit still leaves one)."""
+    logs = sorted((out / "cache" / "logs").glob("*.jsonl"), key=lambda p: p.stat().st_mtime)
+    data = report(summarize_logs(logs))
+    data["warmup_wall_s"] = walls
+    data["device"] = torch.cuda.get_device_name()
+    (out / "search-report.json").write_text(json.dumps(data, indent=1, default=str))
+    return data
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__)
     p.add_argument("--problems", help="a directory of KernelBench-format files")
@@ -50,6 +61,7 @@ def main() -> int:
             print(f"{path.stem}: FAILED {type(e).__name__}: {e}", flush=True)
         walls[path.stem] = round(time.perf_counter() - started, 1)
         print(f"{path.stem}: {walls[path.stem]} s", flush=True)
+        write_report(out, walls)
         work = None  # type: ignore[assignment]
         torch.cuda.empty_cache()
     for name in [w for w in args.workloads.split(",") if w]:
@@ -59,12 +71,9 @@ def main() -> int:
                options=options, release_workers=False)  # fmt: skip
         walls[name] = round(time.perf_counter() - started, 1)
         print(f"{name}: {walls[name]} s", flush=True)
+        write_report(out, walls)
     release_gpu_memory()
-    logs = sorted((out / "cache" / "logs").glob("*.jsonl"), key=lambda p: p.stat().st_mtime)
-    data = report(summarize_logs(logs))
-    data["warmup_wall_s"] = walls
-    data["device"] = torch.cuda.get_device_name()
-    (out / "search-report.json").write_text(json.dumps(data, indent=1, default=str))
+    data = write_report(out, walls)
     print(table(data))
     return 0
 

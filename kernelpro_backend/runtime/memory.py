@@ -39,13 +39,15 @@ class Footprint:
     @classmethod
     def of(cls, input_meta: Sequence[TensorMeta], output_meta: Sequence[TensorMeta]) -> Footprint:
         """From the subgraph's tensors. Validation peaks either while the reference runs (the
-        previous trial's inputs, this trial's, their float64 upcast, the float64 and native
-        reference outputs) or while the candidate runs (inputs and their saved copy, both
+        previous trial's inputs, this trial's and their scaled copy, their float64 upcast, the
+        float64 output and an intermediate, the native reference output) or while the candidate runs (inputs and their saved copy, both
         references, and the candidate's outputs, their snapshot and a second run's outputs
         for the determinism check)."""
         ins, outs = _bytes(input_meta), _bytes(output_meta)
         ins64, outs64 = _bytes(input_meta, True), _bytes(output_meta, True)
-        reference = 2 * ins + ins64 + outs64 + outs
+        # trial 1 holds the previous inputs, fresh ones and their scaled copy; an aten op in
+        # float64 may keep an intermediate of its output's size (log_softmax does)
+        reference = 3 * ins + ins64 + 2 * outs64 + outs
         candidate = 2 * ins + outs64 + outs + 3 * outs
         validate = max(reference, candidate) + CONTEXT_BYTES
         return cls(validate_bytes=validate, compile_bytes=ins + outs + CONTEXT_BYTES)

@@ -116,10 +116,6 @@ def _finite_where_exact_is(ref: Reference) -> bool:
     return True
 
 
-def _scaled(inputs: list[torch.Tensor], scale: float) -> list[torch.Tensor]:
-    return [x * scale if x.dtype.is_floating_point else x for x in inputs]
-
-
 def trial_inputs(
     job: Job,
     reference: Callable[..., Any],
@@ -134,13 +130,17 @@ def trial_inputs(
     info: dict[str, Any] = {"trial": trial, "seed": seed, "scale": 1.0}
     ref: Reference | None = None
     if trial == 1:
-        candidate = _scaled(fresh, LARGE_SCALE)
-        ref = compute_reference(reference, candidate)
+        # Scaled in place (no second copy of gigabytes of inputs); drawn again if the op
+        # does not stay finite at that scale.
+        for x in fresh:  # through the base: an expanded input's view cannot be written
+            if x.dtype.is_floating_point:
+                (x._base if x._base is not None else x).mul_(LARGE_SCALE)
+        ref = compute_reference(reference, fresh)
         if _finite_where_exact_is(ref):
-            fresh, info["scale"] = candidate, LARGE_SCALE
+            info["scale"] = LARGE_SCALE
         else:
             ref = None
-        del candidate
+            fresh = random_inputs(list(job.input_meta), ranges, seed, device)
     if trial == 1 and previous is not None:
         # Same addresses, new values: a result cached by pointer is now stale.
         for old, new in zip(previous, fresh, strict=True):

@@ -133,6 +133,10 @@ def _holding(lock: Any, phases: Phases) -> Iterator[None]:
     try:
         yield
     finally:
+        if torch.cuda.is_available():
+            # Return this job's memory before the next worker gets the GPU (after the lock
+            # it was still cached here while the next one allocated: an OOM seen on H100).
+            torch.cuda.empty_cache()
         lock.release()
 
 

@@ -67,6 +67,10 @@ def _numeric(v: Any) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool)
 
 
+# Siblings of the seed at the root (one knob moved each), tried as the root widens.
+SEED_VARIANTS = 4
+
+
 @dataclasses.dataclass(frozen=True)
 class CodegenSpace:
     """`SearchSpace` over `kernelpro_backend.codegen.KernelSpec` (and free-form
@@ -76,10 +80,27 @@ class CodegenSpace:
     illegal: Any
 
     def initial(self, subgraph: Any) -> list[Hashable]:
+        """The lowered seed first, then up to SEED_VARIANTS siblings that each move one knob to
+        a neighbouring legal value: a seed that fails (a wrong reduction order, too many
+        registers) no longer ends the search with nothing left to expand."""
         try:
-            return [self.codegen.lower(subgraph)]
+            seed = self.codegen.lower(subgraph)
         except self.codegen.Unsupported:
             return []
+        out: list[Hashable] = [seed]
+        knobs = dict(getattr(seed, "knobs", ()))
+        for name, values in sorted(self.codegen.knob_space(seed).items()):
+            if len(out) > SEED_VARIANTS or name not in knobs or knobs[name] not in values:
+                continue
+            i = values.index(knobs[name])
+            for j in (i + 1, i - 1):
+                if 0 <= j < len(values):
+                    try:
+                        out.append(seed.with_knobs(**{name: values[j]}))
+                    except self.illegal:
+                        continue
+                    break
+        return out
 
     def _is_spec(self, candidate: Any) -> bool:
         return isinstance(candidate, self.codegen.KernelSpec)

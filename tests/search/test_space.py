@@ -52,7 +52,9 @@ fake_codegen = types.SimpleNamespace(
 
 def test_codegen_space_adapts_the_codegen_contract():
     space = CodegenSpace(codegen=fake_codegen, illegal=IllegalSpec)
-    [spec] = space.initial("a subgraph")
+    spec, *variants = space.initial("a subgraph")
+    # the seed, then a sibling with one knob moved to a neighbouring legal value
+    assert [space.knobs(v) for v in variants] == [{"num_warps": 8}]
     assert space.initial("unsupported") == []
     assert space.knob_space(spec) == {"num_warps": (1, 2, 4, 8, 16)}
     assert space.knobs(spec) == {"num_warps": 4}

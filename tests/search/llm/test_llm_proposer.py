@@ -66,7 +66,7 @@ def answer(*proposals) -> str:
 def spec_request(softmax_subgraph):
     """A request for the lowered softmax spec, measured with a latency-bound finding."""
     space = codegen_space()
-    [spec] = space.initial(softmax_subgraph)
+    spec = space.initial(softmax_subgraph)[0]  # the lowered seed; its variants follow
     history = (
         {"id": 1, "parent": None, "move": "initial", "candidate": space.describe(spec),
          "status": "ok", "median_ms": 0.05, "reward": 0.0},
