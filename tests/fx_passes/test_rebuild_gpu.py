@@ -28,8 +28,16 @@ def test_every_cuda_subgraph_of_an_example_rebuilds_from_its_text(name):
         with torch.no_grad():
             ref1, ref2 = sg.module()(*inputs_), sg.module()(*inputs_)
             got = rebuilt.module()(*inputs_)
-        reproducible = all(torch.equal(a, b) for a, b in zip(ref1, ref2, strict=True))
-        for a, b in zip(ref1, got, strict=True):
+        # CUDA attention returns its philox seed and offset as 0-dim int64 tensors that it
+        # leaves unset without dropout (seen on H100: 4539628424878424895 in one run, 16 in
+        # the other): whatever memory held, not a value to compare.
+        pairs = [
+            (a, b, c)
+            for a, b, c in zip(ref1, ref2, got, strict=True)
+            if not ("sdpa" in sg.pattern and a.dim() == 0 and not a.is_floating_point())
+        ]
+        reproducible = all(torch.equal(a, b) for a, b, _ in pairs)
+        for a, _, b in pairs:
             if reproducible:
                 assert torch.equal(b, a), (sg.graph, sg.pattern)
             else:
