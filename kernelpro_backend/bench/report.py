@@ -102,7 +102,16 @@ def _node(trial: dict[str, Any]) -> str:
     profiled = _profiled(trial)
     if profiled:
         parts.append(f'<div class="tools">{profiled}</div>')
+    if trial.get("phase_s"):
+        parts.append(f'<div class="tools">seconds: {_seconds(trial["phase_s"])}</div>')
     return "".join(parts)
+
+
+def _seconds(phases: Any) -> str:
+    """'compile 1.2, time 0.31' from a {phase: seconds} mapping (none: '-')."""
+    if not isinstance(phases, dict) or not phases:
+        return "-"
+    return html.escape(", ".join(f"{k} {_fmt(v, '.3g')}" for k, v in phases.items()))
 
 
 def _profiled(trial: dict[str, Any]) -> str:
@@ -162,6 +171,7 @@ def _search_section(index: int, search: SearchLog) -> str:
         ("baselines ms", html.escape(json.dumps(start.get("baselines"), sort_keys=True))),
         ("budget", html.escape(json.dumps(start.get("budget"), sort_keys=True))),
         ("started", _fmt(start.get("time"))),
+        ("fixed costs s", _seconds(start.get("fixed_s"))),
     ]
     if end:
         rows += [
@@ -170,7 +180,12 @@ def _search_section(index: int, search: SearchLog) -> str:
             ("speedup vs inductor", _fmt(end.get("speedup_vs_inductor"), ".3g")),
             ("trials", _fmt(end.get("trials"))),
             ("trials saved by SOL", _fmt(end.get("trials_saved_by_sol"))),
-            ("reason", _fmt(end.get("reason"))),
+            (
+                "reason",
+                _fmt(end.get("reason")) + (f": {_fmt(end.get('why'))}" if end.get("why") else ""),
+            ),
+            ("search s, trials/s", f"{_fmt(end.get('search_s'))}, {_fmt(end.get('trials_per_s'))}"),
+            ("seconds by phase, all trials", _seconds(end.get("phase_s"))),
         ]
     else:
         rows.append(("end", "no end event (search still running or interrupted)"))

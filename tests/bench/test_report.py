@@ -130,3 +130,25 @@ def test_a_node_says_which_profiling_tools_ran_and_why_others_did_not(tmp_path):
     page = out.read_text()
     assert "profiled with ptxas; skipped sass (cuobjdump &lt;not&gt; found)" in page
     assert "feedback failed: OSError: x" in page
+
+
+def test_the_report_shows_fixed_costs_phases_and_why_a_search_stopped(tmp_path):
+    start = {**EVENTS[0], "fixed_s": {"pool_start": 4.5, "baselines": 9.25}}
+    trial = {
+        **_trial(0, None, "lower", "ok", 0.04, 0.75),
+        "phase_s": {"compile": 1.5, "time": 0.25},
+    }
+    end = {
+        "event": "end", "trials": 1, "reason": "max_seconds", "search_s": 31.0,
+        "trials_per_s": 0.032, "phase_s": {"compile": 1.5, "time": 0.25},
+        "why": "max_seconds after 1 trial: it took 31.0 s of the 30 s budget",
+    }  # fmt: skip
+    path = tmp_path / "search.jsonl"
+    path.write_text("\n".join(json.dumps(e) for e in [start, trial, end]) + "\n")
+    out = tmp_path / "report.html"
+    assert run_cli("report", str(path), "--out", str(out)) == 0
+    page = out.read_text()
+    assert "pool_start 4.5, baselines 9.25" in page
+    assert "seconds: compile 1.5, time 0.25" in page
+    assert "max_seconds: max_seconds after 1 trial: it took 31.0 s of the 30 s budget" in page
+    assert "31, 0.032" in page
