@@ -116,3 +116,19 @@ def test_from_options_uses_cache_dir_and_extra_dirs(tmp_path, tanh_sg):
         assert (tmp_path / "a" / "misses.jsonl").exists()
     finally:
         provider.cache.close()
+
+
+def test_a_search_skipped_for_memory_is_recorded_with_why(cache, tanh_sg):
+    """The searcher's memory plan refused the subgraph: the manifest says what it needed."""
+
+    class TooBig:
+        skipped = None
+
+        def __call__(self, subgraph):
+            self.skipped = "needs 80.7 GiB to prove a candidate, 67.0 GiB free; kept the fallback"
+            return None
+
+    provider = KernelFinder(cache, Options(search="on-miss"), python_loader, TooBig())
+    assert provider.find(tanh_sg) is None
+    (entry,) = cache.misses.entries()
+    assert entry["reason"].startswith("needs 80.7 GiB to prove a candidate, 67.0 GiB free")
