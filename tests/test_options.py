@@ -126,3 +126,10 @@ def test_llm_model_from_options_or_environment():
     o = Options.resolve(environ=env)
     assert o.proposer == "llm" and o.llm_model == "local-coder"
     assert Options.resolve(options={"llm_model": "chosen"}, environ=env).llm_model == "chosen"
+
+
+def test_default_workers_follow_the_cpu_count():
+    from kernelpro_backend.options import default_workers
+
+    assert [default_workers(n) for n in (1, 2, 4, 8, 16, 64)] == [2, 2, 2, 4, 8, 8]
+    assert Options.resolve(environ={}).workers == default_workers()
