@@ -5,10 +5,9 @@ model = torch.compile(model, backend="kernelpro")
 
 from __future__ import annotations
 
-__version__ = "0.1.0"
-
 from .backend import make_backend
 from .explain import SubgraphInfo, explain
 from .options import Options, OptionsError
+from .version import __version__
 
 __all__ = ["Options", "OptionsError", "SubgraphInfo", "__version__", "explain", "make_backend"]

@@ -245,6 +245,9 @@ def _coerce(name: str, value: Any, source: str) -> Any:
     return value
 
 
+# The stage-2 profiling tools `search_tools` may name: profilers/tools.py registers one tool of
+# each name (a test holds the two lists equal; options sits below profilers and imports none).
+PROFILING_TOOLS = ("energy", "ncu", "ptxas", "sass", "timeline")
 # What a text option holds, for its error message.
 _TEXT = {"cache_dir": "a directory path", "llm_model": "a model name (a string)"}
 # Tuple options whose string form is a ","-separated list of names, and what the names are.
@@ -255,9 +258,7 @@ def _tool_names(names: tuple[str, ...], source: str) -> tuple[str, ...]:
     """Registered stage-2 tool names, in order, once each; ("none",) means no tools."""
     if names in ((), ("none",)):
         return ()
-    from .profilers.tools import registered  # imports no GPU code
-
-    known = sorted(registered())
+    known = sorted(PROFILING_TOOLS)
     unknown = [n for n in names if n not in known]
     if unknown:
         raise OptionsError(

@@ -52,6 +52,33 @@ def warm_one(name: str, budget_s: float, trials: int, workers: int, patterns: st
     }
 
 
+def _run_child(name: str, args: argparse.Namespace, left: float, out_dir: str) -> dict:
+    """Warm one workload in a child process, killed with its workers at the deadline."""
+    cmd = [sys.executable, __file__, "--one", name, "--budget-s", str(args.budget_s)]
+    cmd += ["--trials", str(args.trials), "--workers", str(args.workers)]
+    cmd += ["--patterns", args.patterns]
+    # Own session: on the deadline the whole group (the search's worker processes too) dies.
+    # The child's log goes to one file as it runs, so a deadline still shows how far it got.
+    log = open(os.path.join(out_dir, "warmup_children.log"), "a")  # noqa: SIM115
+    log.write(f"=== {name}\n")
+    log.flush()
+    proc = subprocess.Popen(
+        cmd, stdout=subprocess.PIPE, stderr=log, text=True, start_new_session=True
+    )
+    try:
+        stdout, _ = proc.communicate(timeout=left)
+        if proc.returncode == 0:
+            result = json.loads(stdout.strip().splitlines()[-1])
+        else:
+            result = {"workload": name, "error": f"exit {proc.returncode}, see log"}
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
+        result = {"workload": name, "error": f"deadline after {left:.0f} s"}
+    log.close()
+    return result
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--workload", action="append")
@@ -88,28 +115,7 @@ def main() -> None:
         if left < 30:
             results.append({"workload": name, "skipped": "deadline"})
             continue
-        cmd = [sys.executable, __file__, "--one", name, "--budget-s", str(args.budget_s)]
-        cmd += ["--trials", str(args.trials), "--workers", str(args.workers)]
-        cmd += ["--patterns", args.patterns]
-        # Own session: on the deadline the whole group (the search's worker processes too) dies.
-        # The child's log goes to one file as it runs, so a deadline still shows how far it got.
-        log = open(os.path.join(out_dir, "warmup_children.log"), "a")  # noqa: SIM115
-        log.write(f"=== {name}\n")
-        log.flush()
-        proc = subprocess.Popen(
-            cmd, stdout=subprocess.PIPE, stderr=log, text=True, start_new_session=True
-        )
-        try:
-            stdout, _ = proc.communicate(timeout=left)
-            if proc.returncode == 0:
-                results.append(json.loads(stdout.strip().splitlines()[-1]))
-            else:
-                results.append({"workload": name, "error": f"exit {proc.returncode}, see log"})
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.communicate()
-            results.append({"workload": name, "error": f"deadline after {left:.0f} s"})
-        log.close()
+        results.append(_run_child(name, args, left, out_dir))
         print(json.dumps({k: v for k, v in results[-1].items() if k != "rows"}), flush=True)
 
     from kernelpro_backend.cache import KernelCache

@@ -35,8 +35,9 @@ from ..codegen.gemm_configs import fitted_knobs, operand_kind
 from ..explain import find_subgraphs
 from ..fx_passes import Subgraph
 from ..runtime.compare import compare
+from ..runtime.precision import precision_mode
 from ..runtime.timing import time_kernel
-from ..runtime.validate import compute_reference, precision_mode
+from ..runtime.validate import compute_reference
 
 DEVICE = "cuda"
 # (BLOCK_M, BLOCK_N, BLOCK_K, num_stages, num_warps), most promising first: Inductor's H100

@@ -274,7 +274,7 @@ def run_workloads(
 
 def versions() -> dict[str, str]:
     """The versions a run's results depend on: torch, python, kernelpro, triton (if present)."""
-    from .. import __version__
+    from ..version import __version__
 
     found = {"torch": torch.__version__, "python": platform.python_version()}
     found["kernelpro"] = __version__

@@ -70,12 +70,8 @@ _TMA_HELPERS = [
 ]
 
 
-def render(spec: KernelSpec) -> RenderedKernel:
-    """The spec's Triton module: `entry(*inputs)` returns the outputs in canonical order."""
-    if spec.template == "attention_backward":
-        from .template_attention_bwd import render_attention_backward
-
-        return render_launches(spec, *render_attention_backward(spec))
+def _template_kernel(spec: KernelSpec) -> tuple[str, str, dict[str, int | str]]:
+    """The template's @triton.jit source, its grid expression and the knobs its launch passes."""
     if spec.template in ("pointwise", "row_reduction"):
         from .template_rowwise import render_rowwise
 
@@ -95,6 +91,16 @@ def render(spec: KernelSpec) -> RenderedKernel:
         kernel, grid = render_attention(spec)
         launch_knobs = {"BLOCK_M": spec.knob("BLOCK_M"), "BLOCK_N": spec.knob("BLOCK_N")}
         launch_knobs["INTERPRET"] = "INTERPRET"
+    return kernel, grid, launch_knobs
+
+
+def render(spec: KernelSpec) -> RenderedKernel:
+    """The spec's Triton module: `entry(*inputs)` returns the outputs in canonical order."""
+    if spec.template == "attention_backward":
+        from .template_attention_bwd import render_attention_backward
+
+        return render_launches(spec, *render_attention_backward(spec))
+    kernel, grid, launch_knobs = _template_kernel(spec)
     ins = [f"in{i}" for i in range(len(spec.inputs))]
     outs = [f"out{i}" for i in range(len(spec.outputs))]
     # `_launch` wraps each kernel before its launch: `_direct` calls it as is; the backend passes

@@ -16,7 +16,7 @@ from typing import Any
 
 from .findings import Finding, Severity
 from .suggest import fewer_registers, less_shared_memory
-from .tools import ALL_CLASSES, ProfileTarget
+from .target import ALL_CLASSES, ProfileTarget
 
 TOOL = "ptxas"
 # Hopper SM: 65536 registers, 64 resident warps, 228 KB shared memory (227 KB per block).

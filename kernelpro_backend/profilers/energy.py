@@ -13,7 +13,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from .findings import Bottleneck, Finding, Severity
-from .tools import ProfileTarget
+from .target import ProfileTarget
 
 TOOL = "energy"
 MIN_SECONDS = 0.5

@@ -26,7 +26,7 @@ from .ncu_metrics import (
     unknown_metrics,
 )
 from .ncu_rules import ncu_findings
-from .tools import ALL_CLASSES, ProfileTarget
+from .target import ALL_CLASSES, ProfileTarget
 
 __all__ = ["NcuTool", "find_ncu", "ncu_argv", "ncu_findings", "run_ncu"]
 

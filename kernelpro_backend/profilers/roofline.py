@@ -107,10 +107,46 @@ def classify(
     fraction = sol_ms / measured_ms
     roof = Bottleneck.MEMORY if memory_ms >= compute_ms else Bottleneck.COMPUTE
     pct = f"{100 * fraction:.0f}% of speed of light ({_us(measured_ms)} vs {_us(sol_ms)})"
-    knobs = knobs or {}
-    suggestion: dict[str, Any] = {}
     few_programs = grid_size is not None and grid_size < roofs.sm_count
+    bottleneck, severity, guidance = _verdict(
+        fraction, roof, pct, measured_ms, sol_ms, roofs, grid_size if few_programs else None
+    )
+    suggestion: dict[str, Any] = {}
+    if bottleneck is Bottleneck.LATENCY and few_programs and fraction < NEAR_ROOF:
+        suggestion = more_programs(knobs or {}, grid_size or 1, roofs.sm_count)
+    findings = (
+        Finding(
+            tool="roofline",
+            metric="bottleneck",
+            value=bottleneck.value,
+            threshold=None,
+            severity=severity,
+            guidance=guidance,
+            suggestion=tuple(sorted(suggestion.items())),
+        ),
+        Finding(
+            tool="roofline",
+            metric="sol_fraction",
+            value=round(fraction, 4),
+            threshold=NEAR_ROOF,
+            severity=severity,
+            guidance=f"{pct}; memory roof {_us(memory_ms)}, compute roof {_us(compute_ms)}.",
+        ),
+    )
+    return RooflineReport(bottleneck, sol_ms, fraction, memory_ms, compute_ms, findings)
 
+
+def _verdict(
+    fraction: float,
+    roof: Bottleneck,
+    pct: str,
+    measured_ms: float,
+    sol_ms: float,
+    roofs: Roofs,
+    grid_size: int | None,
+) -> tuple[Bottleneck, Severity, str]:
+    """The class, severity and guidance for a kernel at `fraction` of speed of light;
+    `grid_size`: set only when the grid has fewer programs than the GPU has SMs."""
     if fraction > 1.05:
         bottleneck, severity = roof, Severity.HIGH
         guidance = (
@@ -124,14 +160,13 @@ def classify(
             f"{roof.value} at {pct}: the kernel is on the {what} roof; only moving fewer bytes "
             "(fusing, narrower dtypes) or fewer FLOPs can make it much faster."
         )
-    elif few_programs:
+    elif grid_size is not None:  # fewer programs than SMs
         bottleneck, severity = Bottleneck.LATENCY, Severity.HIGH
         guidance = (
             f"latency-bound: {grid_size} programs for {roofs.sm_count} SMs leaves "
-            f"{100 * (1 - (grid_size or 0) / roofs.sm_count):.0f}% of SMs idle ({pct}); give each program "
+            f"{100 * (1 - grid_size / roofs.sm_count):.0f}% of SMs idle ({pct}); give each program "
             "less work or split the reduction axis so that the grid fills the GPU."
         )
-        suggestion = more_programs(knobs, grid_size or 1, roofs.sm_count)
     elif measured_ms < 2 * roofs.launch_latency_ms:
         bottleneck, severity = Bottleneck.LATENCY, _severity_for(fraction)
         guidance = (
@@ -160,23 +195,4 @@ def classify(
             "roof limits it but it is not there yet; check access width/coalescing "
             + ("and the memory pipeline." if roof is Bottleneck.MEMORY else "and tensor-core use.")
         )
-    findings = (
-        Finding(
-            tool="roofline",
-            metric="bottleneck",
-            value=bottleneck.value,
-            threshold=None,
-            severity=severity,
-            guidance=guidance,
-            suggestion=tuple(sorted(suggestion.items())),
-        ),
-        Finding(
-            tool="roofline",
-            metric="sol_fraction",
-            value=round(fraction, 4),
-            threshold=NEAR_ROOF,
-            severity=severity,
-            guidance=f"{pct}; memory roof {_us(memory_ms)}, compute roof {_us(compute_ms)}.",
-        ),
-    )
-    return RooflineReport(bottleneck, sol_ms, fraction, memory_ms, compute_ms, findings)
+    return bottleneck, severity, guidance

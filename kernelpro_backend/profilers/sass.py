@@ -20,7 +20,7 @@ from typing import Any
 
 from .findings import Bottleneck, Finding, Severity
 from .suggest import fewer_registers, wider_loads
-from .tools import ProfileTarget
+from .target import ProfileTarget
 
 TOOL = "sass"
 _FUNCTION = re.compile(r"^\s*Function\s*:\s*(\S+)")
@@ -124,34 +124,7 @@ def sass_findings(
                 fewer_registers(knobs),
             )
         )
-    matrix = {op: fn.count(op) for op in MATRIX_OPS if fn.count(op)}
-    ffma = fn.count("FFMA")
-    if "BLOCK_K" in knobs:  # a matmul template: it should use tensor cores
-        if not matrix:
-            out.append(
-                _f(
-                    "matrix_instructions",
-                    f"FFMA only ({ffma})",
-                    "HGMMA" if arch >= 90 else "HMMA",
-                    Severity.HIGH,
-                    "No tensor-core instructions: the matmul runs on FMA units at a fraction of the "
-                    "tensor roof. Check the dtype/precision (fp32 'highest' stays on FFMA by policy) "
-                    "and that BLOCK_M/N/K are multiples of 16.",
-                )
-            )
-        elif arch >= 90 and "HGMMA" not in matrix:
-            warps = knobs.get("num_warps")
-            out.append(
-                _f(
-                    "matrix_instructions",
-                    ",".join(matrix),
-                    "HGMMA",
-                    Severity.MEDIUM,
-                    "Uses HMMA (mma.sync) but not Hopper's HGMMA (wgmma): wgmma needs a warpgroup "
-                    "(num_warps a multiple of 4) and BLOCK_M >= 64.",
-                    {"num_warps": 4} if isinstance(warps, int) and warps < 4 else {"BLOCK_M": 64},
-                )
-            )
+    out += _matrix_findings(fn, knobs, arch)
     for base, what in (("LDG", "loads"), ("STG", "stores")):
         widths = fn.access_widths(base)
         if not widths:
@@ -252,3 +225,37 @@ class SassTool:
                     fn, target.knobs, element_bytes=target.element_bytes, arch=arch
                 )
         return out
+
+
+def _matrix_findings(fn: SassFunction, knobs: Mapping[str, Any], arch: int) -> list[Finding]:
+    """A matmul template (it has BLOCK_K) should run on tensor cores, on Hopper through HGMMA."""
+    out: list[Finding] = []
+    matrix = {op: fn.count(op) for op in MATRIX_OPS if fn.count(op)}
+    ffma = fn.count("FFMA")
+    if "BLOCK_K" in knobs:  # a matmul template: it should use tensor cores
+        if not matrix:
+            out.append(
+                _f(
+                    "matrix_instructions",
+                    f"FFMA only ({ffma})",
+                    "HGMMA" if arch >= 90 else "HMMA",
+                    Severity.HIGH,
+                    "No tensor-core instructions: the matmul runs on FMA units at a fraction of the "
+                    "tensor roof. Check the dtype/precision (fp32 'highest' stays on FFMA by policy) "
+                    "and that BLOCK_M/N/K are multiples of 16.",
+                )
+            )
+        elif arch >= 90 and "HGMMA" not in matrix:
+            warps = knobs.get("num_warps")
+            out.append(
+                _f(
+                    "matrix_instructions",
+                    ",".join(matrix),
+                    "HGMMA",
+                    Severity.MEDIUM,
+                    "Uses HMMA (mma.sync) but not Hopper's HGMMA (wgmma): wgmma needs a warpgroup "
+                    "(num_warps a multiple of 4) and BLOCK_M >= 64.",
+                    {"num_warps": 4} if isinstance(warps, int) and warps < 4 else {"BLOCK_M": 64},
+                )
+            )
+    return out

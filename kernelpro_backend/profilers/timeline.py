@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from .findings import Bottleneck, Finding, Severity
-from .tools import ProfileTarget
+from .target import ProfileTarget
 
 TOOL = "timeline"
 PROFILED_CALLS = 5

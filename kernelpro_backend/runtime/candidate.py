@@ -21,14 +21,14 @@ from typing import Any, Union
 
 import torch
 
+from .errors import CandidateLoadError
+
+__all__ = ["CandidateLoadError"]  # re-exported: callers catch it from here
+
 LANGUAGES = ("triton", "cuda")
 BASELINES = ("eager", "inductor")
 
 KernelFn = Callable[..., Sequence[torch.Tensor]]
-
-
-class CandidateLoadError(Exception):
-    """The candidate could not be turned into a callable (syntax, import or build error)."""
 
 
 @dataclasses.dataclass(frozen=True)

@@ -25,7 +25,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from .candidate import CandidateLoadError
+from .errors import CandidateLoadError
 
 NVCC_TIMEOUT_S = 90.0  # CuTe GEMMs take 20-60 s; a worker job times out at the pool's limit
 LOG_LINES = 40  # lines of compiler output kept in an error

@@ -23,10 +23,10 @@ from typing import Any
 
 import torch
 
-from .candidate import CandidateLoadError
 from .cuda_compile import arch_for_capability, compile_cuda
 from .cuda_plan import ResolvedLaunch, contiguous_strides, resolve
 from .cuda_source import LaunchSpec, LaunchSpecError, TensorMeta, parse_launch
+from .errors import CandidateLoadError
 
 DEFAULT_SMEM_LIMIT = 48 * 1024  # dynamic shared memory above this needs the opt-in attribute
 _CTYPES: dict[str, Any] = {

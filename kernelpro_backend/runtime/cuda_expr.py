@@ -16,7 +16,7 @@ import math
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from .candidate import CandidateLoadError
+from .errors import CandidateLoadError
 
 
 class LaunchSpecError(CandidateLoadError):

@@ -12,9 +12,9 @@ import pickle
 from typing import Any
 
 from ..profilers.ceilings import Ceilings
-from ..profilers.feedback import FeedbackPlan
 from ..profilers.speed_of_light import SpeedOfLight, Work
 from .candidate import BaselineCandidate, Candidate, as_candidate
+from .feedback import FeedbackPlan
 
 TensorMeta = tuple[tuple[int, ...], tuple[int, ...], str]
 

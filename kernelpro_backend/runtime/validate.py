@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
@@ -33,20 +33,6 @@ from .job import Job
 from .result import EvalStatus
 
 LARGE_SCALE = 16.0  # trial 1 multiplies float inputs by this, where the op stays finite
-
-
-@contextlib.contextmanager
-def precision_mode(precision: str) -> Iterator[None]:
-    """PyTorch's float32 matmul mode for the policy: ieee -> highest, tf32/tf32x3 -> high."""
-    old = torch.get_float32_matmul_precision()
-    old_cudnn = torch.backends.cudnn.allow_tf32
-    torch.set_float32_matmul_precision("highest" if precision == "ieee" else "high")
-    torch.backends.cudnn.allow_tf32 = precision != "ieee"
-    try:
-        yield
-    finally:
-        torch.set_float32_matmul_precision(old)
-        torch.backends.cudnn.allow_tf32 = old_cudnn
 
 
 @dataclasses.dataclass

@@ -1,7 +1,7 @@
 """Evaluating one job end to end, and the loop a worker process runs.
 
 Owns: `evaluate_job` (load -> validate -> time -> speed-of-light check -> energy -> the
-job's feedback plan: roofline and stage-2 findings, profilers/feedback.py), which turns every
+job's feedback plan: roofline and stage-2 findings, runtime/feedback.py), which turns every
 expected failure into an `EvalResult`, and `worker_main`, the process entry point that pool.py
 spawns (one CUDA context per process).
 Must not: manage processes (pool.py does) or decide what to try; a failure of the feedback
@@ -17,7 +17,7 @@ import os
 import pickle
 import tempfile
 import traceback
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
@@ -27,12 +27,14 @@ import torch
 from ..fx_passes.subgraph import IntRange, random_inputs
 from ..profilers.findings import Finding
 from .candidate import BaselineCandidate, CandidateLoadError, load_kernel
+from .gpu_lock import PoolGpuLock, holding_gpu
 from .job import Job
 from .phases import Phases
+from .precision import precision_mode
 from .precompile import precompile
 from .result import EvalResult, EvalStatus
 from .timing import Timing, measure_energy_j, time_kernel
-from .validate import precision_mode, validate
+from .validate import validate
 
 # A measured time below the speed-of-light bound by more than this fraction (beyond the
 # spread) is rejected: ceilings are what simple kernels reach, a tuned kernel may beat them
@@ -121,25 +123,6 @@ def _l2_bytes(device: torch.device) -> int:
     return int(getattr(torch.cuda.get_device_properties(device), "L2_cache_size", 50 * 2**20))
 
 
-@contextlib.contextmanager
-def _holding(lock: Any, phases: Phases) -> Iterator[None]:
-    """The pool's GPU lock, so that one candidate at a time runs on the GPU (clean timings)
-    while the other workers load and compile; the wait is the "gpu_wait" phase."""
-    if lock is None:
-        yield
-        return
-    with phases("gpu_wait"):
-        lock.acquire()
-    try:
-        yield
-    finally:
-        if torch.cuda.is_available():
-            # Return this job's memory before the next worker gets the GPU (after the lock
-            # it was still cached here while the next one allocated: an OOM seen on H100).
-            torch.cuda.empty_cache()
-        lock.release()
-
-
 def evaluate_job(job: Job, state: WorkerState, gpu_lock: Any = None) -> EvalResult:
     """Load, compile, time and validate `job.candidate`. Expected failures come back as
     results; a CUDA fault comes back as CRASHED with details["fatal"] set. The seconds of each
@@ -166,7 +149,7 @@ def _evaluate(job: Job, state: WorkerState, phases: Phases, gpu_lock: Any) -> Ev
                 precompile(kernel, job.input_meta, device)
         except Exception as e:
             return _failure(e, "load")
-        with _holding(gpu_lock, phases):
+        with holding_gpu(gpu_lock, phases):
             result = _on_gpu(job, state, kernel, reference, device, phases)
         if _feedback_after(job, result):
             # ptxas/sass read the compiled kernel: CPU work that need not hold the GPU.
@@ -295,7 +278,7 @@ def _feedback(
     """The findings of `job.feedback` for a timed candidate, and the details to record. A
     failure is printed and recorded as details["feedback_error"]; the candidate stays OK."""
     from ..profilers.api import one_line
-    from ..profilers.feedback import candidate_feedback, float_element_bytes, kernel_knobs
+    from .feedback import candidate_feedback, float_element_bytes, kernel_knobs
 
     assert job.feedback is not None
     try:
@@ -354,24 +337,6 @@ def _warm_inductor() -> None:
         print(f"kernelpro: worker warm-up failed: {type(e).__name__}: {e}", flush=True)
 
 
-class _PoolGpuLock:
-    """The pool's GPU, asked for and given back over the worker's pipe: the pool grants it
-    to one worker at a time and takes it back from a worker that dies holding it (a lock
-    shared between processes would stay locked)."""
-
-    def __init__(self, conn: Connection) -> None:
-        self.conn = conn
-
-    def acquire(self) -> None:
-        self.conn.send(("gpu", "acquire"))
-        reply = self.conn.recv()
-        if reply != ("gpu", "granted"):
-            raise RuntimeError(f"the pool answered {reply!r} to a GPU request")
-
-    def release(self) -> None:
-        self.conn.send(("gpu", "release"))
-
-
 def worker_main(conn: Connection, serialize_gpu: bool = False) -> None:
     """Serve jobs from `conn` until it closes: receive (job_id, Job), send (job_id, result
     dict, fatal). After a fatal CUDA error the worker exits and the pool starts a new one."""
@@ -380,7 +345,7 @@ def worker_main(conn: Connection, serialize_gpu: bool = False) -> None:
     with contextlib.suppress(Exception):
         torch.cuda.memory._set_allocator_settings("expandable_segments:True")
     state = WorkerState(Path(tempfile.mkdtemp(prefix="kernelpro-worker-")))
-    gpu_lock = _PoolGpuLock(conn) if serialize_gpu else None
+    gpu_lock = PoolGpuLock(conn) if serialize_gpu else None
     _warm_inductor()
     conn.send(("ready", os.getpid()))
     while True:

@@ -7,8 +7,9 @@ measurer does)."""
 
 from .budget import Budget, BudgetTracker
 from .llm import LLMProposer, LLMSetupError
+from .measure import Measurer
 from .memory import MoveRecord, SearchMemory, default_memory_path
-from .optimize import Measurer, SearchOutcome, optimize
+from .optimize import SearchOutcome, optimize
 from .proposer import Proposal, ProposalRequest, Proposer, bottleneck_of
 from .rewards import RewardModel, faster_beyond_spread
 from .rules import RuleProposer

@@ -12,12 +12,13 @@ from __future__ import annotations
 import dataclasses
 import sys
 import time
-from collections.abc import Callable, Hashable, Sequence
-from typing import Any, Protocol, TextIO
+from collections.abc import Callable, Hashable
+from typing import Any, TextIO
 
 from ..runtime.result import EvalResult
 from .budget import EXHAUSTED, Budget, BudgetTracker
 from .log import ProgressLine, SearchLog
+from .measure import AsyncMeasurer, Batched, Measurer
 from .memory import SearchMemory
 from .proposer import Proposer
 from .rules import RuleProposer
@@ -28,62 +29,6 @@ from .winner import OBJECTIVES, Measured, choose_winner, fastest_baseline
 # A candidate whose warm-up runs are this much slower than the best proved time is timed no
 # further and not proved: it cannot win, and at real sizes proving costs seconds.
 ABANDON_RATIO = 1.5
-
-
-class Measurer(Protocol):
-    def measure(self, subgraph: Any, candidates: Sequence[Hashable]) -> list[EvalResult]:
-        """One EvalResult per candidate, same order (expected failures are results)."""
-        ...
-
-    def baselines(self, subgraph: Any) -> dict[str, EvalResult]:
-        """{"eager": ..., "inductor": ...}, measured like candidates."""
-        ...
-
-
-class AsyncMeasurer(Protocol):
-    """A measurer that keeps candidates in flight (tuner.measurer.PoolMeasurer)."""
-
-    def baselines(self, subgraph: Any) -> dict[str, EvalResult]: ...
-
-    def submit(
-        self, subgraph: Any, candidate: Hashable, abandon_above_ms: float | None = None
-    ) -> int:
-        """Start measuring `candidate`; returns a ticket."""
-        ...
-
-    def collect(self) -> list[tuple[int, EvalResult]]:
-        """Block until at least one submitted candidate is done; (ticket, result) pairs."""
-        ...
-
-
-class _Batched:
-    """A plain `Measurer` as an AsyncMeasurer: what was submitted is measured in one call."""
-
-    def __init__(self, inner: Measurer) -> None:
-        self.inner = inner
-        self.queue: list[tuple[int, Hashable]] = []
-        self.next = 0
-
-    def baselines(self, subgraph: Any) -> dict[str, EvalResult]:
-        return self.inner.baselines(subgraph)
-
-    def submit(
-        self, subgraph: Any, candidate: Hashable, abandon_above_ms: float | None = None
-    ) -> int:
-        self.subgraph = subgraph
-        self.next += 1
-        self.queue.append((self.next, candidate))
-        return self.next
-
-    def collect(self) -> list[tuple[int, EvalResult]]:
-        batch, self.queue = self.queue, []
-        results = self.inner.measure(self.subgraph, [c for _, c in batch])
-        if len(results) != len(batch):
-            raise RuntimeError(
-                f"measurer returned {len(results)} results for {len(batch)} candidates; "
-                "it must return exactly one EvalResult per candidate, in order"
-            )
-        return [(t, r) for (t, _), r in zip(batch, results, strict=True)]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -141,7 +86,7 @@ def optimize(
     `tree_out`, if given, receives the SearchTree (for inspection and tests)."""
     if objective not in OBJECTIVES:
         raise ValueError(f"unknown objective {objective!r}; use one of {OBJECTIVES}")
-    async_measurer: Any = measurer if hasattr(measurer, "submit") else _Batched(measurer)  # type: ignore[arg-type]
+    async_measurer: Any = measurer if hasattr(measurer, "submit") else Batched(measurer)  # type: ignore[arg-type]
     search = _Search(
         subgraph,
         space,

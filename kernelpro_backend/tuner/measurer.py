@@ -16,10 +16,10 @@ from typing import Any
 from ..fx_passes import Subgraph
 from ..options import Options
 from ..profilers.ceilings import Ceilings
-from ..profilers.feedback import FeedbackPlan, subgraph_roofs
 from ..profilers.roofline import classify
 from ..profilers.speed_of_light import SpeedOfLight
 from ..runtime import BaselineCandidate, Job, WorkerPool
+from ..runtime.feedback import FeedbackPlan, subgraph_roofs
 from ..runtime.result import EvalResult
 
 

@@ -14,7 +14,8 @@ from kernelpro_backend.cache.bundle import read_bundle
 from kernelpro_backend.cache.store import BUNDLE_SUFFIXES
 from kernelpro_backend.fx_passes.rebuild import rebuild_subgraph
 from kernelpro_backend.runtime.compare import compare
-from kernelpro_backend.runtime.validate import compute_reference, precision_mode
+from kernelpro_backend.runtime.precision import precision_mode
+from kernelpro_backend.runtime.validate import compute_reference
 from kernelpro_backend.tuner import load_artifact
 
 SHIPPED = Path(__file__).resolve().parents[2] / "cache"

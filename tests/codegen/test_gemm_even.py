@@ -13,7 +13,8 @@ from harness import check, traced_subgraph
 
 from kernelpro_backend.codegen import build, knob_space, lower, render
 from kernelpro_backend.codegen.template_gemm import EvenAxes, even_axes
-from kernelpro_backend.runtime.validate import compute_reference, precision_mode, round_to_tf32
+from kernelpro_backend.runtime.precision import precision_mode
+from kernelpro_backend.runtime.validate import compute_reference, round_to_tf32
 
 SMALL = dict(BLOCK_M=16, BLOCK_N=16, BLOCK_K=16, num_warps=2, num_stages=2)
 

@@ -11,9 +11,9 @@ from cuda_sources import VECTOR_ADD
 from runtime_helpers import subgraphs_of
 
 from kernelpro_backend.profilers import Roofs
-from kernelpro_backend.profilers.feedback import FeedbackPlan
 from kernelpro_backend.profilers.ncu import find_ncu
 from kernelpro_backend.runtime import Job, SourceCandidate, WorkerPool
+from kernelpro_backend.runtime.feedback import FeedbackPlan
 from kernelpro_backend.search import codegen_space
 
 pytestmark = [

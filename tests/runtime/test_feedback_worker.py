@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 from gaming_corpus import HONEST
 
-import kernelpro_backend.profilers.feedback as feedback
+import kernelpro_backend.runtime.feedback as feedback
 from kernelpro_backend.profilers import Roofs
-from kernelpro_backend.profilers.feedback import FeedbackPlan
 from kernelpro_backend.runtime import BaselineCandidate, EvalStatus, Job, SourceCandidate
+from kernelpro_backend.runtime.feedback import FeedbackPlan
 from kernelpro_backend.runtime.worker import WorkerState, evaluate_job
 from kernelpro_backend.search import codegen_space
 

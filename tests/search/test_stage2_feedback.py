@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from synthetic import FakeSubgraph, SyntheticSpace
 
-import kernelpro_backend.profilers.feedback as feedback
+import kernelpro_backend.runtime.feedback as feedback
 from kernelpro_backend.profilers import Roofs
 from kernelpro_backend.profilers.speed_of_light import Work
 from kernelpro_backend.runtime.result import EvalResult, EvalStatus

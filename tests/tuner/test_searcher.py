@@ -102,9 +102,9 @@ def test_the_measurer_asks_workers_for_feedback_and_ncu_only_below_the_best(tmp_
 
     from kernelpro_backend.profilers import Finding, Severity
     from kernelpro_backend.profilers.ceilings import Ceilings
-    from kernelpro_backend.profilers.feedback import subgraph_roofs
     from kernelpro_backend.profilers.speed_of_light import SpeedOfLight
     from kernelpro_backend.runtime import EvalResult, EvalStatus, SourceCandidate
+    from kernelpro_backend.runtime.feedback import subgraph_roofs
     from kernelpro_backend.tuner.measurer import PoolMeasurer
 
     (sg,) = subgraphs_of(lambda x: torch.softmax(x, -1), torch.randn(8, 40), train=False)

@@ -24,12 +24,12 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from .api import one_line, run_tools, triton_kernels_of
-from .ceilings import Ceilings
-from .findings import Bottleneck, Finding
-from .roofline import Roofs, classify
-from .speed_of_light import Work
-from .tools import ProfileTarget, registered, tools_for
+from ..profilers.api import one_line, run_tools, triton_kernels_of
+from ..profilers.ceilings import Ceilings
+from ..profilers.findings import Bottleneck, Finding
+from ..profilers.roofline import Roofs, classify
+from ..profilers.speed_of_light import Work
+from ..profilers.tools import ProfileTarget, registered, tools_for
 
 
 def subgraph_roofs(
@@ -193,7 +193,7 @@ def _add_ncu_command(
 ) -> str | None:
     """Point ncu at a child that rebuilds the candidate from its data (the compiled kernel does
     not pickle); None when done, else why not."""
-    from .ncu_launcher import write_candidate_payload
+    from .ncu_candidate import write_candidate_payload
 
     try:
         path = write_candidate_payload(
@@ -201,8 +201,8 @@ def _add_ncu_command(
         )
     except Exception as exc:
         return f"cannot hand the candidate to ncu's child process: {one_line(exc)}"
-    module = "kernelpro_backend.profilers.ncu_launcher"
-    target.ncu_command = [sys.executable, "-m", module, "--candidate", str(path)]
+    module = "kernelpro_backend.runtime.ncu_candidate"
+    target.ncu_command = [sys.executable, "-m", module, str(path)]
     target.kernel_name = _own_kernels_regex(target, kernel)
     return None
 

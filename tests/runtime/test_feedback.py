@@ -15,18 +15,18 @@ import pytest
 import torch
 
 from kernelpro_backend.profilers import Bottleneck, Finding, Roofs, Severity, tools
-from kernelpro_backend.profilers import ncu_launcher as launcher
 from kernelpro_backend.profilers.ceilings import Ceilings
-from kernelpro_backend.profilers.feedback import (
+from kernelpro_backend.profilers.roofline import classify
+from kernelpro_backend.profilers.speed_of_light import SpeedOfLight, Work
+from kernelpro_backend.runtime import SourceCandidate
+from kernelpro_backend.runtime import ncu_candidate as launcher
+from kernelpro_backend.runtime.feedback import (
     FeedbackPlan,
     candidate_feedback,
     float_element_bytes,
     kernel_knobs,
     subgraph_roofs,
 )
-from kernelpro_backend.profilers.roofline import classify
-from kernelpro_backend.profilers.speed_of_light import SpeedOfLight, Work
-from kernelpro_backend.runtime import SourceCandidate
 
 ALL = frozenset(Bottleneck)
 # 100 MB against a 1 TB/s roof: 100 us of speed of light, far above the launch latency.
@@ -134,9 +134,9 @@ def test_ncu_runs_only_below_the_best_time_and_rebuilds_the_candidate(fake_tools
         assert faster.tools_run == ("ncu",), faster.tools_skipped
     target = made["ncu"].targets[-1]
     command = list(target.ncu_command)
-    assert command[:3] == [sys.executable, "-m", "kernelpro_backend.profilers.ncu_launcher"]
-    assert command[3] == "--candidate" and target.kernel_name is None  # no names: first launch
-    payload = pickle.loads(Path(command[4]).read_bytes())
+    assert command[:3] == [sys.executable, "-m", "kernelpro_backend.runtime.ncu_candidate"]
+    assert len(command) == 4 and target.kernel_name is None  # no names: first launch
+    payload = pickle.loads(Path(command[3]).read_bytes())
     assert payload["candidate"] == CANDIDATE and payload["device"] == "cpu"
     assert torch.equal(payload["inputs"][0], torch.ones(4))
 
@@ -223,8 +223,8 @@ def test_the_launcher_rebuilds_a_candidate_from_its_payload(monkeypatch, tmp_pat
         SourceCandidate("triton", source, "entry"), [torch.arange(3.0)], tmp_path / "p.pkl"
     )
     seen = []
-    monkeypatch.setattr(launcher, "_profile", lambda fn, inputs: seen.append(fn(*inputs)))
-    launcher.main(["--candidate", str(path)])
+    monkeypatch.setattr(launcher, "profile_once", lambda fn, inputs: seen.append(fn(*inputs)))
+    launcher.main([str(path)])
     assert torch.equal(seen[0][0], torch.tensor([0.0, 2.0, 4.0]))
     with pytest.raises(SystemExit, match="usage"):
         launcher.main(["--candidate"])
@@ -268,7 +268,7 @@ def test_ptxas_reads_the_compiled_kernels_behind_a_spec_kernels_entry(tmp_path):
 def test_ncu_profiles_the_candidates_own_kernels_not_a_fill_before_them(
     fake_tools, monkeypatch, tmp_path
 ):
-    import kernelpro_backend.profilers.feedback as module
+    import kernelpro_backend.runtime.feedback as module
 
     made = fake_tools(FakeTool("ncu"))
     triton_kernel = types.SimpleNamespace(name="kernel", metadata=None)
