@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from .artifact import CorruptEntry, Entry, decode_entry, encode_entry, utc_now
-from .store import KernelCache
+from .store import Admit, KernelCache
 from .toolchain import CACHE_SCHEMA_VERSION, CacheKey, Toolchain, current_arch
 
 BUNDLE_FORMAT = "kernelpro-bundle"
@@ -155,9 +155,12 @@ def import_bundle(
     path: str | os.PathLike[str],
     arch: str | None = None,
     toolchain: Toolchain | None = None,
+    admit: Admit | None = None,
 ) -> ImportReport:
     """Copy a bundle's verified entries for `arch` (default: this machine's GPU) and `toolchain`
-    (default: the cache's) into the cache; everything else is refused with its reason."""
+    (default: the cache's) into the cache; everything else is refused with its reason.
+    `admit` (tuner.admit.admit): refuses an entry whose code did not come out of this kernelpro;
+    the command line always passes it."""
     arch = arch or current_arch()
     toolchain = toolchain or cache.toolchain
     bundle = read_bundle(path)
@@ -173,6 +176,8 @@ def import_bundle(
             refused.append(
                 Refusal(name, f"built with {entry.key.toolchain}; this machine has {toolchain}")
             )
+        elif admit is not None and (problem := admit(entry.artifact)):
+            refused.append(Refusal(name, problem))
         else:
             cache.put_raw(entry.key.digest, encode_entry(entry.key, entry.artifact))
             imported.append(entry)

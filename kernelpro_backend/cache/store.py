@@ -22,7 +22,7 @@ import dataclasses
 import logging
 import os
 import sqlite3
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 
 import diskcache
@@ -34,6 +34,9 @@ from .misses import MissManifest
 from .toolchain import CacheKey, Toolchain, cache_key, current_toolchain
 
 log = logging.getLogger("kernelpro.cache")
+
+# Why an entry made elsewhere must not be loaded here, or None (tuner.admit.admit).
+Admit = Callable[[KernelArtifact], "str | None"]
 
 CACHE_DIR_ENV = "KERNELPRO_CACHE_DIR"
 BUNDLE_SUFFIXES = (".tar", ".tar.gz", ".tgz", ".zip")
@@ -71,8 +74,12 @@ class KernelCache:
         extra_dirs: Sequence[str | os.PathLike[str]] = (),
         toolchain: Toolchain | None = None,
         environ: Mapping[str, str] | None = None,
+        admit: Admit | None = None,
     ) -> None:
         self.directory = resolve_cache_dir(directory, environ)
+        # Entries of the extra directories were made elsewhere: `admit` (tuner.admit) refuses
+        # those whose code did not come out of this kernelpro, before any of it runs.
+        self.admit = admit
         self.extra_dirs = tuple(Path(d).expanduser() for d in extra_dirs)
         self.toolchain = toolchain or current_toolchain()
         self.misses = MissManifest(self.directory / "misses.jsonl")
@@ -205,8 +212,19 @@ class KernelCache:
                     log.warning("kernelpro cache: skipping bundle %s: %s", bundle_path, e)
                     continue
                 for entry in bundle.entries:
-                    if entry.key.toolchain == self.toolchain:
-                        self._extra.setdefault(entry.key.digest, entry)
+                    if entry.key.toolchain != self.toolchain:
+                        continue
+                    problem = self.admit(entry.artifact) if self.admit else None
+                    if problem:
+                        log.warning(
+                            "kernelpro cache: not using %s %s from %s: %s",
+                            entry.artifact.pattern or "an entry",
+                            entry.key.short(),
+                            bundle_path,
+                            problem,
+                        )
+                        continue
+                    self._extra.setdefault(entry.key.digest, entry)
         return self._extra
 
 

@@ -24,6 +24,7 @@ from ..cache.maintenance import (
     verify,
 )
 from ..cache.store import KernelCache
+from ..tuner.admit import admit
 
 
 def add_cli(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:  # type: ignore[type-arg]
@@ -161,7 +162,8 @@ def _show(cache: KernelCache, prefix: str, out: TextIO) -> int:
 
 def _import(cache: KernelCache, args: argparse.Namespace, out: TextIO) -> int:
     try:
-        report = import_bundle(cache, args.file, arch=args.arch)
+        # Each entry's code must be this kernelpro's own output (or a cubin) to come in.
+        report = import_bundle(cache, args.file, arch=args.arch, admit=admit)
     except BundleError as e:
         print(f"import refused: {e}", file=out)
         return 1

@@ -23,6 +23,7 @@ from ..cache.toolchain import CacheKey
 from ..fx_passes import Subgraph
 from ..options import Options
 from ..providers import Kernel, KernelProvider, NullProvider
+from .admit import admit
 from .artifacts import Loader, load_artifact
 
 log = logging.getLogger("kernelpro.cache")
@@ -56,7 +57,9 @@ class KernelFinder:
         searcher: Searcher | None = None,
         environ: Mapping[str, str] | None = None,
     ) -> KernelFinder:
-        cache = KernelCache(options.cache_dir, options.extra_cache_dirs, environ=environ)
+        cache = KernelCache(
+            options.cache_dir, options.extra_cache_dirs, environ=environ, admit=admit
+        )
         return cls(cache, options, loader, searcher)
 
     def find(self, subgraph: Subgraph) -> Kernel | None:

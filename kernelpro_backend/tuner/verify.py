@@ -1,13 +1,13 @@
 """Re-proving cached kernels on this machine: the validator behind `kernelpro cache verify`.
 
 Owns: `CacheEntryValidator`, which for one cache entry rebuilds the PyTorch reference from the
-entry's canonical subgraph text and key (fx_passes.rebuild), loads the kernel with the
-backend's loader (tuner.artifacts.load_artifact, the same path a cache hit takes), and proves it with
-the evaluator the search uses (a runtime `Job` in the isolated `WorkerPool`: fresh seeded
+entry's canonical subgraph text and key (fx_passes.rebuild), and proves the entry's stored
+bytes (tuner.artifacts.artifact_candidate: what a cache hit loads), never loading any of them in
+this process, with the evaluator the search uses (a runtime `Job` in the isolated `WorkerPool`: fresh seeded
 inputs, poisoned outputs, dtype tolerances, inputs unmodified, determinism, the speed-of-light
 check), optionally re-timing it and the eager/Inductor baselines.
 Must not: decide what to delete or touch the store (cache.maintenance.verify does), or hold
-validation logic of its own (runtime/ does): it only connects rebuild, loader and evaluator.
+validation logic of its own (runtime/ does): it only connects rebuild, artifact and evaluator.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from ..cache.toolchain import Toolchain, current_arch, current_toolchain
 from ..fx_passes.rebuild import RebuildError, rebuild_subgraph
 from ..runtime.job import Job
 from ..runtime.result import EvalResult
-from .artifacts import Loader, artifact_candidate, load_artifact
+from .artifacts import artifact_candidate
 
 # Runs jobs in isolation and returns their results in order (WorkerPool.evaluate_many).
 Evaluate = Callable[[Sequence[Job]], list[EvalResult]]
@@ -38,7 +38,6 @@ class CacheEntryValidator:
 
     def __init__(
         self,
-        loader: Loader | None = None,
         evaluate: Evaluate | None = None,
         arch: str | None = None,
         toolchain: Toolchain | None = None,
@@ -49,7 +48,6 @@ class CacheEntryValidator:
         cache_dir: str | None = None,
         check_timing_s: float = 0.05,
     ) -> None:
-        self.loader = loader or load_artifact
         self.arch = arch or current_arch()
         self.toolchain = toolchain or current_toolchain()
         self.retime = retime
@@ -82,11 +80,12 @@ class CacheEntryValidator:
             )
         except RebuildError as e:
             return Verdict("failed", f"reference does not rebuild: {e}")
+        # Nothing of the entry runs in this process: the worker loads it (a load failure comes
+        # back as the job's result), and a tampered source can only act inside the worker.
         try:
-            self.loader(artifact)
             candidate = artifact_candidate(artifact)
-        except Exception as e:
-            return Verdict("failed", f"does not load: {type(e).__name__}: {e}")
+        except ValueError as e:
+            return Verdict("failed", f"does not load in the evaluator: {e}")
         job = Job.from_subgraph(
             subgraph, candidate, seed=self.seed, ceilings=self._ceilings_for(subgraph)
         )

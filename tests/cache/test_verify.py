@@ -10,7 +10,7 @@ import pickle
 
 import pytest
 import torch
-from graphs import TANH_SOURCE, python_artifact, python_loader, tanh_subgraph, with_arch
+from graphs import TANH_SOURCE, python_artifact, tanh_subgraph, with_arch
 
 from kernelpro_backend.cache import (
     Entry,
@@ -56,7 +56,7 @@ def mixed_cache(tmp_path, tanh_sg):
 
 def test_verify_with_the_real_evaluator_keeps_a_correct_entry_and_drops_a_wrong_one(mixed_cache):
     path, cache, good, bad, foreign = mixed_cache
-    with CacheEntryValidator(loader=python_loader, arch="cpu", seed=11) as validator:
+    with CacheEntryValidator(arch="cpu", seed=11) as validator:
         code, text = _run("--cache-dir", path, "verify", "--dry-run", validator=validator)
         assert code == 1, text
         assert "would drop 1" in text and "kept 1" in text and "skipped 1" in text
@@ -126,7 +126,7 @@ def _entry(cache, key):
 def test_the_job_holds_the_rebuilt_reference_and_fresh_inputs(cache, tanh_sg):
     key = _put(cache, tanh_sg, python_artifact(0))
     fake = FakeEvaluator()
-    validator = CacheEntryValidator(loader=python_loader, evaluate=fake, arch=key.arch, seed=42)
+    validator = CacheEntryValidator(evaluate=fake, arch=key.arch, seed=42)
     verdict = validator(_entry(cache, key))
     assert verdict.status == "ok" and verdict.measured_ms == 0.5
     ((job,),) = fake.jobs
@@ -154,9 +154,7 @@ def test_entries_that_cannot_be_checked_here(cache, tanh_sg, change, expected):
     key, artifact = change(cache.key_for(tanh_sg.key), describe(python_artifact(0), tanh_sg))
     entry = Entry(key, artifact, sha256="")
     fake = FakeEvaluator()
-    verdict = CacheEntryValidator(
-        loader=python_loader, evaluate=fake, arch="cpu", toolchain=cache.toolchain
-    )(entry)
+    verdict = CacheEntryValidator(evaluate=fake, arch="cpu", toolchain=cache.toolchain)(entry)
     assert (verdict.status, expected[1] in verdict.reason) == (expected[0], True), verdict
     assert fake.jobs == []  # nothing was run
 
@@ -167,7 +165,7 @@ WRONG = EvalResult(EvalStatus.WRONG, message="output 0: max error 1e-3 > tol")
 def test_a_rejected_kernel_fails_with_the_evaluators_message(cache, tanh_sg):
     key = _put(cache, tanh_sg, python_artifact(0))
     fake = FakeEvaluator(kernel=WRONG)
-    validator = CacheEntryValidator(loader=python_loader, evaluate=fake, arch=key.arch, seed=9)
+    validator = CacheEntryValidator(evaluate=fake, arch=key.arch, seed=9)
     verdict = validator(_entry(cache, key))
     assert verdict.status == "failed"
     assert verdict.reason == "wrong: output 0: max error 1e-3 > tol (seed 9)"
@@ -180,7 +178,7 @@ def test_when_the_eager_reference_fails_too_verify_stops_and_drops_nothing(cache
     key = _put(cache, tanh_sg, python_artifact(0))
     broken = EvalResult(EvalStatus.CRASHED, message="CUDA error: no device")
     fake = FakeEvaluator(kernel=WRONG, eager=broken)
-    validator = CacheEntryValidator(loader=python_loader, evaluate=fake, arch=key.arch)
+    validator = CacheEntryValidator(evaluate=fake, arch=key.arch)
     code, text = _run("--cache-dir", str(cache.directory), "verify", validator=validator)
     assert code == 2 and "verify stopped" in text and "CUDA error: no device" in text
     assert cache.get(key) is not None
@@ -191,7 +189,7 @@ def test_retime_updates_times_unless_dry_run(cache, tanh_sg):
     eager = EvalResult(EvalStatus.OK, median_ms=0.4)
     inductor = EvalResult(EvalStatus.COMPILE_ERROR, message="no compiler")
     fake = FakeEvaluator(OK, eager=eager, inductor=inductor)
-    validator = CacheEntryValidator(loader=python_loader, evaluate=fake, arch=key.arch, retime=True)
+    validator = CacheEntryValidator(evaluate=fake, arch=key.arch, retime=True)
     report = verify(cache, validator, dry_run=True)
     assert cache.get(key).kernel_ms == python_artifact(0).kernel_ms  # unchanged
     assert "now slower than eager (0.5 vs 0.4 ms)" in report.checked[0].reason

@@ -65,7 +65,10 @@ def test_export_then_import_and_foreign_arch(cache_dir, tmp_path):
     assert code == 0 and "wrote 2 entries" in text
     other = str(tmp_path / "other")
     code, text = _run("--cache-dir", other, "import", bundle, "--arch", "sm_90")
-    assert code == 0 and "imported 2 entries" in text
+    # Plain Python kernels are code from outside: the command line refuses them (tests of
+    # spec-built entries coming in: tests/cache/test_hostile_bundles.py).
+    assert code == 1 and "imported 0 entries" in text and "refused 2" in text
+    assert "'python' kernels from outside are never run" in text
     code, text = _run("--cache-dir", str(tmp_path / "third"), "import", bundle, "--arch", "sm_80")
     assert code == 1
     assert "imported 0 entries" in text and "refused 2" in text
