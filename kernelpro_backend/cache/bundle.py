@@ -30,6 +30,8 @@ from .toolchain import CACHE_SCHEMA_VERSION, CacheKey, Toolchain, current_arch
 BUNDLE_FORMAT = "kernelpro-bundle"
 MANIFEST = "manifest.json"
 MAX_MEMBER_BYTES = 256 * 2**20  # a cubin is well under 1 MiB; anything this big is not ours
+MAX_BUNDLE_BYTES = 1024 * 2**20  # all members together, as read (a zip bomb stops here)
+MAX_MEMBERS = 100_000  # entries are one file each; a real bundle holds hundreds
 
 
 class BundleError(ValueError):
@@ -120,6 +122,8 @@ def read_bundle(path: str | os.PathLike[str]) -> Bundle:
         manifest = json.loads(files.pop(MANIFEST).decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as e:
         raise BundleError(f"{path}: unparsable {MANIFEST} ({e})") from None
+    except RecursionError:
+        raise BundleError(f"{path}: {MANIFEST} is nested too deeply to be ours") from None
     if not isinstance(manifest, dict) or manifest.get("format") != BUNDLE_FORMAT:
         raise BundleError(f"{path}: {MANIFEST} is not a {BUNDLE_FORMAT} manifest")
     if manifest.get("schema") != CACHE_SCHEMA_VERSION:
@@ -137,13 +141,20 @@ def read_bundle(path: str | os.PathLike[str]) -> Bundle:
     entries: list[Entry] = []
     refused: list[Refusal] = []
     seen: set[str] = set()
+    digests: set[str] = set()
     for item in listed:
         entry, problem, label = _check_listed(item, files, bundle_toolchain)
         if isinstance(item, dict) and isinstance(item.get("file"), str):
+            if item["file"] in seen and entry is not None:
+                entry, problem = None, f"listed twice in {MANIFEST}"
             seen.add(item["file"])
+        if entry is not None and entry.key.digest in digests:
+            problem = f"a second entry for key {entry.key.short()}"
+            entry = None
         if entry is None:
             refused.append(Refusal(label, problem or "unknown problem"))
         else:
+            digests.add(entry.key.digest)
             entries.append(entry)
     for name in sorted(set(files) - seen):
         refused.append(Refusal(name, f"not listed in {MANIFEST} (added after export?)"))
@@ -207,6 +218,8 @@ def _check_listed(
         listed_key = CacheKey.from_dict(item.get("key"))
     except CorruptEntry as e:
         return None, str(e), label
+    except RecursionError:
+        return None, "nested too deeply to be ours", label
     except (KeyError, TypeError, ValueError) as e:
         return None, f"malformed key in {MANIFEST} ({e})", label
     if listed_key != entry.key or item.get("digest") != entry.key.digest:
@@ -221,26 +234,46 @@ def _check_listed(
 
 
 def _read_archive(path: Path) -> dict[str, bytes]:
-    """Regular-file members by name, read into memory (never extracted)."""
+    """Regular-file members by name, read into memory (never extracted), within the caps on
+    each member, on all of them together and on their number; a name twice is refused."""
     files: dict[str, bytes] = {}
     try:
         if zipfile.is_zipfile(path):
             with zipfile.ZipFile(path) as zf:
                 for info in zf.infolist():
                     if not info.is_dir():
-                        _limit(path, info.filename, info.file_size)
-                        files[info.filename] = zf.read(info)
+                        _take(path, files, info.filename, info.file_size, lambda i=info: zf.open(i))
         else:
             with tarfile.open(path, "r:*") as tf:
-                for member in tf.getmembers():
+                for member in tf:  # lazily: a million headers are not listed first
                     if member.isfile():
-                        _limit(path, member.name, member.size)
-                        f = tf.extractfile(member)
-                        if f is not None:
-                            files[member.name] = f.read()
-    except (OSError, tarfile.TarError, zipfile.BadZipFile) as e:
+                        _take(path, files, member.name, member.size,
+                              lambda m=member: tf.extractfile(m))  # fmt: skip
+    except (OSError, EOFError, tarfile.TarError, zipfile.BadZipFile) as e:
         raise BundleError(f"{path}: cannot read archive ({e})") from None
     return files
+
+
+def _take(path: Path, files: dict[str, bytes], name: str, size: int, open_member: Any) -> None:
+    """Read one member into `files`, never more than the caps allow (a member's stated size
+    is not trusted: at most one byte past the cap is read)."""
+    if name in files:
+        raise BundleError(f"{path}: member {name} appears twice")
+    if len(files) >= MAX_MEMBERS:
+        raise BundleError(f"{path}: more than {MAX_MEMBERS} members; not a kernelpro bundle")
+    _limit(path, name, size)
+    total = sum(len(d) for d in files.values())
+    room = min(MAX_MEMBER_BYTES, MAX_BUNDLE_BYTES - total)
+    f = open_member()
+    if f is None:
+        return
+    with f:
+        data = f.read(room + 1)
+    if len(data) > room:
+        raise BundleError(
+            f"{path}: members add up to more than {MAX_BUNDLE_BYTES} bytes (at {name})"
+        )
+    files[name] = data
 
 
 def _limit(path: Path, name: str, size: int) -> None:

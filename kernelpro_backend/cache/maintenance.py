@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+import math
 from collections.abc import Callable
 
 from .artifact import Entry, KernelArtifact
@@ -152,9 +153,16 @@ def prune(
     cache: KernelCache,
     older_than_days: float | None = None,
     now: datetime.datetime | None = None,
+    dry_run: bool = False,
 ) -> MaintenanceReport:
     """Drop corrupt entries, entries for another toolchain or schema than the cache's, and,
-    with `older_than_days`, entries created before that many days ago."""
+    with `older_than_days` (a finite number of days above zero), entries created before that
+    many days ago. `dry_run` reports what would be dropped and changes nothing."""
+    if older_than_days is not None and not (0 < older_than_days < math.inf):
+        raise ValueError(
+            f"--older-than must be a number of days above 0, got {older_than_days}; to drop "
+            "every entry, delete the cache directory"
+        )
     now = now or datetime.datetime.now(datetime.timezone.utc)
     kept, dropped = 0, []
     for item in cache.scan():
@@ -171,9 +179,10 @@ def prune(
         if reason is None:
             kept += 1
             continue
-        cache.delete(item.digest)
+        if not dry_run:
+            cache.delete(item.digest)
         dropped.append(Dropped(item.digest, entry.artifact.pattern if entry else "?", reason))
-    return MaintenanceReport(kept, dropped)
+    return MaintenanceReport(kept, dropped, dry_run=dry_run)
 
 
 def _parse_time(text: str) -> datetime.datetime:

@@ -31,6 +31,7 @@ from ..fx_passes import SubgraphKey
 from .artifact import CorruptEntry, Entry, KernelArtifact, decode_entry, encode_entry
 from .disk import JsonBytesDisk, UnsafeValue
 from .misses import MissManifest
+from .rows import CacheUnavailable, ReadOnlyStore, check_database, delete_rows, row_keys
 from .toolchain import CacheKey, Toolchain, cache_key, current_toolchain
 
 log = logging.getLogger("kernelpro.cache")
@@ -50,10 +51,6 @@ def resolve_cache_dir(
     environ = os.environ if environ is None else environ
     chosen = directory or environ.get(CACHE_DIR_ENV) or Path.home() / ".cache" / "kernelpro"
     return Path(chosen).expanduser()
-
-
-class CacheUnavailable(OSError):
-    """The cache directory cannot be opened for writing."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -83,22 +80,46 @@ class KernelCache:
         self.extra_dirs = tuple(Path(d).expanduser() for d in extra_dirs)
         self.toolchain = toolchain or current_toolchain()
         self.misses = MissManifest(self.directory / "misses.jsonl")
-        # No eviction: a kernel costs minutes of search; entries are a few KB to a few hundred.
-        try:
-            self._store = diskcache.Cache(
-                str(self.directory / "kernels"),
-                disk=JsonBytesDisk,
-                eviction_policy="none",
-                size_limit=2**40,
-                timeout=60,
-            )
-        except (OSError, sqlite3.Error) as e:
-            raise CacheUnavailable(
-                f"cannot open the kernel cache in {self.directory} ({type(e).__name__}: {e}); "
-                f"set {CACHE_DIR_ENV} or options={{'cache_dir': ...}} to a writable directory, "
-                "or options={'search': 'off'} to run without a cache"
-            ) from e
+        self.read_only = False
+        self._store: diskcache.Cache | ReadOnlyStore = self._open()
         self._extra: dict[str, Entry] | None = None
+
+    def _open(self) -> diskcache.Cache | ReadOnlyStore:
+        """The diskcache store; a cache.db that is not SQLite is set aside (one warning) and a
+        fresh one made; a store that cannot be written is read read-only (one warning)."""
+        kernels = self.directory / "kernels"
+        try:
+            problem = check_database(kernels)
+        except OSError as e:
+            problem = f"{kernels / 'cache.db'} is unreadable and cannot be moved aside: {e}"
+        if problem:
+            log.warning("kernelpro cache: %s; starting an empty cache", problem)
+        try:
+            # No eviction: a kernel costs minutes of search; entries are a few KB to a few
+            # hundred.
+            return diskcache.Cache(
+                str(kernels), disk=JsonBytesDisk, eviction_policy="none", size_limit=2**40,
+                timeout=60,
+            )  # fmt: skip
+        except (OSError, sqlite3.Error) as e:
+            error = e
+        try:
+            store = ReadOnlyStore(kernels)
+        except (OSError, sqlite3.Error):
+            raise CacheUnavailable(
+                f"cannot open the kernel cache in {self.directory} ({type(error).__name__}: "
+                f"{error}); set {CACHE_DIR_ENV} or options={{'cache_dir': ...}} to a writable "
+                "directory, or options={'search': 'off'} to run without a cache"
+            ) from error
+        log.warning(
+            "kernelpro cache: cannot write %s (%s: %s); reading its entries read-only, new "
+            "kernels are not stored",
+            self.directory,
+            type(error).__name__,
+            error,
+        )
+        self.read_only = True
+        return store
 
     # -- keys -------------------------------------------------------------------------------
     def key_for(self, subgraph_key: SubgraphKey) -> CacheKey:
@@ -119,6 +140,12 @@ class KernelCache:
         self._store.set(digest, data, retry=True)
 
     def delete(self, digest: str) -> bool:
+        """Remove an entry by digest, or a corrupt row by the "row <rowid>" name scan gives."""
+        if digest.startswith("row "):
+            if self.read_only:
+                raise CacheUnavailable(f"the kernel cache in {self.directory} is read-only")
+            delete_rows(self.directory / "kernels", [int(digest[4:])])
+            return True
         return bool(self._store.delete(digest, retry=True))
 
     # -- reads ------------------------------------------------------------------------------
@@ -143,11 +170,23 @@ class KernelCache:
         return [k for k in keys if self.get(k) is None]
 
     def scan(self) -> Iterator[ScannedEntry]:
-        """Every row of the writable store, verified (extra directories are not included)."""
-        for digest in list(self._store.iterkeys()):
-            data = self._read(digest)
+        """Every row of the writable store, verified (extra directories are not included). A
+        row whose key is pickled is reported as corrupt under the name "row <rowid>"."""
+        try:
+            digests, bad_rows = row_keys(self.directory / "kernels", immutable=self.read_only)
+        except sqlite3.Error as e:
+            log.warning("kernelpro cache: cannot list %s: %s", self.directory, e)
+            return
+        for rowid in bad_rows:
+            yield ScannedEntry(f"row {rowid}", None, "its key is pickled or not a str digest")
+        for digest in digests:
+            try:
+                data = self._fetch(digest)
+            except UnsafeValue as e:
+                yield ScannedEntry(digest, None, str(e))
+                continue
             if data is None:
-                continue  # deleted meanwhile, or unsafe (logged)
+                continue  # deleted meanwhile
             try:
                 entry = decode_entry(data)
             except CorruptEntry as e:
@@ -179,13 +218,15 @@ class KernelCache:
     # -- internals --------------------------------------------------------------------------
     def _read(self, digest: str) -> bytes | None:
         try:
-            value = self._store.get(digest, default=None, retry=True)
+            return self._fetch(digest)
         except UnsafeValue as e:
             log.warning("kernelpro cache: skipping entry %s: %s", digest[:12], e)
             return None
+
+    def _fetch(self, digest: str) -> bytes | None:
+        value = self._store.get(digest, default=None, retry=True)
         if value is not None and not isinstance(value, bytes):
-            log.warning("kernelpro cache: skipping entry %s: not bytes", digest[:12])
-            return None
+            raise UnsafeValue(f"its value is {type(value).__name__}, not bytes")
         return value
 
     def _trusted(self, data: bytes, key: CacheKey, where: str) -> Entry | None:
@@ -210,6 +251,14 @@ class KernelCache:
                     bundle = read_bundle(bundle_path)
                 except BundleError as e:
                     log.warning("kernelpro cache: skipping bundle %s: %s", bundle_path, e)
+                    continue
+                except Exception as e:  # a bundle must never fail the user's compile
+                    log.warning(
+                        "kernelpro cache: skipping bundle %s: reading it raised %s: %s",
+                        bundle_path,
+                        type(e).__name__,
+                        e,
+                    )
                     continue
                 for entry in bundle.entries:
                     if entry.key.toolchain != self.toolchain:

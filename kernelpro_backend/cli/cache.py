@@ -62,6 +62,9 @@ def add_cli(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser: 
     )
     pr = sub.add_parser("prune", help="drop corrupt entries and those of other toolchains")
     pr.add_argument("--older-than", type=float, metavar="DAYS", help="also drop older entries")
+    pr.add_argument(
+        "--dry-run", action="store_true", help="list what would be dropped; delete nothing"
+    )
     p.set_defaults(func=run_cli)
     return p
 
@@ -86,9 +89,12 @@ def run_cli(
         if command == "show":
             return _show(cache, args.key, out)
         if command == "export":
+            if not list_entries(cache, args.pattern, args.kind, args.arch)[0]:
+                print(f"no entries match in {cache.directory}; {args.out} not written", file=out)
+                return 1
             written = export_bundle(cache, args.out, args.pattern, args.kind, args.arch)
             print(f"wrote {len(written)} entries to {args.out}", file=out)
-            return 0 if written else 1
+            return 0
         if command == "import":
             return _import(cache, args, out)
         if command == "verify":
@@ -98,7 +104,13 @@ def run_cli(
                 print(f"verify stopped, no further entry dropped: {e}", file=out)
                 return 2
         if command == "prune":
-            return _report(prune(cache, args.older_than), "pruned", out)
+            try:
+                report = prune(cache, args.older_than, dry_run=args.dry_run)
+            except ValueError as e:
+                print(f"prune refused: {e}", file=out)
+                return 2
+            return _report(report, "pruned (dry run: nothing deleted)" if args.dry_run
+                           else "pruned", out)  # fmt: skip
     raise ValueError(f"unknown cache command {command!r}")
 
 
@@ -209,7 +221,8 @@ def _verify(
 
 
 def _report(report: MaintenanceReport, verb: str, out: TextIO) -> int:
-    print(f"{verb}: kept {report.kept}, dropped {len(report.dropped)}", file=out)
+    dropped = "would drop" if report.dry_run else "dropped"
+    print(f"{verb}: kept {report.kept}, {dropped} {len(report.dropped)}", file=out)
     if report.dropped:
         rows = [(d.digest[:12], d.pattern, d.reason) for d in report.dropped]
         print(format_table(("KEY", "PATTERN", "REASON"), rows), file=out)

@@ -11,6 +11,7 @@ Must not: store bytes (cache/ does), search (searcher.py) or convert artifacts
 from __future__ import annotations
 
 import logging
+import sqlite3
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -18,7 +19,7 @@ import torch
 
 from ..cache.artifact import KernelArtifact
 from ..cache.entries import describe
-from ..cache.store import KernelCache
+from ..cache.store import CacheUnavailable, KernelCache
 from ..cache.toolchain import CacheKey
 from ..fx_passes import Subgraph
 from ..options import Options
@@ -48,6 +49,7 @@ class KernelFinder:
         self.searcher = searcher
         self._loaded: dict[str, Kernel] = {}
         self._warned_no_searcher = False
+        self._warned_cache_fault = False
 
     @classmethod
     def from_options(
@@ -69,19 +71,36 @@ class KernelFinder:
         key = self.cache.key_for(subgraph.key)
         if key.digest in self._loaded:
             return self._loaded[key.digest]
-        artifact = self.cache.get(key)
+        artifact = self._cache_op("read", lambda: self.cache.get(key))
         skipped = None
         if artifact is None and self.options.search == "on-miss":
             artifact, skipped = self._search(subgraph)
             if artifact is not None:
                 artifact = describe(artifact, subgraph)
-                self.cache.put(key, artifact)
+                self._cache_op("store a kernel in", lambda: self.cache.put(key, artifact))
         if artifact is None:
             self._record_miss(key, subgraph, skipped)
             return None
         if not self._pays_off(artifact):
             return None
         return self._load(key, artifact, subgraph)
+
+    def _cache_op(self, what: str, op: Callable[[], Any]) -> Any:
+        """`op()`, or None when the cache fails (locked, full disk, read-only, corrupt): a
+        cache fault warns once and the compile goes on."""
+        try:
+            return op()
+        except (OSError, sqlite3.Error) as e:
+            if not self._warned_cache_fault:
+                log.warning(
+                    "kernelpro cache: cannot %s %s (%s: %s); going on without it",
+                    what,
+                    self.cache.directory,
+                    type(e).__name__,
+                    e,
+                )
+                self._warned_cache_fault = True
+            return None
 
     def _pays_off(self, artifact: KernelArtifact) -> bool:
         """A hit is used only if it saved the launch path's minimum gain over this fallback when
@@ -166,4 +185,8 @@ def default_provider(options: Options, custom: Any = None) -> KernelProvider:
     from .searcher import SubgraphSearcher
 
     searcher = SubgraphSearcher(options) if options.search == "on-miss" else None
-    return KernelFinder.from_options(options, searcher=searcher)
+    try:
+        return KernelFinder.from_options(options, searcher=searcher)
+    except CacheUnavailable as e:
+        log.warning("kernelpro: %s; every subgraph runs on the fallback", e)
+        return NullProvider()
