@@ -1,14 +1,14 @@
-"""Code generation: kernel specs, lowering of subgraphs to templates, Triton rendering, build.
+"""Code generation: kernel specs, their knobs, Triton rendering, build.
 
-Public API: `KernelSpec`, `RenderedKernel`, `IllegalSpec`, `Unsupported`, `lower(subgraph)`,
-`knob_space(spec)`, `render(spec)`, `build(spec)`.
-Must not: measure, search or cache (runtime/, search/ and cache own those).
+Public API: `KernelSpec`, `RenderedKernel`, `IllegalSpec`, `Unsupported`, `knob_space(spec)`,
+`render(spec)`, `build(spec)`.
+Must not: read fx graphs (lowering/ turns a subgraph into a `KernelSpec` and imports this
+package, never the other way), measure, search or cache (runtime/, search/ and cache own those).
 """
 
 from .build import SpecKernel, build
 from .errors import IllegalSpec, Unsupported
 from .knobs import knob_space
-from .lower import lower
 from .render import render
 from .spec import KernelSpec, RenderedKernel
 
@@ -20,6 +20,5 @@ __all__ = [
     "Unsupported",
     "build",
     "knob_space",
-    "lower",
     "render",
 ]

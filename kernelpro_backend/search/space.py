@@ -1,7 +1,7 @@
 """What the search needs to know about candidates, and the adapter to the real codegen.
 
 Owns: the `SearchSpace` protocol (seed candidates, legal knob values, one knob change, a JSON
-summary), `codegen_space()` which adapts `kernelpro_backend.codegen` lazily, and the naming of a
+summary), `codegen_space()` which adapts `kernelpro_backend.codegen` and `.lowering` lazily, and the naming of a
 knob change as a move ("vector_width:up", "persistent=True") that search memory can generalise.
 Must not: measure candidates or read findings (proposers do).
 """
@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import importlib
+import types
 from collections.abc import Hashable
 from typing import Any, Protocol
 
@@ -76,7 +77,9 @@ class CodegenSpace:
     """`SearchSpace` over `kernelpro_backend.codegen.KernelSpec` (and free-form
     `SourceCandidate`s, which have no knobs). Built by `codegen_space()`."""
 
-    codegen: Any  # the imported kernelpro_backend.codegen module
+    # the codegen contract: KernelSpec, IllegalSpec, Unsupported, knob_space (codegen/) and
+    # lower (lowering/)
+    codegen: Any
     illegal: Any
 
     def initial(self, subgraph: Any) -> list[Hashable]:
@@ -135,5 +138,12 @@ def codegen_space() -> CodegenSpace:
     """The search space of the real code generator. Imported here, not at module import, so the
     search works (and is tested) without codegen."""
     codegen = importlib.import_module("kernelpro_backend.codegen")
-
-    return CodegenSpace(codegen=codegen, illegal=codegen.IllegalSpec)
+    lowering = importlib.import_module("kernelpro_backend.lowering")
+    contract = types.SimpleNamespace(
+        KernelSpec=codegen.KernelSpec,
+        IllegalSpec=codegen.IllegalSpec,
+        Unsupported=codegen.Unsupported,
+        knob_space=codegen.knob_space,
+        lower=lowering.lower,
+    )
+    return CodegenSpace(codegen=contract, illegal=codegen.IllegalSpec)

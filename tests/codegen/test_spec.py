@@ -7,7 +7,8 @@ import torch
 import torch.nn as nn
 from harness import check, collect
 
-from kernelpro_backend.codegen import IllegalSpec, KernelSpec, knob_space, lower, render
+from kernelpro_backend.codegen import IllegalSpec, KernelSpec, knob_space, render
+from kernelpro_backend.lowering import lower
 
 
 @pytest.fixture(scope="module")

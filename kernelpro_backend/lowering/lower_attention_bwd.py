@@ -24,9 +24,9 @@ from typing import Any
 import torch
 import torch.fx as fx
 
+from ..codegen.errors import Unsupported
 from ..fx_passes import Subgraph
 from ..fx_passes.ops import op_name
-from .errors import Unsupported
 
 _BHSD = (0, 1, 2, 3)
 _BSHD = (0, 2, 1, 3)  # position of B, H, S, D in a [B, S, H, D] tensor

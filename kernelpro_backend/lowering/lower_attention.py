@@ -15,9 +15,9 @@ from typing import Any
 import torch
 import torch.fx as fx
 
+from ..codegen.errors import Unsupported
 from ..fx_passes import Subgraph
 from ..fx_passes.ops import _ATTENTION_PREFIXES, op_name
-from .errors import Unsupported
 
 
 def _bound_args(node: fx.Node) -> dict[str, Any]:

@@ -14,14 +14,14 @@ from typing import Any
 import torch
 import torch.fx as fx
 
+from ..codegen import index as ix
+from ..codegen.errors import IllegalSpec, Unsupported
+from ..codegen.knobs import default_knobs
+from ..codegen.spec import KernelSpec
 from ..fx_passes import Subgraph
 from ..fx_passes.ops import Role, op_name, role
-from . import index as ix
-from .errors import IllegalSpec, Unsupported
-from .knobs import default_knobs
 from .maps import MapBuilder, broadcast, is_view_of_input, reduction_parts, root_input, shape
 from .program import ProgramBuilder
-from .spec import KernelSpec
 
 
 def lower(subgraph: Subgraph) -> KernelSpec:
