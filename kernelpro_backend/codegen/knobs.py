@@ -1,9 +1,10 @@
-"""Knobs: the default values of each template's knobs, their legal values, and the limits.
+"""Knobs: each template's knobs, their roles and legal values, and the limits.
 
-Owns: each template's knobs and their legal values, `knob_space(spec)` (legal values per knob,
-the search's moves), `validate(spec)`, which raises `IllegalSpec` naming the value, the limit
-and what to change, `tma_problem(spec)` (when a GEMM cannot use TMA loads) and
-`with_added_knobs` (knobs added since a spec was cached, at the value of the older kernel).
+Owns: each template's knobs and their roles (`KnobRole`, `knob_roles(spec)`: what the search's
+rules move), `knob_space(spec)` (legal values per knob, the search's moves), `validate(spec)`,
+which raises `IllegalSpec` naming the value, the limit and what to change, `tma_problem(spec)`
+(when a GEMM cannot use TMA loads) and `with_added_knobs` (knobs added since a spec was cached,
+at the value of the older kernel).
 Limits are H100/H200 ones: 227 KiB shared memory per block, 64 K registers per SM.
 Must not: import spec.py (`KernelSpec` validates itself through this module; knobs are read
 through `spec_view.SpecView`) or choose defaults (defaults.py and gemm_configs.py do); render
@@ -12,6 +13,7 @@ or measure.
 
 from __future__ import annotations
 
+import enum
 import math
 from typing import TYPE_CHECKING
 
@@ -58,6 +60,44 @@ _SPACE: dict[str, dict[str, tuple[KnobValue, ...]]] = {
     },
 }
 _SPACE["pointwise"] = _SPACE["row_reduction"]
+
+
+class KnobRole(str, enum.Enum):
+    """What a knob does, in the search's vocabulary: search/rules.py moves knobs by role (a
+    memory-bound kernel wants more rows per program, a spilling one a smaller tile), never by
+    name. A `str`, so the search (which does not import codegen) sees the plain value."""
+
+    TILE = "tile"
+    VECTOR = "vector"
+    ROWS = "rows"
+    PASSES = "passes"
+    PERSISTENT = "persistent"
+    SPLIT = "split"
+    WARPS = "warps"
+    STAGES = "stages"
+    PRECISION = "precision"
+    OTHER = "other"  # no rule moves it; the search's one-knob neighbour steps still do
+
+
+# Every knob of _SPACE has a role (a name means the same in every template that has it).
+ROLES: dict[str, KnobRole] = {
+    "BLOCK_M": KnobRole.TILE,
+    "BLOCK_N": KnobRole.TILE,
+    "BLOCK_K": KnobRole.TILE,
+    "BLOCK_C": KnobRole.TILE,
+    # The dQ kernel's blocks, the GEMM's program order and load path and the dQ strategy have
+    # no rule (none of the bottleneck rules says which way they should go): neighbours only.
+    "BLOCK_M_DQ": KnobRole.OTHER,
+    "BLOCK_N_DQ": KnobRole.OTHER,
+    "GROUP_M": KnobRole.OTHER,
+    "LOADS": KnobRole.OTHER,
+    "DQ": KnobRole.OTHER,
+    "ROWS": KnobRole.ROWS,
+    "SPLIT_K": KnobRole.SPLIT,
+    "PERSISTENT": KnobRole.PERSISTENT,
+    "num_warps": KnobRole.WARPS,
+    "num_stages": KnobRole.STAGES,
+}
 # Knobs added after specs were cached, with the value that reproduces the older kernels:
 # `SpecView.from_json` fills them in, so cached specs keep loading.
 ADDED_KNOBS: dict[str, dict[str, KnobValue]] = {"gemm": {"LOADS": "pointer"}}
@@ -91,6 +131,11 @@ def extent(spec: SpecView, dims: tuple[int, ...]) -> int:
 def _elt_bytes(spec: SpecView) -> int:
     dt = dict(spec.anchor).get("operand_dtype", "float32")
     return 4 if dt == "float32" else 2
+
+
+def knob_roles(spec: SpecView) -> dict[str, KnobRole]:
+    """The role of each of the spec's template's knobs."""
+    return {name: ROLES[name] for name in _SPACE[spec.template]}
 
 
 def knob_space(spec: SpecView) -> dict[str, tuple[KnobValue, ...]]:
