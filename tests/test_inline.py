@@ -30,7 +30,8 @@ from torch._dynamo.backends.common import aot_autograd
 from torch._functorch.partitioners import min_cut_rematerialization_partition
 from torch._inductor.decomposition import select_decomp_table
 from kernelpro_backend import examples, make_backend
-from kernelpro_backend.codegen import Unsupported, build, lower
+from kernelpro_backend.codegen import Unsupported, build
+from kernelpro_backend.lowering import lower
 from kernelpro_backend.rewrite import rewrite_graph
 
 class Rowwise:

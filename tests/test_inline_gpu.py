@@ -8,8 +8,9 @@ from helpers import train
 
 from kernelpro_backend import examples, make_backend
 from kernelpro_backend.backend import CompileSession
-from kernelpro_backend.codegen import Unsupported, build, lower
+from kernelpro_backend.codegen import Unsupported, build
 from kernelpro_backend.fx_passes import Subgraph
+from kernelpro_backend.lowering import lower
 
 pytestmark = pytest.mark.gpu
 

@@ -30,10 +30,11 @@ from collections.abc import Callable, Sequence
 import torch
 import torch.nn as nn
 
-from ..codegen import IllegalSpec, KernelSpec, build, lower
+from ..codegen import IllegalSpec, KernelSpec, build
 from ..codegen.gemm_configs import fitted_knobs, operand_kind
 from ..explain import find_subgraphs
 from ..fx_passes import Subgraph
+from ..lowering import lower
 from ..runtime.compare import compare
 from ..runtime.precision import precision_mode
 from ..runtime.timing import time_kernel

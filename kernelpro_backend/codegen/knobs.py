@@ -1,22 +1,26 @@
-"""Knobs: the default values of each template's knobs, their legal values, and the limits.
+"""Knobs: each template's knobs, their roles and legal values, and the limits.
 
-Owns: `default_knobs(spec)` (GEMM tables live in gemm_configs.py), `knob_space(spec)` (legal
-values per knob, the search's moves), `validate(spec)`, which raises `IllegalSpec` naming the
-value, the limit and what to change, `tma_problem(spec)` (when a GEMM cannot use TMA loads) and
-`with_added_knobs` (knobs added since a spec was cached, at the value of the older kernel).
+Owns: each template's knobs and their roles (`KnobRole`, `knob_roles(spec)`: what the search's
+rules move), `knob_space(spec)` (legal values per knob, the search's moves), `validate(spec)`,
+which raises `IllegalSpec` naming the value, the limit and what to change, `tma_problem(spec)`
+(when a GEMM cannot use TMA loads) and `with_added_knobs` (knobs added since a spec was cached,
+at the value of the older kernel).
 Limits are H100/H200 ones: 227 KiB shared memory per block, 64 K registers per SM.
-Must not: render or measure.
+Must not: import spec.py (`KernelSpec` validates itself through this module; knobs are read
+through `spec_view.SpecView`) or choose defaults (defaults.py and gemm_configs.py do); render
+or measure.
 """
 
 from __future__ import annotations
 
+import enum
 import math
 from typing import TYPE_CHECKING
 
 from .errors import IllegalSpec
 
 if TYPE_CHECKING:
-    from .spec import KernelSpec, KnobValue
+    from .spec_view import KnobValue, SpecView
 
 SMEM_BYTES = 227 * 1024
 MAX_TILE_ELEMENTS = 65536  # per program, in registers: 64 K 32-bit registers per SM
@@ -56,8 +60,46 @@ _SPACE: dict[str, dict[str, tuple[KnobValue, ...]]] = {
     },
 }
 _SPACE["pointwise"] = _SPACE["row_reduction"]
+
+
+class KnobRole(str, enum.Enum):
+    """What a knob does, in the search's vocabulary: search/rules.py moves knobs by role (a
+    memory-bound kernel wants more rows per program, a spilling one a smaller tile), never by
+    name. A `str`, so the search (which does not import codegen) sees the plain value."""
+
+    TILE = "tile"
+    VECTOR = "vector"
+    ROWS = "rows"
+    PASSES = "passes"
+    PERSISTENT = "persistent"
+    SPLIT = "split"
+    WARPS = "warps"
+    STAGES = "stages"
+    PRECISION = "precision"
+    OTHER = "other"  # no rule moves it; the search's one-knob neighbour steps still do
+
+
+# Every knob of _SPACE has a role (a name means the same in every template that has it).
+ROLES: dict[str, KnobRole] = {
+    "BLOCK_M": KnobRole.TILE,
+    "BLOCK_N": KnobRole.TILE,
+    "BLOCK_K": KnobRole.TILE,
+    "BLOCK_C": KnobRole.TILE,
+    # The dQ kernel's blocks, the GEMM's program order and load path and the dQ strategy have
+    # no rule (none of the bottleneck rules says which way they should go): neighbours only.
+    "BLOCK_M_DQ": KnobRole.OTHER,
+    "BLOCK_N_DQ": KnobRole.OTHER,
+    "GROUP_M": KnobRole.OTHER,
+    "LOADS": KnobRole.OTHER,
+    "DQ": KnobRole.OTHER,
+    "ROWS": KnobRole.ROWS,
+    "SPLIT_K": KnobRole.SPLIT,
+    "PERSISTENT": KnobRole.PERSISTENT,
+    "num_warps": KnobRole.WARPS,
+    "num_stages": KnobRole.STAGES,
+}
 # Knobs added after specs were cached, with the value that reproduces the older kernels:
-# `KernelSpec.from_json` fills them in, so cached specs keep loading.
+# `SpecView.from_json` fills them in, so cached specs keep loading.
 ADDED_KNOBS: dict[str, dict[str, KnobValue]] = {"gemm": {"LOADS": "pointer"}}
 
 
@@ -74,7 +116,7 @@ def next_pow2(n: int) -> int:
     return 1 << max(0, (int(n) - 1).bit_length())
 
 
-def rows_cols(spec: KernelSpec) -> tuple[tuple[int, ...], tuple[int, ...]]:
+def rows_cols(spec: SpecView) -> tuple[tuple[int, ...], tuple[int, ...]]:
     """(row dims, column dims) of a pointwise/row_reduction domain: a program covers ROWS rows
     and loops over columns BLOCK_C at a time. Pointwise chains use the last dim as columns."""
     dims = range(len(spec.domain))
@@ -82,42 +124,21 @@ def rows_cols(spec: KernelSpec) -> tuple[tuple[int, ...], tuple[int, ...]]:
     return tuple(d for d in dims if d not in cols), tuple(cols)
 
 
-def extent(spec: KernelSpec, dims: tuple[int, ...]) -> int:
+def extent(spec: SpecView, dims: tuple[int, ...]) -> int:
     return math.prod(spec.domain[d] for d in dims)
 
 
-def _elt_bytes(spec: KernelSpec) -> int:
+def _elt_bytes(spec: SpecView) -> int:
     dt = dict(spec.anchor).get("operand_dtype", "float32")
     return 4 if dt == "float32" else 2
 
 
-def default_knobs(spec: KernelSpec) -> tuple[tuple[str, KnobValue], ...]:
-    knobs: dict[str, KnobValue]
-    if spec.template == "gemm":
-        from .gemm_configs import gemm_default_knobs  # the tables to edit live there
-
-        knobs = gemm_default_knobs(spec)
-    elif spec.template == "attention":
-        d = next_pow2(spec.param("head_dim"))
-        knobs = dict(
-            BLOCK_M=128 if d <= 64 else 64, BLOCK_N=64, num_warps=4 if d <= 64 else 8, num_stages=2
-        )
-    elif spec.template == "attention_backward":
-        return _default_attention_backward(spec)
-    else:
-        rows, cols = rows_cols(spec)
-        n_cols, n_rows = extent(spec, cols), extent(spec, rows)
-        block_c = next_pow2(n_cols)
-        if block_c > 16384:
-            block_c = 4096  # longer rows loop: 32000-wide CE rows take 8 passes of 4096
-        target = 2048 if spec.template == "row_reduction" else 4096
-        r = max(1, min(next_pow2(n_rows), target // block_c, 256))
-        warps = min(16, max(1, r * block_c // 512))
-        knobs = dict(ROWS=r, BLOCK_C=block_c, num_warps=warps, num_stages=1)
-    return tuple(sorted(knobs.items()))
+def knob_roles(spec: SpecView) -> dict[str, KnobRole]:
+    """The role of each of the spec's template's knobs."""
+    return {name: ROLES[name] for name in _SPACE[spec.template]}
 
 
-def knob_space(spec: KernelSpec) -> dict[str, tuple[KnobValue, ...]]:
+def knob_space(spec: SpecView) -> dict[str, tuple[KnobValue, ...]]:
     """Legal values of each knob with the others held at the spec's values."""
     space: dict[str, tuple[KnobValue, ...]] = {}
     for name, values in _SPACE[spec.template].items():
@@ -132,7 +153,7 @@ def knob_space(spec: KernelSpec) -> dict[str, tuple[KnobValue, ...]]:
     return space
 
 
-def validate(spec: KernelSpec) -> None:
+def validate(spec: SpecView) -> None:
     if not spec.knobs:
         return
     knobs = dict(spec.knobs)
@@ -149,12 +170,12 @@ def validate(spec: KernelSpec) -> None:
     elif spec.template == "attention":
         _validate_attention(spec, knobs)
     elif spec.template == "attention_backward":
-        _validate_attention_backward(spec, knobs)
+        validate_attention_backward(spec, knobs)
     else:
         _validate_rowwise(spec, knobs)
 
 
-def _validate_gemm(spec: KernelSpec, k: dict) -> None:
+def _validate_gemm(spec: SpecView, k: dict) -> None:
     bm, bn, bk, stages = k["BLOCK_M"], k["BLOCK_N"], k["BLOCK_K"], k["num_stages"]
     smem = (bm * bk + bk * bn) * _elt_bytes(spec) * stages
     if smem > SMEM_BYTES:
@@ -192,7 +213,7 @@ def _validate_gemm(spec: KernelSpec, k: dict) -> None:
             )
 
 
-def tma_problem(spec: KernelSpec) -> str | None:
+def tma_problem(spec: SpecView) -> str | None:
     """Why a GEMM's operands cannot be read through TMA descriptors, or None if they can: each
     operand needs one unit-stride axis (row- or column-major), and its other strides and its
     offset must be multiples of 16 bytes (the descriptor's base address and row pitch)."""
@@ -208,7 +229,7 @@ def tma_problem(spec: KernelSpec) -> str | None:
     return None
 
 
-def _validate_attention(spec: KernelSpec, k: dict) -> None:
+def _validate_attention(spec: SpecView, k: dict) -> None:
     d = next_pow2(max(spec.param("head_dim"), spec.param("value_dim")))
     bytes_ = 2 if spec.param("operand_dtype") != "float32" else 4
     smem = (k["BLOCK_M"] * d + 2 * k["BLOCK_N"] * d) * bytes_ * k["num_stages"]
@@ -220,32 +241,7 @@ def _validate_attention(spec: KernelSpec, k: dict) -> None:
         )
 
 
-def _default_attention_backward(spec: KernelSpec) -> tuple[tuple[str, KnobValue], ...]:
-    """Flash-attention-2 style: large key blocks per dK/dV program stepping over small query
-    blocks, large query blocks per dQ program stepping over small key blocks (Triton's fused
-    attention tutorial: 32/128 and 128/32 with 4 warps). Head dim 128 uses 64x64 blocks in both
-    kernels, 4 warps, 2 stages: on the H100 (B4 H16 S2048 bf16) that took 0.93 / 0.56 ms
-    (full / causal) against 1.70 / 1.12 ms with 8 warps and 1.32 / 0.85 ms for PyTorch's flash
-    backward (BENCHMARKS.md, attention backward)."""
-    from .errors import IllegalSpec
-
-    wide = next_pow2(max(spec.param("head_dim"), spec.param("value_dim"))) > 64
-    knobs: dict[str, KnobValue] = (
-        dict(BLOCK_M=64, BLOCK_N=64, BLOCK_M_DQ=64, BLOCK_N_DQ=64, DQ="kernel", num_warps=4, num_stages=2)
-        if wide
-        else dict(BLOCK_M=32, BLOCK_N=128, BLOCK_M_DQ=128, BLOCK_N_DQ=32, DQ="kernel", num_warps=4, num_stages=3)
-    )  # fmt: skip
-    for stages in range(int(knobs["num_stages"]), 0, -1):  # fp32 operands take twice the smem
-        knobs["num_stages"] = stages
-        try:
-            _validate_attention_backward(spec, knobs)
-        except IllegalSpec:
-            continue
-        break
-    return tuple(sorted(knobs.items()))
-
-
-def _validate_attention_backward(spec: KernelSpec, k: dict) -> None:
+def validate_attention_backward(spec: SpecView, k: dict) -> None:
     d = max(16, next_pow2(spec.param("head_dim"))) + max(16, next_pow2(spec.param("value_dim")))
     bytes_ = 2 if spec.param("operand_dtype") != "float32" else 4
     stages = k["num_stages"]
@@ -272,7 +268,7 @@ def _validate_attention_backward(spec: KernelSpec, k: dict) -> None:
         raise IllegalSpec("DQ='atomic' but the subgraph does not output grad_q; use DQ='kernel'")
 
 
-def _validate_rowwise(spec: KernelSpec, k: dict) -> None:
+def _validate_rowwise(spec: SpecView, k: dict) -> None:
     rows, cols = rows_cols(spec)
     n_cols, n_rows = extent(spec, cols), extent(spec, rows)
     tile = k["ROWS"] * k["BLOCK_C"]

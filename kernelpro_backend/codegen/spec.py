@@ -4,7 +4,8 @@ Owns: the frozen, hashable, JSON-serialisable spec (template, sorted knobs, prec
 self-contained program: input/output tensor metas, the domain the kernel iterates, loads with
 their index expressions, the op list, stores, and the template's anchor parameters), and
 `RenderedKernel`. No fx objects: the cache rebuilds a kernel from `to_json()` alone.
-Must not: render, compile or measure.
+Must not: render, compile or measure. knobs.py, which validates a spec, reads it through
+`spec_view.SpecView` and does not import this module.
 
 Program references: ("L", i) is load i, ("T", i) is op i's result, ("A", 0) the GEMM or
 attention accumulator tile, ("c", value) a constant.
@@ -17,10 +18,12 @@ import hashlib
 import json
 from typing import Any
 
+from .errors import IllegalSpec
 from .index import to_tuple
+from .knobs import validate, with_added_knobs
+from .spec_view import KnobValue, TensorMeta
 
-KnobValue = int | str | bool
-TensorMeta = tuple[tuple[int, ...], tuple[int, ...], str]
+__all__ = ["KernelSpec", "KnobValue", "RenderedKernel", "TensorMeta"]
 
 TEMPLATES = ("pointwise", "row_reduction", "gemm", "attention", "attention_backward")
 PRECISIONS = ("ieee", "tf32", "tf32x3")
@@ -42,8 +45,6 @@ class KernelSpec:
     pattern: str = ""
 
     def __post_init__(self) -> None:
-        from .knobs import validate
-
         if self.template not in TEMPLATES:
             raise ValueError(f"unknown template {self.template!r}; known: {TEMPLATES}")
         if self.precision not in PRECISIONS:
@@ -63,8 +64,6 @@ class KernelSpec:
 
     def with_knobs(self, **changes: KnobValue) -> KernelSpec:
         """A copy with some knobs changed; raises IllegalSpec for illegal values."""
-        from .errors import IllegalSpec
-
         current = dict(self.knobs)
         unknown = set(changes) - set(current)
         if unknown:
@@ -93,8 +92,6 @@ class KernelSpec:
         values: dict[str, Any] = {
             k: (v if isinstance(v, str) else to_tuple(v)) for k, v in raw.items()
         }
-        from .knobs import with_added_knobs
-
         values["knobs"] = with_added_knobs(values["template"], values.get("knobs", ()))
         return cls(**values)
 

@@ -81,6 +81,12 @@ def op_name(node: fx.Node) -> str:
     return ""
 
 
+def is_attention_op(node: fx.Node) -> bool:
+    """Whether `node` calls a scaled-dot-product attention op (any variant, forward or
+    backward), dropout or not: `role` calls one with dropout OTHER, this does not."""
+    return op_name(node).startswith(_ATTENTION_PREFIXES)
+
+
 def role(node: fx.Node) -> Role:
     if node.op != "call_function":
         return Role.OTHER

@@ -20,7 +20,7 @@ from typing import Any
 import torch
 import torch.fx as fx
 
-from ..fx_passes.ops import _ATTENTION_PREFIXES, Role, op_name, role
+from ..fx_passes.ops import Role, is_attention_op, op_name, role
 from .ceilings import Ceilings
 
 TensorMeta = tuple[tuple[int, ...], tuple[int, ...], str]
@@ -110,7 +110,7 @@ def count_work(
     tensor_dtype = ""
     for node in nodes:
         r = role(node)
-        if op_name(node).startswith(_ATTENTION_PREFIXES):
+        if is_attention_op(node):
             r = Role.ATTENTION  # role() says OTHER for ops tagged random (dropout)
         if r in (Role.GEMM, Role.CONV, Role.ATTENTION):
             counter = {Role.GEMM: _gemm_flops, Role.CONV: _conv_flops}.get(r, _attention_flops)

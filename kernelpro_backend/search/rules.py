@@ -20,20 +20,8 @@ from .space import KnobValue, move_name
 UP, DOWN = "up", "down"
 FASTEST_PRECISION = "fastest-precision"
 
-# Knob roles and the names codegen templates use for them (matched case-insensitively).
-ROLES: dict[str, tuple[str, ...]] = {
-    "vector": ("vector_width", "vec", "vector"),
-    "rows": ("rows_per_program", "rows"),
-    "passes": ("num_passes", "passes"),
-    "persistent": ("persistent",),
-    "split": ("split_k", "split"),
-    "tile": ("block_m", "block_n", "block_k", "block_c", "block_size", "block"),
-    "warps": ("num_warps", "warps"),
-    "stages": ("num_stages", "stages"),
-    "precision": ("precision",),
-}
-
-Rule = tuple[str, Any]  # (role, UP | DOWN | a value | FASTEST_PRECISION)
+# (role, UP | DOWN | a value | FASTEST_PRECISION); roles are the space's `knob_roles` (ROLE_NAMES)
+Rule = tuple[str, Any]
 
 BY_CLASS: dict[Bottleneck, tuple[Rule, ...]] = {
     # bytes move too slowly: wider loads, more rows per program, fewer passes over memory,
@@ -85,7 +73,7 @@ class RuleProposer:
         values = space.knob_space(parent)
         if not values:
             return []  # free-form candidate: nothing the rules can turn
-        current = space.knobs(parent)
+        current, roles = space.knobs(parent), space.knob_roles(parent)
         seen: set[Hashable] = {parent}
         out: list[Proposal] = []
 
@@ -96,7 +84,7 @@ class RuleProposer:
         def add(changes: dict[str, KnobValue], reason: str, base: float) -> None:
             changes = {k: v for k, v in changes.items() if k in values and current.get(k) != v}
             if not changes or any(
-                k.lower() in ROLES["precision"] and v not in allowed for k, v in changes.items()
+                roles.get(k) == "precision" and v not in allowed for k, v in changes.items()
             ):
                 return  # nothing to do, or a float32 mode the precision policy forbids
             try:
@@ -116,7 +104,7 @@ class RuleProposer:
         if request.result.ok:
             for reason, rules in _rules_for(request.findings, request.bottleneck):
                 for role, target in rules:
-                    for knob, value in _apply_rule(role, target, values, current, allowed):
+                    for knob, value in _apply_rule(role, target, values, current, roles, allowed):
                         add({knob: value}, reason, RULE)
             if self.neighbours:
                 # Interleaved across knobs (first step of every knob, then the second, ...): one
@@ -158,13 +146,13 @@ def _apply_rule(
     target: Any,
     values: dict[str, tuple[KnobValue, ...]],
     current: dict[str, KnobValue],
+    roles: dict[str, str],
     allowed_precisions: Sequence[str],
 ) -> list[tuple[str, KnobValue]]:
     """(knob, new value) for every knob of the role that can move as the rule says."""
-    names = ROLES[role]
     out = []
     for knob in sorted(values):
-        if knob.lower() not in names:
+        if roles.get(knob) != role:
             continue
         legal, now = values[knob], current.get(knob)
         if target == FASTEST_PRECISION:

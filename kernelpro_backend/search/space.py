@@ -1,8 +1,9 @@
 """What the search needs to know about candidates, and the adapter to the real codegen.
 
-Owns: the `SearchSpace` protocol (seed candidates, legal knob values, one knob change, a JSON
-summary), `codegen_space()` which adapts `kernelpro_backend.codegen` lazily, and the naming of a
-knob change as a move ("vector_width:up", "persistent=True") that search memory can generalise.
+Owns: the `SearchSpace` protocol (seed candidates, legal knob values, knob roles, one knob
+change, a JSON summary), the role vocabulary `ROLE_NAMES`, `codegen_space()` which adapts
+`kernelpro_backend.codegen` and `.lowering` lazily, and the naming of a knob change as a move
+("vector_width:up", "persistent=True") that search memory can generalise.
 Must not: measure candidates or read findings (proposers do).
 """
 
@@ -11,10 +12,16 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import importlib
+import types
 from collections.abc import Hashable
 from typing import Any, Protocol
 
 KnobValue = Any  # int | str | bool; Any because codegen owns the exact types
+# What a knob does (codegen.knobs.KnobRole's values; the search does not import codegen).
+ROLE_NAMES = (
+    "tile", "vector", "rows", "passes", "persistent", "split", "warps", "stages", "precision",
+    "other",
+)  # fmt: skip
 
 
 class SearchSpace(Protocol):
@@ -35,6 +42,11 @@ class SearchSpace(Protocol):
 
     def knobs(self, candidate: Hashable) -> dict[str, KnobValue]:
         """The candidate's current knob values; {} for free-form candidates."""
+        ...
+
+    def knob_roles(self, candidate: Hashable) -> dict[str, str]:
+        """Each knob's role, one of `ROLE_NAMES` (codegen's `KnobRole` values): the rules move
+        knobs by role, never by name; {} for free-form candidates."""
         ...
 
     def with_knobs(self, candidate: Hashable, **changes: KnobValue) -> Hashable:
@@ -76,7 +88,9 @@ class CodegenSpace:
     """`SearchSpace` over `kernelpro_backend.codegen.KernelSpec` (and free-form
     `SourceCandidate`s, which have no knobs). Built by `codegen_space()`."""
 
-    codegen: Any  # the imported kernelpro_backend.codegen module
+    # the codegen contract: KernelSpec, IllegalSpec, Unsupported, knob_space, knob_roles
+    # (codegen/) and lower (lowering/)
+    codegen: Any
     illegal: Any
 
     def initial(self, subgraph: Any) -> list[Hashable]:
@@ -113,6 +127,11 @@ class CodegenSpace:
     def knobs(self, candidate: Hashable) -> dict[str, KnobValue]:
         return dict(getattr(candidate, "knobs", ())) if self._is_spec(candidate) else {}
 
+    def knob_roles(self, candidate: Hashable) -> dict[str, str]:
+        if not self._is_spec(candidate):
+            return {}
+        return {k: str(r.value) for k, r in self.codegen.knob_roles(candidate).items()}
+
     def with_knobs(self, candidate: Hashable, **changes: KnobValue) -> Hashable:
         if not self._is_spec(candidate):
             raise self.illegal(f"{type(candidate).__name__} has no knobs to change")
@@ -135,5 +154,13 @@ def codegen_space() -> CodegenSpace:
     """The search space of the real code generator. Imported here, not at module import, so the
     search works (and is tested) without codegen."""
     codegen = importlib.import_module("kernelpro_backend.codegen")
-
-    return CodegenSpace(codegen=codegen, illegal=codegen.IllegalSpec)
+    lowering = importlib.import_module("kernelpro_backend.lowering")
+    contract = types.SimpleNamespace(
+        KernelSpec=codegen.KernelSpec,
+        IllegalSpec=codegen.IllegalSpec,
+        Unsupported=codegen.Unsupported,
+        knob_space=codegen.knob_space,
+        knob_roles=codegen.knob_roles,
+        lower=lowering.lower,
+    )
+    return CodegenSpace(codegen=contract, illegal=codegen.IllegalSpec)

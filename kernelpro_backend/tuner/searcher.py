@@ -19,8 +19,9 @@ import torch
 
 from ..cache.artifact import KernelArtifact, Provenance
 from ..cache.store import resolve_cache_dir
-from ..codegen import Unsupported, lower
+from ..codegen import Unsupported
 from ..fx_passes import Subgraph
+from ..lowering import lower
 from ..options import Options
 from ..profilers.ceilings import Ceilings
 from ..runtime.memory import Footprint, MemoryPlan, gpu_free_bytes, plan_memory

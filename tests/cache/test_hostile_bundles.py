@@ -15,7 +15,8 @@ from graphs import trace
 from kernelpro_backend.cache import KernelArtifact, KernelCache, export_bundle, import_bundle
 from kernelpro_backend.cache.artifact import Entry
 from kernelpro_backend.cache.entries import describe
-from kernelpro_backend.codegen import lower, render
+from kernelpro_backend.codegen import render
+from kernelpro_backend.lowering import lower
 from kernelpro_backend.options import Options
 from kernelpro_backend.tuner.admit import admit, triton_source_problem
 from kernelpro_backend.tuner.finder import KernelFinder

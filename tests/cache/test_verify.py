@@ -79,7 +79,8 @@ def test_verify_a_codegen_triton_entry_with_the_default_loader(tmp_path, tanh_sg
     from graphs import trace
 
     from kernelpro_backend.cache import KernelArtifact
-    from kernelpro_backend.codegen import lower, render
+    from kernelpro_backend.codegen import render
+    from kernelpro_backend.lowering import lower
 
     (shifted,) = trace(lambda x: torch.tanh(x) * 3.0 + 2.0, torch.randn(8, 32))
 

@@ -21,7 +21,8 @@ pytestmark = [
 
 
 def _spec_artifact(sg):
-    from kernelpro_backend.codegen import lower, render
+    from kernelpro_backend.codegen import render
+    from kernelpro_backend.lowering import lower
 
     spec = lower(sg)
     r = render(spec)

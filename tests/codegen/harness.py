@@ -16,11 +16,12 @@ import torch.nn as nn
 from torch.fx.experimental.proxy_tensor import make_fx
 
 from kernelpro_backend.backend import make_backend
-from kernelpro_backend.codegen import KernelSpec, build, lower
+from kernelpro_backend.codegen import KernelSpec, build
 from kernelpro_backend.fx_passes import Subgraph
 from kernelpro_backend.fx_passes.ops import Role
 from kernelpro_backend.fx_passes.partition import Group
 from kernelpro_backend.fx_passes.subgraph import _from_group
+from kernelpro_backend.lowering import lower
 
 RTOL = {torch.float32: 1e-5, torch.bfloat16: 1.6e-2, torch.float16: 2e-3}
 ATOL = {torch.float32: 1e-5, torch.bfloat16: 1.6e-2, torch.float16: 2e-3}

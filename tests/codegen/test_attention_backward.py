@@ -18,8 +18,9 @@ import torch
 import torch.nn.functional as F
 from harness import ATOL, RTOL, check, collect, traced_subgraph
 
-from kernelpro_backend.codegen import IllegalSpec, Unsupported, build, knob_space, lower
+from kernelpro_backend.codegen import IllegalSpec, Unsupported, build, knob_space
 from kernelpro_backend.fx_passes import Subgraph
+from kernelpro_backend.lowering import lower
 
 aten = torch.ops.aten
 DTYPES = [torch.float32, torch.bfloat16]

@@ -9,10 +9,11 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from kernelpro_backend.codegen import IllegalSpec, KernelSpec, build, lower
+from kernelpro_backend.codegen import IllegalSpec, KernelSpec, build
 from kernelpro_backend.explain import find_subgraphs
 from kernelpro_backend.fx_passes import Subgraph
 from kernelpro_backend.fx_passes.ops import op_name
+from kernelpro_backend.lowering import lower
 
 pytestmark = pytest.mark.gpu
 aten = torch.ops.aten

@@ -17,8 +17,9 @@ from torch.fx.experimental.proxy_tensor import make_fx
 
 from kernelpro_backend import make_backend
 from kernelpro_backend.backend import CompileSession
-from kernelpro_backend.codegen import Unsupported, build, lower, render
+from kernelpro_backend.codegen import Unsupported, build, render
 from kernelpro_backend.fx_passes import Subgraph
+from kernelpro_backend.lowering import lower
 
 DTYPES = [torch.float32, torch.bfloat16]
 

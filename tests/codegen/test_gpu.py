@@ -88,7 +88,7 @@ def test_gemm_loads_compile_and_match_on_gpu(loads: str) -> None:
     sys.path.insert(0, os.path.dirname(__file__))
     from harness import check, traced_subgraph
 
-    from kernelpro_backend.codegen import lower
+    from kernelpro_backend.lowering import lower
 
     for m, n, k in ((512, 384, 256), (520, 392, 264)):
         a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)

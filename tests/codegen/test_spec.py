@@ -7,7 +7,8 @@ import torch
 import torch.nn as nn
 from harness import check, collect
 
-from kernelpro_backend.codegen import IllegalSpec, KernelSpec, knob_space, lower, render
+from kernelpro_backend.codegen import IllegalSpec, KernelSpec, knob_space, render
+from kernelpro_backend.lowering import lower
 
 
 @pytest.fixture(scope="module")
@@ -73,3 +74,14 @@ def test_every_legal_row_block_computes_the_same(specs: dict[str, KernelSpec]) -
     spec = lower(sg)
     for block in knob_space(spec)["BLOCK_C"]:
         check(sg, spec.with_knobs(BLOCK_C=block, num_warps=1), seed=int(block))
+
+
+def test_every_knob_declares_the_role_the_search_moves_it_by(specs: dict[str, KernelSpec]) -> None:
+    from kernelpro_backend.codegen.knobs import _SPACE, ROLES
+    from kernelpro_backend.search import codegen_space
+
+    assert sorted({k for space in _SPACE.values() for k in space} - set(ROLES)) == []
+    roles = codegen_space().knob_roles(specs["gemm"])
+    assert set(roles) == set(dict(specs["gemm"].knobs))
+    assert roles["BLOCK_M"] == roles["BLOCK_K"] == "tile" and roles["SPLIT_K"] == "split"
+    assert roles["num_warps"] == "warps" and roles["GROUP_M"] == "other"

@@ -9,7 +9,8 @@ import torch.nn.functional as F
 from harness import check, collect, traced_subgraph
 from models import cases
 
-from kernelpro_backend.codegen import knob_space, lower
+from kernelpro_backend.codegen import knob_space
+from kernelpro_backend.lowering import lower
 
 DTYPES = [torch.float32, torch.bfloat16]
 

@@ -187,7 +187,7 @@ def test_a_vocabulary_wider_than_a_gemm_tile_keeps_the_gemm_and_the_loss_apart()
     """An LM head's row reductions over its vocabulary used to join the head GEMM's epilogue,
     which no GEMM tile can hold: the whole group, GEMM included, fell back. Now the GEMM is a
     group of its own and the loss a fused row kernel, and both lower."""
-    from kernelpro_backend.codegen import lower
+    from kernelpro_backend.lowering import lower
 
     vocab = 1000
     sgs = subgraphs_of(LMHead(vocab), torch.randn(N, 16), torch.randint(0, vocab, (N,)))

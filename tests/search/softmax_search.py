@@ -75,6 +75,9 @@ class SoftmaxSpace:
     def knobs(self, c):
         return dict(c.knobs)
 
+    def knob_roles(self, c):
+        return {"rows_per_program": "rows", "num_warps": "warps", "num_stages": "stages"}
+
     def with_knobs(self, c, **changes):
         for k, v in changes.items():
             if v not in VALUES.get(k, ()):

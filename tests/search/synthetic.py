@@ -17,6 +17,26 @@ class SyntheticIllegal(ValueError):
     pass
 
 
+# The roles of the synthetic spaces' knob names (names of codegen templates and older specs;
+# the real codegen declares its knobs' roles in codegen/knobs.py).
+ROLE_OF: dict[str, str] = {
+    **dict.fromkeys(("vector_width", "vec", "vector"), "vector"),
+    **dict.fromkeys(("rows_per_program", "rows"), "rows"),
+    **dict.fromkeys(("num_passes", "passes"), "passes"),
+    "persistent": "persistent",
+    **dict.fromkeys(("split_k", "split"), "split"),
+    **dict.fromkeys(("block_m", "block_n", "block_k", "block_c", "block_size", "block"), "tile"),
+    **dict.fromkeys(("num_warps", "warps"), "warps"),
+    **dict.fromkeys(("num_stages", "stages"), "stages"),
+    "precision": "precision",
+}
+
+
+def knob_roles(names: Sequence[str]) -> dict[str, str]:
+    """Each knob's role by its name, "other" for names no rule moves."""
+    return {name: ROLE_OF.get(name.lower(), "other") for name in names}
+
+
 @dataclasses.dataclass(frozen=True)
 class Spec:
     template: str
@@ -58,6 +78,9 @@ class SyntheticSpace:
 
     def knobs(self, c: Spec) -> dict[str, Any]:
         return dict(c.knobs)
+
+    def knob_roles(self, c: Spec) -> dict[str, str]:
+        return knob_roles(list(self.values))
 
     def with_knobs(self, c: Spec, **changes: Any) -> Spec:
         for name, value in changes.items():

@@ -4,12 +4,14 @@ move names."""
 from __future__ import annotations
 
 import dataclasses
+import enum
 import importlib.util
 import types
 
 import pytest
 
 from kernelpro_backend.search import CodegenSpace, codegen_space, move_name
+from kernelpro_backend.search.space import ROLE_NAMES
 
 
 class IllegalSpec(ValueError):
@@ -18,6 +20,10 @@ class IllegalSpec(ValueError):
 
 class Unsupported(Exception):
     pass
+
+
+class Role(str, enum.Enum):  # codegen's KnobRole
+    WARPS = "warps"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -47,6 +53,7 @@ fake_codegen = types.SimpleNamespace(
     Unsupported=Unsupported,
     lower=lower,
     knob_space=lambda spec: {"num_warps": (1, 2, 4, 8, 16)},
+    knob_roles=lambda spec: {"num_warps": Role.WARPS},
 )
 
 
@@ -58,12 +65,14 @@ def test_codegen_space_adapts_the_codegen_contract():
     assert space.initial("unsupported") == []
     assert space.knob_space(spec) == {"num_warps": (1, 2, 4, 8, 16)}
     assert space.knobs(spec) == {"num_warps": 4}
+    assert space.knob_roles(spec) == {"num_warps": "warps"}
     assert space.knobs(space.with_knobs(spec, num_warps=8)) == {"num_warps": 8}
     with pytest.raises(IllegalSpec):
         space.with_knobs(spec, num_warps=16)
     assert space.describe(spec)["knobs"] == {"num_warps": 4}
     source = types.SimpleNamespace(language="triton", source="def f(): pass", entry="f")
     assert space.knob_space(source) == {} and space.knobs(source) == {}
+    assert space.knob_roles(source) == {}
     assert space.describe(source)["language"] == "triton"
     with pytest.raises(IllegalSpec, match="no knobs"):
         space.with_knobs(source, num_warps=2)
@@ -76,6 +85,10 @@ def test_codegen_space_adapts_the_codegen_contract():
 def test_codegen_space_imports_the_real_codegen():
     space = codegen_space()
     assert issubclass(space.illegal, ValueError)
+    from kernelpro_backend.codegen import KnobRole
+
+    # the search's role vocabulary is codegen's, value for value
+    assert [r.value for r in KnobRole] == list(ROLE_NAMES)
 
 
 def test_move_names_generalise_across_subgraphs():

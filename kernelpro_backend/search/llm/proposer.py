@@ -19,7 +19,7 @@ from typing import Any
 
 from ...runtime.candidate import LANGUAGES, SourceCandidate
 from ..proposer import Proposal, ProposalRequest, Proposer
-from ..rules import ALLOWED_PRECISIONS, ROLES
+from ..rules import ALLOWED_PRECISIONS
 from ..space import move_name
 from .answer import proposal_items
 from .client import ChatClient
@@ -152,8 +152,9 @@ class LLMProposer:
         if bad:
             raise _Dropped(f"knob values must be numbers, strings or booleans: {bad}")
         allowed = ALLOWED_PRECISIONS.get(getattr(request.subgraph, "precision", "ieee"), ("ieee",))
+        roles = space.knob_roles(parent)
         for k, v in changes.items():
-            if k.lower() in ROLES["precision"] and v not in allowed:
+            if roles.get(k) == "precision" and v not in allowed:
                 raise _Dropped(
                     f"{k}={v!r} is outside the subgraph's precision policy (allowed: {allowed})"
                 )

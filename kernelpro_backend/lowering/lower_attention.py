@@ -2,7 +2,8 @@
 
 Owns: reading the SDPA op's arguments by schema name (CPU flash, CUDA flash, efficient and
 cuDNN variants share query/key/value/is_causal/scale), rejecting what the template does not do
-(masks, dropout, grouped heads); backward ops go to lower_attention_bwd, and mapping the output and logsumexp outputs.
+(masks, dropout, grouped heads), and mapping the output and logsumexp outputs; `attention_node`
+finds the op, and lower.py sends backward ones to lower_attention_bwd.
 Must not: render source.
 """
 
@@ -15,33 +16,25 @@ from typing import Any
 import torch
 import torch.fx as fx
 
+from ..codegen.errors import Unsupported
 from ..fx_passes import Subgraph
-from ..fx_passes.ops import _ATTENTION_PREFIXES, op_name
-from .errors import Unsupported
+from ..fx_passes.ops import is_attention_op
+from .operands import bound_args, operand
 
 
-def _bound_args(node: fx.Node) -> dict[str, Any]:
-    schema = node.target._schema  # type: ignore[union-attr]
-    bound = {a.name: a.default_value for a in schema.arguments if a.has_default_value()}
-    bound.update(dict(zip((a.name for a in schema.arguments), node.args, strict=False)))
-    bound.update(node.kwargs)
-    return bound
-
-
-def lower_attention(sg: Subgraph) -> dict[str, Any]:
-    from .lower import operand
-
+def attention_node(sg: Subgraph) -> fx.Node:
+    """The subgraph's one attention op (forward or backward)."""
     # by name, not role: the forward ops carry the nondeterministic_seeded tag (dropout), so
     # ops.role() calls them OTHER
-    ops = [n for n in sg.nodes if op_name(n).startswith(_ATTENTION_PREFIXES)]
+    ops = [n for n in sg.nodes if is_attention_op(n)]
     if len(ops) != 1:
         raise Unsupported(f"{len(ops)} attention ops in one subgraph; the template takes one")
-    att = ops[0]
-    if "backward" in op_name(att):
-        from .lower_attention_bwd import lower_attention_backward
+    return ops[0]
 
-        return lower_attention_backward(sg, att)
-    args = _bound_args(att)
+
+def lower_attention(sg: Subgraph, att: fx.Node) -> dict[str, Any]:
+    """The attention template's fields for the forward op `att` (see `attention_node`)."""
+    args = bound_args(att)
     for mask_name in ("attn_mask", "attn_bias"):
         if args.get(mask_name) is not None:
             raise Unsupported(f"attention with {mask_name} is not supported (only causal or none)")

@@ -24,9 +24,10 @@ from typing import Any
 import torch
 import torch.fx as fx
 
+from ..codegen.errors import Unsupported
 from ..fx_passes import Subgraph
 from ..fx_passes.ops import op_name
-from .errors import Unsupported
+from .operands import bound_args, operand
 
 _BHSD = (0, 1, 2, 3)
 _BSHD = (0, 2, 1, 3)  # position of B, H, S, D in a [B, S, H, D] tensor
@@ -38,12 +39,6 @@ _VARIANTS: dict[str, tuple[str, tuple[int, ...]]] = {
     "aten::_flash_attention_backward": ("grad_out", _BSHD),
     "aten::_efficient_attention_backward": ("grad_out_", _BSHD),
 }
-
-
-def _bound_args(node: fx.Node) -> dict[str, Any]:
-    from .lower_attention import _bound_args as bound
-
-    return bound(node)
 
 
 def _absent(value: Any) -> bool:
@@ -101,8 +96,6 @@ def _reject_extras(name: str, args: dict[str, Any]) -> None:
 
 def _operand4(node: Any, sg: Subgraph, layout: tuple[int, ...]) -> tuple[int, int, tuple]:
     """(input index, offset, strides in [B, H, S, D] order) of a 4-d operand."""
-    from .lower import operand
-
     idx, offset, strides = operand(node, sg)
     return idx, offset, tuple(strides[d] for d in layout)
 
@@ -122,7 +115,7 @@ def lower_attention_backward(sg: Subgraph, att: fx.Node) -> dict[str, Any]:
             "left to the fallback"
         )
     grad_name, layout = _VARIANTS[name]
-    args = _bound_args(att)
+    args = bound_args(att)
     _reject_extras(name, args)
     q, k, v, out, dout, lse = (
         args[n] for n in ("query", "key", "value", "out", grad_name, "logsumexp")
@@ -156,8 +149,6 @@ def lower_attention_backward(sg: Subgraph, att: fx.Node) -> dict[str, Any]:
             raise Unsupported(f"attention backward output {o.name} is not grad_q, grad_k or grad_v")
         stride = tuple(int(s) for s in o.meta["val"].stride())
         grads.append((int(o.args[1]), tuple(stride[i] for i in layout)))  # type: ignore[arg-type]
-    from .lower import operand
-
     scale = args.get("scale")
     anchor = (
         ("q", _operand4(q, sg, layout)),

@@ -16,9 +16,9 @@ from collections.abc import Sequence
 import torch
 import torch.fx as fx
 
+from ..codegen import index as ix
+from ..codegen.errors import Unsupported
 from ..fx_passes.ops import Role, op_name, reduction_signature, role
-from . import index as ix
-from .errors import Unsupported
 
 Map = list[ix.Index]
 _RESHAPES = {

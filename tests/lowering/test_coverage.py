@@ -37,7 +37,7 @@ def test_examples_coverage() -> None:
 
 def test_convolutions_are_unsupported_and_attention_lowers_both_ways() -> None:
     model, inputs = examples.convnet("cpu")
-    from kernelpro_backend.codegen import lower
+    from kernelpro_backend.lowering import lower
 
     convs = [sg for sg in collect(model, inputs) if sg.kind == "conv"]
     assert convs

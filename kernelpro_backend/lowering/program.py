@@ -16,11 +16,11 @@ from typing import Any
 import torch
 import torch.fx as fx
 
+from ..codegen import index as ix
+from ..codegen.errors import Unsupported
+from ..codegen.optable import is_float
 from ..fx_passes.ops import Role, op_name, role
-from . import index as ix
-from .errors import Unsupported
 from .maps import Map, is_view_of_input, reduction_parts, root_input, shape
-from .optable import is_float
 
 Ref = tuple[str, Any]
 

@@ -3,6 +3,8 @@
 Owns: matching a subgraph to a template (pointwise, row_reduction, gemm, attention), choosing
 the domain the kernel iterates (the reduced input for reductions, the GEMM output for GEMMs,
 the largest output for pointwise chains), and the template's anchor parameters.
+Dispatches attention subgraphs to lower_attention.py (forward) and lower_attention_bwd.py
+(backward), which import neither this module nor each other.
 Must not: render source; anything no template covers raises `Unsupported`, never mis-lowers.
 """
 
@@ -12,16 +14,18 @@ import math
 from typing import Any
 
 import torch
-import torch.fx as fx
 
+from ..codegen import index as ix
+from ..codegen.defaults import default_knobs
+from ..codegen.errors import IllegalSpec, Unsupported
+from ..codegen.spec import KernelSpec
 from ..fx_passes import Subgraph
 from ..fx_passes.ops import Role, op_name, role
-from . import index as ix
-from .errors import IllegalSpec, Unsupported
-from .knobs import default_knobs
-from .maps import MapBuilder, broadcast, is_view_of_input, reduction_parts, root_input, shape
+from .lower_attention import attention_node, lower_attention
+from .lower_attention_bwd import lower_attention_backward
+from .maps import MapBuilder, broadcast, reduction_parts, shape
+from .operands import operand
 from .program import ProgramBuilder
-from .spec import KernelSpec
 
 
 def lower(subgraph: Subgraph) -> KernelSpec:
@@ -31,9 +35,10 @@ def lower(subgraph: Subgraph) -> KernelSpec:
     if subgraph.kind == "conv":
         raise Unsupported("convolutions have no template (left to cuDNN through the fallback)")
     if subgraph.kind == "attention":
-        from .lower_attention import lower_attention
-
-        return _finish(lower_attention(subgraph), subgraph)
+        att = attention_node(subgraph)
+        backward = "backward" in op_name(att)
+        lowerer = lower_attention_backward if backward else lower_attention
+        return _finish(lowerer(subgraph, att), subgraph)
     if subgraph.kind == "gemm":
         return _finish(_lower_gemm(subgraph), subgraph)
     return _finish(_lower_rowwise(subgraph), subgraph)
@@ -80,25 +85,6 @@ def _lower_rowwise(sg: Subgraph) -> dict[str, Any]:
         loads=tuple(prog.loads),
         ops=tuple(prog.ops),
         stores=stores,
-    )
-
-
-def operand(node: Any, sg: Subgraph) -> tuple[int, int, tuple[int, ...]]:
-    """(input index, storage offset, strides) of a GEMM/attention operand read from memory."""
-    inputs = set(sg.inputs)
-    if not isinstance(node, fx.Node) or not is_view_of_input(node, inputs):
-        raise Unsupported(
-            f"operand {node} is computed inside the subgraph; templates read GEMM/attention "
-            "operands from memory (no prologue fusion)"
-        )
-    root = root_input(node, inputs)
-    val, base = node.meta["val"], root.meta["val"]
-    if val.dtype != base.dtype:
-        raise Unsupported("operand view changes dtype")
-    return (
-        sg.inputs.index(root),
-        int(val.storage_offset()) - int(base.storage_offset()),
-        tuple(int(s) for s in val.stride()),
     )
 
 

@@ -1,0 +1,65 @@
+"""Default knobs: the values a freshly lowered spec starts from, before any search.
+
+Owns: `default_knobs(spec)`: GEMMs from gemm_configs.py's tables, attention forward and backward
+and the row templates (pointwise, row_reduction) by the rules below.
+Must not: define which values are legal (knobs.py does, and every default here passes its
+`validate`), render or measure.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from .errors import IllegalSpec
+from .gemm_configs import gemm_default_knobs  # the GEMM tables to edit live there
+from .knobs import extent, next_pow2, rows_cols, validate_attention_backward
+
+if TYPE_CHECKING:
+    from .spec import KernelSpec, KnobValue
+
+
+def default_knobs(spec: KernelSpec) -> tuple[tuple[str, KnobValue], ...]:
+    knobs: dict[str, KnobValue]
+    if spec.template == "gemm":
+        knobs = gemm_default_knobs(spec)
+    elif spec.template == "attention":
+        d = next_pow2(spec.param("head_dim"))
+        knobs = dict(
+            BLOCK_M=128 if d <= 64 else 64, BLOCK_N=64, num_warps=4 if d <= 64 else 8, num_stages=2
+        )
+    elif spec.template == "attention_backward":
+        return _default_attention_backward(spec)
+    else:
+        rows, cols = rows_cols(spec)
+        n_cols, n_rows = extent(spec, cols), extent(spec, rows)
+        block_c = next_pow2(n_cols)
+        if block_c > 16384:
+            block_c = 4096  # longer rows loop: 32000-wide CE rows take 8 passes of 4096
+        target = 2048 if spec.template == "row_reduction" else 4096
+        r = max(1, min(next_pow2(n_rows), target // block_c, 256))
+        warps = min(16, max(1, r * block_c // 512))
+        knobs = dict(ROWS=r, BLOCK_C=block_c, num_warps=warps, num_stages=1)
+    return tuple(sorted(knobs.items()))
+
+
+def _default_attention_backward(spec: KernelSpec) -> tuple[tuple[str, KnobValue], ...]:
+    """Flash-attention-2 style: large key blocks per dK/dV program stepping over small query
+    blocks, large query blocks per dQ program stepping over small key blocks (Triton's fused
+    attention tutorial: 32/128 and 128/32 with 4 warps). Head dim 128 uses 64x64 blocks in both
+    kernels, 4 warps, 2 stages: on the H100 (B4 H16 S2048 bf16) that took 0.93 / 0.56 ms
+    (full / causal) against 1.70 / 1.12 ms with 8 warps and 1.32 / 0.85 ms for PyTorch's flash
+    backward (BENCHMARKS.md, attention backward)."""
+    wide = next_pow2(max(spec.param("head_dim"), spec.param("value_dim"))) > 64
+    knobs: dict[str, KnobValue] = (
+        dict(BLOCK_M=64, BLOCK_N=64, BLOCK_M_DQ=64, BLOCK_N_DQ=64, DQ="kernel", num_warps=4, num_stages=2)
+        if wide
+        else dict(BLOCK_M=32, BLOCK_N=128, BLOCK_M_DQ=128, BLOCK_N_DQ=32, DQ="kernel", num_warps=4, num_stages=3)
+    )  # fmt: skip
+    for stages in range(int(knobs["num_stages"]), 0, -1):  # fp32 operands take twice the smem
+        knobs["num_stages"] = stages
+        try:
+            validate_attention_backward(spec, knobs)
+        except IllegalSpec:
+            continue
+        break
+    return tuple(sorted(knobs.items()))
