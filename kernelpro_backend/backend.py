@@ -19,6 +19,7 @@ from typing import Any
 import torch
 import torch.fx as fx
 
+from .fx_passes.patterns import check_pattern_names
 from .options import Options
 from .providers import KernelProvider
 from .rewrite import RewriteReport, SubgraphObserver, rewrite_graph
@@ -168,6 +169,7 @@ def make_backend(
         options: Mapping[str, Any] | None = None,
     ) -> Callable[..., Any]:
         opts = Options.resolve(mode=mode, options=options)
+        check_pattern_names(opts.search_patterns)
         if opts.search != "off" and not torch.cuda.is_available():
             _warn_no_cuda_once()
         chosen = default_provider(opts, provider)

@@ -10,7 +10,10 @@ Precedence: explicit `options` > environment variables > defaults.
 from __future__ import annotations
 
 import dataclasses
+import difflib
+import math
 import os
+import warnings
 from collections.abc import Mapping
 from typing import Any, Literal, get_args, get_origin
 
@@ -110,6 +113,7 @@ class Options:
         environ = os.environ if environ is None else environ
         values: dict[str, Any] = {}
         names = cls.field_names()
+        _warn_unknown_variables(environ, names)
         for name in names:
             raw = environ.get(ENV_PREFIX + name.upper())
             if raw is not None and raw != "":
@@ -204,9 +208,10 @@ def _parse(name: str, raw: str, source: str) -> Any:
         return _tool_names(parts, source) if name == "search_tools" else parts
     if kind in (int, float):
         try:
-            return _coerce(name, kind(raw), source)
+            number = kind(raw)
         except ValueError:
             raise OptionsError(f"{source}={raw!r}: expected a number ({kind.__name__})") from None
+        return _coerce(name, number, source)
     return _coerce(name, raw, source)
 
 
@@ -228,14 +233,16 @@ def _coerce(name: str, value: Any, source: str) -> Any:
             raise OptionsError(f"{source}={value!r}: expected a number")
         if kind is int and int(value) != value:
             raise OptionsError(f"{source}={value!r}: expected a whole number")
+        if not math.isfinite(value):
+            raise OptionsError(f"{source}={value!r}: must be a finite number")
         if value < 0 or (value == 0 and name != "min_gain_us"):
             raise OptionsError(f"{source}={value!r}: must be greater than 0")
         return kind(value)
     if kind is tuple:
         if isinstance(value, str) and name in _NAME_LISTS:
             return _parse(name, value, source)  # "softmax,rms_norm", as in the environment
-        if isinstance(value, str):
-            return (value,)
+        if isinstance(value, str):  # "a:b", as in the environment
+            return tuple(p.strip() for p in value.split(os.pathsep) if p.strip())
         if not all(isinstance(v, str) for v in value):
             what = _NAME_LISTS.get(name, "directory paths")
             raise OptionsError(f"{source}={value!r}: expected a list of {what}")
@@ -252,6 +259,24 @@ PROFILING_TOOLS = ("energy", "ncu", "ptxas", "sass", "timeline")
 _TEXT = {"cache_dir": "a directory path", "llm_model": "a model name (a string)"}
 # Tuple options whose string form is a ","-separated list of names, and what the names are.
 _NAME_LISTS = {"search_patterns": "pattern names", "search_tools": "profiling tool names"}
+
+
+# KERNELPRO_* variables that are not options but are read elsewhere (paths, build dirs).
+OTHER_VARIABLES = ("CUBIN_DIR",)
+
+
+def _warn_unknown_variables(environ: Mapping[str, str], names: tuple[str, ...]) -> None:
+    """Warn (once per name and process) about a KERNELPRO_* variable no option reads, naming
+    the closest valid one: a misspelt variable must not be silently ignored."""
+    known = {n.upper() for n in names} | set(OTHER_VARIABLES)
+    for var in sorted(environ):
+        if not var.startswith(ENV_PREFIX) or var[len(ENV_PREFIX) :] in known:
+            continue
+        close = difflib.get_close_matches(var[len(ENV_PREFIX) :], sorted(known), n=1)
+        hint = f"; did you mean {ENV_PREFIX}{close[0]}?" if close else ""
+        warnings.warn(
+            f"{var} is not a kernelpro setting and is ignored{hint}", UserWarning, stacklevel=3
+        )
 
 
 def _tool_names(names: tuple[str, ...], source: str) -> tuple[str, ...]:

@@ -21,6 +21,7 @@ import torch
 
 from .backend import make_backend
 from .fx_passes import Subgraph
+from .fx_passes.patterns import check_pattern_names
 from .options import Options
 from .providers import Kernel, KernelProvider
 
@@ -110,6 +111,7 @@ def warmup(
     if budget_s is not None:
         opts["budget_s"] = budget_s
     resolved = Options.resolve(options=opts)
+    check_pattern_names(resolved.search_patterns)
     if provider is None:
         if not torch.cuda.is_available():
             raise RuntimeError(

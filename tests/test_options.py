@@ -1,6 +1,14 @@
+import os
+import warnings
+
 import pytest
 
+from kernelpro_backend.backend import make_backend
+from kernelpro_backend.cli.main import main
+from kernelpro_backend.explain import find_subgraphs
+from kernelpro_backend.fx_passes.patterns import check_pattern_names, is_pattern_name
 from kernelpro_backend.options import Options, OptionsError
+from kernelpro_backend.providers import NullProvider
 
 
 def test_defaults():
@@ -133,3 +141,53 @@ def test_default_workers_follow_the_cpu_count():
 
     assert [default_workers(n) for n in (1, 2, 4, 8, 16, 64)] == [2, 2, 2, 4, 8, 8]
     assert Options.resolve(environ={}).workers == default_workers()
+
+
+@pytest.mark.parametrize("value", [float("nan"), float("inf"), "nan", "inf"])
+def test_budgets_must_be_finite(value):
+    with pytest.raises(OptionsError, match="finite"):
+        if isinstance(value, str):
+            Options.resolve(environ={"KERNELPRO_BUDGET_S": value})
+        else:
+            Options.resolve(options={"budget_s": value}, environ={})
+
+
+def test_extra_cache_dirs_split_the_same_from_options_and_environment():
+    joined = os.pathsep.join(["/a", "/b"])
+    from_env = Options.resolve(environ={"KERNELPRO_EXTRA_CACHE_DIRS": joined})
+    from_options = Options.resolve(options={"extra_cache_dirs": joined}, environ={})
+    assert from_env.extra_cache_dirs == from_options.extra_cache_dirs == ("/a", "/b")
+
+
+def test_an_unknown_variable_is_warned_with_the_closest_name():
+    with pytest.warns(UserWarning, match="KERNELPRO_BUDGET is not a kernelpro setting.*"
+                      "did you mean KERNELPRO_BUDGET_S"):  # fmt: skip
+        Options.resolve(environ={"KERNELPRO_BUDGET": "30"})
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # known names, options and other variables: no warning
+        Options.resolve(environ={"KERNELPRO_BUDGET_S": "30", "KERNELPRO_CUBIN_DIR": "/x"})
+
+
+def test_misspelt_search_patterns_fail_with_the_closest_name():
+    with pytest.raises(OptionsError, match="'softmx' \\(did you mean 'softmax'\\?\\)"):
+        check_pattern_names(("softmx", "rms_norm"))
+    check_pattern_names(("softmax", "addmm+epilogue", "sdpa_backward", "convolution+epilogue"))
+    backend = make_backend(provider=NullProvider())
+    with pytest.raises(OptionsError, match="rms_nrom"):
+        backend(None, [], options={"search_patterns": "rms_nrom"})
+
+
+def test_every_name_a_real_model_gives_is_a_pattern_name():
+    from kernelpro_backend import examples
+
+    names = set()
+    for build in (examples.transformer_block, examples.convnet, examples.mlp):
+        model, inputs = build("cpu")
+        names |= {sg.pattern for sg in find_subgraphs(model, *inputs)}
+    assert names and all(is_pattern_name(n) for n in names), sorted(names)
+
+
+def test_demo_refuses_zero_steps(capsys):
+    with pytest.raises(SystemExit):
+        main(["demo", "--steps", "0"])
+    assert "at least 1 step" in capsys.readouterr().err

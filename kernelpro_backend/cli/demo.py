@@ -13,8 +13,20 @@ def add_cli(subparsers: Any) -> None:
     p = subparsers.add_parser(
         "demo", help="compile a transformer block with the backend and time it"
     )
-    p.add_argument("--steps", type=int, default=20, help="timed training steps (default 20)")
+    p.add_argument(
+        "--steps", type=_positive, default=20, help="timed training steps (default 20)"
+    )
     p.set_defaults(func=run_demo)
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"needs at least 1 step, got {value}")
+    return value
 
 
 def run_demo(args: argparse.Namespace) -> int:

@@ -26,6 +26,7 @@ from .keys import (
 )
 from .ops import Role, op_name, role
 from .partition import Group, partition
+from .patterns import pattern_name
 
 TensorMeta = tuple[tuple[int, ...], tuple[int, ...], str]
 
@@ -139,38 +140,6 @@ def random_inputs(
     return out
 
 
-_PATTERN_RULES: list[tuple[str, set[str]]] = [
-    ("cross_entropy", {"amax", "exp", "log", "gather"}),
-    ("cross_entropy", {"amax", "exp", "log", "nll_loss_forward"}),
-    ("log_softmax", {"amax", "exp", "log"}),
-    ("softmax", {"amax", "exp", "div"}),
-    ("softmax", {"_softmax"}),
-    ("log_softmax", {"_log_softmax"}),
-    ("layer_norm", {"native_layer_norm"}),
-    ("rms_norm", {"_fused_rms_norm"}),
-    ("norm", {"var_mean", "rsqrt"}),
-    ("rms_norm", {"mean", "rsqrt"}),
-]
-
-
-def _pattern(kind: str, ops: list[str], graph_kind: str) -> str:
-    names = set(ops)
-    if kind in ("gemm", "conv"):
-        anchor = next(o for o in ops if o in ("mm", "bmm", "addmm", "baddbmm") or "conv" in o)
-        extra = [o for o in ops if o != anchor]
-        reductions = {"sum", "amax", "amin", "mean", "logsumexp", "max", "min"} & names
-        tag = anchor + ("+epilogue" if extra else "")
-        return tag + ("+rowreduce" if reductions else "")
-    if kind == "attention":
-        return "sdpa_backward" if any("backward" in o for o in ops) else "sdpa"
-    if kind == "reduction":
-        for name, needed in _PATTERN_RULES:
-            if needed <= names:
-                return name + ("_backward" if graph_kind == "backward" else "")
-        return "reduction"
-    return "pointwise"
-
-
 def _is_symbolic(nodes: Sequence[fx.Node]) -> bool:
     for n in nodes:
         val = n.meta.get("val")
@@ -263,7 +232,7 @@ def _from_group(group: Group, graph_kind: str, precision: str) -> Subgraph:
     tuple_output = any(not isinstance(o.meta.get("val"), torch.Tensor) for o in outputs)
     return Subgraph(
         kind=group.kind,
-        pattern=_pattern(group.kind, ops, graph_kind),
+        pattern=pattern_name(group.kind, ops, graph_kind),
         graph=graph_kind,
         nodes=members,
         inputs=inputs,
