@@ -92,26 +92,26 @@ def _compile_inductor(
 
     def inner_compile(graph: fx.GraphModule, inputs: Sequence[Any], **kwargs: Any) -> Any:
         kind = _graph_kind(kwargs)
-        pristine = _copy_graph(graph) if session.options.inlines else None
+        untouched = _copy_graph(graph)
         report = session.rewrite(graph, kind)
-        if pristine is None or not report.inlined:
+        if not report.replaced:
             return compile_fx_inner(graph, inputs, **kwargs)
         try:
             return compile_fx_inner(graph, inputs, **kwargs)
         except Exception as e:
-            # Inductor could not compile the graph with our kernels inlined (a bug to report,
-            # with this log): compile again with every kernel behind kernelpro::launch.
-            log.warning(
-                "kernelpro: Inductor failed on the %s graph with %d inlined kernel(s) (%s: %s); "
-                "retrying with the kernels behind kernelpro::launch",
-                kind,
-                len(report.inlined),
-                type(e).__name__,
-                str(e)[:500],
-            )
+            # A bug to report, with this log: the user's compile goes on without it.
             session.reports.remove(report)
-            session.rewrite(pristine, kind, inline=False)
-            return compile_fx_inner(pristine, inputs, **kwargs)
+            _warn_compile_failed(kind, report, e)
+        if report.inlined:
+            # Compile again with every kernel behind kernelpro::launch.
+            behind_op = _copy_graph(untouched)
+            op_report = session.rewrite(behind_op, kind, inline=False)
+            try:
+                return compile_fx_inner(behind_op, inputs, **kwargs)
+            except Exception as e:
+                session.reports.remove(op_report)
+                _warn_compile_failed(kind, op_report, e)
+        return compile_fx_inner(untouched, inputs, **kwargs)  # the fallback's own graph
 
     patches = list_mode_options(mode) if mode and mode != "default" else None
     # AOTAutograd's cache would hand back a compiled graph without calling inner_compile, so the
@@ -120,6 +120,22 @@ def _compile_inductor(
         return compile_fx(  # type: ignore[return-value]
             gm, list(example_inputs), inner_compile=inner_compile, config_patches=patches
         )
+
+
+def _warn_compile_failed(kind: str, report: RewriteReport, error: Exception) -> None:
+    how = "inlined" if report.inlined else "behind kernelpro::launch"
+    then = "retrying with them behind kernelpro::launch" if report.inlined else (
+        "compiling the graph without kernelpro's kernels"
+    )  # fmt: skip
+    log.warning(
+        "kernelpro: Inductor failed on the %s graph with %d kernel(s) %s (%s: %s); %s",
+        kind,
+        len(report.replaced),
+        how,
+        type(error).__name__,
+        str(error)[:500],
+        then,
+    )
 
 
 def _compile_eager(

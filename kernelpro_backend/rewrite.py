@@ -10,6 +10,7 @@ Must not: search, time or compile kernels.
 from __future__ import annotations
 
 import dataclasses
+import heapq
 import logging
 import operator
 from collections.abc import Callable, Sequence
@@ -17,7 +18,6 @@ from collections.abc import Callable, Sequence
 import torch
 import torch.fx as fx
 from torch._subclasses.fake_tensor import unset_fake_temporarily
-from torch.fx.passes.tools_common import legalize_graph
 
 from .fx_passes import Subgraph, find_subgraphs
 from .inline import InlineError, TraceableKernel, splice, trace_kernel
@@ -86,6 +86,32 @@ def _trace(kernel: object, subgraph: Subgraph, kid: str) -> fx.GraphModule | Non
         return None
 
 
+def stable_topological_order(graph: fx.Graph) -> None:
+    """Reorder `graph` so every node follows its inputs, moving as little as possible: among
+    the nodes whose inputs are placed, the one that came first goes next. So the output stays
+    last and side effects (an input mutation's `copy_`, which has no users) keep their place
+    after the reads before them — `legalize_graph`'s plain topological sort put `return`
+    before a BatchNorm's running-stat updates, which Inductor refuses."""
+    nodes = list(graph.nodes)
+    index = {n: i for i, n in enumerate(nodes)}
+    waiting = {n: len(set(n.all_input_nodes)) for n in nodes}
+    ready = [index[n] for n in nodes if waiting[n] == 0]
+    heapq.heapify(ready)
+    order: list[fx.Node] = []
+    while ready:
+        node = nodes[heapq.heappop(ready)]
+        order.append(node)
+        for user in node.users:
+            waiting[user] -= 1
+            if waiting[user] == 0:
+                heapq.heappush(ready, index[user])
+    if len(order) != len(nodes):
+        raise RuntimeError("kernelpro: the rewritten graph has a cycle")
+    for before, node in zip(order, order[1:], strict=False):
+        if node.prev is not before:
+            before.append(node)
+
+
 def rewrite_graph(
     gm: fx.GraphModule,
     graph_kind: str,
@@ -126,7 +152,7 @@ def rewrite_graph(
             _replace(gm, sg, kid, remap)
         report.replaced.append(kid)
     if chosen:
-        legalize_graph(gm)
+        stable_topological_order(gm.graph)
         gm.graph.lint()
         gm.recompile()
     if report.symbolic:

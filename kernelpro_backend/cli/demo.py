@@ -13,9 +13,7 @@ def add_cli(subparsers: Any) -> None:
     p = subparsers.add_parser(
         "demo", help="compile a transformer block with the backend and time it"
     )
-    p.add_argument(
-        "--steps", type=_positive, default=20, help="timed training steps (default 20)"
-    )
+    p.add_argument("--steps", type=_positive, default=20, help="timed training steps (default 20)")
     p.set_defaults(func=run_demo)
 
 
