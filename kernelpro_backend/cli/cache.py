@@ -13,7 +13,7 @@ import sys
 from collections.abc import Sequence
 from typing import TextIO
 
-from ..cache.bundle import BundleError, export_bundle, import_bundle
+from ..cache.bundle import BundleError
 from ..cache.maintenance import (
     MaintenanceReport,
     Validator,
@@ -24,6 +24,7 @@ from ..cache.maintenance import (
     verify,
 )
 from ..cache.store import KernelCache
+from ..cache.transfer import export_bundle, import_bundle
 from ..tuner.admit import admit
 
 

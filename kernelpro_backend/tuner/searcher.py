@@ -18,10 +18,10 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from ..cache.artifact import KernelArtifact, Provenance
-from ..cache.store import resolve_cache_dir
 from ..codegen import Unsupported, lower
 from ..fx_passes import Subgraph
 from ..options import Options
+from ..paths import resolve_cache_dir
 from ..profilers.ceilings import Ceilings
 from ..runtime.memory import Footprint, MemoryPlan, gpu_free_bytes, plan_memory
 from ..runtime.shared_pool import lease_pool

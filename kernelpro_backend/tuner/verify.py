@@ -148,7 +148,7 @@ class CacheEntryValidator:
         if subgraph.device.type != "cuda" or self._evaluate is not None:
             return None
         if self._ceilings is None:
-            from ..cache.store import resolve_cache_dir
+            from ..paths import resolve_cache_dir
             from ..profilers.ceilings import Ceilings
 
             try:
