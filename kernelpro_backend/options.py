@@ -10,6 +10,7 @@ Precedence: explicit `options` > environment variables > defaults.
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 from collections.abc import Mapping
 from typing import Any, Literal, get_args, get_origin
@@ -85,6 +86,14 @@ class Options:
     # and more when ncu may run (~20 s typical, retried on old ncu builds).
     job_timeout_s: float = 120.0
     ncu_timeout_s: float = 240.0
+    # Seconds a worker may take to start: it imports torch (seconds) and, on a GPU, makes a
+    # CUDA context and warms Inductor up (runtime/pool.py START_TIMEOUT_S).
+    worker_start_timeout_s: float = 180.0
+    # Seconds nvcc may take on one CUDA candidate: CuTe GEMMs take 20-60 s (NVCC_TIMEOUT_S).
+    nvcc_timeout_s: float = 90.0
+    # Seconds one request of the LLM proposer may take: a ~4 K-token rewrite is ~60 s at ~70
+    # tokens/s, so 180 s covers slow local servers (search/llm/client.py TIMEOUT_S).
+    llm_timeout_s: float = 180.0
     # Seconds of timed runs per candidate after its warm-up (the search), and per entry when
     # `kernelpro cache verify` only re-checks timings.
     timing_s: float = 0.25
@@ -173,6 +182,9 @@ def _resolved_type(name: str) -> Any:
         "workers": int,
         "job_timeout_s": float,
         "ncu_timeout_s": float,
+        "worker_start_timeout_s": float,
+        "nvcc_timeout_s": float,
+        "llm_timeout_s": float,
         "timing_s": float,
         "check_timing_s": float,
         "pool_idle_s": float,
@@ -204,9 +216,10 @@ def _parse(name: str, raw: str, source: str) -> Any:
         return _tool_names(parts, source) if name == "search_tools" else parts
     if kind in (int, float):
         try:
-            return _coerce(name, kind(raw), source)
+            number = kind(raw)
         except ValueError:
             raise OptionsError(f"{source}={raw!r}: expected a number ({kind.__name__})") from None
+        return _coerce(name, number, source)
     return _coerce(name, raw, source)
 
 
@@ -228,6 +241,8 @@ def _coerce(name: str, value: Any, source: str) -> Any:
             raise OptionsError(f"{source}={value!r}: expected a number")
         if kind is int and int(value) != value:
             raise OptionsError(f"{source}={value!r}: expected a whole number")
+        if not math.isfinite(value):
+            raise OptionsError(f"{source}={value!r}: expected a finite number")
         if value < 0 or (value == 0 and name != "min_gain_us"):
             raise OptionsError(f"{source}={value!r}: must be greater than 0")
         return kind(value)

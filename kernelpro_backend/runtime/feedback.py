@@ -86,12 +86,13 @@ def candidate_feedback(
     element_bytes: int,
     workdir: Path,
     precision: str = "ieee",
+    cubin_dir: Path | None = None,
 ) -> Feedback:
     """Stage 1 (roofline) and the allowed stage-2 tools for one timed candidate.
 
     `kernel`: the loaded candidate, already launched (a codegen SpecKernel, a free-form Triton
     entry function or a CudaKernel); `candidate`: its data (rebuilt in ncu's child process);
-    `inputs`: one input set on the device."""
+    `inputs`: one input set on the device; `cubin_dir`: the cubin cache ncu's child uses."""
     roof = classify(measured_ms, work.flops, work.bytes, plan.roofs, knobs=knobs)
     skipped = _not_selected(plan, roof.bottleneck, measured_ms)
     allowed = [n for n in plan.tools if n not in dict(skipped)]
@@ -112,7 +113,7 @@ def candidate_feedback(
     for tool in chosen:
         why = _missing_input(tool.name, target)
         if why is None and tool.name == "ncu" and tool.available() is None:
-            why = _add_ncu_command(target, kernel, candidate, workdir, precision)
+            why = _add_ncu_command(target, kernel, candidate, workdir, precision, cubin_dir)
         if why is None:
             runnable.append(tool)
         else:
@@ -189,7 +190,12 @@ def _no_triton_kernels() -> str:
 
 
 def _add_ncu_command(
-    target: ProfileTarget, kernel: Any, candidate: Any, workdir: Path, precision: str
+    target: ProfileTarget,
+    kernel: Any,
+    candidate: Any,
+    workdir: Path,
+    precision: str,
+    cubin_dir: Path | None = None,
 ) -> str | None:
     """Point ncu at a child that rebuilds the candidate from its data (the compiled kernel does
     not pickle); None when done, else why not."""
@@ -197,7 +203,11 @@ def _add_ncu_command(
 
     try:
         path = write_candidate_payload(
-            candidate, target.inputs, workdir / "ncu-candidate.pkl", precision=precision
+            candidate,
+            target.inputs,
+            workdir / "ncu-candidate.pkl",
+            precision=precision,
+            cubin_dir=cubin_dir,
         )
     except Exception as exc:
         return f"cannot hand the candidate to ncu's child process: {one_line(exc)}"

@@ -68,7 +68,7 @@ def test_the_searcher_hands_its_proposer_to_optimize(monkeypatch, tmp_path):
 
 
 @contextlib.contextmanager
-def _fake_lease(workers, timeout_s, idle_s):
+def _fake_lease(workers, timeout_s, idle_s, **settings):
     yield _FakePool([])
 
 
