@@ -86,6 +86,9 @@ class Options:
     # and more when ncu may run (~20 s typical, retried on old ncu builds).
     job_timeout_s: float = 120.0
     ncu_timeout_s: float = 240.0
+    # Seconds one Nsight Compute run may take inside a job (it is retried with fewer metrics on
+    # old ncu builds, all within ncu_timeout_s; profilers/ncu.py NCU_RUN_TIMEOUT_S).
+    ncu_run_timeout_s: float = 120.0
     # Seconds a worker may take to start: it imports torch (seconds) and, on a GPU, makes a
     # CUDA context and warms Inductor up (runtime/pool.py START_TIMEOUT_S).
     worker_start_timeout_s: float = 180.0
@@ -183,6 +186,7 @@ def _resolved_type(name: str) -> Any:
         "job_timeout_s": float,
         "ncu_timeout_s": float,
         "worker_start_timeout_s": float,
+        "ncu_run_timeout_s": float,
         "nvcc_timeout_s": float,
         "llm_timeout_s": float,
         "timing_s": float,

@@ -141,6 +141,7 @@ TIMEOUTS = {
     "llm_timeout_s": 180.0,
     "job_timeout_s": 120.0,
     "ncu_timeout_s": 240.0,
+    "ncu_run_timeout_s": 120.0,
     "check_timing_s": 0.05,
 }
 
@@ -158,7 +159,10 @@ def test_every_timeout_is_an_option_from_the_environment_or_options(name):
 
 
 def test_the_timeouts_defaults_are_the_modules_constants():
+    from kernelpro_backend.profilers.ncu import NCU_RUN_TIMEOUT_S
+    from kernelpro_backend.profilers.target import ProfileTarget
     from kernelpro_backend.runtime.cuda_compile import NVCC_TIMEOUT_S
+    from kernelpro_backend.runtime.feedback import FeedbackPlan
     from kernelpro_backend.runtime.pool import START_TIMEOUT_S
     from kernelpro_backend.search.llm.client import TIMEOUT_S
 
@@ -168,6 +172,8 @@ def test_the_timeouts_defaults_are_the_modules_constants():
         NVCC_TIMEOUT_S,
         TIMEOUT_S,
     )
+    assert o.ncu_run_timeout_s == NCU_RUN_TIMEOUT_S == ProfileTarget().ncu_run_timeout_s
+    assert FeedbackPlan(roofs=None).ncu_run_timeout_s == NCU_RUN_TIMEOUT_S
 
 
 def test_the_timeouts_reach_the_workers_and_the_llm_client():

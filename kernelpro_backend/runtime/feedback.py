@@ -55,6 +55,7 @@ class FeedbackPlan:
     tools: tuple[str, ...] = ("ptxas", "sass")  # stage-2 tools allowed (those the class calls for)
     ncu_below_ms: float | None = None  # ncu only for a candidate faster than this; None: any
     budget_s: float | None = None  # summed typical cost (Tool.cost_s) of the stage-2 tools
+    ncu_run_timeout_s: float = 120.0  # seconds one ncu run may take (Options.ncu_run_timeout_s)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -108,6 +109,7 @@ def candidate_feedback(
         compiled=triton_kernels_of(getattr(kernel, "entry", kernel)) if chosen else (),
         cubin=getattr(kernel, "cubin", None),
         element_bytes=element_bytes,
+        ncu_run_timeout_s=plan.ncu_run_timeout_s,
     )
     runnable = []
     for tool in chosen:
