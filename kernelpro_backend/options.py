@@ -88,6 +88,17 @@ class Options:
     # and more when ncu may run (~20 s typical, retried on old ncu builds).
     job_timeout_s: float = 120.0
     ncu_timeout_s: float = 240.0
+    # Seconds one Nsight Compute run may take inside a job (it is retried with fewer metrics on
+    # old ncu builds, all within ncu_timeout_s; profilers/ncu.py NCU_RUN_TIMEOUT_S).
+    ncu_run_timeout_s: float = 120.0
+    # Seconds a worker may take to start: it imports torch (seconds) and, on a GPU, makes a
+    # CUDA context and warms Inductor up (runtime/pool.py START_TIMEOUT_S).
+    worker_start_timeout_s: float = 180.0
+    # Seconds nvcc may take on one CUDA candidate: CuTe GEMMs take 20-60 s (NVCC_TIMEOUT_S).
+    nvcc_timeout_s: float = 90.0
+    # Seconds one request of the LLM proposer may take: a ~4 K-token rewrite is ~60 s at ~70
+    # tokens/s, so 180 s covers slow local servers (search/llm/client.py TIMEOUT_S).
+    llm_timeout_s: float = 180.0
     # Seconds of timed runs per candidate after its warm-up (the search), and per entry when
     # `kernelpro cache verify` only re-checks timings.
     timing_s: float = 0.25
@@ -177,6 +188,10 @@ def _resolved_type(name: str) -> Any:
         "workers": int,
         "job_timeout_s": float,
         "ncu_timeout_s": float,
+        "worker_start_timeout_s": float,
+        "ncu_run_timeout_s": float,
+        "nvcc_timeout_s": float,
+        "llm_timeout_s": float,
         "timing_s": float,
         "check_timing_s": float,
         "pool_idle_s": float,

@@ -119,7 +119,7 @@ def main() -> None:
         print(json.dumps({k: v for k, v in results[-1].items() if k != "rows"}), flush=True)
 
     from kernelpro_backend.cache import KernelCache
-    from kernelpro_backend.cache.bundle import export_bundle
+    from kernelpro_backend.cache.transfer import export_bundle
 
     with KernelCache(CACHE) as cache:
         exported = export_bundle(cache, os.path.join(out_dir, "sm90-bench.tar.gz"))

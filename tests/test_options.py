@@ -191,3 +191,55 @@ def test_demo_refuses_zero_steps(capsys):
     with pytest.raises(SystemExit):
         main(["demo", "--steps", "0"])
     assert "at least 1 step" in capsys.readouterr().err
+
+
+TIMEOUTS = {
+    "worker_start_timeout_s": 180.0,
+    "nvcc_timeout_s": 90.0,
+    "llm_timeout_s": 180.0,
+    "job_timeout_s": 120.0,
+    "ncu_timeout_s": 240.0,
+    "ncu_run_timeout_s": 120.0,
+    "check_timing_s": 0.05,
+}
+
+
+@pytest.mark.parametrize("name", sorted(TIMEOUTS))
+def test_every_timeout_is_an_option_from_the_environment_or_options(name):
+    assert getattr(Options.resolve(environ={}), name) == TIMEOUTS[name]
+    assert getattr(Options.resolve(environ={f"KERNELPRO_{name.upper()}": "5"}), name) == 5.0
+    assert getattr(Options.resolve(options={name: 7}, environ={}), name) == 7.0
+    for bad in (0, -1, float("nan"), float("inf")):
+        with pytest.raises(OptionsError, match=name):
+            Options.resolve(options={name: bad}, environ={})
+    with pytest.raises(OptionsError, match="finite"):
+        Options.resolve(environ={f"KERNELPRO_{name.upper()}": "inf"})
+
+
+def test_the_timeouts_defaults_are_the_modules_constants():
+    from kernelpro_backend.profilers.ncu import NCU_RUN_TIMEOUT_S
+    from kernelpro_backend.profilers.target import ProfileTarget
+    from kernelpro_backend.runtime.cuda_compile import NVCC_TIMEOUT_S
+    from kernelpro_backend.runtime.feedback import FeedbackPlan
+    from kernelpro_backend.runtime.pool import START_TIMEOUT_S
+    from kernelpro_backend.search.llm.client import TIMEOUT_S
+
+    o = Options.resolve(environ={})
+    assert (o.worker_start_timeout_s, o.nvcc_timeout_s, o.llm_timeout_s) == (
+        START_TIMEOUT_S,
+        NVCC_TIMEOUT_S,
+        TIMEOUT_S,
+    )
+    assert o.ncu_run_timeout_s == NCU_RUN_TIMEOUT_S == ProfileTarget().ncu_run_timeout_s
+    assert FeedbackPlan(roofs=None).ncu_run_timeout_s == NCU_RUN_TIMEOUT_S
+
+
+def test_the_timeouts_reach_the_workers_and_the_llm_client():
+    from kernelpro_backend.runtime import WorkerSetup
+    from kernelpro_backend.tuner.searcher import make_proposer
+
+    env = {"KERNELPRO_NVCC_TIMEOUT_S": "11", "KERNELPRO_LLM_TIMEOUT_S": "13"}
+    o = Options.resolve(options={"proposer": "llm"}, environ=env)
+    assert WorkerSetup.of(o).nvcc_timeout_s == 11.0
+    endpoint = {"OPENAI_BASE_URL": "http://127.0.0.1:1/v1", "OPENAI_API_KEY": "k"}
+    assert make_proposer(o, environ=endpoint).client.client.timeout == 13.0

@@ -6,8 +6,9 @@ Must not: decide policy (tuner/ does), or compile, load or search kernels; maint
 Note: the repository-root `cache/` folder holds shipped bundles; this package reads them.
 """
 
+from ..paths import resolve_cache_dir
 from .artifact import CorruptEntry, Entry, KernelArtifact, Provenance, decode_entry, encode_entry
-from .bundle import Bundle, BundleError, ImportReport, export_bundle, import_bundle, read_bundle
+from .bundle import Bundle, BundleError, read_bundle
 from .entries import describe, pending, store_winner
 from .maintenance import (
     Checked,
@@ -19,7 +20,7 @@ from .maintenance import (
     verify,
 )
 from .misses import MissManifest
-from .store import CacheUnavailable, KernelCache, resolve_cache_dir
+from .store import CacheUnavailable, KernelCache
 from .toolchain import (
     CACHE_SCHEMA_VERSION,
     CacheKey,
@@ -28,6 +29,7 @@ from .toolchain import (
     current_arch,
     current_toolchain,
 )
+from .transfer import ImportReport, export_bundle, import_bundle
 
 __all__ = [
     "CACHE_SCHEMA_VERSION",

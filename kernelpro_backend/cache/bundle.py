@@ -4,28 +4,26 @@ Owns: the bundle format (a tar, tar.gz or zip archive with `manifest.json` — f
 created, toolchain, arch, and per entry its file, digest, key JSON and sha256 — plus one JSON
 entry file per kernel, binary fields base64), writing it atomically, and reading it with every
 check: each entry's sha256 against the manifest, its own checksum, its key against the
-manifest's, and no file the manifest does not list. Import refuses, by name and reason,
-tampered entries and entries for another GPU architecture or toolchain.
-Must not: extract archives to disk (members are read into memory by name) or unpickle anything.
+manifest's, and no file the manifest does not list.
+Must not: extract archives to disk (members are read into memory by name), unpickle anything,
+or touch a cache store (transfer.py exports to and imports from one).
 """
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import hashlib
 import io
 import json
 import os
 import tarfile
-import tempfile
 import zipfile
 from pathlib import Path
 from typing import Any
 
-from .artifact import CorruptEntry, Entry, decode_entry, encode_entry, utc_now
-from .store import Admit, KernelCache
-from .toolchain import CACHE_SCHEMA_VERSION, CacheKey, Toolchain, current_arch
+from ..paths import atomic_write
+from .artifact import CorruptEntry, Entry, decode_entry
+from .toolchain import CACHE_SCHEMA_VERSION, CacheKey, Toolchain
 
 BUNDLE_FORMAT = "kernelpro-bundle"
 MANIFEST = "manifest.json"
@@ -54,63 +52,6 @@ class Bundle:
     manifest: dict[str, Any]
     entries: list[Entry]
     refused: list[Refusal]
-
-
-@dataclasses.dataclass(frozen=True)
-class ImportReport:
-    imported: list[Entry]
-    refused: list[Refusal]
-
-
-def export_bundle(
-    cache: KernelCache,
-    out: str | os.PathLike[str],
-    pattern: str | None = None,
-    kind: str | None = None,
-    arch: str | None = None,
-    toolchain: Toolchain | None = None,
-) -> list[Entry]:
-    """Write the cache's entries for one toolchain (default: the cache's), optionally filtered,
-    to a bundle at `out` (.zip for zip, .tar.gz/.tgz for gzip'd tar, else tar)."""
-    toolchain = toolchain or cache.toolchain
-    chosen = [
-        e
-        for e in cache.entries()
-        if e.key.toolchain == toolchain
-        and (pattern is None or e.artifact.pattern == pattern)
-        and (kind is None or e.artifact.kind == kind)
-        and (arch is None or e.key.arch == arch)
-    ]
-    chosen.sort(key=lambda e: e.key.digest)
-    files: dict[str, bytes] = {}
-    listed = []
-    for e in chosen:
-        data = cache.raw(e.key.digest)
-        if data is None:
-            continue  # deleted since it was scanned
-        name = f"entries/{e.key.digest}.json"
-        files[name] = data
-        listed.append(
-            {
-                "file": name,
-                "digest": e.key.digest,
-                "key": e.key.to_dict(),
-                "sha256": hashlib.sha256(data).hexdigest(),
-                "pattern": e.artifact.pattern,
-                "kind": e.artifact.kind,
-            }
-        )
-    manifest = {
-        "format": BUNDLE_FORMAT,
-        "schema": CACHE_SCHEMA_VERSION,
-        "created": utc_now(),
-        "toolchain": toolchain.to_dict(),
-        "arch": sorted({e.key.arch for e in chosen}),
-        "entries": listed,
-    }
-    files[MANIFEST] = json.dumps(manifest, indent=1, sort_keys=True).encode()
-    _write_archive(Path(out), files)
-    return [e for e in chosen if f"entries/{e.key.digest}.json" in files]
 
 
 def read_bundle(path: str | os.PathLike[str]) -> Bundle:
@@ -159,40 +100,6 @@ def read_bundle(path: str | os.PathLike[str]) -> Bundle:
     for name in sorted(set(files) - seen):
         refused.append(Refusal(name, f"not listed in {MANIFEST} (added after export?)"))
     return Bundle(manifest=manifest, entries=entries, refused=refused)
-
-
-def import_bundle(
-    cache: KernelCache,
-    path: str | os.PathLike[str],
-    arch: str | None = None,
-    toolchain: Toolchain | None = None,
-    admit: Admit | None = None,
-) -> ImportReport:
-    """Copy a bundle's verified entries for `arch` (default: this machine's GPU) and `toolchain`
-    (default: the cache's) into the cache; everything else is refused with its reason.
-    `admit` (tuner.admit.admit): refuses an entry whose code did not come out of this kernelpro;
-    the command line always passes it."""
-    arch = arch or current_arch()
-    toolchain = toolchain or cache.toolchain
-    bundle = read_bundle(path)
-    imported: list[Entry] = []
-    refused = list(bundle.refused)
-    for entry in bundle.entries:
-        name = f"entries/{entry.key.digest}.json ({entry.artifact.pattern or 'unnamed'})"
-        if entry.key.arch != arch:
-            refused.append(
-                Refusal(name, f"built for GPU arch {entry.key.arch}, this cache is for {arch}")
-            )
-        elif entry.key.toolchain != toolchain:
-            refused.append(
-                Refusal(name, f"built with {entry.key.toolchain}; this machine has {toolchain}")
-            )
-        elif admit is not None and (problem := admit(entry.artifact)):
-            refused.append(Refusal(name, problem))
-        else:
-            cache.put_raw(entry.key.digest, encode_entry(entry.key, entry.artifact))
-            imported.append(entry)
-    return ImportReport(imported=imported, refused=refused)
 
 
 def _check_listed(
@@ -281,26 +188,20 @@ def _limit(path: Path, name: str, size: int) -> None:
         raise BundleError(f"{path}: member {name} is {size} bytes, over {MAX_MEMBER_BYTES}")
 
 
-def _write_archive(out: Path, files: dict[str, bytes]) -> None:
-    """Write to a temporary file beside `out`, then rename: readers never see half a bundle."""
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", dir=out.parent)
-    try:
-        with os.fdopen(fd, "wb") as raw:
-            if out.name.endswith(".zip"):
-                with zipfile.ZipFile(raw, "w", zipfile.ZIP_DEFLATED) as zf:
-                    for name, data in files.items():
-                        zf.writestr(name, data)
-            else:
-                gz = out.name.endswith((".tar.gz", ".tgz"))
-                with tarfile.open(fileobj=raw, mode="w:gz" if gz else "w") as tf:
-                    for name, data in files.items():
-                        info = tarfile.TarInfo(name)
-                        info.size = len(data)
-                        info.mode = 0o644
-                        tf.addfile(info, io.BytesIO(data))
-        os.replace(tmp, out)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
+def write_archive(out: Path, files: dict[str, bytes]) -> None:
+    """Pack `files` (.zip for zip, .tar.gz/.tgz for gzip'd tar, else tar) in memory and write
+    the archive atomically: readers never see half a bundle. Entries are a few KB each."""
+    raw = io.BytesIO()
+    if out.name.endswith(".zip"):
+        with zipfile.ZipFile(raw, "w", zipfile.ZIP_DEFLATED) as zf:
+            for name, data in files.items():
+                zf.writestr(name, data)
+    else:
+        gz = out.name.endswith((".tar.gz", ".tgz"))
+        with tarfile.open(fileobj=raw, mode="w:gz" if gz else "w") as tf:
+            for name, data in files.items():
+                info = tarfile.TarInfo(name)
+                info.size = len(data)
+                info.mode = 0o644
+                tf.addfile(info, io.BytesIO(data))
+    atomic_write(out, raw.getvalue())

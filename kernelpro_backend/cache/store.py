@@ -1,14 +1,11 @@
 """The kernel cache: a diskcache store of entries plus read-only bundle directories.
 
-Owns: where the cache lives (`Options.cache_dir` > `KERNELPRO_CACHE_DIR` > ~/.cache/kernelpro),
-`KernelCache.put/get/missing/scan/delete`, the checks that make a read trustworthy (checksum,
+Owns: `KernelCache.put/get/missing/scan/delete`, the checks that make a read trustworthy (checksum,
 schema, the entry's own key equal to the key asked for), and reading extra directories of
 bundles after the writable store.
-Must not: compile, load or search kernels.
-
-Layout of a cache directory:
-    kernels/       the diskcache store (cache.db + value files), key = CacheKey.digest
-    misses.jsonl   the miss manifest (misses.py)
+Must not: compile, load or search kernels, or spell a path of the cache directory (paths.py
+owns where the cache lives and its layout: kernels/ is the diskcache store, cache.db + value
+files, key = CacheKey.digest; misses.jsonl the miss manifest).
 
 Writes are atomic: diskcache commits each entry in one SQLite transaction (a value over the
 file threshold is written to a fresh file before the row that names it is committed), so a
@@ -28,7 +25,9 @@ from pathlib import Path
 import diskcache
 
 from ..fx_passes import SubgraphKey
+from ..paths import CACHE_DIR_ENV, CacheLayout
 from .artifact import CorruptEntry, Entry, KernelArtifact, decode_entry, encode_entry
+from .bundle import BundleError, read_bundle
 from .disk import JsonBytesDisk, UnsafeValue
 from .misses import MissManifest
 from .rows import CacheUnavailable, ReadOnlyStore, check_database, delete_rows, row_keys
@@ -39,18 +38,7 @@ log = logging.getLogger("kernelpro.cache")
 # Why an entry made elsewhere must not be loaded here, or None (tuner.admit.admit).
 Admit = Callable[[KernelArtifact], "str | None"]
 
-CACHE_DIR_ENV = "KERNELPRO_CACHE_DIR"
 BUNDLE_SUFFIXES = (".tar", ".tar.gz", ".tgz", ".zip")
-
-
-def resolve_cache_dir(
-    directory: str | os.PathLike[str] | None = None, environ: Mapping[str, str] | None = None
-) -> Path:
-    """The writable cache directory: the argument, else $KERNELPRO_CACHE_DIR, else
-    ~/.cache/kernelpro."""
-    environ = os.environ if environ is None else environ
-    chosen = directory or environ.get(CACHE_DIR_ENV) or Path.home() / ".cache" / "kernelpro"
-    return Path(chosen).expanduser()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -73,13 +61,14 @@ class KernelCache:
         environ: Mapping[str, str] | None = None,
         admit: Admit | None = None,
     ) -> None:
-        self.directory = resolve_cache_dir(directory, environ)
+        self.layout = CacheLayout.of(directory, environ)
+        self.directory = self.layout.root
         # Entries of the extra directories were made elsewhere: `admit` (tuner.admit) refuses
         # those whose code did not come out of this kernelpro, before any of it runs.
         self.admit = admit
         self.extra_dirs = tuple(Path(d).expanduser() for d in extra_dirs)
         self.toolchain = toolchain or current_toolchain()
-        self.misses = MissManifest(self.directory / "misses.jsonl")
+        self.misses = MissManifest(self.layout.misses)
         self.read_only = False
         self._store: diskcache.Cache | ReadOnlyStore = self._open()
         self._extra: dict[str, Entry] | None = None
@@ -87,7 +76,7 @@ class KernelCache:
     def _open(self) -> diskcache.Cache | ReadOnlyStore:
         """The diskcache store; a cache.db that is not SQLite is set aside (one warning) and a
         fresh one made; a store that cannot be written is read read-only (one warning)."""
-        kernels = self.directory / "kernels"
+        kernels = self.layout.kernels
         try:
             problem = check_database(kernels)
         except OSError as e:
@@ -144,7 +133,7 @@ class KernelCache:
         if digest.startswith("row "):
             if self.read_only:
                 raise CacheUnavailable(f"the kernel cache in {self.directory} is read-only")
-            delete_rows(self.directory / "kernels", [int(digest[4:])])
+            delete_rows(self.layout.kernels, [int(digest[4:])])
             return True
         return bool(self._store.delete(digest, retry=True))
 
@@ -173,7 +162,7 @@ class KernelCache:
         """Every row of the writable store, verified (extra directories are not included). A
         row whose key is pickled is reported as corrupt under the name "row <rowid>"."""
         try:
-            digests, bad_rows = row_keys(self.directory / "kernels", immutable=self.read_only)
+            digests, bad_rows = row_keys(self.layout.kernels, immutable=self.read_only)
         except sqlite3.Error as e:
             log.warning("kernelpro cache: cannot list %s: %s", self.directory, e)
             return
@@ -243,8 +232,6 @@ class KernelCache:
 
     def _extra_entries(self) -> dict[str, Entry]:
         if self._extra is None:
-            from .bundle import BundleError, read_bundle
-
             self._extra = {}
             for bundle_path in _bundle_files(self.extra_dirs):
                 try:

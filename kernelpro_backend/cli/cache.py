@@ -13,7 +13,7 @@ import sys
 from collections.abc import Sequence
 from typing import TextIO
 
-from ..cache.bundle import BundleError, export_bundle, import_bundle
+from ..cache.bundle import BundleError
 from ..cache.maintenance import (
     MaintenanceReport,
     Validator,
@@ -24,6 +24,8 @@ from ..cache.maintenance import (
     verify,
 )
 from ..cache.store import KernelCache
+from ..cache.transfer import export_bundle, import_bundle
+from ..options import Options
 from ..tuner.admit import admit
 
 
@@ -200,8 +202,17 @@ def _verify(
         # Imported here: the validator runs kernels, which the cache package itself must not.
         from ..tuner.verify import CacheEntryValidator
 
+        # The timeouts are options too: KERNELPRO_JOB_TIMEOUT_S, ..._CHECK_TIMING_S, ...
+        options = Options.resolve()
         with CacheEntryValidator(
-            retime=args.retime, seed=args.seed, workers=args.workers, cache_dir=args.cache_dir
+            retime=args.retime,
+            seed=args.seed,
+            workers=args.workers,
+            timeout_s=options.job_timeout_s,
+            cache_dir=args.cache_dir or options.cache_dir,
+            check_timing_s=options.check_timing_s,
+            nvcc_timeout_s=options.nvcc_timeout_s,
+            start_timeout_s=options.worker_start_timeout_s,
         ) as entry_validator:
             print(f"validating on {entry_validator.arch}, input seed {entry_validator.seed}",
                   file=out)  # fmt: skip

@@ -1,8 +1,11 @@
 """Building a spec into a callable kernel.
 
-Owns: rendering, executing the module source in a fresh namespace (written to a temp file so
-Triton's JIT can read the kernel's source), and wrapping `entry` as a `Kernel`.
-Must not: validate numerics or time anything (runtime/ does).
+Owns: rendering, executing the module source in a fresh namespace (written to a file named by
+the sha256 of its content in the private per-user directory `paths.codegen_dir()`, so Triton's
+JIT can read the kernel's source), and wrapping `entry` as a `Kernel`. A file already there is
+imported only if its bytes are the source about to run; anything else is rewritten first.
+Must not: validate numerics or time anything (runtime/ does), or import from a directory other
+users can write to.
 """
 
 from __future__ import annotations
@@ -10,30 +13,37 @@ from __future__ import annotations
 import functools
 import hashlib
 import importlib.util
-import os
 import sys
-import tempfile
 from collections.abc import Callable, Sequence
+from pathlib import Path
 
 import torch
 
+from ..paths import atomic_write, codegen_dir
 from .render import render
 from .spec import KernelSpec, RenderedKernel
 
-_MODULE_DIR = os.path.join(tempfile.gettempdir(), f"kernelpro-codegen-{os.getuid()}")
+
+def module_file(source: str, directory: Path | None = None) -> Path:
+    """The file that holds `source` for import: kp_<sha256 of it>.py in `directory` (default
+    the private codegen_dir()), (re)written unless it already holds exactly these bytes."""
+    data = source.encode()
+    digest = hashlib.sha256(data).hexdigest()[:24]
+    path = (codegen_dir() if directory is None else directory) / f"kp_{digest}.py"
+    try:
+        same = path.read_bytes() == data
+    except OSError:
+        same = False
+    if not same:  # missing, stale or planted: what runs is what we rendered
+        atomic_write(path, data, mode=0o600)
+    return path
 
 
 def load_module(rendered: RenderedKernel) -> Callable[..., list[torch.Tensor]]:
     """Execute `rendered.source` as a fresh module and return its entry function. The source
     goes to a file named by its hash: `@triton.jit` reads kernel source with `inspect`."""
-    os.makedirs(_MODULE_DIR, exist_ok=True)
-    digest = hashlib.sha256(rendered.source.encode()).hexdigest()[:24]
-    path = os.path.join(_MODULE_DIR, f"kp_{digest}.py")
-    if not os.path.exists(path):
-        tmp = f"{path}.{os.getpid()}.tmp"
-        with open(tmp, "w") as f:
-            f.write(rendered.source)
-        os.replace(tmp, path)
+    path = module_file(rendered.source)
+    digest = path.stem[len("kp_") :]
     name = f"kernelpro_generated_{digest}"
     spec = importlib.util.spec_from_file_location(name, path)
     if spec is None or spec.loader is None:

@@ -1,7 +1,7 @@
 """The device's measured ceilings: DRAM bandwidth and FP32 / TF32 / BF16 throughput.
 
-Owns: `Ceilings`, measuring them once per device and caching them as JSON under the cache dir
-(default ~/.cache/kernelpro/ceilings-<device-name>.json), and `peak_flops_per_s` (which roof
+Owns: `Ceilings`, measuring them once per device and caching them as JSON in the cache
+directory (`CacheLayout.ceilings`, paths.py: ceilings-<device-name>.json), and `peak_flops_per_s` (which roof
 applies to a dtype under a precision policy).
 Must not: time candidates (runtime/ does) or classify kernels (speed_of_light.py does).
 
@@ -15,12 +15,12 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import re
-import tempfile
 from pathlib import Path
 from typing import Any
 
 import torch
+
+from ..paths import CacheLayout, atomic_write
 
 DATASHEET_H100_SXM = {
     "dram_bytes_per_s": 3.35e12,
@@ -65,9 +65,7 @@ class Ceilings:
 
     @classmethod
     def cache_path(cls, device_name: str, cache_dir: str | os.PathLike[str] | None = None) -> Path:
-        base = Path(cache_dir) if cache_dir else Path.home() / ".cache" / "kernelpro"
-        safe = re.sub(r"[^A-Za-z0-9._-]+", "-", device_name).strip("-")
-        return base / f"ceilings-{safe}.json"
+        return CacheLayout.of(cache_dir).ceilings(device_name)
 
     @classmethod
     def load_or_measure(
@@ -87,10 +85,7 @@ class Ceilings:
             except (ValueError, TypeError, KeyError) as e:
                 print(f"kernelpro: ignoring unreadable ceilings file {path} ({e}); re-measuring")
         ceilings = measure(device)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with tempfile.NamedTemporaryFile("w", dir=path.parent, delete=False, suffix=".tmp") as f:
-            json.dump(ceilings.to_dict(), f, indent=1, sort_keys=True)
-        os.replace(f.name, path)  # atomic: readers never see half a file
+        atomic_write(path, json.dumps(ceilings.to_dict(), indent=1, sort_keys=True))
         return ceilings
 
 

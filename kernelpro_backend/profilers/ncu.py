@@ -28,6 +28,9 @@ from .ncu_metrics import (
 from .ncu_rules import ncu_findings
 from .target import ALL_CLASSES, ProfileTarget
 
+# The default of Options.ncu_run_timeout_s: one ncu run (~20 s typical; 10-40 replay passes).
+NCU_RUN_TIMEOUT_S = 120.0
+
 __all__ = ["NcuTool", "find_ncu", "ncu_argv", "ncu_findings", "run_ncu"]
 
 
@@ -50,7 +53,7 @@ def ncu_argv(
 
 
 def run_ncu(
-    command: Sequence[str], kernel_regex: str | None = None, timeout_s: float = 120.0
+    command: Sequence[str], kernel_regex: str | None = None, timeout_s: float = NCU_RUN_TIMEOUT_S
 ) -> tuple[str, list[NcuLaunch]]:
     """Profile the first launch (matching `kernel_regex`) inside the command's profiler range.
 
@@ -95,7 +98,7 @@ class NcuTool:
     def run(self, target: ProfileTarget) -> list[Finding]:
         with tempfile.TemporaryDirectory(prefix="kp_ncu_") as tmp:
             command = list(target.ncu_command or ()) or _launcher_command(target, Path(tmp))
-            _, launches = run_ncu(command, target.kernel_name)
+            _, launches = run_ncu(command, target.kernel_name, target.ncu_run_timeout_s)
         return ncu_findings(launches[0], target.knobs, element_bytes=target.element_bytes)
 
 

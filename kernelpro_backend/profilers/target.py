@@ -36,6 +36,7 @@ class ProfileTarget:
     cubin: bytes | None = None
     ptxas_report: str | None = None  # `ptxas -v` text, e.g. from an nvcc build
     ncu_command: Sequence[str] | None = None
+    ncu_run_timeout_s: float = 120.0  # seconds one ncu run may take (Options.ncu_run_timeout_s)
     element_bytes: int = 4  # of the main dtype: sets the ideal load width
     seconds: dict[str, float] = dataclasses.field(default_factory=dict)  # run_tools: per tool
 

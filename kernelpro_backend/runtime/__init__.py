@@ -7,6 +7,7 @@ from .job import Job
 from .pool import WorkerPool
 from .result import EvalResult, EvalStatus
 from .timing import Timing, faster
+from .worker_setup import WorkerSetup
 
 __all__ = [
     "BaselineCandidate",
@@ -18,5 +19,6 @@ __all__ = [
     "SpecCandidate",
     "Timing",
     "WorkerPool",
+    "WorkerSetup",
     "faster",
 ]

@@ -102,8 +102,17 @@ def as_candidate(candidate: object) -> Candidate:
     )
 
 
-def load_kernel(candidate: Candidate, reference: torch.nn.Module, workdir: Path) -> KernelFn:
-    """The candidate as a callable. Raises CandidateLoadError when it cannot be built."""
+def load_kernel(
+    candidate: Candidate,
+    reference: torch.nn.Module,
+    workdir: Path,
+    *,
+    cubin_dir: Path | None = None,
+    nvcc_timeout_s: float | None = None,
+) -> KernelFn:
+    """The candidate as a callable. Raises CandidateLoadError when it cannot be built.
+    `cubin_dir`, `nvcc_timeout_s`: where a CUDA candidate's cubin is cached and how long its
+    compile may take (None: cuda_compile's defaults)."""
     if isinstance(candidate, BaselineCandidate):
         if candidate.name == "eager":
             return reference
@@ -115,7 +124,9 @@ def load_kernel(candidate: Candidate, reference: torch.nn.Module, workdir: Path)
     # Imported here: the driver API bindings are needed only for CUDA candidates.
     from .cuda_driver import load_cuda_source
 
-    return load_cuda_source(candidate.source, candidate.entry)
+    return load_cuda_source(
+        candidate.source, candidate.entry, cubin_dir=cubin_dir, timeout_s=nvcc_timeout_s
+    )
 
 
 def _load_spec(candidate: SpecCandidate) -> KernelFn:

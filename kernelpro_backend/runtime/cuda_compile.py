@@ -4,9 +4,11 @@ Owns: finding a compiler (nvcc from $CUDA_HOME/bin or PATH, else NVRTC through c
 `cuda.bindings.nvrtc` or the older `cuda.nvrtc`), the flags (-std=c++17, the device's arch with
 the "a" suffix from sm_90 on so wgmma/TMA compile, CUTLASS/CuTe headers from the
 `nvidia-cutlass` wheel or $CUTLASS_PATH), trimming compiler logs to their useful lines, and the
-cubin cache: <cache dir>/cubin/<sha256 of source + arch + flags + compiler version>.cubin,
-written atomically (temp file + os.replace) so concurrent workers never read half a file.
-Must not: load or launch cubins (cuda_driver.py) or parse launch headers (cuda_source.py).
+cubin cache: a cubin's name is the sha256 of source + arch + flags + compiler version, its
+directory `CacheLayout.cubin_root` (paths.py), written with `paths.atomic_write` so concurrent
+workers never read half a file.
+Must not: load or launch cubins (cuda_driver.py), parse launch headers (cuda_source.py), or
+choose where the cubin cache lives (the caller passes it; paths.py has the default).
 """
 
 from __future__ import annotations
@@ -25,12 +27,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from ..paths import CacheLayout, atomic_write
 from .errors import CandidateLoadError
 
 NVCC_TIMEOUT_S = 90.0  # CuTe GEMMs take 20-60 s; a worker job times out at the pool's limit
 LOG_LINES = 40  # lines of compiler output kept in an error
-CUBIN_DIR_ENV = "KERNELPRO_CUBIN_DIR"
-CACHE_DIR_ENV = "KERNELPRO_CACHE_DIR"  # the cache package's rule; cubins go in its cubin/
 SOURCE_NAME = "candidate.cu"
 
 
@@ -56,14 +57,6 @@ def arch_for_capability(major: int, minor: int) -> str:
     """sm_XY for a device; from Hopper on the arch-specific "a" target (sm_90a), which cubins
     are built for anyway (a cubin runs only on its own major version) and which wgmma/TMA need."""
     return f"sm_{major}{minor}{'a' if major >= 9 else ''}"
-
-
-def default_cubin_dir() -> Path:
-    """$KERNELPRO_CUBIN_DIR, else <$KERNELPRO_CACHE_DIR or ~/.cache/kernelpro>/cubin."""
-    if os.environ.get(CUBIN_DIR_ENV):
-        return Path(os.environ[CUBIN_DIR_ENV]).expanduser()
-    root = os.environ.get(CACHE_DIR_ENV) or Path.home() / ".cache" / "kernelpro"
-    return Path(root).expanduser() / "cubin"
 
 
 def find_nvcc() -> str | None:
@@ -226,31 +219,20 @@ def _compile_nvrtc(source: str, flags: Sequence[str]) -> bytes:
         nvrtc.nvrtcDestroyProgram(program)
 
 
-def _atomic_write(path: Path, data: bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 def compile_cuda(
     source: str,
     arch: str,
     *,
     kernels: Sequence[str] = (),
-    cache_dir: str | os.PathLike[str] | None = None,
+    cubin_dir: str | os.PathLike[str] | None = None,
     use_cache: bool = True,
     timeout_s: float = NVCC_TIMEOUT_S,
     compiler: str = "auto",
 ) -> Cubin:
     """The cubin of `source` for `arch`, from the cubin cache or compiled now by `compiler`
     ("auto": nvcc, else NVRTC; or "nvcc" / "nvrtc"). Raises CudaCompileError with the trimmed
-    log; checks that each of `kernels` is a symbol of the cubin (declared extern "C")."""
+    log; checks that each of `kernels` is a symbol of the cubin (declared extern "C").
+    `cubin_dir`: the cubin cache (default: the cache directory rule's, paths.CacheLayout)."""
     if compiler not in ("auto", "nvcc", "nvrtc"):
         raise ValueError(f'compiler must be "auto", "nvcc" or "nvrtc", got {compiler!r}')
     nvcc = find_nvcc() if compiler != "nvrtc" else None
@@ -266,8 +248,8 @@ def compile_cuda(
     # Header versions count too: a CuTe source compiled against other headers is another cubin.
     parts = [source, arch, tool, *flags, f"cutlass {_cutlass_version()}"]
     key = hashlib.sha256("\0".join(parts).encode()).hexdigest()
-    path = Path(cache_dir) if cache_dir is not None else default_cubin_dir()
-    path = path / key[:2] / f"{key}.cubin"
+    root = Path(cubin_dir) if cubin_dir is not None else CacheLayout.of().cubin_root
+    path = CacheLayout(root.parent, root).cubin(key)
     if use_cache and path.is_file():
         data, cached = path.read_bytes(), True
     else:
@@ -284,7 +266,7 @@ def compile_cuda(
         )
     if use_cache and not cached:
         try:
-            _atomic_write(path, data)
+            atomic_write(path, data)
         except OSError:  # a read-only cache only costs a recompile next time
             path = None  # type: ignore[assignment]
     return Cubin(data, arch, tool, tuple(flags), cached, path if use_cache else None)

@@ -19,11 +19,12 @@ from __future__ import annotations
 import ctypes
 import threading
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import torch
 
-from .cuda_compile import arch_for_capability, compile_cuda
+from .cuda_compile import NVCC_TIMEOUT_S, arch_for_capability, compile_cuda
 from .cuda_plan import ResolvedLaunch, contiguous_strides, resolve
 from .cuda_source import LaunchSpec, LaunchSpecError, TensorMeta, parse_launch
 from .errors import CandidateLoadError
@@ -252,11 +253,23 @@ def current_arch(device: torch.device | int | None = None) -> str:
 
 
 def load_cuda_source(
-    source: str, entry: str, device: torch.device | int | None = None
+    source: str,
+    entry: str,
+    device: torch.device | int | None = None,
+    *,
+    cubin_dir: Path | None = None,
+    timeout_s: float | None = None,
 ) -> CudaKernel:
-    """Parse the header, compile (or hit the cubin cache) for the device, load."""
+    """Parse the header, compile (or hit the cubin cache in `cubin_dir`) for the device, load.
+    `timeout_s`: nvcc's limit (None: NVCC_TIMEOUT_S)."""
     spec = parse_launch(source, entry)
-    cubin = compile_cuda(source, current_arch(device), kernels=spec.kernels)
+    cubin = compile_cuda(
+        source,
+        current_arch(device),
+        kernels=spec.kernels,
+        cubin_dir=cubin_dir,
+        timeout_s=NVCC_TIMEOUT_S if timeout_s is None else timeout_s,
+    )
     return CudaKernel(cubin.data, spec, device)
 
 
@@ -276,12 +289,15 @@ def load_cubin(
 
 
 def cubin_artifact_fields(
-    source: str, entry: str, device: torch.device | int | None = None
+    source: str,
+    entry: str,
+    device: torch.device | int | None = None,
+    cubin_dir: Path | None = None,
 ) -> dict[str, Any]:
     """What a cache artifact stores for a winning CUDA candidate: its cubin for this device
     (from the cubin cache the worker filled; compiled now if it is not there) and `launch`
     metadata: the parsed header, the arch, the compiler and its flags."""
     spec = parse_launch(source, entry)
-    cubin = compile_cuda(source, current_arch(device), kernels=spec.kernels)
+    cubin = compile_cuda(source, current_arch(device), kernels=spec.kernels, cubin_dir=cubin_dir)
     launch = {"header": spec.to_dict(), "arch": cubin.arch, "compiler": cubin.compiler}
     return {"binary": cubin.data, "launch": launch | {"flags": list(cubin.flags)}}

@@ -55,6 +55,7 @@ class FeedbackPlan:
     tools: tuple[str, ...] = ("ptxas", "sass")  # stage-2 tools allowed (those the class calls for)
     ncu_below_ms: float | None = None  # ncu only for a candidate faster than this; None: any
     budget_s: float | None = None  # summed typical cost (Tool.cost_s) of the stage-2 tools
+    ncu_run_timeout_s: float = 120.0  # seconds one ncu run may take (Options.ncu_run_timeout_s)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -86,12 +87,13 @@ def candidate_feedback(
     element_bytes: int,
     workdir: Path,
     precision: str = "ieee",
+    cubin_dir: Path | None = None,
 ) -> Feedback:
     """Stage 1 (roofline) and the allowed stage-2 tools for one timed candidate.
 
     `kernel`: the loaded candidate, already launched (a codegen SpecKernel, a free-form Triton
     entry function or a CudaKernel); `candidate`: its data (rebuilt in ncu's child process);
-    `inputs`: one input set on the device."""
+    `inputs`: one input set on the device; `cubin_dir`: the cubin cache ncu's child uses."""
     roof = classify(measured_ms, work.flops, work.bytes, plan.roofs, knobs=knobs)
     skipped = _not_selected(plan, roof.bottleneck, measured_ms)
     allowed = [n for n in plan.tools if n not in dict(skipped)]
@@ -107,12 +109,13 @@ def candidate_feedback(
         compiled=triton_kernels_of(getattr(kernel, "entry", kernel)) if chosen else (),
         cubin=getattr(kernel, "cubin", None),
         element_bytes=element_bytes,
+        ncu_run_timeout_s=plan.ncu_run_timeout_s,
     )
     runnable = []
     for tool in chosen:
         why = _missing_input(tool.name, target)
         if why is None and tool.name == "ncu" and tool.available() is None:
-            why = _add_ncu_command(target, kernel, candidate, workdir, precision)
+            why = _add_ncu_command(target, kernel, candidate, workdir, precision, cubin_dir)
         if why is None:
             runnable.append(tool)
         else:
@@ -189,7 +192,12 @@ def _no_triton_kernels() -> str:
 
 
 def _add_ncu_command(
-    target: ProfileTarget, kernel: Any, candidate: Any, workdir: Path, precision: str
+    target: ProfileTarget,
+    kernel: Any,
+    candidate: Any,
+    workdir: Path,
+    precision: str,
+    cubin_dir: Path | None = None,
 ) -> str | None:
     """Point ncu at a child that rebuilds the candidate from its data (the compiled kernel does
     not pickle); None when done, else why not."""
@@ -197,7 +205,11 @@ def _add_ncu_command(
 
     try:
         path = write_candidate_payload(
-            candidate, target.inputs, workdir / "ncu-candidate.pkl", precision=precision
+            candidate,
+            target.inputs,
+            workdir / "ncu-candidate.pkl",
+            precision=precision,
+            cubin_dir=cubin_dir,
         )
     except Exception as exc:
         return f"cannot hand the candidate to ncu's child process: {one_line(exc)}"

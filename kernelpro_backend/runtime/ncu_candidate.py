@@ -24,10 +24,17 @@ USAGE = "usage: python -m kernelpro_backend.runtime.ncu_candidate PAYLOAD"
 
 
 def write_candidate_payload(
-    candidate: Any, inputs: Sequence[Any], path: Path, *, precision: str = "ieee", device: str = ""
+    candidate: Any,
+    inputs: Sequence[Any],
+    path: Path,
+    *,
+    precision: str = "ieee",
+    device: str = "",
+    cubin_dir: Path | None = None,
 ) -> Path:
     """A runtime Candidate (plain frozen data) and CPU copies of its inputs.
-    `device`: where the child runs it ("" : the device of the first tensor input, else cuda)."""
+    `device`: where the child runs it ("" : the device of the first tensor input, else cuda);
+    `cubin_dir`: the worker's cubin cache, so the child finds the cubin it compiled."""
     import torch
 
     if not device:
@@ -37,6 +44,7 @@ def write_candidate_payload(
         "inputs": cpu_copies(inputs),
         "precision": precision,
         "device": device,
+        "cubin_dir": cubin_dir,
     }
     path.write_bytes(pickle.dumps(payload))
     return path
@@ -55,7 +63,9 @@ def run_candidate_payload(path: str) -> None:
     inputs = [x.to(device) if isinstance(x, torch.Tensor) else x for x in payload["inputs"]]
     workdir = Path(tempfile.mkdtemp(prefix="kernelpro-ncu-"))
     with precision_mode(payload["precision"]):
-        fn = load_kernel(payload["candidate"], torch.nn.Identity(), workdir)
+        fn = load_kernel(
+            payload["candidate"], torch.nn.Identity(), workdir, cubin_dir=payload.get("cubin_dir")
+        )
         profile_once(fn, inputs)
 
 

@@ -1,7 +1,8 @@
 """A pool of worker processes that evaluate candidates, isolated from the caller.
 
-Owns: `WorkerPool`: spawning workers (multiprocessing "spawn", one CUDA context each),
-dispatching jobs, the per-job timeout, and replacing a worker that died (segfault, illegal
+Owns: `WorkerPool`: spawning workers (multiprocessing "spawn", one CUDA context each, started
+with the caller's `WorkerSetup`: cache layout and compile limit), dispatching jobs, the start and
+per-job timeouts, and replacing a worker that died (segfault, illegal
 address, os._exit) or hung, so that the caller and the other workers carry on.
 Must not: look inside jobs or results beyond their status (worker.py evaluates).
 """
@@ -19,11 +20,15 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+from ..paths import CacheLayout
 from .job import Job
 from .result import EvalResult, EvalStatus
 from .worker import worker_main
+from .worker_setup import WorkerSetup
 
-START_TIMEOUT_S = 180.0  # spawning a worker imports torch (seconds) and, on GPU, makes a context
+# The default of Options.worker_start_timeout_s: spawning a worker imports torch (seconds) and,
+# on GPU, makes a context.
+START_TIMEOUT_S = 180.0
 
 
 @contextlib.contextmanager
@@ -51,15 +56,16 @@ def _main_module_hidden() -> Any:
 
 
 class _Worker:
-    def __init__(self, ctx: Any, serialize_gpu: bool) -> None:
+    def __init__(self, ctx: Any, serialize_gpu: bool, setup: WorkerSetup) -> None:
         self.ctx = ctx
         self.serialize_gpu = serialize_gpu
+        self.setup = setup
         self.start()
 
     def start(self) -> None:
         self.conn, child = self.ctx.Pipe(duplex=True)
         self.process = self.ctx.Process(
-            target=worker_main, args=(child, self.serialize_gpu), daemon=True
+            target=worker_main, args=(child, self.serialize_gpu, self.setup), daemon=True
         )
         with _main_module_hidden():
             self.process.start()
@@ -106,18 +112,27 @@ class WorkerPool:
     workers load and compile in parallel, but validate and time alone, so timings stay
     clean. A job's timeout counts from its dispatch until it asks for the GPU, and again
     from the moment it gets it; a worker that dies holding the GPU gives it back.
-    `submit`/`collect` keep jobs in flight without waiting for a batch."""
+    `submit`/`collect` keep jobs in flight without waiting for a batch. `setup` (default: this
+    process's cache layout) goes to every worker in its start arguments; a worker that has not
+    said it is ready after `start_timeout_s` fails the pool."""
 
     def __init__(
-        self, workers: int = 1, timeout_s: float = 60, serialize_gpu: bool | None = None
+        self,
+        workers: int = 1,
+        timeout_s: float = 60,
+        serialize_gpu: bool | None = None,
+        setup: WorkerSetup | None = None,
+        start_timeout_s: float = START_TIMEOUT_S,
     ) -> None:
         if workers < 1:
             raise ValueError(f"a pool needs at least one worker, got {workers}")
         self.timeout_s = timeout_s
+        self.start_timeout_s = start_timeout_s
+        self.setup = setup or WorkerSetup(CacheLayout.of())
         self._ctx = mp.get_context("spawn")
         serialize = workers > 1 if serialize_gpu is None else serialize_gpu
         started = time.monotonic()
-        self._workers = [_Worker(self._ctx, serialize) for _ in range(workers)]
+        self._workers = [_Worker(self._ctx, serialize, self.setup) for _ in range(workers)]
         self.replaced = 0  # workers replaced after a crash or a timeout
         self._jobs: dict[int, tuple[Job, float]] = {}  # ticket -> (job, submitted at)
         self._pending: collections.deque[int] = collections.deque()
@@ -210,7 +225,7 @@ class WorkerPool:
     def _wait(self, timeout: float | None = None) -> None:
         now = time.monotonic()
         deadlines = [w.job[1] for w in self._workers if w.job and w.job[1] != float("inf")]
-        deadlines += [w.started_at + START_TIMEOUT_S for w in self._workers if not w.ready]
+        deadlines += [w.started_at + self.start_timeout_s for w in self._workers if not w.ready]
         if timeout is not None:
             deadlines.append(now + timeout)
         wait = max(0.0, min(deadlines) - now) if deadlines else None
@@ -245,12 +260,13 @@ class WorkerPool:
                     return
                 except (EOFError, OSError):
                     pass
-            if not w.process.is_alive() or now > w.started_at + START_TIMEOUT_S:
+            if not w.process.is_alive() or now > w.started_at + self.start_timeout_s:
                 code = w.process.exitcode
                 w.stop(kill=True)
                 raise RuntimeError(
-                    f"a kernelpro worker failed to start (exit code {code}); run "
-                    "`python -c 'import torch, kernelpro_backend'` to see the import error"
+                    f"a kernelpro worker failed to start within {self.start_timeout_s:g} s "
+                    f"(exit code {code}); run `python -c 'import torch, kernelpro_backend'` to "
+                    "see an import error, or raise the worker_start_timeout_s option"
                 )
             return
         if w.job is None:

@@ -1,9 +1,10 @@
 """One worker pool per process, kept across subgraphs and compiles.
 
-Owns: `lease_pool(workers, timeout_s, idle_s)`, a context manager that hands out the process's
-pool (started on first use: warm CUDA contexts, torch and Triton imported once), and
-`release_pool()`. The pool is shut down when it has been idle for `idle_s` seconds, at exit,
-or when a caller asks for a different number of workers.
+Owns: `lease_pool(workers, timeout_s, idle_s, setup, start_timeout_s)`, a context manager that
+hands out the process's pool (started on first use: warm CUDA contexts, torch and Triton
+imported once), and `release_pool()`. The pool is shut down when it has been idle for `idle_s`
+seconds, at exit, or when a caller asks for a different number of workers or another
+`WorkerSetup` (another cache directory or compile limit).
 Must not: evaluate anything itself (pool.py does) or decide what to evaluate.
 """
 
@@ -16,7 +17,8 @@ import threading
 import time
 from collections.abc import Iterator
 
-from .pool import WorkerPool
+from .pool import START_TIMEOUT_S, WorkerPool
+from .worker_setup import WorkerSetup
 
 log = logging.getLogger("kernelpro")
 
@@ -31,15 +33,30 @@ class _Keeper:
         self.last_used = time.monotonic()
         self.timer: threading.Timer | None = None
 
-    def get(self, workers: int, timeout_s: float) -> tuple[WorkerPool, bool]:
+    def get(
+        self,
+        workers: int,
+        timeout_s: float,
+        setup: WorkerSetup | None = None,
+        start_timeout_s: float = START_TIMEOUT_S,
+    ) -> tuple[WorkerPool, bool]:
         with self.lock:
             fresh = False
-            changed = self.pool is not None and (self.pool.closed or self.pool.size != workers)
-            if changed and self.users == 0 and self.pool is not None:
-                self.pool.close()  # a pool in use by another search keeps its size
+            pool = self.pool
+            changed = pool is not None and (
+                pool.closed or pool.size != workers or (setup is not None and pool.setup != setup)
+            )
+            if changed and self.users == 0 and pool is not None:
+                pool.close()  # a pool in use by another search keeps its size and setup
                 self.pool = None
             if self.pool is None:
-                self.pool, fresh = WorkerPool(workers=workers, timeout_s=timeout_s), True
+                self.pool = WorkerPool(
+                    workers=workers,
+                    timeout_s=timeout_s,
+                    setup=setup,
+                    start_timeout_s=start_timeout_s,
+                )
+                fresh = True
             self.pool.timeout_s = timeout_s
             self.users += 1
             return self.pool, fresh
@@ -77,13 +94,20 @@ atexit.register(_KEEPER.close)
 
 
 @contextlib.contextmanager
-def lease_pool(workers: int, timeout_s: float, idle_s: float = 300.0) -> Iterator[WorkerPool]:
-    """The process's pool with `workers` workers, started if needed and ready when handed out.
+def lease_pool(
+    workers: int,
+    timeout_s: float,
+    idle_s: float = 300.0,
+    setup: WorkerSetup | None = None,
+    start_timeout_s: float = START_TIMEOUT_S,
+) -> Iterator[WorkerPool]:
+    """The process's pool with `workers` workers started with `setup` (WorkerSetup.of(options):
+    the cache layout and compile limit), started if needed and ready when handed out.
 
     with lease_pool(4, timeout_s=120) as pool:
         pool.start_s  # seconds this process spent starting it (once)
     """
-    pool, fresh = _KEEPER.get(workers, timeout_s)
+    pool, fresh = _KEEPER.get(workers, timeout_s, setup, start_timeout_s)
     try:
         pool.wait_ready()
         if not fresh:

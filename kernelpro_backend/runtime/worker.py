@@ -25,6 +25,7 @@ from typing import Any
 import torch
 
 from ..fx_passes.subgraph import IntRange, random_inputs
+from ..paths import CacheLayout
 from ..profilers.findings import Finding
 from .candidate import BaselineCandidate, CandidateLoadError, load_kernel
 from .gpu_lock import PoolGpuLock, holding_gpu
@@ -35,6 +36,7 @@ from .precompile import precompile
 from .result import EvalResult, EvalStatus
 from .timing import Timing, measure_energy_j, time_kernel
 from .validate import validate
+from .worker_setup import WorkerSetup
 
 # A measured time below the speed-of-light bound by more than this fraction (beyond the
 # spread) is rejected: ceilings are what simple kernels reach, a tuned kernel may beat them
@@ -58,10 +60,11 @@ _FATAL_MARKERS = (
 
 
 class WorkerState:
-    """What a worker keeps between jobs: its scratch dir and the device ceilings."""
+    """What a worker keeps between jobs: its scratch dir, its setup and the device ceilings."""
 
-    def __init__(self, workdir: Path) -> None:
+    def __init__(self, workdir: Path, setup: WorkerSetup | None = None) -> None:
         self.workdir = workdir
+        self.setup = setup or WorkerSetup(CacheLayout.of())
         self.ceilings: dict[str, Any] = {}
 
     def sol_ms(self, job: Job, device: torch.device) -> float | None:
@@ -72,7 +75,7 @@ class WorkerState:
 
         name = str(device)
         if name not in self.ceilings:
-            self.ceilings[name] = Ceilings.load_or_measure(device)
+            self.ceilings[name] = Ceilings.load_or_measure(device, self.setup.layout.root)
         return SpeedOfLight.time_ms(job.work, self.ceilings[name], job.precision)
 
 
@@ -144,7 +147,13 @@ def _evaluate(job: Job, state: WorkerState, phases: Phases, gpu_lock: Any) -> Ev
     with precision_mode(job.precision):
         try:
             with phases("load"):
-                kernel = load_kernel(job.candidate, reference, state.workdir)
+                kernel = load_kernel(
+                    job.candidate,
+                    reference,
+                    state.workdir,
+                    cubin_dir=state.setup.layout.cubin_root,
+                    nvcc_timeout_s=state.setup.nvcc_timeout_s,
+                )
             with phases("compile"):  # outside the GPU lock: CPU work overlaps other timings
                 precompile(kernel, job.input_meta, device)
         except Exception as e:
@@ -154,7 +163,7 @@ def _evaluate(job: Job, state: WorkerState, phases: Phases, gpu_lock: Any) -> Ev
         if _feedback_after(job, result):
             # ptxas/sass read the compiled kernel: CPU work that need not hold the GPU.
             with phases("feedback"):
-                findings, more = _feedback(job, kernel, result.median_ms or 0.0, (), state.workdir)
+                findings, more = _feedback(job, kernel, result.median_ms or 0.0, (), state)
             result = dataclasses.replace(
                 result, findings=findings, details={**result.details, **more}
             )
@@ -236,7 +245,7 @@ def _on_gpu(
     if _gpu_feedback(job) and not baseline:
         with phases("feedback"):
             inputs = _timing_sets(job, device, 0)[0]
-            findings, more = _feedback(job, kernel, timing.median_ms, inputs, state.workdir)
+            findings, more = _feedback(job, kernel, timing.median_ms, inputs, state)
             del inputs
         details.update(more)
     return EvalResult(
@@ -273,7 +282,7 @@ def _energy(job: Job, kernel: Any, device: torch.device) -> float | None:
 
 
 def _feedback(
-    job: Job, kernel: Any, measured_ms: float, inputs: Sequence[torch.Tensor], workdir: Path
+    job: Job, kernel: Any, measured_ms: float, inputs: Sequence[torch.Tensor], state: WorkerState
 ) -> tuple[tuple[Finding, ...], dict[str, Any]]:
     """The findings of `job.feedback` for a timed candidate, and the details to record. A
     failure is printed and recorded as details["feedback_error"]; the candidate stays OK."""
@@ -294,8 +303,9 @@ def _feedback(
                 inputs=inputs,
                 knobs=kernel_knobs(kernel),
                 element_bytes=float_element_bytes(inputs or _meta_tensors(job)),
-                workdir=workdir,
+                workdir=state.workdir,
                 precision=job.precision,
+                cubin_dir=state.setup.layout.cubin_root,
             )
     except Exception as e:
         message = one_line(e)
@@ -337,14 +347,17 @@ def _warm_inductor() -> None:
         print(f"kernelpro: worker warm-up failed: {type(e).__name__}: {e}", flush=True)
 
 
-def worker_main(conn: Connection, serialize_gpu: bool = False) -> None:
+def worker_main(
+    conn: Connection, serialize_gpu: bool = False, setup: WorkerSetup | None = None
+) -> None:
     """Serve jobs from `conn` until it closes: receive (job_id, Job), send (job_id, result
-    dict, fatal). After a fatal CUDA error the worker exits and the pool starts a new one."""
+    dict, fatal). After a fatal CUDA error the worker exits and the pool starts a new one.
+    `setup`: the caller's cache layout and limits (None: the defaults of this process)."""
     # Real-size subgraphs allocate and free blocks of several sizes (6 GB inputs, 12 GB float64
     # references): expandable segments keep the freed memory usable for the next size.
     with contextlib.suppress(Exception):
         torch.cuda.memory._set_allocator_settings("expandable_segments:True")
-    state = WorkerState(Path(tempfile.mkdtemp(prefix="kernelpro-worker-")))
+    state = WorkerState(Path(tempfile.mkdtemp(prefix="kernelpro-worker-")), setup)
     gpu_lock = PoolGpuLock(conn) if serialize_gpu else None
     _warm_inductor()
     conn.send(("ready", os.getpid()))

@@ -17,9 +17,10 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
+from ..paths import CacheLayout
+
 log = logging.getLogger(__name__)
 
-FILE_NAME = "search_memory.jsonl"
 # Shrinkage of the prior towards 0 (pseudo-records of gain 0): one lucky record of +0.5 gives a
 # prior of +0.25, not +0.5.
 PSEUDO_COUNT = 1.0
@@ -54,9 +55,8 @@ class MoveRecord:
 
 
 def default_memory_path(cache_dir: str | os.PathLike[str] | None = None) -> Path:
-    """`<cache_dir>/search_memory.jsonl`, cache_dir defaulting to ~/.cache/kernelpro."""
-    base = Path(cache_dir) if cache_dir is not None else Path.home() / ".cache" / "kernelpro"
-    return base / FILE_NAME
+    """`<cache_dir>/search_memory.jsonl` under the cache directory rule (paths.py)."""
+    return CacheLayout.of(cache_dir).search_memory
 
 
 class SearchMemory:

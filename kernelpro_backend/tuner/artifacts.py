@@ -72,10 +72,13 @@ def artifact_candidate(artifact: KernelArtifact) -> Candidate:
     )
 
 
-def winner_fields(winner: Any, render: Any = None, device: Any = None) -> dict[str, Any]:
+def winner_fields(
+    winner: Any, render: Any = None, device: Any = None, cubin_dir: Path | None = None
+) -> dict[str, Any]:
     """The artifact fields of a winning candidate: a KernelSpec is rendered; free-form source
     is stored as written, and a CUDA winner also stores its cubin for `device` (default: the
-    current one) and its launch metadata, so a cache hit loads without a compiler."""
+    current one; from the cubin cache `cubin_dir` the workers filled) and its launch metadata,
+    so a cache hit loads without a compiler."""
     if isinstance(winner, SourceCandidate):
         fields: dict[str, Any] = {
             "language": winner.language,
@@ -85,7 +88,7 @@ def winner_fields(winner: Any, render: Any = None, device: Any = None) -> dict[s
         if winner.language == "cuda":
             from ..runtime.cuda_driver import cubin_artifact_fields
 
-            fields.update(cubin_artifact_fields(winner.source, winner.entry, device))
+            fields.update(cubin_artifact_fields(winner.source, winner.entry, device, cubin_dir))
         return fields
     if render is None:
         from ..codegen import render

@@ -57,7 +57,10 @@ class PoolMeasurer:
         if self._roofs is None:
             return None
         return FeedbackPlan(
-            roofs=self._roofs, tools=tuple(self.options.search_tools), ncu_below_ms=self.best_ms
+            roofs=self._roofs,
+            tools=tuple(self.options.search_tools),
+            ncu_below_ms=self.best_ms,
+            ncu_run_timeout_s=self.options.ncu_run_timeout_s,
         )
 
     def baselines(self, subgraph: Any = None) -> dict[str, EvalResult]:

@@ -18,15 +18,16 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from ..cache.artifact import KernelArtifact, Provenance
-from ..cache.store import resolve_cache_dir
 from ..codegen import Unsupported
 from ..fx_passes import Subgraph
 from ..lowering import lower
 from ..options import Options
+from ..paths import CacheLayout
 from ..profilers.ceilings import Ceilings
 from ..runtime.memory import Footprint, MemoryPlan, gpu_free_bytes, plan_memory
 from ..runtime.shared_pool import lease_pool
-from ..search import Budget, SearchMemory, codegen_space, default_memory_path, optimize
+from ..runtime.worker_setup import WorkerSetup
+from ..search import Budget, SearchMemory, codegen_space, optimize
 from .artifacts import winner_fields
 from .measurer import PoolMeasurer
 
@@ -44,7 +45,12 @@ def make_proposer(options: Options, environ: Mapping[str, str] | None = None) ->
     from ..search import LLMProposer, RuleProposer
 
     if options.proposer == "llm":
-        return LLMProposer.from_environ(options.llm_model, environ, fallback=RuleProposer())
+        return LLMProposer.from_environ(
+            options.llm_model,
+            environ,
+            client_options={"timeout_s": options.llm_timeout_s},
+            fallback=RuleProposer(),
+        )
     return RuleProposer()
 
 
@@ -57,13 +63,14 @@ class SubgraphSearcher:
         self.proposer = make_proposer(options)
         self.skipped: str | None = None
         self._ceilings: Ceilings | None = None
+        self.layout = CacheLayout.of(options.cache_dir)  # logs, memory, ceilings, cubins
 
     def ceilings(self, subgraph: Subgraph) -> Ceilings | None:
         """The device's measured ceilings (cached in the cache dir); None off the GPU."""
         if subgraph.device.type != "cuda":
             return None
         if self._ceilings is None:
-            self._ceilings = Ceilings.load_or_measure("cuda", str(cache_root(self.options)))
+            self._ceilings = Ceilings.load_or_measure("cuda", self.layout.root)
         return self._ceilings
 
     @property
@@ -104,11 +111,16 @@ class SubgraphSearcher:
             self.skipped = plan.message
             log.warning("kernelpro: %s %s %s", subgraph.graph, subgraph.pattern, plan.message)
             return None
-        log_dir = cache_root(self.options) / "logs"
-        log_dir.mkdir(parents=True, exist_ok=True)
-        log_path = str(log_dir / f"{subgraph.key.digest[:16]}.jsonl")
+        self.layout.logs.mkdir(parents=True, exist_ok=True)
+        log_path = str(self.layout.logs / f"{subgraph.key.digest[:16]}.jsonl")
         leased = time.perf_counter()
-        with lease_pool(self.options.workers, self.job_timeout_s, self.options.pool_idle_s) as pool:
+        with lease_pool(
+            self.options.workers,
+            self.job_timeout_s,
+            self.options.pool_idle_s,
+            setup=WorkerSetup(self.layout, self.options.nvcc_timeout_s),
+            start_timeout_s=self.options.worker_start_timeout_s,
+        ) as pool:
             fixed = {
                 "pool_start": round(pool.start_s or 0.0, 3),
                 "lease": round(time.perf_counter() - leased, 3),
@@ -123,7 +135,7 @@ class SubgraphSearcher:
                 measurer=measurer,
                 proposer=self.proposer,
                 budget=Budget.from_options(self.options),
-                memory=SearchMemory(default_memory_path(str(cache_root(self.options)))),
+                memory=SearchMemory(self.layout.search_memory),
                 log_path=log_path,
                 progress=self.options.progress,
                 objective=self.options.objective,
@@ -131,10 +143,12 @@ class SubgraphSearcher:
                 batch_size=plan.concurrent,
                 fixed_s=fixed,
             )
-        return _artifact(outcome, subgraph, log_path)
+        return _artifact(outcome, subgraph, log_path, self.layout.cubin_root)
 
 
-def _artifact(outcome: Any, subgraph: Subgraph, log_path: str) -> KernelArtifact | None:
+def _artifact(
+    outcome: Any, subgraph: Subgraph, log_path: str, cubin_dir: Path
+) -> KernelArtifact | None:
     baselines = {k: r.median_ms for k, r in outcome.baselines.items() if r.ok and r.median_ms}
     if outcome.uses_fallback or outcome.result is None:
         log.info(
@@ -146,17 +160,12 @@ def _artifact(outcome: Any, subgraph: Subgraph, log_path: str) -> KernelArtifact
         )
         return None
     return KernelArtifact(
-        **winner_fields(outcome.winner, device=subgraph.device),
+        **winner_fields(outcome.winner, device=subgraph.device, cubin_dir=cubin_dir),
         kernel_ms=outcome.result.median_ms,
         baselines_ms=baselines,
         sol_fraction=outcome.result.sol_fraction,
         provenance=Provenance(search_log=log_path),
     )
-
-
-def cache_root(options: Options) -> Path:
-    """Where logs, search memory and ceilings go: the cache's own directory."""
-    return Path(resolve_cache_dir(options.cache_dir))
 
 
 def release_gpu_memory() -> None:

@@ -21,8 +21,12 @@ from ..cache.artifact import Entry, KernelArtifact
 from ..cache.maintenance import ValidatorUnavailable, Verdict
 from ..cache.toolchain import Toolchain, current_arch, current_toolchain
 from ..fx_passes.rebuild import RebuildError, rebuild_subgraph
+from ..paths import CacheLayout
+from ..runtime.cuda_compile import NVCC_TIMEOUT_S
 from ..runtime.job import Job
+from ..runtime.pool import START_TIMEOUT_S
 from ..runtime.result import EvalResult
+from ..runtime.worker_setup import WorkerSetup
 from .artifacts import artifact_candidate
 
 # Runs jobs in isolation and returns their results in order (WorkerPool.evaluate_many).
@@ -47,6 +51,8 @@ class CacheEntryValidator:
         timeout_s: float = 120,
         cache_dir: str | None = None,
         check_timing_s: float = 0.05,
+        nvcc_timeout_s: float = NVCC_TIMEOUT_S,
+        start_timeout_s: float = START_TIMEOUT_S,
     ) -> None:
         self.arch = arch or current_arch()
         self.toolchain = toolchain or current_toolchain()
@@ -56,6 +62,9 @@ class CacheEntryValidator:
         self.workers = workers
         self.timeout_s = timeout_s
         self.cache_dir = cache_dir
+        # The workers' cubins and the ceilings go where the cache is (paths.py).
+        self.setup = WorkerSetup(CacheLayout.of(cache_dir), nvcc_timeout_s)
+        self.start_timeout_s = start_timeout_s
         self.check_timing_s = check_timing_s  # timed runs per entry when only checking
         self._evaluate = evaluate
         self._pool: Any = None
@@ -137,7 +146,12 @@ class CacheEntryValidator:
             from ..runtime import WorkerPool
 
             try:
-                self._pool = WorkerPool(workers=self.workers, timeout_s=self.timeout_s)
+                self._pool = WorkerPool(
+                    workers=self.workers,
+                    timeout_s=self.timeout_s,
+                    setup=self.setup,
+                    start_timeout_s=self.start_timeout_s,
+                )
             except Exception as e:
                 raise ValidatorUnavailable(f"cannot start the evaluator's workers: {e}") from e
         return self._pool.evaluate_many(jobs)  # type: ignore[no-any-return]
@@ -148,11 +162,10 @@ class CacheEntryValidator:
         if subgraph.device.type != "cuda" or self._evaluate is not None:
             return None
         if self._ceilings is None:
-            from ..cache.store import resolve_cache_dir
             from ..profilers.ceilings import Ceilings
 
             try:
-                self._ceilings = Ceilings.load_or_measure("cuda", resolve_cache_dir(self.cache_dir))
+                self._ceilings = Ceilings.load_or_measure("cuda", self.setup.layout.root)
             except Exception as e:
                 raise ValidatorUnavailable(f"cannot load or measure GPU ceilings: {e}") from e
         return self._ceilings

@@ -151,3 +151,20 @@ def test_sector_use_is_judged_only_when_loads_went_through_the_lsu_pipe():
     scattered = NcuLaunch("gather", {metric: 25.0, requests: 1000.0}, {})
     (f,) = [f for f in rules(scattered, {}, element_bytes=2) if f.metric.endswith("per_sector_pct")]
     assert f.value == 25.0
+
+
+def test_the_ncu_tool_runs_ncu_with_the_targets_timeout(monkeypatch):
+    from kernelpro_backend.profilers import ncu as ncu_mod
+    from kernelpro_backend.profilers.target import ProfileTarget
+
+    seen = {}
+
+    def fake_run(command, kernel_regex=None, timeout_s=None):
+        seen["timeout_s"] = timeout_s
+        raise RuntimeError("stop")
+
+    monkeypatch.setattr(ncu_mod, "run_ncu", fake_run)
+    target = ProfileTarget(ncu_command=["python3", "-c", "pass"], ncu_run_timeout_s=42.0)
+    with pytest.raises(RuntimeError, match="stop"):
+        ncu_mod.NcuTool().run(target)
+    assert seen["timeout_s"] == 42.0

@@ -200,20 +200,20 @@ def test_trim_log_keeps_errors_with_context_and_bounds_length(tmp_path):
 
 @needs_nvcc
 def test_nvcc_compiles_a_cubin_and_the_second_compile_is_a_cache_hit(tmp_path):
-    first = compile_cuda(VECTOR_ADD, ARCH, kernels=["vector_add"], cache_dir=tmp_path)
+    first = compile_cuda(VECTOR_ADD, ARCH, kernels=["vector_add"], cubin_dir=tmp_path)
     assert first.data[:4] == b"\x7fELF" and b"vector_add\0" in first.data
     assert not first.cached and first.path is not None and first.path.read_bytes() == first.data
     assert first.compiler.startswith("nvcc ") and "-arch=sm_90a" in first.flags
-    again = compile_cuda(VECTOR_ADD, ARCH, kernels=["vector_add"], cache_dir=tmp_path)
+    again = compile_cuda(VECTOR_ADD, ARCH, kernels=["vector_add"], cubin_dir=tmp_path)
     assert again.cached and again.data == first.data and again.path == first.path
-    other_arch = compile_cuda(VECTOR_ADD, "sm_80", kernels=["vector_add"], cache_dir=tmp_path)
+    other_arch = compile_cuda(VECTOR_ADD, "sm_80", kernels=["vector_add"], cubin_dir=tmp_path)
     assert not other_arch.cached and other_arch.path != first.path
 
 
 @needs_nvcc
 @pytest.mark.skipif(not cutlass_include_dirs(), reason="CUTLASS headers (nvidia-cutlass) absent")
 def test_cute_source_compiles_with_the_wheel_headers(tmp_path):
-    cubin = compile_cuda(CUTE_SCALE, ARCH, kernels=["cute_scale"], cache_dir=tmp_path)
+    cubin = compile_cuda(CUTE_SCALE, ARCH, kernels=["cute_scale"], cubin_dir=tmp_path)
     assert any(f.startswith("-I") and f.endswith("include") for f in cubin.flags)
     assert b"cute_scale\0" in cubin.data
 
@@ -221,7 +221,7 @@ def test_cute_source_compiles_with_the_wheel_headers(tmp_path):
 @needs_nvcc
 def test_nvcc_error_is_a_readable_compile_error(tmp_path):
     with pytest.raises(CudaCompileError) as info:
-        compile_cuda(DOES_NOT_COMPILE, ARCH, cache_dir=tmp_path)
+        compile_cuda(DOES_NOT_COMPILE, ARCH, cubin_dir=tmp_path)
     first_line = str(info.value).splitlines()[0]
     assert first_line.startswith("nvcc: 1 error; first: candidate.cu(")
     assert 'identifier "undefined_name" is undefined' in first_line
@@ -235,7 +235,7 @@ def test_kernel_without_extern_c_is_reported_by_name(tmp_path):
         CudaCompileError,
         match=r"vector_add not found in the compiled cubin: .* `extern \"C\" __global__`",
     ):
-        compile_cuda(NOT_EXTERN_C, ARCH, kernels=["vector_add"], cache_dir=tmp_path)
+        compile_cuda(NOT_EXTERN_C, ARCH, kernels=["vector_add"], cubin_dir=tmp_path)
 
 
 @needs_nvcc

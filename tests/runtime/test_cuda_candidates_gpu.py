@@ -135,7 +135,7 @@ def test_cute_kernel_runs():
 def test_nvrtc_cubin_runs_like_the_nvcc_one(tmp_path):
     if nvrtc_version() is None:
         pytest.skip("NVRTC (libnvrtc) is not installed here")
-    cubin = compile_cuda(ROW_SOFTMAX, current_arch(), compiler="nvrtc", cache_dir=tmp_path)
+    cubin = compile_cuda(ROW_SOFTMAX, current_arch(), compiler="nvrtc", cubin_dir=tmp_path)
     assert cubin.compiler.startswith("nvrtc")
     kernel = CudaKernel(cubin.data, parse_launch(ROW_SOFTMAX, "row_softmax"))
     x = torch.randn(33, 777, device="cuda")

@@ -1,0 +1,112 @@
+"""Moving entries between a cache store and a bundle.
+
+Owns: `export_bundle` (a store's entries for one toolchain, optionally filtered, written as a
+bundle) and `import_bundle` (a bundle's verified entries copied into a store), which refuses, by
+name and reason, tampered entries and entries for another GPU architecture or toolchain.
+Must not: define or check the bundle format (bundle.py does) or admit code itself (the caller
+passes tuner.admit.admit).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+from pathlib import Path
+
+from .artifact import Entry, encode_entry, utc_now
+from .bundle import BUNDLE_FORMAT, MANIFEST, Refusal, read_bundle, write_archive
+from .store import Admit, KernelCache
+from .toolchain import CACHE_SCHEMA_VERSION, Toolchain, current_arch
+
+
+@dataclasses.dataclass(frozen=True)
+class ImportReport:
+    imported: list[Entry]
+    refused: list[Refusal]
+
+
+def export_bundle(
+    cache: KernelCache,
+    out: str | os.PathLike[str],
+    pattern: str | None = None,
+    kind: str | None = None,
+    arch: str | None = None,
+    toolchain: Toolchain | None = None,
+) -> list[Entry]:
+    """Write the cache's entries for one toolchain (default: the cache's), optionally filtered,
+    to a bundle at `out` (.zip for zip, .tar.gz/.tgz for gzip'd tar, else tar)."""
+    toolchain = toolchain or cache.toolchain
+    chosen = [
+        e
+        for e in cache.entries()
+        if e.key.toolchain == toolchain
+        and (pattern is None or e.artifact.pattern == pattern)
+        and (kind is None or e.artifact.kind == kind)
+        and (arch is None or e.key.arch == arch)
+    ]
+    chosen.sort(key=lambda e: e.key.digest)
+    files: dict[str, bytes] = {}
+    listed = []
+    for e in chosen:
+        data = cache.raw(e.key.digest)
+        if data is None:
+            continue  # deleted since it was scanned
+        name = f"entries/{e.key.digest}.json"
+        files[name] = data
+        listed.append(
+            {
+                "file": name,
+                "digest": e.key.digest,
+                "key": e.key.to_dict(),
+                "sha256": hashlib.sha256(data).hexdigest(),
+                "pattern": e.artifact.pattern,
+                "kind": e.artifact.kind,
+            }
+        )
+    manifest = {
+        "format": BUNDLE_FORMAT,
+        "schema": CACHE_SCHEMA_VERSION,
+        "created": utc_now(),
+        "toolchain": toolchain.to_dict(),
+        "arch": sorted({e.key.arch for e in chosen}),
+        "entries": listed,
+    }
+    files[MANIFEST] = json.dumps(manifest, indent=1, sort_keys=True).encode()
+    write_archive(Path(out), files)
+    return [e for e in chosen if f"entries/{e.key.digest}.json" in files]
+
+
+def import_bundle(
+    cache: KernelCache,
+    path: str | os.PathLike[str],
+    arch: str | None = None,
+    toolchain: Toolchain | None = None,
+    admit: Admit | None = None,
+) -> ImportReport:
+    """Copy a bundle's verified entries for `arch` (default: this machine's GPU) and `toolchain`
+    (default: the cache's) into the cache; everything else is refused with its reason.
+    `admit` (tuner.admit.admit): refuses an entry whose code did not come out of this kernelpro;
+    the command line always passes it."""
+    arch = arch or current_arch()
+    toolchain = toolchain or cache.toolchain
+    bundle = read_bundle(path)
+    imported: list[Entry] = []
+    refused = list(bundle.refused)
+    for entry in bundle.entries:
+        name = f"entries/{entry.key.digest}.json ({entry.artifact.pattern or 'unnamed'})"
+        if entry.key.arch != arch:
+            refused.append(
+                Refusal(name, f"built for GPU arch {entry.key.arch}, this cache is for {arch}")
+            )
+        elif entry.key.toolchain != toolchain:
+            refused.append(
+                Refusal(name, f"built with {entry.key.toolchain}; this machine has {toolchain}")
+            )
+        elif admit is not None and (problem := admit(entry.artifact)):
+            refused.append(Refusal(name, problem))
+        else:
+            cache.put_raw(entry.key.digest, encode_entry(entry.key, entry.artifact))
+            imported.append(entry)
+    return ImportReport(imported=imported, refused=refused)

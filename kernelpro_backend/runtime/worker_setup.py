@@ -1,0 +1,29 @@
+"""What a worker process is started with.
+
+Owns: `WorkerSetup`, built from the caller's options: where a worker's files go (the cache
+layout: cubins, ceilings) and its compile limit. It is plain data passed in the spawn
+arguments, so `options={"cache_dir": ...}` reaches the workers without anyone changing
+os.environ.
+Must not: start processes (pool.py) or read the environment itself (paths.py resolves the
+layout in the caller).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from ..options import Options
+from ..paths import CacheLayout
+from .cuda_compile import NVCC_TIMEOUT_S
+
+
+@dataclasses.dataclass(frozen=True)
+class WorkerSetup:
+    """A worker's cache layout and nvcc limit, from the caller's options."""
+
+    layout: CacheLayout
+    nvcc_timeout_s: float = NVCC_TIMEOUT_S
+
+    @classmethod
+    def of(cls, options: Options) -> WorkerSetup:
+        return cls(CacheLayout.of(options.cache_dir), options.nvcc_timeout_s)
