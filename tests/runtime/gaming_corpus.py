@@ -125,8 +125,10 @@ CALLS = [0]
 def entry(x, y):
     CALLS[0] += 1
     out = launch(x, y, torch.empty_like(x))
-    # noise far inside the float32 tolerance, different on every call
-    return [out * (1 + 1e-7 * (CALLS[0] % 7 + 1))]
+    # noise far inside the float32 tolerance, different on every call: whole multiples of
+    # float32's epsilon (1e-7 steps rounded 3e-7 and 4e-7 to the same factor, so two calls in
+    # a row could agree)
+    return [out * (1 + 2.0**-23 * (CALLS[0] % 7 + 1))]
 """,
         "wrong",
         "non-deterministic",
