@@ -19,6 +19,8 @@ SOL = "sol"
 PLATEAU = "plateau"
 EXHAUSTED = "exhausted"  # the tree has nothing left to try
 EARLY_REASONS = (SOL, PLATEAU)
+PLATEAU_TRIALS = 16  # the plateau window with few candidates in flight
+PLATEAU_GENERATIONS = 3  # ... and at least this many rounds of what is in flight
 
 
 @dataclasses.dataclass(frozen=True)
@@ -30,7 +32,7 @@ class Budget:
     max_trials: int = 64
     max_seconds: float = 120.0
     sol_stop_fraction: float | None = 0.9
-    plateau_trials: int | None = 16
+    plateau_trials: int | None = PLATEAU_TRIALS
     plateau_eps: float = 0.01
 
     def __post_init__(self) -> None:
@@ -48,9 +50,17 @@ class Budget:
             raise ValueError(f"plateau_trials must be >= 1 or None, got {self.plateau_trials}")
 
     @classmethod
-    def from_options(cls, options: Any) -> Budget:
-        """From `kernelpro_backend.options.Options` (max_trials, budget_s)."""
-        return cls(max_trials=int(options.max_trials), max_seconds=float(options.budget_s))
+    def from_options(cls, options: Any, in_flight: int = 1) -> Budget:
+        """From `kernelpro_backend.options.Options` (max_trials, budget_s). The plateau window
+        is at least three generations of `in_flight` candidates: with 8 in flight, 16 trials
+        are two rounds, and the tree has had one round to act on what the first taught it
+        (measured on H100: most KernelBench searches stopped on plateau at 24-30 trials)."""
+        plateau = max(PLATEAU_TRIALS, PLATEAU_GENERATIONS * in_flight)
+        return cls(
+            max_trials=int(options.max_trials),
+            max_seconds=float(options.budget_s),
+            plateau_trials=plateau,
+        )
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

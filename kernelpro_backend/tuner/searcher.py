@@ -134,7 +134,7 @@ class SubgraphSearcher:
                 space=codegen_space(),  # type: ignore[arg-type]
                 measurer=measurer,
                 proposer=self.proposer,
-                budget=Budget.from_options(self.options),
+                budget=Budget.from_options(self.options, in_flight=plan.concurrent),
                 memory=SearchMemory(self.layout.search_memory),
                 log_path=log_path,
                 progress=self.options.progress,

@@ -9,6 +9,7 @@ import pytest
 from kernelpro_backend.options import Options
 from kernelpro_backend.runtime.result import EvalResult, EvalStatus
 from kernelpro_backend.search import Budget, Measured, RewardModel, choose_winner
+from kernelpro_backend.search.budget import BudgetTracker
 from kernelpro_backend.search.rewards import faster_beyond_spread, tied
 
 
@@ -68,7 +69,21 @@ def test_budget_validation_and_options():
     with pytest.raises(ValueError, match="sol_stop_fraction"):
         Budget(sol_stop_fraction=1.5)
     b = Budget.from_options(Options(max_trials=7, budget_s=3.0))
-    assert (b.max_trials, b.max_seconds) == (7, 3.0)
+    assert (b.max_trials, b.max_seconds, b.plateau_trials) == (7, 3.0, 16)
+
+
+def test_the_plateau_window_spans_three_generations_of_what_is_in_flight():
+    options = Options(max_trials=64, budget_s=30.0)
+    assert Budget.from_options(options, in_flight=4).plateau_trials == 16
+    wide = Budget.from_options(options, in_flight=8)
+    assert wide.plateau_trials == 24
+    tracker = BudgetTracker(wide)
+    for _ in range(20):  # one win, then 19 trials without a gain: not yet a plateau at 8 wide
+        tracker.record(1.0, None)
+    assert tracker.stop_reason() is None
+    for _ in range(5):
+        tracker.record(1.0, None)
+    assert tracker.stop_reason() == "plateau"
 
 
 def test_a_win_smaller_than_the_replacement_cost_keeps_the_fallback():
