@@ -10,6 +10,7 @@ output (findings travel typed from the measurer to the proposer).
 from __future__ import annotations
 
 import dataclasses
+import logging
 import sys
 import time
 from collections.abc import Callable, Hashable
@@ -25,6 +26,8 @@ from .rules import RuleProposer
 from .space import SearchSpace
 from .tree import SearchTree, TreeParams
 from .winner import OBJECTIVES, Measured, choose_winner, fastest_baseline
+
+_log = logging.getLogger("kernelpro")
 
 # A candidate whose warm-up runs are this much slower than the best proved time is timed no
 # further and not proved: it cannot win, and at real sizes proving costs seconds.
@@ -192,6 +195,18 @@ class _Search:
                 node_id = self.in_flight.pop(ticket, None)
                 if node_id is not None:
                     self._tell(node_id, result)
+                if out_of_memory(result) and capacity > 1:
+                    # The memory plan was optimistic: one fewer in flight, so the next
+                    # candidates do not fail the same way one after another (measured on
+                    # H100: a 4 GiB softmax lost 8 trials in a row before this).
+                    capacity -= 1
+                    _log.warning(
+                        "kernelpro: %s %s ran out of GPU memory; %d candidate(s) in flight "
+                        "from now on",
+                        getattr(self.subgraph, "graph", "?"),
+                        getattr(self.subgraph, "pattern", "?"),
+                        capacity,
+                    )
 
     def _fill(self, capacity: int) -> None:
         while len(self.in_flight) < capacity:
@@ -335,6 +350,12 @@ def _stats_delta(
 
 def _number(v: Any) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def out_of_memory(result: EvalResult) -> bool:
+    """Whether a candidate failed for lack of GPU memory (not for anything it did)."""
+    return not result.ok and ("OutOfMemoryError" in result.message
+                              or "out of memory" in result.message.lower())  # fmt: skip
 
 
 def _ratio(reference_ms: float | None, ms: float | None) -> float | None:

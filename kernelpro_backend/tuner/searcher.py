@@ -106,11 +106,6 @@ class SubgraphSearcher:
         self.skipped = None
         if not self._searchable(subgraph):
             return None
-        plan = self.plan(subgraph)
-        if plan.concurrent == 0:
-            self.skipped = plan.message
-            log.warning("kernelpro: %s %s %s", subgraph.graph, subgraph.pattern, plan.message)
-            return None
         self.layout.logs.mkdir(parents=True, exist_ok=True)
         log_path = str(self.layout.logs / f"{subgraph.key.digest[:16]}.jsonl")
         leased = time.perf_counter()
@@ -125,6 +120,12 @@ class SubgraphSearcher:
                 "pool_start": round(pool.start_s or 0.0, 3),
                 "lease": round(time.perf_counter() - leased, 3),
             }
+            # Planned with the pool up: its idle workers' CUDA contexts are not free memory.
+            plan = self.plan(subgraph)
+            if plan.concurrent == 0:
+                self.skipped = plan.message
+                log.warning("kernelpro: %s %s %s", subgraph.graph, subgraph.pattern, plan.message)
+                return None
             measurer = PoolMeasurer(
                 self.options, pool, subgraph, self.ceilings(subgraph), plan.concurrent
             )

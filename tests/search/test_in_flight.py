@@ -132,3 +132,36 @@ def test_an_abandoned_candidate_never_wins():
         [Measured(1, "a", fast_unproved), Measured(2, "b", proved)], baselines, "time"
     )
     assert choice.winner == "b"
+
+
+class OutOfMemoryOnce(AsyncFake):
+    """The third collected candidate fails for lack of GPU memory, as a compile-ahead worker
+    does when the memory plan was optimistic."""
+
+    def collect(self) -> list[tuple[int, EvalResult]]:
+        out = super().collect()
+        if len(self.in_flight_seen) == 3:
+            ticket, _ = out[0]
+            oom = EvalResult(
+                EvalStatus.CRASHED, message="load: OutOfMemoryError: CUDA out of memory."
+            )
+            return [(ticket, oom)]
+        return out
+
+
+def test_running_out_of_gpu_memory_takes_one_candidate_out_of_flight(caplog):
+    space, _ = bowl_search_parts()
+    measurer = OutOfMemoryOnce()
+    with caplog.at_level("WARNING", logger="kernelpro"):
+        out = optimize(
+            FakeSubgraph(),
+            space=space,
+            measurer=measurer,
+            budget=Budget(max_trials=30, max_seconds=1e9, **NO_EARLY_STOP),
+            progress=False,
+            batch_size=4,
+        )
+    assert out.trials == 30
+    assert max(measurer.in_flight_seen[:3]) == 4
+    assert max(measurer.in_flight_seen[3:]) == 3  # one fewer in flight from then on
+    assert "ran out of GPU memory; 3 candidate(s) in flight" in caplog.text
