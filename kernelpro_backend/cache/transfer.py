@@ -15,6 +15,7 @@ import json
 import os
 from pathlib import Path
 
+from ..version import __version__
 from .artifact import Entry, encode_entry, utc_now
 from .bundle import BUNDLE_FORMAT, MANIFEST, Refusal, read_bundle, write_archive
 from .store import Admit, KernelCache
@@ -25,6 +26,25 @@ from .toolchain import CACHE_SCHEMA_VERSION, Toolchain, current_arch
 class ImportReport:
     imported: list[Entry]
     refused: list[Refusal]
+    # Who made the bundle, as its manifest says (kernelpro version, GPU, created); empty for
+    # bundles from before it was recorded. Claims, not proof: shown, never trusted.
+    built_by: dict[str, str] = dataclasses.field(default_factory=dict)
+
+
+def built_by() -> dict[str, str]:
+    """What this process would record as a bundle's maker."""
+    import torch
+
+    gpu = torch.cuda.get_device_name() if torch.cuda.is_available() else "none"
+    return {"kernelpro": __version__, "gpu": gpu, "created": utc_now()}
+
+
+def read_built_by(manifest: dict[str, object]) -> dict[str, str]:
+    """The manifest's `built_by`, if it is a small mapping of strings; else empty."""
+    raw = manifest.get("built_by")
+    if not isinstance(raw, dict) or len(raw) > 16:
+        return {}
+    return {str(k)[:64]: str(v)[:200] for k, v in raw.items() if isinstance(v, str)}
 
 
 def export_bundle(
@@ -69,6 +89,7 @@ def export_bundle(
         "format": BUNDLE_FORMAT,
         "schema": CACHE_SCHEMA_VERSION,
         "created": utc_now(),
+        "built_by": built_by(),
         "toolchain": toolchain.to_dict(),
         "arch": sorted({e.key.arch for e in chosen}),
         "entries": listed,
@@ -109,4 +130,4 @@ def import_bundle(
         else:
             cache.put_raw(entry.key.digest, encode_entry(entry.key, entry.artifact))
             imported.append(entry)
-    return ImportReport(imported=imported, refused=refused)
+    return ImportReport(imported, refused, read_built_by(bundle.manifest))

@@ -181,7 +181,16 @@ def _import(cache: KernelCache, args: argparse.Namespace, out: TextIO) -> int:
     except BundleError as e:
         print(f"import refused: {e}", file=out)
         return 1
+    maker = report.built_by
+    if maker:
+        print(f"bundle made by kernelpro {maker.get('kernelpro', '?')} on GPU "
+              f"{maker.get('gpu', '?')}, {maker.get('created', '?')} (as it says)", file=out)  # fmt: skip
+    else:
+        print("bundle does not say who made it (made before kernelpro recorded it)", file=out)
     print(f"imported {len(report.imported)} entries from {args.file}", file=out)
+    if report.imported:
+        print("each one's code was checked to be this kernelpro's own output; "
+              "`kernelpro cache verify` re-proves them on this GPU", file=out)  # fmt: skip
     if report.refused:
         print(f"refused {len(report.refused)}:", file=out)
         print(format_table(("ENTRY", "REASON"), [(r.name, r.reason) for r in report.refused]),

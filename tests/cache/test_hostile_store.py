@@ -256,3 +256,19 @@ def test_an_entry_listed_twice_is_refused_once(tmp_path, cache, tanh_sg):
     bundle = read_bundle(_zip(tmp_path / "dup.zip", files.items()))
     assert len(bundle.entries) == 1
     assert [r.reason for r in bundle.refused] == ["listed twice in manifest.json"]
+
+
+def test_a_bundles_maker_is_read_as_a_claim_and_bounded(tmp_path, cache, tanh_sg):
+    from kernelpro_backend.cache.transfer import import_bundle, read_built_by
+
+    cache.put(cache.key_for(tanh_sg.key), python_artifact())
+    out = tmp_path / "b.zip"
+    export_bundle(cache, out)
+    manifest = read_bundle(out).manifest
+    assert set(manifest["built_by"]) == {"kernelpro", "gpu", "created"}
+    with KernelCache(tmp_path / "other") as other:
+        report = import_bundle(other, out, arch=cache.key_for(tanh_sg.key).arch)
+    assert report.built_by == manifest["built_by"]
+    assert read_built_by({"built_by": ["not", "a", "mapping"]}) == {}
+    assert read_built_by({"built_by": {str(i): "x" for i in range(100)}}) == {}
+    assert read_built_by({"built_by": {"gpu": "x" * 10_000}}) == {"gpu": "x" * 200}

@@ -11,6 +11,7 @@ from graphs import python_artifact, with_arch
 
 from kernelpro_backend.cache import KernelCache, Provenance, Toolchain
 from kernelpro_backend.cli.cache import add_cli, run_cli
+from kernelpro_backend.version import __version__
 
 
 def _run(*argv: str, validator=None) -> tuple[int, str]:
@@ -69,6 +70,7 @@ def test_export_then_import_and_foreign_arch(cache_dir, tmp_path):
     # spec-built entries coming in: tests/cache/test_hostile_bundles.py).
     assert code == 1 and "imported 0 entries" in text and "refused 2" in text
     assert "'python' kernels from outside are never run" in text
+    assert f"bundle made by kernelpro {__version__} on GPU " in text  # its maker, as it says
     code, text = _run("--cache-dir", str(tmp_path / "third"), "import", bundle, "--arch", "sm_80")
     assert code == 1
     assert "imported 0 entries" in text and "refused 2" in text
