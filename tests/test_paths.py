@@ -204,3 +204,13 @@ def test_a_failed_atomic_write_keeps_the_old_file(tmp_path, monkeypatch):
         atomic_write(path, "new")
     assert path.read_text() == "old"
     assert [p.name for p in tmp_path.iterdir()] == ["file"]
+
+
+def test_the_variables_paths_reads_are_known_to_options():
+    """options warns about KERNELPRO_* names no option reads; the ones paths.py reads itself
+    must not be among them (options sits below paths and lists them by hand)."""
+    from kernelpro_backend.options import ENV_PREFIX, OTHER_VARIABLES
+    from kernelpro_backend.paths import CACHE_DIR_ENV, CUBIN_DIR_ENV
+
+    assert CUBIN_DIR_ENV.removeprefix(ENV_PREFIX) in OTHER_VARIABLES
+    assert CACHE_DIR_ENV.removeprefix(ENV_PREFIX).lower() in Options.field_names()

@@ -148,11 +148,10 @@ class KernelFinder:
         return found, getattr(self.searcher, "skipped", None)
 
     def _record_miss(self, key: CacheKey, subgraph: Subgraph, reason: str | None) -> None:
-        try:
-            recorded = self.cache.misses.record(key, subgraph, reason)
-        except OSError as e:  # a read-only cache must not break the user's compile
-            log.warning("kernelpro cache: cannot record miss in %s: %s", self.cache.misses.path, e)
-            recorded = False
+        # A read-only or full cache must not break the user's compile (one warning).
+        recorded = self._cache_op(
+            "record a miss in", lambda: self.cache.misses.record(key, subgraph, reason)
+        )
         if recorded:
             log.info(
                 "kernelpro cache: miss for %s %s (%s); running the fallback",

@@ -54,10 +54,9 @@ def _with_phases(result: EvalResult, phases: dict[str, float]) -> EvalResult:
     return dataclasses.replace(result, details={**result.details, "phase_s": phases})
 
 
-def test_the_loop_keeps_n_candidates_in_flight():
+def _thirty_trials_four_wide(measurer: AsyncFake) -> Any:
     space, _ = bowl_search_parts()
-    measurer = AsyncFake()
-    out = optimize(
+    return optimize(
         FakeSubgraph(),
         space=space,
         measurer=measurer,
@@ -65,6 +64,11 @@ def test_the_loop_keeps_n_candidates_in_flight():
         progress=False,
         batch_size=4,
     )
+
+
+def test_the_loop_keeps_n_candidates_in_flight():
+    measurer = AsyncFake()
+    out = _thirty_trials_four_wide(measurer)
     assert out.trials == 30
     assert max(measurer.in_flight_seen) == 4
     # after the seed (alone: its children need its result) the loop refills to 4 at once
@@ -150,17 +154,9 @@ class OutOfMemoryOnce(AsyncFake):
 
 
 def test_running_out_of_gpu_memory_takes_one_candidate_out_of_flight(caplog):
-    space, _ = bowl_search_parts()
     measurer = OutOfMemoryOnce()
     with caplog.at_level("WARNING", logger="kernelpro"):
-        out = optimize(
-            FakeSubgraph(),
-            space=space,
-            measurer=measurer,
-            budget=Budget(max_trials=30, max_seconds=1e9, **NO_EARLY_STOP),
-            progress=False,
-            batch_size=4,
-        )
+        out = _thirty_trials_four_wide(measurer)
     assert out.trials == 30
     assert max(measurer.in_flight_seen[:3]) == 4
     assert max(measurer.in_flight_seen[3:]) == 3  # one fewer in flight from then on
