@@ -2,7 +2,8 @@
 
 Owns: the cache directory rule (an explicit directory, i.e. `Options.cache_dir` >
 $KERNELPRO_CACHE_DIR > ~/.cache/kernelpro), `CacheLayout`, the files beneath it, the private
-per-user directory generated modules are imported from, and `atomic_write` (a temporary file in
+per-user directory generated modules are imported from, the repository's shipped `cache/`
+folder (`shipped_cache_dir`), and `atomic_write` (a temporary file in
 the same directory, fsync, os.replace: a reader or a crash sees the old file or the new one,
 never half of one).
 Must not: import anything of the package but version/options, read or parse the files it
@@ -89,6 +90,13 @@ class CacheLayout:
     def ceilings(self, device_name: str) -> Path:
         safe = re.sub(r"[^A-Za-z0-9._-]+", "-", device_name).strip("-")
         return self.root / f"ceilings-{safe}.json"
+
+
+def shipped_cache_dir() -> Path | None:
+    """The repository's `cache/` folder of shipped bundles, where kernelpro runs from a checkout
+    (the README's editable install); None in an installed wheel, which does not carry it."""
+    found = Path(__file__).resolve().parents[1] / "cache"
+    return found if found.is_dir() else None
 
 
 def atomic_write(path: PathLike, data: bytes | str, mode: int = 0o644) -> None:

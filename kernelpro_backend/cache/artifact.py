@@ -19,7 +19,7 @@ import hashlib
 import json
 from typing import Any
 
-from .toolchain import CACHE_SCHEMA_VERSION, CacheKey, Toolchain, current_toolchain
+from .toolchain import CACHE_SCHEMA_VERSION, CacheKey, Toolchain, current_gpu, current_toolchain
 
 ENTRY_FORMAT = "kernelpro-entry"
 
@@ -32,14 +32,33 @@ def utc_now() -> str:
     return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
 
 
+# How an entry got its proof. "search": chosen by a search, "reproved": an entry made elsewhere,
+# re-proved and re-timed — both on the machine its toolchain and GPU name. "import": copied in
+# by `kernelpro cache import`, not yet proved here.
+ORIGINS = ("search", "reproved", "import")
+
+
 @dataclasses.dataclass(frozen=True)
 class Provenance:
-    """Where a kernel came from."""
+    """Where a kernel came from, and where it was last proved and timed."""
 
     toolchain: Toolchain = dataclasses.field(default_factory=current_toolchain)
     search_log: str | None = None  # id (or path) of the search log that chose it
     created: str = dataclasses.field(default_factory=utc_now)  # ISO 8601, UTC
     tools: dict[str, str] = dataclasses.field(default_factory=dict, hash=False)  # nvcc, driver…
+    gpu: str = dataclasses.field(default_factory=current_gpu)  # the GPU model it was timed on
+    origin: str = "search"
+
+    def __post_init__(self) -> None:
+        if self.origin not in ORIGINS:
+            raise ValueError(f"provenance origin must be one of {ORIGINS}, got {self.origin!r}")
+
+    def proved_on(self, toolchain: Toolchain, gpu: str) -> bool:
+        """Whether this entry was proved and timed on a machine like this one."""
+        return self.origin != "import" and (self.toolchain, self.gpu) == (toolchain, gpu)
+
+    def where(self) -> str:
+        return f"{self.gpu} with {self.toolchain}"
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -47,6 +66,8 @@ class Provenance:
             "search_log": self.search_log,
             "created": self.created,
             "tools": dict(sorted(self.tools.items())),
+            "gpu": self.gpu,
+            "origin": self.origin,
         }
 
     @classmethod
@@ -56,6 +77,8 @@ class Provenance:
             search_log=_opt(raw["search_log"], str, "provenance.search_log"),
             created=_req(raw["created"], str, "provenance.created"),
             tools={str(k): str(v) for k, v in _req(raw["tools"], dict, "tools").items()},
+            gpu=_req(raw["gpu"], str, "provenance.gpu"),
+            origin=_req(raw["origin"], str, "provenance.origin"),
         )
 
 
@@ -178,11 +201,6 @@ def decode_entry(data: bytes) -> Entry:
     text = artifact.subgraph_text
     if text and hashlib.sha256(text.encode()).hexdigest() != key.subgraph.structure:
         raise CorruptEntry("its subgraph text does not hash to the key's structure hash")
-    if artifact.provenance.toolchain != key.toolchain:
-        raise CorruptEntry(
-            f"artifact was built with {artifact.provenance.toolchain} but is keyed under "
-            f"{key.toolchain}"
-        )
     return Entry(key=key, artifact=artifact, sha256=actual)
 
 

@@ -1,7 +1,7 @@
 """Bundles: cache entries packed in one archive to ship kernels to other machines.
 
 Owns: the bundle format (a tar, tar.gz or zip archive with `manifest.json` — format, schema,
-created, toolchain, arch, and per entry its file, digest, key JSON and sha256 — plus one JSON
+created, built_by (who made it: a claim, shown, never trusted), arch, and per entry its file, digest, key JSON and sha256 — plus one JSON
 entry file per kernel, binary fields base64), writing it atomically, and reading it with every
 check: each entry's sha256 against the manifest, its own checksum, its key against the
 manifest's, and no file the manifest does not list.
@@ -23,7 +23,7 @@ from typing import Any
 
 from ..paths import atomic_write
 from .artifact import CorruptEntry, Entry, decode_entry
-from .toolchain import CACHE_SCHEMA_VERSION, CacheKey, Toolchain
+from .toolchain import CACHE_SCHEMA_VERSION, CacheKey
 
 BUNDLE_FORMAT = "kernelpro-bundle"
 MANIFEST = "manifest.json"
@@ -75,16 +75,12 @@ def read_bundle(path: str | os.PathLike[str]) -> Bundle:
     listed = manifest.get("entries")
     if not isinstance(listed, list):
         raise BundleError(f"{path}: {MANIFEST} has no entry list")
-    try:
-        bundle_toolchain = Toolchain.from_dict(manifest.get("toolchain"))
-    except ValueError as e:
-        raise BundleError(f"{path}: {MANIFEST}: {e}") from None
     entries: list[Entry] = []
     refused: list[Refusal] = []
     seen: set[str] = set()
     digests: set[str] = set()
     for item in listed:
-        entry, problem, label = _check_listed(item, files, bundle_toolchain)
+        entry, problem, label = _check_listed(item, files)
         if isinstance(item, dict) and isinstance(item.get("file"), str):
             if item["file"] in seen and entry is not None:
                 entry, problem = None, f"listed twice in {MANIFEST}"
@@ -102,9 +98,7 @@ def read_bundle(path: str | os.PathLike[str]) -> Bundle:
     return Bundle(manifest=manifest, entries=entries, refused=refused)
 
 
-def _check_listed(
-    item: Any, files: dict[str, bytes], bundle_toolchain: Toolchain
-) -> tuple[Entry | None, str | None, str]:
+def _check_listed(item: Any, files: dict[str, bytes]) -> tuple[Entry | None, str | None, str]:
     if not isinstance(item, dict) or not isinstance(item.get("file"), str):
         return None, f"malformed {MANIFEST} entry {item!r:.80}", "?"
     name = item["file"]
@@ -131,12 +125,6 @@ def _check_listed(
         return None, f"malformed key in {MANIFEST} ({e})", label
     if listed_key != entry.key or item.get("digest") != entry.key.digest:
         return None, f"{MANIFEST} key differs from the entry's own key", label
-    if entry.key.toolchain != bundle_toolchain:
-        return (
-            None,
-            f"entry built with {entry.key.toolchain}, bundle says {bundle_toolchain}",
-            label,
-        )
     return entry, None, label
 
 

@@ -3,8 +3,9 @@
 Owns: `list_entries` (the entries matching pattern/kind/arch filters, and how many are
 corrupt), `find_entries` (by digest prefix), `verify` (re-check every entry with an injected validator, drop failures - corrupt
 entries included - and store re-timed artifacts; `Verdict` is what a validator returns,
-`Checked` one row of its summary) and `prune` (drop entries for other toolchains or cache
-schemas, corrupt ones, and optionally those older than N days).
+`Checked` one row of its summary) and `prune` (drop corrupt entries, those of another cache
+schema, and optionally those older than N days; entries proved under another toolchain are
+kept: the finder re-proves them before use).
 Must not: validate kernels by itself; the validator (kernelpro_backend/tuner/verify.py,
 which runs the evaluator) is passed in.
 """
@@ -155,8 +156,7 @@ def prune(
     now: datetime.datetime | None = None,
     dry_run: bool = False,
 ) -> MaintenanceReport:
-    """Drop corrupt entries, entries for another toolchain or schema than the cache's, and,
-    with `older_than_days` (a finite number of days above zero), entries created before that
+    """Drop corrupt entries (another cache schema included) and, with `older_than_days` (a finite number of days above zero), entries created before that
     many days ago. `dry_run` reports what would be dropped and changes nothing."""
     if older_than_days is not None and not (0 < older_than_days < math.inf):
         raise ValueError(
@@ -170,8 +170,6 @@ def prune(
         reason = None
         if entry is None:
             reason = f"corrupt: {item.problem}"
-        elif entry.key.toolchain != cache.toolchain:
-            reason = f"other toolchain ({entry.key.toolchain})"
         elif older_than_days is not None:
             age = now - _parse_time(entry.artifact.provenance.created)
             if age > datetime.timedelta(days=older_than_days):

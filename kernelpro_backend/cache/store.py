@@ -1,8 +1,9 @@
 """The kernel cache: a diskcache store of entries plus read-only bundle directories.
 
-Owns: `KernelCache.put/get/missing/scan/delete`, the checks that make a read trustworthy (checksum,
-schema, the entry's own key equal to the key asked for), and reading extra directories of
-bundles after the writable store.
+Owns: `KernelCache.put/lookup/get/missing/scan/delete`, the checks that make a read trustworthy
+(checksum, schema, the entry's own key equal to the key asked for), reading extra directories of
+bundles after the writable store, and saying of each hit whether it was proved on this machine
+(`Hit.unproved`: why it must be re-proved before it runs here, tuner.finder does that).
 Must not: compile, load or search kernels, or spell a path of the cache directory (paths.py
 owns where the cache lives and its layout: kernels/ is the diskcache store, cache.db + value
 files, key = CacheKey.digest; misses.jsonl the miss manifest).
@@ -31,7 +32,7 @@ from .bundle import BundleError, read_bundle
 from .disk import JsonBytesDisk, UnsafeValue
 from .misses import MissManifest
 from .rows import CacheUnavailable, ReadOnlyStore, check_database, delete_rows, row_keys
-from .toolchain import CacheKey, Toolchain, cache_key, current_toolchain
+from .toolchain import CacheKey, Toolchain, cache_key, current_gpu, current_toolchain
 
 log = logging.getLogger("kernelpro.cache")
 
@@ -39,6 +40,20 @@ log = logging.getLogger("kernelpro.cache")
 Admit = Callable[[KernelArtifact], "str | None"]
 
 BUNDLE_SUFFIXES = (".tar", ".tar.gz", ".tgz", ".zip")
+
+
+@dataclasses.dataclass(frozen=True)
+class Hit:
+    """An entry found for a key: where it came from, and why it must be re-proved before it
+    runs here (None: it was proved and timed in this store, on this toolchain and GPU model)."""
+
+    entry: Entry
+    source: str  # the store's directory, or the bundle file it was read from
+    unproved: str | None
+
+    @property
+    def artifact(self) -> KernelArtifact:
+        return self.entry.artifact
 
 
 @dataclasses.dataclass(frozen=True)
@@ -60,6 +75,7 @@ class KernelCache:
         toolchain: Toolchain | None = None,
         environ: Mapping[str, str] | None = None,
         admit: Admit | None = None,
+        gpu: str | None = None,
     ) -> None:
         self.layout = CacheLayout.of(directory, environ)
         self.directory = self.layout.root
@@ -67,11 +83,13 @@ class KernelCache:
         # those whose code did not come out of this kernelpro, before any of it runs.
         self.admit = admit
         self.extra_dirs = tuple(Path(d).expanduser() for d in extra_dirs)
+        # The machine an entry must have been proved on to be used without a re-proof.
         self.toolchain = toolchain or current_toolchain()
+        self.gpu = gpu or current_gpu()
         self.misses = MissManifest(self.layout.misses)
         self.read_only = False
         self._store: diskcache.Cache | ReadOnlyStore = self._open()
-        self._extra: dict[str, Entry] | None = None
+        self._extra: dict[str, tuple[Entry, Path]] | None = None
 
     def _open(self) -> diskcache.Cache | ReadOnlyStore:
         """The diskcache store; a cache.db that is not SQLite is set aside (one warning) and a
@@ -112,20 +130,15 @@ class KernelCache:
 
     # -- keys -------------------------------------------------------------------------------
     def key_for(self, subgraph_key: SubgraphKey) -> CacheKey:
-        return cache_key(subgraph_key, self.toolchain)
+        return cache_key(subgraph_key)
 
     # -- writes -----------------------------------------------------------------------------
     def put(self, key: CacheKey, artifact: KernelArtifact) -> None:
         """Store (or replace) the entry for `key`, atomically."""
-        if artifact.provenance.toolchain != key.toolchain:
-            raise ValueError(
-                f"artifact built with {artifact.provenance.toolchain} cannot be stored under a "
-                f"key for {key.toolchain}; build its Provenance with the key's toolchain"
-            )
         self._store.set(key.digest, encode_entry(key, artifact), retry=True)
 
     def put_raw(self, digest: str, data: bytes) -> None:
-        """Store already-encoded entry bytes (bundle import; the caller verified them)."""
+        """Store already-encoded entry bytes as they are (for tools and tests; readers check them)."""
         self._store.set(digest, data, retry=True)
 
     def delete(self, digest: str) -> bool:
@@ -138,18 +151,37 @@ class KernelCache:
         return bool(self._store.delete(digest, retry=True))
 
     # -- reads ------------------------------------------------------------------------------
-    def get(self, key: CacheKey) -> KernelArtifact | None:
-        """The artifact for `key` from the store, else from the extra directories, else None.
-        Untrustworthy entries are skipped with a log line."""
+    def lookup(self, key: CacheKey) -> Hit | None:
+        """The entry for `key` from the store, else from the extra directories, else None.
+        Untrustworthy entries are skipped with a log line. An entry of the store proved on
+        another toolchain or GPU model, or imported, and every entry of an extra directory,
+        comes back with the reason it must be re-proved here."""
         data = self._read(key.digest)
         if data is not None:
             entry = self._trusted(data, key, f"{self.directory} entry {key.short()}")
             if entry is not None:
-                return entry.artifact
-        extra = self._extra_entries().get(key.digest)
-        if extra is not None and extra.key == key:
-            return extra.artifact
+                return Hit(entry, str(self.directory), self.unproved(entry))
+        found = self._extra_entries().get(key.digest)
+        if found is not None and found[0].key == key:
+            entry, path = found
+            return Hit(entry, str(path), f"read from {path}: proved elsewhere")
         return None
+
+    def unproved(self, entry: Entry) -> str | None:
+        """Why an entry of the store must be re-proved before it runs here, or None."""
+        made = entry.artifact.provenance
+        if made.origin == "import":
+            return "imported: not proved on this machine yet"
+        if made.toolchain != self.toolchain:
+            return f"proved with {made.toolchain}, this is {self.toolchain}"
+        if made.gpu != self.gpu:
+            return f"timed on {made.gpu}, this is {self.gpu}"
+        return None
+
+    def get(self, key: CacheKey) -> KernelArtifact | None:
+        """The artifact `lookup` finds for `key`, proved here or not, or None."""
+        hit = self.lookup(key)
+        return None if hit is None else hit.artifact
 
     def __contains__(self, key: CacheKey) -> bool:
         return self.get(key) is not None
@@ -230,7 +262,7 @@ class KernelCache:
             return None
         return entry
 
-    def _extra_entries(self) -> dict[str, Entry]:
+    def _extra_entries(self) -> dict[str, tuple[Entry, Path]]:
         if self._extra is None:
             self._extra = {}
             for bundle_path in _bundle_files(self.extra_dirs):
@@ -248,8 +280,6 @@ class KernelCache:
                     )
                     continue
                 for entry in bundle.entries:
-                    if entry.key.toolchain != self.toolchain:
-                        continue
                     problem = self.admit(entry.artifact) if self.admit else None
                     if problem:
                         log.warning(
@@ -260,7 +290,7 @@ class KernelCache:
                             problem,
                         )
                         continue
-                    self._extra.setdefault(entry.key.digest, entry)
+                    self._extra.setdefault(entry.key.digest, (entry, bundle_path))
         return self._extra
 
 
@@ -270,8 +300,6 @@ def foreign_reason(found: CacheKey, wanted: CacheKey) -> str | None:
         return None
     if found.arch != wanted.arch:
         return f"built for arch {found.arch}, wanted {wanted.arch}"
-    if found.toolchain != wanted.toolchain:
-        return f"built with {found.toolchain}, wanted {wanted.toolchain}"
     if found.schema != wanted.schema:
         return f"cache schema {found.schema}, wanted {wanted.schema}"
     return "its key differs from the one it is stored under"

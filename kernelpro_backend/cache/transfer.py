@@ -1,8 +1,9 @@
 """Moving entries between a cache store and a bundle.
 
-Owns: `export_bundle` (a store's entries for one toolchain, optionally filtered, written as a
-bundle) and `import_bundle` (a bundle's verified entries copied into a store), which refuses, by
-name and reason, tampered entries and entries for another GPU architecture or toolchain.
+Owns: `export_bundle` (a store's entries, optionally filtered, written as a bundle) and
+`import_bundle` (a bundle's verified entries copied into a store, marked "import" so they are
+re-proved on this machine before they first run), which refuses, by name and reason, tampered
+entries, entries for another GPU architecture, and code that is not this kernelpro's.
 Must not: define or check the bundle format (bundle.py does) or admit code itself (the caller
 passes tuner.admit.admit).
 """
@@ -16,10 +17,10 @@ import os
 from pathlib import Path
 
 from ..version import __version__
-from .artifact import Entry, encode_entry, utc_now
+from .artifact import Entry, utc_now
 from .bundle import BUNDLE_FORMAT, MANIFEST, Refusal, read_bundle, write_archive
 from .store import Admit, KernelCache
-from .toolchain import CACHE_SCHEMA_VERSION, Toolchain, current_arch
+from .toolchain import CACHE_SCHEMA_VERSION, current_arch, current_toolchain
 
 
 @dataclasses.dataclass(frozen=True)
@@ -33,10 +34,14 @@ class ImportReport:
 
 def built_by() -> dict[str, str]:
     """What this process would record as a bundle's maker."""
-    import torch
+    from .toolchain import current_gpu
 
-    gpu = torch.cuda.get_device_name() if torch.cuda.is_available() else "none"
-    return {"kernelpro": __version__, "gpu": gpu, "created": utc_now()}
+    return {
+        "kernelpro": __version__,
+        "gpu": current_gpu(),
+        "toolchain": str(current_toolchain()),
+        "created": utc_now(),
+    }
 
 
 def read_built_by(manifest: dict[str, object]) -> dict[str, str]:
@@ -53,16 +58,13 @@ def export_bundle(
     pattern: str | None = None,
     kind: str | None = None,
     arch: str | None = None,
-    toolchain: Toolchain | None = None,
 ) -> list[Entry]:
-    """Write the cache's entries for one toolchain (default: the cache's), optionally filtered,
-    to a bundle at `out` (.zip for zip, .tar.gz/.tgz for gzip'd tar, else tar)."""
-    toolchain = toolchain or cache.toolchain
+    """Write the cache's entries, optionally filtered, to a bundle at `out` (.zip for zip,
+    .tar.gz/.tgz for gzip'd tar, else tar). Each entry's provenance says where it was proved."""
     chosen = [
         e
         for e in cache.entries()
-        if e.key.toolchain == toolchain
-        and (pattern is None or e.artifact.pattern == pattern)
+        if (pattern is None or e.artifact.pattern == pattern)
         and (kind is None or e.artifact.kind == kind)
         and (arch is None or e.key.arch == arch)
     ]
@@ -90,7 +92,6 @@ def export_bundle(
         "schema": CACHE_SCHEMA_VERSION,
         "created": utc_now(),
         "built_by": built_by(),
-        "toolchain": toolchain.to_dict(),
         "arch": sorted({e.key.arch for e in chosen}),
         "entries": listed,
     }
@@ -103,15 +104,14 @@ def import_bundle(
     cache: KernelCache,
     path: str | os.PathLike[str],
     arch: str | None = None,
-    toolchain: Toolchain | None = None,
     admit: Admit | None = None,
 ) -> ImportReport:
-    """Copy a bundle's verified entries for `arch` (default: this machine's GPU) and `toolchain`
-    (default: the cache's) into the cache; everything else is refused with its reason.
+    """Copy a bundle's verified entries for `arch` (default: this machine's GPU) into the cache,
+    marked as imported: the finder re-proves and re-times each on this machine before it first
+    runs (whatever toolchain or GPU model made it). Everything else is refused with its reason.
     `admit` (tuner.admit.admit): refuses an entry whose code did not come out of this kernelpro;
     the command line always passes it."""
     arch = arch or current_arch()
-    toolchain = toolchain or cache.toolchain
     bundle = read_bundle(path)
     imported: list[Entry] = []
     refused = list(bundle.refused)
@@ -121,13 +121,11 @@ def import_bundle(
             refused.append(
                 Refusal(name, f"built for GPU arch {entry.key.arch}, this cache is for {arch}")
             )
-        elif entry.key.toolchain != toolchain:
-            refused.append(
-                Refusal(name, f"built with {entry.key.toolchain}; this machine has {toolchain}")
-            )
         elif admit is not None and (problem := admit(entry.artifact)):
             refused.append(Refusal(name, problem))
         else:
-            cache.put_raw(entry.key.digest, encode_entry(entry.key, entry.artifact))
-            imported.append(entry)
+            made = dataclasses.replace(entry.artifact.provenance, origin="import")
+            artifact = dataclasses.replace(entry.artifact, provenance=made)
+            cache.put(entry.key, artifact)
+            imported.append(dataclasses.replace(entry, artifact=artifact))
     return ImportReport(imported, refused, read_built_by(bundle.manifest))

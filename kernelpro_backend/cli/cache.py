@@ -51,7 +51,9 @@ def add_cli(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser: 
         help="re-validate every entry on this GPU; drop failures",
         description="Rebuilds each entry's reference from its subgraph text, loads the kernel "
         "and proves it again with the search's evaluator on fresh inputs. Entries for another "
-        "GPU arch or toolchain are skipped. Exit status 1 when an entry failed.",
+        "GPU arch are skipped. With --retime, an entry made elsewhere (imported, another "
+        "toolchain or GPU model) that passes is recorded as proved here. Exit status 1 when an "
+        "entry failed.",
     )
     ve.add_argument("--dry-run", action="store_true", help="report only; delete nothing")
     ve.add_argument(
@@ -62,7 +64,7 @@ def add_cli(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser: 
     ve.add_argument(
         "--integrity-only", action="store_true", help="check checksums and keys only; run nothing"
     )
-    pr = sub.add_parser("prune", help="drop corrupt entries and those of other toolchains")
+    pr = sub.add_parser("prune", help="drop corrupt entries (and old ones)")
     pr.add_argument("--older-than", type=float, metavar="DAYS", help="also drop older entries")
     pr.add_argument(
         "--dry-run", action="store_true", help="list what would be dropped; delete nothing"
@@ -138,12 +140,15 @@ def _ls(cache: KernelCache, args: argparse.Namespace, out: TextIO) -> int:
     rows = [
         (e.key.short(), e.artifact.pattern, e.artifact.kind, e.key.arch, e.artifact.language,
          e.artifact.kernel_ms, e.artifact.speedup, e.artifact.sol_fraction,
-         "yes" if e.key.toolchain == cache.toolchain else "no", e.artifact.provenance.created[:10])
+         "no" if cache.unproved(e) else "yes", e.artifact.provenance.created[:10])
         for e in entries
     ]  # fmt: skip
-    headers = ("KEY", "PATTERN", "KIND", "ARCH", "LANG", "MS", "SPEEDUP", "SOL", "CURRENT", "DATE")
+    headers = ("KEY", "PATTERN", "KIND", "ARCH", "LANG", "MS", "SPEEDUP", "SOL", "PROVED", "DATE")
     print(format_table(headers, rows), file=out)
     print(f"{len(rows)} entries in {cache.directory}", file=out)
+    if any(r[8] == "no" for r in rows):
+        print("PROVED no: made on another toolchain or GPU model, or imported; re-proved and "
+              "re-timed on this GPU before its first use", file=out)  # fmt: skip
     if corrupt:
         print(f"{corrupt} corrupt entries (skipped; `kernelpro cache prune` drops them)", file=out)
     return 0
@@ -160,7 +165,9 @@ def _show(cache: KernelCache, prefix: str, out: TextIO) -> int:
     rows = [
         ("digest", e.key.digest), ("pattern", a.pattern), ("kind", a.kind),
         ("ops", " ".join(a.ops)), ("arch", e.key.arch), ("precision", e.key.subgraph.precision),
-        ("inputs", json.dumps(e.key.subgraph.inputs)), ("toolchain", str(e.key.toolchain)),
+        ("inputs", json.dumps(e.key.subgraph.inputs)), ("toolchain", str(a.provenance.toolchain)),
+        ("gpu", a.provenance.gpu), ("origin", a.provenance.origin),
+        ("proved here", cache.unproved(e) or "yes"),
         ("language", a.language), ("entry", a.entry), ("launch", json.dumps(a.launch)),
         ("binary", f"{len(a.binary)} bytes" if a.binary else None), ("kernel_ms", a.kernel_ms),
         ("baselines_ms", json.dumps(a.baselines_ms)), ("speedup", a.speedup),
@@ -189,8 +196,13 @@ def _import(cache: KernelCache, args: argparse.Namespace, out: TextIO) -> int:
         print("bundle does not say who made it (made before kernelpro recorded it)", file=out)
     print(f"imported {len(report.imported)} entries from {args.file}", file=out)
     if report.imported:
-        print("each one's code was checked to be this kernelpro's own output; "
-              "`kernelpro cache verify` re-proves them on this GPU", file=out)  # fmt: skip
+        print("each one's code was checked to be this kernelpro's own output; none has run "
+              "here yet. Each is re-proved against its PyTorch reference and re-timed against "
+              "the fallback on this GPU, in an isolated worker, before its first use (or now: "
+              "`kernelpro cache verify --retime`):", file=out)  # fmt: skip
+        rows = [(e.key.short(), e.artifact.pattern, e.artifact.language,
+                 e.artifact.provenance.where()) for e in report.imported]  # fmt: skip
+        print(format_table(("KEY", "PATTERN", "LANG", "PROVED ON"), rows), file=out)
     if report.refused:
         print(f"refused {len(report.refused)}:", file=out)
         print(format_table(("ENTRY", "REASON"), [(r.name, r.reason) for r in report.refused]),

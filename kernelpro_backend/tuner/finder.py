@@ -1,15 +1,18 @@
 """The one per-subgraph policy: which kernel, if any, replaces a subgraph.
 
-Owns: `KernelFinder.find` — already loaded? → cache hit that pays off on this launch path →
-search on a miss when the policy allows ("on-miss") → store the winner → load it; everything
-else runs the fallback and a miss is recorded in the manifest (with why a search was skipped)
-— and `default_provider(options)`, the provider the backend uses.
+Owns: `KernelFinder.find` — already loaded? → cache hit, re-proved here first when it was made
+elsewhere (imported, a bundle directory, another toolchain or GPU model), that pays off on
+this launch path → search on a miss when the policy allows ("on-miss") → store the winner →
+load it; everything else runs the fallback and a miss is recorded in the manifest (with why a
+search was skipped or a cached entry refused) — and `default_provider(options)`, the provider
+the backend uses.
 Must not: store bytes (cache/ does), search (searcher.py) or convert artifacts
 (artifacts.py); it only decides.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import sqlite3
 from collections.abc import Callable, Mapping
@@ -17,9 +20,10 @@ from typing import Any
 
 import torch
 
-from ..cache.artifact import KernelArtifact
+from ..cache.artifact import Entry, KernelArtifact
 from ..cache.entries import describe
-from ..cache.store import CacheUnavailable, KernelCache
+from ..cache.maintenance import Verdict
+from ..cache.store import CacheUnavailable, Hit, KernelCache
 from ..cache.toolchain import CacheKey
 from ..fx_passes import Subgraph
 from ..options import Options
@@ -31,6 +35,9 @@ log = logging.getLogger("kernelpro.cache")
 
 # Searches one subgraph; returns the proved winner, or None when nothing beats the fallback.
 Searcher = Callable[[Subgraph], "KernelArtifact | None"]
+# Re-proves and re-times an entry made elsewhere on this machine (tuner.reprove.Reprover); an
+# "ok" verdict whose `updated` artifact is recorded as proved here lets the entry run.
+Prover = Callable[[Entry], Verdict]
 
 
 class KernelFinder:
@@ -42,15 +49,19 @@ class KernelFinder:
         options: Options,
         loader: Loader = load_artifact,
         searcher: Searcher | None = None,
+        prover: Prover | None = None,
     ) -> None:
         self.cache = cache
         self.options = options
         self.loader = loader
         self.searcher = searcher
+        self.prover = prover
         self._loaded: dict[str, Kernel] = {}
         self._warned_no_searcher = False
+        self._warned_no_prover = False
         self._warned_cache_fault = False
         self._searched: set[str] = set()  # keys searched here that kept the fallback
+        self._refused: dict[str, str] = {}  # keys whose entry failed its re-proof here: why
 
     @classmethod
     def from_options(
@@ -59,11 +70,12 @@ class KernelFinder:
         loader: Loader = load_artifact,
         searcher: Searcher | None = None,
         environ: Mapping[str, str] | None = None,
+        prover: Prover | None = None,
     ) -> KernelFinder:
         cache = KernelCache(
             options.cache_dir, options.extra_cache_dirs, environ=environ, admit=admit
         )
-        return cls(cache, options, loader, searcher)
+        return cls(cache, options, loader, searcher, prover)
 
     def find(self, subgraph: Subgraph) -> Kernel | None:
         """The policy, in order; None runs the fallback."""
@@ -72,10 +84,11 @@ class KernelFinder:
         key = self.cache.key_for(subgraph.key)
         if key.digest in self._loaded:
             return self._loaded[key.digest]
-        artifact = self._cache_op("read", lambda: self.cache.get(key))
-        skipped = None
         if key.digest in self._searched:
             return None  # searched in this process, nothing beat the fallback: not again
+        hit = self._cache_op("read", lambda: self.cache.lookup(key))
+        artifact = None if hit is None else self._proved(key, hit)
+        skipped = self._refused.get(key.digest)
         if artifact is None and self.options.search == "on-miss":
             artifact, skipped = self._search(subgraph)
             if artifact is None and skipped is None:
@@ -91,6 +104,51 @@ class KernelFinder:
         if not self._pays_off(artifact):
             return None
         return self._load(key, artifact, subgraph)
+
+    def _proved(self, key: CacheKey, hit: Hit) -> KernelArtifact | None:
+        """The hit's artifact if it was proved on this machine, or once it is re-proved and
+        re-timed here (then stored as this machine's); None when it cannot be."""
+        if hit.unproved is None:
+            return hit.artifact
+        if key.digest in self._refused:
+            return None
+        what = f"{hit.artifact.pattern or 'kernel'} {key.short()} from {hit.source}"
+        if self.prover is None:
+            if not self._warned_no_prover:
+                log.warning(
+                    "kernelpro cache: %s is not proved on this machine (%s) and nothing here "
+                    "can re-prove it; running the fallback",
+                    what,
+                    hit.unproved,
+                )
+                self._warned_no_prover = True
+            return None
+        log.info("kernelpro cache: re-proving %s on this machine (%s)", what, hit.unproved)
+        # Whatever its provenance claims, it has not been proved here: the prover records the
+        # proof it makes as this machine's.
+        claimed = hit.artifact.provenance
+        entry = dataclasses.replace(
+            hit.entry,
+            artifact=dataclasses.replace(
+                hit.artifact, provenance=dataclasses.replace(claimed, origin="import")
+            ),
+        )
+        try:
+            verdict = self.prover(entry)
+        except Exception as e:  # a prover that cannot run must not take the compile down
+            verdict = Verdict("failed", f"the re-proof could not run ({type(e).__name__}: {e})")
+        updated = verdict.updated
+        if verdict.status != "ok" or updated is None or not self._proved_here(updated):
+            reason = f"cached entry not re-proved here ({hit.unproved}): {verdict.reason}"
+            log.warning("kernelpro cache: not using %s: %s", what, reason)
+            self._refused[key.digest] = reason
+            return None
+        log.info("kernelpro cache: %s: %s", what, verdict.reason)
+        self._cache_op("store a re-proved kernel in", lambda: self.cache.put(key, updated))
+        return updated
+
+    def _proved_here(self, artifact: KernelArtifact) -> bool:
+        return artifact.provenance.proved_on(self.cache.toolchain, self.cache.gpu)
 
     def _cache_op(self, what: str, op: Callable[[], Any]) -> Any:
         """`op()`, or None when the cache fails (locked, full disk, read-only, corrupt): a
@@ -188,11 +246,12 @@ def default_provider(options: Options, custom: Any = None) -> KernelProvider:
         return custom if isinstance(custom, KernelProvider) else custom(options)
     if not torch.cuda.is_available():
         return NullProvider()
+    from .reprove import Reprover
     from .searcher import SubgraphSearcher
 
     searcher = SubgraphSearcher(options) if options.search == "on-miss" else None
     try:
-        return KernelFinder.from_options(options, searcher=searcher)
+        return KernelFinder.from_options(options, searcher=searcher, prover=Reprover(options))
     except CacheUnavailable as e:
         log.warning("kernelpro: %s; every subgraph runs on the fallback", e)
         return NullProvider()

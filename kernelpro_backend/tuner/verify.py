@@ -5,7 +5,8 @@ entry's canonical subgraph text and key (fx_passes.rebuild), and proves the entr
 bytes (tuner.artifacts.artifact_candidate: what a cache hit loads), never loading any of them in
 this process, with the evaluator the search uses (a runtime `Job` in the isolated `WorkerPool`: fresh seeded
 inputs, poisoned outputs, dtype tolerances, inputs unmodified, determinism, the speed-of-light
-check), optionally re-timing it and the eager/Inductor baselines.
+check), optionally re-timing it and the eager/Inductor baselines — a re-timed entry made elsewhere
+(imported, another toolchain or GPU model) comes back recorded as proved on this machine.
 Must not: decide what to delete or touch the store (cache.maintenance.verify does), or hold
 validation logic of its own (runtime/ does): it only connects rebuild, artifact and evaluator.
 """
@@ -17,9 +18,9 @@ import secrets
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from ..cache.artifact import Entry, KernelArtifact
+from ..cache.artifact import Entry, KernelArtifact, utc_now
 from ..cache.maintenance import ValidatorUnavailable, Verdict
-from ..cache.toolchain import Toolchain, current_arch, current_toolchain
+from ..cache.toolchain import Toolchain, current_arch, current_gpu, current_toolchain
 from ..fx_passes.rebuild import RebuildError, rebuild_subgraph
 from ..paths import CacheLayout
 from ..runtime.cuda_compile import NVCC_TIMEOUT_S
@@ -53,9 +54,12 @@ class CacheEntryValidator:
         check_timing_s: float = 0.05,
         nvcc_timeout_s: float = NVCC_TIMEOUT_S,
         start_timeout_s: float = START_TIMEOUT_S,
+        gpu: str | None = None,
+        measure_ceilings: bool | None = None,
     ) -> None:
         self.arch = arch or current_arch()
         self.toolchain = toolchain or current_toolchain()
+        self.gpu = gpu or current_gpu()
         self.retime = retime
         # Fresh inputs: not the search's seed 0, and a new one each run (printed on failures).
         self.seed = seed if seed is not None else 1 + secrets.randbelow(10**6)
@@ -67,6 +71,9 @@ class CacheEntryValidator:
         self.start_timeout_s = start_timeout_s
         self.check_timing_s = check_timing_s  # timed runs per entry when only checking
         self._evaluate = evaluate
+        # The speed-of-light check needs the device's ceilings; an injected evaluator (tests)
+        # runs without them unless asked.
+        self.measure_ceilings = evaluate is None if measure_ceilings is None else measure_ceilings
         self._pool: Any = None
         self._ceilings: Any = None
 
@@ -75,12 +82,6 @@ class CacheEntryValidator:
         key, artifact = entry.key, entry.artifact
         if key.arch != self.arch:
             return Verdict("skipped", f"built for {key.arch}; this machine is {self.arch}")
-        if key.toolchain != self.toolchain:
-            return Verdict(
-                "skipped",
-                f"built with {key.toolchain}, this is {self.toolchain}: never served here; "
-                "`kernelpro cache prune` drops it",
-            )
         if not artifact.subgraph_text:
             return Verdict("failed", "no subgraph text stored: the reference cannot be rebuilt")
         try:
@@ -125,13 +126,29 @@ class CacheEntryValidator:
         self, artifact: KernelArtifact, result: EvalResult, baselines: dict[str, EvalResult]
     ) -> Verdict:
         baseline_ms = {n: r.median_ms for n, r in baselines.items() if r.ok and r.median_ms}
+        made = artifact.provenance
+        reason = "validated, re-timed"
+        if not made.proved_on(self.toolchain, self.gpu) and not baseline_ms:
+            # Proved correct, but not timed against this machine's fallback: still not its own.
+            return Verdict(
+                "ok",
+                "validated; the baselines did not run here, so it is not re-timed",
+                measured_ms=result.median_ms,
+            )
+        if not made.proved_on(self.toolchain, self.gpu):
+            # Proved and timed here now: the entry is this machine's from here on.
+            tools = {**made.tools, "made_on": made.where(), "reproved": utc_now()}
+            made = dataclasses.replace(
+                made, toolchain=self.toolchain, gpu=self.gpu, origin="reproved", tools=tools
+            )
+            reason = "re-proved and re-timed on this machine"
         updated = dataclasses.replace(
             artifact,
             kernel_ms=result.median_ms,
             baselines_ms=baseline_ms or artifact.baselines_ms,
             sol_fraction=result.sol_fraction,
+            provenance=made,
         )
-        reason = "validated, re-timed"
         if baseline_ms and result.median_ms is not None:
             name, best = min(baseline_ms.items(), key=lambda kv: kv[1])
             if result.median_ms >= best:
@@ -158,8 +175,8 @@ class CacheEntryValidator:
 
     def _ceilings_for(self, subgraph: Any) -> Any:
         """The device ceilings the search uses (from the cache dir), for the speed-of-light
-        check; None off CUDA or with an injected evaluator (the worker then decides)."""
-        if subgraph.device.type != "cuda" or self._evaluate is not None:
+        check; None off CUDA or when not measuring them (the worker then decides)."""
+        if subgraph.device.type != "cuda" or not self.measure_ceilings:
             return None
         if self._ceilings is None:
             from ..profilers.ceilings import Ceilings

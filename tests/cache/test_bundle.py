@@ -1,4 +1,5 @@
-"""Bundles: round trip, tamper rejection (entry bytes, manifest), foreign arch and toolchain."""
+"""Bundles: round trip, tamper rejection (entry bytes, manifest), foreign arch refused, another
+toolchain imported as unproved (re-proved before first use)."""
 
 from __future__ import annotations
 
@@ -46,13 +47,20 @@ def test_round_trip(tmp_path, filled, name):
     written = export_bundle(src, tmp_path / name)
     assert len(written) == 3
     manifest = read_bundle(tmp_path / name).manifest
-    assert manifest["arch"] == ["sm_90"] and manifest["toolchain"] == src.toolchain.to_dict()
+    assert manifest["arch"] == ["sm_90"]
+    assert manifest["built_by"]["toolchain"] == str(src.toolchain)
     assert {e["digest"] for e in manifest["entries"]} == {k.digest for k in keys}
     with KernelCache(tmp_path / "dst") as dst:
         report = import_bundle(dst, tmp_path / name, arch="sm_90")
         assert report.refused == []
         for key in keys:
-            assert dst.get(key) == src.get(key)
+            # The same kernel, marked as imported: not proved on this machine until re-proved.
+            got, made = dst.get(key), src.get(key)
+            assert got is not None and made is not None
+            assert got.provenance.origin == "import" and made.provenance.origin == "search"
+            assert dataclasses.replace(got, provenance=made.provenance) == made
+            assert "imported" in (dst.lookup(key).unproved or "")
+            assert src.lookup(key).unproved is None
 
 
 def test_export_filters(tmp_path, filled, linear_sg):
@@ -175,13 +183,18 @@ def test_foreign_arch_is_refused(tmp_path, filled):
         assert refusal.name.startswith("entries/")
 
 
-def test_foreign_toolchain_is_refused(tmp_path, tanh_sg):
-    with KernelCache(tmp_path / "old", toolchain=OLD) as old:
+def test_another_toolchain_is_imported_under_the_same_key_as_unproved(tmp_path, tanh_sg):
+    """The key holds what decides the kernel; the toolchain is provenance. An entry made under
+    another toolchain is found under this machine's key, and must be re-proved before use."""
+    with KernelCache(tmp_path / "old", toolchain=OLD, gpu="NVIDIA H200") as old:
         artifact = dataclasses.replace(python_artifact(toolchain=OLD), pattern=tanh_sg.pattern)
-        old.put(with_arch(old.key_for(tanh_sg.key), "sm_90"), artifact)
+        key = with_arch(old.key_for(tanh_sg.key), "sm_90")
+        old.put(key, artifact)
         assert len(export_bundle(old, tmp_path / "old.tar")) == 1
-    with KernelCache(tmp_path / "dst") as dst:
+    with KernelCache(tmp_path / "dst", gpu="NVIDIA H100 80GB HBM3") as dst:
+        assert dst.key_for(tanh_sg.key) == old.key_for(tanh_sg.key)
         report = import_bundle(dst, tmp_path / "old.tar", arch="sm_90")
-        assert report.imported == [] and len(list(dst.entries())) == 0
-    (refusal,) = report.refused
-    assert "torch 2.0.0" in refusal.reason and tanh_sg.pattern in refusal.name
+        assert report.refused == [] and len(report.imported) == 1
+        hit = dst.lookup(key)
+        assert hit is not None and hit.artifact.provenance.toolchain == OLD
+        assert "imported" in (hit.unproved or "")

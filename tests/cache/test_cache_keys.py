@@ -13,7 +13,7 @@ from pathlib import Path
 import torch
 from graphs import linear_softmax_subgraph, tanh_subgraph, with_arch
 
-from kernelpro_backend.cache import CacheKey, Toolchain, cache_key, current_toolchain
+from kernelpro_backend.cache import CacheKey, cache_key, current_toolchain
 
 HERE = Path(__file__).parent
 ROOT = HERE.parent.parent
@@ -46,19 +46,26 @@ def test_retracing_gives_the_same_key(tanh_sg):
     assert cache_key(tanh_subgraph().key) == cache_key(tanh_sg.key)
 
 
-def test_shape_dtype_arch_toolchain_schema_change_the_key(linear_sg):
+def test_shape_dtype_arch_precision_schema_change_the_key(linear_sg):
     base = cache_key(linear_sg.key)
     variants = {
         "shape": cache_key(linear_softmax_subgraph(m=5).key),
         "dtype": cache_key(linear_softmax_subgraph(dtype=torch.float64).key),
         "arch": with_arch(base, "sm_90"),
-        "toolchain": cache_key(linear_sg.key, Toolchain("2.11.0", "3.6.0", "13.0")),
-        "cuda": cache_key(linear_sg.key, dataclasses.replace(current_toolchain(), cuda="12.8")),
+        "precision": cache_key(dataclasses.replace(linear_sg.key, precision="tf32")),
         "schema": dataclasses.replace(base, schema=base.schema + 1),
     }
     digests = {name: k.digest for name, k in variants.items()}
     assert base.digest not in digests.values()
     assert len(set(digests.values())) == len(digests)
+
+
+def test_the_toolchain_and_gpu_model_are_not_in_the_key(linear_sg):
+    """They change how fast a kernel runs, not which kernel computes the subgraph: an entry
+    made under torch 2.11 is found under torch 2.13 (and re-proved there before use)."""
+    text = cache_key(linear_sg.key).to_json()
+    assert "toolchain" not in text and torch.__version__ not in text
+    assert set(json.loads(text)) == {"subgraph", "schema"}
 
 
 def test_key_json_round_trip(linear_sg):
@@ -73,3 +80,11 @@ def test_toolchain_reports_none_for_missing_cuda():
     assert tc.torch == torch.__version__
     expected_cuda = torch.version.cuda or "none"
     assert tc.cuda == expected_cuda
+
+
+def test_the_generator_version_names_the_package_and_its_code():
+    from kernelpro_backend.version import __version__, generator_version
+
+    version = generator_version()
+    assert version.startswith(__version__ + "+") and len(version.split("+")[1]) == 12
+    assert current_toolchain().generator == version

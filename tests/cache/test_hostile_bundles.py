@@ -99,7 +99,7 @@ def test_verify_never_runs_an_entry_in_its_own_process(tmp_path, honest):
 
         return [EvalResult(EvalStatus.OK, median_ms=0.01) for _ in batch]
 
-    verdict = CacheEntryValidator(evaluate=evaluate, arch=key.arch, toolchain=key.toolchain)(
+    verdict = CacheEntryValidator(evaluate=evaluate, arch=key.arch)(
         Entry(key, entry.artifact, sha256="")
     )
     assert verdict.status == "ok" and len(jobs) == 1

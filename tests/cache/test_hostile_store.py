@@ -160,7 +160,7 @@ class _BrokenCache:
     def key_for(self, subgraph_key):
         return self.real.key_for(subgraph_key)
 
-    def get(self, key):
+    def lookup(self, key):
         raise sqlite3.OperationalError("database is locked")
 
     def put(self, key, artifact):
@@ -265,7 +265,7 @@ def test_a_bundles_maker_is_read_as_a_claim_and_bounded(tmp_path, cache, tanh_sg
     out = tmp_path / "b.zip"
     export_bundle(cache, out)
     manifest = read_bundle(out).manifest
-    assert set(manifest["built_by"]) == {"kernelpro", "gpu", "created"}
+    assert set(manifest["built_by"]) == {"kernelpro", "gpu", "toolchain", "created"}
     with KernelCache(tmp_path / "other") as other:
         report = import_bundle(other, out, arch=cache.key_for(tanh_sg.key).arch)
     assert report.built_by == manifest["built_by"]

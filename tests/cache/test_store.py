@@ -51,10 +51,35 @@ def test_cache_dir_precedence(tmp_path):
     assert resolve_cache_dir(None, {}).parts[-2:] == (".cache", "kernelpro")
 
 
-def test_put_refuses_artifact_of_other_toolchain(cache, tanh_sg):
-    old = python_artifact(toolchain=Toolchain("2.0.0", "2.0.0", "11.8"))
-    with pytest.raises(ValueError, match="cannot be stored under a key"):
-        cache.put(cache.key_for(tanh_sg.key), old)
+def test_an_entry_is_proved_here_only_if_searched_or_reproved_on_this_toolchain_and_gpu(
+    tmp_path, tanh_sg
+):
+    old = Toolchain("2.0.0", "2.0.0", "11.8")
+    with KernelCache(tmp_path, gpu="NVIDIA H100 80GB HBM3") as cache:
+        key = cache.key_for(tanh_sg.key)
+        here = python_artifact()
+        here = dataclasses.replace(
+            here, provenance=dataclasses.replace(here.provenance, gpu=cache.gpu)
+        )
+        cases = {
+            None: here,
+            "proved with torch 2.0.0": python_artifact(toolchain=old),
+            # Stored by another kernelpro: its launcher may build the stored source differently.
+            "kernelpro 0.0.9+0123456789ab": python_artifact(
+                toolchain=dataclasses.replace(cache.toolchain, generator="0.0.9+0123456789ab")
+            ),
+            "timed on NVIDIA H200": dataclasses.replace(
+                here, provenance=dataclasses.replace(here.provenance, gpu="NVIDIA H200")
+            ),
+            "imported": dataclasses.replace(
+                here, provenance=dataclasses.replace(here.provenance, origin="import")
+            ),
+        }
+        for why, artifact in cases.items():
+            cache.put(key, artifact)
+            hit = cache.lookup(key)
+            assert hit is not None and hit.artifact == artifact
+            assert (hit.unproved is None) if why is None else (why in (hit.unproved or ""))
 
 
 def _tamper(data: bytes, **changes) -> bytes:
@@ -99,20 +124,13 @@ def test_foreign_entry_under_our_digest_is_skipped(cache, tanh_sg, caplog):
     with caplog.at_level(logging.WARNING, logger="kernelpro.cache"):
         assert cache.get(key) is None
     assert "foreign" in caplog.text and "sm_80" in caplog.text
-    old_tc = Toolchain("2.0.0", "2.0.0", "11.8")
-    foreign_tc = cache_key(tanh_sg.key, old_tc)
-    cache.put_raw(key.digest, encode_entry(foreign_tc, python_artifact(toolchain=old_tc)))
-    caplog.clear()
-    with caplog.at_level(logging.WARNING, logger="kernelpro.cache"):
-        assert cache.get(key) is None
-    assert "torch 2.0.0" in caplog.text
 
 
-def test_entry_whose_provenance_disagrees_with_its_key_is_corrupt(tanh_sg):
-    key = cache_key(tanh_sg.key)
-    lying = python_artifact(toolchain=Toolchain("2.0.0", "2.0.0", "11.8"))
-    with pytest.raises(CorruptEntry, match="keyed under"):
-        decode_entry(encode_entry(key, lying))
+def test_an_unknown_origin_makes_the_entry_corrupt(tanh_sg):
+    data = json.loads(encode_entry(cache_key(tanh_sg.key), python_artifact()))
+    data["artifact"]["provenance"]["origin"] = "trusted-by-me"
+    with pytest.raises(CorruptEntry, match="origin"):
+        decode_entry(_reseal(data))
 
 
 def test_pickled_rows_are_never_unpickled(cache, tanh_sg, monkeypatch, caplog):

@@ -15,7 +15,6 @@ from graphs import TANH_SOURCE, python_artifact, tanh_subgraph, with_arch
 from kernelpro_backend.cache import (
     Entry,
     KernelCache,
-    Toolchain,
     describe,
     verify,
 )
@@ -143,10 +142,6 @@ def test_the_job_holds_the_rebuilt_reference_and_fresh_inputs(cache, tanh_sg):
     ("change", "expected"),
     [
         (lambda key, a: (with_arch(key, "sm_90"), a), ("skipped", "built for sm_90")),
-        (
-            lambda key, a: (dataclasses.replace(key, toolchain=Toolchain("1", "2", "3")), a),
-            ("skipped", "cache prune"),
-        ),
         (lambda key, a: (key, dataclasses.replace(a, subgraph_text="")), ("failed", "no subgraph")),
         (lambda key, a: (key, dataclasses.replace(a, language="cuda")), ("failed", "not load")),
     ],
@@ -155,7 +150,7 @@ def test_entries_that_cannot_be_checked_here(cache, tanh_sg, change, expected):
     key, artifact = change(cache.key_for(tanh_sg.key), describe(python_artifact(0), tanh_sg))
     entry = Entry(key, artifact, sha256="")
     fake = FakeEvaluator()
-    verdict = CacheEntryValidator(evaluate=fake, arch="cpu", toolchain=cache.toolchain)(entry)
+    verdict = CacheEntryValidator(evaluate=fake, arch="cpu")(entry)
     assert (verdict.status, expected[1] in verdict.reason) == (expected[0], True), verdict
     assert fake.jobs == []  # nothing was run
 

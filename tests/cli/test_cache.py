@@ -39,7 +39,7 @@ def test_ls_prints_an_aligned_table(cache_dir, tanh_sg, linear_sg):
     lines = text.splitlines()
     header, rows = lines[0], lines[1:3]
     assert header.split() == [
-        "KEY", "PATTERN", "KIND", "ARCH", "LANG", "MS", "SPEEDUP", "SOL", "CURRENT", "DATE"
+        "KEY", "PATTERN", "KIND", "ARCH", "LANG", "MS", "SPEEDUP", "SOL", "PROVED", "DATE"
     ]  # fmt: skip
     column = header.index("ARCH")
     assert all(r[column:].startswith("sm_90") for r in rows)
@@ -90,11 +90,11 @@ def test_verify_drops_entries_the_validator_rejects(cache_dir, tanh_sg, linear_s
     assert [e.artifact.pattern for e in cache.entries()] == [linear_sg.pattern]
 
 
-def test_prune_drops_old_foreign_and_corrupt_entries(cache_dir, tanh_sg):
+def test_prune_drops_old_and_corrupt_entries_and_keeps_other_toolchains(cache_dir, tanh_sg):
     path, cache = cache_dir
     old_tc = Toolchain("2.0.0", "2.0.0", "11.8")
-    foreign = dataclasses.replace(cache.key_for(tanh_sg.key), toolchain=old_tc)
-    cache.put(foreign, python_artifact(toolchain=old_tc))
+    other = cache.key_for(tanh_sg.key)
+    cache.put(other, python_artifact(toolchain=old_tc))  # re-proved before use, not dropped
     ancient_key = cache.key_for(dataclasses.replace(tanh_sg.key, precision="tf32"))
     ancient = dataclasses.replace(
         python_artifact(), provenance=Provenance(created="2020-01-01T00:00:00+00:00")
@@ -102,8 +102,8 @@ def test_prune_drops_old_foreign_and_corrupt_entries(cache_dir, tanh_sg):
     cache.put(ancient_key, ancient)
     cache.put_raw("f" * 64, b"garbage")
     code, text = _run("--cache-dir", path, "prune")
-    assert code == 0 and "kept 3, dropped 2" in text
-    assert "other toolchain" in text and "corrupt" in text
+    assert code == 0 and "kept 4, dropped 1" in text and "corrupt" in text
+    assert cache.get(other) is not None
     code, text = _run("--cache-dir", path, "prune", "--older-than", "30")
-    assert "kept 2, dropped 1" in text and "days old" in text
+    assert "kept 3, dropped 1" in text and "days old" in text
     assert cache.get(ancient_key) is None
