@@ -40,19 +40,28 @@ class SourceCandidate:
     canonical order and returns the outputs in canonical order, as fresh tensors.
     For "cuda", `source` is CUDA C++ with `extern "C" __global__` kernels and one
     `/* kernelpro-launch {...} */` header saying how to launch them, and `entry` names the
-    first kernel launched: the contract is in cuda_source.py."""
+    first kernel launched: the contract is in cuda_source.py. A cached CUDA kernel carries its
+    stored `cubin` (and the `arch` it was built for): the worker loads exactly those bytes, as
+    a cache hit does, instead of compiling the source."""
 
     language: str
     source: str
     entry: str
+    cubin: bytes | None = None
+    arch: str | None = None
 
     def __post_init__(self) -> None:
         if self.language not in LANGUAGES:
             raise ValueError(f"language must be one of {LANGUAGES}, got {self.language!r}")
+        if self.cubin is not None and self.language != "cuda":
+            raise ValueError("only a cuda candidate carries a cubin")
 
     def describe(self) -> dict[str, Any]:
         digest = hashlib.sha256(self.source.encode()).hexdigest()[:12]
-        return {"kind": "source", "language": self.language, "entry": self.entry, "sha": digest}
+        out = {"kind": "source", "language": self.language, "entry": self.entry, "sha": digest}
+        if self.cubin is not None:
+            out["cubin_sha"] = hashlib.sha256(self.cubin).hexdigest()[:12]
+        return out
 
 
 @dataclasses.dataclass(frozen=True)
@@ -122,8 +131,10 @@ def load_kernel(
     if candidate.language == "triton":
         return _load_python_module(candidate, workdir)
     # Imported here: the driver API bindings are needed only for CUDA candidates.
-    from .cuda_driver import load_cuda_source
+    from .cuda_driver import load_cubin, load_cuda_source
 
+    if candidate.cubin is not None:
+        return load_cubin(candidate.source, candidate.entry, candidate.cubin, candidate.arch)
     return load_cuda_source(
         candidate.source, candidate.entry, cubin_dir=cubin_dir, timeout_s=nvcc_timeout_s
     )

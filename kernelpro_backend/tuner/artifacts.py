@@ -66,6 +66,13 @@ def artifact_candidate(artifact: KernelArtifact) -> Candidate:
         return SpecCandidate(artifact.spec_json, artifact.source, artifact.entry)
     if artifact.language in ("triton", "python"):
         return SourceCandidate("triton", artifact.source, artifact.entry)
+    if artifact.language == "cuda" and artifact.binary is not None:
+        # The stored cubin, loaded as a hit loads it: the bytes proved are the bytes that run.
+        arch = artifact.launch.get("arch")
+        return SourceCandidate(
+            "cuda", artifact.source, artifact.entry, cubin=artifact.binary,
+            arch=arch if isinstance(arch, str) else None,
+        )  # fmt: skip
     raise ValueError(
         f"the evaluator cannot run {artifact.language} kernels without a KernelSpec; "
         "re-run the search to replace this entry"

@@ -212,3 +212,16 @@ def test_corrupt_entries_are_dropped_and_reported(cache):
     code, text = _run("--cache-dir", str(cache.directory), "verify", "--integrity-only")
     assert code == 1 and "corrupt" in text and "dropped 1" in text
     assert cache.raw("e" * 64) is None
+
+
+def test_a_cuda_entry_is_proved_from_its_stored_cubin(cache, tanh_sg):
+    """The worker gets the entry's cubin, the bytes a hit loads, not its source to compile."""
+    art = dataclasses.replace(
+        describe(python_artifact(0), tanh_sg),
+        language="cuda", binary=b"\x7fELF-cubin", launch={"arch": "sm_90"},
+    )  # fmt: skip
+    key = _put(cache, tanh_sg, art)
+    fake = FakeEvaluator()
+    assert CacheEntryValidator(evaluate=fake, arch=key.arch)(_entry(cache, key)).status == "ok"
+    ((job,),) = fake.jobs
+    assert job.candidate.cubin == b"\x7fELF-cubin" and job.candidate.arch == "sm_90"

@@ -3,6 +3,8 @@ a hanging kernel come back crashed / timed_out and the pool carries on; the driv
 runs under CUDA-graph capture and with >48 KiB of shared memory; a cached cubin loads and runs
 with no compiler anywhere."""
 
+import dataclasses
+
 import pytest
 import torch
 from cuda_sources import (
@@ -25,10 +27,12 @@ from kernelpro_backend.runtime import (
     cuda_compile,
     cuda_driver,
 )
+from kernelpro_backend.runtime.candidate import load_kernel
 from kernelpro_backend.runtime.cuda_compile import compile_cuda, cutlass_include_dirs, nvrtc_version
 from kernelpro_backend.runtime.cuda_driver import CudaKernel, current_arch, load_cuda_source
 from kernelpro_backend.runtime.cuda_source import parse_launch
 from kernelpro_backend.tuner import load_artifact, winner_fields
+from kernelpro_backend.tuner.artifacts import artifact_candidate
 
 pytestmark = [
     pytest.mark.gpu,
@@ -165,3 +169,10 @@ def test_cached_cubin_loads_and_runs_without_any_compiler(
     x = torch.randn(512, 1000, device="cuda")
     (out,) = kernel(x)
     torch.testing.assert_close(out, torch.softmax(x, -1), rtol=1e-5, atol=1e-6)
+    # The evaluator's form of the entry (what a re-proof runs in the worker) loads the same
+    # stored cubin, not a fresh compile of the source: garbage bytes fail to load.
+    proved = load_kernel(artifact_candidate(stored), torch.nn.Identity(), tmp_path)
+    torch.testing.assert_close(proved(x)[0], torch.softmax(x, -1), rtol=1e-5, atol=1e-6)
+    garbage = dataclasses.replace(stored, binary=b"\x7fELF" + b"\0" * 64)
+    with pytest.raises(Exception):  # noqa: B017 - the driver's error type varies
+        load_kernel(artifact_candidate(garbage), torch.nn.Identity(), tmp_path)(x)
