@@ -23,6 +23,7 @@ Precision = Literal["auto", "ieee", "tf32", "tf32x3"]
 Objective = Literal["time", "energy"]
 Proposer = Literal["rules", "llm"]
 Launch = Literal["inline", "op"]
+Distributed = Literal["auto", "off"]
 
 ENV_PREFIX = "KERNELPRO_"
 
@@ -106,6 +107,13 @@ class Options:
     # The worker pool is kept for the whole process (warm CUDA contexts, torch and Triton
     # imported) and shut down after this many idle seconds, or at exit.
     pool_idle_s: float = 300.0
+    # Under torch.distributed (torchrun, DDP) with search="on-miss", "auto" splits the misses
+    # across the ranks, shares the winners and installs the same kernel on every rank
+    # (tuner/distributed.py); "off": each process searches on its own.
+    distributed: Distributed = "auto"
+    # Seconds a rank waits for the others at an exchange: longer than any rank's share of
+    # search takes (its subgraphs x budget_s); a rank gone that long is taken as dead.
+    distributed_timeout_s: float = 3600.0
     # Show a progress bar during searches.
     progress: bool = True
 
@@ -182,6 +190,8 @@ def _resolved_type(name: str) -> Any:
         "objective": Objective,
         "proposer": Proposer,
         "launch": Launch,
+        "distributed": Distributed,
+        "distributed_timeout_s": float,
         "budget_s": float,
         "min_gain_us": float,
         "max_trials": int,

@@ -28,7 +28,9 @@ class Kernel(Protocol):
 
 @runtime_checkable
 class KernelProvider(Protocol):
-    """Returns a kernel for a subgraph, or None to leave it to the fallback."""
+    """Returns a kernel for a subgraph, or None to leave it to the fallback. A provider may
+    also have `prepare(subgraphs)`, called with all of a graph's subgraphs before their
+    `find`s (rewrite.rewrite_graph), to decide for them together."""
 
     def find(self, subgraph: Subgraph) -> Kernel | None: ...
 

@@ -125,6 +125,12 @@ def rewrite_graph(
     if observer is not None:
         observer(graph_kind, subgraphs)
     report = RewriteReport(graph=graph_kind, subgraphs=len(subgraphs))
+    prepare = getattr(provider, "prepare", None)
+    if prepare is not None:
+        # A provider that decides for all of a graph's subgraphs at once (the distributed
+        # finder agrees on them with the other ranks) sees them before the first `find`.
+        with unset_fake_temporarily():
+            prepare([sg for sg in subgraphs if not sg.symbolic and sg.inputs])
     chosen: list[tuple[Subgraph, str, fx.GraphModule | None]] = []
     for sg in subgraphs:
         if sg.symbolic:

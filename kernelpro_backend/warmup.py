@@ -64,6 +64,17 @@ class _Recording:
         self.inner = inner
         self.rows = rows
 
+    def prepare(self, subgraphs: Sequence[Subgraph]) -> None:
+        prepare = getattr(self.inner, "prepare", None)
+        if prepare is not None:  # the ranks of a distributed warm-up agree here (the search)
+            t0 = time.perf_counter()
+            prepare(subgraphs)
+            log.info(
+                "kernelpro warmup: %d subgraph(s) agreed with the other ranks in %.1f s",
+                len(subgraphs),
+                time.perf_counter() - t0,
+            )
+
     def find(self, subgraph: Subgraph) -> Kernel | None:
         t0 = time.perf_counter()
         kernel = self.inner.find(subgraph)

@@ -1,12 +1,17 @@
 """`kernelpro warmup MODULE:FN`: search every subgraph of a model that the cache lacks.
 
-Owns: the `warmup` arguments, turning them into warmup options, and the printout.
+Owns: the `warmup` arguments, turning them into warmup options, the printout, and running as
+one rank of several: under `torchrun --nproc-per-node N -m kernelpro_backend.cli warmup ...`
+(or `--nproc N`, which starts torchrun's elastic agent itself) each rank joins the process
+group, takes its GPU (LOCAL_RANK) and searches its share of the misses (tuner/distributed.py);
+rank 0 prints the summary.
 Must not: search or cache by itself (warmup.py does).
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from typing import Any
 
@@ -31,12 +36,21 @@ def add_cli(subparsers: Any) -> None:
         help="search only these subgraph patterns, comma-separated (as `explain` names them, "
         "e.g. sdpa_backward,rms_norm); default: all",
     )
+    p.add_argument(
+        "--nproc",
+        type=int,
+        default=None,
+        help="split the search over N ranks on this machine (one per GPU; launches torchrun)",
+    )
     p.set_defaults(func=run_warmup)
 
 
 def run_warmup(args: argparse.Namespace) -> int:
+    if args.nproc and args.nproc > 1 and "LOCAL_RANK" not in os.environ:
+        return _launch(args.nproc)
     from ..warmup import warmup
 
+    rank = _join_process_group()
     model, inputs = model_and_inputs(args.target)
     options: dict[str, Any] = {}
     if args.cache_dir:
@@ -52,5 +66,39 @@ def run_warmup(args: argparse.Namespace) -> int:
     except RuntimeError as e:
         print(f"kernelpro warmup: {e}", file=sys.stderr)
         return 2
-    print(report.table())
+    if rank == 0:
+        print(report.table())
     return 0
+
+
+def _launch(nproc: int) -> int:
+    """Run this same command under torchrun's elastic agent, `nproc` ranks on this machine."""
+    from torch.distributed.run import main as torchrun
+
+    argv, rest = sys.argv[1:], []
+    skip = False
+    for arg in argv:
+        if skip or arg.startswith("--nproc="):
+            skip = False
+            continue
+        if arg == "--nproc":
+            skip = True
+            continue
+        rest.append(arg)
+    torchrun(["--nproc-per-node", str(nproc), "-m", "kernelpro_backend.cli", *rest])
+    return 0
+
+
+def _join_process_group() -> int:
+    """Under torchrun (WORLD_SIZE > 1): join the group (gloo; the exchange is small), take
+    this rank's GPU; returns the rank (0 alone)."""
+    if int(os.environ.get("WORLD_SIZE", "1")) <= 1:
+        return 0
+    import torch
+    import torch.distributed as dist
+
+    if not dist.is_initialized():
+        dist.init_process_group(backend="gloo")
+    if torch.cuda.is_available():
+        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")) % torch.cuda.device_count())
+    return dist.get_rank()

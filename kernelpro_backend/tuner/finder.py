@@ -4,8 +4,7 @@ Owns: `KernelFinder.find` — already loaded? → cache hit, re-proved here firs
 elsewhere (imported, a bundle directory, another toolchain or GPU model), that pays off on
 this launch path → search on a miss when the policy allows ("on-miss") → store the winner →
 load it; everything else runs the fallback and a miss is recorded in the manifest (with why a
-search was skipped or a cached entry refused) — and `default_provider(options)`, the provider
-the backend uses.
+search was skipped or a cached entry refused).
 Must not: store bytes (cache/ does), search (searcher.py) or convert artifacts
 (artifacts.py); it only decides.
 """
@@ -18,16 +17,14 @@ import sqlite3
 from collections.abc import Callable, Mapping
 from typing import Any
 
-import torch
-
 from ..cache.artifact import Entry, KernelArtifact
 from ..cache.entries import describe
 from ..cache.maintenance import Verdict
-from ..cache.store import CacheUnavailable, Hit, KernelCache
+from ..cache.store import Hit, KernelCache
 from ..cache.toolchain import CacheKey
 from ..fx_passes import Subgraph
 from ..options import Options
-from ..providers import Kernel, KernelProvider, NullProvider
+from ..providers import Kernel
 from .admit import admit
 from .artifacts import Loader, load_artifact
 
@@ -84,9 +81,15 @@ class KernelFinder:
         key = self.cache.key_for(subgraph.key)
         if key.digest in self._loaded:
             return self._loaded[key.digest]
+        return self.use(subgraph, self.resolve(subgraph))
+
+    def resolve(self, subgraph: Subgraph) -> KernelArtifact | None:
+        """The subgraph's proved artifact — a cache hit (re-proved here first if it was made
+        elsewhere) or, under "on-miss", a search winner, stored — or None (miss recorded)."""
+        key = self.cache.key_for(subgraph.key)
         if key.digest in self._searched:
             return None  # searched in this process, nothing beat the fallback: not again
-        hit = self._cache_op("read", lambda: self.cache.lookup(key))
+        hit = self.cache_op("read", lambda: self.cache.lookup(key))
         artifact = None if hit is None else self._proved(key, hit)
         skipped = self._refused.get(key.digest)
         if artifact is None and self.options.search == "on-miss":
@@ -97,11 +100,17 @@ class KernelFinder:
                 self._searched.add(key.digest)
             if artifact is not None:
                 artifact = describe(artifact, subgraph)
-                self._cache_op("store a kernel in", lambda: self.cache.put(key, artifact))
+                self.cache_op("store a kernel in", lambda: self.cache.put(key, artifact))
         if artifact is None:
-            self._record_miss(key, subgraph, skipped)
-            return None
-        if not self._pays_off(artifact):
+            self.record_miss(key, subgraph, skipped)
+        return artifact
+
+    def use(self, subgraph: Subgraph, artifact: KernelArtifact | None) -> Kernel | None:
+        """The kernel of a resolved artifact if it pays off on this launch path, else None."""
+        key = self.cache.key_for(subgraph.key)
+        if key.digest in self._loaded:
+            return self._loaded[key.digest]
+        if artifact is None or not self._pays_off(artifact):
             return None
         return self._load(key, artifact, subgraph)
 
@@ -144,13 +153,13 @@ class KernelFinder:
             self._refused[key.digest] = reason
             return None
         log.info("kernelpro cache: %s: %s", what, verdict.reason)
-        self._cache_op("store a re-proved kernel in", lambda: self.cache.put(key, updated))
+        self.cache_op("store a re-proved kernel in", lambda: self.cache.put(key, updated))
         return updated
 
     def _proved_here(self, artifact: KernelArtifact) -> bool:
         return artifact.provenance.proved_on(self.cache.toolchain, self.cache.gpu)
 
-    def _cache_op(self, what: str, op: Callable[[], Any]) -> Any:
+    def cache_op(self, what: str, op: Callable[[], Any]) -> Any:
         """`op()`, or None when the cache fails (locked, full disk, read-only, corrupt): a
         cache fault warns once and the compile goes on."""
         try:
@@ -205,9 +214,9 @@ class KernelFinder:
             return None, None
         return found, getattr(self.searcher, "skipped", None)
 
-    def _record_miss(self, key: CacheKey, subgraph: Subgraph, reason: str | None) -> None:
+    def record_miss(self, key: CacheKey, subgraph: Subgraph, reason: str | None) -> None:
         # A read-only or full cache must not break the user's compile (one warning).
-        recorded = self._cache_op(
+        recorded = self.cache_op(
             "record a miss in", lambda: self.cache.misses.record(key, subgraph, reason)
         )
         if recorded:
@@ -234,24 +243,3 @@ class KernelFinder:
             return None
         self._loaded[key.digest] = kernel
         return kernel
-
-
-def default_provider(options: Options, custom: Any = None) -> KernelProvider:
-    """The provider for `options`: nothing under search="off" or without a CUDA GPU (every
-    subgraph runs on the fallback); else `custom` (a provider, or a factory of options) when
-    given, else cache lookups plus search on misses under "on-miss"."""
-    if options.search == "off":
-        return NullProvider()
-    if custom is not None:
-        return custom if isinstance(custom, KernelProvider) else custom(options)
-    if not torch.cuda.is_available():
-        return NullProvider()
-    from .reprove import Reprover
-    from .searcher import SubgraphSearcher
-
-    searcher = SubgraphSearcher(options) if options.search == "on-miss" else None
-    try:
-        return KernelFinder.from_options(options, searcher=searcher, prover=Reprover(options))
-    except CacheUnavailable as e:
-        log.warning("kernelpro: %s; every subgraph runs on the fallback", e)
-        return NullProvider()

@@ -27,7 +27,7 @@ from kernelpro_backend.cache.rows import CacheUnavailable
 from kernelpro_backend.cli.cache import add_cli, run_cli
 from kernelpro_backend.options import Options
 from kernelpro_backend.providers import NullProvider
-from kernelpro_backend.tuner import finder as finder_module
+from kernelpro_backend.tuner import provider as provider_module
 from kernelpro_backend.tuner.finder import KernelFinder
 
 
@@ -187,10 +187,10 @@ def test_an_unopenable_cache_on_the_gpu_path_runs_the_fallback(tmp_path, monkeyp
         raise sqlite3.OperationalError("unable to open database file")
 
     monkeypatch.setattr(store_module.diskcache, "Cache", cannot_open)
-    monkeypatch.setattr(finder_module.torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(provider_module.torch.cuda, "is_available", lambda: True)
     options = Options(search="cache-only", cache_dir=str(tmp_path / "nowhere"))
     with caplog.at_level(logging.WARNING, logger="kernelpro"):
-        provider = finder_module.default_provider(options)
+        provider = provider_module.default_provider(options)
     assert isinstance(provider, NullProvider)
     assert "runs on the fallback" in caplog.text
 

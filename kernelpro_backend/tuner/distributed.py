@@ -1,0 +1,176 @@
+"""Search on a miss across the ranks of a torch.distributed job (torchrun, DDP).
+
+Owns: `DistributedFinder`, the provider the backend uses when torch.distributed runs more than
+one rank and search="on-miss". Before a graph's subgraphs are looked up (`prepare`, which every
+rank calls for the same graph in the same order), the ranks agree on one owner per subgraph
+key — the lowest rank holding a proved entry for it, else a deterministic split of the misses
+balanced by estimated search cost (`split`) — the owner resolves it (its entry, or its search),
+and the owners' results are exchanged as cache-entry bytes (the JSON that bundles carry, never
+pickle), checked and admitted on arrival like an import and stored in every rank's cache. Then
+every rank installs the same kernel for the same key, or all keep the fallback; no rank
+searches a key another rank owns. A failed exchange (a rank died, timed out or raised) leaves
+the undecided keys on the fallback, recorded as misses.
+Must not: search or store by itself (KernelFinder does) or move bytes (exchange.py does).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+from collections.abc import Sequence
+
+from ..cache.artifact import CorruptEntry, KernelArtifact, decode_entry, encode_entry
+from ..cache.store import Admit
+from ..fx_passes import Subgraph
+from ..providers import Kernel
+from .admit import admit
+from .exchange import Exchange, ExchangeFailed
+from .finder import KernelFinder
+
+log = logging.getLogger("kernelpro.distributed")
+
+_ITEMSIZE = {"float64": 8, "int64": 8, "float32": 4, "int32": 4, "bfloat16": 2, "float16": 2}
+
+
+def search_cost(subgraph: Subgraph) -> float:
+    """A subgraph's estimated search cost: a fixed part (the budget-bound search) plus one that
+    grows with the bytes its trials move (compiling is the same; timing and validating scale)."""
+    moved = 0
+    for shape, _stride, dtype in [*subgraph.input_meta, *subgraph.output_meta]:
+        moved += math.prod(shape) * _ITEMSIZE.get(dtype, 1)
+    return 1.0 + moved / 2**30
+
+
+def split(costs: Sequence[tuple[str, float]], world: int) -> dict[str, int]:
+    """Owner rank per key: longest cost first onto the least-loaded rank (ties: lower rank;
+    equal costs: key order), the same on every rank for the same input."""
+    load = [0.0] * world
+    owners: dict[str, int] = {}
+    for digest, cost in sorted(costs, key=lambda kc: (-kc[1], kc[0])):
+        rank = min(range(world), key=lambda r: (load[r], r))
+        owners[digest] = rank
+        load[rank] += cost
+    return owners
+
+
+class DistributedFinder:
+    """A KernelFinder whose misses are split across ranks and whose winners are shared."""
+
+    def __init__(self, inner: KernelFinder, exchange: Exchange, admit: Admit = admit) -> None:
+        self.inner = inner
+        self.exchange = exchange
+        # Every rank, the owner too, runs the same check on the same bytes: all agree.
+        self.admit = admit
+        self.decided: dict[str, KernelArtifact | None] = {}  # digest -> the agreed artifact
+
+    def _digest(self, subgraph: Subgraph) -> str:
+        return self.inner.cache.key_for(subgraph.key).digest
+
+    def prepare(self, subgraphs: Sequence[Subgraph]) -> None:
+        """Agree with the other ranks on the kernel of each new subgraph key (collective)."""
+        todo: dict[str, Subgraph] = {}
+        for sg in subgraphs:
+            if not sg.symbolic and sg.inputs and self._digest(sg) not in self.decided:
+                todo.setdefault(self._digest(sg), sg)
+        if not todo:
+            return
+        try:
+            owners = self._owners(todo)
+            self._install(self._resolve_mine(todo, owners), owners)
+        except ExchangeFailed as e:
+            log.warning("kernelpro: %s; %d subgraph(s) keep the fallback", e, len(todo))
+        for digest, sg in todo.items():
+            if digest not in self.decided:
+                self.decided[digest] = None
+                self.inner.record_miss(self.inner.cache.key_for(sg.key), sg, "exchange failed")
+
+    def _owners(self, todo: dict[str, Subgraph]) -> dict[str, int]:
+        held = [d for d, sg in todo.items() if self._held(sg)]
+        views = [
+            json.loads(part)
+            for part in self.exchange.all_gather(
+                json.dumps({"keys": list(todo), "held": held}).encode()
+            )
+        ]
+        common = set.intersection(*(set(v["keys"]) for v in views))
+        if len(common) != len(todo):
+            log.warning(
+                "kernelpro: the ranks compiled different subgraphs (%d here, %d on all); the "
+                "others keep the fallback on this rank",
+                len(todo),
+                len(common),
+            )
+        owners: dict[str, int] = {}
+        for digest in sorted(common):
+            holders = [r for r, v in enumerate(views) if digest in v["held"]]
+            if holders:
+                owners[digest] = holders[0]
+        rest = [(d, search_cost(todo[d])) for d in sorted(common) if d not in owners]
+        owners.update(split(rest, self.exchange.world))
+        return owners
+
+    def _held(self, subgraph: Subgraph) -> bool:
+        hit = self.inner.cache_op(
+            "read", lambda: self.inner.cache.lookup(self.inner.cache.key_for(subgraph.key))
+        )
+        return hit is not None and hit.unproved is None
+
+    def _resolve_mine(self, todo: dict[str, Subgraph], owners: dict[str, int]) -> bytes:
+        """This rank's share, resolved (hit or search), as {digest: entry JSON or null}."""
+        mine: dict[str, str | None] = {}
+        for digest, sg in todo.items():
+            if owners.get(digest) != self.exchange.rank:
+                continue
+            artifact = self.inner.resolve(sg)
+            key = self.inner.cache.key_for(sg.key)
+            mine[digest] = None if artifact is None else encode_entry(key, artifact).decode()
+        log.info(
+            "kernelpro: rank %d resolved its %d of %d subgraph(s)",
+            self.exchange.rank,
+            len(mine),
+            len(owners),
+        )
+        return json.dumps(mine).encode()
+
+    def _install(self, mine: bytes, owners: dict[str, int]) -> None:
+        for rank, part in enumerate(self.exchange.all_gather(mine)):
+            for digest, text in json.loads(part).items():
+                if owners.get(digest) != rank:
+                    continue  # only the owner's word counts
+                self.decided[digest] = self._arrived(digest, text, rank)
+
+    def _arrived(self, digest: str, text: str | None, rank: int) -> KernelArtifact | None:
+        """The owner's artifact, checked like an import (checksum, key, admitted code)."""
+        if text is None:
+            return None
+        try:
+            entry = decode_entry(text.encode())
+        except CorruptEntry as e:
+            log.warning("kernelpro: rank %d sent a corrupt entry for %s: %s", rank, digest[:12], e)
+            return None
+        problem = "its key is not the one agreed" if entry.key.digest != digest else None
+        problem = problem or self.admit(entry.artifact)
+        if problem:
+            log.warning("kernelpro: refusing rank %d's entry %s: %s", rank, digest[:12], problem)
+            return None
+        if rank != self.exchange.rank:
+            self.inner.cache_op(
+                "store a shared kernel in", lambda: self.inner.cache.put(entry.key, entry.artifact)
+            )
+        return entry.artifact
+
+    def find(self, subgraph: Subgraph) -> Kernel | None:
+        """The agreed kernel (after `prepare`); a key no exchange decided runs the fallback."""
+        if subgraph.symbolic:
+            return None
+        digest = self._digest(subgraph)
+        if digest not in self.decided:
+            log.warning(
+                "kernelpro: %s %s was not agreed with the other ranks (prepare was not called); "
+                "running the fallback",
+                subgraph.pattern,
+                digest[:12],
+            )
+            return None
+        return self.inner.use(subgraph, self.decided[digest])

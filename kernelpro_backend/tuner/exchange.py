@@ -1,0 +1,77 @@
+"""Bytes between the ranks of a torch.distributed job, never pickled.
+
+Owns: `Exchange`, an all-gather of one byte string per rank over a gloo process group of its
+own (CPU tensors, whatever backend the user's group runs: NCCL's tensors would have to be on
+the GPU and its collectives block the training stream), with a timeout, and
+`distributed_world()`, whether this process is one rank of several.
+Must not: decide what is exchanged (distributed.py does) or use `all_gather_object`, which
+pickles.
+"""
+
+from __future__ import annotations
+
+import datetime
+import threading
+from typing import Any
+
+import torch
+
+
+class ExchangeFailed(RuntimeError):
+    """A collective failed: a rank died, timed out or raised. The caller falls back."""
+
+
+def distributed_world() -> tuple[int, int] | None:
+    """(rank, world size) when torch.distributed is initialised with more than one rank."""
+    import torch.distributed as dist
+
+    if not (dist.is_available() and dist.is_initialized()):
+        return None
+    world = dist.get_world_size()
+    return (dist.get_rank(), world) if world > 1 else None
+
+
+_GROUPS: dict[float, Any] = {}
+_LOCK = threading.Lock()
+
+
+class Exchange:
+    """exchange = Exchange(timeout_s=600); parts = exchange.all_gather(b"...")  # one per rank"""
+
+    def __init__(self, timeout_s: float, group: Any = None) -> None:
+        import torch.distributed as dist
+
+        self.rank = dist.get_rank()
+        self.world = dist.get_world_size()
+        self.timeout_s = timeout_s
+        if group is None:
+            # Creating a group is itself collective: every rank makes the same ones, in the same
+            # order, the first time an exchange with this timeout is needed.
+            with _LOCK:
+                if timeout_s not in _GROUPS:
+                    _GROUPS[timeout_s] = dist.new_group(
+                        backend="gloo", timeout=datetime.timedelta(seconds=timeout_s)
+                    )
+                group = _GROUPS[timeout_s]
+        self.group = group
+
+    def all_gather(self, data: bytes) -> list[bytes]:
+        """Every rank's `data`, in rank order. Raises ExchangeFailed."""
+        import torch.distributed as dist
+
+        try:
+            size = torch.tensor([len(data)], dtype=torch.int64)
+            sizes = [torch.zeros(1, dtype=torch.int64) for _ in range(self.world)]
+            dist.all_gather(sizes, size, group=self.group)
+            longest = max(int(s.item()) for s in sizes)
+            buf = torch.zeros(max(longest, 1), dtype=torch.uint8)
+            if data:
+                buf[: len(data)] = torch.frombuffer(bytearray(data), dtype=torch.uint8)
+            parts = [torch.empty_like(buf) for _ in range(self.world)]
+            dist.all_gather(parts, buf, group=self.group)
+        except Exception as e:  # gloo raises RuntimeError/DistBackendError on a dead rank
+            raise ExchangeFailed(
+                f"exchange between {self.world} ranks failed on rank {self.rank} "
+                f"({type(e).__name__}: {e})"
+            ) from e
+        return [p[: int(n.item())].numpy().tobytes() for p, n in zip(parts, sizes, strict=True)]

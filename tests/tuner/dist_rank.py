@@ -1,0 +1,100 @@
+"""One rank of the distributed-search tests, run as a subprocess:
+    python dist_rank.py RANK WORLD DIR SCENARIO
+It joins a gloo group (file store in DIR), trains a small model for 3 steps with
+torch.compile(backend=kernelpro's backend, eager fallback) whose provider is a DistributedFinder
+over a KernelFinder with a fake searcher, and writes DIR/rank<R>.json: the keys it searched,
+the kernel chosen per key, its losses and its cache's keys.
+Scenarios: "ok"; "raise" (rank 1's searcher raises); "die" (rank 1 exits mid-search);
+"shared" (one cache directory for all ranks); "plain" (no kernelpro: the reference losses)."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "cache"))
+
+from kernelpro_backend import make_backend  # noqa: E402
+from kernelpro_backend.cache import KernelArtifact, KernelCache, cache_key  # noqa: E402
+from kernelpro_backend.options import Options  # noqa: E402
+from kernelpro_backend.providers import CallableKernel  # noqa: E402
+from kernelpro_backend.tuner import KernelFinder  # noqa: E402
+from kernelpro_backend.tuner.distributed import DistributedFinder  # noqa: E402
+from kernelpro_backend.tuner.exchange import Exchange  # noqa: E402
+
+
+class Model(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.a = torch.nn.Linear(16, 32)
+        self.b = torch.nn.Linear(32, 8)
+
+    def forward(self, x):
+        h = torch.tanh(self.a(x)) * 2.0 + 1.0
+        return torch.softmax(self.b(h).relu(), -1)
+
+
+def main(rank: int, world: int, out: Path, scenario: str) -> None:
+    dist.init_process_group(
+        "gloo", init_method=f"file://{out / 'store'}", rank=rank, world_size=world
+    )
+    model = Model()
+    x = torch.randn(4, 16, generator=torch.Generator().manual_seed(1))
+    searched: list[str] = []
+    modules: dict[str, torch.nn.Module] = {}  # canonical text -> the subgraph's reference
+
+    def observe(kind, subgraphs):
+        for sg in subgraphs:
+            modules[sg.text] = sg.module()
+
+    def searcher(sg):
+        searched.append(cache_key(sg.key).digest)
+        if scenario == "raise" and rank == 1:
+            raise RuntimeError("candidate blew up")
+        if scenario == "die" and rank == 1:
+            os._exit(7)
+        if sg.kind == "reduction":
+            return None  # nothing beats the fallback here
+        return KernelArtifact(
+            language="python", source=f"# found by rank {rank}", entry="ref",
+            kernel_ms=0.001, baselines_ms={"eager": 1.0},
+        )  # fmt: skip
+
+    def loader(artifact):
+        return CallableKernel(f"ref-{artifact.source[-1]}", modules[artifact.subgraph_text])
+
+    cache_dir = out / ("cache" if scenario == "shared" else f"cache{rank}")
+    options = Options(search="on-miss", fallback="eager", cache_dir=str(cache_dir))
+    inner = KernelFinder(KernelCache(cache_dir), options, loader, searcher)
+    provider = DistributedFinder(inner, Exchange(timeout_s=20), admit=lambda artifact: None)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    fn = model
+    if scenario != "plain":
+        fn = torch.compile(
+            model,
+            backend=make_backend(provider=provider, observer=observe),
+            options={"fallback": "eager"},
+        )
+    losses = []
+    for _ in range(3):
+        opt.zero_grad()
+        loss = fn(x).square().mean()
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    decided = {d: (None if a is None else a.source) for d, a in sorted(provider.decided.items())}
+    with KernelCache(cache_dir) as cache:
+        stored = sorted(e.key.digest for e in cache.entries())
+    report = {"searched": searched, "decided": decided, "losses": losses, "stored": stored}
+    (out / f"rank{rank}.json").write_text(json.dumps(report))
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main(int(sys.argv[1]), int(sys.argv[2]), Path(sys.argv[3]), sys.argv[4])
