@@ -161,6 +161,11 @@ class Options:
             return self.min_gain_us / 1e3
         return (INLINE_MIN_GAIN_US if self.inlines else OP_MIN_GAIN_US) / 1e3
 
+    def op_min_gain_ms(self) -> float:
+        """The gain a kernel that cannot be inlined (it runs through kernelpro::launch, as the
+        eager ATen candidate does) must show."""
+        return (OP_MIN_GAIN_US if self.min_gain_us is None else self.min_gain_us) / 1e3
+
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 

@@ -9,6 +9,7 @@ admitted only when what it would run is this kernelpro's own output or device co
   launch header, no host code of the entry runs);
 - free-form Triton source (no spec): only a module that passes `triton_source_problem`'s
   allow-list — which no host launcher passes, so such entries are refused with that reason.
+- an eager ATen entry (tuner/eager.py): no code at all; it runs the subgraph's own ops.
 Everything else is refused, with the reason, before any of its code runs.
 
 Owns: `admit(artifact) -> reason | None` and `triton_source_problem(source) -> reason | None`.
@@ -30,6 +31,11 @@ _IMPORTS = {"triton", "triton.language", "math"}
 
 def admit(artifact: KernelArtifact) -> str | None:
     """None when the entry may be loaded here, else why it is refused (one line)."""
+    if artifact.language == "aten":
+        # It runs the subgraph's reference, rebuilt from the canonical text the key hashes.
+        if artifact.source or artifact.binary is not None or artifact.spec_json is not None:
+            return "an eager ATen entry carries no code, and this one does"
+        return None
     if artifact.language == "cuda":
         if artifact.binary is None:
             return "a CUDA entry without its cubin: its source would have to be compiled here"

@@ -19,7 +19,7 @@ import torch
 
 from ..cache.artifact import KernelArtifact
 from ..providers import CallableKernel, Kernel
-from ..runtime.candidate import Candidate, SourceCandidate, SpecCandidate
+from ..runtime.candidate import BaselineCandidate, Candidate, SourceCandidate, SpecCandidate
 
 # Turns a cached artifact into a callable kernel (inputs/outputs in canonical order). May raise
 # if the artifact cannot be loaded here; the subgraph then runs on the fallback.
@@ -62,6 +62,8 @@ def artifact_candidate(artifact: KernelArtifact) -> Candidate:
     """The evaluator's form of a cached kernel: its KernelSpec with its stored source where
     codegen made it (built exactly as `load_artifact` builds it), else its source. A "python"
     artifact (tests) is a plain Python module defining `entry`, loaded like Triton source."""
+    if artifact.language == "aten":  # tuner/eager.py: the subgraph's own ops, no code
+        return BaselineCandidate("eager")
     if artifact.spec_json is not None:
         return SpecCandidate(artifact.spec_json, artifact.source, artifact.entry)
     if artifact.language in ("triton", "python"):

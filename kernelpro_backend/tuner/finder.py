@@ -27,6 +27,7 @@ from ..options import Options
 from ..providers import Kernel
 from .admit import admit
 from .artifacts import Loader, load_artifact
+from .eager import eager_kernel, is_eager
 
 log = logging.getLogger("kernelpro.cache")
 
@@ -181,8 +182,9 @@ class KernelFinder:
         it was measured (an entry found with inlined launches may not pay through the op)."""
         base = artifact.baselines_ms.get(self.options.fallback)
         if base is None or artifact.kernel_ms is None:
-            return True
-        need = self.options.min_gain_ms()
+            return not is_eager(artifact)  # eager's only merit is its measured gain
+        # The eager entry always runs through kernelpro::launch.
+        need = self.options.op_min_gain_ms() if is_eager(artifact) else self.options.min_gain_ms()
         if base - artifact.kernel_ms >= need:
             return True
         log.info(
@@ -229,7 +231,7 @@ class KernelFinder:
 
     def _load(self, key: CacheKey, artifact: KernelArtifact, subgraph: Subgraph) -> Kernel | None:
         try:
-            kernel = self.loader(artifact)
+            kernel = eager_kernel(subgraph) if is_eager(artifact) else self.loader(artifact)
         except Exception as e:
             log.warning(
                 "kernelpro cache: cannot load cached %s kernel for %s %s (%s: %s); running the "

@@ -24,11 +24,14 @@ from ..lowering import lower
 from ..options import Options
 from ..paths import CacheLayout
 from ..profilers.ceilings import Ceilings
+from ..runtime.candidate import BaselineCandidate
+from ..runtime.job import Job
 from ..runtime.memory import Footprint, MemoryPlan, gpu_free_bytes, plan_memory
 from ..runtime.shared_pool import lease_pool
 from ..runtime.worker_setup import WorkerSetup
 from ..search import Budget, SearchMemory, codegen_space, optimize
 from .artifacts import winner_fields
+from .eager import eager_artifact
 from .measurer import PoolMeasurer
 
 if TYPE_CHECKING:
@@ -78,7 +81,7 @@ class SubgraphSearcher:
         ncu = self.options.ncu_timeout_s if "ncu" in self.options.search_tools else 0.0
         return self.options.job_timeout_s + ncu
 
-    def _searchable(self, subgraph: Subgraph) -> bool:
+    def _selected(self, subgraph: Subgraph) -> bool:
         selected = self.options.search_patterns
         if selected and subgraph.pattern not in selected:
             log.info(
@@ -88,12 +91,29 @@ class SubgraphSearcher:
                 ", ".join(selected),
             )
             return False
+        return True
+
+    @staticmethod
+    def _has_template(subgraph: Subgraph) -> bool:
         try:
             lower(subgraph)
         except Unsupported as e:
-            log.info("kernelpro: no template for %s subgraph (%s): fallback", subgraph.pattern, e)
+            log.info(
+                "kernelpro: no template for %s subgraph (%s): timing eager against the "
+                "fallback only",
+                subgraph.pattern,
+                e,
+            )
             return False
         return True
+
+    def _eager_only(self, pool: Any, subgraph: Subgraph) -> KernelArtifact | None:
+        """No template: the subgraph's candidates are its baselines; eager wins if it beats
+        Inductor clearly (tuner/eager.py)."""
+        job = Job.from_subgraph(subgraph, BaselineCandidate("eager"), ceilings=None)
+        results = pool.evaluate_many(job.baselines())
+        baselines = dict(zip(("eager", "inductor"), results, strict=True))
+        return _eager_or_none(eager_artifact(baselines, self.options), subgraph, baselines)
 
     def plan(self, subgraph: Subgraph) -> MemoryPlan:
         """How many of the subgraph's evaluations fit on its GPU at once (off the GPU: all)."""
@@ -104,8 +124,9 @@ class SubgraphSearcher:
 
     def __call__(self, subgraph: Subgraph) -> KernelArtifact | None:
         self.skipped = None
-        if not self._searchable(subgraph):
+        if not self._selected(subgraph):
             return None
+        templated = self._has_template(subgraph)
         self.layout.logs.mkdir(parents=True, exist_ok=True)
         log_path = str(self.layout.logs / f"{subgraph.key.digest[:16]}.jsonl")
         leased = time.perf_counter()
@@ -126,6 +147,8 @@ class SubgraphSearcher:
                 self.skipped = plan.message
                 log.warning("kernelpro: %s %s %s", subgraph.graph, subgraph.pattern, plan.message)
                 return None
+            if not templated:
+                return self._eager_only(pool, subgraph)
             measurer = PoolMeasurer(
                 self.options, pool, subgraph, self.ceilings(subgraph), plan.concurrent
             )
@@ -144,11 +167,26 @@ class SubgraphSearcher:
                 batch_size=plan.concurrent,
                 fixed_s=fixed,
             )
-        return _artifact(outcome, subgraph, log_path, self.layout.cubin_root)
+        return _artifact(outcome, subgraph, log_path, self.layout.cubin_root, self.options)
+
+
+def _eager_or_none(
+    artifact: KernelArtifact | None, subgraph: Subgraph, baselines: Mapping[str, Any]
+) -> KernelArtifact | None:
+    if artifact is not None:
+        log.info(
+            "kernelpro: %s %s: eager ATen (%.4g ms) beats Inductor (%.4g ms); it runs behind "
+            "kernelpro::launch",
+            subgraph.graph,
+            subgraph.pattern,
+            baselines["eager"].median_ms,
+            baselines["inductor"].median_ms,
+        )
+    return artifact
 
 
 def _artifact(
-    outcome: Any, subgraph: Subgraph, log_path: str, cubin_dir: Path
+    outcome: Any, subgraph: Subgraph, log_path: str, cubin_dir: Path, options: Options
 ) -> KernelArtifact | None:
     baselines = {k: r.median_ms for k, r in outcome.baselines.items() if r.ok and r.median_ms}
     if outcome.uses_fallback or outcome.result is None:
@@ -159,7 +197,9 @@ def _artifact(
             outcome.winner,
             outcome.trials,
         )
-        return None
+        # No generated kernel beats the fastest baseline; that baseline may be eager ATen.
+        eager = eager_artifact(outcome.baselines, options, log_path)
+        return _eager_or_none(eager, subgraph, outcome.baselines)
     return KernelArtifact(
         **winner_fields(outcome.winner, device=subgraph.device, cubin_dir=cubin_dir),
         kernel_ms=outcome.result.median_ms,

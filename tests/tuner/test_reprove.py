@@ -122,17 +122,19 @@ def test_a_failed_reproof_is_a_miss_that_on_miss_searches(here, tanh_sg):
     assert here.lookup(here.key_for(tanh_sg.key)).artifact.provenance.origin == "search"
 
 
-def test_correct_but_not_timed_here_is_not_enough(here, tanh_sg):
+def test_correct_but_not_timed_here_is_not_enough(here, tanh_sg, caplog):
     """The baselines did not run here: the entry is proved correct but not faster here."""
 
     class NoBaselines(Evaluator):
         def __call__(self, jobs):
             out = super().__call__(jobs)
-            return out[:1] + [EvalResult(EvalStatus.ERROR, message="oom") for _ in out[1:]]
+            return out[:1] + [EvalResult(EvalStatus.COMPILE_ERROR, message="oom") for _ in out[1:]]
 
     _made_elsewhere(here, tanh_sg)
     finder = KernelFinder(here, Options(), python_loader, prover=_prover(here, NoBaselines()))
-    assert finder.find(tanh_sg) is None
+    with caplog.at_level(logging.WARNING, logger="kernelpro.cache"):
+        assert finder.find(tanh_sg) is None
+    assert "the baselines did not run here" in caplog.text
 
 
 @pytest.mark.parametrize("failure", [RuntimeError("no GPU workers"), None])
