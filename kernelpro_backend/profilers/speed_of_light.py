@@ -154,6 +154,12 @@ class SpeedOfLight:
         return max(compute_s, memory_s) * 1e3
 
     @staticmethod
+    def memory_bound_ms(work: Work, ceilings: Ceilings, precision: str) -> float | None:
+        """The DRAM-bound time when moving the bytes takes longer than the math, else None."""
+        memory_ms = work.bytes / ceilings.dram_bytes_per_s * 1e3
+        return memory_ms if memory_ms >= SpeedOfLight.time_ms(work, ceilings, precision) else None
+
+    @staticmethod
     def work(subgraph: Any) -> Work:
         return count_work(subgraph.nodes, subgraph.input_meta, subgraph.output_meta)
 

@@ -1,6 +1,7 @@
 """How long one subgraph may be searched, and the rules that stop a search early.
 
-Owns: `Budget` (trials, wall time, speed-of-light and plateau stopping) and `BudgetTracker`,
+Owns: `Budget` (trials, wall time, speed-of-light and plateau stopping, the bandwidth target of
+memory-bound subgraphs) and `BudgetTracker`,
 which turns the history of a search into a stop reason and the trials the early rules saved.
 Must not: choose candidates.
 """
@@ -34,6 +35,10 @@ class Budget:
     sol_stop_fraction: float | None = 0.9
     plateau_trials: int | None = PLATEAU_TRIALS
     plateau_eps: float = 0.01
+    # A memory-bound subgraph has a bandwidth target, not just a ratio: the plateau rule does
+    # not stop its search while the best candidate is under this fraction of the DRAM bound
+    # (it runs to the target, max_trials or max_seconds). None: plateau stops as usual.
+    bandwidth_target: float | None = None
 
     def __post_init__(self) -> None:
         if self.max_trials < 1 or self.max_seconds <= 0:
@@ -48,9 +53,15 @@ class Budget:
             )
         if self.plateau_trials is not None and self.plateau_trials < 1:
             raise ValueError(f"plateau_trials must be >= 1 or None, got {self.plateau_trials}")
+        if self.bandwidth_target is not None and not 0 < self.bandwidth_target <= 1:
+            raise ValueError(
+                f"bandwidth_target is a fraction in (0, 1], got {self.bandwidth_target}"
+            )
 
     @classmethod
-    def from_options(cls, options: Any, in_flight: int = 1) -> Budget:
+    def from_options(
+        cls, options: Any, in_flight: int = 1, bandwidth_target: float | None = None
+    ) -> Budget:
         """From `kernelpro_backend.options.Options` (max_trials, budget_s). The plateau window
         is at least three generations of `in_flight` candidates: with 8 in flight, 16 trials
         are two rounds, and the tree has had one round to act on what the first taught it
@@ -60,6 +71,7 @@ class Budget:
             max_trials=int(options.max_trials),
             max_seconds=float(options.budget_s),
             plateau_trials=plateau,
+            bandwidth_target=bandwidth_target,
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -103,7 +115,10 @@ class BudgetTracker:
         ):
             return SOL
         n = b.plateau_trials
-        if n is not None and self.trials >= n:
+        short = b.bandwidth_target is not None and (
+            self.best_sol_fraction is None or self.best_sol_fraction < b.bandwidth_target
+        )
+        if n is not None and self.trials >= n and not short:
             now, then = self.best_history[-1], self.best_history[-1 - n]
             gain = 0.0 if now is None else now - (then if then is not None else float("-inf"))
             if gain < b.plateau_eps:

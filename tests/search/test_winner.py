@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import pytest
@@ -99,3 +100,21 @@ def test_a_win_smaller_than_the_replacement_cost_keeps_the_fallback():
     assert (
         choose_winner(big, {"inductor": ok(1.0, spread=0.001)}, min_gain_ms=0.030).winner == "big"
     )
+
+
+def test_a_memory_bound_search_runs_to_its_bandwidth_target_not_to_a_plateau():
+    budget = Budget(max_trials=64, plateau_trials=16, bandwidth_target=0.9, sol_stop_fraction=0.9)
+    tracker = BudgetTracker(budget)
+    for _ in range(40):  # no gain for 39 trials, at 70% of the DRAM bound: keep going
+        tracker.record(1.0, 0.7)
+    assert tracker.stop_reason() is None
+    tracker.record(1.2, 0.92)  # the target reached: the speed-of-light rule stops it
+    assert tracker.stop_reason() == "sol"
+    plain = BudgetTracker(dataclasses.replace(budget, bandwidth_target=None))
+    for _ in range(40):
+        plain.record(1.0, 0.7)
+    assert plain.stop_reason() == "plateau"
+    capped = BudgetTracker(dataclasses.replace(budget, max_trials=48))
+    for _ in range(48):
+        capped.record(1.0, 0.7)
+    assert capped.stop_reason() == "max_trials"  # the budget still ends it

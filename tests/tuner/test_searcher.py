@@ -159,3 +159,22 @@ def test_ncu_in_search_tools_gives_workers_more_time():
         ).job_timeout_s
         == 35
     )
+
+
+def test_only_big_memory_bound_subgraphs_get_a_bandwidth_target(tmp_path):
+    import torch
+    from helpers import subgraphs_of
+
+    from kernelpro_backend.profilers.ceilings import Ceilings
+    from kernelpro_backend.tuner.searcher import BANDWIDTH_TARGET, SubgraphSearcher
+
+    searcher = SubgraphSearcher(Options(cache_dir=str(tmp_path)))
+    searcher.ceilings = lambda sg: Ceilings("H100", 3.0e12, 60e12, 400e12, 800e12, 50 * 2**20)
+    (big,) = subgraphs_of(lambda x: torch.softmax(x, -1), torch.randn(4096, 8192), train=False)
+    (small,) = subgraphs_of(lambda x: torch.softmax(x, -1), torch.randn(8, 40), train=False)
+    (gemm,) = subgraphs_of(
+        lambda a, b: a @ b, torch.randn(2048, 2048), torch.randn(2048, 2048), train=False
+    )
+    assert searcher.bandwidth_target(big) == BANDWIDTH_TARGET  # 268 MB moved: ~89 us of DRAM
+    assert searcher.bandwidth_target(small) is None  # launch latency decides
+    assert searcher.bandwidth_target(gemm) is None  # compute-bound
