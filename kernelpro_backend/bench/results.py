@@ -28,6 +28,10 @@ class ModeResult:
     max_rel_err: float | None = None
     message: str = ""
     kernels: str = ""  # kernelpro: "used/found", its kernels in use of the subgraphs it cut
+    # GPU memory one step allocates beyond what is resident before it (activations, logits,
+    # gradients, workspaces; weights and optimizer state are the same in every mode): where a
+    # fusion that never materialises a tensor shows. None off the GPU.
+    step_peak_mib: float | None = None
 
 
 def mode_from_dict(d: dict[str, Any]) -> ModeResult:

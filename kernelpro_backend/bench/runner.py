@@ -171,6 +171,19 @@ def _time_interleaved(
     return {n: ms for n, ms in medians.items() if n not in errors}, errors
 
 
+def step_peak_mib(step: Callable[[], None], device: torch.device) -> float | None:
+    """MiB one call of `step` allocates at its peak beyond what was allocated before it (CUDA
+    caching-allocator statistics); None off the GPU."""
+    if device.type != "cuda":
+        return None
+    torch.cuda.synchronize(device)
+    before = torch.cuda.memory_allocated(device)
+    torch.cuda.reset_peak_memory_stats(device)
+    step()
+    torch.cuda.synchronize(device)
+    return (torch.cuda.max_memory_allocated(device) - before) / 2**20
+
+
 def _one_line(error: BaseException, limit: int = 500) -> str:
     """An exception as one line (Dynamo's errors span many lines; the cause is on line 2)."""
     text = " ".join(line.strip() for line in str(error).splitlines() if line.strip())
@@ -239,6 +252,8 @@ def run_workload(workload: Workload, config: RunConfig) -> WorkloadResult:
         if result.mode in errors:
             result.status, result.message = FAILED, errors[result.mode]
         result.median_ms = medians.get(result.mode)
+        if result.mode in steps and result.mode not in errors:
+            result.step_peak_mib = step_peak_mib(steps[result.mode], workload.device)
     del steps
     _release(workload.device)
     return WorkloadResult(

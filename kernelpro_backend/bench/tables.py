@@ -18,7 +18,7 @@ from .results import BenchReport, WorkloadResult
 
 HEADER = (
     "workload", "kind", "dtype", "mode", "status", "median ms", "vs eager", "vs inductor",
-    "% SOL", "compile s", "kernels",
+    "% SOL", "step MiB", "compile s", "kernels",
 )  # fmt: skip
 
 
@@ -42,6 +42,7 @@ def rows(report: BenchReport) -> list[tuple[str, ...]]:
                     _num(w.speedup(m.mode, EAGER), ".2f", "x"),
                     _num(w.speedup(m.mode, INDUCTOR), ".2f", "x"),
                     _num(None if sol is None else 100 * sol, ".1f", "%"),
+                    _num(m.step_peak_mib, ".0f"),
                     _num(m.compile_s, ".1f"),
                     m.kernels or "-",
                 )

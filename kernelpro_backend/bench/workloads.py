@@ -20,6 +20,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from . import models
+from .gpt import mini_gpt
 from .problems import PROBLEM_PREFIX, load_problem, problem_files
 from .workload import Workload, WorkloadFactory, check_size, resolve_dtype
 
@@ -172,6 +173,7 @@ WORKLOADS: dict[str, WorkloadFactory] = {
     "convnet": convnet,
     "moe": moe,
     "lm_head": lm_head,
+    "mini_gpt": mini_gpt,
     "layer_norm": layer_norm,
     "rms_norm": rms_norm,
     "softmax": softmax,
@@ -179,7 +181,7 @@ WORKLOADS: dict[str, WorkloadFactory] = {
     "gemm_bias_gelu": gemm_bias_gelu,
     "attention": attention,
 }
-TRAINING_WORKLOADS = ("gpt_block", "mlp", "convnet", "moe", "lm_head")
+TRAINING_WORKLOADS = ("gpt_block", "mlp", "convnet", "moe", "lm_head", "mini_gpt")
 OP_WORKLOADS = tuple(name for name in WORKLOADS if name not in TRAINING_WORKLOADS)
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
