@@ -112,6 +112,30 @@ def stable_topological_order(graph: fx.Graph) -> None:
             before.append(node)
 
 
+_warned_symbolic = False
+
+
+def _note_symbolic(count: int, graph_kind: str) -> None:
+    """Symbolic subgraphs keep the fallback; the first time, say how to keep kernels when
+    shapes change (torch.compile turns sizes symbolic after the first shape change)."""
+    global _warned_symbolic
+    log.info(
+        "kernelpro: %d %s subgraph(s) have symbolic sizes (dynamic shapes) and stay with the "
+        "fallback",
+        count,
+        graph_kind,
+    )
+    if not _warned_symbolic:
+        _warned_symbolic = True
+        log.warning(
+            "kernelpro: a graph has symbolic sizes (torch.compile makes sizes dynamic after a "
+            "shape changes), and kernelpro kernels are keyed by static sizes, so those subgraphs "
+            "run on the fallback. To keep kernels per shape: torch.compile(..., dynamic=False) "
+            "(one graph per shape, up to torch._dynamo.config.recompile_limit) and warm the "
+            "shapes up: kernelpro_backend.warmup.warmup(model, inputs, more_inputs=[...])"
+        )
+
+
 def rewrite_graph(
     gm: fx.GraphModule,
     graph_kind: str,
@@ -162,12 +186,7 @@ def rewrite_graph(
         gm.graph.lint()
         gm.recompile()
     if report.symbolic:
-        log.info(
-            "kernelpro: %d %s subgraph(s) have symbolic sizes (dynamic shapes) and stay with the "
-            "fallback",
-            report.symbolic,
-            graph_kind,
-        )
+        _note_symbolic(report.symbolic, graph_kind)
     log.debug(
         "kernelpro: %s graph: %d subgraphs, %d replaced (%d inlined)",
         graph_kind,

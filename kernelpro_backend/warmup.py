@@ -110,13 +110,18 @@ def warmup(
     options: dict[str, Any] | None = None,
     provider: KernelProvider | None = None,
     release_workers: bool = True,
+    more_inputs: Sequence[Sequence[Any]] = (),
 ) -> WarmupReport:
     """Search every subgraph of `model` the cache lacks (forward and, with `train`, backward).
 
     `budget_s` is the search budget per subgraph; `loss_fn(output) -> scalar` defines the
-    training step (default: sum of the output). `release_workers`: shut the worker pool down at
-    the end (no worker keeps GPU memory); a caller warming several models keeps it and calls
-    `tuner.searcher.release_gpu_memory()` itself."""
+    training step (default: sum of the output). `more_inputs`: further example inputs at other
+    shapes (a shorter last batch, other sequence lengths); each shape is compiled on its own,
+    with static sizes (`dynamic=False`), so its subgraphs get keys and kernels of their own —
+    a model compiled with `torch.compile(..., dynamic=False)` then finds one per shape.
+    `release_workers`: shut the worker pool down at the end (no worker keeps GPU memory); a
+    caller warming several models keeps it and calls `tuner.searcher.release_gpu_memory()`
+    itself."""
     opts = dict(options or {})
     opts.setdefault("search", "on-miss")
     if budget_s is not None:
@@ -142,15 +147,20 @@ def warmup(
     backend = make_backend(provider=_Recording(provider, rows), observer=note_symbolic)
     model = copy.deepcopy(model)
     started = time.perf_counter()
-    compiled = torch.compile(model, backend=backend, options=opts)
-    inputs = list(example_inputs)
-    if train:
-        out = compiled(*inputs)
-        loss = loss_fn(out) if loss_fn else _default_loss(out)
-        loss.backward()
-    else:
-        with torch.no_grad():
-            compiled(*inputs)
+    shapes = [list(example_inputs), *(list(i) for i in more_inputs)]
+    for inputs in shapes:
+        if len(shapes) > 1:
+            torch._dynamo.reset()  # each shape its own static graph, not a symbolic one
+        dynamic = False if len(shapes) > 1 else None
+        compiled = torch.compile(model, backend=backend, options=opts, dynamic=dynamic)
+        if train:
+            out = compiled(*inputs)
+            loss = loss_fn(out) if loss_fn else _default_loss(out)
+            loss.backward()
+            model.zero_grad(set_to_none=True)
+        else:
+            with torch.no_grad():
+                compiled(*inputs)
     if release_workers and torch.cuda.is_available():
         from .tuner.searcher import release_gpu_memory
 

@@ -32,10 +32,23 @@ def load_factory(spec: str) -> Callable[[], Any]:
 
 
 def model_and_inputs(spec: str) -> tuple[Any, tuple[Any, ...]]:
+    model, inputs, _ = model_inputs_and_shapes(spec)
+    return model, inputs
+
+
+def model_inputs_and_shapes(spec: str) -> tuple[Any, tuple[Any, ...], list[tuple[Any, ...]]]:
+    """(model, example inputs, example inputs at further shapes): FN returns (model, inputs)
+    or (model, inputs, [inputs at another shape, ...]) for a warm-up over several shapes."""
     result = load_factory(spec)()
-    if not (isinstance(result, (tuple, list)) and len(result) >= 2):
-        raise SystemExit(f"kernelpro: {spec} must return (model, example_inputs)")
-    model, inputs = result[0], result[1]
-    if not isinstance(inputs, (tuple, list)):
-        inputs = (inputs,)
-    return model, tuple(inputs)
+    if not (isinstance(result, (tuple, list)) and len(result) in (2, 3)):
+        raise SystemExit(
+            f"kernelpro: {spec} must return (model, example_inputs) or "
+            "(model, example_inputs, [example_inputs at another shape, ...])"
+        )
+    model, inputs = result[0], _as_tuple(result[1])
+    more = [_as_tuple(i) for i in result[2]] if len(result) == 3 else []
+    return model, inputs, more
+
+
+def _as_tuple(inputs: Any) -> tuple[Any, ...]:
+    return tuple(inputs) if isinstance(inputs, (tuple, list)) else (inputs,)

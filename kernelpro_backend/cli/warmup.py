@@ -15,15 +15,17 @@ import os
 import sys
 from typing import Any
 
-from .target import model_and_inputs
+from .target import model_inputs_and_shapes
 
 
 def add_cli(subparsers: Any) -> None:
     p = subparsers.add_parser(
         "warmup",
         help="search every subgraph of a model that the cache lacks (resumable)",
-        description="MODULE:FN returns (model, example_inputs). Searches forward and backward "
-        "subgraphs on this GPU and stores each winner as soon as it is found.",
+        description="MODULE:FN returns (model, example_inputs), or (model, example_inputs, "
+        "[example_inputs at another shape, ...]) to warm up several shapes (each compiled "
+        "with static sizes). Searches forward and backward subgraphs on this GPU and stores "
+        "each winner as soon as it is found.",
     )
     p.add_argument("target", metavar="MODULE:FN")
     p.add_argument("--budget-s", type=float, default=None, help="search seconds per subgraph")
@@ -51,7 +53,7 @@ def run_warmup(args: argparse.Namespace) -> int:
     from ..warmup import warmup
 
     rank = _join_process_group()
-    model, inputs = model_and_inputs(args.target)
+    model, inputs, more = model_inputs_and_shapes(args.target)
     options: dict[str, Any] = {}
     if args.cache_dir:
         options["cache_dir"] = args.cache_dir
@@ -61,8 +63,9 @@ def run_warmup(args: argparse.Namespace) -> int:
         options["search_patterns"] = args.patterns
     try:
         report = warmup(
-            model, inputs, train=not args.no_train, budget_s=args.budget_s, options=options
-        )
+            model, inputs, train=not args.no_train, budget_s=args.budget_s, options=options,
+            more_inputs=more,
+        )  # fmt: skip
     except RuntimeError as e:
         print(f"kernelpro warmup: {e}", file=sys.stderr)
         return 2

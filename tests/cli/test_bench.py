@@ -58,6 +58,7 @@ def test_training_workloads_are_marked_training(kernelpro_run):
         "convnet",
         "moe",
         "lm_head",
+        "mini_gpt",
     }
 
 
