@@ -98,3 +98,59 @@ def test_prune_drops_old_and_corrupt_entries_and_keeps_other_toolchains(cache_di
     code, text = run_cache_cli("--cache-dir", path, "prune", "--older-than", "30")
     assert "kept 3, dropped 1" in text and "days old" in text
     assert cache.get(ancient_key) is None
+
+
+def _key(tmp_path, name, size=32):
+    path = tmp_path / name
+    path.write_bytes(bytes(range(size)) if name == "key" else bytes(reversed(range(size))))
+    path.chmod(0o600)
+    return str(path)
+
+
+def test_signed_export_and_import_say_the_signature_status(cache_dir, tmp_path):
+    path, _ = cache_dir
+    key = _key(tmp_path, "key")
+    bundle = str(tmp_path / "signed.tar.gz")
+    code, text = run_cache_cli("--cache-dir", path, "export", "--out", bundle, "--sign", key)
+    assert code == 0 and "wrote 2 entries" in text and "signed with key id " in text
+    key_id = text.split("key id ")[1].strip()
+    code, text = run_cache_cli("--cache-dir", str(tmp_path / "a"), "import", bundle,
+                               "--arch", "sm_90", "--key", key, "--require-signature")  # fmt: skip
+    assert f"signature: verified (key id {key_id})" in text and "bundle made by" in text
+    assert "refused 2" in text  # python kernels from outside: refused as before, signed or not
+    code, text = run_cache_cli("--cache-dir", str(tmp_path / "b"), "import", bundle,
+                               "--arch", "sm_90", "--key", _key(tmp_path, "other"))  # fmt: skip
+    assert f"signature: unknown key id {key_id}" in text and "bundle made by" in text
+    code, text = run_cache_cli("--cache-dir", str(tmp_path / "c"), "import", bundle,
+                               "--arch", "sm_90", "--require-signature")  # fmt: skip
+    assert code == 1 and "import refused" in text and f"unknown key id {key_id}" in text
+    assert "imported" not in text
+
+
+def test_the_signing_options_apply_to_import(cache_dir, tmp_path, monkeypatch):
+    path, _ = cache_dir
+    key = _key(tmp_path, "key")
+    signed, unsigned = str(tmp_path / "s.tar"), str(tmp_path / "u.tar")
+    assert run_cache_cli("--cache-dir", path, "export", "--out", signed, "--sign", key)[0] == 0
+    assert run_cache_cli("--cache-dir", path, "export", "--out", unsigned)[0] == 0
+    monkeypatch.setenv("KERNELPRO_TRUSTED_BUNDLE_KEYS", key)
+    monkeypatch.setenv("KERNELPRO_REQUIRE_SIGNED_BUNDLES", "1")
+    code, text = run_cache_cli("--cache-dir", str(tmp_path / "a"), "import", signed,
+                               "--arch", "sm_90")  # fmt: skip
+    assert "signature: verified" in text and "imported 0 entries" in text
+    code, text = run_cache_cli("--cache-dir", str(tmp_path / "b"), "import", unsigned,
+                               "--arch", "sm_90")  # fmt: skip
+    assert code == 1 and "import refused" in text and "unsigned" in text
+
+
+def test_unusable_key_files_are_refused_before_anything_is_written(cache_dir, tmp_path):
+    path, _ = cache_dir
+    out = tmp_path / "b.tar"
+    code, text = run_cache_cli("--cache-dir", path, "export", "--out", str(out),
+                               "--sign", _key(tmp_path, "short", 16))  # fmt: skip
+    assert code == 2 and "export refused" in text and "at least 32" in text
+    assert not out.exists()
+    run_cache_cli("--cache-dir", path, "export", "--out", str(out))
+    code, text = run_cache_cli("--cache-dir", str(tmp_path / "a"), "import", str(out),
+                               "--key", str(tmp_path / "absent"))  # fmt: skip
+    assert code == 2 and "import refused" in text and "cannot read key file" in text
