@@ -90,6 +90,8 @@ def load_key(path: str | os.PathLike[str]) -> SigningKey:
     it, as ssh does."""
     try:
         mode = os.stat(path).st_mode
+        if not stat.S_ISREG(mode):  # a FIFO or a device would block or never end
+            raise SigningKeyError(f"key file {path} is not a regular file")
         with open(path, "rb") as f:
             secret = f.read(MAX_KEY_BYTES + 1)
     except OSError as e:

@@ -145,6 +145,10 @@ def test_key_files_are_checked(tmp_path):
         load_key(_key_file(tmp_path, "short", b"k" * 31))
     with pytest.raises(SigningKeyError, match="cannot read key file"):
         load_key(tmp_path / "absent")
+    with pytest.raises(SigningKeyError, match="not a regular file"):
+        load_key(tmp_path)
+    with pytest.raises(SigningKeyError, match="over 65536 bytes"):
+        load_key(_key_file(tmp_path, "huge", b"k" * 70_000))
     with pytest.warns(UserWarning, match="readable by group or others.*chmod 600"):
         loose = load_key(_key_file(tmp_path, "loose", mode=0o644))
     assert len(loose.secret) == 32 and loose.secret.hex() not in repr(loose)
