@@ -55,6 +55,11 @@ class Options:
     # Writable cache directory (default ~/.cache/kernelpro) and read-only ones searched after it.
     cache_dir: str | None = None
     extra_cache_dirs: tuple[str, ...] = ()
+    # Key files (raw secrets, 32+ bytes) whose bundle signatures this user trusts; with
+    # require_signed_bundles, a bundle of an extra cache directory is read only when one of them
+    # verifies its signature. A bad signature (modified after signing) is never read.
+    trusted_bundle_keys: tuple[str, ...] = ()
+    require_signed_bundles: bool = False
     # "auto" follows torch.get_float32_matmul_precision(); the others force a float32 mode.
     precision: Precision = "auto"
     objective: Objective = "time"
@@ -211,9 +216,11 @@ def _resolved_type(name: str) -> Any:
         "check_timing_s": float,
         "pool_idle_s": float,
         "progress": bool,
+        "require_signed_bundles": bool,
         "cache_dir": (str, type(None)),
         "llm_model": (str, type(None)),
         "extra_cache_dirs": tuple,
+        "trusted_bundle_keys": tuple,
         "search_patterns": tuple,
         "search_tools": tuple,
     }
@@ -274,7 +281,7 @@ def _coerce(name: str, value: Any, source: str) -> Any:
         if isinstance(value, str):  # "a:b", as in the environment
             return tuple(p.strip() for p in value.split(os.pathsep) if p.strip())
         if not all(isinstance(v, str) for v in value):
-            what = _NAME_LISTS.get(name, "directory paths")
+            what = _NAME_LISTS.get(name) or _PATH_LISTS.get(name, "directory paths")
             raise OptionsError(f"{source}={value!r}: expected a list of {what}")
         return _tool_names(tuple(value), source) if name == "search_tools" else tuple(value)
     if value is not None and not isinstance(value, str):
@@ -289,6 +296,8 @@ PROFILING_TOOLS = ("energy", "ncu", "ptxas", "sass", "timeline")
 _TEXT = {"cache_dir": "a directory path", "llm_model": "a model name (a string)"}
 # Tuple options whose string form is a ","-separated list of names, and what the names are.
 _NAME_LISTS = {"search_patterns": "pattern names", "search_tools": "profiling tool names"}
+# Tuple options of paths (os.pathsep-separated as strings) that are not directories.
+_PATH_LISTS = {"trusted_bundle_keys": "key file paths"}
 
 
 # KERNELPRO_* variables that are not options but are read elsewhere (paths, build dirs).

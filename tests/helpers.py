@@ -1,12 +1,18 @@
-"""Test helpers: training a model for a few steps, and collecting subgraphs of a model."""
+"""Test helpers: training a model for a few steps, collecting subgraphs of a model, running the
+`kernelpro cache` command in-process, and the per-test Triton mode of the codegen and lowering
+tests."""
 
 from __future__ import annotations
 
+import argparse
+import io
 from collections.abc import Callable
 
+import pytest
 import torch
 
 from kernelpro_backend import make_backend
+from kernelpro_backend.cli.cache import add_cli, run_cli
 from kernelpro_backend.fx_passes import Subgraph
 
 
@@ -45,3 +51,24 @@ def subgraphs_of(
         with torch.no_grad():
             compiled(*inputs)
     return found
+
+
+def run_cache_cli(*argv: str, validator=None) -> tuple[int, str]:
+    """Run `kernelpro cache <argv>` in this process: its exit status and what it printed.
+    `validator` replaces the evaluator `verify` runs."""
+    parser = argparse.ArgumentParser(prog="kernelpro")
+    add_cli(parser.add_subparsers(dest="command", required=True))
+    args = parser.parse_args(["cache", *argv])
+    assert args.func is run_cli
+    out = io.StringIO()
+    return run_cli(args, validator=validator, out=out), out.getvalue()
+
+
+def triton_mode(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Triton's CPU interpreter for a test, the real compiler for a GPU-marked one; set per test
+    and restored afterwards (tests/codegen/conftest.py says why not at import time). The
+    conftests of tests/codegen and tests/lowering make it an autouse fixture."""
+    if "gpu" in request.keywords:
+        monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    else:
+        monkeypatch.setenv("TRITON_INTERPRET", "1")

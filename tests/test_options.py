@@ -159,6 +159,21 @@ def test_extra_cache_dirs_split_the_same_from_options_and_environment():
     assert from_env.extra_cache_dirs == from_options.extra_cache_dirs == ("/a", "/b")
 
 
+def test_bundle_signing_options_from_options_and_environment():
+    joined = os.pathsep.join(["/k/a", "/k/b"])
+    env = {"KERNELPRO_TRUSTED_BUNDLE_KEYS": joined, "KERNELPRO_REQUIRE_SIGNED_BUNDLES": "yes"}
+    from_env = Options.resolve(environ=env)
+    assert from_env.trusted_bundle_keys == ("/k/a", "/k/b") and from_env.require_signed_bundles
+    defaults = Options.resolve(environ={})
+    assert defaults.trusted_bundle_keys == () and defaults.require_signed_bundles is False
+    from_options = Options.resolve(options={"trusted_bundle_keys": joined}, environ={})
+    assert from_options.trusted_bundle_keys == from_env.trusted_bundle_keys
+    with pytest.raises(OptionsError, match="expected a list of key file paths"):
+        Options.resolve(options={"trusted_bundle_keys": [1]}, environ={})
+    with pytest.raises(OptionsError, match="expected True or False"):
+        Options.resolve(options={"require_signed_bundles": "sometimes"}, environ={})
+
+
 def test_an_unknown_variable_is_warned_with_the_closest_name():
     with pytest.warns(UserWarning, match="KERNELPRO_BUDGET is not a kernelpro setting.*"
                       "did you mean KERNELPRO_BUDGET_S"):  # fmt: skip

@@ -1,10 +1,12 @@
 """Bundles: cache entries packed in one archive to ship kernels to other machines.
 
 Owns: the bundle format (a tar, tar.gz or zip archive with `manifest.json` — format, schema,
-created, built_by (who made it: a claim, shown, never trusted), arch, and per entry its file, digest, key JSON and sha256 — plus one JSON
-entry file per kernel, binary fields base64), writing it atomically, and reading it with every
-check: each entry's sha256 against the manifest, its own checksum, its key against the
-manifest's, and no file the manifest does not list.
+created, built_by (who made it: a claim, shown, never trusted), arch, and per entry its file,
+digest, key JSON and sha256 — plus one JSON entry file per kernel, binary fields base64, and
+optionally `signature.json`, whose format signing.py owns), writing it atomically, and reading
+it with every check: each entry's sha256 against the manifest, its own checksum, its key
+against the manifest's, a well-formed signature if there is one, and no file the manifest does
+not list.
 Must not: extract archives to disk (members are read into memory by name), unpickle anything,
 or touch a cache store (transfer.py exports to and imports from one).
 """
@@ -23,6 +25,7 @@ from typing import Any
 
 from ..paths import atomic_write
 from .artifact import CorruptEntry, Entry, decode_entry
+from .signing import SIGNATURE, parse_signature
 from .toolchain import CACHE_SCHEMA_VERSION, CacheKey
 
 BUNDLE_FORMAT = "kernelpro-bundle"
@@ -52,6 +55,10 @@ class Bundle:
     manifest: dict[str, Any]
     entries: list[Entry]
     refused: list[Refusal]
+    # The exact bytes of manifest.json (what a signature covers) and the parsed signature.json,
+    # None when the bundle is unsigned (signing.check says whether it verifies).
+    manifest_bytes: bytes = b""
+    signature: dict[str, str] | None = None
 
 
 def read_bundle(path: str | os.PathLike[str]) -> Bundle:
@@ -59,8 +66,10 @@ def read_bundle(path: str | os.PathLike[str]) -> Bundle:
     files = _read_archive(Path(path))
     if MANIFEST not in files:
         raise BundleError(f"{path}: no {MANIFEST}; not a kernelpro bundle")
+    manifest_bytes = files.pop(MANIFEST)
+    signature = _read_signature(path, files.pop(SIGNATURE, None))
     try:
-        manifest = json.loads(files.pop(MANIFEST).decode("utf-8"))
+        manifest = json.loads(manifest_bytes.decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as e:
         raise BundleError(f"{path}: unparsable {MANIFEST} ({e})") from None
     except RecursionError:
@@ -95,7 +104,16 @@ def read_bundle(path: str | os.PathLike[str]) -> Bundle:
             entries.append(entry)
     for name in sorted(set(files) - seen):
         refused.append(Refusal(name, f"not listed in {MANIFEST} (added after export?)"))
-    return Bundle(manifest=manifest, entries=entries, refused=refused)
+    return Bundle(manifest, entries, refused, manifest_bytes, signature)
+
+
+def _read_signature(path: str | os.PathLike[str], data: bytes | None) -> dict[str, str] | None:
+    if data is None:
+        return None
+    try:
+        return parse_signature(data)
+    except ValueError as e:
+        raise BundleError(f"{path}: malformed {SIGNATURE}: {e}") from None
 
 
 def _check_listed(item: Any, files: dict[str, bytes]) -> tuple[Entry | None, str | None, str]:

@@ -2,7 +2,8 @@
 
 Owns: `KernelCache.put/lookup/get/missing/scan/delete`, the checks that make a read trustworthy
 (checksum, schema, the entry's own key equal to the key asked for), reading extra directories of
-bundles after the writable store, and saying of each hit whether it was proved on this machine
+bundles after the writable store (a bundle whose signature signing.refusal rejects is skipped
+whole), and saying of each hit whether it was proved on this machine
 (`Hit.unproved`: why it must be re-proved before it runs here, tuner.finder does that).
 Must not: compile, load or search kernels, or spell a path of the cache directory (paths.py
 owns where the cache lives and its layout: kernels/ is the diskcache store, cache.db + value
@@ -32,6 +33,7 @@ from .bundle import BundleError, read_bundle
 from .disk import JsonBytesDisk, UnsafeValue
 from .misses import MissManifest
 from .rows import CacheUnavailable, ReadOnlyStore, check_database, delete_rows, row_keys
+from .signing import SigningKey, check, refusal
 from .toolchain import CacheKey, Toolchain, cache_key, current_gpu, current_toolchain
 
 log = logging.getLogger("kernelpro.cache")
@@ -76,6 +78,8 @@ class KernelCache:
         environ: Mapping[str, str] | None = None,
         admit: Admit | None = None,
         gpu: str | None = None,
+        trusted_keys: Sequence[SigningKey] = (),
+        require_signed: bool = False,
     ) -> None:
         self.layout = CacheLayout.of(directory, environ)
         self.directory = self.layout.root
@@ -83,6 +87,10 @@ class KernelCache:
         # those whose code did not come out of this kernelpro, before any of it runs.
         self.admit = admit
         self.extra_dirs = tuple(Path(d).expanduser() for d in extra_dirs)
+        # Their bundles' signatures are checked against these keys: a bad one (modified after
+        # signing) is always skipped; with `require_signed`, so is any not verified.
+        self.trusted_keys = tuple(trusted_keys)
+        self.require_signed = require_signed
         # The machine an entry must have been proved on to be used without a re-proof.
         self.toolchain = toolchain or current_toolchain()
         self.gpu = gpu or current_gpu()
@@ -278,6 +286,10 @@ class KernelCache:
                         type(e).__name__,
                         e,
                     )
+                    continue
+                problem = refusal(check(bundle, self.trusted_keys), self.require_signed)
+                if problem:
+                    log.warning("kernelpro cache: skipping bundle %s: %s", bundle_path, problem)
                     continue
                 for entry in bundle.entries:
                     problem = self.admit(entry.artifact) if self.admit else None

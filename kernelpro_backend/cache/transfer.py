@@ -1,9 +1,10 @@
 """Moving entries between a cache store and a bundle.
 
-Owns: `export_bundle` (a store's entries, optionally filtered, written as a bundle) and
-`import_bundle` (a bundle's verified entries copied into a store, marked "import" so they are
-re-proved on this machine before they first run), which refuses, by name and reason, tampered
-entries, entries for another GPU architecture, and code that is not this kernelpro's.
+Owns: `export_bundle` (a store's entries, optionally filtered, written as a bundle, signed when
+given a key) and `import_bundle` (a bundle's verified entries copied into a store, marked
+"import" so they are re-proved on this machine before they first run), which refuses, by name
+and reason, tampered entries, entries for another GPU architecture, and code that is not this
+kernelpro's, and refuses the whole bundle when its signature does not allow it (signing.refusal).
 Must not: define or check the bundle format (bundle.py does) or admit code itself (the caller
 passes tuner.admit.admit).
 """
@@ -14,11 +15,13 @@ import dataclasses
 import hashlib
 import json
 import os
+from collections.abc import Sequence
 from pathlib import Path
 
 from ..version import __version__
 from .artifact import Entry, utc_now
-from .bundle import BUNDLE_FORMAT, MANIFEST, Refusal, read_bundle, write_archive
+from .bundle import BUNDLE_FORMAT, MANIFEST, BundleError, Refusal, read_bundle, write_archive
+from .signing import SIGNATURE, SignatureStatus, SigningKey, check, refusal, sign
 from .store import Admit, KernelCache
 from .toolchain import CACHE_SCHEMA_VERSION, current_arch, current_toolchain
 
@@ -30,6 +33,8 @@ class ImportReport:
     # Who made the bundle, as its manifest says (kernelpro version, GPU, created); empty for
     # bundles from before it was recorded. Claims, not proof: shown, never trusted.
     built_by: dict[str, str] = dataclasses.field(default_factory=dict)
+    # The bundle's signature against the keys the caller trusts.
+    signature: SignatureStatus = SignatureStatus("unsigned")
 
 
 def built_by() -> dict[str, str]:
@@ -58,9 +63,11 @@ def export_bundle(
     pattern: str | None = None,
     kind: str | None = None,
     arch: str | None = None,
+    key: SigningKey | None = None,
 ) -> list[Entry]:
     """Write the cache's entries, optionally filtered, to a bundle at `out` (.zip for zip,
-    .tar.gz/.tgz for gzip'd tar, else tar). Each entry's provenance says where it was proved."""
+    .tar.gz/.tgz for gzip'd tar, else tar). Each entry's provenance says where it was proved.
+    With `key`, the bundle carries signature.json: an HMAC of the manifest's exact bytes."""
     chosen = [
         e
         for e in cache.entries()
@@ -96,6 +103,8 @@ def export_bundle(
         "entries": listed,
     }
     files[MANIFEST] = json.dumps(manifest, indent=1, sort_keys=True).encode()
+    if key is not None:
+        files[SIGNATURE] = json.dumps(sign(files[MANIFEST], key), indent=1).encode()
     write_archive(Path(out), files)
     return [e for e in chosen if f"entries/{e.key.digest}.json" in files]
 
@@ -105,14 +114,21 @@ def import_bundle(
     path: str | os.PathLike[str],
     arch: str | None = None,
     admit: Admit | None = None,
+    keys: Sequence[SigningKey] = (),
+    require_signature: bool = False,
 ) -> ImportReport:
     """Copy a bundle's verified entries for `arch` (default: this machine's GPU) into the cache,
     marked as imported: the finder re-proves and re-times each on this machine before it first
     runs (whatever toolchain or GPU model made it). Everything else is refused with its reason.
     `admit` (tuner.admit.admit): refuses an entry whose code did not come out of this kernelpro;
-    the command line always passes it."""
+    the command line always passes it. The signature is checked against `keys` before anything
+    is stored: BundleError when it is bad, or when `require_signature` and it is not verified."""
     arch = arch or current_arch()
     bundle = read_bundle(path)
+    status = check(bundle, keys)
+    problem = refusal(status, require_signature)
+    if problem:
+        raise BundleError(f"{path}: {problem}")
     imported: list[Entry] = []
     refused = list(bundle.refused)
     for entry in bundle.entries:
@@ -128,4 +144,4 @@ def import_bundle(
             artifact = dataclasses.replace(entry.artifact, provenance=made)
             cache.put(entry.key, artifact)
             imported.append(dataclasses.replace(entry, artifact=artifact))
-    return ImportReport(imported, refused, read_built_by(bundle.manifest))
+    return ImportReport(imported, refused, read_built_by(bundle.manifest), status)

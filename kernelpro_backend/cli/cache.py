@@ -23,6 +23,7 @@ from ..cache.maintenance import (
     prune,
     verify,
 )
+from ..cache.signing import SigningKeyError, load_key, load_keys
 from ..cache.store import KernelCache
 from ..cache.transfer import export_bundle, import_bundle
 from ..options import Options
@@ -42,10 +43,29 @@ def add_cli(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser: 
     show.add_argument("key")
     ex = sub.add_parser("export", help="write entries to a bundle (.tar, .tar.gz, .zip)")
     ex.add_argument("--out", required=True, help="bundle file to write")
+    ex.add_argument(
+        "--sign",
+        metavar="KEYFILE",
+        help="sign the bundle (HMAC-SHA256 of its manifest) with this secret key file "
+        "(at least 32 random bytes, e.g. `head -c 32 /dev/urandom > key; chmod 600 key`)",
+    )
     _filters(ex)
     im = sub.add_parser("import", help="verify a bundle and copy its entries into the cache")
     im.add_argument("file")
     im.add_argument("--arch", help="GPU arch to accept, e.g. sm_90 (default: this machine's)")
+    im.add_argument(
+        "--key",
+        action="append",
+        default=[],
+        metavar="KEYFILE",
+        help="a key file whose signatures you trust (repeatable; added to trusted_bundle_keys)",
+    )
+    im.add_argument(
+        "--require-signature",
+        action="store_true",
+        help="refuse a bundle without a signature verified by a trusted key "
+        "(also: require_signed_bundles)",
+    )
     ve = sub.add_parser(
         "verify",
         help="re-validate every entry on this GPU; drop failures",
@@ -93,12 +113,7 @@ def run_cli(
         if command == "show":
             return _show(cache, args.key, out)
         if command == "export":
-            if not list_entries(cache, args.pattern, args.kind, args.arch)[0]:
-                print(f"no entries match in {cache.directory}; {args.out} not written", file=out)
-                return 1
-            written = export_bundle(cache, args.out, args.pattern, args.kind, args.arch)
-            print(f"wrote {len(written)} entries to {args.out}", file=out)
-            return 0
+            return _export(cache, args, out)
         if command == "import":
             return _import(cache, args, out)
         if command == "verify":
@@ -181,10 +196,33 @@ def _show(cache: KernelCache, prefix: str, out: TextIO) -> int:
     return 0
 
 
+def _export(cache: KernelCache, args: argparse.Namespace, out: TextIO) -> int:
+    try:
+        key = load_key(args.sign) if args.sign else None
+    except SigningKeyError as e:
+        print(f"export refused: {e}", file=out)
+        return 2
+    if not list_entries(cache, args.pattern, args.kind, args.arch)[0]:
+        print(f"no entries match in {cache.directory}; {args.out} not written", file=out)
+        return 1
+    written = export_bundle(cache, args.out, args.pattern, args.kind, args.arch, key=key)
+    signed = f", signed with key id {key.key_id}" if key else ""
+    print(f"wrote {len(written)} entries to {args.out}{signed}", file=out)
+    return 0
+
+
 def _import(cache: KernelCache, args: argparse.Namespace, out: TextIO) -> int:
+    options = Options.resolve()
+    try:
+        keys = load_keys([*options.trusted_bundle_keys, *args.key])
+    except SigningKeyError as e:
+        print(f"import refused: {e}", file=out)
+        return 2
+    required = args.require_signature or options.require_signed_bundles
     try:
         # Each entry's code must be this kernelpro's own output (or a cubin) to come in.
-        report = import_bundle(cache, args.file, arch=args.arch, admit=admit)
+        report = import_bundle(cache, args.file, arch=args.arch, admit=admit, keys=keys,
+                               require_signature=required)  # fmt: skip
     except BundleError as e:
         print(f"import refused: {e}", file=out)
         return 1
@@ -194,6 +232,7 @@ def _import(cache: KernelCache, args: argparse.Namespace, out: TextIO) -> int:
               f"{maker.get('gpu', '?')}, {maker.get('created', '?')} (as it says)", file=out)  # fmt: skip
     else:
         print("bundle does not say who made it (made before kernelpro recorded it)", file=out)
+    print(f"signature: {report.signature}", file=out)
     print(f"imported {len(report.imported)} entries from {args.file}", file=out)
     if report.imported:
         print("each one's code was checked to be this kernelpro's own output; none has run "

@@ -20,6 +20,7 @@ from typing import Any
 from ..cache.artifact import Entry, KernelArtifact
 from ..cache.entries import describe
 from ..cache.maintenance import Verdict
+from ..cache.signing import load_keys
 from ..cache.store import Hit, KernelCache
 from ..cache.toolchain import CacheKey
 from ..fx_passes import Subgraph
@@ -71,7 +72,14 @@ class KernelFinder:
         prover: Prover | None = None,
     ) -> KernelFinder:
         cache = KernelCache(
-            options.cache_dir, options.extra_cache_dirs, environ=environ, admit=admit
+            options.cache_dir,
+            options.extra_cache_dirs,
+            environ=environ,
+            admit=admit,
+            # A key file that cannot be read raises SigningKeyError: a setting to fix, like a
+            # bad option, not a bundle to skip.
+            trusted_keys=load_keys(options.trusted_bundle_keys),
+            require_signed=options.require_signed_bundles,
         )
         return cls(cache, options, loader, searcher, prover)
 

@@ -5,7 +5,6 @@ read, and hostile bundles (zip bombs, deep manifests, duplicates) are refused wi
 
 from __future__ import annotations
 
-import argparse
 import io
 import json
 import logging
@@ -18,24 +17,17 @@ import diskcache
 import pytest
 import torch
 from graphs import python_artifact, python_loader
+from helpers import run_cache_cli
 
 from kernelpro_backend.cache import KernelCache, export_bundle, prune, read_bundle
 from kernelpro_backend.cache import bundle as bundle_module
 from kernelpro_backend.cache import store as store_module
 from kernelpro_backend.cache.bundle import BundleError
 from kernelpro_backend.cache.rows import CacheUnavailable
-from kernelpro_backend.cli.cache import add_cli, run_cli
 from kernelpro_backend.options import Options
 from kernelpro_backend.providers import NullProvider
 from kernelpro_backend.tuner import provider as provider_module
 from kernelpro_backend.tuner.finder import KernelFinder
-
-
-def run_cache_cli(*argv: str) -> tuple[int, str]:
-    parser = argparse.ArgumentParser(prog="kernelpro")
-    add_cli(parser.add_subparsers(dest="command", required=True))
-    out = io.StringIO()
-    return run_cli(parser.parse_args(["cache", *argv]), out=out), out.getvalue()
 
 
 def _db(cache: KernelCache):

@@ -3,14 +3,13 @@ validator's logic with a fake evaluator."""
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
-import io
 import pickle
 
 import pytest
 import torch
 from graphs import TANH_SOURCE, python_artifact, tanh_subgraph, with_arch
+from helpers import run_cache_cli
 
 from kernelpro_backend.cache import (
     Entry,
@@ -18,20 +17,11 @@ from kernelpro_backend.cache import (
     describe,
     verify,
 )
-from kernelpro_backend.cli.cache import add_cli, run_cli
 from kernelpro_backend.runtime import EvalResult, EvalStatus, SourceCandidate, SpecCandidate
 from kernelpro_backend.tuner import artifact_candidate
 from kernelpro_backend.tuner.verify import CacheEntryValidator
 
 WRONG_SOURCE = TANH_SOURCE.replace("+ 1.0", "+ 1.001")  # off by 1e-3: far outside float32 tol
-
-
-def _run(*argv: str, validator=None) -> tuple[int, str]:
-    parser = argparse.ArgumentParser(prog="kernelpro")
-    add_cli(parser.add_subparsers(dest="command", required=True))
-    out = io.StringIO()
-    code = run_cli(parser.parse_args(["cache", *argv]), validator=validator, out=out)
-    return code, out.getvalue()
 
 
 def _put(cache, sg, artifact, arch=None):
@@ -56,11 +46,11 @@ def mixed_cache(tmp_path, tanh_sg):
 def test_verify_with_the_real_evaluator_keeps_a_correct_entry_and_drops_a_wrong_one(mixed_cache):
     path, cache, good, bad, foreign = mixed_cache
     with CacheEntryValidator(arch="cpu", seed=11) as validator:
-        code, text = _run("--cache-dir", path, "verify", "--dry-run", validator=validator)
+        code, text = run_cache_cli("--cache-dir", path, "verify", "--dry-run", validator=validator)
         assert code == 1, text
         assert "would drop 1" in text and "kept 1" in text and "skipped 1" in text
         assert cache.get(bad) is not None  # dry run: nothing deleted
-        code, text = _run("--cache-dir", path, "verify", validator=validator)
+        code, text = run_cache_cli("--cache-dir", path, "verify", validator=validator)
     assert code == 1 and "kept 1, dropped 1, skipped 1" in text, text
     lines = {line.split()[0]: line for line in text.splitlines() if line[:12] in
              (good.digest[:12], bad.digest[:12], foreign.digest[:12])}  # fmt: skip
@@ -175,7 +165,7 @@ def test_when_the_eager_reference_fails_too_verify_stops_and_drops_nothing(cache
     broken = EvalResult(EvalStatus.CRASHED, message="CUDA error: no device")
     fake = FakeEvaluator(kernel=WRONG, eager=broken)
     validator = CacheEntryValidator(evaluate=fake, arch=key.arch)
-    code, text = _run("--cache-dir", str(cache.directory), "verify", validator=validator)
+    code, text = run_cache_cli("--cache-dir", str(cache.directory), "verify", validator=validator)
     assert code == 2 and "verify stopped" in text and "CUDA error: no device" in text
     assert cache.get(key) is not None
 
@@ -209,7 +199,7 @@ def test_artifact_candidate_prefers_the_spec_with_the_stored_source():
 
 def test_corrupt_entries_are_dropped_and_reported(cache):
     cache.put_raw("e" * 64, b"not json")
-    code, text = _run("--cache-dir", str(cache.directory), "verify", "--integrity-only")
+    code, text = run_cache_cli("--cache-dir", str(cache.directory), "verify", "--integrity-only")
     assert code == 1 and "corrupt" in text and "dropped 1" in text
     assert cache.raw("e" * 64) is None
 

@@ -2,25 +2,14 @@
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
-import io
 
 import pytest
 from graphs import python_artifact, with_arch
+from helpers import run_cache_cli
 
 from kernelpro_backend.cache import KernelCache, Provenance, Toolchain
-from kernelpro_backend.cli.cache import add_cli, run_cli
 from kernelpro_backend.version import __version__
-
-
-def _run(*argv: str, validator=None) -> tuple[int, str]:
-    parser = argparse.ArgumentParser(prog="kernelpro")
-    add_cli(parser.add_subparsers(dest="command", required=True))
-    args = parser.parse_args(["cache", *argv])
-    assert args.func is run_cli
-    out = io.StringIO()
-    return run_cli(args, validator=validator, out=out), out.getvalue()
 
 
 @pytest.fixture
@@ -34,7 +23,7 @@ def cache_dir(tmp_path, tanh_sg, linear_sg):
 
 def test_ls_prints_an_aligned_table(cache_dir, tanh_sg, linear_sg):
     path, cache = cache_dir
-    code, text = _run("--cache-dir", path, "ls")
+    code, text = run_cache_cli("--cache-dir", path, "ls")
     assert code == 0
     lines = text.splitlines()
     header, rows = lines[0], lines[1:3]
@@ -45,33 +34,35 @@ def test_ls_prints_an_aligned_table(cache_dir, tanh_sg, linear_sg):
     assert all(r[column:].startswith("sm_90") for r in rows)
     assert {r.split()[1] for r in rows} == {tanh_sg.pattern, linear_sg.pattern}
     assert "2 entries" in lines[3]
-    code, text = _run("--cache-dir", path, "ls", "--kind", linear_sg.kind)
+    code, text = run_cache_cli("--cache-dir", path, "ls", "--kind", linear_sg.kind)
     assert "1 entries" in text and linear_sg.pattern in text
 
 
 def test_show_by_prefix(cache_dir):
     path, cache = cache_dir
     entry = next(cache.entries())
-    code, text = _run("--cache-dir", path, "show", entry.key.digest[:10])
+    code, text = run_cache_cli("--cache-dir", path, "show", entry.key.digest[:10])
     assert code == 0
     assert entry.key.digest in text and "def scaled_tanh" in text and "sm_90" in text
-    code, text = _run("--cache-dir", path, "show", "zzzz")
+    code, text = run_cache_cli("--cache-dir", path, "show", "zzzz")
     assert code == 1 and "no entry matching 'zzzz'" in text
 
 
 def test_export_then_import_and_foreign_arch(cache_dir, tmp_path):
     path, _ = cache_dir
     bundle = str(tmp_path / "out" / "kernels.tar.gz")
-    code, text = _run("--cache-dir", path, "export", "--out", bundle)
+    code, text = run_cache_cli("--cache-dir", path, "export", "--out", bundle)
     assert code == 0 and "wrote 2 entries" in text
     other = str(tmp_path / "other")
-    code, text = _run("--cache-dir", other, "import", bundle, "--arch", "sm_90")
+    code, text = run_cache_cli("--cache-dir", other, "import", bundle, "--arch", "sm_90")
     # Plain Python kernels are code from outside: the command line refuses them (tests of
     # spec-built entries coming in: tests/cache/test_hostile_bundles.py).
     assert code == 1 and "imported 0 entries" in text and "refused 2" in text
     assert "'python' kernels from outside are never run" in text
     assert f"bundle made by kernelpro {__version__} on GPU " in text  # its maker, as it says
-    code, text = _run("--cache-dir", str(tmp_path / "third"), "import", bundle, "--arch", "sm_80")
+    code, text = run_cache_cli(
+        "--cache-dir", str(tmp_path / "third"), "import", bundle, "--arch", "sm_80"
+    )
     assert code == 1
     assert "imported 0 entries" in text and "refused 2" in text
     assert "built for GPU arch sm_90, this cache is for sm_80" in text
@@ -79,13 +70,13 @@ def test_export_then_import_and_foreign_arch(cache_dir, tmp_path):
 
 def test_verify_drops_entries_the_validator_rejects(cache_dir, tanh_sg, linear_sg):
     path, cache = cache_dir
-    code, text = _run("--cache-dir", path, "verify", "--integrity-only")
+    code, text = run_cache_cli("--cache-dir", path, "verify", "--integrity-only")
     assert code == 0 and "integrity only" in text and "kept 2, dropped 0" in text
 
     def validator(entry):
         return entry.artifact.pattern != tanh_sg.pattern
 
-    code, text = _run("--cache-dir", path, "verify", validator=validator)
+    code, text = run_cache_cli("--cache-dir", path, "verify", validator=validator)
     assert code == 1 and "kept 1, dropped 1" in text and "failed validation" in text
     assert [e.artifact.pattern for e in cache.entries()] == [linear_sg.pattern]
 
@@ -101,9 +92,65 @@ def test_prune_drops_old_and_corrupt_entries_and_keeps_other_toolchains(cache_di
     )
     cache.put(ancient_key, ancient)
     cache.put_raw("f" * 64, b"garbage")
-    code, text = _run("--cache-dir", path, "prune")
+    code, text = run_cache_cli("--cache-dir", path, "prune")
     assert code == 0 and "kept 4, dropped 1" in text and "corrupt" in text
     assert cache.get(other) is not None
-    code, text = _run("--cache-dir", path, "prune", "--older-than", "30")
+    code, text = run_cache_cli("--cache-dir", path, "prune", "--older-than", "30")
     assert "kept 3, dropped 1" in text and "days old" in text
     assert cache.get(ancient_key) is None
+
+
+def _key(tmp_path, name, size=32):
+    path = tmp_path / name
+    path.write_bytes(bytes(range(size)) if name == "key" else bytes(reversed(range(size))))
+    path.chmod(0o600)
+    return str(path)
+
+
+def test_signed_export_and_import_say_the_signature_status(cache_dir, tmp_path):
+    path, _ = cache_dir
+    key = _key(tmp_path, "key")
+    bundle = str(tmp_path / "signed.tar.gz")
+    code, text = run_cache_cli("--cache-dir", path, "export", "--out", bundle, "--sign", key)
+    assert code == 0 and "wrote 2 entries" in text and "signed with key id " in text
+    key_id = text.split("key id ")[1].strip()
+    code, text = run_cache_cli("--cache-dir", str(tmp_path / "a"), "import", bundle,
+                               "--arch", "sm_90", "--key", key, "--require-signature")  # fmt: skip
+    assert f"signature: verified (key id {key_id})" in text and "bundle made by" in text
+    assert "refused 2" in text  # python kernels from outside: refused as before, signed or not
+    code, text = run_cache_cli("--cache-dir", str(tmp_path / "b"), "import", bundle,
+                               "--arch", "sm_90", "--key", _key(tmp_path, "other"))  # fmt: skip
+    assert f"signature: unknown key id {key_id}" in text and "bundle made by" in text
+    code, text = run_cache_cli("--cache-dir", str(tmp_path / "c"), "import", bundle,
+                               "--arch", "sm_90", "--require-signature")  # fmt: skip
+    assert code == 1 and "import refused" in text and f"unknown key id {key_id}" in text
+    assert "imported" not in text
+
+
+def test_the_signing_options_apply_to_import(cache_dir, tmp_path, monkeypatch):
+    path, _ = cache_dir
+    key = _key(tmp_path, "key")
+    signed, unsigned = str(tmp_path / "s.tar"), str(tmp_path / "u.tar")
+    assert run_cache_cli("--cache-dir", path, "export", "--out", signed, "--sign", key)[0] == 0
+    assert run_cache_cli("--cache-dir", path, "export", "--out", unsigned)[0] == 0
+    monkeypatch.setenv("KERNELPRO_TRUSTED_BUNDLE_KEYS", key)
+    monkeypatch.setenv("KERNELPRO_REQUIRE_SIGNED_BUNDLES", "1")
+    code, text = run_cache_cli("--cache-dir", str(tmp_path / "a"), "import", signed,
+                               "--arch", "sm_90")  # fmt: skip
+    assert "signature: verified" in text and "imported 0 entries" in text
+    code, text = run_cache_cli("--cache-dir", str(tmp_path / "b"), "import", unsigned,
+                               "--arch", "sm_90")  # fmt: skip
+    assert code == 1 and "import refused" in text and "unsigned" in text
+
+
+def test_unusable_key_files_are_refused_before_anything_is_written(cache_dir, tmp_path):
+    path, _ = cache_dir
+    out = tmp_path / "b.tar"
+    code, text = run_cache_cli("--cache-dir", path, "export", "--out", str(out),
+                               "--sign", _key(tmp_path, "short", 16))  # fmt: skip
+    assert code == 2 and "export refused" in text and "at least 32" in text
+    assert not out.exists()
+    run_cache_cli("--cache-dir", path, "export", "--out", str(out))
+    code, text = run_cache_cli("--cache-dir", str(tmp_path / "a"), "import", str(out),
+                               "--key", str(tmp_path / "absent"))  # fmt: skip
+    assert code == 2 and "import refused" in text and "cannot read key file" in text

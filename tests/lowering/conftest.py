@@ -7,13 +7,8 @@ import os
 import sys
 
 import pytest
+from helpers import triton_mode
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "codegen"))
 
-
-@pytest.fixture(autouse=True)
-def _triton_mode(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
-    if "gpu" in request.keywords:
-        monkeypatch.delenv("TRITON_INTERPRET", raising=False)
-    else:
-        monkeypatch.setenv("TRITON_INTERPRET", "1")
+_triton_mode = pytest.fixture(autouse=True, name="_triton_mode")(triton_mode)
