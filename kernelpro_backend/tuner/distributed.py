@@ -17,12 +17,12 @@ from __future__ import annotations
 
 import json
 import logging
-import math
 from collections.abc import Sequence
 
 from ..cache.artifact import CorruptEntry, KernelArtifact, decode_entry, encode_entry
 from ..cache.store import Admit
 from ..fx_passes import Subgraph
+from ..profilers.speed_of_light import SpeedOfLight
 from ..providers import Kernel
 from .admit import admit
 from .exchange import Exchange, ExchangeFailed
@@ -30,16 +30,12 @@ from .finder import KernelFinder
 
 log = logging.getLogger("kernelpro.distributed")
 
-_ITEMSIZE = {"float64": 8, "int64": 8, "float32": 4, "int32": 4, "bfloat16": 2, "float16": 2}
-
 
 def search_cost(subgraph: Subgraph) -> float:
     """A subgraph's estimated search cost: a fixed part (the budget-bound search) plus one that
-    grows with the bytes its trials move (compiling is the same; timing and validating scale)."""
-    moved = 0
-    for shape, _stride, dtype in [*subgraph.input_meta, *subgraph.output_meta]:
-        moved += math.prod(shape) * _ITEMSIZE.get(dtype, 1)
-    return 1.0 + moved / 2**30
+    grows with the bytes its trials move, as the roofline counts them (inputs read once,
+    outputs written once): compiling costs the same, timing and validating scale."""
+    return 1.0 + SpeedOfLight.work(subgraph).bytes / 2**30
 
 
 def split(costs: Sequence[tuple[str, float]], world: int) -> dict[str, int]:
