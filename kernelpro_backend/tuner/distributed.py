@@ -71,15 +71,17 @@ class DistributedFinder:
                 todo.setdefault(self._digest(sg), sg)
         if not todo:
             return
+        why = "not compiled on every rank"  # a key left undecided by a finished exchange
         try:
             owners = self._owners(todo)
             self._install(self._resolve_mine(todo, owners), owners)
         except ExchangeFailed as e:
             log.warning("kernelpro: %s; %d subgraph(s) keep the fallback", e, len(todo))
+            why = f"exchange failed ({e})"
         for digest, sg in todo.items():
             if digest not in self.decided:
                 self.decided[digest] = None
-                self.inner.record_miss(self.inner.cache.key_for(sg.key), sg, "exchange failed")
+                self.inner.record_miss(self.inner.cache.key_for(sg.key), sg, why)
 
     def _owners(self, todo: dict[str, Subgraph]) -> dict[str, int]:
         held = [d for d, sg in todo.items() if self._held(sg)]
