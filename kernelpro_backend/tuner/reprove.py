@@ -23,6 +23,8 @@ from ..runtime.shared_pool import lease_pool
 from ..runtime.worker_setup import WorkerSetup
 from .verify import CacheEntryValidator
 
+REPROVE_WORKERS = 2
+
 
 class Reprover:
     """Callable on an `Entry`, returning the `Verdict` of a re-timed validation here."""
@@ -32,9 +34,18 @@ class Reprover:
         self.setup = WorkerSetup(CacheLayout.of(options.cache_dir), options.nvcc_timeout_s)
         self._validator: CacheEntryValidator | None = None  # made on the first foreign entry
 
+    @property
+    def workers(self) -> int:
+        """The search's pool size under "on-miss" (one pool serves both); else at most
+        REPROVE_WORKERS: a re-proof is one job and its two baselines, and every idle worker
+        holds a CUDA context."""
+        if self.options.search == "on-miss":
+            return self.options.workers
+        return min(REPROVE_WORKERS, self.options.workers)
+
     def _evaluate(self, jobs: Sequence[Job]) -> list[EvalResult]:
         with lease_pool(
-            self.options.workers,
+            self.workers,
             self.options.job_timeout_s,
             self.options.pool_idle_s,
             setup=self.setup,

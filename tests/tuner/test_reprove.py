@@ -167,3 +167,11 @@ def test_a_bundle_directory_entry_is_reproved_even_from_this_machine(tmp_path, h
         assert finder.find(tanh_sg) is not None and len(evaluate.jobs) == 1
         stored = cache.lookup(cache.key_for(tanh_sg.key))
         assert stored.source == str(cache.directory) and stored.unproved is None
+
+
+def test_the_reprover_shares_the_search_pool_or_keeps_a_small_one():
+    from kernelpro_backend.tuner.reprove import REPROVE_WORKERS, Reprover
+
+    assert Reprover(Options(search="on-miss", workers=8)).workers == 8  # one pool for both
+    assert Reprover(Options(search="cache-only", workers=8)).workers == REPROVE_WORKERS
+    assert Reprover(Options(search="cache-only", workers=1)).workers == 1
