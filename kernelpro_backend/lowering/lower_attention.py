@@ -32,6 +32,19 @@ def attention_node(sg: Subgraph) -> fx.Node:
     return ops[0]
 
 
+def shape_fields(b: int, h: int, sq: int, sk: int, d: int, dv: int) -> tuple[tuple[str, int], ...]:
+    """The anchor fields of an attention's sizes, shared by the forward and backward lowering."""
+    return (
+        ("batch", b), ("heads", h), ("seq_q", sq), ("seq_k", sk), ("head_dim", d),
+        ("value_dim", dv),
+    )  # fmt: skip
+
+
+def softmax_scale(scale: Any, head_dim: int) -> float:
+    """SDPA's `scale` argument, or its default 1/sqrt(head_dim)."""
+    return float(scale) if scale is not None else 1.0 / math.sqrt(head_dim)
+
+
 def lower_attention(sg: Subgraph, att: fx.Node) -> dict[str, Any]:
     """The attention template's fields for the forward op `att` (see `attention_node`)."""
     args = bound_args(att)
@@ -69,19 +82,13 @@ def lower_attention(sg: Subgraph, att: fx.Node) -> dict[str, Any]:
                 f"logsumexp of shape {tuple(out.meta['val'].shape)} (padded) is not supported"
             )
         which.append(int(out.args[1]))  # type: ignore[arg-type]
-    scale = args.get("scale")
     anchor = (
         ("q", operand(q, sg)),
         ("k", operand(k, sg)),
         ("v", operand(v, sg)),
-        ("batch", b),
-        ("heads", h),
-        ("seq_q", sq),
-        ("seq_k", sk),
-        ("head_dim", d),
-        ("value_dim", dv),
+        *shape_fields(b, h, sq, sk, d, dv),
         ("causal", bool(args.get("is_causal", False))),
-        ("scale", float(scale) if scale is not None else 1.0 / math.sqrt(d)),
+        ("scale", softmax_scale(args.get("scale"), d)),
         ("operand_dtype", str(qv.dtype).removeprefix("torch.")),
     )
     stores = tuple((("A", w), 0, (), ()) for w in which)

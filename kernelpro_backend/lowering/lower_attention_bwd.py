@@ -17,7 +17,6 @@ read). Causal masks: SDPA's `is_causal` is top-left (key n visible to query m if
 
 from __future__ import annotations
 
-import math
 import operator
 from typing import Any
 
@@ -27,6 +26,7 @@ import torch.fx as fx
 from ..codegen.errors import Unsupported
 from ..fx_passes import Subgraph
 from ..fx_passes.ops import op_name
+from .lower_attention import shape_fields, softmax_scale
 from .operands import bound_args, operand
 
 _BHSD = (0, 1, 2, 3)
@@ -149,7 +149,6 @@ def lower_attention_backward(sg: Subgraph, att: fx.Node) -> dict[str, Any]:
             raise Unsupported(f"attention backward output {o.name} is not grad_q, grad_k or grad_v")
         stride = tuple(int(s) for s in o.meta["val"].stride())
         grads.append((int(o.args[1]), tuple(stride[i] for i in layout)))  # type: ignore[arg-type]
-    scale = args.get("scale")
     anchor = (
         ("q", _operand4(q, sg, layout)),
         ("k", _operand4(k, sg, layout)),
@@ -158,15 +157,10 @@ def lower_attention_backward(sg: Subgraph, att: fx.Node) -> dict[str, Any]:
         ("grad_out", _operand4(dout, sg, layout)),
         ("lse", operand(lse, sg)),
         ("grads", tuple(grads)),  # (0 grad_q | 1 grad_k | 2 grad_v, strides [B,H,S,D])
-        ("batch", b),
-        ("heads", h),
-        ("seq_q", sq),
-        ("seq_k", sk),
-        ("head_dim", d),
-        ("value_dim", dv),
+        *shape_fields(b, h, sq, sk, d, dv),
         ("causal", _causal_offset(name, args, sq, sk) is not None),
         ("causal_offset", _causal_offset(name, args, sq, sk) or 0),
-        ("scale", float(scale) if scale is not None else 1.0 / math.sqrt(d)),
+        ("scale", softmax_scale(args.get("scale"), d)),
         ("operand_dtype", str(next(iter(dtypes))).removeprefix("torch.")),
     )
     stores = tuple((("A", which), 0, (), ()) for which, _ in grads)
