@@ -1,5 +1,5 @@
 """The modules the bench's built-in workloads run: model-level (GPT block, MLP, conv net,
-mixture of experts) and op-level (norms, softmax, cross-entropy, GEMM epilogue, attention).
+mixture of experts, a GPT with hand-written attention) and op-level (norms, softmax, cross-entropy, GEMM epilogue, attention).
 
 Owns: the module definitions, written with plain torch ops so every mode traces the same code.
 Must not: pick sizes or dtypes (workloads.py does) or depend on the backend.
@@ -173,3 +173,55 @@ class GemmBiasGeluOp(nn.Module):
 class AttentionOp(nn.Module):
     def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
         return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+
+
+class _GPTLayer(nn.Module):
+    """One pre-norm layer of HandwrittenGPT: attention by hand, then a 4x GELU MLP."""
+
+    def __init__(self, dim: int, heads: int, seq: int) -> None:
+        super().__init__()
+        self.heads = heads
+        self.ln1 = nn.LayerNorm(dim)
+        self.qkv = nn.Linear(dim, 3 * dim)
+        self.proj = nn.Linear(dim, dim)
+        self.drop = nn.Dropout(0.0)
+        self.ln2 = nn.LayerNorm(dim)
+        self.fc = nn.Linear(dim, 4 * dim)
+        self.fc_out = nn.Linear(4 * dim, dim)
+        self.mask: torch.Tensor
+        self.register_buffer("mask", torch.tril(torch.ones(seq, seq, dtype=torch.bool)))
+
+    def attention(self, x: torch.Tensor) -> torch.Tensor:
+        b, t, d = x.shape
+        q, k, v = self.qkv(x).split(d, dim=2)
+        q, k, v = (z.view(b, t, self.heads, d // self.heads).transpose(1, 2) for z in (q, k, v))
+        att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(k.size(-1)))
+        att = att.masked_fill(~self.mask[:t, :t], float("-inf"))
+        att = self.drop(F.softmax(att, dim=-1))
+        return self.proj((att @ v).transpose(1, 2).reshape(b, t, d))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = x + self.attention(self.ln1(x))
+        return x + self.fc_out(F.gelu(self.fc(self.ln2(x))))
+
+
+class HandwrittenGPT(nn.Module):
+    """A small GPT written the way many research models are: nn.Embedding, nn.LayerNorm,
+    nn.Linear, attention by hand (matmul -> scale -> causal mask -> softmax -> dropout(0) ->
+    matmul), an LM head and cross-entropy: token ids -> next-token loss, nanoGPT-style."""
+
+    def __init__(self, vocab: int, dim: int, heads: int, layers: int, seq: int) -> None:
+        super().__init__()
+        self.tok = nn.Embedding(vocab, dim)
+        self.pos = nn.Embedding(seq, dim)
+        self.blocks = nn.ModuleList(_GPTLayer(dim, heads, seq) for _ in range(layers))
+        self.ln_f = nn.LayerNorm(dim)
+        self.head = nn.Linear(dim, vocab, bias=False)
+
+    def forward(self, ids: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        t = ids.shape[1]
+        x = self.tok(ids) + self.pos(torch.arange(t, device=ids.device))
+        for block in self.blocks:
+            x = block(x)
+        logits = self.head(self.ln_f(x))
+        return F.cross_entropy(logits.view(-1, logits.size(-1)).float(), targets.view(-1))

@@ -20,7 +20,6 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from . import models
-from .gpt import mini_gpt
 from .problems import PROBLEM_PREFIX, load_problem, problem_files
 from .workload import Workload, WorkloadFactory, check_size, resolve_dtype
 
@@ -156,6 +155,24 @@ def lm_head(device: torch.device, dtype: torch.dtype | None, size: str) -> Workl
     hidden = _randn(p["n"], p["d"], device=device, dtype=dt)
     targets = torch.randint(0, p["v"], (p["n"],), device=device)
     return Workload("lm_head", model, (hidden, targets), dt, size, _the_loss, _adamw)
+
+
+def mini_gpt(device: torch.device, dtype: torch.dtype | None, size: str) -> Workload:
+    """Training step of a GPT written as users write one ([training]: the LM head with its
+    loss, hand-written attention, norms with their residuals): bf16 on the GPU; batch 4,
+    sequence 1024, width 512, 8 heads, 4 layers, vocabulary 32768 at "full"."""
+    p = _pick(
+        size,
+        dict(b=2, t=16, d=32, h=2, layers=2, vocab=128),
+        dict(b=4, t=1024, d=512, h=8, layers=4, vocab=32768),
+    )
+    dt = resolve_dtype(device, dtype, torch.bfloat16)
+    torch.manual_seed(0)
+    model = models.HandwrittenGPT(p["vocab"], p["d"], p["h"], p["layers"], p["t"])
+    model = model.to(device=device, dtype=dt)
+    ids = torch.randint(0, p["vocab"], (p["b"], p["t"]), device=device)
+    targets = torch.randint(0, p["vocab"], (p["b"], p["t"]), device=device)
+    return Workload("mini_gpt", model, (ids, targets), dt, size, _the_loss, _adamw)
 
 
 def attention(device: torch.device, dtype: torch.dtype | None, size: str) -> Workload:
