@@ -5,11 +5,10 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-import io
 import json
-import tarfile
 
 import pytest
+from archives import tar_members, tar_repack
 from graphs import python_artifact, with_arch
 
 from kernelpro_backend.cache import (
@@ -74,14 +73,9 @@ def test_export_filters(tmp_path, filled, linear_sg):
 
 def _rewrite(path, change):
     """Re-pack a tar bundle after `change(files)` edits its members in place."""
-    with tarfile.open(path) as tf:
-        files = {m.name: tf.extractfile(m).read() for m in tf.getmembers() if m.isfile()}
+    files = tar_members(path)
     change(files)
-    with tarfile.open(path, "w") as tf:
-        for name, data in files.items():
-            info = tarfile.TarInfo(name)
-            info.size = len(data)
-            tf.addfile(info, io.BytesIO(data))
+    tar_repack(path, files)
 
 
 def _manifest_edit(edit):

@@ -7,12 +7,11 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-import io
 import json
 import logging
-import tarfile
 
 import pytest
+from archives import tar_members, tar_repack
 from graphs import python_artifact, with_arch
 
 from kernelpro_backend.cache import (
@@ -63,23 +62,10 @@ def src(tmp_path, tanh_sg, linear_sg):
         yield cache
 
 
-def _members(path):
-    with tarfile.open(path) as tf:
-        return {m.name: tf.extractfile(m).read() for m in tf.getmembers() if m.isfile()}
-
-
-def _repack(path, files):
-    with tarfile.open(path, "w") as tf:
-        for name, data in files.items():
-            info = tarfile.TarInfo(name)
-            info.size = len(data)
-            tf.addfile(info, io.BytesIO(data))
-
-
 def _tamper_with_fixed_manifest(path):
     """Re-encode one entry with a better time claimed (its own checksum right) and recompute its
     sha256 in the manifest, as a forger would: every check but the signature's passes."""
-    files = _members(path)
+    files = tar_members(path)
     name = sorted(n for n in files if n.startswith("entries/"))[0]
     entry = decode_entry(files[name])
     files[name] = encode_entry(entry.key, dataclasses.replace(entry.artifact, kernel_ms=1e-6))
@@ -88,7 +74,7 @@ def _tamper_with_fixed_manifest(path):
         if item["file"] == name:
             item["sha256"] = hashlib.sha256(files[name]).hexdigest()
     files["manifest.json"] = json.dumps(manifest, indent=1, sort_keys=True).encode()
-    _repack(path, files)
+    tar_repack(path, files)
 
 
 def test_a_signed_export_verifies_with_its_key(tmp_path, src, key):
@@ -96,7 +82,7 @@ def test_a_signed_export_verifies_with_its_key(tmp_path, src, key):
     assert len(export_bundle(src, out, key=key)) == 2
     bundle = read_bundle(out)
     assert bundle.signature is not None and bundle.refused == []
-    assert bundle.signature == sign(_members(out)["manifest.json"], key)
+    assert bundle.signature == sign(tar_members(out)["manifest.json"], key)
     assert bundle.signature["key_id"] == key_id(key.secret) == key.key_id
     status = check(bundle, [key])
     assert status.verified and str(status) == f"verified (key id {key.key_id})"
@@ -157,9 +143,9 @@ def test_key_files_are_checked(tmp_path):
 def _with_signature(tmp_path, src, signature: bytes):
     out = tmp_path / "b.tar"
     export_bundle(src, out)
-    files = _members(out)
+    files = tar_members(out)
     files["signature.json"] = signature
-    _repack(out, files)
+    tar_repack(out, files)
     return out
 
 
