@@ -23,7 +23,7 @@ from .artifact import Entry, utc_now
 from .bundle import BUNDLE_FORMAT, MANIFEST, BundleError, Refusal, read_bundle, write_archive
 from .signing import SIGNATURE, SignatureStatus, SigningKey, check, refusal, sign
 from .store import Admit, KernelCache
-from .toolchain import CACHE_SCHEMA_VERSION, current_arch, current_toolchain
+from .toolchain import CACHE_SCHEMA_VERSION, current_arch, current_gpu, current_toolchain
 
 
 @dataclasses.dataclass(frozen=True)
@@ -39,8 +39,6 @@ class ImportReport:
 
 def built_by() -> dict[str, str]:
     """What this process would record as a bundle's maker."""
-    from .toolchain import current_gpu
-
     return {
         "kernelpro": __version__,
         "gpu": current_gpu(),
