@@ -1,24 +1,27 @@
 """Code generation: kernel specs, their knobs, Triton rendering, build.
 
 Public API: `KernelSpec`, `RenderedKernel`, `IllegalSpec`, `Unsupported`, `KnobRole`,
-`knob_roles(spec)`, `knob_space(spec)`, `render(spec)`, `build(spec)`.
+`knob_roles(spec)`, `knob_space(spec)`, `render(spec)`, `build(spec)`, `alternatives(seed)`.
 Must not: read fx graphs (lowering/ turns a subgraph into a `KernelSpec` and imports this
 package, never the other way), measure, search or cache (runtime/, search/ and cache own those).
 """
 
 from .build import SpecKernel, build
+from .defaults import alternatives
 from .errors import IllegalSpec, Unsupported
 from .knobs import KnobRole, knob_roles, knob_space
 from .render import render
-from .spec import KernelSpec, RenderedKernel
+from .spec import CUDA_TEMPLATES, KernelSpec, RenderedKernel
 
 __all__ = [
+    "CUDA_TEMPLATES",
     "IllegalSpec",
     "KernelSpec",
     "KnobRole",
     "RenderedKernel",
     "SpecKernel",
     "Unsupported",
+    "alternatives",
     "build",
     "knob_roles",
     "knob_space",

@@ -57,6 +57,32 @@ def load_module(rendered: RenderedKernel) -> Callable[..., list[torch.Tensor]]:
     return entry  # type: ignore[no-any-return]
 
 
+class CudaSpecKernel:
+    """A `Kernel` from a spec rendered as CUDA C++ ("row_cluster"): compiled with nvcc (or
+    NVRTC) into the cubin cache, loaded and launched through the driver API. Not traceable:
+    it runs behind kernelpro's launch op, as free-form CUDA candidates do."""
+
+    def __init__(
+        self,
+        spec: KernelSpec,
+        rendered: RenderedKernel,
+        cubin_dir: Path | None = None,
+        nvcc_timeout_s: float | None = None,
+    ) -> None:
+        from ..runtime.cuda_driver import load_cuda_source
+
+        self.spec, self.rendered = spec, rendered
+        self.name = f"{spec.template}-{spec.digest[:12]}"
+        self._kernel = load_cuda_source(
+            rendered.source, rendered.entry, cubin_dir=cubin_dir, timeout_s=nvcc_timeout_s
+        )
+
+    def __call__(self, *inputs: torch.Tensor) -> Sequence[torch.Tensor]:
+        if len(inputs) != len(self.spec.inputs):
+            raise TypeError(f"{self.name} takes {len(self.spec.inputs)} inputs, got {len(inputs)}")
+        return self._kernel(*inputs)
+
+
 class SpecKernel:
     """A `Kernel` built from a spec: `kernel(*inputs)` returns fresh outputs."""
 
@@ -86,7 +112,17 @@ class SpecKernel:
         return functools.partial(self._entry, _launch=wrap_triton)
 
 
-def build(spec: KernelSpec, rendered: RenderedKernel | None = None) -> SpecKernel:
+def build(
+    spec: KernelSpec,
+    rendered: RenderedKernel | None = None,
+    *,
+    cubin_dir: Path | None = None,
+    nvcc_timeout_s: float | None = None,
+) -> SpecKernel | CudaSpecKernel:
     """The kernel for `spec`; `rendered`: use this source (a cached, proved one) instead of
-    rendering the spec with today's templates."""
+    rendering the spec with today's templates. A CUDA rendering compiles into `cubin_dir`
+    (default: cuda_compile's) within `nvcc_timeout_s`."""
+    rendered = render(spec) if rendered is None else rendered
+    if rendered.language == "cuda":
+        return CudaSpecKernel(spec, rendered, cubin_dir, nvcc_timeout_s)
     return SpecKernel(spec, rendered)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from .errors import IllegalSpec
+from .errors import IllegalSpec, Unsupported
 from .gemm_configs import gemm_default_knobs  # the GEMM tables to edit live there
 from .knobs import extent, next_pow2, rows_cols, validate_attention_backward
 
@@ -29,6 +29,8 @@ def default_knobs(spec: KernelSpec) -> tuple[tuple[str, KnobValue], ...]:
         )
     elif spec.template == "attention_backward":
         return _default_attention_backward(spec)
+    elif spec.template == "row_cluster":
+        raise IllegalSpec("a row_cluster spec comes from alternatives(seed), with its knobs")
     else:
         rows, cols = rows_cols(spec)
         n_cols, n_rows = extent(spec, cols), extent(spec, rows)
@@ -63,3 +65,45 @@ def _default_attention_backward(spec: KernelSpec) -> tuple[tuple[str, KnobValue]
             continue
         break
     return tuple(sorted(knobs.items()))
+
+
+# Rows at least this long may also run row-resident (template_cluster.py); shorter ones fit a
+# Triton program's registers whole.
+CLUSTER_MIN_COLS = 1024
+
+
+def alternatives(seed: KernelSpec) -> list[KernelSpec]:
+    """Other templates for the same program, each at its default knobs: the search measures
+    them beside the seed. A long row program may run row-resident as CUDA C++ ("row_cluster"):
+    the widest vectors, then the fewest CTAs per row and warps that hold it with at most 32
+    values per thread (64 if nothing holds 32)."""
+    if seed.template != "row_reduction":
+        return []
+    _, cols = rows_cols(seed)
+    if extent(seed, cols) < CLUSTER_MIN_COLS:
+        return []
+    import dataclasses
+
+    from .cluster_rules import cluster_shape
+    from .template_cluster import render_cluster
+
+    for budget in (32, 64):
+        for vec in (8, 4, 2, 1):
+            for cluster in (1, 2, 4, 8, 16):
+                for warps in (4, 8, 16, 32):
+                    knobs = dict(CLUSTER=cluster, VEC=vec, num_warps=warps)
+                    shape = cluster_shape(seed, knobs)
+                    if shape.elements * max(1, len(shape.resident)) > budget:
+                        continue
+                    try:
+                        spec = dataclasses.replace(
+                            seed, template="row_cluster", knobs=tuple(sorted(knobs.items()))
+                        )
+                    except IllegalSpec:
+                        continue
+                    try:
+                        render_cluster(spec)
+                    except Unsupported:  # an op or dtype the CUDA op table lacks
+                        return []
+                    return [spec]
+    return []

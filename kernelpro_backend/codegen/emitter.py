@@ -18,10 +18,10 @@ from typing import Any
 
 from . import index as ix
 from .optable import LOW_FLOATS, TL_DTYPES, expression, is_float, literal
+from .program_walk import REDUCTIONS, needed_refs, ref_dtype, ref_levels
 from .spec import KernelSpec
 
 SCALAR, ROW, FULL = 0, 1, 2
-REDUCTIONS = ("sum", "max", "min", "gather")
 _IDENTITY = {"sum": "0.0", "max": 'float("-inf")', "min": 'float("inf")', "gather": "0"}
 _ACC_DTYPE = {"sum": "tl.float32", "max": "tl.float32", "min": "tl.float32", "gather": "tl.int32"}
 _FINISH = {"sum": "tl.sum", "max": "tl.max", "min": "tl.min", "gather": "tl.sum"}
@@ -46,11 +46,7 @@ class Emitter:
         self.global_memo: dict[Any, str] = {}
         self.local_memo: dict[Any, str] = {}
         self.counter = 0
-        self.levels = {("L", i): self._index_level(idx) for i, (_, _, idx) in enumerate(spec.loads)}
-        self.levels[("A", 0)] = FULL
-        for i, (op, args, _) in enumerate(spec.ops):
-            lv = max((self.level(a) for a in args), default=SCALAR)
-            self.levels[("T", i)] = ROW if op in REDUCTIONS else lv
+        self.levels = ref_levels(spec, self._index_level)
 
     # -- levels --------------------------------------------------------------------------
     def _index_level(self, index: ix.Index) -> int:
@@ -61,24 +57,11 @@ class Emitter:
         return SCALAR if ref[0] == "c" else self.levels[ref]
 
     def dtype(self, ref: Any) -> str:
-        if ref[0] == "L":
-            return self.spec.inputs[self.spec.loads[ref[1]][0]][2]
-        if ref[0] == "T":
-            return self.spec.ops[ref[1]][2]
-        return "float32"
+        return ref_dtype(self.spec, ref)
 
     def needed(self) -> set[Any]:
         """Refs the stores depend on."""
-        seen: set[Any] = set()
-        stack = [s[0] for s in self.spec.stores]
-        while stack:
-            r = stack.pop()
-            if r in seen or r[0] == "c":
-                continue
-            seen.add(r)
-            if r[0] == "T":
-                stack.extend(self.spec.ops[r[1]][1])
-        return seen
+        return needed_refs(self.spec)
 
     # -- statements ----------------------------------------------------------------------
     def line(self, text: str) -> None:

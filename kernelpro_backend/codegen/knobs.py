@@ -60,6 +60,13 @@ _SPACE: dict[str, dict[str, tuple[KnobValue, ...]]] = {
     },
 }
 _SPACE["pointwise"] = _SPACE["row_reduction"]
+# The row-resident CUDA kernel (template_cluster.py): CTAs per row, elements per vector access
+# and warps per CTA; cluster_rules.py says which combinations fit a row.
+_SPACE["row_cluster"] = {
+    "CLUSTER": (1, 2, 4, 8, 16),
+    "VEC": (1, 2, 4, 8),
+    "num_warps": (1, 2, 4, 8, 16, 32),
+}
 
 
 class KnobRole(str, enum.Enum):
@@ -94,6 +101,8 @@ ROLES: dict[str, KnobRole] = {
     "DQ": KnobRole.OTHER,
     "ROWS": KnobRole.ROWS,
     "SPLIT_K": KnobRole.SPLIT,
+    "CLUSTER": KnobRole.SPLIT,  # more CTAs share a row: more parallelism, fewer values each
+    "VEC": KnobRole.VECTOR,
     "PERSISTENT": KnobRole.PERSISTENT,
     "num_warps": KnobRole.WARPS,
     "num_stages": KnobRole.STAGES,
@@ -120,7 +129,7 @@ def rows_cols(spec: SpecView) -> tuple[tuple[int, ...], tuple[int, ...]]:
     """(row dims, column dims) of a pointwise/row_reduction domain: a program covers ROWS rows
     and loops over columns BLOCK_C at a time. Pointwise chains use the last dim as columns."""
     dims = range(len(spec.domain))
-    cols = spec.reduced if spec.template == "row_reduction" else tuple(dims)[-1:]
+    cols = spec.reduced if spec.template in ("row_reduction", "row_cluster") else tuple(dims)[-1:]
     return tuple(d for d in dims if d not in cols), tuple(cols)
 
 
@@ -171,6 +180,12 @@ def validate(spec: SpecView) -> None:
         _validate_attention(spec, knobs)
     elif spec.template == "attention_backward":
         validate_attention_backward(spec, knobs)
+    elif spec.template == "row_cluster":
+        from .cluster_rules import cluster_problem  # it reads rows_cols from here
+
+        problem = cluster_problem(spec, knobs)
+        if problem:
+            raise IllegalSpec(f"row_cluster with {knobs}: {problem}")
     else:
         _validate_rowwise(spec, knobs)
 

@@ -80,23 +80,27 @@ _UNARY = {
     "hardswish": "({0} * tl.minimum(tl.maximum({0} / 6.0 + 0.5, 0.0), 1.0))",
     "gelu": "(0.5 * {0} * (1.0 + tl.erf({0} * 0.7071067811865476)))",
 }
-_BINARY = {
+# Infix operators, spelled the same in Triton and in C (optable_cuda.py shares them).
+INFIX = {
     "add": "({0} + {1})",
     "sub": "({0} - {1})",
     "mul": "({0} * {1})",
     "div": "({0} / {1})",
-    "maximum": "tl.maximum({0}, {1})",
-    "minimum": "tl.minimum({0}, {1})",
     "lt": "({0} < {1})",
     "le": "({0} <= {1})",
     "gt": "({0} > {1})",
     "ge": "({0} >= {1})",
     "eq": "({0} == {1})",
     "ne": "({0} != {1})",
-    "logical_and": "(({0} != 0) & ({1} != 0))",
-    "logical_or": "(({0} != 0) | ({1} != 0))",
     "bitwise_and": "({0} & {1})",
     "bitwise_or": "({0} | {1})",
+}
+_BINARY = {
+    **INFIX,
+    "maximum": "tl.maximum({0}, {1})",
+    "minimum": "tl.minimum({0}, {1})",
+    "logical_and": "(({0} != 0) & ({1} != 0))",
+    "logical_or": "(({0} != 0) | ({1} != 0))",
     "leaky_relu": "tl.where({0} > 0, {0}, {0} * {1})",
     "pow_pos": "tl.exp2({1} * tl.log2({0}))",
 }

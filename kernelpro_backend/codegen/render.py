@@ -47,6 +47,10 @@ def _header(spec: KernelSpec) -> list[str]:
     return lines
 
 
+def _cuda_header(spec: KernelSpec) -> str:
+    return "".join(f"// {line[2:]}\n" for line in _header(spec))
+
+
 def _ref_text(ref: tuple) -> str:
     kind, value = ref
     return {"L": f"load{value}", "T": f"t{value}", "A": f"acc{value}"}.get(kind, repr(value))
@@ -96,6 +100,11 @@ def _template_kernel(spec: KernelSpec) -> tuple[str, str, dict[str, int | str]]:
 
 def render(spec: KernelSpec) -> RenderedKernel:
     """The spec's Triton module: `entry(*inputs)` returns the outputs in canonical order."""
+    if spec.template == "row_cluster":
+        from .template_cluster import render_cluster
+
+        source, name = render_cluster(spec)
+        return RenderedKernel(language="cuda", source=_cuda_header(spec) + source, entry=name)
     if spec.template == "attention_backward":
         from .template_attention_bwd import render_attention_backward
 

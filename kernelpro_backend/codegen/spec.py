@@ -25,7 +25,8 @@ from .spec_view import KnobValue, TensorMeta
 
 __all__ = ["KernelSpec", "KnobValue", "RenderedKernel", "TensorMeta"]
 
-TEMPLATES = ("pointwise", "row_reduction", "gemm", "attention", "attention_backward")
+TEMPLATES = ("pointwise", "row_reduction", "row_cluster", "gemm", "attention", "attention_backward")
+CUDA_TEMPLATES = ("row_cluster",)  # rendered as CUDA C++, the others as Triton
 PRECISIONS = ("ieee", "tf32", "tf32x3")
 
 
@@ -112,6 +113,6 @@ class KernelSpec:
 
 @dataclasses.dataclass(frozen=True)
 class RenderedKernel:
-    language: str  # "triton"
+    language: str  # "triton", or "cuda" (a kernelpro-launch source: runtime/cuda_source.py)
     source: str  # a Python module defining `entry(*inputs) -> list[Tensor]`
     entry: str

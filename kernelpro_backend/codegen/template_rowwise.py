@@ -18,6 +18,7 @@ from typing import Any
 from . import index as ix
 from .emitter import FULL, REDUCTIONS, Emitter
 from .knobs import extent, rows_cols
+from .program_walk import reduction_ready
 from .spec import KernelSpec
 
 _INT32_MAX = 2**31 - 1
@@ -96,7 +97,9 @@ def _looped(
         i for i, (op, _, _) in enumerate(spec.ops) if op in REDUCTIONS and ("T", i) in needed
     ]
     while pending:
-        wave = [i for i in pending if _ready(spec, em, spec.ops[i][1])]
+        wave = [
+            i for i in pending if reduction_ready(spec, spec.ops[i][1], em.global_memo, em.level)
+        ]
         if not wave:
             raise AssertionError(f"reductions {pending} wait on values no pass computes")
         pending = [i for i in pending if i not in wave]
@@ -135,26 +138,3 @@ def _looped(
     for k in range(len(spec.stores)):
         if k not in full:
             em.store(k, f"out{k}")
-
-
-def _ready(spec: KernelSpec, em: Emitter, args: tuple[Any, ...]) -> bool:
-    """Whether a reduction over `args` can run now: every per-row value its per-element operand
-    (and its gather index) reads is already computed outside the column loops."""
-    stack = list(args)
-    seen: set[Any] = set()
-    while stack:
-        ref = stack.pop()
-        if ref[0] == "c" or ref in seen or ref in em.global_memo:
-            continue
-        seen.add(ref)
-        if ref[0] == "L":
-            if em.level(ref) != FULL:
-                return False  # per-row loads are emitted up front; one missing is not ready
-            continue
-        if ref[0] != "T":
-            continue
-        op, op_args, _ = spec.ops[ref[1]]
-        if op in REDUCTIONS or em.level(ref) != FULL:
-            return False  # a per-row value not computed yet
-        stack.extend(op_args)
-    return True

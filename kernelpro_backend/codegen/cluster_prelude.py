@@ -1,0 +1,78 @@
+"""The device helpers every row-resident CUDA kernel starts with (template_cluster.py).
+
+Owns: the C++ text: NaN-propagating max/min, the reduction functors, 16-byte vector loads and
+stores with bf16/fp16 conversion, the warp -> block reduction (every thread gets the block's
+value, folded in warp order) and the cluster reduction through distributed shared memory
+(every CTA of the cluster folds the CTAs' values in rank order, so all get the same bits).
+Must not: depend on a spec.
+"""
+
+PRELUDE = r"""#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cooperative_groups.h>
+namespace cg = cooperative_groups;
+
+__device__ __forceinline__ float kp_max(float a, float b) { return (a != a || a > b) ? a : b; }
+__device__ __forceinline__ float kp_min(float a, float b) { return (a != a || a < b) ? a : b; }
+struct KpSum { __device__ __forceinline__ float operator()(float a, float b) const { return a + b; } };
+struct KpMax { __device__ __forceinline__ float operator()(float a, float b) const { return kp_max(a, b); } };
+struct KpMin { __device__ __forceinline__ float operator()(float a, float b) const { return kp_min(a, b); } };
+// A row gather: integer sum of float32 bit patterns, exactly one of them not zero.
+struct KpBits {
+  __device__ __forceinline__ float operator()(float a, float b) const {
+    return __int_as_float(__float_as_int(a) + __float_as_int(b));
+  }
+};
+
+__device__ __forceinline__ float kp_f(float v) { return v; }
+__device__ __forceinline__ float kp_f(__nv_bfloat16 v) { return __bfloat162float(v); }
+__device__ __forceinline__ float kp_f(__half v) { return __half2float(v); }
+template <typename T> __device__ __forceinline__ T kp_cvt(float v);
+template <> __device__ __forceinline__ float kp_cvt<float>(float v) { return v; }
+template <> __device__ __forceinline__ __nv_bfloat16 kp_cvt<__nv_bfloat16>(float v) { return __float2bfloat16_rn(v); }
+template <> __device__ __forceinline__ __half kp_cvt<__half>(float v) { return __float2half_rn(v); }
+
+template <typename T, int V> struct alignas(sizeof(T) * V) KpVec { T v[V]; };
+
+template <typename T, int V>
+__device__ __forceinline__ void kp_load(const T* __restrict__ p, float* out) {
+  const KpVec<T, V> r = *reinterpret_cast<const KpVec<T, V>*>(p);
+#pragma unroll
+  for (int j = 0; j < V; ++j) out[j] = kp_f(r.v[j]);
+}
+
+template <typename T, int V>
+__device__ __forceinline__ void kp_store(T* __restrict__ p, const float* in) {
+  KpVec<T, V> r;
+#pragma unroll
+  for (int j = 0; j < V; ++j) r.v[j] = kp_cvt<T>(in[j]);
+  *reinterpret_cast<KpVec<T, V>*>(p) = r;
+}
+
+template <int NW, typename F>
+__device__ __forceinline__ float kp_block(float v, float* part, F f) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v = f(v, __shfl_xor_sync(0xffffffffu, v, o));
+  if ((threadIdx.x & 31) == 0) part[threadIdx.x >> 5] = v;
+  __syncthreads();
+  float r = part[0];
+#pragma unroll
+  for (int w = 1; w < NW; ++w) r = f(r, part[w]);
+  return r;
+}
+
+template <int C, typename F>
+__device__ __forceinline__ float kp_cluster(float v, float* slot, F f) {
+  if constexpr (C == 1) {
+    return v;
+  } else {
+    cg::cluster_group cl = cg::this_cluster();
+    if (threadIdx.x == 0) *slot = v;
+    cl.sync();
+    float r = *cl.map_shared_rank(slot, 0);
+#pragma unroll
+    for (int k = 1; k < C; ++k) r = f(r, *cl.map_shared_rank(slot, k));
+    return r;
+  }
+}
+"""

@@ -1,0 +1,178 @@
+"""When a row program can run as a row-resident CUDA kernel, and the shape of that kernel.
+
+Owns: `cluster_problem(spec, knobs)`: why a spec cannot take the "row_cluster" template with
+these knobs (None when it can), and `ClusterShape`: rows, columns, CTAs per row (a thread-block
+cluster), threads, vector width, and what each thread holds in registers.
+The kernel (template_cluster.py) keeps a whole row on chip: a cluster of CLUSTER CTAs splits
+the row, each thread holds its share of every input the row's reductions read in registers,
+the reductions go warp -> block -> cluster (distributed shared memory), and the outputs are
+written from registers: one read and one write of memory, at any row length a cluster holds.
+Must not: render source (template_cluster.py) or import spec.py (knobs.py calls this).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import TYPE_CHECKING, Any
+
+from . import index as ix
+from .knobs import extent, rows_cols
+from .program_walk import REDUCTIONS
+
+if TYPE_CHECKING:
+    from .spec_view import SpecView
+
+FLOATS = {"float32": 4, "bfloat16": 2, "float16": 2}
+ROW_DTYPES = set(FLOATS) | {"int64", "int32", "bool"}
+REGISTER_FILE = 65536  # 32-bit registers per SM (H100/H200)
+SPARE_REGISTERS = 24  # addresses, loop state and temporaries besides the resident values
+MAX_RESIDENT = 64  # resident values per thread: more spill or cost occupancy
+
+
+@dataclasses.dataclass(frozen=True)
+class ClusterShape:
+    rows: int
+    cols: int
+    cluster: int  # CTAs per row
+    threads: int
+    vec: int  # elements per vector load/store
+    vectors: int  # vectors per row (cols // vec)
+    cta_vectors: int  # vectors per CTA
+    per_thread: int  # vectors per thread
+    resident: tuple[int, ...]  # loads held in registers across the reductions
+
+    @property
+    def elements(self) -> int:
+        """Registers per thread for each resident load."""
+        return self.per_thread * self.vec
+
+
+def level_of(spec: SpecView, index: Any, cols: tuple[int, ...]) -> int:
+    """0: the same for every element (scalar), 1: per row, 2: per element."""
+    dims = ix.dims_of(index)
+    return 2 if dims & set(cols) else 1 if dims else 0
+
+
+def split_index(index: Any, rows: tuple[int, ...], cols: tuple[int, ...]) -> Any:
+    """(row part, column part) of an index, or None when a term mixes row and column dims."""
+    row_terms, col_terms = [], []
+    for coef, atom in index:
+        dims = ix.dims_of(((coef, atom),))
+        if dims <= set(rows):
+            row_terms.append((coef, atom))
+        elif dims <= set(cols):
+            col_terms.append((coef, atom))
+        else:
+            return None
+    return ix.make(row_terms), ix.make(col_terms)
+
+
+def flat_columns(spec: SpecView, cols: tuple[int, ...]) -> Any:
+    """The index of a row-major walk over the column dims: what a contiguous row reads."""
+    strides = ix.contiguous_strides([spec.domain[d] for d in cols])
+    return ix.make([(s, d) for s, d in zip(strides, cols, strict=True)])
+
+
+def resident_loads(spec: SpecView, cols: tuple[int, ...]) -> tuple[int, ...]:
+    """Per-element loads that a reduction reads (through per-element ops): held in registers
+    from the first read to the last write; other per-element loads are read when written."""
+    full = {i for i, (_, _, idx) in enumerate(spec.loads) if level_of(spec, idx, cols) == 2}
+    found: set[int] = set()
+    stack = [a for op, args, _ in spec.ops if op in REDUCTIONS for a in args[:1]]
+    seen: set[Any] = set()
+    while stack:
+        ref = stack.pop()
+        if ref in seen or ref[0] not in ("L", "T"):
+            continue
+        seen.add(ref)
+        if ref[0] == "L":
+            if ref[1] in full:
+                found.add(ref[1])
+        elif spec.ops[ref[1]][0] not in REDUCTIONS:
+            stack.extend(spec.ops[ref[1]][1])
+    return tuple(sorted(found))
+
+
+def cluster_problem(spec: SpecView, knobs: dict[str, Any]) -> str | None:
+    """Why `spec` cannot run as a row-resident cluster kernel with `knobs`; None if it can."""
+    rows, cols = rows_cols(spec)
+    if not cols:
+        return "the program reduces over no dims"
+    problem = _layout_problem(spec, rows, cols, int(knobs["VEC"]))
+    if problem:
+        return problem
+    shape = cluster_shape(spec, knobs)
+    if shape.per_thread * shape.threads < shape.cta_vectors:
+        return "the row does not fit"  # cannot happen: per_thread rounds up
+    limit = min(255, REGISTER_FILE // shape.threads) - SPARE_REGISTERS
+    held = shape.elements * max(1, len(shape.resident))
+    if held > min(limit, MAX_RESIDENT):
+        return (
+            f"each thread would hold {held} values in registers (at most "
+            f"{min(limit, MAX_RESIDENT)} with {shape.threads} threads); use a larger CLUSTER "
+            "or more warps"
+        )
+    if shape.cluster > 1 and shape.cta_vectors * (shape.cluster - 1) >= shape.vectors:
+        return f"CLUSTER={shape.cluster} leaves a CTA without columns; use a smaller cluster"
+    if shape.rows * shape.cluster >= 2**31:
+        return f"{shape.rows} rows x CLUSTER={shape.cluster} CTAs exceed the grid limit"
+    return None
+
+
+def cluster_shape(spec: SpecView, knobs: dict[str, Any]) -> ClusterShape:
+    rows, cols = rows_cols(spec)
+    n_cols, vec = extent(spec, cols), int(knobs["VEC"])
+    cluster, threads = int(knobs["CLUSTER"]), 32 * int(knobs["num_warps"])
+    vectors = n_cols // vec
+    cta_vectors = math.ceil(vectors / cluster)
+    return ClusterShape(
+        rows=extent(spec, rows),
+        cols=n_cols,
+        cluster=cluster,
+        threads=threads,
+        vec=vec,
+        vectors=vectors,
+        cta_vectors=cta_vectors,
+        per_thread=math.ceil(cta_vectors / threads),
+        resident=resident_loads(spec, cols),
+    )
+
+
+def _layout_problem(spec: SpecView, rows: tuple, cols: tuple, vec: int) -> str | None:
+    n_cols = extent(spec, cols)
+    if n_cols % vec:
+        return f"VEC={vec} does not divide the row length {n_cols}; use a smaller VEC"
+    flat = flat_columns(spec, cols)
+    inputs = spec.inputs
+    gathers = [args for op, args, _ in spec.ops if op == "gather"]
+    if gathers and len(cols) != 1:
+        return "a row gather over several column dims"
+    for op, _, dtype in spec.ops:
+        if op in REDUCTIONS and dtype not in FLOATS:
+            return f"a {op} reduction in {dtype}: only float reductions are kept on chip"
+    accesses = [(inputs[k][2], off, idx, "load") for k, off, idx in spec.loads]
+    accesses += [
+        (spec.outputs[k][2], off, idx, "store") for k, (_, off, idx, _) in enumerate(spec.stores)
+    ]
+    for k, (_, _, _, predicate) in enumerate(spec.stores):
+        if predicate and level_of(spec, predicate[0], cols) == 2:
+            return f"store {k} is predicated per element"
+    for dtype, offset, index, what in accesses:
+        parts = split_index(index, rows, cols)
+        if parts is None:
+            return f"a {what} index mixes row and column dims"
+        row_part, col_part = parts
+        if not col_part:
+            if dtype not in ROW_DTYPES:
+                return f"a per-row {what} of {dtype}"
+            continue
+        if dtype not in FLOATS:
+            return f"a per-element {what} of {dtype}: only float rows are vectorised"
+        if col_part != flat:
+            return f"a {what} walks the row with strides: the cluster kernel reads contiguous rows"
+        if vec * FLOATS[dtype] > 16:
+            return f"VEC={vec} {dtype} is wider than a 16-byte access; use a smaller VEC"
+        if offset % vec or any(c % vec for c, _ in row_part):
+            return f"a {what}'s rows do not start on a VEC={vec} boundary; use a smaller VEC"
+    return None

@@ -1,0 +1,173 @@
+"""The row-resident CUDA template ("row_cluster") on the CPU: which row programs and knobs it
+takes, the launch its header asks for, the source compiled by nvcc where present, and how a
+cached CUDA spec kernel is proved (its cubin) and rebuilt (its stored source). The kernels run
+and are checked against PyTorch in test_cluster_gpu.py."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from harness import collect
+
+from kernelpro_backend.cache.artifact import KernelArtifact
+from kernelpro_backend.codegen import IllegalSpec, alternatives, knob_space, render
+from kernelpro_backend.codegen.cluster_rules import cluster_shape
+from kernelpro_backend.codegen.defaults import CLUSTER_MIN_COLS
+from kernelpro_backend.examples import RMSNorm
+from kernelpro_backend.lowering import lower
+from kernelpro_backend.runtime import candidate as candidate_module
+from kernelpro_backend.runtime.candidate import SourceCandidate, SpecCandidate
+from kernelpro_backend.runtime.cuda_compile import find_nvcc
+from kernelpro_backend.runtime.cuda_plan import resolve
+from kernelpro_backend.runtime.cuda_source import TensorMeta, parse_launch
+from kernelpro_backend.tuner.artifacts import artifact_candidate
+
+
+class _Rows(nn.Module):
+    def __init__(self, n: int) -> None:
+        super().__init__()
+        self.ln, self.rms = nn.LayerNorm(n), RMSNorm(n)
+
+    def forward(self, x: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
+        y = x.softmax(-1) * 3 + self.ln(x) + self.rms(x)
+        return y.square().mean() + F.cross_entropy(x, t)
+
+
+def _seeds(n: int, rows: int = 3) -> list:
+    x = torch.randn(rows, n, requires_grad=True)
+    t = torch.randint(0, n, (rows,))
+    out = []
+    for sg in collect(_Rows(n), [x, t]):
+        try:
+            out.append((sg, lower(sg)))
+        except Exception:
+            continue
+    return out
+
+
+@pytest.fixture(scope="module")
+def long_rows():
+    return _seeds(8192)
+
+
+def test_long_row_programs_get_a_cluster_alternative_forward_and_backward(long_rows):
+    patterns = {}
+    for sg, seed in long_rows:
+        for alt in alternatives(seed):
+            assert alt.template == "row_cluster"
+            assert (alt.loads, alt.ops, alt.stores) == (seed.loads, seed.ops, seed.stores)
+            patterns.setdefault(sg.graph.split("_")[0], set()).add(seed.pattern)
+    # softmax is a plain "reduction" program (max, exp, sum); the norms and cross-entropy
+    # have their own patterns; the backward's row programs are gradients of all of them
+    assert patterns["forward"] == {"reduction", "norm", "rms_norm", "cross_entropy"}
+    assert patterns["backward"] == {"reduction"}
+
+
+def test_short_rows_stay_with_the_triton_template():
+    for _, seed in _seeds(CLUSTER_MIN_COLS // 2):
+        assert alternatives(seed) == []
+
+
+def test_cluster_knobs_hold_the_row_within_the_register_budget(long_rows):
+    for _, seed in long_rows:
+        for alt in alternatives(seed):
+            shape = cluster_shape(alt, dict(alt.knobs))
+            assert shape.elements * max(1, len(shape.resident)) <= 32
+            assert shape.per_thread * shape.threads * shape.cluster >= shape.vectors
+            space = knob_space(alt)
+            assert space["CLUSTER"] and space["VEC"] and space["num_warps"]
+            with pytest.raises(IllegalSpec, match="registers"):
+                alt.with_knobs(CLUSTER=1, num_warps=1)  # 8192 values on 32 threads
+
+
+def test_vector_width_must_divide_the_row_and_fit_16_bytes():
+    (sg, seed), *_ = [s for s in _seeds(4099) if alternatives(s[1])]
+    (alt,) = alternatives(seed)
+    assert alt.knob("VEC") == 1  # 4099 columns: no wider vector divides the row
+    with pytest.raises(IllegalSpec, match="does not divide"):
+        alt.with_knobs(VEC=2)
+    fp32 = next(a for _, s in _seeds(8192) for a in alternatives(s))
+    with pytest.raises(IllegalSpec, match="16-byte"):
+        fp32.with_knobs(VEC=8)
+
+
+def test_strided_rows_are_refused():
+    _, seed = next(s for s in _seeds(8192) if alternatives(s[1]))
+    (alt,) = alternatives(seed)
+    load = alt.loads[0]
+    # the column dim read with stride 2: not a contiguous row
+    strided = tuple((2 * c if a == 1 else c, a) for c, a in load[2])
+    with pytest.raises(IllegalSpec, match="strides"):
+        dataclasses.replace(alt, loads=((load[0], load[1], strided), *alt.loads[1:]))
+
+
+def test_header_launches_one_cluster_per_row(long_rows):
+    for _, seed in long_rows:
+        for alt in alternatives(seed):
+            rendered = render(alt)
+            assert rendered.language == "cuda"
+            launch = parse_launch(rendered.source, rendered.entry)
+            metas = [TensorMeta(*m) for m in alt.inputs]
+            plan = resolve(launch, metas)
+            shape = cluster_shape(alt, dict(alt.knobs))
+            (step,) = plan.steps
+            assert step.grid == (shape.rows * shape.cluster, 1, 1)
+            assert step.block == (shape.threads, 1, 1)
+            assert [o.shape for o in plan.outputs] == [tuple(o[0]) for o in alt.outputs]
+            if shape.cluster > 1:
+                assert f"__cluster_dims__({shape.cluster}, 1, 1)" in rendered.source
+
+
+@pytest.mark.skipif(find_nvcc() is None, reason="nvcc is not installed")
+def test_sources_compile_with_nvcc_for_hopper(long_rows, tmp_path):
+    from kernelpro_backend.runtime.cuda_compile import compile_cuda
+
+    compiled = 0
+    for _, seed in long_rows[:6]:
+        for alt in alternatives(seed):
+            for spec in (alt, alt.with_knobs(CLUSTER=max(knob_space(alt)["CLUSTER"]))):
+                r = render(spec)
+                cubin = compile_cuda(r.source, "sm_90a", kernels=(r.entry,), cubin_dir=tmp_path)
+                assert cubin.data[:4] == b"\x7fELF"
+                compiled += 1
+    assert compiled >= 4
+
+
+def test_a_cached_cuda_spec_kernel_is_proved_from_its_cubin():
+    _, seed = next(s for s in _seeds(8192) if alternatives(s[1]))
+    (alt,) = alternatives(seed)
+    r = render(alt)
+    artifact = KernelArtifact(
+        language="cuda", source=r.source, entry=r.entry, spec_json=alt.to_json(),
+        binary=b"\x7fELF...", launch={"arch": "sm_90a"},
+    )  # fmt: skip
+    got = artifact_candidate(artifact)
+    assert isinstance(got, SourceCandidate) and got.cubin == b"\x7fELF..."
+    assert got.arch == "sm_90a"
+
+
+def test_a_stored_cuda_spec_source_is_rebuilt_as_cuda(monkeypatch):
+    _, seed = next(s for s in _seeds(8192) if alternatives(s[1]))
+    (alt,) = alternatives(seed)
+    r = render(alt)
+    built = {}
+
+    def fake_build(spec, rendered, **kwargs):
+        built.update(spec=spec, rendered=rendered, **kwargs)
+        return lambda *xs: []
+
+    monkeypatch.setattr("kernelpro_backend.codegen.build", fake_build)
+    fn = candidate_module.load_kernel(
+        SpecCandidate(alt.to_json(), r.source, r.entry),
+        nn.Identity(),
+        workdir=None,  # type: ignore[arg-type]
+        cubin_dir=os.devnull,  # type: ignore[arg-type]
+    )
+    assert callable(fn)
+    assert built["rendered"].language == "cuda" and built["rendered"].source == r.source
+    assert built["cubin_dir"] == os.devnull
