@@ -127,7 +127,7 @@ def load_kernel(
             return reference
         return torch.compile(reference, backend="inductor")  # type: ignore[return-value]
     if isinstance(candidate, SpecCandidate):
-        return _load_spec(candidate)
+        return _load_spec(candidate, cubin_dir, nvcc_timeout_s)
     if candidate.language == "triton":
         return _load_python_module(candidate, workdir)
     # Imported here: the driver API bindings are needed only for CUDA candidates.
@@ -140,16 +140,22 @@ def load_kernel(
     )
 
 
-def _load_spec(candidate: SpecCandidate) -> KernelFn:
+def _load_spec(
+    candidate: SpecCandidate, cubin_dir: Path | None, nvcc_timeout_s: float | None
+) -> KernelFn:
     try:
         # Imported lazily: codegen is its own package and a worker may run without it.
-        from ..codegen import KernelSpec, RenderedKernel, build
+        from ..codegen import CUDA_TEMPLATES, KernelSpec, RenderedKernel, build, render
 
         spec = KernelSpec.from_json(candidate.spec_json)
         if candidate.source is None:
-            return build(spec)
-        rendered = RenderedKernel("triton", candidate.source, candidate.entry or "entry")
-        return build(spec, rendered)
+            rendered = render(spec)
+        else:  # the stored source, in the language its template renders to
+            language = "cuda" if spec.template in CUDA_TEMPLATES else "triton"
+            rendered = RenderedKernel(language, candidate.source, candidate.entry or "entry")
+        return build(spec, rendered, cubin_dir=cubin_dir, nvcc_timeout_s=nvcc_timeout_s)
+    except CandidateLoadError:
+        raise
     except Exception as e:
         raise CandidateLoadError(f"building the KernelSpec failed: {type(e).__name__}: {e}") from e
 

@@ -95,6 +95,17 @@ def _param_sizes(driver: Any, function: Any) -> list[int] | None:
     return None
 
 
+def _allow_large_clusters(driver: Any, function: Any) -> None:
+    """Let a kernel declare clusters of up to 16 CTAs (`__cluster_dims__`; 8 is the portable
+    limit). Drivers without the attribute keep the limit; a larger cluster then fails at
+    launch with the driver's error, which the evaluator reports."""
+    attr = getattr(
+        driver.CUfunction_attribute, "CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED", None
+    )
+    if attr is not None:
+        driver.cuFuncSetAttribute(function, attr, 1)
+
+
 class CudaKernel:
     """The kernels of one cubin, called like a subgraph: kernel(*inputs) -> [outputs]."""
 
@@ -127,6 +138,8 @@ class CudaKernel:
                 driver.cuModuleGetFunction(self._module, name.encode()),
                 f'finding kernel {name!r} (declare it extern "C" __global__)',
             )
+        for function in self._functions.values():
+            _allow_large_clusters(driver, function)
         self._check_params()
         self._smem_opted: dict[str, int] = {}
         self._plans: dict[tuple[Any, ...], tuple[ResolvedLaunch, list[Any]]] = {}

@@ -101,7 +101,9 @@ class CodegenSpace:
             seed = self.codegen.lower(subgraph)
         except self.codegen.Unsupported:
             return []
-        out: list[Hashable] = [seed]
+        # Then the same program in the other templates that can run it (a long row kept on
+        # chip by a CUDA cluster kernel beside the Triton seed), each measured like the seed.
+        out: list[Hashable] = [seed, *self.codegen.alternatives(seed)]
         knobs = dict(getattr(seed, "knobs", ()))
         for name, values in sorted(self.codegen.knob_space(seed).items()):
             if len(out) > SEED_VARIANTS or name not in knobs or knobs[name] not in values:
@@ -162,5 +164,6 @@ def codegen_space() -> CodegenSpace:
         knob_space=codegen.knob_space,
         knob_roles=codegen.knob_roles,
         lower=lowering.lower,
+        alternatives=codegen.alternatives,
     )
     return CodegenSpace(codegen=contract, illegal=codegen.IllegalSpec)

@@ -64,10 +64,6 @@ def artifact_candidate(artifact: KernelArtifact) -> Candidate:
     artifact (tests) is a plain Python module defining `entry`, loaded like Triton source."""
     if artifact.language == "aten":  # tuner/eager.py: the subgraph's own ops, no code
         return BaselineCandidate("eager")
-    if artifact.spec_json is not None:
-        return SpecCandidate(artifact.spec_json, artifact.source, artifact.entry)
-    if artifact.language in ("triton", "python"):
-        return SourceCandidate("triton", artifact.source, artifact.entry)
     if artifact.language == "cuda" and artifact.binary is not None:
         # The stored cubin, loaded as a hit loads it: the bytes proved are the bytes that run.
         arch = artifact.launch.get("arch")
@@ -75,6 +71,10 @@ def artifact_candidate(artifact: KernelArtifact) -> Candidate:
             "cuda", artifact.source, artifact.entry, cubin=artifact.binary,
             arch=arch if isinstance(arch, str) else None,
         )  # fmt: skip
+    if artifact.spec_json is not None:
+        return SpecCandidate(artifact.spec_json, artifact.source, artifact.entry)
+    if artifact.language in ("triton", "python"):
+        return SourceCandidate("triton", artifact.source, artifact.entry)
     raise ValueError(
         f"the evaluator cannot run {artifact.language} kernels without a KernelSpec; "
         "re-run the search to replace this entry"
@@ -102,9 +102,14 @@ def winner_fields(
     if render is None:
         from ..codegen import render
     rendered = render(winner)
-    return {
+    fields = {
         "language": rendered.language,
         "source": rendered.source,
         "entry": rendered.entry,
         "spec_json": winner.to_json(),
     }
+    if rendered.language == "cuda":  # a CUDA template: the cubin is stored, as for free-form
+        from ..runtime.cuda_driver import cubin_artifact_fields
+
+        fields.update(cubin_artifact_fields(rendered.source, rendered.entry, device, cubin_dir))
+    return fields

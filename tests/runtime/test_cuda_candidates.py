@@ -3,6 +3,7 @@ compiling a correct and a broken kernel, the cubin cache, and cache artifacts ca
 Compiling needs nvcc (skipped cleanly without it); nothing here needs a GPU."""
 
 import ctypes
+import types
 
 import pytest
 import torch
@@ -307,8 +308,16 @@ OK_RESULT = _Result(0, "CUDA_SUCCESS")
 class FakeDriver:
     """Answers the calls CudaKernel makes; kernels have the parameter sizes given."""
 
+    CUfunction_attribute = types.SimpleNamespace(
+        CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED="non-portable-cluster"
+    )
+
     def __init__(self, params):
-        self.params, self.launches = params, []
+        self.params, self.launches, self.attributes = params, [], {}
+
+    def cuFuncSetAttribute(self, function, attr, value):
+        self.attributes[(function, attr)] = value
+        return (OK_RESULT,)
 
     def cuInit(self, flags):
         return (OK_RESULT,)
@@ -357,6 +366,8 @@ def fake_kernel(monkeypatch, source, entry, params):
 def test_parameter_layout_matching_the_header_loads(monkeypatch):
     kernel = fake_kernel(monkeypatch, VECTOR_ADD, "vector_add", {"vector_add": [8, 8, 8, 8]})
     assert kernel.device == torch.device("cuda", 0) and kernel.name == "cuda-vector_add"
+    # every kernel may declare clusters past the portable 8 CTAs (row_cluster uses 16)
+    assert kernel._driver.attributes == {("vector_add", "non-portable-cluster"): 1}
 
 
 def test_parameter_layout_differing_from_the_header_is_a_launch_spec_error(monkeypatch):

@@ -54,6 +54,7 @@ fake_codegen = types.SimpleNamespace(
     lower=lower,
     knob_space=lambda spec: {"num_warps": (1, 2, 4, 8, 16)},
     knob_roles=lambda spec: {"num_warps": Role.WARPS},
+    alternatives=lambda spec: [],
 )
 
 
@@ -76,6 +77,20 @@ def test_codegen_space_adapts_the_codegen_contract():
     assert space.describe(source)["language"] == "triton"
     with pytest.raises(IllegalSpec, match="no knobs"):
         space.with_knobs(source, num_warps=2)
+
+
+def test_initial_candidates_hold_the_other_templates_right_after_the_seed():
+    """A program that another template can run (a long row as a CUDA cluster kernel) is
+    measured beside the seed, before the seed's one-knob siblings."""
+    other = KernelSpec("cluster", (("num_warps", 16),))
+    space = CodegenSpace(
+        codegen=types.SimpleNamespace(**{**vars(fake_codegen), "alternatives": lambda s: [other]}),
+        illegal=IllegalSpec,
+    )
+    seed, first, *rest = space.initial("a subgraph")
+    assert space.knobs(seed) == {"num_warps": 4}
+    assert first is other
+    assert [space.knobs(v) for v in rest] == [{"num_warps": 8}]
 
 
 @pytest.mark.skipif(
