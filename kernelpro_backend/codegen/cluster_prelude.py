@@ -49,16 +49,22 @@ __device__ __forceinline__ void kp_store(T* __restrict__ p, const float* in) {
   *reinterpret_cast<KpVec<T, V>*>(p) = r;
 }
 
+// Every warp folds the warps' partials with the same butterfly, so every thread of the block
+// gets the same bits without a second barrier (NW is a power of two).
 template <int NW, typename F>
 __device__ __forceinline__ float kp_block(float v, float* part, F f) {
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) v = f(v, __shfl_xor_sync(0xffffffffu, v, o));
-  if ((threadIdx.x & 31) == 0) part[threadIdx.x >> 5] = v;
-  __syncthreads();
-  float r = part[0];
+  if constexpr (NW == 1) {
+    return v;
+  } else {
+    if ((threadIdx.x & 31) == 0) part[threadIdx.x >> 5] = v;
+    __syncthreads();
+    float r = part[threadIdx.x & (NW - 1)];
 #pragma unroll
-  for (int w = 1; w < NW; ++w) r = f(r, part[w]);
-  return r;
+    for (int o = NW / 2; o > 0; o >>= 1) r = f(r, __shfl_xor_sync(0xffffffffu, r, o));
+    return r;
+  }
 }
 
 template <int C, typename F>
@@ -74,5 +80,14 @@ __device__ __forceinline__ float kp_cluster(float v, float* slot, F f) {
     for (int k = 1; k < C; ++k) r = f(r, *cl.map_shared_rank(slot, k));
     return r;
   }
+}
+
+// After its last read of other CTAs' slots a CTA arrives; it waits before it exits, so no CTA
+// leaves while another may still read its shared memory, and the stores run in between.
+__device__ __forceinline__ void kp_cluster_arrive() {
+  asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory");
+}
+__device__ __forceinline__ void kp_cluster_wait() {
+  asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory");
 }
 """

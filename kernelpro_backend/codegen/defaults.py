@@ -75,8 +75,10 @@ CLUSTER_MIN_COLS = 1024
 def alternatives(seed: KernelSpec) -> list[KernelSpec]:
     """Other templates for the same program, each at its default knobs: the search measures
     them beside the seed. A long row program may run row-resident as CUDA C++ ("row_cluster"):
-    the widest vectors, then the fewest CTAs per row and warps that hold it with at most 32
-    values per thread (64 if nothing holds 32)."""
+    the widest vectors, then the fewest warps, then the fewest CTAs per row that hold the row
+    with at most 64 values per thread. Small CTAs share an SM, so one CTA's reductions and
+    cluster barriers overlap the others' memory traffic: on the H100 4 warps x 8 CTAs took
+    0.80 ms for a float32 4096x65536 softmax where 32 warps x 2 CTAs took 0.89 ms."""
     if seed.template != "row_reduction":
         return []
     _, cols = rows_cols(seed)
@@ -84,26 +86,25 @@ def alternatives(seed: KernelSpec) -> list[KernelSpec]:
         return []
     import dataclasses
 
-    from .cluster_rules import cluster_shape
+    from .cluster_rules import MAX_RESIDENT, cluster_shape
     from .template_cluster import render_cluster
 
-    for budget in (32, 64):
-        for vec in (8, 4, 2, 1):
+    for vec in (8, 4, 2, 1):
+        for warps in (4, 8, 16, 32):
             for cluster in (1, 2, 4, 8, 16):
-                for warps in (4, 8, 16, 32):
-                    knobs = dict(CLUSTER=cluster, VEC=vec, num_warps=warps)
-                    shape = cluster_shape(seed, knobs)
-                    if shape.elements * max(1, len(shape.resident)) > budget:
-                        continue
-                    try:
-                        spec = dataclasses.replace(
-                            seed, template="row_cluster", knobs=tuple(sorted(knobs.items()))
-                        )
-                    except IllegalSpec:
-                        continue
-                    try:
-                        render_cluster(spec)
-                    except Unsupported:  # an op or dtype the CUDA op table lacks
-                        return []
-                    return [spec]
+                knobs = dict(CLUSTER=cluster, VEC=vec, num_warps=warps)
+                shape = cluster_shape(seed, knobs)
+                if shape.elements * max(1, len(shape.resident)) > MAX_RESIDENT:
+                    continue
+                try:
+                    spec = dataclasses.replace(
+                        seed, template="row_cluster", knobs=tuple(sorted(knobs.items()))
+                    )
+                except IllegalSpec:
+                    continue
+                try:
+                    render_cluster(spec)
+                except Unsupported:  # an op or dtype the CUDA op table lacks
+                    return []
+                return [spec]
     return []

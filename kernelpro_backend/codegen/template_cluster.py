@@ -18,7 +18,15 @@ from typing import Any
 
 from . import index as ix
 from .cluster_prelude import PRELUDE
-from .cluster_rules import REDUCTIONS, ClusterShape, cluster_shape, level_of, split_index
+from .cluster_rules import (
+    REDUCTIONS,
+    REGISTER_FILE,
+    SPARE_REGISTERS,
+    ClusterShape,
+    cluster_shape,
+    level_of,
+    split_index,
+)
 from .knobs import rows_cols
 from .optable_cuda import (
     POINTER_TYPES,
@@ -283,6 +291,8 @@ class _Body:
             pending = [i for i in pending if i not in wave]
             self.reduce_wave(wave, slots)
             self.ready_rows(needed)
+        if self.shape.cluster > 1:
+            self.line("kp_cluster_arrive();  // done reading the other CTAs' slots")
         self.stores(needed)
         return self.lines
 
@@ -325,6 +335,13 @@ def _vector_pointers(spec: KernelSpec, cols: tuple[int, ...]) -> list[tuple[str,
     return sorted(out.items())
 
 
+def _min_blocks(shape: ClusterShape) -> int:
+    """CTAs per SM the register estimate allows (at most 2048 threads per SM): the compiler
+    must fit that many, so a CTA that could share its SM does not take all its registers."""
+    estimate = shape.elements * max(1, len(shape.resident)) + SPARE_REGISTERS
+    return max(1, min(2048 // shape.threads, REGISTER_FILE // (shape.threads * estimate)))
+
+
 def render_cluster(spec: KernelSpec) -> tuple[str, str]:
     """(CUDA source with its launch header, kernel name)."""
     shape = cluster_shape(spec, dict(spec.knobs))
@@ -338,7 +355,7 @@ def render_cluster(spec: KernelSpec) -> tuple[str, str]:
     lines = [
         _header(spec, shape),
         PRELUDE,
-        f'extern "C" __global__ void {attrs}__launch_bounds__({shape.threads})',
+        f'extern "C" __global__ void {attrs}__launch_bounds__({shape.threads}, {_min_blocks(shape)})',
         f"{name}({', '.join(params)}) {{",
         f"  __shared__ float kp_part[{n_red}][{shape.threads // 32}];",
         f"  __shared__ float kp_slot[{n_red}];",
@@ -358,6 +375,6 @@ def render_cluster(spec: KernelSpec) -> tuple[str, str]:
     else:
         lines += ["  {", *bodies[0], "  }"]
     if shape.cluster > 1:
-        lines.append("  cg::this_cluster().sync();  // no CTA leaves while others read its slots")
+        lines.append("  kp_cluster_wait();  // no CTA leaves while others may read its slots")
     lines.append("}")
     return "\n".join(lines) + "\n", name
