@@ -82,18 +82,28 @@ def _max_err(a: torch.Tensor, b: torch.Tensor) -> float:
     return float((a.double() - b.double()).abs().max()) if a.numel() else 0.0
 
 
+ERROR_CHUNK = 2**26  # elements per float64 slice: a few 512 MiB temporaries, not the whole output's
+
+
 def _errors(actual: torch.Tensor, expected: torch.Tensor) -> tuple[float, float]:
+    """(max absolute, max relative) error, computed slice by slice in float64 so that a
+    multi-gigabyte output (KernelBench's 6 GiB log-softmax) does not need 5x its size."""
     if actual.numel() == 0:
         return 0.0, 0.0
-    diff = (actual.double() - expected.double()).abs()
-    finite = torch.isfinite(diff)
-    if not bool(finite.all()):
-        return float("inf"), float("inf")
-    # Relative error only where the reference is not ~0 (there only the absolute error means
-    # anything); 1e-6 is far below every dtype's atol.
-    ref = expected.double().abs()
-    rel = torch.where(ref > 1e-6, diff / ref.clamp_min(1e-6), torch.zeros_like(diff))
-    return float(diff.max()), float(rel.max())
+    a, e = actual.reshape(-1), expected.reshape(-1)
+    worst_abs = worst_rel = 0.0
+    for start in range(0, a.numel(), ERROR_CHUNK):
+        diff = (
+            a[start : start + ERROR_CHUNK].double() - e[start : start + ERROR_CHUNK].double()
+        ).abs()
+        if not bool(torch.isfinite(diff).all()):
+            return float("inf"), float("inf")
+        # Relative error only where the reference is not ~0 (there only the absolute error
+        # means anything); 1e-6 is far below every dtype's atol.
+        ref = e[start : start + ERROR_CHUNK].double().abs()
+        rel = torch.where(ref > 1e-6, diff / ref.clamp_min(1e-6), torch.zeros_like(diff))
+        worst_abs, worst_rel = max(worst_abs, float(diff.max())), max(worst_rel, float(rel.max()))
+    return worst_abs, worst_rel
 
 
 def compare_one(
@@ -110,11 +120,7 @@ def compare_one(
         )  # fmt: skip
     abs_err, rel_err = _errors(actual, expected)
     rtol, atol = tolerance(expected.dtype)
-    if expected.is_floating_point():
-        close = torch.isclose(actual, expected, rtol=rtol, atol=atol, equal_nan=True)
-    else:
-        close = actual == expected
-    if bool(close.all()):
+    if _bad_count(actual, expected, rtol, atol) == 0:
         return None
     if fp64 is not None and expected.is_floating_point() and expected.dtype != torch.float64:
         mode_err, eager_err = _rmse(actual, fp64), _rmse(expected, fp64)
@@ -129,11 +135,25 @@ def compare_one(
             f"vs float64: rmse {mode_err:.3g} (eager {eager_err:.3g}), "
             f"max err {mode_max:.3g} (eager {eager_max:.3g})",
         )  # fmt: skip
-    bad = int((~close).sum())
+    bad = _bad_count(actual, expected, rtol, atol)
     return Mismatch(
         name, abs_err, rel_err,
-        f"{bad} of {close.numel()} elements outside rtol={rtol:g} atol={atol:g}",
+        f"{bad} of {expected.numel()} elements outside rtol={rtol:g} atol={atol:g}",
     )  # fmt: skip
+
+
+def _bad_count(actual: torch.Tensor, expected: torch.Tensor, rtol: float, atol: float) -> int:
+    """Elements outside the tolerance (floats) or different (others), slice by slice."""
+    a, e = actual.reshape(-1), expected.reshape(-1)
+    bad = 0
+    for start in range(0, a.numel(), ERROR_CHUNK):
+        x, y = a[start : start + ERROR_CHUNK], e[start : start + ERROR_CHUNK]
+        if expected.is_floating_point():
+            close = torch.isclose(x, y, rtol=rtol, atol=atol, equal_nan=True)
+        else:
+            close = x == y
+        bad += int((~close).sum())
+    return bad
 
 
 def needs_fp64(actual: Mapping[str, torch.Tensor], expected: Mapping[str, torch.Tensor]) -> bool:
@@ -143,10 +163,9 @@ def needs_fp64(actual: Mapping[str, torch.Tensor], expected: Mapping[str, torch.
         act = actual.get(name)
         if act is None or act.shape != exp.shape or act.dtype != exp.dtype:
             continue
-        if exp.is_floating_point() and exp.dtype != torch.float64:
-            rtol, atol = tolerance(exp.dtype)
-            if not bool(torch.isclose(act, exp, rtol=rtol, atol=atol, equal_nan=True).all()):
-                return True
+        floating = exp.is_floating_point() and exp.dtype != torch.float64
+        if floating and _bad_count(act, exp, *tolerance(exp.dtype)):
+            return True
     return False
 
 

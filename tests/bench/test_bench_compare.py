@@ -90,3 +90,20 @@ def test_fp64_rule_applies_to_float32_tf32_like_noise():
     eager, other = tf32_like(), tf32_like()
     assert not compare({"out": other}, {"out": eager}).ok
     assert compare({"out": other}, {"out": eager}, {"out": exact}).ok
+
+
+def test_large_outputs_are_compared_slice_by_slice(monkeypatch):
+    """The error and the count of elements out of tolerance come out the same when the
+    comparison walks slices (it does for outputs of gigabytes)."""
+    from kernelpro_backend.bench import compare as module
+
+    expected = torch.randn(37, 41)
+    actual = expected.clone()
+    actual[5, 7] += 1.0
+    actual[30, 2] = -actual[30, 2] * 3
+    whole = module.compare_one("y", actual, expected)
+    monkeypatch.setattr(module, "ERROR_CHUNK", 64)
+    sliced = module.compare_one("y", actual, expected)
+    assert whole is not None and sliced is not None
+    assert sliced == whole
+    assert "2 of 1517 elements" in sliced.reason
