@@ -1,0 +1,223 @@
+"""The row family over row length: eager, Inductor and kernelpro's row candidates, one run.
+
+    OUT=/tmp/out PYTHONPATH=. python scripts/gpu_row_sweep.py [--budget-s 300] [--only softmax]
+
+Each case compiles a small module (softmax, log-softmax, LayerNorm, RMSNorm, cross-entropy;
+forward, or forward and backward) through the kernelpro backend (fallback eager, search off)
+and takes its largest row subgraph of the chosen graph. Its candidates are the lowered Triton
+seed and the row-resident CUDA kernel (template_cluster.py) at every legal cluster size and
+warp count at the widest vector: every one is built, checked against the subgraph's reference
+(runtime/compare.py's tolerance) and timed (median ms) beside eager (the subgraph module) and
+Inductor (torch.compile of it). Effective bandwidth is the minimal bytes (each input and output
+once) over the time; the DRAM roof is measured in the same run by a device-to-device copy.
+"kernelpro" here is the best candidate of this sweep of the space, not a search's pick: a
+search measures the same candidates and keeps the fastest.
+Results: $OUT/gpu_row_sweep.json, the table printed last.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import functools
+import json
+import os
+import time
+import traceback
+from collections.abc import Callable
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from ..codegen import IllegalSpec, KernelSpec, alternatives, build, knob_space, render
+from ..examples import RMSNorm
+from ..explain import find_subgraphs
+from ..lowering import lower
+from ..runtime.compare import compare
+from ..runtime.timing import time_kernel
+from ..runtime.validate import compute_reference
+
+# (rows, cols): about 1 GiB of float32 input each, the last at 4 GiB
+SIZES = ((65536, 4096), (16384, 16384), (4096, 65536), (1024, 262144))
+
+
+class _Op(nn.Module):
+    def __init__(self, op: str, n: int) -> None:
+        super().__init__()
+        self.op = op
+        self.norm = nn.LayerNorm(n) if op == "layer_norm" else RMSNorm(n)
+
+    def forward(self, x: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
+        if self.op == "softmax":
+            return x.softmax(-1)
+        if self.op == "log_softmax":
+            return x.log_softmax(-1)
+        if self.op == "cross_entropy":
+            return F.cross_entropy(x, t)
+        return self.norm(x)
+
+
+def row_subgraph(op: str, rows: int, cols: int, dtype: torch.dtype, backward: bool):
+    torch._dynamo.reset()
+    model = _Op(op, cols).cuda().to(dtype)
+    x = torch.randn(rows, cols, device="cuda", dtype=dtype, requires_grad=backward)
+    t = torch.randint(0, cols, (rows,), device="cuda")
+    found = find_subgraphs(model, x, t, train=backward)
+    graph = "backward" if backward else "forward"
+    rows_sgs = [s for s in found if s.kind != "gemm" and s.graph.startswith(graph)] or found
+    return max(rows_sgs, key=lambda s: sum(torch.Size(m[0]).numel() for m in s.input_meta))
+
+
+def minimal_bytes(spec: KernelSpec) -> int:
+    total = 0
+    for shape, stride, dt in (*spec.inputs, *spec.outputs):
+        size = 4 if dt in ("float32", "int32") else 8 if dt == "int64" else 1 if dt == "bool" else 2
+        span = 1 + sum((s - 1) * st for s, st in zip(shape, stride, strict=True) if s > 0)
+        total += span * size
+    return total
+
+
+def candidates(seed: KernelSpec) -> list[tuple[str, KernelSpec]]:
+    out = [("triton seed", seed)]
+    for alt in alternatives(seed):
+        space = knob_space(alt)
+        for cluster in space["CLUSTER"]:
+            for warps in (4, 8, 16, 32):
+                try:
+                    spec = alt.with_knobs(CLUSTER=cluster, num_warps=warps)
+                except IllegalSpec:
+                    continue
+                out.append((f"cluster c{cluster} w{warps} v{alt.knob('VEC')}", spec))
+    return out
+
+
+def precompile(specs: list[KernelSpec]) -> None:
+    """nvcc for every CUDA candidate at once (16 cores), into the shared cubin cache."""
+    from ..runtime.cuda_compile import compile_cuda
+    from ..runtime.cuda_driver import current_arch
+
+    arch = current_arch()
+    rendered = [render(s) for s in specs if s.template == "row_cluster"]
+    with concurrent.futures.ThreadPoolExecutor(max_workers=16) as pool:
+        jobs = [pool.submit(compile_cuda, r.source, arch, kernels=(r.entry,)) for r in rendered]
+        for job in jobs:
+            job.result()
+
+
+def _time(fn: Callable[[], object]) -> float:
+    return time_kernel(lambda: fn(), [()], torch.device("cuda")).median_ms
+
+
+def _wrong(outs: list[torch.Tensor], ref) -> str | None:  # type: ignore[no-untyped-def]
+    for i, got in enumerate(outs):
+        eager = ref.eager[i] if ref.eager is not None else None
+        rejection, _ = compare(i, got, ref.exact[i], eager)
+        if rejection is not None:
+            return str(rejection.message)
+    return None
+
+
+def run_case(op: str, rows: int, cols: int, dtype: torch.dtype, backward: bool) -> dict:
+    sg = row_subgraph(op, rows, cols, dtype, backward)
+    seed = lower(sg)
+    inputs = sg.make_inputs(0)
+    module = sg.module()
+    reference = compute_reference(module, inputs)
+    nbytes = minimal_bytes(seed)
+    row: dict = {"op": op, "pass": "backward" if backward else "forward", "rows": rows}
+    row |= {"cols": cols, "dtype": str(dtype).removeprefix("torch."), "bytes": nbytes}
+    row["eager_ms"] = _time(lambda: module(*inputs))
+    compiled = torch.compile(module)
+    compiled(*inputs)
+    row["inductor_ms"] = _time(lambda: compiled(*inputs))
+    found = candidates(seed)
+    precompile([s for _, s in found])
+    row["candidates"] = []
+    for name, spec in found:
+        entry: dict = {"name": name, "knobs": dict(spec.knobs)}
+        try:
+            kernel = build(spec)
+            problem = _wrong(list(kernel(*inputs)), reference)
+            if problem:
+                entry["error"] = f"wrong: {problem}"[:300]
+            else:
+                entry["ms"] = _time(functools.partial(kernel, *inputs))
+        except Exception as e:
+            entry["error"] = f"{type(e).__name__}: {e}"[:300]
+        row["candidates"].append(entry)
+    timed = [c for c in row["candidates"] if "ms" in c]
+    if timed:
+        best = min(timed, key=lambda c: c["ms"])
+        row["kernelpro_ms"], row["kernelpro_best"] = best["ms"], best["name"]
+    return row
+
+
+def _fmt(ms: float | None, nbytes: int) -> str:
+    return "-" if ms is None else f"{ms:8.3f} {nbytes / ms / 1e9:5.2f}"
+
+
+def print_table(meta: dict, results: list[dict]) -> None:
+    roof = meta.get("copy_tb_s")
+    print(f"\n{meta['device']}  torch {meta['torch']}  DRAM copy roof {roof} TB/s")
+    print(
+        "case                                   eager ms TB/s  inductor ms TB/s  kernelpro ms TB/s  best"
+    )
+    for r in results:
+        name = f"{r['op']} {r.get('pass', '')[:3]} {r.get('dtype', '')} {r.get('rows')}x{r.get('cols')}"
+        if "error" in r:
+            print(f"{name:38s} ERROR {r['error'][:80]}")
+            continue
+        b = r["bytes"]
+        print(
+            f"{name:38s} {_fmt(r['eager_ms'], b)}  {_fmt(r['inductor_ms'], b)}     "
+            f"{_fmt(r.get('kernelpro_ms'), b)}  {r.get('kernelpro_best', '-')}"
+        )
+
+
+def copy_roof() -> float:
+    """Measured DRAM bandwidth (TB/s): a 2 GiB device-to-device copy, read + write bytes."""
+    x = torch.empty(2**29, device="cuda")
+    y = torch.empty_like(x)
+    ms = _time(lambda: y.copy_(x))
+    return round(2 * 2**31 / ms / 1e9, 3)
+
+
+def sweep(budget_s: float = 300.0, only: tuple[str, ...] = (), sizes=SIZES) -> int:  # type: ignore[no-untyped-def]
+    out_dir = os.environ.get("OUT", ".")
+    os.makedirs(out_dir, exist_ok=True)
+    start = time.time()
+    meta: dict[str, object] = {"device": torch.cuda.get_device_name(), "torch": torch.__version__}
+    meta |= {"date": time.strftime("%Y-%m-%d %H:%M:%S"), "copy_tb_s": copy_roof()}
+    results: list[dict] = []
+    ops = ("softmax", "cross_entropy", "rms_norm", "layer_norm", "log_softmax")
+    for op in ops:
+        for backward in (False, True):
+            for dtype in (torch.float32, torch.bfloat16):
+                for rows, cols in sizes:
+                    name = f"{op} {'bwd' if backward else 'fwd'} {dtype} {rows}x{cols}"
+                    if only and not any(o in name for o in only):
+                        continue
+                    if time.time() - start > budget_s:
+                        results.append(
+                            {"op": op, "rows": rows, "cols": cols, "error": "skipped (budget)"}
+                        )
+                        continue
+                    print(f"{name} ({time.time() - start:.0f} s)", flush=True)
+                    try:
+                        results.append(run_case(op, rows, cols, dtype, backward))
+                    except Exception as e:
+                        traceback.print_exc()
+                        results.append(
+                            {
+                                "op": op,
+                                "rows": rows,
+                                "cols": cols,
+                                "error": f"{type(e).__name__}: {e}"[:300],
+                            }
+                        )
+                    torch.cuda.empty_cache()
+    meta["wall_s"] = round(time.time() - start, 1)
+    with open(os.path.join(out_dir, "gpu_row_sweep.json"), "w") as f:
+        json.dump({"meta": meta, "results": results}, f, indent=1)
+    print_table(meta, results)
+    return 0

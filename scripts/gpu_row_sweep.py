@@ -1,0 +1,20 @@
+"""Row-family sweep on the GPU: eager, Inductor and kernelpro's row candidates side by side.
+
+OUT=/tmp/out PYTHONPATH=. python scripts/gpu_row_sweep.py [--budget-s 300] [--only softmax fwd] [--sizes 4096x65536]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from kernelpro_backend.bench.row_sweep import SIZES, sweep
+
+if __name__ == "__main__":
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--budget-s", type=float, default=300.0)
+    p.add_argument("--only", nargs="*", default=[], help="substrings of case names to run")
+    p.add_argument("--sizes", nargs="*", default=[], help="ROWSxCOLS (default: the sweep's)")
+    a = p.parse_args()
+    sizes = tuple(tuple(int(v) for v in s.split("x")) for s in a.sizes) or SIZES
+    sys.exit(sweep(a.budget_s, tuple(a.only), sizes))
