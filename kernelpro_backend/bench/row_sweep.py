@@ -29,11 +29,12 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from ..codegen import IllegalSpec, KernelSpec, alternatives, build, knob_space, render
+from ..codegen import IllegalSpec, KernelSpec, alternatives, knob_space, render
 from ..examples import RMSNorm
 from ..explain import find_subgraphs
 from ..lowering import lower
 from ..runtime.compare import compare
+from ..runtime.spec_kernel import build_kernel
 from ..runtime.timing import time_kernel
 from ..runtime.validate import compute_reference
 
@@ -136,7 +137,7 @@ def run_case(op: str, rows: int, cols: int, dtype: torch.dtype, backward: bool) 
     for name, spec in found:
         entry: dict = {"name": name, "knobs": dict(spec.knobs)}
         try:
-            kernel = build(spec)
+            kernel = build_kernel(spec)
             problem = _wrong(list(kernel(*inputs)), reference)
             if problem:
                 entry["error"] = f"wrong: {problem}"[:300]

@@ -23,6 +23,10 @@ from ..paths import atomic_write, codegen_dir
 from .render import render
 from .spec import KernelSpec, RenderedKernel
 
+# Compiles CUDA C++ source and returns the callable that launches its entry (the runtime's
+# driver loader; codegen does not import the runtime).
+CudaLoader = Callable[[str, str], Callable[..., Sequence[torch.Tensor]]]
+
 
 def module_file(source: str, directory: Path | None = None) -> Path:
     """The file that holds `source` for import: kp_<sha256 of it>.py in `directory` (default
@@ -62,20 +66,10 @@ class CudaSpecKernel:
     NVRTC) into the cubin cache, loaded and launched through the driver API. Not traceable:
     it runs behind kernelpro's launch op, as free-form CUDA candidates do."""
 
-    def __init__(
-        self,
-        spec: KernelSpec,
-        rendered: RenderedKernel,
-        cubin_dir: Path | None = None,
-        nvcc_timeout_s: float | None = None,
-    ) -> None:
-        from ..runtime.cuda_driver import load_cuda_source
-
+    def __init__(self, spec: KernelSpec, rendered: RenderedKernel, load_cuda: CudaLoader) -> None:
         self.spec, self.rendered = spec, rendered
         self.name = f"{spec.template}-{spec.digest[:12]}"
-        self._kernel = load_cuda_source(
-            rendered.source, rendered.entry, cubin_dir=cubin_dir, timeout_s=nvcc_timeout_s
-        )
+        self._kernel = load_cuda(rendered.source, rendered.entry)
 
     def __call__(self, *inputs: torch.Tensor) -> Sequence[torch.Tensor]:
         if len(inputs) != len(self.spec.inputs):
@@ -116,13 +110,17 @@ def build(
     spec: KernelSpec,
     rendered: RenderedKernel | None = None,
     *,
-    cubin_dir: Path | None = None,
-    nvcc_timeout_s: float | None = None,
+    load_cuda: CudaLoader | None = None,
 ) -> SpecKernel | CudaSpecKernel:
     """The kernel for `spec`; `rendered`: use this source (a cached, proved one) instead of
-    rendering the spec with today's templates. A CUDA rendering compiles into `cubin_dir`
-    (default: cuda_compile's) within `nvcc_timeout_s`."""
+    rendering the spec with today's templates. A CUDA rendering is compiled and loaded by
+    `load_cuda(source, entry)` (runtime.spec_kernel.build_kernel passes the driver's)."""
     rendered = render(spec) if rendered is None else rendered
     if rendered.language == "cuda":
-        return CudaSpecKernel(spec, rendered, cubin_dir, nvcc_timeout_s)
+        if load_cuda is None:
+            raise TypeError(
+                f"{spec.template} renders CUDA C++; build it with "
+                "kernelpro_backend.runtime.spec_kernel.build_kernel (it compiles and loads it)"
+            )
+        return CudaSpecKernel(spec, rendered, load_cuda)
     return SpecKernel(spec, rendered)

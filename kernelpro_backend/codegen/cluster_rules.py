@@ -17,7 +17,7 @@ import math
 from typing import TYPE_CHECKING, Any
 
 from . import index as ix
-from .knobs import extent, rows_cols
+from .domain import extent, rows_cols
 from .program_walk import REDUCTIONS
 
 if TYPE_CHECKING:

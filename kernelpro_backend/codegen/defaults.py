@@ -10,9 +10,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from .domain import extent, rows_cols
 from .errors import IllegalSpec, Unsupported
 from .gemm_configs import gemm_default_knobs  # the GEMM tables to edit live there
-from .knobs import extent, next_pow2, rows_cols, validate_attention_backward
+from .knobs import next_pow2, validate_attention_backward
 
 if TYPE_CHECKING:
     from .spec import KernelSpec, KnobValue

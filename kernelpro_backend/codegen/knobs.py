@@ -14,9 +14,9 @@ or measure.
 from __future__ import annotations
 
 import enum
-import math
 from typing import TYPE_CHECKING
 
+from .domain import extent, rows_cols
 from .errors import IllegalSpec
 
 if TYPE_CHECKING:
@@ -125,18 +125,6 @@ def next_pow2(n: int) -> int:
     return 1 << max(0, (int(n) - 1).bit_length())
 
 
-def rows_cols(spec: SpecView) -> tuple[tuple[int, ...], tuple[int, ...]]:
-    """(row dims, column dims) of a pointwise/row_reduction domain: a program covers ROWS rows
-    and loops over columns BLOCK_C at a time. Pointwise chains use the last dim as columns."""
-    dims = range(len(spec.domain))
-    cols = spec.reduced if spec.template in ("row_reduction", "row_cluster") else tuple(dims)[-1:]
-    return tuple(d for d in dims if d not in cols), tuple(cols)
-
-
-def extent(spec: SpecView, dims: tuple[int, ...]) -> int:
-    return math.prod(spec.domain[d] for d in dims)
-
-
 def _elt_bytes(spec: SpecView) -> int:
     dt = dict(spec.anchor).get("operand_dtype", "float32")
     return 4 if dt == "float32" else 2
@@ -181,7 +169,7 @@ def validate(spec: SpecView) -> None:
     elif spec.template == "attention_backward":
         validate_attention_backward(spec, knobs)
     elif spec.template == "row_cluster":
-        from .cluster_rules import cluster_problem  # it reads rows_cols from here
+        from .cluster_rules import cluster_problem
 
         problem = cluster_problem(spec, knobs)
         if problem:

@@ -27,7 +27,7 @@ from .cluster_rules import (
     level_of,
     split_index,
 )
-from .knobs import rows_cols
+from .domain import rows_cols
 from .optable_cuda import (
     POINTER_TYPES,
     c_expression,

@@ -16,8 +16,8 @@ from collections.abc import Callable
 from typing import Any
 
 from . import index as ix
+from .domain import extent, rows_cols
 from .emitter import FULL, REDUCTIONS, Emitter
-from .knobs import extent, rows_cols
 from .program_walk import reduction_ready
 from .spec import KernelSpec
 

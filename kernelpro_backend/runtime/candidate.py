@@ -145,7 +145,8 @@ def _load_spec(
 ) -> KernelFn:
     try:
         # Imported lazily: codegen is its own package and a worker may run without it.
-        from ..codegen import CUDA_TEMPLATES, KernelSpec, RenderedKernel, build, render
+        from ..codegen import CUDA_TEMPLATES, KernelSpec, RenderedKernel, render
+        from .spec_kernel import build_kernel
 
         spec = KernelSpec.from_json(candidate.spec_json)
         if candidate.source is None:
@@ -153,7 +154,7 @@ def _load_spec(
         else:  # the stored source, in the language its template renders to
             language = "cuda" if spec.template in CUDA_TEMPLATES else "triton"
             rendered = RenderedKernel(language, candidate.source, candidate.entry or "entry")
-        return build(spec, rendered, cubin_dir=cubin_dir, nvcc_timeout_s=nvcc_timeout_s)
+        return build_kernel(spec, rendered, cubin_dir=cubin_dir, nvcc_timeout_s=nvcc_timeout_s)
     except CandidateLoadError:
         raise
     except Exception as e:

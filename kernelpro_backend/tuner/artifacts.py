@@ -52,10 +52,11 @@ def load_artifact(artifact: KernelArtifact) -> Kernel:
         return CallableKernel(f"triton-{artifact.entry}-{digest}", fn)
     if artifact.spec_json is None:
         raise ValueError(f"cached {artifact.language} kernel has no KernelSpec and no loader")
-    from ..codegen import KernelSpec, RenderedKernel, build
+    from ..codegen import KernelSpec, RenderedKernel
+    from ..runtime.spec_kernel import build_kernel
 
     rendered = RenderedKernel(artifact.language, artifact.source, artifact.entry)
-    return build(KernelSpec.from_json(artifact.spec_json), rendered)
+    return build_kernel(KernelSpec.from_json(artifact.spec_json), rendered)
 
 
 def artifact_candidate(artifact: KernelArtifact) -> Candidate:

@@ -16,12 +16,13 @@ import torch.nn as nn
 from torch.fx.experimental.proxy_tensor import make_fx
 
 from kernelpro_backend.backend import make_backend
-from kernelpro_backend.codegen import KernelSpec, build
+from kernelpro_backend.codegen import KernelSpec
 from kernelpro_backend.fx_passes import Subgraph
 from kernelpro_backend.fx_passes.ops import Role
 from kernelpro_backend.fx_passes.partition import Group
-from kernelpro_backend.fx_passes.subgraph import _from_group
+from kernelpro_backend.fx_passes.subgraph import subgraph_of_group
 from kernelpro_backend.lowering import lower
+from kernelpro_backend.runtime.spec_kernel import build_kernel
 
 RTOL = {torch.float32: 1e-5, torch.bfloat16: 1.6e-2, torch.float16: 2e-3}
 ATOL = {torch.float32: 1e-5, torch.bfloat16: 1.6e-2, torch.float16: 2e-3}
@@ -50,7 +51,7 @@ def traced_subgraph(
     nodes = [n for n in gm.graph.nodes if n.op == "call_function"]
     group = Group(nodes=nodes, mask=0, attention=kind == "attention")
     group.anchor = Role.GEMM if kind == "gemm" else None
-    return _from_group(group, "inference", "ieee")
+    return subgraph_of_group(group, "inference", "ieee")
 
 
 def compute_dtype(sg: Subgraph) -> torch.dtype:
@@ -75,7 +76,7 @@ def check(
     inputs = inputs if inputs is not None else sg.make_inputs(seed)
     before = [x.clone() for x in inputs]
     expected = sg.module()(*inputs)
-    got = build(spec)(*inputs)
+    got = build_kernel(spec)(*inputs)
     assert len(got) == len(expected)
     dt = compute_dtype(sg)
     for i, (g, e) in enumerate(zip(got, expected, strict=True)):

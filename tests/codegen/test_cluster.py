@@ -161,7 +161,7 @@ def test_a_stored_cuda_spec_source_is_rebuilt_as_cuda(monkeypatch):
         built.update(spec=spec, rendered=rendered, **kwargs)
         return lambda *xs: []
 
-    monkeypatch.setattr("kernelpro_backend.codegen.build", fake_build)
+    monkeypatch.setattr("kernelpro_backend.runtime.spec_kernel.build_kernel", fake_build)
     fn = candidate_module.load_kernel(
         SpecCandidate(alt.to_json(), r.source, r.entry),
         nn.Identity(),

@@ -1,0 +1,27 @@
+"""The row and column dimensions of a row or pointwise spec's domain.
+
+Owns: `rows_cols(spec)` (which dims a program covers as rows and which it reduces or loops
+over as columns) and `extent(spec, dims)` (the elements those dims span).
+Must not: import knobs.py or any template (both read this; cluster_rules.py too, which knobs.py
+calls, so this module keeps them out of a cycle).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .spec_view import SpecView
+
+
+def rows_cols(spec: SpecView) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """(row dims, column dims) of a pointwise/row_reduction domain: a program covers ROWS rows
+    and loops over columns BLOCK_C at a time. Pointwise chains use the last dim as columns."""
+    dims = range(len(spec.domain))
+    cols = spec.reduced if spec.template in ("row_reduction", "row_cluster") else tuple(dims)[-1:]
+    return tuple(d for d in dims if d not in cols), tuple(cols)
+
+
+def extent(spec: SpecView, dims: tuple[int, ...]) -> int:
+    return math.prod(spec.domain[d] for d in dims)
