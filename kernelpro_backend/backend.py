@@ -62,6 +62,8 @@ class CompileSession:
             self.options.precision,
             self.observer,
             inline=self.options.inlines if inline is None else inline,
+            fallback=self.options.fallback,
+            dynamic=self.options.dynamic_shapes == "dispatch",
         )
         self.reports.append(report)
         return report

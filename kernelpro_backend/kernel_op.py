@@ -13,9 +13,7 @@ import threading
 
 import torch
 
-from .providers import Kernel
-
-TensorMeta = tuple[tuple[int, ...], tuple[int, ...], str]
+from .providers import Kernel, TensorMeta, conform
 
 
 @dataclasses.dataclass
@@ -59,25 +57,6 @@ class KernelRegistry:
 KERNELS = KernelRegistry()
 
 
-def _conform(out: torch.Tensor, meta: TensorMeta, taken: set[int]) -> torch.Tensor:
-    """Return `out` with exactly the promised shape, strides and dtype, sharing storage with no
-    input and no other output (`taken`: storages already used; the custom-op contract)."""
-    shape, stride, dtype_name = meta
-    dtype = getattr(torch, dtype_name)
-    if tuple(out.shape) != shape or out.dtype != dtype:
-        raise RuntimeError(
-            f"kernel returned shape {tuple(out.shape)} {out.dtype}, expected {shape} {dtype}"
-        )
-    ptr = out.untyped_storage().data_ptr()
-    if tuple(out.stride()) == stride and ptr not in taken:
-        taken.add(ptr)
-        return out
-    fresh = torch.empty_strided(shape, stride, dtype=dtype, device=out.device)
-    fresh.copy_(out)
-    taken.add(fresh.untyped_storage().data_ptr())
-    return fresh
-
-
 @torch.library.custom_op("kernelpro::launch", mutates_args=())
 def launch(kernel_id: str, inputs: list[torch.Tensor]) -> list[torch.Tensor]:
     entry = KERNELS.get(kernel_id)
@@ -88,7 +67,7 @@ def launch(kernel_id: str, inputs: list[torch.Tensor]) -> list[torch.Tensor]:
             f"kernel {kernel_id!r} returned {len(outs)} outputs, expected {len(entry.outputs)}"
         )
     taken = {x.untyped_storage().data_ptr() for x in inputs}
-    return [_conform(o, m, taken) for o, m in zip(outs, entry.outputs, strict=True)]
+    return [conform(o, m, taken) for o, m in zip(outs, entry.outputs, strict=True)]
 
 
 @launch.register_fake

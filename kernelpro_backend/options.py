@@ -24,6 +24,7 @@ Objective = Literal["time", "energy"]
 Proposer = Literal["rules", "llm"]
 Launch = Literal["inline", "op"]
 Distributed = Literal["auto", "off"]
+DynamicShapes = Literal["dispatch", "off"]
 
 ENV_PREFIX = "KERNELPRO_"
 
@@ -119,6 +120,11 @@ class Options:
     # Seconds a rank waits for the others at an exchange: longer than any rank's share of
     # search takes (its subgraphs x budget_s); a rank gone that long is taken as dead.
     distributed_timeout_s: float = 3600.0
+    # Subgraphs with symbolic sizes (torch.compile recompiles with dynamic sizes after a shape
+    # change): "dispatch" serves them per concrete size through a shape dispatcher (kernels
+    # keyed, proved and cached per size, the fallback's compiled subgraph for sizes with none,
+    # dispatch.py); "off" leaves them all to the fallback.
+    dynamic_shapes: DynamicShapes = "dispatch"
     # Show a progress bar during searches.
     progress: bool = True
 
@@ -201,6 +207,7 @@ def _resolved_type(name: str) -> Any:
         "proposer": Proposer,
         "launch": Launch,
         "distributed": Distributed,
+        "dynamic_shapes": DynamicShapes,
         "distributed_timeout_s": float,
         "budget_s": float,
         "min_gain_us": float,

@@ -1,6 +1,7 @@
 """The kernel-provider interface: who may supply a kernel for a subgraph.
 
-Owns: the `Kernel` and `KernelProvider` protocols and the trivial providers.
+Owns: the `Kernel` and `KernelProvider` protocols, `conform` (a kernel's output made to the
+promised layout, sharing no storage) and the trivial providers.
 Must not: search, cache or compile (the search and cache providers live in their packages).
 
 A kernel is called with the subgraph's inputs in canonical order (`Subgraph.inputs`) and
@@ -33,6 +34,28 @@ class KernelProvider(Protocol):
     `find`s (rewrite.rewrite_graph), to decide for them together."""
 
     def find(self, subgraph: Subgraph) -> Kernel | None: ...
+
+
+TensorMeta = tuple[tuple[int, ...], tuple[int, ...], str]  # (shape, stride, dtype name)
+
+
+def conform(out: torch.Tensor, meta: TensorMeta, taken: set[int]) -> torch.Tensor:
+    """Return `out` with exactly the promised shape, strides and dtype, sharing storage with no
+    input and no other output (`taken`: storages already used; the custom-op contract)."""
+    shape, stride, dtype_name = meta
+    dtype = getattr(torch, dtype_name)
+    if tuple(out.shape) != shape or out.dtype != dtype:
+        raise RuntimeError(
+            f"kernel returned shape {tuple(out.shape)} {out.dtype}, expected {shape} {dtype}"
+        )
+    ptr = out.untyped_storage().data_ptr()
+    if tuple(out.stride()) == stride and ptr not in taken:
+        taken.add(ptr)
+        return out
+    fresh = torch.empty_strided(shape, stride, dtype=dtype, device=out.device)
+    fresh.copy_(out)
+    taken.add(fresh.untyped_storage().data_ptr())
+    return fresh
 
 
 class CallableKernel:

@@ -14,12 +14,15 @@ import heapq
 import logging
 import operator
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import torch
 import torch.fx as fx
 from torch._subclasses.fake_tensor import unset_fake_temporarily
 
+from .dispatch import DISPATCHERS, ShapeDispatcher
 from .fx_passes import Subgraph, find_subgraphs
+from .fx_passes.concrete import ConcretizeError, hint_sizes, instance, symbolic_key
 from .inline import InlineError, TraceableKernel, splice, trace_kernel
 from .kernel_op import KERNELS, RegisteredKernel
 from .providers import KernelProvider
@@ -35,7 +38,8 @@ class RewriteReport:
     subgraphs: int = 0
     replaced: list[str] = dataclasses.field(default_factory=list)  # kernel ids
     inlined: list[str] = dataclasses.field(default_factory=list)  # kernel ids traced in
-    symbolic: int = 0
+    symbolic: int = 0  # subgraphs with symbolic sizes left to the fallback
+    dispatched: list[str] = dataclasses.field(default_factory=list)  # behind a dispatcher
 
 
 def kernel_id(subgraph: Subgraph, kernel_name: str) -> str:
@@ -46,15 +50,21 @@ def _replace(
     gm: fx.GraphModule, subgraph: Subgraph, kid: str, remap: dict[fx.Node, fx.Node]
 ) -> None:
     """Replace one subgraph; `remap` maps outputs of subgraphs replaced earlier to the
-    getitem nodes that now stand for them (this subgraph may read them)."""
+    getitem nodes that now stand for them (this subgraph may read them). A symbolic subgraph
+    (kid "dyn/...") goes behind its shape dispatcher, its size inputs passed apart."""
     graph = gm.graph
     members = set(subgraph.nodes)
     order = {n: i for i, n in enumerate(graph.nodes)}
     last = max(subgraph.nodes, key=order.__getitem__)
+    inputs = [remap.get(p, p) for p in subgraph.inputs]
+    target: Any = torch.ops.kernelpro.launch.default
+    args: tuple[Any, ...] = (kid, inputs)
+    if kid.startswith(DYNAMIC_PREFIX):
+        tensors = [n for p, n in zip(subgraph.inputs, inputs, strict=True) if _is_tensor(p)]
+        sizes = [n for p, n in zip(subgraph.inputs, inputs, strict=True) if not _is_tensor(p)]
+        target, args = torch.ops.kernelpro.dispatch.default, (kid, tensors, sizes)
     with graph.inserting_after(last):
-        call = graph.call_function(
-            torch.ops.kernelpro.launch.default, (kid, [remap.get(p, p) for p in subgraph.inputs])
-        )
+        call = graph.call_function(target, args)
     call.meta["val"] = [o.meta["val"] for o in subgraph.outputs]
     for i, out in enumerate(subgraph.outputs):
         with graph.inserting_after(call):
@@ -66,6 +76,46 @@ def _replace(
         remap[out] = item
     for n in reversed(subgraph.nodes):
         graph.erase_node(n)
+
+
+def _is_tensor(node: fx.Node) -> bool:
+    return isinstance(node.meta.get("val"), torch.Tensor)
+
+
+DYNAMIC_PREFIX = "dyn/"
+
+
+def _dispatcher(subgraph: Subgraph, provider: KernelProvider, fallback: str) -> str | None:
+    """The id of a shape dispatcher for a symbolic subgraph whose sizes at compile time (its
+    hints) get a kernel, registered; None leaves the subgraph to the fallback at every size."""
+    find = getattr(provider, "find_dynamic", provider.find)
+    try:
+        dispatcher = ShapeDispatcher(subgraph, find, fallback)
+        sizes = hint_sizes(subgraph.inputs)
+    except ConcretizeError as e:
+        log.info(
+            "kernelpro: %s %s stays with the fallback: %s", subgraph.graph, subgraph.pattern, e
+        )
+        return None
+    with unset_fake_temporarily():
+        route = dispatcher.route(sizes)
+    if route.kernel is None:
+        return None
+    did = f"{DYNAMIC_PREFIX}{symbolic_key(subgraph).digest[:24]}"
+    DISPATCHERS.register(did, dispatcher)
+    return did
+
+
+def _hint_instances(subgraphs: Sequence[Subgraph]) -> list[Subgraph]:
+    """The static instances, at their hints, of the symbolic subgraphs that can have one."""
+    found = []
+    for sg in subgraphs:
+        if sg.dynamic:
+            try:
+                found.append(instance(sg, hint_sizes(sg.inputs)).subgraph)
+            except ConcretizeError:
+                continue
+    return found
 
 
 def _trace(kernel: object, subgraph: Subgraph, kid: str) -> fx.GraphModule | None:
@@ -116,12 +166,12 @@ _warned_symbolic = False
 
 
 def _note_symbolic(count: int, graph_kind: str) -> None:
-    """Symbolic subgraphs keep the fallback; the first time, say how to keep kernels when
-    shapes change (torch.compile turns sizes symbolic after the first shape change)."""
+    """Symbolic subgraphs without a kernel at their compile-time sizes keep the fallback; the
+    first time, say how to give them kernels."""
     global _warned_symbolic
     log.info(
-        "kernelpro: %d %s subgraph(s) have symbolic sizes (dynamic shapes) and stay with the "
-        "fallback",
+        "kernelpro: %d %s subgraph(s) with symbolic sizes (dynamic shapes) have no kernel at "
+        "their compile-time sizes and stay with the fallback",
         count,
         graph_kind,
     )
@@ -129,10 +179,12 @@ def _note_symbolic(count: int, graph_kind: str) -> None:
         _warned_symbolic = True
         log.warning(
             "kernelpro: a graph has symbolic sizes (torch.compile makes sizes dynamic after a "
-            "shape changes), and kernelpro kernels are keyed by static sizes, so those subgraphs "
-            "run on the fallback. To keep kernels per shape: torch.compile(..., dynamic=False) "
-            "(one graph per shape, up to torch._dynamo.config.recompile_limit) and warm the "
-            "shapes up: kernelpro_backend.warmup.warmup(model, inputs, more_inputs=[...])"
+            "shape changes) and %d of its subgraphs have no kernel at the sizes it was compiled "
+            "at, so they run on the fallback at every size. Warm the sizes the model will see "
+            "up first: `kernelpro warmup MODULE:FN --dynamic DIM=LOW:HIGH` or "
+            "kernelpro_backend.warmup.warmup(model, inputs, more_inputs=[...]); or compile "
+            "with dynamic=False for one graph per shape",
+            count,
         )
 
 
@@ -143,8 +195,12 @@ def rewrite_graph(
     precision_option: str = "auto",
     observer: SubgraphObserver | None = None,
     inline: bool = False,
+    fallback: str = "inductor",
+    dynamic: bool = True,
 ) -> RewriteReport:
-    """Partition `gm`, ask `provider` for each subgraph, replace those that get a kernel."""
+    """Partition `gm`, ask `provider` for each subgraph, replace those that get a kernel.
+    With `dynamic`, a symbolic subgraph whose hint sizes get a kernel goes behind a shape
+    dispatcher (dispatch.py) whose miss path is the subgraph compiled by `fallback`."""
     subgraphs = find_subgraphs(gm, graph_kind, precision_option)
     if observer is not None:
         observer(graph_kind, subgraphs)
@@ -154,11 +210,17 @@ def rewrite_graph(
         # A provider that decides for all of a graph's subgraphs at once (the distributed
         # finder agrees on them with the other ranks) sees them before the first `find`.
         with unset_fake_temporarily():
-            prepare([sg for sg in subgraphs if not sg.symbolic and sg.inputs])
+            static = [sg for sg in subgraphs if not sg.symbolic and sg.inputs]
+            prepare(static + (_hint_instances(subgraphs) if dynamic else []))
     chosen: list[tuple[Subgraph, str, fx.GraphModule | None]] = []
     for sg in subgraphs:
         if sg.symbolic:
-            report.symbolic += 1
+            did = _dispatcher(sg, provider, fallback) if dynamic and sg.dynamic else None
+            if did is None:
+                report.symbolic += 1
+            else:
+                chosen.append((sg, did, None))
+                report.dispatched.append(did)
             continue
         if not sg.inputs:
             continue

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import functools
 import logging
 import time
 from collections.abc import Callable, Sequence
@@ -35,6 +36,7 @@ class WarmupRow:
     key: str
     result: str  # "kernel", "fallback", "symbolic"
     seconds: float
+    shape: str = ""  # the example inputs' shapes ("2x512x768"), when several are warmed
 
 
 @dataclasses.dataclass
@@ -54,7 +56,20 @@ class WarmupReport:
             f"{len(self.rows)} subgraphs, {kernels} with a kernel, "
             f"{len(self.rows) - kernels} on the fallback; {self.seconds:.0f} s"
         )
+        lines.extend(self.coverage())
         return "\n".join(lines)
+
+    def coverage(self) -> list[str]:
+        """Per example shape (several warmed): how many of its subgraphs got a kernel."""
+        shapes = list(dict.fromkeys(r.shape for r in self.rows if r.shape))
+        if len(shapes) < 2:
+            return []
+        out = ["covered shapes (subgraphs with a kernel / looked up):"]
+        for shape in shapes:
+            rows = [r for r in self.rows if r.shape == shape and r.result != "symbolic"]
+            got = sum(r.result == "kernel" for r in rows)
+            out.append(f"  {shape}: {got}/{len(rows)}")
+        return out
 
 
 class _Recording:
@@ -63,6 +78,7 @@ class _Recording:
     def __init__(self, inner: KernelProvider, rows: list[WarmupRow]) -> None:
         self.inner = inner
         self.rows = rows
+        self.shape = ""  # the example shape being warmed
 
     def prepare(self, subgraphs: Sequence[Subgraph]) -> None:
         prepare = getattr(self.inner, "prepare", None)
@@ -76,8 +92,17 @@ class _Recording:
             )
 
     def find(self, subgraph: Subgraph) -> Kernel | None:
+        return self._record(subgraph, self.inner.find)
+
+    def find_dynamic(self, subgraph: Subgraph) -> Kernel | None:
+        """An instance of a symbolic subgraph, met by its shape dispatcher (dispatch.py)."""
+        return self._record(subgraph, getattr(self.inner, "find_dynamic", self.inner.find))
+
+    def _record(
+        self, subgraph: Subgraph, find: Callable[[Subgraph], Kernel | None]
+    ) -> Kernel | None:
         t0 = time.perf_counter()
-        kernel = self.inner.find(subgraph)
+        kernel = find(subgraph)
         self.rows.append(
             WarmupRow(
                 subgraph.graph,
@@ -85,6 +110,7 @@ class _Recording:
                 subgraph.key.short(),
                 "kernel" if kernel is not None else "fallback",
                 time.perf_counter() - t0,
+                self.shape,
             )
         )
         row = self.rows[-1]
@@ -116,9 +142,12 @@ def warmup(
 
     `budget_s` is the search budget per subgraph; `loss_fn(output) -> scalar` defines the
     training step (default: sum of the output). `more_inputs`: further example inputs at other
-    shapes (a shorter last batch, other sequence lengths); each shape is compiled on its own,
-    with static sizes (`dynamic=False`), so its subgraphs get keys and kernels of their own —
-    a model compiled with `torch.compile(..., dynamic=False)` then finds one per shape.
+    shapes (a shorter last batch, other sequence lengths). Each shape is compiled on its own
+    with static sizes (`dynamic=False`), so a model compiled with `dynamic=False` finds a
+    kernel per shape; then all shapes run in order through one compile, as a training loop
+    meets them: torch.compile recompiles with symbolic sizes at the first change, and each
+    size's instance of every symbolic subgraph is searched (dispatch.py). Pass the shapes in
+    the order training meets them (the last, shorter batch last).
     `release_workers`: shut the worker pool down at the end (no worker keeps GPU memory); a
     caller warming several models keeps it and calls `tuner.searcher.release_gpu_memory()`
     itself."""
@@ -141,31 +170,64 @@ def warmup(
 
     def note_symbolic(graph_kind: str, subgraphs: Sequence[Subgraph]) -> None:
         for sg in subgraphs:
-            if sg.symbolic:
-                rows.append(WarmupRow(graph_kind, sg.pattern, "-", "symbolic", 0.0))
+            # Dynamic ones are looked up per size through their instances (rows of their own).
+            if sg.symbolic and not sg.dynamic:
+                rows.append(
+                    WarmupRow(graph_kind, sg.pattern, "-", "symbolic", 0.0, recording.shape)
+                )
 
-    backend = make_backend(provider=_Recording(provider, rows), observer=note_symbolic)
+    recording = _Recording(provider, rows)
+    backend = make_backend(provider=recording, observer=note_symbolic)
     model = copy.deepcopy(model)
     started = time.perf_counter()
     shapes = [list(example_inputs), *(list(i) for i in more_inputs)]
+    step = functools.partial(_step, model, backend, opts, train, loss_fn)
     for inputs in shapes:
+        recording.shape = _shape_label(inputs) if len(shapes) > 1 else ""
         if len(shapes) > 1:
             torch._dynamo.reset()  # each shape its own static graph, not a symbolic one
-        dynamic = False if len(shapes) > 1 else None
-        compiled = torch.compile(model, backend=backend, options=opts, dynamic=dynamic)
-        if train:
-            out = compiled(*inputs)
-            loss = loss_fn(out) if loss_fn else _default_loss(out)
-            loss.backward()
-            model.zero_grad(set_to_none=True)
-        else:
-            with torch.no_grad():
-                compiled(*inputs)
+        step(inputs, dynamic=False if len(shapes) > 1 else None)
+    if len(shapes) > 1:
+        # Then the shapes in order, as a training loop meets them: after the first shape
+        # change torch.compile recompiles with symbolic sizes, and the shape dispatchers
+        # (dispatch.py) look up — and search — each size's instance of every symbolic
+        # subgraph. Shapes the loop will meet in that order get the same keys.
+        torch._dynamo.reset()
+        for inputs in shapes:
+            recording.shape = _shape_label(inputs)
+            step(inputs, dynamic=None)
     if release_workers and torch.cuda.is_available():
         from .tuner.searcher import release_gpu_memory
 
         release_gpu_memory()
     return WarmupReport(rows=rows, seconds=time.perf_counter() - started)
+
+
+def _step(
+    model: torch.nn.Module,
+    backend: Callable[..., Any],
+    opts: dict[str, Any],
+    train: bool,
+    loss_fn: Callable[[Any], torch.Tensor] | None,
+    inputs: Sequence[Any],
+    dynamic: bool | None,
+) -> None:
+    """One compiled step of `model` at `inputs` (forward and backward with `train`)."""
+    compiled = torch.compile(model, backend=backend, options=opts, dynamic=dynamic)
+    if train:
+        out = compiled(*inputs)
+        loss = loss_fn(out) if loss_fn else _default_loss(out)
+        loss.backward()
+        model.zero_grad(set_to_none=True)
+    else:
+        with torch.no_grad():
+            compiled(*inputs)
+
+
+def _shape_label(inputs: Sequence[Any]) -> str:
+    return (
+        ",".join("x".join(map(str, i.shape)) for i in inputs if isinstance(i, torch.Tensor)) or "-"
+    )
 
 
 def _default_loss(out: Any) -> torch.Tensor:

@@ -36,6 +36,7 @@ RANKS = {
     "lowering": 4,  # fx -> KernelSpec
     "runtime": 4,  # isolated workers: compile, validate, time, feedback
     "kernel_op": 4,
+    "dispatch": 4,  # the shape dispatcher's op: kernel_op's for symbolic subgraphs
     "search": 5,
     "rewrite": 5,
     "tuner": 6,  # the per-subgraph policy; composes cache, search, runtime

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 
+import pytest
 import torch
 
 from kernelpro_backend import make_backend
@@ -40,13 +41,15 @@ def test_a_symbolic_graph_says_how_to_keep_kernels_per_shape(caplog):
 
     rewrite._warned_symbolic = False
     compiled = torch.compile(
-        Net(), backend=make_backend(provider=ReferenceProvider()), options={"fallback": "eager"}
+        Net(),
+        backend=make_backend(provider=ReferenceProvider()),
+        options={"fallback": "eager", "dynamic_shapes": "off"},
     )
     with caplog.at_level(logging.WARNING, logger="kernelpro"):
         for rows in (8, 5, 3):  # the second shape makes dynamo mark the batch dim dynamic
             with torch.no_grad():
                 compiled(torch.randn(rows, 16))
-    assert caplog.text.count("dynamic=False") == 1
+    assert caplog.text.count("kernelpro warmup MODULE:FN --dynamic") == 1
 
 
 def three_shapes():
@@ -59,3 +62,100 @@ def test_a_factory_may_name_more_shapes():
     model, inputs, more = model_inputs_and_shapes(f"{__name__}:three_shapes")
     assert isinstance(model, Net) and inputs[0].shape == (8, 16)
     assert [m[0].shape[0] for m in more] == [5, 3]
+
+
+class Block(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.norm = torch.nn.LayerNorm(16)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.softmax(self.norm(x) * 2.0, -1)
+
+
+def _reference_search(found: dict):
+    """A searcher whose 'winner' is the subgraph's own reference (loaded by digest), 1 ms faster
+    than the fallback: enough to test which sizes a warm-up searches and stores."""
+    from kernelpro_backend.cache import KernelArtifact
+
+    def search(subgraph):
+        digest = subgraph.key.digest  # its module now: a rewrite erases the nodes it replaces
+        found[digest] = (subgraph.module(), subgraph.input_meta)
+        return KernelArtifact(
+            language="python", source="", entry="reference", launch={"digest": digest},
+            kernel_ms=0.01, baselines_ms={"eager": 1.01, "inductor": 1.01},
+        )  # fmt: skip
+
+    def load(artifact):
+        from kernelpro_backend.providers import CallableKernel
+
+        return CallableKernel("reference", found[artifact.launch["digest"]][0])
+
+    return search, load
+
+
+def _finder(tmp_path, search_on_miss: bool, searcher=None, loader=None):
+    from kernelpro_backend.options import Options
+    from kernelpro_backend.tuner import KernelFinder
+
+    options = Options.resolve(
+        options={
+            "cache_dir": str(tmp_path / "cache"),
+            "fallback": "eager",
+            "search": "on-miss" if search_on_miss else "cache-only",
+        }
+    )
+    return KernelFinder.from_options(options, loader=loader, searcher=searcher)
+
+
+def test_a_warmup_over_lengths_serves_a_training_loop_that_meets_them(tmp_path):
+    from kernelpro_backend.dispatch import DISPATCHERS, dispatch_stats
+
+    found: dict = {}
+    search, load = _reference_search(found)
+    lengths = [64, 128, 256, 200]
+    shapes = [(torch.randn(2, n, 16),) for n in lengths]
+    torch._dynamo.reset()
+    report = warmup(
+        Block(), shapes[0], more_inputs=shapes[1:], options={"fallback": "eager"},
+        provider=_finder(tmp_path, True, search, load),
+    )  # fmt: skip
+    searched = {d for _, meta in found.values() for shape, _, _ in meta for d in shape}
+    assert set(lengths) <= searched
+    assert "covered shapes" in report.table() and "2x200x16: " in report.table()
+
+    # Later, cache-only: a loop over the warmed lengths runs a kernel at every size...
+    for _, d in DISPATCHERS.items():
+        d.routes.clear()
+    torch._dynamo.reset()
+    finder = _finder(tmp_path, False, loader=load)
+    compiled = torch.compile(
+        Block(), backend=make_backend(provider=finder), options={"fallback": "eager"}
+    )
+    for n in [*lengths, 96]:
+        compiled(torch.randn(2, n, 16)).sum().backward()  # as warmed: inputs need no grad
+    stats = dispatch_stats()
+    assert stats["kernel_calls"] > 0
+    # ...and the one length never warmed (96) ran the fallback, recorded with its size.
+    assert stats["miss_calls"] > 0
+    missed = {
+        d for r in finder.cache.misses.entries() for shape, _, _ in r["inputs"] for d in shape
+    }
+    assert 96 in missed and not set(lengths) & missed
+
+
+def lengths_factory(seq: int = 8):
+    return Net(), torch.randn(seq, 16)
+
+
+def test_dynamic_ranges_call_the_factory_at_each_bucket_edge():
+    from kernelpro_backend.cli.target import dynamic_sizes, model_inputs_over
+
+    assert dynamic_sizes("seq=256:2048") == ("seq", [256, 512, 1024, 2048])
+    assert dynamic_sizes("seq=100:300") == ("seq", [100, 128, 256, 300])
+    assert dynamic_sizes("seq=5,3") == ("seq", [3, 5])
+    model, inputs, more = model_inputs_over(f"{__name__}:lengths_factory", ["seq=4:16"])
+    assert isinstance(model, Net)
+    assert [inputs[0].shape[0], *(m[0].shape[0] for m in more)] == [4, 8, 16]
+    with pytest.raises(SystemExit):
+        dynamic_sizes("seq=0:16")

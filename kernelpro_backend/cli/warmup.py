@@ -15,7 +15,7 @@ import os
 import sys
 from typing import Any
 
-from .target import model_inputs_and_shapes
+from .target import model_inputs_and_shapes, model_inputs_over
 
 
 def add_cli(subparsers: Any) -> None:
@@ -39,6 +39,16 @@ def add_cli(subparsers: Any) -> None:
         "e.g. sdpa_backward,rms_norm); default: all",
     )
     p.add_argument(
+        "--dynamic",
+        action="append",
+        default=[],
+        metavar="DIM=LOW:HIGH",
+        help="warm the sizes of a dimension that varies: FN is called as FN(DIM=size) for LOW, "
+        "each power of two between, and HIGH (DIM=A,B,C: the sizes listed); repeatable "
+        "(every combination). Each size is warmed static and through the symbolic graph "
+        "torch.compile makes after a shape change",
+    )
+    p.add_argument(
         "--nproc",
         type=int,
         default=None,
@@ -53,7 +63,10 @@ def run_warmup(args: argparse.Namespace) -> int:
     from ..warmup import warmup
 
     rank = _join_process_group()
-    model, inputs, more = model_inputs_and_shapes(args.target)
+    if args.dynamic:
+        model, inputs, more = model_inputs_over(args.target, args.dynamic)
+    else:
+        model, inputs, more = model_inputs_and_shapes(args.target)
     options: dict[str, Any] = {}
     if args.cache_dir:
         options["cache_dir"] = args.cache_dir

@@ -53,6 +53,7 @@ class Subgraph:
     precision: str
     symbolic: bool  # some size is symbolic: never replaced, left to the fallback
     int_ranges: dict[int, IntRange]  # input index -> valid range, for integer inputs
+    tuple_output: bool = False  # an output is a tuple (a multi-output op used directly)
 
     @property
     def ops(self) -> list[str]:
@@ -76,6 +77,12 @@ class Subgraph:
             device=device_capability(self.device),
             precision=self.precision,
         )
+
+    @property
+    def dynamic(self) -> bool:
+        """Symbolic sizes, served per concrete size through the shape dispatcher
+        (fx_passes/concrete.py, dispatch.py); tuple outputs cannot be."""
+        return self.symbolic and not self.tuple_output and bool(self.inputs)
 
     @property
     def input_meta(self) -> list[TensorMeta]:
@@ -208,7 +215,7 @@ def _uses(p: fx.Node, members: set[fx.Node]) -> list[tuple[fx.Node, fx.Node]]:
     return found
 
 
-def _from_group(group: Group, graph_kind: str, precision: str) -> Subgraph:
+def subgraph_of_group(group: Group, graph_kind: str, precision: str) -> Subgraph:
     member_set = set(group.nodes)
     external: list[fx.Node] = []
     for n in group.nodes:
@@ -241,6 +248,7 @@ def _from_group(group: Group, graph_kind: str, precision: str) -> Subgraph:
         precision=precision,
         symbolic=_is_symbolic([*inputs, *members]) or tuple_output,
         int_ranges=_int_ranges(inputs, member_set),
+        tuple_output=tuple_output,
     )
 
 
@@ -249,4 +257,4 @@ def find_subgraphs(
 ) -> list[Subgraph]:
     """Partition an aten graph (from AOTAutograd) into subgraphs, in graph order."""
     precision = precision_policy(precision_option)
-    return [_from_group(g, graph_kind, precision) for g in partition(gm.graph)]
+    return [subgraph_of_group(g, graph_kind, precision) for g in partition(gm.graph)]

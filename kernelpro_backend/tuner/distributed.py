@@ -172,3 +172,15 @@ class DistributedFinder:
             )
             return None
         return self.inner.use(subgraph, self.decided[digest])
+
+    def find_dynamic(self, subgraph: Subgraph) -> Kernel | None:
+        """The agreed kernel of a symbolic subgraph's instance (dispatch.py). Instances at the
+        compile-time sizes were agreed in `prepare`; sizes first seen at run time cannot be
+        (each rank meets them alone, mid-step): they run the fallback, recorded as misses."""
+        digest = self._digest(subgraph)
+        if digest not in self.decided:
+            key = self.inner.cache.key_for(subgraph.key)
+            why = "sizes first seen at run time under torch.distributed, not agreed across ranks"
+            self.inner.record_miss(key, subgraph, why)
+            return None
+        return self.inner.use(subgraph, self.decided[digest], behind_op=True)

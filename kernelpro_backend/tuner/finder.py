@@ -56,6 +56,7 @@ class KernelFinder:
         self.searcher = searcher
         self.prover = prover
         self._loaded: dict[str, Kernel] = {}
+        self._artifacts: dict[str, KernelArtifact] = {}  # resolved here, by key digest
         self._warned_no_searcher = False
         self._warned_no_prover = False
         self._warned_cache_fault = False
@@ -92,6 +93,16 @@ class KernelFinder:
             return self._loaded[key.digest]
         return self.use(subgraph, self.resolve(subgraph))
 
+    def find_dynamic(self, subgraph: Subgraph) -> Kernel | None:
+        """The same policy for the static instance of a symbolic subgraph (dispatch.py): its
+        kernel always runs behind an opaque op, so it must pay off on that launch path."""
+        if self.options.search == "off" or subgraph.symbolic:
+            return None
+        artifact = self._artifacts.get(self.cache.key_for(subgraph.key).digest)
+        if artifact is None:
+            artifact = self.resolve(subgraph)
+        return self.use(subgraph, artifact, behind_op=True)
+
     def resolve(self, subgraph: Subgraph) -> KernelArtifact | None:
         """The subgraph's proved artifact — a cache hit (re-proved here first if it was made
         elsewhere) or, under "on-miss", a search winner, stored — or None (miss recorded)."""
@@ -114,13 +125,20 @@ class KernelFinder:
             self.record_miss(key, subgraph, skipped)
         return artifact
 
-    def use(self, subgraph: Subgraph, artifact: KernelArtifact | None) -> Kernel | None:
-        """The kernel of a resolved artifact if it pays off on this launch path, else None."""
+    def use(
+        self, subgraph: Subgraph, artifact: KernelArtifact | None, behind_op: bool = False
+    ) -> Kernel | None:
+        """The kernel of a resolved artifact if it pays off on this launch path (or behind the
+        opaque op, `behind_op`), else None."""
         key = self.cache.key_for(subgraph.key)
+        if artifact is not None:
+            self._artifacts[key.digest] = artifact
+        if key.digest in self._loaded and not behind_op:
+            return self._loaded[key.digest]
+        if artifact is None or not self._pays_off(artifact, behind_op):
+            return None
         if key.digest in self._loaded:
             return self._loaded[key.digest]
-        if artifact is None or not self._pays_off(artifact):
-            return None
         return self._load(key, artifact, subgraph)
 
     def _proved(self, key: CacheKey, hit: Hit) -> KernelArtifact | None:
@@ -185,14 +203,15 @@ class KernelFinder:
                 self._warned_cache_fault = True
             return None
 
-    def _pays_off(self, artifact: KernelArtifact) -> bool:
+    def _pays_off(self, artifact: KernelArtifact, behind_op: bool = False) -> bool:
         """A hit is used only if it saved the launch path's minimum gain over this fallback when
         it was measured (an entry found with inlined launches may not pay through the op)."""
         base = artifact.baselines_ms.get(self.options.fallback)
         if base is None or artifact.kernel_ms is None:
             return not is_eager(artifact)  # eager's only merit is its measured gain
         # The eager entry always runs through kernelpro::launch.
-        need = self.options.op_min_gain_ms() if is_eager(artifact) else self.options.min_gain_ms()
+        op = behind_op or is_eager(artifact)
+        need = self.options.op_min_gain_ms() if op else self.options.min_gain_ms()
         if base - artifact.kernel_ms >= need:
             return True
         log.info(

@@ -1,0 +1,251 @@
+"""Kernels for subgraphs with symbolic sizes: a shape dispatcher behind one opaque op.
+
+After a shape change torch.compile recompiles a graph with symbolic sizes; kernels are proved
+and cached per concrete shape. A symbolic subgraph whose sizes at compile time (its hints) have a
+kernel is replaced by `kernelpro::dispatch(id, tensors, sizes)`. At run time its dispatcher
+reads the call's sizes, traces the subgraph's instance at those sizes once
+(fx_passes/concrete.py) and asks the provider for that instance's kernel — a cache hit, or a
+search under search="on-miss" — exactly as a static subgraph of those sizes would be; sizes with
+no kernel run the miss path (the subgraph's reference, compiled by the fallback) and are
+recorded in the miss manifest by the provider. Each size is routed once; later calls of the
+same sizes cost a dictionary lookup.
+
+Owns: the `kernelpro::dispatch` custom op (its fake implementation runs the symbolic reference
+on fake tensors, so output sizes follow the inputs' symbols), `ShapeDispatcher`, its routes and
+call counts, and the process registry of dispatchers.
+Must not: search, cache or compile kernels (providers do), or edit graphs (rewrite.py does).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import threading
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+import torch.fx as fx
+
+from .fx_passes import Subgraph
+from .fx_passes.concrete import CallSizes, ConcretizeError, call_sizes, concretize
+from .providers import Kernel, TensorMeta, conform
+
+log = logging.getLogger("kernelpro")
+
+# Sizes without a kernel that one dispatcher compiles its fallback for (Inductor per size, like
+# dynamo's recompile limit); beyond, the subgraph's ATen ops run.
+MISS_COMPILES = 8
+
+# Finds a kernel for a static instance (KernelFinder.find_dynamic), or None.
+Finder = Callable[[Subgraph], "Kernel | None"]
+
+
+@dataclasses.dataclass
+class Route:
+    """What one set of sizes runs: a kernel with its instance's input/output maps, or the miss
+    path (kernel None)."""
+
+    kernel: Kernel | None
+    input_positions: list[int] = dataclasses.field(default_factory=list)
+    output_positions: list[int] = dataclasses.field(default_factory=list)
+    outputs: list[TensorMeta] = dataclasses.field(default_factory=list)  # symbolic order
+    why: str = ""  # for the miss path: why no kernel
+    module: fx.GraphModule | None = None  # the instance's trace, for the miss path's compile
+    miss_fn: Callable[..., Any] | None = None  # the miss path, made on the first miss call
+    calls: int = 0
+
+
+class ShapeDispatcher:
+    """Routes each call of one symbolic subgraph to the kernel of its sizes, or the miss path."""
+
+    def __init__(self, subgraph: Subgraph, find: Finder, fallback: str) -> None:
+        # Only what the subgraph was is kept: the rewrite erases its nodes from the graph.
+        self.find = find
+        self.fallback = fallback
+        self.reference = subgraph.module()
+        self.pattern = subgraph.pattern
+        self.graph_kind = subgraph.graph
+        self.kind = subgraph.kind
+        self.precision = subgraph.precision
+        self.device = subgraph.device
+        self.n_inputs = len(subgraph.inputs)
+        self.tensor_positions = [
+            i for i, p in enumerate(subgraph.inputs) if isinstance(p.meta.get("val"), torch.Tensor)
+        ]
+        self.size_positions = [
+            i for i in range(len(subgraph.inputs)) if i not in self.tensor_positions
+        ]
+        self.routes: dict[CallSizes, Route] = {}
+        self._lock = threading.Lock()
+        self._miss_compiles = 0
+        self._warned_compiles = False
+
+    # -- routing ---------------------------------------------------------------------------
+    def route(self, sizes: CallSizes) -> Route:
+        """The route of `sizes`, made (traced, looked up, maybe searched) on first sight."""
+        found = self.routes.get(sizes)
+        if found is not None:
+            return found
+        with self._lock:
+            found = self.routes.get(sizes)
+            if found is None:
+                found = self._make_route(sizes)
+                self.routes[sizes] = found
+        return found
+
+    def _make_route(self, sizes: CallSizes) -> Route:
+        try:
+            instance = concretize(
+                self.reference, sizes, self.kind, self.graph_kind, self.precision, self.device
+            )
+        except ConcretizeError as e:
+            log.warning(
+                "kernelpro: %s %s at sizes %s has no static instance (%s); it runs the fallback "
+                "at these sizes",
+                self.graph_kind,
+                self.pattern,
+                _short(sizes),
+                e,
+            )
+            return Route(kernel=None, why=str(e))
+        static: Subgraph = instance.subgraph
+        kernel = self.find(static)
+        metas = static.output_meta
+        return Route(
+            kernel=kernel,
+            input_positions=instance.input_positions,
+            output_positions=instance.output_positions,
+            outputs=[metas[j] for j in instance.output_positions],
+            why="" if kernel is not None else "no kernel for these sizes",
+            module=instance.module,
+        )
+
+    # -- running ---------------------------------------------------------------------------
+    def arguments(self, tensors: Sequence[torch.Tensor], sizes: Sequence[Any]) -> list[Any]:
+        """The call's arguments in the symbolic subgraph's canonical input order (sizes as
+        given: ints at run time, SymInts under fake tensors, never int()ed there)."""
+        args: list[Any] = [0] * self.n_inputs
+        for i, t in zip(self.tensor_positions, tensors, strict=True):
+            args[i] = t
+        for i, s in zip(self.size_positions, sizes, strict=True):
+            args[i] = s
+        return args
+
+    def __call__(self, tensors: Sequence[torch.Tensor], sizes: Sequence[int]) -> list[torch.Tensor]:
+        args = self.arguments(tensors, sizes)
+        route = self.route(call_sizes(args))
+        route.calls += 1
+        taken = {t.untyped_storage().data_ptr() for t in tensors}
+        if route.kernel is None:
+            outs = self._miss(route, args)
+            metas = [_meta(o) for o in outs]
+            return [conform(o, m, taken) for o, m in zip(outs, metas, strict=True)]
+        outs = route.kernel(*[args[i] for i in route.input_positions])
+        ordered = [outs[j] for j in route.output_positions]
+        return [conform(o, m, taken) for o, m in zip(ordered, route.outputs, strict=True)]
+
+    def _miss(self, route: Route, args: list[Any]) -> Sequence[torch.Tensor]:
+        """The miss path: under the Inductor fallback, the instance compiled by Inductor for
+        these sizes (as a static graph of them would be; at most MISS_COMPILES sizes per
+        subgraph), else the subgraph's ATen ops. A compile that fails is logged, not hidden."""
+        if route.miss_fn is None:
+            route.miss_fn = self.reference
+            if self.fallback == "inductor" and route.module is not None:
+                if self._miss_compiles < MISS_COMPILES:
+                    self._miss_compiles += 1
+                    route.miss_fn = self._compile(route.module, args)
+                elif not self._warned_compiles:
+                    self._warned_compiles = True
+                    log.warning(
+                        "kernelpro: %s %s met %d sizes without a kernel; further ones run its "
+                        "ATen ops uncompiled (warm these sizes up: kernelpro warmup --dynamic)",
+                        self.graph_kind,
+                        self.pattern,
+                        MISS_COMPILES,
+                    )
+        return route.miss_fn(*args)  # type: ignore[no-any-return]
+
+    def _compile(self, module: fx.GraphModule, args: list[Any]) -> Callable[..., Any]:
+        from torch._inductor import compile as inductor_compile
+
+        try:
+            return inductor_compile(module, args)  # type: ignore[no-any-return]
+        except Exception as e:
+            log.warning(
+                "kernelpro: Inductor could not compile the fallback of %s %s at these sizes "
+                "(%s: %s); running its ATen ops",
+                self.graph_kind,
+                self.pattern,
+                type(e).__name__,
+                str(e)[:300],
+            )
+            return self.reference
+
+    def stats(self) -> dict[str, int]:
+        """Calls served by kernels and by the miss path, and sizes seen."""
+        kernel = sum(r.calls for r in self.routes.values() if r.kernel is not None)
+        miss = sum(r.calls for r in self.routes.values() if r.kernel is None)
+        return {"kernel_calls": kernel, "miss_calls": miss, "sizes": len(self.routes)}
+
+
+def _meta(t: torch.Tensor) -> TensorMeta:
+    return (tuple(t.shape), tuple(t.stride()), str(t.dtype).removeprefix("torch."))
+
+
+def _short(sizes: CallSizes) -> str:
+    return ", ".join(
+        str(s) if isinstance(s, int) else "x".join(map(str, s[0])) or "scalar" for s in sizes
+    )
+
+
+class DispatcherRegistry:
+    """Dispatch id -> dispatcher; ids are the symbolic key's digest, deterministic."""
+
+    def __init__(self) -> None:
+        self._entries: dict[str, ShapeDispatcher] = {}
+        self._lock = threading.Lock()
+
+    def register(self, dispatch_id: str, dispatcher: ShapeDispatcher) -> None:
+        with self._lock:
+            self._entries[dispatch_id] = dispatcher
+
+    def get(self, dispatch_id: str) -> ShapeDispatcher:
+        try:
+            return self._entries[dispatch_id]
+        except KeyError:
+            raise RuntimeError(
+                f"kernelpro dispatcher {dispatch_id!r} is not registered in this process; "
+                "recompile the model with torch.compile(..., backend='kernelpro')"
+            ) from None
+
+    def items(self) -> list[tuple[str, ShapeDispatcher]]:
+        with self._lock:
+            return list(self._entries.items())
+
+
+DISPATCHERS = DispatcherRegistry()
+
+
+def dispatch_stats() -> dict[str, int]:
+    """Totals over every dispatcher of this process (the bench's share of calls served)."""
+    total = {"dispatchers": 0, "kernel_calls": 0, "miss_calls": 0, "sizes": 0}
+    for _, d in DISPATCHERS.items():
+        total["dispatchers"] += 1
+        for name, value in d.stats().items():
+            total[name] += value
+    return total
+
+
+@torch.library.custom_op("kernelpro::dispatch", mutates_args=())
+def dispatch(dispatch_id: str, tensors: list[torch.Tensor], sizes: list[int]) -> list[torch.Tensor]:
+    return DISPATCHERS.get(dispatch_id)(tensors, sizes)
+
+
+@dispatch.register_fake
+def _dispatch_fake(
+    dispatch_id: str, tensors: list[torch.Tensor], sizes: list[int]
+) -> list[torch.Tensor]:
+    d = DISPATCHERS.get(dispatch_id)
+    outs = d.reference(*d.arguments(tensors, sizes))
+    return [torch.empty_strided(o.shape, o.stride(), dtype=o.dtype, device=o.device) for o in outs]
