@@ -125,6 +125,50 @@ def hint_sizes(inputs: Sequence[fx.Node]) -> CallSizes:
     return tuple(sizes)
 
 
+def free_symbols(inputs: Sequence[fx.Node]) -> dict[str, int]:
+    """The symbols the inputs' sizes are written over, each with its hint."""
+    found: dict[str, int] = {}
+    for p in inputs:
+        val = p.meta.get("val")
+        values = [*val.shape, *val.stride()] if isinstance(val, torch.Tensor) else [val]
+        for v in values:
+            node = getattr(v, "node", None)
+            for sym in getattr(getattr(node, "expr", None), "free_symbols", ()):
+                env: Any = node.shape_env  # type: ignore[union-attr]
+                # torch 2.13 renamed var_to_val (2.11 has only the old name).
+                hints = getattr(env, "backed_var_to_val", None) or env.var_to_val
+                hint = hints.get(sym)
+                if hint is not None:
+                    found[str(sym)] = int(hint)
+    return found
+
+
+def sizes_at(inputs: Sequence[fx.Node], values: dict[str, int]) -> CallSizes:
+    """The call sizes of the inputs with their symbols set to `values` (by name; the others at
+    their hints): a symbolic subgraph's sizes at another point of its range."""
+    assign = {**free_symbols(inputs), **values}
+
+    def at(v: Any) -> int:
+        node = getattr(v, "node", None)
+        expr = getattr(node, "expr", None)
+        if expr is None:
+            return int(v)
+        subs = {sym: assign[str(sym)] for sym in expr.free_symbols if str(sym) in assign}
+        return int(expr.xreplace(subs))
+
+    sizes: list[TensorSizes | int] = []
+    for p in inputs:
+        val = p.meta.get("val")
+        if isinstance(val, torch.Tensor):
+            dtype = str(val.dtype).removeprefix("torch.")
+            sizes.append(
+                (tuple(at(d) for d in val.shape), tuple(at(d) for d in val.stride()), dtype)
+            )
+        else:
+            sizes.append(at(val))
+    return tuple(sizes)
+
+
 def call_sizes(args: Sequence[torch.Tensor | int]) -> CallSizes:
     """The sizes of an actual call, in the symbolic subgraph's canonical input order."""
     return tuple(
