@@ -28,7 +28,13 @@ import torch
 import torch.fx as fx
 
 from .fx_passes import Subgraph
-from .fx_passes.concrete import CallSizes, ConcretizeError, call_sizes, concretize
+from .fx_passes.concrete import (
+    CallSizes,
+    ConcretizeError,
+    call_sizes,
+    concretize,
+    symbolic_key,
+)
 from .providers import Kernel, TensorMeta, conform
 
 log = logging.getLogger("kernelpro")
@@ -70,6 +76,7 @@ class ShapeDispatcher:
         self.precision = subgraph.precision
         self.device = subgraph.device
         self.n_inputs = len(subgraph.inputs)
+        self.family = symbolic_key(subgraph).digest
         self.tensor_positions = [
             i for i, p in enumerate(subgraph.inputs) if isinstance(p.meta.get("val"), torch.Tensor)
         ]
@@ -97,7 +104,13 @@ class ShapeDispatcher:
     def _make_route(self, sizes: CallSizes) -> Route:
         try:
             instance = concretize(
-                self.reference, sizes, self.kind, self.graph_kind, self.precision, self.device
+                self.reference,
+                sizes,
+                self.kind,
+                self.graph_kind,
+                self.precision,
+                self.device,
+                self.family,
             )
         except ConcretizeError as e:
             log.warning(

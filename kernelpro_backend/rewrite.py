@@ -22,7 +22,7 @@ from torch._subclasses.fake_tensor import unset_fake_temporarily
 
 from .dispatch import DISPATCHERS, ShapeDispatcher
 from .fx_passes import Subgraph, find_subgraphs
-from .fx_passes.concrete import ConcretizeError, hint_sizes, instance, symbolic_key
+from .fx_passes.concrete import ConcretizeError, hint_sizes, instance
 from .inline import InlineError, TraceableKernel, splice, trace_kernel
 from .kernel_op import KERNELS, RegisteredKernel
 from .providers import KernelProvider
@@ -101,7 +101,7 @@ def _dispatcher(subgraph: Subgraph, provider: KernelProvider, fallback: str) -> 
         route = dispatcher.route(sizes)
     if route.kernel is None:
         return None
-    did = f"{DYNAMIC_PREFIX}{symbolic_key(subgraph).digest[:24]}"
+    did = f"{DYNAMIC_PREFIX}{dispatcher.family[:24]}"
     DISPATCHERS.register(did, dispatcher)
     return did
 

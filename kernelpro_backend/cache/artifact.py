@@ -102,9 +102,14 @@ class KernelArtifact:
     ops: tuple[str, ...] = ()
     subgraph_text: str = ""
     provenance: Provenance = dataclasses.field(default_factory=Provenance)
+    # For an instance of a symbolic subgraph: its symbolic key's digest, so the winners at
+    # other sizes can seed a search at a new one (written only when set: older entries and
+    # their checksums stay as they were).
+    family: str = ""
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        optional = {"family": self.family} if self.family else {}
+        return optional | {
             "language": self.language,
             "source": self.source,
             "entry": self.entry,
@@ -142,6 +147,7 @@ class KernelArtifact:
             ops=tuple(_req(o, str, "ops") for o in _req(raw["ops"], list, "ops")),
             subgraph_text=_req(raw["subgraph_text"], str, "subgraph_text"),
             provenance=Provenance.from_dict(_req(raw["provenance"], dict, "provenance")),
+            family=_req(raw.get("family", ""), str, "family"),
         )
 
     @property

@@ -17,13 +17,15 @@ from .toolchain import CacheKey
 
 
 def describe(artifact: KernelArtifact, subgraph: Subgraph) -> KernelArtifact:
-    """The artifact with the subgraph's pattern, kind, ops and canonical text filled in."""
+    """The artifact with the subgraph's pattern, kind, ops, canonical text and, for an instance
+    of a symbolic subgraph, its family filled in."""
     return dataclasses.replace(
         artifact,
         pattern=artifact.pattern or subgraph.pattern,
         kind=artifact.kind or subgraph.kind,
         ops=artifact.ops or tuple(subgraph.ops),
         subgraph_text=artifact.subgraph_text or subgraph.text,
+        family=artifact.family or subgraph.family,
     )
 
 

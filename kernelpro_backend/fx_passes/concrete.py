@@ -198,7 +198,13 @@ def instance(subgraph: Subgraph, sizes: CallSizes) -> Instance:
     """The static subgraph of a symbolic one at `sizes` (raises ConcretizeError). Only while
     its nodes are in their graph (a rewrite erases those it replaces)."""
     return concretize(
-        subgraph.module(), sizes, subgraph.kind, subgraph.graph, subgraph.precision, subgraph.device
+        subgraph.module(),
+        sizes,
+        subgraph.kind,
+        subgraph.graph,
+        subgraph.precision,
+        subgraph.device,
+        symbolic_key(subgraph).digest,
     )
 
 
@@ -209,8 +215,10 @@ def concretize(
     graph_kind: str,
     precision: str,
     device: torch.device,
+    family: str = "",
 ) -> Instance:
-    """Trace `module` (a symbolic subgraph's reference) at `sizes` into a static subgraph."""
+    """Trace `module` (a symbolic subgraph's reference) at `sizes` into a static subgraph, an
+    instance of `family` (the symbolic key's digest)."""
     mode = FakeTensorMode()
     args: list[Any] = []
     with mode:
@@ -238,6 +246,7 @@ def concretize(
     static = subgraph_of_group(group, graph_kind, precision)
     if static.symbolic:
         raise ConcretizeError("the traced subgraph still has symbolic sizes or tuple outputs")
+    static.family = family
     returned = list(next(n for n in gm.graph.nodes if n.op == "output").args[0])
     if any(not isinstance(r, fx.Node) or r not in static.outputs for r in returned):
         raise ConcretizeError("an output of the traced subgraph is not one of its members")

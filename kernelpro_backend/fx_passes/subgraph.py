@@ -12,6 +12,7 @@ import dataclasses
 import hashlib
 from collections.abc import Sequence
 from functools import cached_property
+from typing import Any
 
 import torch
 import torch.fx as fx
@@ -54,6 +55,12 @@ class Subgraph:
     symbolic: bool  # some size is symbolic: never replaced, left to the fallback
     int_ranges: dict[int, IntRange]  # input index -> valid range, for integer inputs
     tuple_output: bool = False  # an output is a tuple (a multi-output op used directly)
+    # An instance of a symbolic subgraph (fx_passes/concrete.py): the symbolic key's digest,
+    # shared by its instances at every size.
+    family: str = ""
+    # Configurations that won at other sizes of the same family, (template, knobs), nearest
+    # first: the search measures them beside its seed (tuner/finder.py fills them in).
+    hints: tuple[tuple[str, tuple[tuple[str, Any], ...]], ...] = ()
 
     @property
     def ops(self) -> list[str]:

@@ -103,7 +103,8 @@ class CodegenSpace:
             return []
         # Then the same program in the other templates that can run it (a long row kept on
         # chip by a CUDA cluster kernel beside the Triton seed), each measured like the seed.
-        out: list[Hashable] = [seed, *self.codegen.alternatives(seed)]
+        alternatives = list(self.codegen.alternatives(seed))
+        out: list[Hashable] = [seed, *self._hinted(subgraph, [seed, *alternatives]), *alternatives]
         knobs = dict(getattr(seed, "knobs", ()))
         for name, values in sorted(self.codegen.knob_space(seed).items()):
             if len(out) > SEED_VARIANTS or name not in knobs or knobs[name] not in values:
@@ -116,6 +117,23 @@ class CodegenSpace:
                     except self.illegal:
                         continue
                     break
+        return out
+
+    def _hinted(self, subgraph: Any, bases: list[Any]) -> list[Hashable]:
+        """The configurations that won at other sizes of the same symbolic subgraph
+        (`subgraph.hints`: template and knobs), applied to this size's seed or alternative of
+        that template; those illegal at this size are left out."""
+        out: list[Hashable] = []
+        for template, knobs in getattr(subgraph, "hints", ()):
+            base = next((b for b in bases if getattr(b, "template", None) == template), None)
+            if base is None:
+                continue
+            try:
+                candidate = base.with_knobs(**dict(knobs))
+            except self.illegal:
+                continue
+            if candidate not in out and candidate not in bases:
+                out.append(candidate)
         return out
 
     def _is_spec(self, candidate: Any) -> bool:

@@ -12,9 +12,11 @@ Must not: store bytes (cache/ does), search (searcher.py) or convert artifacts
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
+import math
 import sqlite3
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from ..cache.artifact import Entry, KernelArtifact
@@ -39,6 +41,31 @@ Searcher = Callable[[Subgraph], "KernelArtifact | None"]
 Prover = Callable[[Entry], Verdict]
 
 
+# Winners of other sizes a search at a new size of the same symbolic subgraph starts from.
+FAMILY_HINTS = 3
+
+
+def spec_config(spec_json: str | None) -> tuple[str, tuple[Any, ...]] | None:
+    """(template, knobs as (name, value) pairs) of a stored KernelSpec JSON, or None."""
+    if not spec_json:
+        return None
+    try:
+        raw = json.loads(spec_json)
+        knobs = tuple((str(k), v) for k, v in raw.get("knobs", ()))
+        return str(raw["template"]), knobs
+    except (ValueError, KeyError, TypeError):
+        return None
+
+
+def size_distance(sizes: Sequence[Sequence[int]], metas: Sequence[Sequence[Any]]) -> float:
+    """How far two instances' input sizes are apart: the summed |log2| ratio of their dims."""
+    total = 0.0
+    for shape, meta in zip(sizes, metas, strict=False):
+        for a, b in zip(shape, meta[0], strict=False):
+            total += abs(math.log2(max(a, 1) / max(b, 1)))
+    return total
+
+
 class KernelFinder:
     """Finds kernels in the cache; on a miss searches (policy "on-miss") or records the miss."""
 
@@ -57,6 +84,8 @@ class KernelFinder:
         self.prover = prover
         self._loaded: dict[str, Kernel] = {}
         self._artifacts: dict[str, KernelArtifact] = {}  # resolved here, by key digest
+        # Family (symbolic key digest) -> its instances' entries in the store; read on first use.
+        self._families: dict[str, list[tuple[CacheKey, KernelArtifact]]] | None = None
         self._warned_no_searcher = False
         self._warned_no_prover = False
         self._warned_cache_fault = False
@@ -121,6 +150,8 @@ class KernelFinder:
             if artifact is not None:
                 artifact = describe(artifact, subgraph)
                 self.cache_op("store a kernel in", lambda: self.cache.put(key, artifact))
+                if artifact.family and self._families is not None:
+                    self._families.setdefault(artifact.family, []).append((key, artifact))
         if artifact is None:
             self.record_miss(key, subgraph, skipped)
         return artifact
@@ -235,6 +266,8 @@ class KernelFinder:
                 )
                 self._warned_no_searcher = True
             return None, None
+        if subgraph.family:
+            subgraph = dataclasses.replace(subgraph, hints=self.family_hints(subgraph))
         try:
             found = self.searcher(subgraph)
         except Exception:
@@ -242,6 +275,26 @@ class KernelFinder:
             log.exception("kernelpro cache: search for %s failed", subgraph.pattern)
             return None, None
         return found, getattr(self.searcher, "skipped", None)
+
+    def family_hints(self, subgraph: Subgraph) -> tuple[tuple[str, tuple[Any, ...]], ...]:
+        """The (template, knobs) of the winners at other sizes of the subgraph's family, nearest
+        sizes first (at most FAMILY_HINTS): a search at a new size measures them beside its
+        seed, so it starts where the neighbouring sizes ended."""
+        if self._families is None:
+            found: dict[str, list[tuple[CacheKey, KernelArtifact]]] = {}
+            entries = self.cache_op("read", lambda: list(self.cache.entries())) or []
+            for entry in entries:
+                if entry.artifact.family:
+                    found.setdefault(entry.artifact.family, []).append((entry.key, entry.artifact))
+            self._families = found
+        sizes = [shape for shape, _, _ in subgraph.input_meta]
+        ranked = []
+        for key, artifact in self._families.get(subgraph.family, []):
+            config = spec_config(artifact.spec_json)
+            if config is not None:
+                ranked.append((size_distance(sizes, key.subgraph.inputs), config))
+        ranked.sort(key=lambda dc: dc[0])
+        return tuple(dict.fromkeys(config for _, config in ranked))[:FAMILY_HINTS]
 
     def record_miss(self, key: CacheKey, subgraph: Subgraph, reason: str | None) -> None:
         # A read-only or full cache must not break the user's compile (one warning).

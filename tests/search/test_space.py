@@ -93,6 +93,31 @@ def test_initial_candidates_hold_the_other_templates_right_after_the_seed():
     assert [space.knobs(v) for v in rest] == [{"num_warps": 8}]
 
 
+def test_winners_at_other_sizes_are_measured_right_after_the_seed():
+    """An instance of a symbolic subgraph carries the configurations that won at its other
+    sizes; each is applied to this size's spec of its template, the illegal ones dropped."""
+    other = KernelSpec("cluster", (("num_warps", 4),))
+    space = CodegenSpace(
+        codegen=types.SimpleNamespace(**{**vars(fake_codegen), "alternatives": lambda s: [other]}),
+        illegal=IllegalSpec,
+    )
+    subgraph = types.SimpleNamespace(
+        hints=(
+            ("cluster", (("num_warps", 2),)),
+            ("softmax", (("num_warps", 16),)),  # illegal here: left out
+            ("softmax", (("num_warps", 1),)),
+            ("gone", (("num_warps", 2),)),  # no spec of that template at this size
+        )
+    )
+    seed, *rest = space.initial(subgraph)
+    assert seed.template == "softmax" and space.knobs(seed) == {"num_warps": 4}
+    assert [(c.template, space.knobs(c)) for c in rest[:3]] == [
+        ("cluster", {"num_warps": 2}),
+        ("softmax", {"num_warps": 1}),
+        ("cluster", {"num_warps": 4}),
+    ]
+
+
 @pytest.mark.skipif(
     importlib.util.find_spec("kernelpro_backend.codegen") is None,
     reason="the codegen package is not merged in this checkout",

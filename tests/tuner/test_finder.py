@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import logging
+from dataclasses import replace as dataclasses_replace
 
 import torch
 from graphs import python_artifact, python_loader
 
+from kernelpro_backend.cache.entries import describe
 from kernelpro_backend.options import Options
 from kernelpro_backend.tuner import KernelFinder
 
@@ -147,3 +149,47 @@ def test_a_search_skipped_for_memory_is_recorded_with_why(cache, tanh_sg):
     assert provider.find(tanh_sg) is None
     (entry,) = cache.misses.entries()
     assert entry["reason"].startswith("needs 80.7 GiB to prove a candidate, 67.0 GiB free")
+
+
+def _spec(template, warps):
+    import json
+
+    return json.dumps({"template": template, "knobs": [["num_warps", warps]]})
+
+
+def test_a_search_at_a_new_size_starts_from_its_familys_winners(cache):
+    import dataclasses
+
+    from graphs import tanh_subgraph
+
+    for rows, warps in ((64, 8), (4, 2)):
+        sg = dataclasses.replace(tanh_subgraph((rows, 32)), family="fam")
+        art = dataclasses.replace(python_artifact(), spec_json=_spec("rowwise", warps))
+        cache.put(cache.key_for(sg.key), describe(art, sg))
+    other = tanh_subgraph((16, 32))  # another family's entry: never a hint
+    cache.put(
+        cache.key_for(other.key), dataclasses.replace(python_artifact(), spec_json=_spec("x", 1))
+    )
+    seen = []
+
+    def searcher(subgraph):
+        seen.append(subgraph.hints)
+        return None
+
+    finder = KernelFinder(cache, Options(search="on-miss"), python_loader, searcher)
+    new = dataclasses.replace(tanh_subgraph((8, 32)), family="fam")
+    assert finder.find(new) is None
+    # Nearest size first: 4 rows (a factor 2 away) before 64 (a factor 8).
+    assert seen == [(("rowwise", (("num_warps", 2),)), ("rowwise", (("num_warps", 8),)))]
+    stored = [e.artifact.family for e in cache.entries()]
+    assert stored.count("fam") == 2
+
+
+def test_a_family_survives_the_entry_encoding_and_older_entries_keep_their_checksum():
+    from kernelpro_backend.cache.artifact import KernelArtifact
+
+    plain = python_artifact()
+    assert "family" not in plain.to_dict()
+    with_family = dataclasses_replace(plain, family="abc")
+    assert KernelArtifact.from_dict(with_family.to_dict()).family == "abc"
+    assert KernelArtifact.from_dict(plain.to_dict()).checksum == plain.checksum
