@@ -19,6 +19,7 @@ from typing import Any
 import torch
 import torch.fx as fx
 
+from .fx_passes.attention_rewrite import rewrite_attention
 from .fx_passes.patterns import check_pattern_names
 from .options import Options
 from .providers import KernelProvider
@@ -190,6 +191,8 @@ def make_backend(
         check_pattern_names(opts.search_patterns)
         if opts.search != "off" and not torch.cuda.is_available():
             _warn_no_cuda_once()
+        if opts.rewrite_attention:
+            rewrite_attention(gm)
         chosen = default_provider(opts, provider)
         session = CompileSession(opts, chosen, observer)
         if sessions is not None:

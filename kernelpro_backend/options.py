@@ -125,6 +125,10 @@ class Options:
     # keyed, proved and cached per size, the fallback's compiled subgraph for sizes with none,
     # dispatch.py); "off" leaves them all to the fallback.
     dynamic_shapes: DynamicShapes = "dispatch"
+    # Attention written by hand (q @ k.T, scale, -inf mask, softmax, dropout(0), @ v) is
+    # rewritten into scaled_dot_product_attention before AOTAutograd, so it runs as fused
+    # attention forward and backward (fx_passes/attention_rewrite.py).
+    rewrite_attention: bool = True
     # Show a progress bar during searches.
     progress: bool = True
 
@@ -223,6 +227,7 @@ def _resolved_type(name: str) -> Any:
         "check_timing_s": float,
         "pool_idle_s": float,
         "progress": bool,
+        "rewrite_attention": bool,
         "require_signed_bundles": bool,
         "cache_dir": (str, type(None)),
         "llm_model": (str, type(None)),

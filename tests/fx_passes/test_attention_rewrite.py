@@ -1,0 +1,130 @@
+"""Attention written by hand is rewritten into one scaled_dot_product_attention call before
+AOTAutograd, whatever the order and spelling of its scale, mask and dropout — and only when the
+rewrite is exact: models train through it exactly as eager (outputs and gradients)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from kernelpro_backend import make_backend
+from kernelpro_backend.fx_passes.attention_rewrite import rewrite_attention
+from kernelpro_backend.providers import NullProvider
+
+B, H, T, D = 2, 2, 8, 16
+
+
+class Attention(torch.nn.Module):
+    def __init__(self, spelling: str) -> None:
+        super().__init__()
+        self.spelling = spelling
+        self.register_buffer("mask", torch.tril(torch.ones(T, T, dtype=torch.bool)))
+        self.bias = torch.nn.Parameter(torch.randn(T, T) * 0.1)
+
+    def forward(self, q, k, v):
+        s = self.spelling
+        if s == "nanogpt":
+            att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(D))
+            att = att.masked_fill(~self.mask[:T, :T], float("-inf"))
+            att = F.dropout(F.softmax(att, dim=-1), 0.0, self.training)
+            return att @ v
+        if s == "matmul_div_method_softmax":
+            return torch.matmul(q, k.transpose(-1, -2)).div(math.sqrt(D)).softmax(dim=-1) @ v
+        if s == "mask_then_scale":
+            att = (q @ k.transpose(-2, -1)).masked_fill(self.mask == 0, float("-inf")) * 0.3
+            return torch.softmax(att, -1) @ v
+        if s == "additive_bias":
+            return F.softmax((q @ k.transpose(-2, -1)) / 4.0 + self.bias, dim=-1) @ v
+        if s == "causal_in_graph":
+            keep = torch.tril(torch.ones(T, T, dtype=torch.bool, device=q.device))
+            att = (q @ k.transpose(-2, -1) * 0.25).masked_fill(~keep, float("-inf"))
+            return att.softmax(-1) @ v
+        if s == "dropout_p":  # not exact: stays
+            return F.dropout(F.softmax(q @ k.transpose(-2, -1), -1), 0.1, True) @ v
+        if s == "weights_returned":  # the scores are used twice: stays
+            w = F.softmax(q @ k.transpose(-2, -1), -1)
+            return w @ v + w.sum()
+        if s == "finite_fill":  # -1e9 is not -inf: stays
+            att = (q @ k.transpose(-2, -1)).masked_fill(~self.mask, -1e9)
+            return F.softmax(att, -1) @ v
+        raise AssertionError(s)
+
+
+REWRITTEN = [
+    "nanogpt",
+    "matmul_div_method_softmax",
+    "mask_then_scale",
+    "additive_bias",
+    "causal_in_graph",
+]
+KEPT = ["dropout_p", "weights_returned", "finite_fill"]
+
+
+def _inputs(seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return [torch.randn(B, H, T, D, generator=g, requires_grad=True) for _ in range(3)]
+
+
+def _rewrites(module) -> tuple[int, str]:
+    counts, code = [], []
+
+    def backend(gm, example_inputs):
+        counts.append(rewrite_attention(gm))
+        code.append(gm.code)
+        return gm.forward
+
+    torch._dynamo.reset()
+    torch.compile(module, backend=backend)(*_inputs())
+    return sum(counts), "\n".join(code)
+
+
+@pytest.mark.parametrize("spelling", REWRITTEN)
+def test_each_spelling_becomes_one_sdpa_call(spelling):
+    n, code = _rewrites(Attention(spelling))
+    assert n == 1 and "scaled_dot_product_attention" in code
+    assert "softmax" not in code
+    assert ("is_causal = True" in code) == (spelling == "causal_in_graph")
+
+
+@pytest.mark.parametrize("spelling", KEPT)
+def test_inexact_chains_are_left_alone(spelling):
+    n, code = _rewrites(Attention(spelling))
+    assert n == 0 and "scaled_dot_product_attention" not in code
+
+
+@pytest.mark.parametrize("spelling", [*REWRITTEN, "finite_fill"])
+def test_training_through_the_backend_matches_eager(spelling):
+    torch.manual_seed(0)
+    model = Attention(spelling)
+    torch._dynamo.reset()
+    compiled = torch.compile(
+        model, backend=make_backend(provider=NullProvider()), options={"fallback": "eager"}
+    )
+    ins, ref_ins = _inputs(1), _inputs(1)
+    out, ref = compiled(*ins), model(*ref_ins)
+    torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-5)
+    (out.square().sum()).backward()
+    (ref.square().sum()).backward()
+    for a, b in zip(ins, ref_ins, strict=True):
+        torch.testing.assert_close(a.grad, b.grad, rtol=1e-4, atol=1e-5)
+
+
+def test_the_option_turns_it_off():
+    seen = []
+
+    def observe(kind, subgraphs):
+        seen.extend(sg.kind for sg in subgraphs)
+
+    for flag in (True, False):
+        torch._dynamo.reset()
+        compiled = torch.compile(
+            Attention("nanogpt"),
+            backend=make_backend(provider=NullProvider(), observer=observe),
+            options={"fallback": "eager", "rewrite_attention": flag},
+        )
+        compiled(*_inputs())
+        assert ("attention" in seen) == flag
+        seen.clear()
