@@ -19,7 +19,9 @@ from typing import Any
 import torch
 import torch.fx as fx
 
+from . import linear_ce_op  # noqa: F401  (registers kernelpro::linear_cross_entropy)
 from .fx_passes.attention_rewrite import rewrite_attention
+from .fx_passes.linear_ce_rewrite import rewrite_linear_cross_entropy
 from .fx_passes.patterns import check_pattern_names
 from .options import Options
 from .providers import KernelProvider
@@ -193,6 +195,8 @@ def make_backend(
             _warn_no_cuda_once()
         if opts.rewrite_attention:
             rewrite_attention(gm)
+        if opts.rewrite_linear_cross_entropy:
+            rewrite_linear_cross_entropy(gm)
         chosen = default_provider(opts, provider)
         session = CompileSession(opts, chosen, observer)
         if sessions is not None:

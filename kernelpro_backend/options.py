@@ -129,6 +129,10 @@ class Options:
     # rewritten into scaled_dot_product_attention before AOTAutograd, so it runs as fused
     # attention forward and backward (fx_passes/attention_rewrite.py).
     rewrite_attention: bool = True
+    # An LM head and its cross-entropy (linear -> [view] -> [.float()] -> cross_entropy) become
+    # one op that walks the tokens in chunks and never writes the [tokens, vocab] logits
+    # (fx_passes/linear_ce_rewrite.py, linear_ce_op.py).
+    rewrite_linear_cross_entropy: bool = True
     # Show a progress bar during searches.
     progress: bool = True
 
@@ -228,6 +232,7 @@ def _resolved_type(name: str) -> Any:
         "pool_idle_s": float,
         "progress": bool,
         "rewrite_attention": bool,
+        "rewrite_linear_cross_entropy": bool,
         "require_signed_bundles": bool,
         "cache_dir": (str, type(None)),
         "llm_model": (str, type(None)),

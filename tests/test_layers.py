@@ -36,7 +36,8 @@ RANKS = {
     "lowering": 4,  # fx -> KernelSpec
     "runtime": 4,  # isolated workers: compile, validate, time, feedback
     "kernel_op": 4,
-    "dispatch": 4,  # the shape dispatcher's op: kernel_op's for symbolic subgraphs
+    "dispatch": 4,
+    "linear_ce_op": 3,  # a custom op of plain torch (the chunked LM head + loss)  # the shape dispatcher's op: kernel_op's for symbolic subgraphs
     "search": 5,
     "rewrite": 5,
     "tuner": 6,  # the per-subgraph policy; composes cache, search, runtime

@@ -1,0 +1,139 @@
+"""An LM head and its cross-entropy become one chunked op, before AOTAutograd.
+
+`F.cross_entropy(linear(h, W, b).view(-1, V)[.float()], targets)` writes the [tokens, vocab]
+logits, saves them (or their softmax) for the backward and writes their gradient there again:
+at vocabulary 32k and 8k tokens, gigabytes per step. Matched at the torch level (dynamo's
+graph), the chain becomes `kernelpro::linear_cross_entropy` (linear_ce_op.py), which walks the
+tokens in chunks and computes the loss and the gradients of h, W and b without the logits.
+
+Rewritten only when exact: the logits feed nothing else, reach the loss only through views to
+[tokens, vocab] and an upcast to float32, and the loss has no class weights, no label
+smoothing and reduction "mean" or "sum"; in a graph that needs no gradient, the op computes
+the loss alone.
+
+Owns: `rewrite_linear_cross_entropy(gm) -> int` (chains rewritten).
+Must not: compute anything (the op does) or import the op's module (the backend registers it;
+this pass names it through torch.ops).
+"""
+
+from __future__ import annotations
+
+import logging
+import operator
+from typing import Any
+
+import torch
+import torch.fx as fx
+import torch.nn.functional as F
+
+log = logging.getLogger("kernelpro")
+
+_LINEARS = {F.linear, torch._C._nn.linear}
+_VIEWS = {"view", "reshape", "flatten"}
+_UPCASTS = {"float"}
+
+
+def _val(node: Any) -> Any:
+    return node.meta.get("example_value") if isinstance(node, fx.Node) else None
+
+
+def _arg(node: fx.Node, i: int, name: str, default: Any = None) -> Any:
+    return node.args[i] if len(node.args) > i else node.kwargs.get(name, default)
+
+
+def _single(node: fx.Node, user: fx.Node) -> bool:
+    return len(node.users) == 1 and user in node.users
+
+
+def _logits_source(node: fx.Node) -> tuple[fx.Node, bool, list[fx.Node]] | None:
+    """(the linear, whether the logits were upcast, the nodes in between) or None."""
+    between: list[fx.Node] = []
+    upcast, user = False, None
+    while True:
+        if user is not None and not _single(node, user):
+            return None
+        if node.target in _LINEARS:
+            return node, upcast, between
+        if (
+            node.op == "call_method"
+            and node.target in _UPCASTS
+            and len(node.args) == 1
+            or node.op == "call_method"
+            and node.target == "to"
+            and node.args[1:] == (torch.float32,)
+        ):
+            upcast = True
+        elif not (node.op == "call_method" and node.target in _VIEWS):
+            return None
+        between.append(node)
+        source = node.args[0]
+        if not isinstance(source, fx.Node):
+            return None
+        user, node = node, source
+
+
+def _ce_args(ce: fx.Node) -> tuple[fx.Node, fx.Node, int, str] | None:
+    logits, target = _arg(ce, 0, "input"), _arg(ce, 1, "target")
+    if _arg(ce, 2, "weight") is not None or _arg(ce, 7, "label_smoothing", 0.0) != 0.0:
+        return None
+    if _arg(ce, 3, "size_average") is not None or _arg(ce, 5, "reduce") is not None:
+        return None
+    ignore, reduction = _arg(ce, 4, "ignore_index", -100), _arg(ce, 6, "reduction", "mean")
+    if not isinstance(logits, fx.Node) or not isinstance(target, fx.Node):
+        return None
+    if reduction not in ("mean", "sum") or not isinstance(ignore, int):
+        return None
+    return logits, target, ignore, reduction
+
+
+def rewrite_linear_cross_entropy(gm: fx.GraphModule) -> int:
+    """Rewrite every exact LM-head + cross-entropy chain of `gm`; returns how many."""
+    done = 0
+    for ce in list(gm.graph.nodes):
+        if ce.op != "call_function" or ce.target is not F.cross_entropy:
+            continue
+        args = _ce_args(ce)
+        logits_val = _val(args[0]) if args else None
+        if args is None or not isinstance(logits_val, torch.Tensor) or logits_val.dim() != 2:
+            continue
+        logits, target, ignore, reduction = args
+        if not _single(logits, ce):
+            continue
+        found = _logits_source(logits)
+        if found is None:
+            continue
+        linear, upcast, between = found
+        h, weight, bias = (
+            _arg(linear, 0, "input"),
+            _arg(linear, 1, "weight"),
+            _arg(linear, 2, "bias"),
+        )
+        hv, wv = _val(h), _val(weight)
+        if not isinstance(hv, torch.Tensor) or not isinstance(wv, torch.Tensor) or wv.dim() != 2:
+            continue
+        if logits_val.shape[1] != wv.shape[0]:  # the views kept the vocabulary as the last dim
+            continue
+        grads = torch.is_grad_enabled() and any(
+            isinstance(v, torch.Tensor) and v.requires_grad for v in (hv, wv, _val(bias))
+        )
+        graph = gm.graph
+        with graph.inserting_before(ce):
+            rows = graph.call_method("reshape", (h, -1, hv.shape[-1]))
+            flat = graph.call_method("reshape", (target, -1))
+            op = graph.call_function(
+                torch.ops.kernelpro.linear_cross_entropy.default,
+                (rows, weight, bias, flat, ignore, reduction, upcast, grads),
+            )
+            loss = graph.call_function(operator.getitem, (op, 0))
+        loss.meta = dict(ce.meta)
+        ce.replace_all_uses_with(loss)
+        graph.erase_node(ce)
+        for node in [*between, linear]:
+            if not node.users:
+                graph.erase_node(node)
+        done += 1
+    if done:
+        gm.graph.lint()
+        gm.recompile()
+        log.info("kernelpro: %d LM head + cross-entropy chain(s) rewritten to a chunked op", done)
+    return done

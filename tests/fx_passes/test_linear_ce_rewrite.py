@@ -1,0 +1,154 @@
+"""An LM head and its cross-entropy become one chunked op (the logits never exist): the rewrite
+matches the spellings models use, leaves inexact ones alone, and models train through it
+exactly as eager under both fallbacks — a hand-written GPT with both torch-level rewrites too."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import kernelpro_backend.linear_ce_op as linear_ce_op
+from kernelpro_backend import make_backend
+from kernelpro_backend.bench import models
+from kernelpro_backend.fx_passes.linear_ce_rewrite import rewrite_linear_cross_entropy
+from kernelpro_backend.providers import NullProvider
+
+D, V = 16, 50
+
+
+class Head(torch.nn.Module):
+    def __init__(self, spelling: str) -> None:
+        super().__init__()
+        self.spelling = spelling
+        self.head = torch.nn.Linear(D, V, bias=spelling == "bias_sum_ignore")
+
+    def forward(self, h, t):
+        s = self.spelling
+        if s == "plain":
+            return F.cross_entropy(self.head(h), t)
+        if s == "nanogpt":  # [B, T, D] hidden, views and an upcast before the loss
+            logits = self.head(h)
+            return F.cross_entropy(logits.view(-1, logits.size(-1)).float(), t.view(-1))
+        if s == "bias_sum_ignore":
+            return F.cross_entropy(self.head(h).float(), t, ignore_index=7, reduction="sum")
+        if s == "label_smoothing":
+            return F.cross_entropy(self.head(h), t, label_smoothing=0.1)
+        if s == "logits_kept":
+            logits = self.head(h)
+            return F.cross_entropy(logits, t) + logits.mean()
+        if s == "no_reduction":
+            return F.cross_entropy(self.head(h), t, reduction="none").mean()
+        raise AssertionError(s)
+
+
+REWRITTEN = ["plain", "nanogpt", "bias_sum_ignore"]
+KEPT = ["label_smoothing", "logits_kept", "no_reduction"]
+
+
+@pytest.fixture(autouse=True)
+def _small_chunks(monkeypatch):
+    monkeypatch.setattr(linear_ce_op, "CHUNK_ELEMENTS", 5 * V)  # several chunks, a short tail
+
+
+def _inputs(spelling, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    shape = (3, 7) if spelling == "nanogpt" else (21,)
+    h = torch.randn(*shape, D, generator=g, requires_grad=True)
+    t = torch.randint(0, V, shape, generator=g)
+    t.view(-1)[2] = 7  # the ignored class where ignore_index=7
+    return h, t
+
+
+def _count(module, spelling) -> int:
+    counts = []
+
+    def backend(gm, example_inputs):
+        counts.append(rewrite_linear_cross_entropy(gm))
+        return gm.forward
+
+    torch._dynamo.reset()
+    torch.compile(module, backend=backend)(*_inputs(spelling))
+    return sum(counts)
+
+
+@pytest.mark.parametrize("spelling", REWRITTEN)
+def test_lm_head_spellings_become_the_chunked_op(spelling):
+    assert _count(Head(spelling), spelling) == 1
+
+
+@pytest.mark.parametrize("spelling", KEPT)
+def test_inexact_losses_are_left_alone(spelling):
+    assert _count(Head(spelling), spelling) == 0
+
+
+# Every spelling under the eager fallback, one under Inductor (its CPU compile takes seconds).
+@pytest.mark.parametrize(
+    ("spelling", "fallback"), [*((s, "eager") for s in REWRITTEN), ("nanogpt", "inductor")]
+)
+def test_training_through_the_chunked_op_matches_eager(spelling, fallback):
+    torch.manual_seed(0)
+    model, ref = Head(spelling), Head(spelling)
+    ref.load_state_dict(model.state_dict())
+    torch._dynamo.reset()
+    compiled = torch.compile(
+        model, backend=make_backend(provider=NullProvider()), options={"fallback": fallback}
+    )
+    (h, t), (h_ref, _) = _inputs(spelling), _inputs(spelling)
+    loss, ref_loss = compiled(h, t), ref(h_ref, t)
+    torch.testing.assert_close(loss, ref_loss, rtol=1e-5, atol=1e-5)
+    loss.backward()
+    ref_loss.backward()
+    torch.testing.assert_close(h.grad, h_ref.grad, rtol=1e-4, atol=1e-6)
+    for p, q in zip(model.parameters(), ref.parameters(), strict=True):
+        torch.testing.assert_close(p.grad, q.grad, rtol=1e-4, atol=1e-6)
+
+
+def test_without_grad_the_op_computes_the_loss_alone():
+    model = Head("nanogpt")
+    torch._dynamo.reset()
+    compiled = torch.compile(
+        model, backend=make_backend(provider=NullProvider()), options={"fallback": "eager"}
+    )
+    h, t = _inputs("nanogpt")
+    with torch.no_grad():
+        torch.testing.assert_close(compiled(h, t), model(h, t), rtol=1e-5, atol=1e-5)
+
+
+def test_bfloat16_losses_and_gradients_stay_within_bfloat16_tolerance():
+    torch.manual_seed(0)
+    x = torch.randn(40, D, dtype=torch.bfloat16)
+    w = torch.randn(V, D, dtype=torch.bfloat16) * 0.2
+    t = torch.randint(0, V, (40,))
+    loss, gx, gw, _ = linear_ce_op.linear_cross_entropy(x, w, None, t, -100, "mean", True, True)
+    xr, wr = x.clone().requires_grad_(True), w.clone().requires_grad_(True)
+    ref = F.cross_entropy(F.linear(xr, wr).float(), t)
+    ref.backward()
+    torch.testing.assert_close(loss, ref, rtol=1e-3, atol=1e-3)
+    torch.testing.assert_close(gx, xr.grad, rtol=2e-2, atol=2e-3)
+    torch.testing.assert_close(gw, wr.grad, rtol=2e-2, atol=2e-3)
+
+
+def test_a_hand_written_gpt_trains_through_both_rewrites_like_eager():
+    torch.manual_seed(0)
+    model = models.HandwrittenGPT(vocab=64, dim=32, heads=2, layers=1, seq=12)
+    ref = models.HandwrittenGPT(vocab=64, dim=32, heads=2, layers=1, seq=12)
+    ref.load_state_dict(model.state_dict())
+    ids, targets = torch.randint(0, 64, (2, 12)), torch.randint(0, 64, (2, 12))
+    seen: list[str] = []
+    torch._dynamo.reset()
+    compiled = torch.compile(
+        model,
+        backend=make_backend(
+            provider=NullProvider(), observer=lambda k, sgs: seen.extend(s.pattern for s in sgs)
+        ),
+        options={"fallback": "eager"},
+    )
+    loss, ref_loss = compiled(ids, targets), ref(ids, targets)
+    torch.testing.assert_close(loss, ref_loss, rtol=1e-5, atol=1e-5)
+    loss.backward()
+    ref_loss.backward()
+    for (name, p), q in zip(model.named_parameters(), ref.parameters(), strict=True):
+        torch.testing.assert_close(p.grad, q.grad, rtol=1e-4, atol=1e-5, msg=name)
+    assert "sdpa" in seen and "sdpa_backward" in seen
+    assert not any("rowreduce" in s and "bmm" in s for s in seen)  # no score matrix left
