@@ -31,6 +31,8 @@ import torch
 import torch.fx as fx
 import torch.nn.functional as F
 
+from .torch_level import arg, example_value, replace_chain
+
 log = logging.getLogger("kernelpro")
 
 # Functions and the method names dynamo keeps for `x.matmul(y)`, `x.mul(c)`, ...
@@ -46,23 +48,13 @@ def _is(node: Any, targets: set[Any]) -> bool:
     return isinstance(node, fx.Node) and (node.target in targets)
 
 
-def _val(node: Any) -> Any:
-    return node.meta.get("example_value") if isinstance(node, fx.Node) else None
-
-
 def _ndim(node: Any) -> int | None:
-    v = _val(node)
+    v = example_value(node)
     return v.dim() if isinstance(v, torch.Tensor) else None
 
 
 def _only_user(node: fx.Node, user: fx.Node) -> bool:
     return len(node.users) == 1 and user in node.users
-
-
-def _arg(node: fx.Node, i: int, name: str, default: Any = None) -> Any:
-    if len(node.args) > i:
-        return node.args[i]
-    return node.kwargs.get(name, default)
 
 
 def _last_dims(dims: tuple[Any, ...], ndim: int) -> bool:
@@ -77,10 +69,10 @@ def _softmax_input(node: fx.Node) -> fx.Node | None:
         return None
     scores = node.args[0]
     ndim = _ndim(scores)
-    dim = _arg(node, 1, "dim")
+    dim = arg(node, 1, "dim")
     if not isinstance(scores, fx.Node) or ndim is None or not isinstance(dim, int):
         return None
-    if dim % ndim != ndim - 1 or _arg(node, 2, "dtype") is not None:
+    if dim % ndim != ndim - 1 or arg(node, 2, "dtype") is not None:
         return None
     return scores
 
@@ -88,8 +80,8 @@ def _softmax_input(node: fx.Node) -> fx.Node | None:
 def _strip_dropout(node: fx.Node) -> fx.Node:
     """`node` without a p=0 dropout (or one in eval mode) in front of it."""
     if _is(node, _DROPOUT) and isinstance(node.args[0], fx.Node):
-        p = _arg(node, 1, "p", 0.5)
-        training = _arg(node, 2, "training", True)
+        p = arg(node, 1, "p", 0.5)
+        training = arg(node, 2, "training", True)
         if p == 0.0 or training is False:
             return node.args[0]
     return node
@@ -115,7 +107,7 @@ def _peel_mask(node: fx.Node, chain: _Chain) -> fx.Node | None:
     if (is_fill or is_add) and (chain.mask is not None or chain.bias is not None):
         return None  # a second mask: not one SDPA call
     if is_fill:
-        scores, masked, value = (_arg(node, i, n) for i, n in enumerate(("self", "mask", "value")))
+        scores, masked, value = (arg(node, i, n) for i, n in enumerate(("self", "mask", "value")))
         if not (isinstance(value, float) and value == -math.inf) or not isinstance(masked, fx.Node):
             return None
         chain.mask = masked  # positions to drop; inverted when the rewrite is built
@@ -125,7 +117,7 @@ def _peel_mask(node: fx.Node, chain: _Chain) -> fx.Node | None:
         a, b = node.args
         for scores, bias in ((a, b), (b, a)):
             if _is(scores, _MATMULS) or _is_scaled(scores):
-                v = _val(bias)
+                v = example_value(bias)
                 if isinstance(v, torch.Tensor) and v.dtype.is_floating_point:
                     chain.bias = bias  # type: ignore[assignment]
                     chain.nodes.append(node)
@@ -219,7 +211,7 @@ def _keep(graph: fx.Graph, drop: fx.Node) -> fx.Node:
     if drop.target in (operator.invert, torch.logical_not, torch.bitwise_not) and isinstance(
         drop.args[0], fx.Node
     ):
-        v = _val(drop.args[0])
+        v = example_value(drop.args[0])
         if isinstance(v, torch.Tensor) and v.dtype == torch.bool:
             return drop.args[0]
     return graph.call_function(torch.logical_not, (drop,))
@@ -231,10 +223,10 @@ def _causal(mask: fx.Node) -> bool:
     if not isinstance(keep, fx.Node) or keep.target not in (torch.tril, "tril"):
         return False
     ones = keep.args[0] if keep.args else None
-    diagonal = _arg(keep, 1, "diagonal", 0)
+    diagonal = arg(keep, 1, "diagonal", 0)
     if diagonal != 0 or not isinstance(ones, fx.Node) or ones.target is not torch.ones:
         return False
-    shape = _val(keep)
+    shape = example_value(keep)
     return isinstance(shape, torch.Tensor) and shape.dim() == 2 and shape.shape[0] == shape.shape[1]
 
 
@@ -257,13 +249,9 @@ def rewrite_attention(gm: fx.GraphModule) -> int:
             elif chain.bias is not None:
                 kwargs["attn_mask"] = chain.bias
             sdpa = graph.call_function(F.scaled_dot_product_attention, (q, k, v), kwargs)
-        sdpa.meta = dict(out.meta)
-        out.replace_all_uses_with(sdpa)
-        graph.erase_node(out)
         # From `@ v` back to `q @ kT`, then what only they read (a bypassed transpose, `~x`).
-        for node in [*chain.nodes, kt, *([chain.mask] if chain.mask is not None else [])]:
-            if not node.users and node.op != "placeholder":
-                graph.erase_node(node)
+        mask = [chain.mask] if chain.mask is not None else []
+        replace_chain(graph, out, sdpa, [*chain.nodes, kt, *mask])
         done += 1
     if done:
         gm.graph.lint()

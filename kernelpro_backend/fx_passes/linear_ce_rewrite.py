@@ -20,25 +20,18 @@ from __future__ import annotations
 
 import logging
 import operator
-from typing import Any
 
 import torch
 import torch.fx as fx
 import torch.nn.functional as F
+
+from .torch_level import arg, example_value, replace_chain
 
 log = logging.getLogger("kernelpro")
 
 _LINEARS = {F.linear, torch._C._nn.linear}
 _VIEWS = {"view", "reshape", "flatten"}
 _UPCASTS = {"float"}
-
-
-def _val(node: Any) -> Any:
-    return node.meta.get("example_value") if isinstance(node, fx.Node) else None
-
-
-def _arg(node: fx.Node, i: int, name: str, default: Any = None) -> Any:
-    return node.args[i] if len(node.args) > i else node.kwargs.get(name, default)
 
 
 def _single(node: fx.Node, user: fx.Node) -> bool:
@@ -73,12 +66,12 @@ def _logits_source(node: fx.Node) -> tuple[fx.Node, bool, list[fx.Node]] | None:
 
 
 def _ce_args(ce: fx.Node) -> tuple[fx.Node, fx.Node, int, str] | None:
-    logits, target = _arg(ce, 0, "input"), _arg(ce, 1, "target")
-    if _arg(ce, 2, "weight") is not None or _arg(ce, 7, "label_smoothing", 0.0) != 0.0:
+    logits, target = arg(ce, 0, "input"), arg(ce, 1, "target")
+    if arg(ce, 2, "weight") is not None or arg(ce, 7, "label_smoothing", 0.0) != 0.0:
         return None
-    if _arg(ce, 3, "size_average") is not None or _arg(ce, 5, "reduce") is not None:
+    if arg(ce, 3, "size_average") is not None or arg(ce, 5, "reduce") is not None:
         return None
-    ignore, reduction = _arg(ce, 4, "ignore_index", -100), _arg(ce, 6, "reduction", "mean")
+    ignore, reduction = arg(ce, 4, "ignore_index", -100), arg(ce, 6, "reduction", "mean")
     if not isinstance(logits, fx.Node) or not isinstance(target, fx.Node):
         return None
     if reduction not in ("mean", "sum") or not isinstance(ignore, int):
@@ -93,7 +86,7 @@ def rewrite_linear_cross_entropy(gm: fx.GraphModule) -> int:
         if ce.op != "call_function" or ce.target is not F.cross_entropy:
             continue
         args = _ce_args(ce)
-        logits_val = _val(args[0]) if args else None
+        logits_val = example_value(args[0]) if args else None
         if args is None or not isinstance(logits_val, torch.Tensor) or logits_val.dim() != 2:
             continue
         logits, target, ignore, reduction = args
@@ -104,17 +97,17 @@ def rewrite_linear_cross_entropy(gm: fx.GraphModule) -> int:
             continue
         linear, upcast, between = found
         h, weight, bias = (
-            _arg(linear, 0, "input"),
-            _arg(linear, 1, "weight"),
-            _arg(linear, 2, "bias"),
+            arg(linear, 0, "input"),
+            arg(linear, 1, "weight"),
+            arg(linear, 2, "bias"),
         )
-        hv, wv = _val(h), _val(weight)
+        hv, wv = example_value(h), example_value(weight)
         if not isinstance(hv, torch.Tensor) or not isinstance(wv, torch.Tensor) or wv.dim() != 2:
             continue
         if logits_val.shape[1] != wv.shape[0]:  # the views kept the vocabulary as the last dim
             continue
         grads = torch.is_grad_enabled() and any(
-            isinstance(v, torch.Tensor) and v.requires_grad for v in (hv, wv, _val(bias))
+            isinstance(v, torch.Tensor) and v.requires_grad for v in (hv, wv, example_value(bias))
         )
         graph = gm.graph
         with graph.inserting_before(ce):
@@ -125,12 +118,7 @@ def rewrite_linear_cross_entropy(gm: fx.GraphModule) -> int:
                 (rows, weight, bias, flat, ignore, reduction, upcast, grads),
             )
             loss = graph.call_function(operator.getitem, (op, 0))
-        loss.meta = dict(ce.meta)
-        ce.replace_all_uses_with(loss)
-        graph.erase_node(ce)
-        for node in [*between, linear]:
-            if not node.users:
-                graph.erase_node(node)
+        replace_chain(graph, ce, loss, [*between, linear])
         done += 1
     if done:
         gm.graph.lint()

@@ -1,0 +1,34 @@
+"""Helpers of the torch-level rewrites (dynamo's graph, before AOTAutograd).
+
+Owns: reading a node's example value and arguments by position or name, and `replace_chain`
+(a chain's result replaced by a new node, the chain's now-unused nodes erased).
+Must not: match anything itself (attention_rewrite.py and linear_ce_rewrite.py do).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+import torch.fx as fx
+
+
+def example_value(node: Any) -> Any:
+    """What dynamo recorded for a node (a fake tensor, a size), or None."""
+    return node.meta.get("example_value") if isinstance(node, fx.Node) else None
+
+
+def arg(node: fx.Node, i: int, name: str, default: Any = None) -> Any:
+    """Argument `i` of a call, passed by position or by `name`."""
+    return node.args[i] if len(node.args) > i else node.kwargs.get(name, default)
+
+
+def replace_chain(graph: fx.Graph, result: fx.Node, new: fx.Node, chain: Iterable[fx.Node]) -> None:
+    """`new` (inserted before `result`) takes `result`'s place; the chain's nodes that nothing
+    reads any more are erased, in the order given (from the result back to its inputs)."""
+    new.meta = dict(result.meta)
+    result.replace_all_uses_with(new)
+    graph.erase_node(result)
+    for node in chain:
+        if not node.users and node.op != "placeholder":
+            graph.erase_node(node)
