@@ -9,6 +9,7 @@ itself (the pool's workers do, through measurer.py).
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from collections.abc import Mapping
@@ -169,8 +170,9 @@ class SubgraphSearcher:
                 return None
             if not templated:
                 return self._eager_only(pool, subgraph)
+            options = _options_for(self.options, subgraph)
             measurer = PoolMeasurer(
-                self.options, pool, subgraph, self.ceilings(subgraph), plan.concurrent
+                options, pool, subgraph, self.ceilings(subgraph), plan.concurrent
             )
             fixed["prepare"] = round(time.perf_counter() - leased - fixed["lease"], 3)
             outcome = optimize(
@@ -179,17 +181,33 @@ class SubgraphSearcher:
                 measurer=measurer,
                 proposer=self.proposer,
                 budget=Budget.from_options(
-                    self.options, plan.concurrent, self.bandwidth_target(subgraph)
+                    options, plan.concurrent, self.bandwidth_target(subgraph)
                 ),
                 memory=SearchMemory(self.layout.search_memory),
                 log_path=log_path,
                 progress=self.options.progress,
                 objective=self.options.objective,
-                min_gain_ms=self.options.min_gain_ms(),
+                # An instance of a symbolic subgraph always runs behind kernelpro::dispatch.
+                min_gain_ms=options.op_min_gain_ms() if subgraph.family else options.min_gain_ms(),
                 batch_size=plan.concurrent,
                 fixed_s=fixed,
             )
         return _artifact(outcome, subgraph, log_path, self.layout.cubin_root, self.options)
+
+
+# The share of the budget and trials a search gets at a new size of a symbolic subgraph whose
+# other sizes were searched: it starts from their winners (Subgraph.hints), so it refines more
+# than it explores, and a loop meeting many sizes at run time does not search each in full.
+HINTED_BUDGET = 0.25
+
+
+def _options_for(options: Options, subgraph: Subgraph) -> Options:
+    if not subgraph.hints:
+        return options
+    trials = max(len(subgraph.hints) + 2, int(options.max_trials * HINTED_BUDGET))
+    return dataclasses.replace(
+        options, budget_s=options.budget_s * HINTED_BUDGET, max_trials=trials
+    )
 
 
 def _eager_or_none(

@@ -178,3 +178,18 @@ def test_only_big_memory_bound_subgraphs_get_a_bandwidth_target(tmp_path):
     assert searcher.bandwidth_target(big) == BANDWIDTH_TARGET  # 268 MB moved: ~89 us of DRAM
     assert searcher.bandwidth_target(small) is None  # launch latency decides
     assert searcher.bandwidth_target(gemm) is None  # compute-bound
+
+
+def test_a_size_that_starts_from_its_familys_winners_searches_a_quarter_as_long():
+    import dataclasses
+
+    from graphs import tanh_subgraph
+
+    from kernelpro_backend.tuner.searcher import HINTED_BUDGET, _options_for
+
+    options = Options(budget_s=120.0, max_trials=64)
+    plain = tanh_subgraph()
+    assert _options_for(options, plain) is options
+    hinted = dataclasses.replace(plain, hints=(("rowwise", (("num_warps", 4),)),))
+    short = _options_for(options, hinted)
+    assert short.budget_s == 120.0 * HINTED_BUDGET and short.max_trials == 16
