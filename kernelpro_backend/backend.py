@@ -193,9 +193,10 @@ def make_backend(
         check_pattern_names(opts.search_patterns)
         if opts.search != "off" and not torch.cuda.is_available():
             _warn_no_cuda_once()
-        if opts.rewrite_attention:
+        # The torch-level fusions, before AOTAutograd; search="off" is the fallback alone.
+        if opts.search != "off" and opts.rewrite_attention:
             rewrite_attention(gm)
-        if opts.rewrite_linear_cross_entropy:
+        if opts.search != "off" and opts.rewrite_linear_cross_entropy:
             rewrite_linear_cross_entropy(gm)
         chosen = default_provider(opts, provider)
         session = CompileSession(opts, chosen, observer)

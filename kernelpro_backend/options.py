@@ -46,7 +46,7 @@ class Options:
 
     # "cache-only": use cached kernels, run the fallback on misses and record them;
     # "on-miss": search for a kernel when the cache misses (needs a CUDA GPU);
-    # "off": never touch the cache or search: the fallback alone.
+    # "off": never touch the cache or search: the fallback alone (no torch-level rewrites).
     search: Search = "cache-only"
     # What runs the parts of the graph that have no kernel: Inductor or eager aten.
     fallback: Fallback = "inductor"

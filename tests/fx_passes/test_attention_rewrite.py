@@ -116,19 +116,21 @@ def test_training_through_the_backend_matches_eager(spelling, fallback):
         torch.testing.assert_close(a.grad, b.grad, rtol=1e-4, atol=1e-5)
 
 
-def test_the_option_turns_it_off():
+@pytest.mark.parametrize(
+    ("options", "rewritten"),
+    [({}, True), ({"rewrite_attention": False}, False), ({"search": "off"}, False)],
+)
+def test_the_option_and_search_off_turn_it_off(options, rewritten):
     seen = []
 
     def observe(kind, subgraphs):
         seen.extend(sg.kind for sg in subgraphs)
 
-    for flag in (True, False):
-        torch._dynamo.reset()
-        compiled = torch.compile(
-            Attention("nanogpt"),
-            backend=make_backend(provider=NullProvider(), observer=observe),
-            options={"fallback": "eager", "rewrite_attention": flag},
-        )
-        compiled(*_inputs())
-        assert ("attention" in seen) == flag
-        seen.clear()
+    torch._dynamo.reset()
+    compiled = torch.compile(
+        Attention("nanogpt"),
+        backend=make_backend(provider=NullProvider(), observer=observe),
+        options={"fallback": "eager", **options},
+    )
+    compiled(*_inputs())
+    assert seen and ("attention" in seen) == rewritten
