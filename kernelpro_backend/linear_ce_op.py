@@ -1,9 +1,10 @@
 """An LM head and its cross-entropy in chunks of tokens: the [tokens, vocab] logits never exist.
 
 `kernelpro::linear_cross_entropy(x, weight, bias, target, ...)` computes, chunk by chunk of
-rows, the logits `x_c @ weight.T + bias`, their log-sum-exp and the loss, and — when gradients
-are wanted — at once the gradient of the logits (softmax - one-hot, scaled by the reduction)
-and from it dx_c and the accumulated dweight/dbias: the forward returns the loss and those
+rows, the logits `x_c @ weight.T + bias` (one GEMM), then in one row kernel their log-sum-exp
+and loss and — when gradients are wanted — the gradient of the logits (softmax - one-hot,
+scaled by the reduction) written over them in place (linear_ce_rows.py), and from it dx_c and
+the accumulated dweight/dbias (two GEMMs): the forward returns the loss and those
 gradients, and the backward only scales them by the loss's gradient (the chunked
 linear+cross-entropy of Liger-Kernel). Peak memory drops from a few [tokens, vocab] tensors to
 one chunk; the GEMM flops are those of the unfused forward and backward.
@@ -21,7 +22,9 @@ from __future__ import annotations
 
 import torch
 
-# Rows per chunk: about 2**26 float32 logits (256 MiB) at a time.
+from .linear_ce_rows import cross_entropy_rows
+
+# Rows per chunk: about 2**26 logits (128 MiB in bf16) at a time.
 CHUNK_ELEMENTS = 2**26
 
 
@@ -42,12 +45,15 @@ def linear_cross_entropy(
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """(loss, dloss/dx, dloss/dweight, dloss/dbias); the gradients are empty without `grads`."""
     rows, vocab = x.shape[0], weight.shape[0]
-    valid = target != ignore_index
-    # Like PyTorch's mean: over the targets not ignored (0/0 = nan when all are).
-    scale = 1.0 / valid.sum().to(torch.float32) if reduction == "mean" else None
+    # Like PyTorch's mean: over the targets not ignored (0/0 = nan when all are). A device
+    # scalar: the row kernel reads it, nothing waits for the host.
+    count = (target != ignore_index).sum().to(torch.float32)
+    scale = 1.0 / count if reduction == "mean" else torch.ones((), device=x.device)
     total = torch.zeros((), dtype=torch.float32, device=x.device)
     gx = torch.empty_like(x) if grads else x.new_empty(0)
-    gw = torch.zeros(weight.shape, dtype=torch.float32, device=x.device) if grads else None
+    # dW accumulates over chunks in the weight's dtype through addmm (float32 inside the GEMM);
+    # db in float32.
+    gw = torch.zeros_like(weight) if grads else x.new_empty(0)
     gb = (
         torch.zeros(vocab, dtype=torch.float32, device=x.device)
         if grads and bias is not None
@@ -55,34 +61,20 @@ def linear_cross_entropy(
     )
     step = chunk_rows(rows, vocab)
     for start in range(0, rows, step):
-        xc, tc, vc = (
-            x[start : start + step],
-            target[start : start + step],
-            valid[start : start + step],
-        )
-        logits = torch.nn.functional.linear(xc, weight, bias).float()  # rounded to x's dtype first
-        lse = torch.logsumexp(logits, dim=-1)
-        safe = torch.where(vc, tc, 0)
-        picked = logits.gather(1, safe.unsqueeze(1)).squeeze(1)
-        total += torch.where(vc, lse - picked, 0.0).sum()
+        xc, tc = x[start : start + step], target[start : start + step]
+        logits = torch.nn.functional.linear(xc, weight, bias).contiguous()
+        # The loss per row, and the logits overwritten by their gradient (times the scale).
+        total += cross_entropy_rows(logits, tc, scale, ignore_index, grads).sum()
         if grads:
-            g = torch.softmax(logits, dim=-1)
-            g.scatter_add_(1, safe.unsqueeze(1), -torch.ones_like(picked).unsqueeze(1))
-            g *= vc.unsqueeze(1)
-            if scale is not None:
-                g *= scale
-            gx[start : start + step] = (g.to(weight.dtype) @ weight).to(x.dtype)
-            assert gw is not None
-            # In the input dtype (tensor cores), accumulated over chunks in float32.
-            gw += (g.to(x.dtype).t() @ xc).float()
+            torch.matmul(logits, weight, out=gx[start : start + step])
+            gw.addmm_(logits.t(), xc)
             if gb is not None:
-                gb += g.sum(0)
-    loss = total * scale if scale is not None else total
-    loss = loss if upcast else loss.to(x.dtype)
+                gb += logits.sum(0, dtype=torch.float32)
+    loss = total * scale if reduction == "mean" else total
     return (  # a fresh empty tensor per gradient not computed: outputs may not alias
-        loss,
+        loss if upcast else loss.to(x.dtype),
         gx,
-        gw.to(weight.dtype) if gw is not None else x.new_empty(0),
+        gw,
         gb.to(bias.dtype) if gb is not None and bias is not None else x.new_empty(0),
     )
 

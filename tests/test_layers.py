@@ -37,6 +37,7 @@ RANKS = {
     "runtime": 4,  # isolated workers: compile, validate, time, feedback
     "kernel_op": 4,
     "dispatch": 4,
+    "linear_ce_rows": 2,  # a Triton row kernel and its ATen twin
     "linear_ce_op": 3,  # a custom op of plain torch (the chunked LM head + loss)  # the shape dispatcher's op: kernel_op's for symbolic subgraphs
     "search": 5,
     "rewrite": 5,

@@ -7,9 +7,9 @@ graph), the chain becomes `kernelpro::linear_cross_entropy` (linear_ce_op.py), w
 tokens in chunks and computes the loss and the gradients of h, W and b without the logits.
 
 Rewritten only when exact: the logits feed nothing else, reach the loss only through views to
-[tokens, vocab] and an upcast to float32, and the loss has no class weights, no label
-smoothing and reduction "mean" or "sum"; in a graph that needs no gradient, the op computes
-the loss alone.
+[tokens, vocab] and an upcast to float32, hidden states and weight share a dtype outside any
+autocast region, and the loss has no class weights, no label smoothing and reduction "mean" or
+"sum"; in a graph that needs no gradient, the op computes the loss alone.
 
 Owns: `rewrite_linear_cross_entropy(gm) -> int` (chains rewritten).
 Must not: compute anything (the op does) or import the op's module (the backend registers it;
@@ -65,6 +65,14 @@ def _logits_source(node: fx.Node) -> tuple[fx.Node, bool, list[fx.Node]] | None:
         user, node = node, source
 
 
+def _autocast(graph: fx.Graph) -> bool:
+    """Whether the graph enters autocast (its linear would run in another dtype)."""
+    return any(
+        n.op == "call_function" and "autocast" in getattr(n.target, "__name__", "")
+        for n in graph.nodes
+    )
+
+
 def _ce_args(ce: fx.Node) -> tuple[fx.Node, fx.Node, int, str] | None:
     logits, target = arg(ce, 0, "input"), arg(ce, 1, "target")
     if arg(ce, 2, "weight") is not None or arg(ce, 7, "label_smoothing", 0.0) != 0.0:
@@ -105,6 +113,8 @@ def rewrite_linear_cross_entropy(gm: fx.GraphModule) -> int:
         if not isinstance(hv, torch.Tensor) or not isinstance(wv, torch.Tensor) or wv.dim() != 2:
             continue
         if logits_val.shape[1] != wv.shape[0]:  # the views kept the vocabulary as the last dim
+            continue
+        if hv.dtype != wv.dtype or _autocast(gm.graph):  # the op computes in one dtype
             continue
         grads = torch.is_grad_enabled() and any(
             isinstance(v, torch.Tensor) and v.requires_grad for v in (hv, wv, example_value(bias))

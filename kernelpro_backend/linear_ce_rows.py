@@ -1,0 +1,104 @@
+"""Cross-entropy over a chunk of logit rows in one kernel: the loss per row and, in place, the
+gradient of the logits.
+
+One Triton program per row: a first pass keeps the running max and sum of exp (online
+log-sum-exp, float32), the loss is `lse - logit[target]` (0 for an ignored target), and a second
+pass overwrites each logit with `(exp(logit - lse) - [col == target]) * scale` in the logits'
+own dtype — so a chunk of bf16 logits becomes its bf16 gradient without a float32 copy of it.
+`scale` is read from a device scalar (1 / number of targets not ignored, for a mean), so no host
+synchronisation is needed. `rows_aten` is the same contract in ATen ops, for CPU tensors.
+
+Owns: `cross_entropy_rows(logits, target, scale, ignore_index, grads) -> per-row loss`, the
+Triton kernel (made on first use, per interpreter mode: TRITON_INTERPRET is read when a JIT
+function is created) and its ATen twin.
+Must not: compute the logits or the weight gradients (linear_ce_op.py does).
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from typing import Any
+
+import torch
+
+BLOCK = 4096  # columns per step of a row
+
+
+@functools.lru_cache(maxsize=2)
+def _kernel(interpret: bool) -> Any:
+    import triton
+    import triton.language as tl
+
+    @triton.jit
+    def ce_rows(
+        logits, stride, target, loss, scale, n_cols, ignore_index, GRADS: tl.constexpr,
+        BLOCK: tl.constexpr,
+    ):  # fmt: skip
+        row = tl.program_id(0).to(tl.int64)
+        base = logits + row * stride
+        t = tl.load(target + row)
+        cols = tl.arange(0, BLOCK)
+        m = tl.full([BLOCK], float("-inf"), tl.float32)
+        s = tl.zeros([BLOCK], tl.float32)
+        for start in range(0, n_cols, BLOCK):
+            x = tl.load(base + start + cols, mask=start + cols < n_cols, other=float("-inf"))
+            x = x.to(tl.float32)
+            new_m = tl.maximum(m, x)
+            alpha = tl.where(new_m == float("-inf"), 0.0, tl.exp(m - new_m))
+            s = s * alpha + tl.where(x == float("-inf"), 0.0, tl.exp(x - new_m))
+            m = new_m
+        row_max = tl.max(m, 0)
+        total = tl.sum(s * tl.where(m == float("-inf"), 0.0, tl.exp(m - row_max)), 0)
+        lse = row_max + tl.log(total)
+        valid = t != ignore_index
+        safe = tl.where(valid, t, 0)
+        picked = tl.load(base + safe).to(tl.float32)
+        tl.store(loss + row, tl.where(valid, lse - picked, 0.0))
+        if GRADS:
+            k = tl.where(valid, tl.load(scale), 0.0)
+            for start in range(0, n_cols, BLOCK):
+                mask = start + cols < n_cols
+                x = tl.load(base + start + cols, mask=mask, other=0.0).to(tl.float32)
+                g = tl.exp(x - lse) - tl.where(start + cols == safe, 1.0, 0.0)
+                tl.store(base + start + cols, (g * k).to(logits.dtype.element_ty), mask=mask)
+
+    del interpret  # the cache key: the kernel is made again when the mode changes
+    return ce_rows
+
+
+def cross_entropy_rows(
+    logits: torch.Tensor, target: torch.Tensor, scale: torch.Tensor, ignore_index: int, grads: bool
+) -> torch.Tensor:
+    """Per-row loss (float32) of `logits` [rows, vocab] (rows contiguous) against `target`; with
+    `grads`, `logits` is overwritten with the loss's gradient times `scale` (a float32 scalar
+    tensor). Triton on CUDA tensors (and under TRITON_INTERPRET=1), ATen otherwise."""
+    if not logits.is_cuda and os.environ.get("TRITON_INTERPRET") != "1":
+        return rows_aten(logits, target, scale, ignore_index, grads)
+    rows, cols = logits.shape
+    loss = torch.empty(rows, dtype=torch.float32, device=logits.device)
+    if rows:
+        kernel = _kernel(os.environ.get("TRITON_INTERPRET") == "1")
+        block = min(BLOCK, 1 << max(cols - 1, 1).bit_length())
+        kernel[(rows,)](
+            logits, logits.stride(0), target, loss, scale, cols, ignore_index, grads, block,
+            num_warps=8 if block >= 2048 else 4,
+        )  # fmt: skip
+    return loss
+
+
+def rows_aten(
+    logits: torch.Tensor, target: torch.Tensor, scale: torch.Tensor, ignore_index: int, grads: bool
+) -> torch.Tensor:
+    """`cross_entropy_rows` in ATen ops (a float32 copy of the chunk; for CPU tensors)."""
+    x = logits.float()
+    valid = target != ignore_index
+    safe = torch.where(valid, target, 0)
+    lse = torch.logsumexp(x, dim=-1)
+    loss = torch.where(valid, lse - x.gather(1, safe.unsqueeze(1)).squeeze(1), 0.0)
+    if grads:
+        g = torch.softmax(x, dim=-1)
+        g.scatter_add_(1, safe.unsqueeze(1), -torch.ones_like(lse).unsqueeze(1))
+        g *= (valid.float() * scale).unsqueeze(1)
+        logits.copy_(g)
+    return loss
