@@ -30,8 +30,8 @@ def default_knobs(spec: KernelSpec) -> tuple[tuple[str, KnobValue], ...]:
         )
     elif spec.template == "attention_backward":
         return _default_attention_backward(spec)
-    elif spec.template == "row_cluster":
-        raise IllegalSpec("a row_cluster spec comes from alternatives(seed), with its knobs")
+    elif spec.template in ("row_cluster", "gemm_library"):
+        raise IllegalSpec(f"a {spec.template} spec comes from alternatives(seed), with its knobs")
     else:
         rows, cols = rows_cols(spec)
         n_cols, n_rows = extent(spec, cols), extent(spec, rows)
@@ -73,13 +73,27 @@ def _default_attention_backward(spec: KernelSpec) -> tuple[tuple[str, KnobValue]
 CLUSTER_MIN_COLS = 1024
 
 
+def _library_alternatives(seed: KernelSpec) -> list[KernelSpec]:
+    """A GEMM whose epilogue cuBLASLt fuses (bias + ReLU) as that library call."""
+    import dataclasses
+
+    from .template_library import library_epilogue
+
+    if library_epilogue(seed) is None:
+        return []
+    return [dataclasses.replace(seed, template="gemm_library", knobs=())]
+
+
 def alternatives(seed: KernelSpec) -> list[KernelSpec]:
     """Other templates for the same program, each at its default knobs: the search measures
-    them beside the seed. A long row program may run row-resident as CUDA C++ ("row_cluster"):
+    them beside the seed. A GEMM with a bias + ReLU epilogue may run as cuBLASLt's fused call
+    ("gemm_library"). A long row program may run row-resident as CUDA C++ ("row_cluster"):
     the widest vectors, then the fewest warps, then the fewest CTAs per row that hold the row
     with at most 64 values per thread. Small CTAs share an SM, so one CTA's reductions and
     cluster barriers overlap the others' memory traffic: on the H100 4 warps x 8 CTAs took
     0.80 ms for a float32 4096x65536 softmax where 32 warps x 2 CTAs took 0.89 ms."""
+    if seed.template == "gemm":
+        return _library_alternatives(seed)
     if seed.template != "row_reduction":
         return []
     _, cols = rows_cols(seed)

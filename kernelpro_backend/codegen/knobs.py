@@ -62,6 +62,7 @@ _SPACE: dict[str, dict[str, tuple[KnobValue, ...]]] = {
 _SPACE["pointwise"] = _SPACE["row_reduction"]
 # The row-resident CUDA kernel (template_cluster.py): CTAs per row, elements per vector access
 # and warps per CTA; cluster_rules.py says which combinations fit a row.
+_SPACE["gemm_library"] = {}  # a library call: nothing to tune (template_library.py)
 _SPACE["row_cluster"] = {
     "CLUSTER": (1, 2, 4, 8, 16),
     "VEC": (1, 2, 4, 8),
@@ -151,6 +152,12 @@ def knob_space(spec: SpecView) -> dict[str, tuple[KnobValue, ...]]:
 
 
 def validate(spec: SpecView) -> None:
+    if spec.template == "gemm_library":  # no knobs; legal only for the GEMMs it computes
+        from .template_library import library_epilogue
+
+        if spec.knobs or library_epilogue(spec) is None:
+            raise IllegalSpec("gemm_library computes relu(a @ b + bias) only, with no knobs")
+        return
     if not spec.knobs:
         return
     knobs = dict(spec.knobs)
@@ -168,6 +175,13 @@ def validate(spec: SpecView) -> None:
         _validate_attention(spec, knobs)
     elif spec.template == "attention_backward":
         validate_attention_backward(spec, knobs)
+    elif spec.template == "gemm_library":
+        from .template_library import library_epilogue
+
+        if library_epilogue(spec) is None:
+            raise IllegalSpec(
+                "gemm_library computes relu(a @ b + bias) only; this GEMM is not that"
+            )
     elif spec.template == "row_cluster":
         from .cluster_rules import cluster_problem
 

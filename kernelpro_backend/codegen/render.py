@@ -105,6 +105,12 @@ def render(spec: KernelSpec) -> RenderedKernel:
 
         source, name = render_cluster(spec)
         return RenderedKernel(language="cuda", source=_cuda_header(spec) + source, entry=name)
+    if spec.template == "gemm_library":
+        from .template_library import render_library
+
+        source, name = render_library(spec)
+        header = "\n".join(_header(spec)) + "\n"
+        return RenderedKernel(language="triton", source=header + source, entry=name)
     if spec.template == "attention_backward":
         from .template_attention_bwd import render_attention_backward
 

@@ -1,0 +1,90 @@
+"""A GEMM subgraph as a vendor-library call with a fused epilogue ("gemm_library").
+
+`torch._addmm_activation(bias, a, b)` runs cuBLASLt's GEMM with its bias + ReLU epilogue: the
+output makes one trip to memory, where the fallback writes the GEMM's output and reads it back
+for the ReLU. A GEMM spec whose epilogue is exactly that — `relu(acc + bias[n])`, one 2-D
+output — gets this template as an alternative (defaults.alternatives), measured by the search
+like any candidate; it wins only where cuBLASLt is faster. GELU is left out: cuBLASLt's is the
+tanh approximation, which is not the erf GELU models use. Precision follows PyTorch's float32
+matmul setting, as the fallback's own GEMM does; `tf32x3` is not offered.
+
+The rendered module has the generated modules' calling convention (`entry(*inputs, _launch=)`,
+loaded like the Triton ones); traced for inlining it records the library op itself.
+
+Owns: `library_epilogue(spec)` (which call a GEMM spec maps to, or None) and `render_library`.
+Must not: choose knobs (it has none) or read fx.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+ENTRY = "entry"
+
+
+def _ref(arg: Any) -> tuple[str, int]:
+    return (str(arg[0]), int(arg[1]))
+
+
+def library_epilogue(spec: Any) -> str | None:
+    """ "relu" when `spec` is a 2-D GEMM computing relu(acc + bias[n]) into one output."""
+    if spec.template not in ("gemm", "gemm_library") or spec.precision == "tf32x3":
+        return None
+    if spec.param("batch") != 1:
+        return None
+    if len(spec.outputs) != 1 or len(spec.loads) != 1 or len(spec.ops) != 2:
+        return None
+    (add, add_args, _), (act, act_args, _) = spec.ops
+    if add != "add" or sorted(_ref(a) for a in add_args) != [("A", 0), ("L", 0)]:
+        return None
+    if act != "relu" or [_ref(a) for a in act_args] != [("T", 0)]:
+        return None
+    _, _, index = spec.loads[0]
+    if [tuple(i) for i in index] != [(1, 1)]:  # the bias runs along n, contiguous
+        return None
+    ((ref, offset, store_index, predicate),) = spec.stores
+    shape, stride, _ = spec.outputs[0]
+    expected = [(stride[0], 0), (stride[1], 1)]
+    if (
+        _ref(ref) != ("T", 1)
+        or offset != 0
+        or predicate
+        or [tuple(i) for i in store_index] != expected
+    ):
+        return None
+    if tuple(shape) != (spec.param("m"), spec.param("n")):
+        return None
+    return "relu"
+
+
+def _view(name: str, shape: tuple[int, ...], stride: tuple[int, ...], offset: int) -> str:
+    return f"{name}.as_strided({shape}, {stride}, {name}.storage_offset() + {offset})"
+
+
+def render_library(spec: Any) -> tuple[str, str]:
+    """(Python source, entry name) of the library call for a spec `library_epilogue` accepts."""
+    if library_epilogue(spec) != "relu":
+        raise ValueError(f"{spec.pattern or spec.template}: no library call computes this GEMM")
+    m, n, k = spec.param("m"), spec.param("n"), spec.param("k")
+    a_in, a_off, (_, sam, sak) = spec.param("a")
+    b_in, b_off, (_, sbk, sbn) = spec.param("b")
+    bias_in, bias_off, _ = spec.loads[0]
+    shape, stride, dtype = spec.outputs[0]
+    ins = [f"in{i}" for i in range(len(spec.inputs))]
+    lines = [
+        "import torch",
+        "",
+        "",
+        f"def {ENTRY}({', '.join([*ins, '_launch=None'])}):",
+        "    # cuBLASLt GEMM with the bias + ReLU epilogue (no kernel of ours to launch)",
+        f"    a = {_view(ins[a_in], (m, k), (sam, sak), a_off)}",
+        f"    b = {_view(ins[b_in], (k, n), (sbk, sbn), b_off)}",
+        f"    bias = {_view(ins[bias_in], (n,), (1,), bias_off)}",
+        "    out = torch._addmm_activation(bias, a, b)",
+        f"    if out.stride() != {tuple(stride)} or out.dtype != torch.{dtype}:",
+        f"        out = torch.empty_strided({list(shape)}, {list(stride)}, dtype=torch.{dtype}, "
+        "device=out.device).copy_(out)",
+        "    return [out]",
+        "",
+    ]
+    return "\n".join(lines), ENTRY
