@@ -6,8 +6,17 @@ model = torch.compile(model, backend="kernelpro")
 from __future__ import annotations
 
 from .backend import make_backend
+from .dispatch import dispatch_stats
 from .explain import SubgraphInfo, explain
 from .options import Options, OptionsError
 from .version import __version__
 
-__all__ = ["Options", "OptionsError", "SubgraphInfo", "__version__", "explain", "make_backend"]
+__all__ = [
+    "Options",
+    "OptionsError",
+    "SubgraphInfo",
+    "__version__",
+    "dispatch_stats",
+    "explain",
+    "make_backend",
+]
