@@ -134,3 +134,29 @@ def test_the_option_and_search_off_turn_it_off(options, rewritten):
     )
     compiled(*_inputs())
     assert seen and ("attention" in seen) == rewritten
+
+
+@pytest.mark.parametrize("spelling", ["nanogpt", "causal_in_graph"])
+def test_the_rewrite_holds_when_the_sequence_length_changes(spelling):
+    """After a shape change the graph is symbolic: the rewrite still matches (no size is
+    specialised by it) and every length computes what eager does."""
+
+    class Varying(Attention):
+        def forward(self, q, k, v):
+            t = q.shape[-2]
+            if self.spelling == "nanogpt":
+                att = (q @ k.transpose(-2, -1)) * 0.25
+                att = att.masked_fill(~self.mask[:t, :t], float("-inf"))
+            else:
+                keep = torch.tril(torch.ones(t, t, dtype=torch.bool))
+                att = (q @ k.transpose(-2, -1) * 0.25).masked_fill(~keep, float("-inf"))
+            return F.softmax(att, -1) @ v
+
+    model = Varying(spelling)
+    torch._dynamo.reset()
+    compiled = torch.compile(
+        model, backend=make_backend(provider=NullProvider()), options={"fallback": "eager"}
+    )
+    for t in (8, 6, 5, 7):
+        q, k, v = (torch.randn(B, H, t, D) for _ in range(3))
+        torch.testing.assert_close(compiled(q, k, v), model(q, k, v), rtol=1e-5, atol=1e-5)
