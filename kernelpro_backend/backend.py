@@ -66,7 +66,7 @@ class CompileSession:
             self.observer,
             inline=self.options.inlines if inline is None else inline,
             fallback=self.options.fallback,
-            dynamic=self.options.dynamic_shapes == "dispatch",
+            dynamic=self.options.dynamic_shapes != "off",
         )
         self.reports.append(report)
         return report

@@ -24,7 +24,7 @@ Objective = Literal["time", "energy"]
 Proposer = Literal["rules", "llm"]
 Launch = Literal["inline", "op"]
 Distributed = Literal["auto", "off"]
-DynamicShapes = Literal["dispatch", "off"]
+DynamicShapes = Literal["dispatch", "transfer", "off"]
 
 ENV_PREFIX = "KERNELPRO_"
 
@@ -123,7 +123,9 @@ class Options:
     # Subgraphs with symbolic sizes (torch.compile recompiles with dynamic sizes after a shape
     # change): "dispatch" serves them per concrete size through a shape dispatcher (kernels
     # keyed, proved and cached per size, the fallback's compiled subgraph for sizes with none,
-    # dispatch.py); "off" leaves them all to the fallback.
+    # dispatch.py); "transfer" also gives a size with no entry, under search="cache-only", the
+    # winner of a size in its power-of-two bucket once proved at its own size (compiled,
+    # validated and timed against the fallback; no search); "off" leaves them to the fallback.
     dynamic_shapes: DynamicShapes = "dispatch"
     # Attention written by hand (q @ k.T, scale, -inf mask, softmax, dropout(0), @ v) is
     # rewritten into scaled_dot_product_attention before AOTAutograd, so it runs as fused

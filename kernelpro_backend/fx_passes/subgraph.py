@@ -61,6 +61,8 @@ class Subgraph:
     # Configurations that won at other sizes of the same family, (template, knobs), nearest
     # first: the search measures them beside its seed (tuner/finder.py fills them in).
     hints: tuple[tuple[str, tuple[tuple[str, Any], ...]], ...] = ()
+    # Measure the hints alone (a neighbouring size's winner proved at this size, no search).
+    hints_only: bool = False
 
     @property
     def ops(self) -> list[str]:

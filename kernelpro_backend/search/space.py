@@ -104,7 +104,10 @@ class CodegenSpace:
         # Then the same program in the other templates that can run it (a long row kept on
         # chip by a CUDA cluster kernel beside the Triton seed), each measured like the seed.
         alternatives = list(self.codegen.alternatives(seed))
-        out: list[Hashable] = [seed, *self._hinted(subgraph, [seed, *alternatives]), *alternatives]
+        hinted = self._hinted(subgraph, [seed, *alternatives])
+        if getattr(subgraph, "hints_only", False):
+            return hinted  # a neighbouring size's winner proved at this size, nothing else
+        out: list[Hashable] = [seed, *hinted, *alternatives]
         knobs = dict(getattr(seed, "knobs", ()))
         for name, values in sorted(self.codegen.knob_space(seed).items()):
             if len(out) > SEED_VARIANTS or name not in knobs or knobs[name] not in values:

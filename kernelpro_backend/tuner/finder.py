@@ -57,6 +57,20 @@ def spec_config(spec_json: str | None) -> tuple[str, tuple[Any, ...]] | None:
         return None
 
 
+def _bucket(n: int) -> int:
+    """The power-of-two bucket (2**(b-1), 2**b] of a size: its b."""
+    return max(n - 1, 0).bit_length()
+
+
+def same_buckets(sizes: Sequence[Sequence[int]], metas: Sequence[Sequence[Any]]) -> bool:
+    """Whether every dim of two instances' inputs falls in the same power-of-two bucket."""
+    return all(
+        len(shape) == len(meta[0])
+        and all(_bucket(a) == _bucket(b) for a, b in zip(shape, meta[0], strict=True))
+        for shape, meta in zip(sizes, metas, strict=True)
+    )
+
+
 def size_distance(sizes: Sequence[Sequence[int]], metas: Sequence[Sequence[Any]]) -> float:
     """How far two instances' input sizes are apart: the summed |log2| ratio of their dims."""
     total = 0.0
@@ -130,7 +144,39 @@ class KernelFinder:
         artifact = self._artifacts.get(self.cache.key_for(subgraph.key).digest)
         if artifact is None:
             artifact = self.resolve(subgraph)
+        if artifact is None and self._transfers(subgraph):
+            artifact = self._transfer(subgraph)
         return self.use(subgraph, artifact, behind_op=True)
+
+    def _transfers(self, subgraph: Subgraph) -> bool:
+        return (
+            self.options.search == "cache-only"
+            and self.options.dynamic_shapes == "transfer"
+            and bool(subgraph.family)
+            and self.searcher is not None
+        )
+
+    def _transfer(self, subgraph: Subgraph) -> KernelArtifact | None:
+        """The winner of a size in this size's power-of-two bucket, proved here at this size
+        (compiled, validated, timed against the fallback; the search measures it alone), or
+        None. Stored like a search winner."""
+        hints = self.family_hints(subgraph, same_bucket=True)
+        if not hints:
+            return None
+        key = self.cache.key_for(subgraph.key)
+        found, _ = self._search(dataclasses.replace(subgraph, hints=hints, hints_only=True))
+        if found is None:
+            return None
+        artifact = describe(found, subgraph)
+        self.cache_op("store a kernel in", lambda: self.cache.put(key, artifact))
+        if self._families is not None:
+            self._families.setdefault(artifact.family, []).append((key, artifact))
+        log.info(
+            "kernelpro cache: %s %s: a winner of its size bucket, proved at these sizes",
+            subgraph.pattern,
+            key.short(),
+        )
+        return artifact
 
     def resolve(self, subgraph: Subgraph) -> KernelArtifact | None:
         """The subgraph's proved artifact — a cache hit (re-proved here first if it was made
@@ -266,7 +312,7 @@ class KernelFinder:
                 )
                 self._warned_no_searcher = True
             return None, None
-        if subgraph.family:
+        if subgraph.family and not subgraph.hints:
             subgraph = dataclasses.replace(subgraph, hints=self.family_hints(subgraph))
         try:
             found = self.searcher(subgraph)
@@ -276,7 +322,9 @@ class KernelFinder:
             return None, None
         return found, getattr(self.searcher, "skipped", None)
 
-    def family_hints(self, subgraph: Subgraph) -> tuple[tuple[str, tuple[Any, ...]], ...]:
+    def family_hints(
+        self, subgraph: Subgraph, same_bucket: bool = False
+    ) -> tuple[tuple[str, tuple[Any, ...]], ...]:
         """The (template, knobs) of the winners at other sizes of the subgraph's family, nearest
         sizes first (at most FAMILY_HINTS): a search at a new size measures them beside its
         seed, so it starts where the neighbouring sizes ended."""
@@ -291,6 +339,8 @@ class KernelFinder:
         ranked = []
         for key, artifact in self._families.get(subgraph.family, []):
             config = spec_config(artifact.spec_json)
+            if same_bucket and not same_buckets(sizes, key.subgraph.inputs):
+                continue
             if config is not None:
                 ranked.append((size_distance(sizes, key.subgraph.inputs), config))
         ranked.sort(key=lambda dc: dc[0])

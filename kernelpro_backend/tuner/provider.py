@@ -35,7 +35,10 @@ def default_provider(options: Options, custom: Any = None) -> KernelProvider:
     from .reprove import Reprover
     from .searcher import SubgraphSearcher
 
-    searcher = SubgraphSearcher(options) if options.search == "on-miss" else None
+    # "transfer" proves a neighbouring size's winner at a new size under cache-only: it needs
+    # the searcher's workers, not its search.
+    proves = options.search == "on-miss" or options.dynamic_shapes == "transfer"
+    searcher = SubgraphSearcher(options) if proves else None
     try:
         finder = KernelFinder.from_options(options, searcher=searcher, prover=Reprover(options))
     except CacheUnavailable as e:

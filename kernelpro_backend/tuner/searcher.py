@@ -205,6 +205,8 @@ def _options_for(options: Options, subgraph: Subgraph) -> Options:
     if not subgraph.hints:
         return options
     trials = max(len(subgraph.hints) + 2, int(options.max_trials * HINTED_BUDGET))
+    if subgraph.hints_only:  # a proof of the hints at this size: they are the only trials
+        trials = len(subgraph.hints)
     return dataclasses.replace(
         options, budget_s=options.budget_s * HINTED_BUDGET, max_trials=trials
     )

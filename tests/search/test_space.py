@@ -118,6 +118,12 @@ def test_winners_at_other_sizes_are_measured_right_after_the_seed():
     ]
 
 
+def test_a_proof_of_hints_measures_them_alone():
+    space = CodegenSpace(codegen=fake_codegen, illegal=IllegalSpec)
+    subgraph = types.SimpleNamespace(hints=(("softmax", (("num_warps", 2),)),), hints_only=True)
+    assert [space.knobs(c) for c in space.initial(subgraph)] == [{"num_warps": 2}]
+
+
 @pytest.mark.skipif(
     importlib.util.find_spec("kernelpro_backend.codegen") is None,
     reason="the codegen package is not merged in this checkout",

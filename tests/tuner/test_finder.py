@@ -193,3 +193,37 @@ def test_a_family_survives_the_entry_encoding_and_older_entries_keep_their_check
     with_family = dataclasses_replace(plain, family="abc")
     assert KernelArtifact.from_dict(with_family.to_dict()).family == "abc"
     assert KernelArtifact.from_dict(plain.to_dict()).checksum == plain.checksum
+
+
+def test_transfer_proves_a_winner_of_the_same_size_bucket_under_cache_only(cache):
+    import dataclasses
+
+    from graphs import tanh_subgraph
+
+    for rows, warps in ((12, 2), (32, 8)):  # bucket (8, 16] and (16, 32]
+        sg = dataclasses.replace(tanh_subgraph((rows, 32)), family="fam")
+        art = dataclasses.replace(python_artifact(), spec_json=_spec("rowwise", warps))
+        cache.put(cache.key_for(sg.key), describe(art, sg))
+    asked = []
+
+    def searcher(subgraph):
+        asked.append((subgraph.hints, subgraph.hints_only))
+        # proved here and faster than the fallback by more than the op path costs
+        won = dataclasses.replace(python_artifact(), spec_json=_spec("rowwise", 2))
+        return dataclasses.replace(won, baselines_ms={"eager": 1.0, "inductor": 1.0})
+
+    options = Options(search="cache-only", dynamic_shapes="transfer")
+    finder = KernelFinder(cache, options, python_loader, searcher)
+    at_14 = dataclasses.replace(tanh_subgraph((14, 32)), family="fam")
+    kernel = finder.find_dynamic(at_14)
+    # Only the 12-row winner shares 14's bucket; it alone is proved, and stored for 14 rows.
+    assert asked == [((("rowwise", (("num_warps", 2),)),), True)]
+    assert kernel is not None
+    assert cache.get(cache.key_for(at_14.key)).family == "fam"
+    # Nothing of 64 rows' bucket: no proof, the fallback (a miss, recorded).
+    at_64 = dataclasses.replace(tanh_subgraph((64, 32)), family="fam")
+    assert finder.find_dynamic(at_64) is None and len(asked) == 1
+    # Under plain "dispatch", cache-only never proves anything.
+    plain = KernelFinder(cache, Options(search="cache-only"), python_loader, searcher)
+    assert plain.find_dynamic(dataclasses.replace(tanh_subgraph((13, 32)), family="fam")) is None
+    assert len(asked) == 1

@@ -193,3 +193,16 @@ def test_a_size_that_starts_from_its_familys_winners_searches_a_quarter_as_long(
     hinted = dataclasses.replace(plain, hints=(("rowwise", (("num_warps", 4),)),))
     short = _options_for(options, hinted)
     assert short.budget_s == 120.0 * HINTED_BUDGET and short.max_trials == 16
+
+
+def test_a_proof_of_a_neighbouring_sizes_winner_measures_it_alone():
+    import dataclasses
+
+    from graphs import tanh_subgraph
+
+    from kernelpro_backend.tuner.searcher import _options_for
+
+    hinted = dataclasses.replace(
+        tanh_subgraph(), hints=(("rowwise", (("num_warps", 4),)),), hints_only=True
+    )
+    assert _options_for(Options(max_trials=64), hinted).max_trials == 1
