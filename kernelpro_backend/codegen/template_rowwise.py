@@ -85,6 +85,72 @@ def render_rowwise(spec: KernelSpec) -> tuple[str, str]:
     return "\n".join(head + em.lines), grid
 
 
+def online_pairs(spec: KernelSpec, reductions: list[int]) -> dict[int, int]:
+    """max reduction -> the sum of exp(y - that max) over the same y: the pair a softmax,
+    log-softmax or log-sum-exp makes, which one column pass can compute together."""
+    pairs: dict[int, int] = {}
+    for s in reductions:
+        op, args, _ = spec.ops[s]
+        if op != "sum" or args[0][0] != "T":
+            continue
+        e_op, e_args, _ = spec.ops[args[0][1]]
+        if e_op != "exp" or e_args[0][0] != "T":
+            continue
+        d_op, d_args, _ = spec.ops[e_args[0][1]]
+        if d_op != "sub" or len(d_args) != 2 or d_args[1][0] != "T":
+            continue
+        m = d_args[1][1]
+        m_op, m_args, _ = spec.ops[m]
+        if m in reductions and m_op == "max" and m_args[0] == d_args[0] and m not in pairs:
+            pairs[m] = s
+    return pairs
+
+
+def _column_pass(
+    spec: KernelSpec,
+    em: Emitter,
+    looped: list[int],
+    online: dict[int, int],
+    n_cols: int,
+    open_columns: Callable[[str], None],
+) -> None:
+    """One loop over the row's column blocks accumulating the `looped` reductions, and for each
+    max in `online` the sum of exp(y - max) beside it: per lane, the running max and the sum
+    rescaled whenever the max grows (exp(old - new); 0 while a lane has seen only -inf)."""
+    ninf = 'float("-inf")'
+    for i in looped:
+        em.line(em.accumulator(spec.ops[i][0], f"acc{i}"))
+    for s in online.values():
+        em.line(em.accumulator("sum", f"acc{s}"))
+    em.line(f"for c0 in range(0, {n_cols}, BLOCK_C):")
+    em.indent += 1
+    em.local_memo = {}
+    open_columns("c0 + ")
+    for i in looped:
+        op, args, _ = spec.ops[i]
+        if i not in online:
+            em.line(em.accumulate(op, args, f"acc{i}"))
+            continue
+        s, y = online[i], f"y{i}"
+        em.line(f"{y} = tl.where(mask, {em.value(args[0])}, {ninf})")
+        em.line(f"new{i} = tl.maximum(acc{i}, {y})")
+        em.line(
+            f"acc{s} = acc{s} * tl.where(new{i} == {ninf}, 0.0, tl.exp(acc{i} - new{i})) "
+            f"+ tl.where({y} == {ninf}, 0.0, tl.exp({y} - new{i}))"
+        )
+        em.line(f"acc{i} = new{i}")
+    em.indent -= 1
+    for i in looped:
+        name = f"t_red{i}"
+        em.line(f"{name} = {em.finish(spec.ops[i][0], f'acc{i}')}")
+        em.global_memo[("T", i)] = name
+        if i in online:
+            s = online[i]
+            scaled = f"acc{s} * tl.where(acc{i} == {ninf}, 0.0, tl.exp(acc{i} - {name}))"
+            em.line(f"t_red{s} = tl.sum({scaled}, axis=1)[:, None]")
+            em.global_memo[("T", s)] = f"t_red{s}"
+
+
 def _looped(
     spec: KernelSpec, em: Emitter, needed: set[Any], open_columns: Callable[[str], None]
 ) -> None:
@@ -96,6 +162,7 @@ def _looped(
     pending = [
         i for i, (op, _, _) in enumerate(spec.ops) if op in REDUCTIONS and ("T", i) in needed
     ]
+    pairs = online_pairs(spec, pending)
     while pending:
         wave = [
             i for i in pending if reduction_ready(spec, spec.ops[i][1], em.global_memo, em.level)
@@ -110,21 +177,11 @@ def _looped(
                 em.value(("T", i))  # constant along the row: no pass needed
             else:
                 looped.append(i)
+        # A sum of exp(y - max(y)) joins its max's pass (online log-sum-exp).
+        online = {m: pairs[m] for m in looped if m in pairs and pairs[m] in pending}
+        pending = [i for i in pending if i not in online.values()]
         if looped:
-            for i in looped:
-                em.line(em.accumulator(spec.ops[i][0], f"acc{i}"))
-            em.line(f"for c0 in range(0, {n_cols}, BLOCK_C):")
-            em.indent += 1
-            em.local_memo = {}
-            open_columns("c0 + ")
-            for i in looped:
-                op, args, _ = spec.ops[i]
-                em.line(em.accumulate(op, args, f"acc{i}"))
-            em.indent -= 1
-            for i in looped:
-                name = f"t_red{i}"
-                em.line(f"{name} = {em.finish(spec.ops[i][0], f'acc{i}')}")
-                em.global_memo[("T", i)] = name
+            _column_pass(spec, em, looped, online, n_cols, open_columns)
         em.emit_ready_rows(needed)
     full = [k for k, (_, _, idx, _) in enumerate(spec.stores) if em._index_level(idx) == FULL]
     if full:
