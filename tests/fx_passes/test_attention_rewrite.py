@@ -4,6 +4,7 @@ rewrite is exact: models train through it exactly as eager (outputs and gradient
 
 from __future__ import annotations
 
+import copy
 import math
 
 import pytest
@@ -103,17 +104,20 @@ def test_inexact_chains_are_left_alone(spelling):
 def test_training_through_the_backend_matches_eager(spelling, fallback):
     torch.manual_seed(0)
     model = Attention(spelling)
+    eager = copy.deepcopy(model)
     torch._dynamo.reset()
     compiled = torch.compile(
         model, backend=make_backend(provider=NullProvider()), options={"fallback": fallback}
     )
     ins, ref_ins = _inputs(1), _inputs(1)
-    out, ref = compiled(*ins), model(*ref_ins)
+    out, ref = compiled(*ins), eager(*ref_ins)
     torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-5)
     (out.square().sum()).backward()
     (ref.square().sum()).backward()
     for a, b in zip(ins, ref_ins, strict=True):
         torch.testing.assert_close(a.grad, b.grad, rtol=1e-4, atol=1e-5)
+    # the additive bias is learned: its gradient flows through SDPA's attn_mask too
+    torch.testing.assert_close(model.bias.grad, eager.bias.grad, rtol=1e-4, atol=1e-5)
 
 
 @pytest.mark.parametrize(
