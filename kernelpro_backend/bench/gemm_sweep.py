@@ -35,7 +35,7 @@ from ..codegen.gemm_configs import fitted_knobs, operand_kind
 from ..explain import find_subgraphs
 from ..fx_passes import Subgraph
 from ..lowering import lower
-from ..runtime.compare import compare
+from ..runtime.compare import compare, max_abs_error
 from ..runtime.precision import precision_mode
 from ..runtime.timing import time_kernel
 from ..runtime.validate import compute_reference
@@ -206,6 +206,16 @@ def run_case(name: str, precision: str, make: Callable, budget_end: float, limit
                     if rejection is not None:
                         raise AssertionError(f"wrong: {rejection.message}")
                 row["error_ratio"] = round(worst, 4)  # worst error / allowed error
+                # against float64: this kernel's largest error, and PyTorch eager's under the
+                # spec's policy (IEEE float32 for ieee and tf32x3) on the same inputs
+                exact = ref.exact
+                row["max_abs_error"] = max(
+                    max_abs_error(o, r) for o, r in zip(outs, exact, strict=True)
+                )
+                if ref.eager is not None:
+                    row["eager_max_abs_error"] = max(
+                        max_abs_error(e, r) for e, r in zip(ref.eager, exact, strict=True)
+                    )
                 row["ms"] = bench(functools.partial(kernel, *inputs))
             row["tflops"] = round(flop / (row["ms"] * 1e-3) / 1e12, 1)
             row["vs_cublas"] = round(row["ms"] / case["cublas_ms"], 3)

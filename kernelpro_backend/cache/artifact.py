@@ -106,9 +106,14 @@ class KernelArtifact:
     # other sizes can seed a search at a new one (written only when set: older entries and
     # their checksums stay as they were).
     family: str = ""
+    # Measured accuracy, where the policy promises one (tf32x3: the kernel's largest error
+    # against float64 and IEEE float32 eager's on the same inputs); written only when set.
+    accuracy: dict[str, float] = dataclasses.field(default_factory=dict, hash=False)
 
     def to_dict(self) -> dict[str, Any]:
-        optional = {"family": self.family} if self.family else {}
+        optional: dict[str, Any] = {"family": self.family} if self.family else {}
+        if self.accuracy:
+            optional["accuracy"] = dict(sorted(self.accuracy.items()))
         return optional | {
             "language": self.language,
             "source": self.source,
@@ -148,6 +153,10 @@ class KernelArtifact:
             subgraph_text=_req(raw["subgraph_text"], str, "subgraph_text"),
             provenance=Provenance.from_dict(_req(raw["provenance"], dict, "provenance")),
             family=_req(raw.get("family", ""), str, "family"),
+            accuracy={
+                str(k): float(_req(v, (int, float), "accuracy"))
+                for k, v in _req(raw.get("accuracy", {}), dict, "accuracy").items()
+            },
         )
 
     @property

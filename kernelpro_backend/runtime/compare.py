@@ -162,21 +162,26 @@ def check_deterministic(
 COMPARE_CHUNK = 1 << 25
 
 
+def max_abs_error(got: torch.Tensor, ref64: torch.Tensor) -> float:
+    """The largest |got - ref64| where both are finite, computed slice by slice."""
+    r, g = ref64.reshape(-1), got.reshape(-1)
+    worst = 0.0
+    for start in range(0, r.numel(), COMPARE_CHUNK):
+        rs, gs = (
+            r[start : start + COMPARE_CHUNK].double(),
+            g[start : start + COMPARE_CHUNK].double(),
+        )
+        err = (gs - rs).abs()[torch.isfinite(rs) & torch.isfinite(gs)]
+        if err.numel():
+            worst = max(worst, float(err.max()))
+    return worst
+
+
 def _eager_slack(got: torch.Tensor, ref64: torch.Tensor, eager: torch.Tensor | None) -> float:
     """EAGER_ERROR_FACTOR x eager's own largest error where both are finite, sliced."""
     if eager is None or not got.dtype.is_floating_point:
         return 0.0
-    r, e = ref64.reshape(-1), eager.reshape(-1)
-    worst = 0.0
-    for start in range(0, r.numel(), COMPARE_CHUNK):
-        rs, es = (
-            r[start : start + COMPARE_CHUNK].double(),
-            e[start : start + COMPARE_CHUNK].double(),
-        )
-        err = (es - rs).abs()[torch.isfinite(rs) & torch.isfinite(es)]
-        if err.numel():
-            worst = max(worst, float(err.max()))
-    return EAGER_ERROR_FACTOR * worst
+    return EAGER_ERROR_FACTOR * max_abs_error(eager, ref64)
 
 
 def compare(

@@ -27,6 +27,7 @@ from .compare import (
     check_form,
     check_inputs_unmodified,
     compare,
+    max_abs_error,
     poison_allocator,
 )
 from .job import Job
@@ -169,6 +170,7 @@ def validate(
     details: dict[str, Any] = {"trials": []}
     previous: list[torch.Tensor] | None = None
     worst = 0.0
+    errors: dict[str, float] = {}
     for trial in range(job.trials):
         inputs, ref, info = trial_inputs(job, reference, trial, device, previous)
         details["trials"].append(info)
@@ -188,6 +190,8 @@ def validate(
                 worst = max(worst, ratio)
                 if rejection is not None:
                     break
+                if job.precision == "tf32x3" and got.dtype.is_floating_point:
+                    _record_errors(errors, got, ref.exact[i], eager)
         if rejection is None and trial == 0 and check_determinism:
             assert snap is not None
             # Keep the first run's outputs alive so the second cannot be handed their memory.
@@ -205,7 +209,19 @@ def validate(
         previous = inputs if trial == 0 else None  # only trial 1 rewrites trial 0's inputs
         del outs, snap, inputs, ref, saved
     details["worst_error_ratio"] = worst  # largest error / allowed over all outputs and trials
+    details.update(errors)
     return None, details
+
+
+def _record_errors(
+    errors: dict[str, float], got: torch.Tensor, exact: torch.Tensor, eager: torch.Tensor | None
+) -> None:
+    """Under tf32x3: the candidate's largest error against float64 and IEEE float32 eager's on
+    the same inputs (the accuracy the policy promises), the worst over outputs and trials."""
+    errors["max_abs_error"] = max(errors.get("max_abs_error", 0.0), max_abs_error(got, exact))
+    if eager is not None:
+        ieee = max_abs_error(eager, exact)
+        errors["ieee_max_abs_error"] = max(errors.get("ieee_max_abs_error", 0.0), ieee)
 
 
 def _with_trial(rejection: Rejection, info: dict[str, Any]) -> Rejection:

@@ -248,6 +248,11 @@ def _artifact(
         baselines_ms=baselines,
         sol_fraction=outcome.result.sol_fraction,
         provenance=Provenance(search_log=log_path),
+        accuracy={
+            k: float(v)
+            for k, v in outcome.result.details.items()
+            if k in ("max_abs_error", "ieee_max_abs_error")
+        },
     )
 
 

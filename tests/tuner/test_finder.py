@@ -190,8 +190,10 @@ def test_a_family_survives_the_entry_encoding_and_older_entries_keep_their_check
 
     plain = python_artifact()
     assert "family" not in plain.to_dict()
-    with_family = dataclasses_replace(plain, family="abc")
-    assert KernelArtifact.from_dict(with_family.to_dict()).family == "abc"
+    with_family = dataclasses_replace(plain, family="abc", accuracy={"max_abs_error": 1e-6})
+    again = KernelArtifact.from_dict(with_family.to_dict())
+    assert again.family == "abc" and again.accuracy == {"max_abs_error": 1e-6}
+    assert "accuracy" not in plain.to_dict()
     assert KernelArtifact.from_dict(plain.to_dict()).checksum == plain.checksum
 
 
