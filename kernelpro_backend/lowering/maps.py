@@ -32,7 +32,10 @@ _RESHAPES = {
     "aten::flatten",
 }
 _PERMUTES = {"aten::permute", "aten::transpose", "aten::t"}
-REDUCTIONS = {"aten::sum", "aten::mean", "aten::amax", "aten::amin", "aten::var_mean"}
+REDUCTIONS = {
+    "aten::sum", "aten::mean", "aten::amax", "aten::amin", "aten::var_mean", "aten::var",
+    "aten::std",
+}  # fmt: skip
 
 
 def shape(node: fx.Node) -> tuple[int, ...]:
@@ -99,7 +102,7 @@ def reduction_parts(node: fx.Node) -> tuple[fx.Node, tuple[int, ...], bool]:
     if not isinstance(src, fx.Node) or sig is None:
         raise Unsupported(f"cannot read the reduced dims of {node.format_node()}")
     keep = node.kwargs.get("keepdim", node.args[2] if len(node.args) > 2 else False)
-    if op_name(node) == "aten::var_mean":
+    if op_name(node) in ("aten::var_mean", "aten::var", "aten::std"):
         keep = node.kwargs.get("keepdim", False)
     return src, sig[1], bool(keep)
 

@@ -140,6 +140,11 @@ class ProgramBuilder:
             return self.emit("div", (self.emit("sum", (x,), dt), ("c", count)), dt)
         if name in ("amax", "amin"):
             return self.emit("max" if name == "amax" else "min", (x,), dt)
+        if name in ("var", "std"):  # var_mean's expansion; std its square root
+            if getattr(n.target, "_overloadname", "") != "correction":
+                raise Unsupported(f"{n.format_node()}: only the .correction overload is read")
+            _, var = self._var_mean(n)
+            return var if name == "var" else self.emit("sqrt", (var,), dt)
         raise Unsupported(f"reduction {name} is not supported")
 
     def _row_gather(self, n: fx.Node) -> Ref:
