@@ -18,13 +18,15 @@ from typing import Any
 
 from . import index as ix
 from .optable import LOW_FLOATS, TL_DTYPES, expression, is_float, literal
-from .program_walk import REDUCTIONS, needed_refs, ref_dtype, ref_levels
+from .program_walk import ARG_REDUCTIONS, REDUCTIONS, needed_refs, ref_dtype, ref_levels
 from .spec import KernelSpec
 
 SCALAR, ROW, FULL = 0, 1, 2
 _IDENTITY = {"sum": "0.0", "max": 'float("-inf")', "min": 'float("inf")', "gather": "0"}
 _ACC_DTYPE = {"sum": "tl.float32", "max": "tl.float32", "min": "tl.float32", "gather": "tl.int32"}
 _FINISH = {"sum": "tl.sum", "max": "tl.max", "min": "tl.min", "gather": "tl.sum"}
+# argmax/argmin: the value no element beats, and the reduction that finds the extreme.
+ARG_EXTREME = {"argmax": ('float("-inf")', "tl.max"), "argmin": ('float("inf")', "tl.min")}
 
 
 class Emitter:
@@ -114,10 +116,28 @@ class Emitter:
         return expression(op, rendered, dtype)
 
     def inline_reduction(self, op: str, args: Sequence[Any]) -> str:
+        if op in ARG_REDUCTIONS:
+            return self._arg_inline(op, args)
         if self.level(args[0]) != FULL:  # constant along the row
             v = self.value(args[0])
             return f"({v} * {self.n_cols})" if op == "sum" else v
         return self.finish(op, self._term(op, args))
+
+    def _arg_inline(self, op: str, args: Sequence[Any]) -> str:
+        """argmax/argmin over a tile that covers the row: the first column holding the extreme,
+        or the first NaN's (PyTorch counts NaN as the extreme)."""
+        if self.level(args[0]) != FULL:  # constant along the row: its first column
+            return f"({self.row_var} * 0).to(tl.int64)"
+        v, col, big = self.value(args[0]), self.coords[args[1][1]], self.n_cols
+        ext, pick = ARG_EXTREME[op]
+        k = self._name("k")
+        self.line(f"{k} = {pick}(tl.where(mask & ({v} == {v}), {v}, {ext}), axis=1)[:, None]")
+        first = f"tl.min(tl.where(mask & ({v} == {k}), {col}, {big}), axis=1)[:, None]"
+        nan = f"tl.min(tl.where(mask & ({v} != {v}), {col}, {big}), axis=1)[:, None]"
+        f, n = self._name("f"), self._name("n")
+        self.line(f"{f} = {first}")
+        self.line(f"{n} = {nan}")
+        return f"tl.where({n} < {big}, {n}, {f}).to(tl.int64)"
 
     def _term(self, op: str, args: Sequence[Any]) -> str:
         """The tile's contribution to a reduction: its valid elements (for a row gather, the one

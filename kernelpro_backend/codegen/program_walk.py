@@ -11,7 +11,8 @@ from __future__ import annotations
 from collections.abc import Callable, Container
 from typing import Any
 
-REDUCTIONS = ("sum", "max", "min", "gather")
+REDUCTIONS = ("sum", "max", "min", "gather", "argmax", "argmin")
+ARG_REDUCTIONS = ("argmax", "argmin")  # the column of the first extreme (NaN counts as one)
 FULL = 2  # the level of a per-element value (0: scalar, 1: per row)
 
 

@@ -17,8 +17,8 @@ from typing import Any
 
 from . import index as ix
 from .domain import extent, rows_cols
-from .emitter import FULL, REDUCTIONS, Emitter
-from .program_walk import reduction_ready
+from .emitter import ARG_EXTREME, FULL, REDUCTIONS, Emitter
+from .program_walk import ARG_REDUCTIONS, reduction_ready
 from .spec import KernelSpec
 
 _INT32_MAX = 2**31 - 1
@@ -119,7 +119,10 @@ def _column_pass(
     rescaled whenever the max grows (exp(old - new); 0 while a lane has seen only -inf)."""
     ninf = 'float("-inf")'
     for i in looped:
-        em.line(em.accumulator(spec.ops[i][0], f"acc{i}"))
+        if spec.ops[i][0] in ARG_REDUCTIONS:
+            _arg_start(em, i, n_cols)
+        else:
+            em.line(em.accumulator(spec.ops[i][0], f"acc{i}"))
     for s in online.values():
         em.line(em.accumulator("sum", f"acc{s}"))
     em.line(f"for c0 in range(0, {n_cols}, BLOCK_C):")
@@ -128,6 +131,9 @@ def _column_pass(
     open_columns("c0 + ")
     for i in looped:
         op, args, _ = spec.ops[i]
+        if op in ARG_REDUCTIONS:
+            _arg_step(em, i, op, args, n_cols)
+            continue
         if i not in online:
             em.line(em.accumulate(op, args, f"acc{i}"))
             continue
@@ -142,13 +148,49 @@ def _column_pass(
     em.indent -= 1
     for i in looped:
         name = f"t_red{i}"
-        em.line(f"{name} = {em.finish(spec.ops[i][0], f'acc{i}')}")
+        if spec.ops[i][0] in ARG_REDUCTIONS:
+            _arg_finish(em, i, spec.ops[i][0], n_cols)
+        else:
+            em.line(f"{name} = {em.finish(spec.ops[i][0], f'acc{i}')}")
         em.global_memo[("T", i)] = name
         if i in online:
             s = online[i]
             scaled = f"acc{s} * tl.where(acc{i} == {ninf}, 0.0, tl.exp(acc{i} - {name}))"
             em.line(f"t_red{s} = tl.sum({scaled}, axis=1)[:, None]")
             em.global_memo[("T", s)] = f"t_red{s}"
+
+
+def _arg_start(em: Emitter, i: int, n_cols: int) -> None:
+    """Per-lane state of an argmax/argmin over column blocks: the extreme seen, its column and
+    the first NaN's column (n_cols: none yet)."""
+    ext = ARG_EXTREME[em.spec.ops[i][0]][0]
+    em.line(f"best{i} = tl.full([ROWS, BLOCK_C], {ext}, tl.float32)")
+    em.line(f"idx{i} = tl.full([ROWS, BLOCK_C], {n_cols}, tl.int64)")
+    em.line(f"nan{i} = tl.full([ROWS, BLOCK_C], {n_cols}, tl.int64)")
+
+
+def _arg_step(em: Emitter, i: int, op: str, args: Any, n_cols: int) -> None:
+    """One column block: a lane takes a value beating its best (the first one it sees when it
+    has none), so within a lane, whose columns only grow, ties keep the first column."""
+    v, col = em.value(args[0]), em.coords[args[1][1]]
+    beats = ">" if op == "argmax" else "<"
+    em.line(f"take{i} = mask & ({v} == {v}) & (({v} {beats} best{i}) | (idx{i} == {n_cols}))")
+    em.line(f"best{i} = tl.where(take{i}, {v}, best{i})")
+    em.line(f"idx{i} = tl.where(take{i}, {col}, idx{i})")
+    em.line(f"nan{i} = tl.minimum(nan{i}, tl.where(mask & ({v} != {v}), {col}, {n_cols}))")
+
+
+def _arg_finish(em: Emitter, i: int, op: str, n_cols: int) -> None:
+    """The lanes combined: the first column among those holding the extreme, or the first
+    NaN's column when the row has one."""
+    pick = ARG_EXTREME[op][1]
+    em.line(f"m{i} = {pick}(best{i}, axis=1)[:, None]")
+    em.line(
+        f"f{i} = tl.min(tl.where((best{i} == m{i}) & (idx{i} < {n_cols}), idx{i}, {n_cols}), "
+        "axis=1)[:, None]"
+    )
+    em.line(f"n{i} = tl.min(nan{i}, axis=1)[:, None]")
+    em.line(f"t_red{i} = tl.where(n{i} < {n_cols}, n{i}, f{i})")
 
 
 def _looped(

@@ -34,7 +34,7 @@ _RESHAPES = {
 _PERMUTES = {"aten::permute", "aten::transpose", "aten::t"}
 REDUCTIONS = {
     "aten::sum", "aten::mean", "aten::amax", "aten::amin", "aten::var_mean", "aten::var",
-    "aten::std",
+    "aten::std", "aten::argmax", "aten::argmin",
 }  # fmt: skip
 
 

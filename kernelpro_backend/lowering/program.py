@@ -140,6 +140,12 @@ class ProgramBuilder:
             return self.emit("div", (self.emit("sum", (x,), dt), ("c", count)), dt)
         if name in ("amax", "amin"):
             return self.emit("max" if name == "amax" else "min", (x,), dt)
+        if name in ("argmax", "argmin"):
+            if len(rdims) != 1 or n.args[1:2] in ((), (None,)):
+                raise Unsupported(f"{n.format_node()}: {name} over one given dim only")
+            if dtype_name(src) not in ("float32", "float16", "bfloat16"):
+                raise Unsupported(f"{n.format_node()}: {name} of {dtype_name(src)} is not lowered")
+            return self.emit(name, (x, ("c", rdims[0])), "int64")
         if name in ("var", "std"):  # var_mean's expansion; std its square root
             if getattr(n.target, "_overloadname", "") != "correction":
                 raise Unsupported(f"{n.format_node()}: only the .correction overload is read")
