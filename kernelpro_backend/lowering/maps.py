@@ -110,6 +110,12 @@ def reduction_parts(node: fx.Node) -> tuple[fx.Node, tuple[int, ...], bool]:
 class MapBuilder:
     """Top-down propagation of index maps over one subgraph."""
 
+    def _unit_dims_dropped(self, index: ix.Index) -> ix.Index:
+        """`index` without its terms on domain dims of extent 1 (their coordinate is always 0),
+        so two reads that differ only there are one map (instance norm reduces a size-1 dim)."""
+        kept = tuple(t for t in index if not (isinstance(t[1], int) and self.domain[t[1]] == 1))
+        return kept if len(kept) == len(index) else ix.make(kept)
+
     def __init__(
         self,
         nodes: Sequence[fx.Node],
@@ -127,6 +133,7 @@ class MapBuilder:
         self.selections: dict[fx.Node, tuple[fx.Node, ix.Index, int]] = {}
 
     def give(self, node: fx.Node, m: Map) -> None:
+        m = [self._unit_dims_dropped(index) for index in m]
         old = self.maps.get(node)
         if old is None:
             self.maps[node] = list(m)
