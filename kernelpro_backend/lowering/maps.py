@@ -107,6 +107,22 @@ def reduction_parts(node: fx.Node) -> tuple[fx.Node, tuple[int, ...], bool]:
     return src, sig[1], bool(keep)
 
 
+def _reshape_like(n: fx.Node, src: fx.Node, out: Sequence[int]) -> bool:
+    """Whether `as_strided(src, size, stride[, 0])` is a reshape: `src` is contiguous, the view
+    keeps every element, row-major strides, no offset (group norm's decomposition views its
+    [1, C/G, G, 1]-shaped scale so)."""
+    val = src.meta.get("val")
+    if not isinstance(val, torch.Tensor) or not val.is_contiguous():
+        return False
+    stride = list(n.args[2]) if len(n.args) > 2 else None  # type: ignore[arg-type]
+    offset = n.args[3] if len(n.args) > 3 else n.kwargs.get("storage_offset")
+    expected, acc = [], 1
+    for size in reversed(out):
+        expected.append(acc)
+        acc *= size
+    return offset in (None, 0) and stride == expected[::-1] and acc == val.numel()
+
+
 class MapBuilder:
     """Top-down propagation of index maps over one subgraph."""
 
@@ -233,6 +249,8 @@ class MapBuilder:
             return res
         if name == "aten::expand":
             return broadcast(m, out, inp)
+        if name == "aten::as_strided" and _reshape_like(n, src, out):
+            return ix.reshape(m, out, inp, self.domain)
         raise Unsupported(
             f"view {name} of a computed value is not supported (only reshape/permute/expand)"
         )

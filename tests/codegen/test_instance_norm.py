@@ -1,8 +1,7 @@
 """Instance norm (PyTorch views it as [1, N*C, L] and reduces dims 0 and 2, dim 0 of size 1)
 lowers to the row template and matches PyTorch under the interpreter, with and without its
-affine weight, in one block and looped; so do group norm (without its affine weight: the
-decomposition reads it through an as_strided of a computed value, not lowered) and batch norm
-in training."""
+affine weight, in one block and looped; so do group norm (its affine weight read through an
+as_strided that is a reshape) and batch norm in training."""
 
 from __future__ import annotations
 
@@ -25,9 +24,10 @@ C = 6
         lambda x, w, b: (F.instance_norm(x),),
         lambda x, w, b: (F.instance_norm(x, weight=w, bias=b),),
         lambda x, w, b: (F.group_norm(x, 3),),
+        lambda x, w, b: (F.group_norm(x, 3, w, b),),
         lambda x, w, b: (F.batch_norm(x, None, None, w, b, training=True),),
     ],
-    ids=["instance", "instance_affine", "group", "batch_train"],
+    ids=["instance", "instance_affine", "group", "group_affine", "batch_train"],
 )
 def test_norms_over_a_unit_dim_lower_and_match(fn):
     inputs = (torch.randn(4, C, 40), torch.randn(C), torch.randn(C))
