@@ -121,7 +121,19 @@ class Emitter:
         if self.level(args[0]) != FULL:  # constant along the row
             v = self.value(args[0])
             return f"({v} * {self.n_cols})" if op == "sum" else v
+        if op in ("max", "min"):
+            return self.with_nan(self.finish(op, self._term(op, args)), self.nan_flag(args))
         return self.finish(op, self._term(op, args))
+
+    def nan_flag(self, args: Sequence[Any]) -> str:
+        """1 where a valid element of this tile is NaN, else 0 (an int32 tile)."""
+        v = self.value(args[0])
+        return f"(mask & ({v} != {v})).to(tl.int32)"
+
+    def with_nan(self, extreme: str, flags: str) -> str:
+        """A row's max/min, NaN where the row holds one: PyTorch's max and min propagate NaN,
+        Triton's drop it."""
+        return f'tl.where(tl.max({flags}, axis=1)[:, None] > 0, float("nan"), {extreme})'
 
     def _arg_inline(self, op: str, args: Sequence[Any]) -> str:
         """argmax/argmin over a tile that covers the row: the first column holding the extreme,

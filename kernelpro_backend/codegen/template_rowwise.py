@@ -123,6 +123,8 @@ def _column_pass(
             _arg_start(em, i, n_cols)
         else:
             em.line(em.accumulator(spec.ops[i][0], f"acc{i}"))
+        if spec.ops[i][0] in ("max", "min"):  # PyTorch's max/min propagate NaN
+            em.line(f"nanf{i} = tl.zeros([ROWS, BLOCK_C], tl.int32)")
     for s in online.values():
         em.line(em.accumulator("sum", f"acc{s}"))
     em.line(f"for c0 in range(0, {n_cols}, BLOCK_C):")
@@ -134,6 +136,8 @@ def _column_pass(
         if op in ARG_REDUCTIONS:
             _arg_step(em, i, op, args, n_cols)
             continue
+        if op in ("max", "min"):
+            em.line(f"nanf{i} = nanf{i} | {em.nan_flag(args)}")
         if i not in online:
             em.line(em.accumulate(op, args, f"acc{i}"))
             continue
@@ -148,10 +152,13 @@ def _column_pass(
     em.indent -= 1
     for i in looped:
         name = f"t_red{i}"
-        if spec.ops[i][0] in ARG_REDUCTIONS:
-            _arg_finish(em, i, spec.ops[i][0], n_cols)
+        op = spec.ops[i][0]
+        if op in ARG_REDUCTIONS:
+            _arg_finish(em, i, op, n_cols)
+        elif op in ("max", "min"):
+            em.line(f"{name} = {em.with_nan(em.finish(op, f'acc{i}'), f'nanf{i}')}")
         else:
-            em.line(f"{name} = {em.finish(spec.ops[i][0], f'acc{i}')}")
+            em.line(f"{name} = {em.finish(op, f'acc{i}')}")
         em.global_memo[("T", i)] = name
         if i in online:
             s = online[i]

@@ -31,6 +31,9 @@ _RESHAPES = {
     "aten::clone",
     "aten::flatten",
 }
+# Reductions with two outputs, read through getitem: var_mean (var, mean), max/min over a dim
+# (values, indices).
+_TWO_OUTPUT_REDUCTIONS = ("aten::var_mean", "aten::max", "aten::min")
 _PERMUTES = {"aten::permute", "aten::transpose", "aten::t"}
 REDUCTIONS = {
     "aten::sum", "aten::mean", "aten::amax", "aten::amin", "aten::var_mean", "aten::var",
@@ -104,6 +107,8 @@ def reduction_parts(node: fx.Node) -> tuple[fx.Node, tuple[int, ...], bool]:
     keep = node.kwargs.get("keepdim", node.args[2] if len(node.args) > 2 else False)
     if op_name(node) in ("aten::var_mean", "aten::var", "aten::std"):
         keep = node.kwargs.get("keepdim", False)
+    elif op_name(node) in ("aten::max", "aten::min") and len(node.args) < 2:
+        raise Unsupported(f"{node.format_node()}: max/min over every element is not lowered")
     return src, sig[1], bool(keep)
 
 
@@ -209,8 +214,11 @@ class MapBuilder:
         r, name = role(n), op_name(n)
         if r is Role.GETITEM:
             src = n.args[0]
-            if not isinstance(src, fx.Node) or op_name(src) != "aten::var_mean":
-                raise Unsupported(f"{n.format_node()}: only var_mean's outputs are supported")
+            if not isinstance(src, fx.Node) or op_name(src) not in _TWO_OUTPUT_REDUCTIONS:
+                raise Unsupported(
+                    f"{n.format_node()}: only the outputs of var_mean and max/min over a dim "
+                    "are supported"
+                )
             self._reduce(src, m)
         elif r is Role.REDUCTION:
             if name not in REDUCTIONS:

@@ -105,7 +105,12 @@ class ProgramBuilder:
         if r is Role.VIEW:
             self.refs[n] = self.ref(n.all_input_nodes[0])
         elif r is Role.GETITEM:
-            mean_ref, var_ref = self._var_mean(n.args[0])  # type: ignore[arg-type]
+            src = n.args[0]
+            assert isinstance(src, fx.Node)
+            if op_name(src) in ("aten::max", "aten::min"):  # (values, indices) over a dim
+                self.refs[n] = self._extreme(src, indices=bool(n.args[1] == 1))
+                return
+            mean_ref, var_ref = self._var_mean(src)
             self.refs[n] = var_ref if n.args[1] == 0 else mean_ref
         elif r is Role.REDUCTION:
             self.refs[n] = self._reduction(n)
@@ -173,6 +178,19 @@ class ProgramBuilder:
         if ref[0] == "T":
             return str(self.ops[ref[1]][2])
         return "float32"  # the GEMM/attention accumulator
+
+    def _extreme(self, n: fx.Node, indices: bool) -> Ref:
+        """The values (max/min) or indices (argmax/argmin) output of max/min over one dim."""
+        src, rdims, _ = reduction_parts(n)
+        if len(rdims) != 1:
+            raise Unsupported(f"{n.format_node()}: max/min over one dim only")
+        largest = op_name(n) == "aten::max"
+        if not indices:
+            return self.emit("max" if largest else "min", (self.ref(src),), dtype_name(src))
+        if dtype_name(src) not in ("float32", "float16", "bfloat16"):
+            raise Unsupported(f"{n.format_node()}: indices of {dtype_name(src)} are not lowered")
+        op = "argmax" if largest else "argmin"
+        return self.emit(op, (self.ref(src), ("c", rdims[0])), "int64")
 
     def _var_mean(self, n: fx.Node) -> tuple[Ref, Ref]:
         if n not in self.var_mean:

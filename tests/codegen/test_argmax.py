@@ -55,3 +55,20 @@ def test_argmax_over_every_dim_and_of_integers_stay_with_the_fallback():
         lower(_subgraph(lambda x: (x.argmax(),), torch.randn(4, 8)))
     with pytest.raises(Unsupported):
         lower(_subgraph(lambda x: (x.argmax(-1),), torch.randint(0, 9, (4, 8))))
+
+
+@pytest.mark.parametrize("largest", [True, False])
+@pytest.mark.parametrize("cols", [24, 300])
+def test_max_and_min_over_a_dim_give_values_and_indices(largest, cols):
+    def fn(x):
+        out = x.max(-1) if largest else torch.min(x, 1, keepdim=True)
+        return (out.values * 2.0, out.indices)
+
+    x = _awkward((3, 4, cols), torch.float32)
+    x = x if largest else x.transpose(1, 2).contiguous()  # min over a middle dim of 4
+    sg = _subgraph(fn, x)
+    spec = lower(sg)
+    check(sg, spec, inputs=[x])  # NaN rows: values NaN (PyTorch propagates it), index of the NaN
+    check(sg, spec)
+    looped = spec.with_knobs(BLOCK_C=8 if largest else 2, ROWS=2, num_warps=1)
+    check(sg, looped, inputs=[x])
