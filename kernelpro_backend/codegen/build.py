@@ -87,6 +87,12 @@ class SpecKernel:
         self._entry = load_module(self.rendered)
 
     @property
+    def precompiles(self) -> bool:
+        """Whether the module has Triton kernels to compile ahead (a library call has none:
+        calling its entry would run it)."""
+        return "@triton.jit" in self.rendered.source
+
+    @property
     def entry(self) -> Callable[..., list[torch.Tensor]]:
         """The generated module's entry function; its globals hold the @triton.jit kernels
         (the profilers find the compiled ones there)."""

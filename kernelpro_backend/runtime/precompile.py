@@ -45,6 +45,8 @@ def precompile(kernel: Any, input_meta: Sequence[TensorMeta], device: torch.devi
     entry = getattr(kernel, "entry", None)
     if device.type != "cuda" or entry is None or not hasattr(kernel, "spec"):
         return False
+    if not getattr(kernel, "precompiles", True):  # no Triton kernel: its entry would launch
+        return False
     inputs = _empty_inputs(input_meta, device)
     with torch.no_grad():
         entry(*inputs, _launch=_WarmupLaunch)

@@ -113,3 +113,13 @@ def test_a_model_trains_through_the_library_kernel_like_eager(fallback):
     for p, q in zip(model.parameters(), ref.parameters(), strict=True):
         torch.testing.assert_close(p.grad, q.grad, rtol=1e-4, atol=1e-5)
     assert provider.given >= 1
+
+
+def test_the_library_kernel_has_nothing_to_precompile():
+    """The worker precompiles Triton kernels outside the GPU lock by calling the entry with a
+    compile-only launcher; a library call would run there, so it is skipped."""
+    from kernelpro_backend.runtime.spec_kernel import build_kernel
+
+    _, seed = _seed(_linear_relu, torch.randn(16, 8), torch.randn(24, 8), torch.randn(24))
+    (alt,) = [a for a in alternatives(seed) if a.template == "gemm_library"]
+    assert build_kernel(seed).precompiles and not build_kernel(alt).precompiles
