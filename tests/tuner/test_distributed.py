@@ -29,7 +29,13 @@ def _run(tmp_path: Path, world: int, scenario: str, timeout: float = 240) -> lis
         )  # fmt: skip
         for r in range(world)
     ]
-    outs = [p.communicate(timeout=timeout)[0] for p in procs]
+    try:
+        outs = [p.communicate(timeout=timeout)[0] for p in procs]
+    finally:  # a rank that outlives its test would hold CPUs (and its store) for the next ones
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
     reports = []
     for r, (p, text) in enumerate(zip(procs, outs, strict=True)):
         path = tmp_path / f"rank{r}.json"
