@@ -87,7 +87,8 @@ DYNAMIC_PREFIX = "dyn/"
 
 def _dispatcher(subgraph: Subgraph, provider: KernelProvider, fallback: str) -> str | None:
     """The id of a shape dispatcher for a symbolic subgraph whose sizes at compile time (its
-    hints) get a kernel, registered; None leaves the subgraph to the fallback at every size."""
+    hints) get a kernel, or whose other sizes have kernels in the cache (the provider's
+    `family_known`), registered; None leaves the subgraph to the fallback at every size."""
     find = getattr(provider, "find_dynamic", provider.find)
     try:
         dispatcher = ShapeDispatcher(subgraph, find, fallback)
@@ -99,8 +100,9 @@ def _dispatcher(subgraph: Subgraph, provider: KernelProvider, fallback: str) -> 
         return None
     with unset_fake_temporarily():
         route = dispatcher.route(sizes)
-    if route.kernel is None:
-        return None
+    known = getattr(provider, "family_known", None)
+    if route.kernel is None and not (known is not None and known(dispatcher.family)):
+        return None  # no kernel at these sizes, nor at any other the cache knows
     did = f"{DYNAMIC_PREFIX}{dispatcher.family[:24]}"
     DISPATCHERS.register(did, dispatcher)
     return did

@@ -94,6 +94,10 @@ class _Recording:
     def find(self, subgraph: Subgraph) -> Kernel | None:
         return self._record(subgraph, self.inner.find)
 
+    def family_known(self, family: str) -> bool:
+        known = getattr(self.inner, "family_known", None)
+        return bool(known is not None and known(family))
+
     def find_dynamic(self, subgraph: Subgraph) -> Kernel | None:
         """An instance of a symbolic subgraph, met by its shape dispatcher (dispatch.py)."""
         return self._record(subgraph, getattr(self.inner, "find_dynamic", self.inner.find))

@@ -159,3 +159,42 @@ def test_dynamic_ranges_call_the_factory_at_each_bucket_edge():
     assert [inputs[0].shape[0], *(m[0].shape[0] for m in more)] == [4, 8, 16]
     with pytest.raises(SystemExit):
         dynamic_sizes("seq=0:16")
+
+
+def test_a_loop_whose_first_change_is_to_an_unwarmed_length_still_gets_the_warmed_ones(tmp_path):
+    """The symbolic graph is compiled at the length that changed first (200, never warmed): the
+    cache knows other lengths of its subgraphs, so they go behind dispatchers anyway and the
+    warmed lengths (128, 256) run their kernels; 200 runs the fallback."""
+    from kernelpro_backend.dispatch import DISPATCHERS
+
+    found: dict = {}
+    search, load = _reference_search(found)
+    shapes = [(torch.randn(2, n, 16),) for n in (64, 128, 256)]
+    torch._dynamo.reset()
+    warmup(
+        Block(), shapes[0], more_inputs=shapes[1:], options={"fallback": "eager"},
+        provider=_finder(tmp_path, True, search, load),
+    )  # fmt: skip
+    for _, d in DISPATCHERS.items():
+        d.routes.clear()
+    torch._dynamo.reset()
+    compiled = torch.compile(
+        Block(), backend=make_backend(provider=_finder(tmp_path, False, loader=load)),
+        options={"fallback": "eager"},
+    )  # fmt: skip
+    for n in (64, 200, 128, 256):
+        compiled(torch.randn(2, n, 16)).sum().backward()
+
+    def dims(served: bool) -> set[int]:
+        return {
+            dim
+            for _, d in DISPATCHERS.items()
+            for sizes, route in d.routes.items()
+            if route.calls and (route.kernel is not None) == served
+            for size in sizes
+            if not isinstance(size, int)
+            for dim in size[0]
+        }
+
+    assert {128, 256} <= dims(served=True) and 200 not in dims(served=True)
+    assert 200 in dims(served=False)

@@ -184,3 +184,6 @@ class DistributedFinder:
             self.inner.record_miss(key, subgraph, why)
             return None
         return self.inner.use(subgraph, self.decided[digest], behind_op=True)
+
+    def family_known(self, family: str) -> bool:
+        return self.inner.family_known(family)

@@ -322,12 +322,8 @@ class KernelFinder:
             return None, None
         return found, getattr(self.searcher, "skipped", None)
 
-    def family_hints(
-        self, subgraph: Subgraph, same_bucket: bool = False
-    ) -> tuple[tuple[str, tuple[Any, ...]], ...]:
-        """The (template, knobs) of the winners at other sizes of the subgraph's family, nearest
-        sizes first (at most FAMILY_HINTS): a search at a new size measures them beside its
-        seed, so it starts where the neighbouring sizes ended."""
+    def _family_index(self) -> dict[str, list[tuple[CacheKey, KernelArtifact]]]:
+        """Family -> the store's entries of its instances, read once per finder."""
         if self._families is None:
             found: dict[str, list[tuple[CacheKey, KernelArtifact]]] = {}
             entries = self.cache_op("read", lambda: list(self.cache.entries())) or []
@@ -335,9 +331,23 @@ class KernelFinder:
                 if entry.artifact.family:
                     found.setdefault(entry.artifact.family, []).append((entry.key, entry.artifact))
             self._families = found
+        return self._families
+
+    def family_known(self, family: str) -> bool:
+        """Whether the cache holds a kernel for some size of this symbolic subgraph (so a
+        dispatcher pays even when the sizes it was compiled at have none)."""
+        return self.options.search != "off" and bool(self._family_index().get(family))
+
+    def family_hints(
+        self, subgraph: Subgraph, same_bucket: bool = False
+    ) -> tuple[tuple[str, tuple[Any, ...]], ...]:
+        """The (template, knobs) of the winners at other sizes of the subgraph's family, nearest
+        sizes first (at most FAMILY_HINTS): a search at a new size measures them beside its
+        seed, so it starts where the neighbouring sizes ended."""
+        families = self._family_index()
         sizes = [shape for shape, _, _ in subgraph.input_meta]
         ranked = []
-        for key, artifact in self._families.get(subgraph.family, []):
+        for key, artifact in families.get(subgraph.family, []):
             config = spec_config(artifact.spec_json)
             if same_bucket and not same_buckets(sizes, key.subgraph.inputs):
                 continue
