@@ -35,7 +35,7 @@ from .fx_passes.concrete import (
     concretize,
     symbolic_key,
 )
-from .providers import Kernel, TensorMeta, conform
+from .providers import Kernel, Registry, TensorMeta, conform
 
 log = logging.getLogger("kernelpro")
 
@@ -56,7 +56,6 @@ class Route:
     input_positions: list[int] = dataclasses.field(default_factory=list)
     output_positions: list[int] = dataclasses.field(default_factory=list)
     outputs: list[TensorMeta] = dataclasses.field(default_factory=list)  # symbolic order
-    why: str = ""  # for the miss path: why no kernel
     module: fx.GraphModule | None = None  # the instance's trace, for the miss path's compile
     miss_fn: Callable[..., Any] | None = None  # the miss path, made on the first miss call
     calls: int = 0
@@ -121,7 +120,7 @@ class ShapeDispatcher:
                 _short(sizes),
                 e,
             )
-            return Route(kernel=None, why=str(e))
+            return Route(kernel=None)
         static: Subgraph = instance.subgraph
         kernel = self.find(static)
         metas = static.output_meta
@@ -130,7 +129,6 @@ class ShapeDispatcher:
             input_positions=instance.input_positions,
             output_positions=instance.output_positions,
             outputs=[metas[j] for j in instance.output_positions],
-            why="" if kernel is not None else "no kernel for these sizes",
             module=instance.module,
         )
 
@@ -212,32 +210,10 @@ def _short(sizes: CallSizes) -> str:
     )
 
 
-class DispatcherRegistry:
-    """Dispatch id -> dispatcher; ids are the symbolic key's digest, deterministic."""
-
-    def __init__(self) -> None:
-        self._entries: dict[str, ShapeDispatcher] = {}
-        self._lock = threading.Lock()
-
-    def register(self, dispatch_id: str, dispatcher: ShapeDispatcher) -> None:
-        with self._lock:
-            self._entries[dispatch_id] = dispatcher
-
-    def get(self, dispatch_id: str) -> ShapeDispatcher:
-        try:
-            return self._entries[dispatch_id]
-        except KeyError:
-            raise RuntimeError(
-                f"kernelpro dispatcher {dispatch_id!r} is not registered in this process; "
-                "recompile the model with torch.compile(..., backend='kernelpro')"
-            ) from None
-
-    def items(self) -> list[tuple[str, ShapeDispatcher]]:
-        with self._lock:
-            return list(self._entries.items())
-
-
-DISPATCHERS = DispatcherRegistry()
+# Dispatch id (the symbolic key's digest) -> dispatcher.
+DISPATCHERS: Registry[ShapeDispatcher] = Registry(
+    "dispatcher", "recompile the model with torch.compile(..., backend='kernelpro')"
+)
 
 
 def dispatch_stats() -> dict[str, int]:

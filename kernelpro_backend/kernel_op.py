@@ -9,11 +9,10 @@ Must not: choose kernels or edit graphs (rewrite.py does).
 from __future__ import annotations
 
 import dataclasses
-import threading
 
 import torch
 
-from .providers import Kernel, TensorMeta, conform
+from .providers import Kernel, Registry, TensorMeta, conform
 
 
 @dataclasses.dataclass
@@ -24,34 +23,19 @@ class RegisteredKernel:
     calls: int = 0
 
 
-class KernelRegistry:
-    """Kernel id -> kernel. Ids are deterministic (subgraph key + kernel name), so a graph that
-    Inductor's FX cache hands back in a later process finds its kernels once the backend has
-    registered them during that process's own compile."""
+class KernelRegistry(Registry[RegisteredKernel]):
+    """Kernel id (subgraph key + kernel name) -> kernel, with its call count."""
 
     def __init__(self) -> None:
-        self._entries: dict[str, RegisteredKernel] = {}
-        self._lock = threading.Lock()
-
-    def register(self, kernel_id: str, entry: RegisteredKernel) -> None:
-        with self._lock:
-            self._entries[kernel_id] = entry
-
-    def get(self, kernel_id: str) -> RegisteredKernel:
-        try:
-            return self._entries[kernel_id]
-        except KeyError:
-            raise RuntimeError(
-                f"kernelpro kernel {kernel_id!r} is not registered in this process; this happens "
-                "when a compiled graph is loaded without going through backend='kernelpro'. "
-                "Recompile the model with torch.compile(..., backend='kernelpro')."
-            ) from None
+        super().__init__(
+            "kernel",
+            "this happens when a compiled graph is loaded without going through "
+            "backend='kernelpro'. Recompile the model with torch.compile(..., "
+            "backend='kernelpro').",
+        )
 
     def calls(self, kernel_id: str) -> int:
-        return self._entries[kernel_id].calls
-
-    def __contains__(self, kernel_id: str) -> bool:
-        return kernel_id in self._entries
+        return self.get(kernel_id).calls
 
 
 KERNELS = KernelRegistry()

@@ -1,7 +1,8 @@
 """The kernel-provider interface: who may supply a kernel for a subgraph.
 
 Owns: the `Kernel` and `KernelProvider` protocols, `conform` (a kernel's output made to the
-promised layout, sharing no storage) and the trivial providers.
+promised layout, sharing no storage), `Registry` (the id -> entry map the custom ops read)
+and the trivial providers.
 Must not: search, cache or compile (the search and cache providers live in their packages).
 
 A kernel is called with the subgraph's inputs in canonical order (`Subgraph.inputs`) and
@@ -10,8 +11,9 @@ returns its outputs in canonical order (`Subgraph.outputs`), as fresh tensors.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Sequence
-from typing import Protocol, runtime_checkable
+from typing import Generic, Protocol, TypeVar, runtime_checkable
 
 import torch
 
@@ -37,6 +39,7 @@ class KernelProvider(Protocol):
 
 
 TensorMeta = tuple[tuple[int, ...], tuple[int, ...], str]  # (shape, stride, dtype name)
+T = TypeVar("T")
 
 
 def conform(out: torch.Tensor, meta: TensorMeta, taken: set[int]) -> torch.Tensor:
@@ -56,6 +59,37 @@ def conform(out: torch.Tensor, meta: TensorMeta, taken: set[int]) -> torch.Tenso
     fresh.copy_(out)
     taken.add(fresh.untyped_storage().data_ptr())
     return fresh
+
+
+class Registry(Generic[T]):
+    """Id -> entry, filled while compiling and read by the custom ops at run time. Ids are
+    deterministic (keys), so a graph handed back by Inductor's FX cache finds its entries once
+    the backend has registered them during this process's own compile."""
+
+    def __init__(self, what: str, missing_hint: str) -> None:
+        self._entries: dict[str, T] = {}
+        self._lock = threading.Lock()
+        self._what, self._hint = what, missing_hint
+
+    def register(self, entry_id: str, entry: T) -> None:
+        with self._lock:
+            self._entries[entry_id] = entry
+
+    def get(self, entry_id: str) -> T:
+        try:
+            return self._entries[entry_id]
+        except KeyError:
+            raise RuntimeError(
+                f"kernelpro {self._what} {entry_id!r} is not registered in this process; "
+                f"{self._hint}"
+            ) from None
+
+    def items(self) -> list[tuple[str, T]]:
+        with self._lock:
+            return list(self._entries.items())
+
+    def __contains__(self, entry_id: str) -> bool:
+        return entry_id in self._entries
 
 
 class CallableKernel:

@@ -22,7 +22,6 @@ Must not: partition, key or lower (partition.py and lowering/ see the SDPA ops a
 
 from __future__ import annotations
 
-import logging
 import math
 import operator
 from typing import Any
@@ -31,9 +30,7 @@ import torch
 import torch.fx as fx
 import torch.nn.functional as F
 
-from .torch_level import arg, example_value, replace_chain
-
-log = logging.getLogger("kernelpro")
+from .torch_level import arg, example_value, finish_rewrite, replace_chain
 
 # Functions and the method names dynamo keeps for `x.matmul(y)`, `x.mul(c)`, ...
 _MATMULS = {operator.matmul, torch.matmul, torch.bmm, "matmul", "bmm"}
@@ -93,7 +90,6 @@ class _Chain:
     def __init__(self) -> None:
         self.mask: fx.Node | None = None  # boolean: True = attend
         self.bias: fx.Node | None = None  # additive float mask
-        self.causal = False
         self.scale = 1.0
         self.nodes: list[fx.Node] = []  # the chain's intermediates, to erase
 
@@ -253,8 +249,4 @@ def rewrite_attention(gm: fx.GraphModule) -> int:
         mask = [chain.mask] if chain.mask is not None else []
         replace_chain(graph, out, sdpa, [*chain.nodes, kt, *mask])
         done += 1
-    if done:
-        gm.graph.lint()
-        gm.recompile()
-        log.info("kernelpro: %d hand-written attention chain(s) rewritten to SDPA", done)
-    return done
+    return finish_rewrite(gm, done, "hand-written attention chain(s) rewritten to SDPA")

@@ -18,16 +18,13 @@ this pass names it through torch.ops).
 
 from __future__ import annotations
 
-import logging
 import operator
 
 import torch
 import torch.fx as fx
 import torch.nn.functional as F
 
-from .torch_level import arg, example_value, replace_chain
-
-log = logging.getLogger("kernelpro")
+from .torch_level import arg, example_value, finish_rewrite, replace_chain
 
 _LINEARS = {F.linear, torch._C._nn.linear}
 _VIEWS = {"view", "reshape", "flatten"}
@@ -130,8 +127,4 @@ def rewrite_linear_cross_entropy(gm: fx.GraphModule) -> int:
             loss = graph.call_function(operator.getitem, (op, 0))
         replace_chain(graph, ce, loss, [*between, linear])
         done += 1
-    if done:
-        gm.graph.lint()
-        gm.recompile()
-        log.info("kernelpro: %d LM head + cross-entropy chain(s) rewritten to a chunked op", done)
-    return done
+    return finish_rewrite(gm, done, "LM head + cross-entropy chain(s) rewritten to a chunked op")

@@ -1,16 +1,20 @@
 """Helpers of the torch-level rewrites (dynamo's graph, before AOTAutograd).
 
-Owns: reading a node's example value and arguments by position or name, and `replace_chain`
-(a chain's result replaced by a new node, the chain's now-unused nodes erased).
+Owns: reading a node's example value and arguments by position or name, `replace_chain`
+(a chain's result replaced by a new node, the chain's now-unused nodes erased) and
+`finish_rewrite` (a rewritten graph checked, recompiled and logged).
 Must not: match anything itself (attention_rewrite.py and linear_ce_rewrite.py do).
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable
 from typing import Any
 
 import torch.fx as fx
+
+log = logging.getLogger("kernelpro")
 
 
 def example_value(node: Any) -> Any:
@@ -32,3 +36,13 @@ def replace_chain(graph: fx.Graph, result: fx.Node, new: fx.Node, chain: Iterabl
     for node in chain:
         if not node.users and node.op != "placeholder":
             graph.erase_node(node)
+
+
+def finish_rewrite(gm: fx.GraphModule, done: int, what: str) -> int:
+    """After `done` rewrites of `what` ("hand-written attention chain(s) rewritten to SDPA"):
+    the graph checked and recompiled, one log line; returns `done`."""
+    if done:
+        gm.graph.lint()
+        gm.recompile()
+        log.info("kernelpro: %d %s", done, what)
+    return done
