@@ -51,9 +51,9 @@ def linear_cross_entropy(
     scale = 1.0 / count if reduction == "mean" else torch.ones((), device=x.device)
     total = torch.zeros((), dtype=torch.float32, device=x.device)
     gx = torch.empty_like(x) if grads else x.new_empty(0)
-    # dW accumulates over chunks in the weight's dtype through addmm (float32 inside the GEMM);
-    # db in float32.
-    gw = torch.zeros_like(weight) if grads else x.new_empty(0)
+    # dW: the first chunk's GEMM writes it, the others accumulate through addmm in the
+    # weight's dtype (float32 inside the GEMM); db in float32.
+    gw = torch.empty_like(weight) if grads else x.new_empty(0)
     gb = (
         torch.zeros(vocab, dtype=torch.float32, device=x.device)
         if grads and bias is not None
@@ -67,9 +67,14 @@ def linear_cross_entropy(
         total += cross_entropy_rows(logits, tc, scale, ignore_index, grads).sum()
         if grads:
             torch.matmul(logits, weight, out=gx[start : start + step])
-            gw.addmm_(logits.t(), xc)
+            if start == 0:
+                torch.matmul(logits.t(), xc, out=gw)
+            else:
+                gw.addmm_(logits.t(), xc)
             if gb is not None:
                 gb += logits.sum(0, dtype=torch.float32)
+    if grads and rows == 0:
+        gw.zero_()
     loss = total * scale if reduction == "mean" else total
     return (  # a fresh empty tensor per gradient not computed: outputs may not alias
         loss if upcast else loss.to(x.dtype),

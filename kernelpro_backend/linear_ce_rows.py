@@ -22,7 +22,10 @@ from typing import Any
 
 import torch
 
-BLOCK = 4096  # columns per step of a row
+# Columns per step of a row, 16 warps: on an H100 the fastest of BLOCK 1024-8192 x 4-16 warps
+# and of a row held whole in registers (up to 64k columns) for bf16 chunks of 32000-128256
+# columns (2.2 TB/s vs 1.8; scripts/gpu_ce_rows_configs.py, BENCHMARKS.md).
+BLOCK = 4096
 
 
 @functools.lru_cache(maxsize=2)
@@ -82,7 +85,7 @@ def cross_entropy_rows(
         block = min(BLOCK, 1 << max(cols - 1, 1).bit_length())
         kernel[(rows,)](
             logits, logits.stride(0), target, loss, scale, cols, ignore_index, grads, block,
-            num_warps=8 if block >= 2048 else 4,
+            num_warps=16 if block >= 4096 else 8 if block >= 2048 else 4,
         )  # fmt: skip
     return loss
 

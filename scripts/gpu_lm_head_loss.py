@@ -1,46 +1,82 @@
 """LM head + cross-entropy training step on the GPU (8192 tokens x 1024 -> 32000, bf16): eager,
 Inductor and kernelpro with the chunked linear+cross-entropy rewrite; step time and peak memory,
-each mode twice.
+each mode twice. `--variants` also times the fused op's chunk sizes
+(kernelpro_backend.linear_ce_op.CHUNK_ELEMENTS) before a last Inductor run, and `--profile`
+prints the CUDA kernels of one step per mode (and writes its trace under $OUT).
 
-PYTHONPATH=. python scripts/gpu_lm_head_loss.py
+PYTHONPATH=.:scripts python scripts/gpu_lm_head_loss.py [--variants] [--profile]
 """
 
 from __future__ import annotations
 
+import argparse
+import os
+
 import torch
 from scripts_common import measure_step
 
+import kernelpro_backend.linear_ce_op as op
 from kernelpro_backend import make_backend
 from kernelpro_backend.bench import models
 
 N, D, V = 8192, 1024, 32000
 
 
+def make_step(base: torch.nn.Module, mode: str, h: torch.Tensor, t: torch.Tensor):  # type: ignore[no-untyped-def]
+    torch._dynamo.reset()
+    model = models.LMHeadLoss(D, V).cuda().bfloat16()
+    model.load_state_dict(base.state_dict())
+    options = {"progress": False, "rewrite_linear_cross_entropy": True}
+    if mode == "inductor":
+        fn = torch.compile(model)
+    elif mode == "kernelpro":
+        fn = torch.compile(model, backend=make_backend(), options=options)
+    else:
+        fn = model
+
+    def step() -> torch.Tensor:
+        h.grad = None
+        model.zero_grad(set_to_none=True)
+        loss = fn(h, t)
+        loss.backward()
+        return loss
+
+    return step
+
+
+def profile(step, label: str) -> None:  # type: ignore[no-untyped-def]
+    step()
+    torch.cuda.synchronize()
+    activities = [torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA]
+    with torch.profiler.profile(activities=activities) as prof:
+        step()
+        torch.cuda.synchronize()
+    print(f"--- {label}\n" + prof.key_averages().table(sort_by="cuda_time_total", row_limit=8))
+    if os.environ.get("OUT"):  # the timeline: where the GPU waits for the host
+        prof.export_chrome_trace(os.path.join(os.environ["OUT"], f"trace-{label}.json"))
+
+
 def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--variants", action="store_true")
+    p.add_argument("--profile", action="store_true")
+    a = p.parse_args()
     torch.manual_seed(0)
     base = models.LMHeadLoss(D, V).cuda().bfloat16()
     h = torch.randn(N, D, device="cuda", dtype=torch.bfloat16, requires_grad=True)
     t = torch.randint(0, V, (N,), device="cuda")
-    options = {"progress": False, "rewrite_linear_cross_entropy": True}
     for mode in ("eager", "inductor", "kernelpro") * 2:
-        torch._dynamo.reset()
-        model = models.LMHeadLoss(D, V).cuda().bfloat16()
-        model.load_state_dict(base.state_dict())
-        if mode == "inductor":
-            fn = torch.compile(model)
-        elif mode == "kernelpro":
-            fn = torch.compile(model, backend=make_backend(), options=options)
-        else:
-            fn = model
-
-        def step(model=model, fn=fn) -> torch.Tensor:
-            h.grad = None
-            model.zero_grad(set_to_none=True)
-            loss = fn(h, t)
-            loss.backward()
-            return loss
-
+        step = make_step(base, mode, h, t)
         print(mode, measure_step(step), flush=True)
+        if a.profile and mode != "eager":
+            profile(step, mode)
+    if not a.variants:
+        return
+    for chunk in (2**25, 2**26, 2**27, 2**28):
+        op.CHUNK_ELEMENTS = chunk
+        step = make_step(base, "kernelpro", h, t)
+        print(f"kernelpro chunk 2**{chunk.bit_length() - 1}", measure_step(step), flush=True)
+    print("inductor", measure_step(make_step(base, "inductor", h, t)), flush=True)
 
 
 if __name__ == "__main__":
