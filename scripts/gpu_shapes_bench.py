@@ -3,6 +3,7 @@ kernelpro (cache-only, after an optional warm-up over the same shapes), side by 
 
 OUT=/tmp/out PYTHONPATH=. python scripts/gpu_shapes_bench.py [--schedule mini_gpt_lengths]
     [--warmup-budget-s 20 --patterns softmax,cross_entropy] [--rounds 3] [--tiny]
+    [--cache-dir DIR [--warmup-only]]   # a warm-up in one run, the timed modes in another
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ def main() -> int:
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--tiny", action="store_true")
     p.add_argument("--cache-dir", default=None)
+    p.add_argument("--warmup-only", action="store_true", help="fill --cache-dir and stop")
     a = p.parse_args()
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     cache_dir = a.cache_dir or tempfile.mkdtemp(prefix="kernelpro-shapes-")
@@ -42,6 +44,8 @@ def main() -> int:
                 budget_s=a.warmup_budget_s, loss_fn=lambda out: out, options=warm,
             )  # fmt: skip
             print(report.table(), flush=True)
+        if a.warmup_only:
+            continue
         rows += run_schedule(schedule, rounds=a.rounds, options=options)
         print(table(rows), flush=True)
     out = os.environ.get("OUT")
