@@ -44,30 +44,22 @@ def linear_cross_entropy(
     grads: bool,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """(loss, dloss/dx, dloss/dweight, dloss/dbias); the gradients are empty without `grads`."""
-    rows, vocab = x.shape[0], weight.shape[0]
-    # Like PyTorch's mean: over the targets not ignored (0/0 = nan when all are). A device
-    # scalar: the row kernel reads it, nothing waits for the host.
-    count = (target != ignore_index).sum().to(torch.float32)
-    scale = 1.0 / count if reduction == "mean" else torch.ones((), device=x.device)
-    total = torch.zeros((), dtype=torch.float32, device=x.device)
-    gx = torch.empty_like(x) if grads else x.new_empty(0)
-    # dW: the first chunk's GEMM writes it, the others accumulate through addmm in the
-    # weight's dtype (float32 inside the GEMM); db in float32.
-    gw = torch.empty_like(weight) if grads else x.new_empty(0)
-    gb = (
-        torch.zeros(vocab, dtype=torch.float32, device=x.device)
-        if grads and bias is not None
-        else None
-    )
-    step = chunk_rows(rows, vocab)
+    rows = x.shape[0]
+    step = chunk_rows(rows, weight.shape[0])
+    # The first chunk's GEMM is launched before the small set-up kernels, so that the GPU
+    # works while the host launches them instead of waiting on each (measured: ~0.5 ms of a
+    # 3.5 ms step idle on an H100 with the set-up first).
+    logits = _logits(x[:step], weight, bias)
+    scale, total, gx, gw, gb = _buffers(x, weight, bias, target, ignore_index, reduction, grads)
     for start in range(0, rows, step):
         xc, tc = x[start : start + step], target[start : start + step]
-        logits = torch.nn.functional.linear(xc, weight, bias).contiguous()
+        if start:
+            logits = _logits(xc, weight, bias)
         # The loss per row, and the logits overwritten by their gradient (times the scale).
         total += cross_entropy_rows(logits, tc, scale, ignore_index, grads).sum()
         if grads:
             torch.matmul(logits, weight, out=gx[start : start + step])
-            if start == 0:
+            if start == 0:  # dW: the first chunk's GEMM writes it, the others accumulate
                 torch.matmul(logits.t(), xc, out=gw)
             else:
                 gw.addmm_(logits.t(), xc)
@@ -82,6 +74,28 @@ def linear_cross_entropy(
         gw,
         gb.to(bias.dtype) if gb is not None and bias is not None else x.new_empty(0),
     )
+
+
+def _logits(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    return torch.nn.functional.linear(x, weight, bias).contiguous()
+
+
+def _buffers(x, weight, bias, target, ignore_index, reduction, grads):  # type: ignore[no-untyped-def]
+    """(scale, loss total, dx, dW, db) of the op: dW in the weight's dtype (addmm accumulates in
+    float32 inside each GEMM), db in float32."""
+    # Like PyTorch's mean: over the targets not ignored (0/0 = nan when all are). A device
+    # scalar: the row kernel reads it, nothing waits for the host.
+    if reduction == "mean":
+        scale = (target != ignore_index).sum(dtype=torch.float32).reciprocal()
+    else:
+        scale = torch.ones((), device=x.device)
+    total = torch.zeros((), dtype=torch.float32, device=x.device)
+    gx = torch.empty_like(x) if grads else x.new_empty(0)
+    gw = torch.empty_like(weight) if grads else x.new_empty(0)
+    gb = None
+    if grads and bias is not None:
+        gb = torch.zeros(weight.shape[0], dtype=torch.float32, device=x.device)
+    return scale, total, gx, gw, gb
 
 
 @linear_cross_entropy.register_fake
@@ -106,12 +120,13 @@ def _backward(ctx, grad_loss, _gx, _gw, _gb):  # type: ignore[no-untyped-def]
             "kernelpro::linear_cross_entropy ran without gradients (grads=False) and is being "
             "differentiated; recompile with grad mode on"
         )
+    # A float32 0-d factor times a bf16/fp16 tensor: one kernel, computed in float32 and rounded
+    # once to the tensor's dtype (a 0-d tensor does not promote a dimensioned one).
     g = grad_loss.float()
-    dbias = (g * gb.float()).to(gb.dtype) if ctx.has_bias else None
     return (
-        (g * gx.float()).to(gx.dtype),
-        (g * gw.float()).to(gw.dtype),
-        dbias,
+        gx * g,
+        gw * g,
+        gb * g if ctx.has_bias else None,
         None,
         None,
         None,
