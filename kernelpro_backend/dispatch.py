@@ -33,6 +33,8 @@ from .fx_passes.concrete import (
     ConcretizeError,
     call_sizes,
     concretize,
+    dynamic_sizes,
+    symbol_dims,
     symbolic_key,
 )
 from .providers import Kernel, Registry, TensorMeta, conform
@@ -82,6 +84,7 @@ class ShapeDispatcher:
         self.size_positions = [
             i for i in range(len(subgraph.inputs)) if i not in self.tensor_positions
         ]
+        self.symbol_dims = symbol_dims(subgraph.inputs)
         self.routes: dict[CallSizes, Route] = {}
         self._lock = threading.Lock()
         self._miss_compiles = 0
@@ -122,6 +125,7 @@ class ShapeDispatcher:
             )
             return Route(kernel=None)
         static: Subgraph = instance.subgraph
+        static.dynamic_sizes = dynamic_sizes(self.symbol_dims, sizes)
         kernel = self.find(static)
         metas = static.output_meta
         return Route(

@@ -127,6 +127,13 @@ class Options:
     # winner of a size in its power-of-two bucket once proved at its own size (compiled,
     # validated and timed against the fallback; no search); "off" leaves them to the fallback.
     dynamic_shapes: DynamicShapes = "dispatch"
+    # Sizes of a dynamic dimension worth a kernel of their own, like vLLM's `compile_sizes`
+    # (e.g. the batch sizes a server sees most): under search="on-miss", a shape dispatcher
+    # searches a size first met at run time only when one of its dynamic dimensions has a
+    # listed value; any other size gets a cached kernel, else the winner of its power-of-two
+    # bucket proved at its own size (as dynamic_shapes="transfer"), else the fallback — so a
+    # loop over many sizes does not search at each. Empty: every size may be searched.
+    compile_sizes: tuple[int, ...] = ()
     # Attention written by hand (q @ k.T, scale, -inf mask, softmax, dropout(0), @ v) is
     # rewritten into scaled_dot_product_attention before AOTAutograd, so it runs as fused
     # attention forward and backward (fx_passes/attention_rewrite.py).
@@ -244,6 +251,7 @@ def _resolved_type(name: str) -> Any:
         "trusted_bundle_keys": tuple,
         "search_patterns": tuple,
         "search_tools": tuple,
+        "compile_sizes": tuple,
     }
     return hints[name]
 
@@ -260,6 +268,8 @@ def _parse(name: str, raw: str, source: str) -> Any:
         if low in ("0", "false", "no", "off"):
             return False
         raise OptionsError(f"{source}={raw!r}: expected one of 1/0/true/false/yes/no/on/off")
+    if name == "compile_sizes":
+        return _sizes(raw.split(","), source)
     if kind is tuple:
         sep = "," if name in _NAME_LISTS else os.pathsep
         parts = tuple(p.strip() for p in raw.split(sep) if p.strip())
@@ -296,6 +306,8 @@ def _coerce(name: str, value: Any, source: str) -> Any:
         if value < 0 or (value == 0 and name != "min_gain_us"):
             raise OptionsError(f"{source}={value!r}: must be greater than 0")
         return kind(value)
+    if name == "compile_sizes":
+        return _sizes(value.split(",") if isinstance(value, str) else value, source)
     if kind is tuple:
         if isinstance(value, str) and name in _NAME_LISTS:
             return _parse(name, value, source)  # "softmax,rms_norm", as in the environment
@@ -308,6 +320,22 @@ def _coerce(name: str, value: Any, source: str) -> Any:
     if value is not None and not isinstance(value, str):
         raise OptionsError(f"{source}={value!r}: expected {_TEXT.get(name, 'a string')}")
     return value
+
+
+def _sizes(values: Any, source: str) -> tuple[int, ...]:
+    """`compile_sizes` as a sorted tuple of positive ints ("256,512" or [256, 512])."""
+    sizes = []
+    for v in values:
+        if isinstance(v, str) and not v.strip():
+            continue
+        try:
+            size = int(v.strip()) if isinstance(v, str) else v
+        except ValueError:
+            raise OptionsError(f"{source}={values!r}: expected sizes, e.g. 256,512") from None
+        if isinstance(size, bool) or not isinstance(size, int) or size <= 0:
+            raise OptionsError(f"{source}={values!r}: expected positive whole sizes")
+        sizes.append(size)
+    return tuple(sorted(set(sizes)))
 
 
 # The stage-2 profiling tools `search_tools` may name: profilers/tools.py registers one tool of

@@ -165,3 +165,35 @@ def test_a_missed_size_is_recorded_with_its_sizes(tmp_path):
     recorded = finder.cache.misses.entries()
     assert recorded
     assert any(20 in shape for r in recorded for shape, _, _ in r["inputs"])
+
+
+def test_each_instance_carries_the_values_of_its_dynamic_dimensions():
+    """What `compile_sizes` is checked against: the run-time sizes of the dims that are symbols
+    (the sequence length here), not the static ones (batch 2, width 32)."""
+    _fresh()
+
+    class Recording(ReferenceProvider):
+        def __init__(self) -> None:
+            super().__init__()
+            self.dynamic: set[tuple[int, ...]] = set()
+
+        def find_dynamic(self, subgraph):
+            self.dynamic.add(subgraph.dynamic_sizes)
+            return self.find(subgraph)
+
+    provider = Recording()
+    _steps(provider, [8, 12, 20])
+    assert provider.dynamic == {(12,), (20,)}
+
+
+def test_dynamic_sizes_read_bare_symbols_and_solve_multiples():
+    import sympy
+
+    from kernelpro_backend.fx_passes.concrete import dynamic_sizes
+
+    s0, s1 = sympy.symbols("s0 s1", integer=True, positive=True)
+    sizes = (((48, 32), (32, 1), "float32"), 7)
+    # dim 0 of input 0 is 2*s0 (solved: s0 = 24); input 1 is s1 itself (7)
+    assert dynamic_sizes([(0, 0, 2 * s0), (1, -1, s1)], sizes) == (7, 24)
+    # a bare symbol wins over an expression of the same symbol
+    assert dynamic_sizes([(0, 0, 2 * s0), (0, 1, s0)], sizes) == (32,)

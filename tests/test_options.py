@@ -258,3 +258,16 @@ def test_the_timeouts_reach_the_workers_and_the_llm_client():
     assert WorkerSetup.of(o).nvcc_timeout_s == 11.0
     endpoint = {"OPENAI_BASE_URL": "http://127.0.0.1:1/v1", "OPENAI_API_KEY": "k"}
     assert make_proposer(o, environ=endpoint).client.client.timeout == 13.0
+
+
+def test_compile_sizes_parse_from_text_lists_and_the_environment():
+    assert Options.resolve(options={"compile_sizes": "512, 256,512"}, environ={}).compile_sizes == (
+        256,
+        512,
+    )
+    assert Options.resolve(options={"compile_sizes": [8, 1]}, environ={}).compile_sizes == (1, 8)
+    env = {"KERNELPRO_COMPILE_SIZES": "1,2,4"}
+    assert Options.resolve(environ=env).compile_sizes == (1, 2, 4)
+    for bad in ("a,b", [0], [2.5], "-1", [True]):
+        with pytest.raises(OptionsError, match="compile_sizes"):
+            Options.resolve(options={"compile_sizes": bad}, environ={})

@@ -143,6 +143,41 @@ def free_symbols(inputs: Sequence[fx.Node]) -> dict[str, int]:
     return found
 
 
+def symbol_dims(inputs: Sequence[fx.Node]) -> list[tuple[int, int, Any]]:
+    """(input, dimension, size expression) of every input dimension written over one symbol
+    (dimension -1: an int input); their symbols' values at a call are its dynamic sizes."""
+    found = []
+    for i, p in enumerate(inputs):
+        val = p.meta.get("val")
+        dims = list(enumerate(val.shape)) if isinstance(val, torch.Tensor) else [(-1, val)]
+        for d, v in dims:
+            expr = getattr(getattr(v, "node", None), "expr", None)
+            if expr is not None and len(expr.free_symbols) == 1:
+                found.append((i, d, expr))
+    return found
+
+
+def dynamic_sizes(dims: Sequence[tuple[int, int, Any]], sizes: CallSizes) -> tuple[int, ...]:
+    """The values at `sizes` of the symbols of the dimensions `symbol_dims` found (a bare
+    symbol read off its dimension; `2*s0` solved for s0), sorted, each once."""
+    import sympy
+
+    values: dict[Any, int] = {}
+    for i, d, expr in sorted(dims, key=lambda t: not t[2].is_Symbol):  # bare symbols first
+        (sym,) = expr.free_symbols
+        if sym in values:
+            continue
+        s = sizes[i]
+        size = int(s) if isinstance(s, int) else s[0][d]
+        if expr.is_Symbol:
+            values[sym] = size
+            continue
+        roots = [r for r in sympy.solve(sympy.Eq(expr, size), sym) if r.is_integer and r > 0]
+        if len(roots) == 1:
+            values[sym] = int(roots[0])
+    return tuple(sorted(set(values.values())))
+
+
 def sizes_at(inputs: Sequence[fx.Node], values: dict[str, int]) -> CallSizes:
     """The call sizes of the inputs with their symbols set to `values` (by name; the others at
     their hints): a symbolic subgraph's sizes at another point of its range."""

@@ -63,6 +63,9 @@ class Subgraph:
     hints: tuple[tuple[str, tuple[tuple[str, Any], ...]], ...] = ()
     # Measure the hints alone (a neighbouring size's winner proved at this size, no search).
     hints_only: bool = False
+    # An instance's values of its family's dynamic dimensions (each input dimension that is
+    # one symbol), which the `compile_sizes` option is checked against (tuner/finder.py).
+    dynamic_sizes: tuple[int, ...] = ()
 
     @property
     def ops(self) -> list[str]:

@@ -142,19 +142,31 @@ class KernelFinder:
         if self.options.search == "off" or subgraph.symbolic:
             return None
         artifact = self._artifacts.get(self.cache.key_for(subgraph.key).digest)
+        listed = self._listed(subgraph)
         if artifact is None:
-            artifact = self.resolve(subgraph)
-        if artifact is None and self._transfers(subgraph):
+            artifact = self.resolve(subgraph, search=listed)
+        if artifact is None and self._transfers(subgraph, listed):
             artifact = self._transfer(subgraph)
+        if artifact is None and not listed:
+            sizes = ", ".join(map(str, subgraph.dynamic_sizes))
+            why = f"dynamic sizes {sizes} not in compile_sizes: not searched"
+            self.record_miss(self.cache.key_for(subgraph.key), subgraph, why)
         return self.use(subgraph, artifact, behind_op=True)
 
-    def _transfers(self, subgraph: Subgraph) -> bool:
-        return (
-            self.options.search == "cache-only"
-            and self.options.dynamic_shapes == "transfer"
-            and bool(subgraph.family)
-            and self.searcher is not None
-        )
+    def _listed(self, subgraph: Subgraph) -> bool:
+        """Under "on-miss": `compile_sizes` is empty or lists one of its dynamic sizes."""
+        sizes = self.options.compile_sizes
+        if self.options.search != "on-miss" or not sizes:
+            return True
+        return any(s in sizes for s in subgraph.dynamic_sizes)
+
+    def _transfers(self, subgraph: Subgraph, listed: bool = True) -> bool:
+        """Whether a size without a cache entry gets its bucket's winner proved at its size:
+        under "transfer" with cache-only, and for the sizes `compile_sizes` leaves out."""
+        wanted = (
+            self.options.search == "cache-only" and self.options.dynamic_shapes == "transfer"
+        ) or not listed
+        return wanted and bool(subgraph.family) and self.searcher is not None
 
     def _transfer(self, subgraph: Subgraph) -> KernelArtifact | None:
         """The winner of a size in this size's power-of-two bucket, proved here at this size
@@ -178,16 +190,17 @@ class KernelFinder:
         )
         return artifact
 
-    def resolve(self, subgraph: Subgraph) -> KernelArtifact | None:
+    def resolve(self, subgraph: Subgraph, search: bool = True) -> KernelArtifact | None:
         """The subgraph's proved artifact — a cache hit (re-proved here first if it was made
-        elsewhere) or, under "on-miss", a search winner, stored — or None (miss recorded)."""
+        elsewhere) or, under "on-miss" and `search`, a search winner, stored — or None (miss
+        recorded; without `search` the caller records it)."""
         key = self.cache.key_for(subgraph.key)
         if key.digest in self._searched:
             return None  # searched in this process, nothing beat the fallback: not again
         hit = self.cache_op("read", lambda: self.cache.lookup(key))
         artifact = None if hit is None else self._proved(key, hit)
         skipped = self._refused.get(key.digest)
-        if artifact is None and self.options.search == "on-miss":
+        if artifact is None and self.options.search == "on-miss" and search:
             artifact, skipped = self._search(subgraph)
             if artifact is None and skipped is None:
                 # The same subgraph comes back in a recompile, or forward and backward share
@@ -198,7 +211,7 @@ class KernelFinder:
                 self.cache_op("store a kernel in", lambda: self.cache.put(key, artifact))
                 if artifact.family and self._families is not None:
                     self._families.setdefault(artifact.family, []).append((key, artifact))
-        if artifact is None:
+        if artifact is None and search:
             self.record_miss(key, subgraph, skipped)
         return artifact
 

@@ -229,3 +229,35 @@ def test_transfer_proves_a_winner_of_the_same_size_bucket_under_cache_only(cache
     plain = KernelFinder(cache, Options(search="cache-only"), python_loader, searcher)
     assert plain.find_dynamic(dataclasses.replace(tanh_subgraph((13, 32)), family="fam")) is None
     assert len(asked) == 1
+
+
+def test_compile_sizes_search_only_listed_sizes_and_prove_bucket_winners_elsewhere(cache):
+    import dataclasses
+
+    from graphs import tanh_subgraph
+
+    sg = dataclasses.replace(tanh_subgraph((12, 32)), family="fam")
+    art = dataclasses.replace(python_artifact(), spec_json=_spec("rowwise", 2))
+    cache.put(cache.key_for(sg.key), describe(art, sg))
+    asked = []
+
+    def searcher(subgraph):
+        asked.append((subgraph.dynamic_sizes, subgraph.hints_only))
+        won = dataclasses.replace(python_artifact(), spec_json=_spec("rowwise", 4))
+        return dataclasses.replace(won, baselines_ms={"eager": 1.0, "inductor": 1.0})
+
+    finder = KernelFinder(cache, Options(search="on-miss", compile_sizes=(64,)), python_loader, searcher)  # fmt: skip
+
+    def at(rows):
+        return dataclasses.replace(tanh_subgraph((rows, 32)), family="fam", dynamic_sizes=(rows,))
+
+    # 64 is listed: a full search (not only the hints).
+    assert finder.find_dynamic(at(64)) is not None
+    assert asked == [((64,), False)]
+    # 14 is not: the 12-row winner of its bucket, proved at 14 rows alone; no search.
+    assert finder.find_dynamic(at(14)) is not None
+    assert asked[1] == ((14,), True)
+    # 200 is not listed and its bucket has no winner: the fallback, recorded with why.
+    assert finder.find_dynamic(at(200)) is None and len(asked) == 2
+    (miss,) = [e for e in cache.misses.entries() if "compile_sizes" in (e.get("reason") or "")]
+    assert miss["reason"] == "dynamic sizes 200 not in compile_sizes: not searched"
