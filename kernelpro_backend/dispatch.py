@@ -6,8 +6,8 @@ kernel is replaced by `kernelpro::dispatch(id, tensors, sizes)`. At run time its
 reads the call's sizes, traces the subgraph's instance at those sizes once
 (fx_passes/concrete.py) and asks the provider for that instance's kernel — a cache hit, or a
 search under search="on-miss" — exactly as a static subgraph of those sizes would be; sizes with
-no kernel run the miss path (the subgraph's reference, compiled by the fallback) and are
-recorded in the miss manifest by the provider. Each size is routed once; later calls of the
+no kernel run the miss path (the subgraph's reference, compiled once by Inductor with dynamic
+sizes, for every such size) and are recorded in the miss manifest by the provider. Each size is routed once; later calls of the
 same sizes cost a dictionary lookup.
 
 Owns: the `kernelpro::dispatch` custom op (its fake implementation runs the symbolic reference
@@ -25,7 +25,6 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
-import torch.fx as fx
 
 from .fx_passes import Subgraph
 from .fx_passes.concrete import (
@@ -41,10 +40,6 @@ from .providers import Kernel, Registry, TensorMeta, conform
 
 log = logging.getLogger("kernelpro")
 
-# Sizes without a kernel that one dispatcher compiles its fallback for (Inductor per size, like
-# dynamo's recompile limit); beyond, the subgraph's ATen ops run.
-MISS_COMPILES = 8
-
 # Finds a kernel for a static instance (KernelFinder.find_dynamic), or None.
 Finder = Callable[[Subgraph], "Kernel | None"]
 
@@ -58,8 +53,7 @@ class Route:
     input_positions: list[int] = dataclasses.field(default_factory=list)
     output_positions: list[int] = dataclasses.field(default_factory=list)
     outputs: list[TensorMeta] = dataclasses.field(default_factory=list)  # symbolic order
-    module: fx.GraphModule | None = None  # the instance's trace, for the miss path's compile
-    miss_fn: Callable[..., Any] | None = None  # the miss path, made on the first miss call
+    miss_fn: Callable[..., Any] | None = None  # the miss path, chosen on the first miss call
     calls: int = 0
 
 
@@ -87,8 +81,7 @@ class ShapeDispatcher:
         self.symbol_dims = symbol_dims(subgraph.inputs)
         self.routes: dict[CallSizes, Route] = {}
         self._lock = threading.Lock()
-        self._miss_compiles = 0
-        self._warned_compiles = False
+        self._generic: Callable[..., Any] | None = None  # the miss path compiled once
 
     # -- routing ---------------------------------------------------------------------------
     def route(self, sizes: CallSizes) -> Route:
@@ -133,7 +126,6 @@ class ShapeDispatcher:
             input_positions=instance.input_positions,
             output_positions=instance.output_positions,
             outputs=[metas[j] for j in instance.output_positions],
-            module=instance.module,
         )
 
     # -- running ---------------------------------------------------------------------------
@@ -161,41 +153,33 @@ class ShapeDispatcher:
         return [conform(o, m, taken) for o, m in zip(ordered, route.outputs, strict=True)]
 
     def _miss(self, route: Route, args: list[Any]) -> Sequence[torch.Tensor]:
-        """The miss path: under the Inductor fallback, the instance compiled by Inductor for
-        these sizes (as a static graph of them would be; at most MISS_COMPILES sizes per
-        subgraph), else the subgraph's ATen ops. A compile that fails is logged, not hidden."""
-        if route.miss_fn is None:
+        """The miss path: under the Inductor fallback, the symbolic subgraph compiled once with
+        dynamic sizes (size-generic kernels, as in Inductor's own dynamic graph: no compile per
+        size, so a loop over many sizes stays compiled), else the subgraph's ATen ops. A
+        compile that fails is logged and the ATen ops run for those sizes."""
+        if route.miss_fn is not None:
+            return route.miss_fn(*args)  # type: ignore[no-any-return]
+        if self.fallback != "inductor":
             route.miss_fn = self.reference
-            if self.fallback == "inductor" and route.module is not None:
-                if self._miss_compiles < MISS_COMPILES:
-                    self._miss_compiles += 1
-                    route.miss_fn = self._compile(route.module, args)
-                elif not self._warned_compiles:
-                    self._warned_compiles = True
-                    log.warning(
-                        "kernelpro: %s %s met %d sizes without a kernel; further ones run its "
-                        "ATen ops uncompiled (warm these sizes up: kernelpro warmup --dynamic)",
-                        self.graph_kind,
-                        self.pattern,
-                        MISS_COMPILES,
-                    )
-        return route.miss_fn(*args)  # type: ignore[no-any-return]
-
-    def _compile(self, module: fx.GraphModule, args: list[Any]) -> Callable[..., Any]:
-        from torch._inductor import compile as inductor_compile
-
+            return route.miss_fn(*args)  # type: ignore[no-any-return]
+        if self._generic is None:
+            self._generic = torch.compile(self.reference, dynamic=True)
         try:
-            return inductor_compile(module, args)  # type: ignore[no-any-return]
+            outs = self._generic(*args)  # a size's first call may (re)compile
         except Exception as e:
             log.warning(
-                "kernelpro: Inductor could not compile the fallback of %s %s at these sizes "
-                "(%s: %s); running its ATen ops",
+                "kernelpro: Inductor could not compile the fallback of %s %s at sizes %s "
+                "(%s: %s); running its ATen ops there",
                 self.graph_kind,
                 self.pattern,
+                _short(call_sizes(args)),
                 type(e).__name__,
                 str(e)[:300],
             )
-            return self.reference
+            route.miss_fn = self.reference
+            return route.miss_fn(*args)  # type: ignore[no-any-return]
+        route.miss_fn = self._generic
+        return outs  # type: ignore[no-any-return]
 
     def stats(self) -> dict[str, int]:
         """Calls served by kernels and by the miss path, and sizes seen."""

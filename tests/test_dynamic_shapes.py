@@ -197,3 +197,18 @@ def test_dynamic_sizes_read_bare_symbols_and_solve_multiples():
     assert dynamic_sizes([(0, 0, 2 * s0), (1, -1, s1)], sizes) == (7, 24)
     # a bare symbol wins over an expression of the same symbol
     assert dynamic_sizes([(0, 0, 2 * s0), (0, 1, s0)], sizes) == (32,)
+
+
+def test_missed_sizes_share_one_size_generic_compile_of_the_fallback():
+    """More sizes without a kernel than any per-size compile budget: every one runs the same
+    compiled, size-generic fallback (not the subgraph's ATen ops), matching eager."""
+    _fresh()
+    lengths = [8, 12, *range(20, 100, 8)]  # 10 sizes after the first change miss
+    _steps(OnlyAt({12}), lengths, fallback="inductor")
+    dispatchers = [d for _, d in DISPATCHERS.items() if d.routes]  # this test's (routes reset)
+    assert dispatchers
+    for d in dispatchers:
+        missed = [r for r in d.routes.values() if r.kernel is None]
+        assert len(missed) >= 10
+        assert d._generic is not None
+        assert all(r.miss_fn is d._generic for r in missed)
