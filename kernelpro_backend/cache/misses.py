@@ -1,7 +1,8 @@
 """The miss manifest: which subgraphs ran on the fallback because the cache had no kernel.
 
 Owns: `misses.jsonl` in the cache directory, one JSON object per distinct cache key (key JSON,
-pattern, kind, ops, input metas, graph kind, time). `kernelpro warmup` reads it to know what to
+pattern, kind, ops, input metas, graph kind, time; for an instance of a symbolic subgraph its
+family and dynamic sizes). `kernelpro warmup` reads it to know what to
 search. Appends are single `write` calls on an O_APPEND file under an advisory lock, so several
 processes can record misses at once without tearing lines or duplicating keys.
 Must not: read or write kernel entries.
@@ -52,6 +53,13 @@ class MissManifest:
                 "graph": subgraph.graph,
                 "time": utc_now(),
                 **({"reason": reason} if reason else {}),
+                # An instance of a symbolic subgraph: its family and dynamic sizes, so that
+                # `kernelpro cache misses` can say which sizes of which subgraph to warm up.
+                **(
+                    {"family": subgraph.family, "dynamic_sizes": list(subgraph.dynamic_sizes)}
+                    if subgraph.family
+                    else {}
+                ),
             },
             sort_keys=True,
         )

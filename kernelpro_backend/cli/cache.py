@@ -28,6 +28,7 @@ from ..cache.store import KernelCache
 from ..cache.transfer import export_bundle, import_bundle
 from ..options import Options
 from ..tuner.admit import admit
+from .misses import print_misses
 
 
 def add_cli(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:  # type: ignore[type-arg]
@@ -84,6 +85,12 @@ def add_cli(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser: 
     ve.add_argument(
         "--integrity-only", action="store_true", help="check checksums and keys only; run nothing"
     )
+    mi = sub.add_parser(
+        "misses",
+        help="list the subgraphs that ran on the fallback for want of a kernel (dynamic ones "
+        "with the sizes they missed at), and what to warm up",
+    )
+    mi.add_argument("--pattern", help="only this pattern (e.g. softmax)")
     pr = sub.add_parser("prune", help="drop corrupt entries (and old ones)")
     pr.add_argument("--older-than", type=float, metavar="DAYS", help="also drop older entries")
     pr.add_argument(
@@ -116,6 +123,8 @@ def run_cli(
             return _export(cache, args, out)
         if command == "import":
             return _import(cache, args, out)
+        if command == "misses":
+            return print_misses(cache.misses.entries(), args.pattern, out)
         if command == "verify":
             try:
                 return _verify(cache, args, validator, out)

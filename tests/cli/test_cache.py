@@ -154,3 +154,29 @@ def test_unusable_key_files_are_refused_before_anything_is_written(cache_dir, tm
     code, text = run_cache_cli("--cache-dir", str(tmp_path / "a"), "import", str(out),
                                "--key", str(tmp_path / "absent"))  # fmt: skip
     assert code == 2 and "import refused" in text and "cannot read key file" in text
+
+
+def test_misses_lists_static_misses_and_the_sizes_each_dynamic_subgraph_missed_at(tmp_path):
+    from graphs import tanh_subgraph
+
+    with KernelCache(tmp_path / "c") as cache:
+        static = tanh_subgraph((4, 32))
+        cache.misses.record(cache.key_for(static.key), static)
+        for rows, why in ((24, None), (40, "dynamic sizes 40 not in compile_sizes: not searched")):
+            inst = dataclasses.replace(
+                tanh_subgraph((rows, 32)), family="f" * 64, dynamic_sizes=(rows,)
+            )
+            cache.misses.record(cache.key_for(inst.key), inst, why)
+    code, text = run_cache_cli("--cache-dir", str(tmp_path / "c"), "misses")
+    assert code == 0
+    lines = text.splitlines()
+    assert lines[0].split() == ["PATTERN", "GRAPH", "KEY", "MISSED", "AT", "MISSES", "WHY"]
+    assert "float32[4, 32]" in lines[1]
+    assert lines[1].split()[-6:] == ["1", "no", "kernel", "in", "the", "cache"]
+    family = lines[2]
+    assert "family ffffffffffff" in family and "dynamic sizes 24, 40" in family
+    assert "no kernel in the cache; dynamic sizes 40 not in compile_sizes" in family
+    assert "3 misses in 2 subgraphs" in text
+    assert "kernelpro warmup MODULE:FN --dynamic DIM=24,40" in text
+    code, text = run_cache_cli("--cache-dir", str(tmp_path / "c"), "misses", "--pattern", "x")
+    assert code == 0 and "0 misses in 0 subgraphs" in text

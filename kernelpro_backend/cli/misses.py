@@ -1,0 +1,70 @@
+"""`kernelpro cache misses`: the subgraphs that ran on the fallback for want of a kernel.
+
+Reads the cache's miss manifest (cache/misses.py) and prints one row per static subgraph that
+missed and one per symbolic subgraph (a family) with every dynamic size it missed at, with the
+recorded reasons, then what to run to fill them.
+Owns: the grouping and the table. Must not: search or write the cache.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+from typing import Any, TextIO
+
+
+def _shapes(record: dict[str, Any]) -> str:
+    def one(meta: Sequence[Any]) -> str:
+        shape, _, dtype = meta
+        return f"{dtype}[{', '.join(map(str, shape))}]"
+
+    return " ".join(one(m) for m in record.get("inputs", []))
+
+
+def miss_rows(records: Sequence[dict[str, Any]], pattern: str | None = None) -> list[tuple]:
+    """(pattern, graph, key or family, what missed, misses, reasons) per static miss and per
+    family, in the order first recorded."""
+    rows: list[tuple] = []
+    families: dict[str, list[dict[str, Any]]] = {}
+    for r in records:
+        if pattern and r.get("pattern") != pattern:
+            continue
+        family = r.get("family")
+        if family:
+            if family not in families:
+                families[family] = []
+                rows.append(("family", family))
+            families[family].append(r)
+        else:
+            rows.append(("static", r))
+    out: list[tuple] = []
+    for kind, item in rows:
+        group = families[item] if kind == "family" else [item]
+        first = group[0]
+        reasons = Counter(r.get("reason") or "no kernel in the cache" for r in group)
+        if kind == "family":
+            sizes = sorted({s for r in group for s in r.get("dynamic_sizes", [])})
+            what = "dynamic sizes " + (", ".join(map(str, sizes)) or "(unknown)")
+            ident = f"family {item[:12]}"
+        else:
+            what, ident = _shapes(first), first["digest"][:12]
+        why = "; ".join(f"{n}x {r}" if n > 1 else r for r, n in reasons.most_common())
+        out.append((first.get("pattern"), first.get("graph"), ident, what, len(group), why))
+    return out
+
+
+def print_misses(records: Sequence[dict[str, Any]], pattern: str | None, out: TextIO) -> int:
+    from .cache import format_table
+
+    rows = miss_rows(records, pattern)
+    headers = ("PATTERN", "GRAPH", "KEY", "MISSED AT", "MISSES", "WHY")
+    print(format_table(headers, rows), file=out)
+    sizes = sorted({s for r in records if r.get("family") for s in r.get("dynamic_sizes", [])
+                    if not pattern or r.get("pattern") == pattern})  # fmt: skip
+    print(f"{sum(r[4] for r in rows)} misses in {len(rows)} subgraphs", file=out)
+    if rows:
+        hint = f" --dynamic DIM={','.join(map(str, sizes))}" if sizes else ""
+        print(f"fill them: kernelpro warmup MODULE:FN{hint} (DIM: the model argument whose size "
+              "varies; the sizes above are the values of the subgraphs' dynamic dimensions)"
+              if hint else "fill them: kernelpro warmup MODULE:FN", file=out)  # fmt: skip
+    return 0
