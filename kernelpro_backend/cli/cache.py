@@ -10,7 +10,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Sequence
 from typing import TextIO
 
 from ..cache.bundle import BundleError
@@ -29,6 +28,7 @@ from ..cache.transfer import export_bundle, import_bundle
 from ..options import Options
 from ..tuner.admit import admit
 from .misses import print_misses
+from .table import format_table
 
 
 def add_cli(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:  # type: ignore[type-arg]
@@ -140,23 +140,6 @@ def run_cli(
             return _report(report, "pruned (dry run: nothing deleted)" if args.dry_run
                            else "pruned", out)  # fmt: skip
     raise ValueError(f"unknown cache command {command!r}")
-
-
-def format_table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
-    """Columns left-aligned and padded to their widest cell."""
-    cells = [[str(h) for h in headers]] + [[_cell(c) for c in row] for row in rows]
-    widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
-    return "\n".join(
-        "  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in cells
-    )
-
-
-def _cell(value: object) -> str:
-    if value is None:
-        return "-"
-    if isinstance(value, float):
-        return f"{value:.4g}"
-    return str(value)
 
 
 def _ls(cache: KernelCache, args: argparse.Namespace, out: TextIO) -> int:

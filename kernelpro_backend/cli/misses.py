@@ -12,6 +12,8 @@ from collections import Counter
 from collections.abc import Sequence
 from typing import Any, TextIO
 
+from .table import format_table
+
 
 def _shapes(record: dict[str, Any]) -> str:
     def one(meta: Sequence[Any]) -> str:
@@ -54,8 +56,6 @@ def miss_rows(records: Sequence[dict[str, Any]], pattern: str | None = None) -> 
 
 
 def print_misses(records: Sequence[dict[str, Any]], pattern: str | None, out: TextIO) -> int:
-    from .cache import format_table
-
     rows = miss_rows(records, pattern)
     headers = ("PATTERN", "GRAPH", "KEY", "MISSED AT", "MISSES", "WHY")
     print(format_table(headers, rows), file=out)
