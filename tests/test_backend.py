@@ -122,3 +122,30 @@ def test_eager_fallback_compiles_max_pool_in_a_fresh_process():
     )
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert run.returncode == 0 and "ok" in run.stdout, run.stderr[-2000:]
+
+
+@pytest.mark.parametrize("which", ["gpt", "lm_head_bf16"])
+def test_both_fallbacks_cut_the_same_subgraphs_so_a_cache_serves_either(which):
+    """The same subgraphs (texts, hence cache keys) under fallback="eager" and "inductor":
+    Inductor's joint-graph passes rewrite graphs before partitioning, and the eager fallback
+    runs them too — a cache warmed under one fallback serves the other."""
+    from kernelpro_backend.bench import models
+
+    def cut(fallback):
+        torch.manual_seed(0)
+        if which == "gpt":
+            model = models.HandwrittenGPT(256, 64, 2, 1, 32)
+            inputs = (torch.randint(0, 256, (2, 32)), torch.randint(0, 256, (2, 32)))
+        else:
+            model = models.LMHeadLoss(64, 1000).bfloat16()
+            inputs = (torch.randn(128, 64, dtype=torch.bfloat16), torch.randint(0, 1000, (128,)))
+        found = []
+        torch._dynamo.reset()
+        backend = make_backend(observer=lambda kind, sgs: found.extend((kind, s.text) for s in sgs))
+        compiled = torch.compile(model, backend=backend, options={"fallback": fallback, "search": "off"})  # fmt: skip
+        compiled(*inputs).backward()
+        return found
+
+    eager, inductor = cut("eager"), cut("inductor")
+    assert eager and {k for k, _ in eager} == {"forward", "backward"}
+    assert eager == inductor
