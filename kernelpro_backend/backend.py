@@ -146,33 +146,20 @@ def _warn_compile_failed(kind: str, report: RewriteReport, error: Exception) -> 
 def _compile_eager(
     session: CompileSession, gm: fx.GraphModule, example_inputs: Sequence[Any]
 ) -> Callable[..., Any]:
-    # Inductor's decompositions read `torch._inductor.lowering` (max_pool2d's, in torch 2.13)
-    # without importing it; Inductor imports it itself, the eager fallback must.
-    import torch._inductor.lowering  # noqa: F401
-    from torch._dynamo.backends.common import aot_autograd
     from torch._functorch.aot_autograd import make_boxed_func
-    from torch._functorch.partitioners import min_cut_rematerialization_partition
-    from torch._inductor.decomposition import select_decomp_table
+    from torch._inductor.compile_fx import compile_fx
 
-    def compiler(graph_kind: str) -> Callable[..., Any]:
-        def compile_graph(graph: fx.GraphModule, inputs: Sequence[Any]) -> Any:
-            session.rewrite(graph, graph_kind)
-            return make_boxed_func(graph.forward)
+    def inner_compile(graph: fx.GraphModule, inputs: Sequence[Any], **kwargs: Any) -> Any:
+        session.rewrite(graph, _graph_kind(kwargs))
+        return make_boxed_func(graph.forward)
 
-        return compile_graph
-
-    # Same decompositions and partitioner as Inductor, so both fallbacks see the same
-    # subgraphs (and the same cache keys).
-    backend = aot_autograd(
-        fw_compiler=compiler("forward"),
-        bw_compiler=compiler("backward"),
-        inference_compiler=compiler("inference"),
-        decompositions=select_decomp_table(),
-        partition_fn=min_cut_rematerialization_partition,
-        keep_inference_input_mutations=True,
-    )
+    # Inductor's front half — its pre-grad and joint-graph passes, decompositions and
+    # partitioner — then the graphs run as ATen ops, so both fallbacks see the same subgraphs
+    # and cache keys. (A plain aot_autograd with Inductor's decompositions and partitioner
+    # did not: Inductor's joint-graph passes rewrite the graph before it is partitioned, and
+    # a cache warmed under one fallback missed under the other.)
     with torch._functorch.config.patch(enable_autograd_cache=False):
-        return backend(gm, example_inputs)
+        return compile_fx(gm, list(example_inputs), inner_compile=inner_compile)  # type: ignore[return-value]
 
 
 def make_backend(

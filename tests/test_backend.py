@@ -124,17 +124,11 @@ def test_eager_fallback_compiles_max_pool_in_a_fresh_process():
     assert run.returncode == 0 and "ok" in run.stdout, run.stderr[-2000:]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="known bug: the eager fallback does not run Inductor's pre-grad and joint-graph "
-    "passes, so it cuts other subgraphs (cache keys) than Inductor for these models. Running "
-    "Inductor's front half for it (compile_fx with an eager inner compile) fixed the keys but "
-    "made the gloo exchange of tests/tuner/test_distributed.py hang in ~1 run of 8; reverted",
-)
 @pytest.mark.parametrize("which", ["gpt", "lm_head_bf16"])
 def test_both_fallbacks_cut_the_same_subgraphs_so_a_cache_serves_either(which):
     """The same subgraphs (texts, hence cache keys) under fallback="eager" and "inductor":
-    a cache warmed under one fallback should serve the other."""
+    Inductor's joint-graph passes rewrite graphs before partitioning, and the eager fallback
+    runs them too — a cache warmed under one fallback serves the other."""
     from kernelpro_backend.bench import models
 
     def cut(fallback):
