@@ -159,7 +159,8 @@ def _compile_eager(
     # did not: Inductor's joint-graph passes rewrite the graph before it is partitioned, and
     # a cache warmed under one fallback missed under the other.)
     with torch._functorch.config.patch(enable_autograd_cache=False):
-        return compile_fx(gm, list(example_inputs), inner_compile=inner_compile)  # type: ignore[return-value]
+        compiled = compile_fx(gm, list(example_inputs), inner_compile=inner_compile)
+    return compiled  # type: ignore[no-any-return,return-value]
 
 
 def make_backend(

@@ -7,8 +7,8 @@ reads the call's sizes, traces the subgraph's instance at those sizes once
 (fx_passes/concrete.py) and asks the provider for that instance's kernel — a cache hit, or a
 search under search="on-miss" — exactly as a static subgraph of those sizes would be; sizes with
 no kernel run the miss path (the subgraph's reference, compiled once by Inductor with dynamic
-sizes, for every such size) and are recorded in the miss manifest by the provider. Each size is routed once; later calls of the
-same sizes cost a dictionary lookup.
+sizes, for every such size) and are recorded in the miss manifest by the provider. Each size is
+routed once; later calls of the same sizes cost a dictionary lookup.
 
 Owns: the `kernelpro::dispatch` custom op (its fake implementation runs the symbolic reference
 on fake tensors, so output sizes follow the inputs' symbols), `ShapeDispatcher`, its routes and

@@ -123,9 +123,10 @@ class Options:
     # Subgraphs with symbolic sizes (torch.compile recompiles with dynamic sizes after a shape
     # change): "dispatch" serves them per concrete size through a shape dispatcher (kernels
     # keyed, proved and cached per size; for sizes with none the subgraph compiled once with
-    # dynamic sizes; dispatch.py); "transfer" also gives a size with no entry, under search="cache-only", the
-    # winner of a size in its power-of-two bucket once proved at its own size (compiled,
-    # validated and timed against the fallback; no search); "off" leaves them to the fallback.
+    # dynamic sizes; dispatch.py); "transfer" also gives a size with no entry, under
+    # search="cache-only", the winner of a size in its power-of-two bucket once proved at its
+    # own size (compiled, validated and timed against the fallback; no search); "off" leaves
+    # them to the fallback.
     dynamic_shapes: DynamicShapes = "dispatch"
     # Sizes of a dynamic dimension worth a kernel of their own, like vLLM's `compile_sizes`
     # (e.g. the batch sizes a server sees most): under search="on-miss", a shape dispatcher

@@ -221,7 +221,6 @@ class Instance:
     subgraph: Subgraph
     input_positions: list[int]  # static canonical input i is symbolic input input_positions[i]
     output_positions: list[int]  # symbolic output j is static output output_positions[j]
-    module: fx.GraphModule  # the trace: symbolic calling convention, static sizes
 
 
 def symbolic_key(subgraph: Subgraph) -> SymbolicKey:
@@ -292,5 +291,4 @@ def concretize(
         subgraph=static,
         input_positions=[position[p] for p in static.inputs],
         output_positions=[static.outputs.index(r) for r in returned],
-        module=gm,
     )

@@ -157,15 +157,24 @@ def _spec(template, warps):
     return json.dumps({"template": template, "knobs": [["num_warps", warps]]})
 
 
+def _store_family_winners(cache, warps_by_rows, family="fam"):
+    """A rowwise winner with `warps` for each (rows, 32) instance of `family`, stored."""
+    import dataclasses
+
+    from graphs import tanh_subgraph
+
+    for rows, warps in warps_by_rows:
+        sg = dataclasses.replace(tanh_subgraph((rows, 32)), family=family)
+        art = dataclasses.replace(python_artifact(), spec_json=_spec("rowwise", warps))
+        cache.put(cache.key_for(sg.key), describe(art, sg))
+
+
 def test_a_search_at_a_new_size_starts_from_its_familys_winners(cache):
     import dataclasses
 
     from graphs import tanh_subgraph
 
-    for rows, warps in ((64, 8), (4, 2)):
-        sg = dataclasses.replace(tanh_subgraph((rows, 32)), family="fam")
-        art = dataclasses.replace(python_artifact(), spec_json=_spec("rowwise", warps))
-        cache.put(cache.key_for(sg.key), describe(art, sg))
+    _store_family_winners(cache, ((64, 8), (4, 2)))
     other = tanh_subgraph((16, 32))  # another family's entry: never a hint
     cache.put(
         cache.key_for(other.key), dataclasses.replace(python_artifact(), spec_json=_spec("x", 1))
@@ -202,10 +211,7 @@ def test_transfer_proves_a_winner_of_the_same_size_bucket_under_cache_only(cache
 
     from graphs import tanh_subgraph
 
-    for rows, warps in ((12, 2), (32, 8)):  # bucket (8, 16] and (16, 32]
-        sg = dataclasses.replace(tanh_subgraph((rows, 32)), family="fam")
-        art = dataclasses.replace(python_artifact(), spec_json=_spec("rowwise", warps))
-        cache.put(cache.key_for(sg.key), describe(art, sg))
+    _store_family_winners(cache, ((12, 2), (32, 8)))  # bucket (8, 16] and (16, 32]
     asked = []
 
     def searcher(subgraph):
@@ -236,9 +242,7 @@ def test_compile_sizes_search_only_listed_sizes_and_prove_bucket_winners_elsewhe
 
     from graphs import tanh_subgraph
 
-    sg = dataclasses.replace(tanh_subgraph((12, 32)), family="fam")
-    art = dataclasses.replace(python_artifact(), spec_json=_spec("rowwise", 2))
-    cache.put(cache.key_for(sg.key), describe(art, sg))
+    _store_family_winners(cache, ((12, 2),))
     asked = []
 
     def searcher(subgraph):
