@@ -26,28 +26,18 @@ def _shapes(record: dict[str, Any]) -> str:
 def miss_rows(records: Sequence[dict[str, Any]], pattern: str | None = None) -> list[tuple]:
     """(pattern, graph, key or family, what missed, misses, reasons) per static miss and per
     family, in the order first recorded."""
-    rows: list[tuple] = []
-    families: dict[str, list[dict[str, Any]]] = {}
+    groups: dict[str, list[dict[str, Any]]] = {}  # family or digest -> its records
     for r in records:
-        if pattern and r.get("pattern") != pattern:
-            continue
-        family = r.get("family")
-        if family:
-            if family not in families:
-                families[family] = []
-                rows.append(("family", family))
-            families[family].append(r)
-        else:
-            rows.append(("static", r))
+        if not pattern or r.get("pattern") == pattern:
+            groups.setdefault(r.get("family") or r["digest"], []).append(r)
     out: list[tuple] = []
-    for kind, item in rows:
-        group = families[item] if kind == "family" else [item]
+    for group in groups.values():
         first = group[0]
         reasons = Counter(r.get("reason") or "no kernel in the cache" for r in group)
-        if kind == "family":
+        if first.get("family"):
             sizes = sorted({s for r in group for s in r.get("dynamic_sizes", [])})
             what = "dynamic sizes " + (", ".join(map(str, sizes)) or "(unknown)")
-            ident = f"family {item[:12]}"
+            ident = f"family {first['family'][:12]}"
         else:
             what, ident = _shapes(first), first["digest"][:12]
         why = "; ".join(f"{n}x {r}" if n > 1 else r for r, n in reasons.most_common())
