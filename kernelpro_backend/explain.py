@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import torch
 
+from . import text_table
 from .backend import make_backend
 from .fx_passes import Subgraph
 
@@ -67,11 +68,13 @@ def find_subgraphs(
     model: torch.nn.Module,
     *example_inputs: Any,
     train: bool | None = None,
+    backend_options: Mapping[str, Any] | None = None,
     **compile_kwargs: Any,
 ) -> list[Subgraph]:
     """The subgraphs kernelpro cuts from one call of `model` (a copy: the model is untouched).
     `train` None: forward and backward when the output requires grad, else the inference
-    graph; True/False forces the choice (False runs under `torch.no_grad()`)."""
+    graph; True/False forces the choice (False runs under `torch.no_grad()`).
+    `backend_options` adds backend options (e.g. a precision); search stays off."""
     found: list[Subgraph] = []
 
     def observe(graph_kind: str, subgraphs: Sequence[Subgraph]) -> None:
@@ -85,7 +88,7 @@ def find_subgraphs(
     compiled = torch.compile(
         model,
         backend=make_backend(observer=observe),
-        options={"fallback": "eager", "search": "off"},
+        options={**(backend_options or {}), "fallback": "eager", "search": "off"},
         **compile_kwargs,
     )
     with torch.set_grad_enabled(train is not False):
@@ -116,8 +119,4 @@ def _tensors(obj: Any) -> list[torch.Tensor]:
 
 def format_table(rows: Sequence[SubgraphInfo]) -> str:
     header = ["graph", "kind", "pattern", "ops", "inputs", "key"]
-    cells = [header] + [r.row() for r in rows]
-    widths = [max(len(c[i]) for c in cells) for i in range(len(header))]
-    lines = ["  ".join(c[i].ljust(widths[i]) for i in range(len(header))).rstrip() for c in cells]
-    lines.insert(1, "  ".join("-" * w for w in widths))
-    return "\n".join(lines)
+    return text_table.format_table(header, [r.row() for r in rows], rule=True)

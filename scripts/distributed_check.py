@@ -39,6 +39,39 @@ def _train(model: torch.nn.Module, fn, x: torch.Tensor, steps: int) -> list[floa
     return losses
 
 
+def _median_step_ms(fn, x: torch.Tensor, params, steps: int) -> float:
+    """Median of `steps` timed training steps (CUDA events), after two untimed ones."""
+    opt = torch.optim.SGD(params, lr=0.0)
+    times = []
+    for i in range(steps + 2):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        opt.zero_grad()
+        fn(x).float().square().mean().backward()
+        opt.step()
+        end.record()
+        torch.cuda.synchronize()
+        if i >= 2:
+            times.append(start.elapsed_time(end))
+    return sorted(times)[len(times) // 2]
+
+
+def _step_times(args, model, compiled, x: torch.Tensor) -> dict:
+    """DDP + Inductor beside DDP + kernelpro (after its search: cache hits), interleaved."""
+    twin, _ = examples.EXAMPLES[args.example]("cuda")
+    twin.load_state_dict(model.state_dict())
+    inductor = torch.compile(DDP(twin))
+    found: dict[str, list[float]] = {"inductor_ms": [], "kernelpro_ms": []}
+    for _ in range(3):
+        found["inductor_ms"].append(
+            _median_step_ms(inductor, x, twin.parameters(), args.time_steps)
+        )
+        found["kernelpro_ms"].append(
+            _median_step_ms(compiled, x, model.parameters(), args.time_steps)
+        )
+    return {k: sorted(v)[1] for k, v in found.items()} | {"rounds": found}
+
+
 def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--example", default="mlp")
@@ -47,6 +80,10 @@ def main() -> None:
     p.add_argument("--budget-s", type=float, default=4)
     p.add_argument("--max-trials", type=int, default=4)
     p.add_argument("--workers", type=int, default=2)
+    p.add_argument(
+        "--time-steps", type=int, default=0,
+        help="then time this many steps of DDP + Inductor and DDP + kernelpro (its cache now warm)",
+    )  # fmt: skip
     args = p.parse_args()
     dist.init_process_group(backend=os.environ.get("KERNELPRO_CHECK_PG", "gloo"))
     rank, world = dist.get_rank(), dist.get_world_size()
@@ -72,7 +109,9 @@ def main() -> None:
     t0 = time.perf_counter()
     losses = _train(model, compiled, x, args.steps)
     kp_s = time.perf_counter() - t0
+    timed = _step_times(args, model, compiled, x) if args.time_steps else {}
     report = {
+        **timed,
         "rank": rank,
         "world": world,
         "device": torch.cuda.get_device_name(),
@@ -100,6 +139,7 @@ def main() -> None:
             "kernels": len(reports[0]["replaced"]),
             "subgraphs": reports[0]["subgraphs"],
             "first_steps_s": [r["kernelpro_s"] for r in reports],
+            "step_ms": {k: [r.get(k) for r in reports] for k in ("inductor_ms", "kernelpro_ms")},
         }
         (out / "summary.json").write_text(json.dumps(summary, indent=1))
         print(json.dumps(summary))

@@ -1,7 +1,8 @@
-"""Driver: the codegen GEMM template against cuBLAS and Inductor over its default knobs and
-Inductor's H100 tile configurations (kernelpro_backend/bench/gemm_sweep.py holds the sweep).
+"""Driver: the GEMM sweep (kernelpro_backend/bench/gemm_sweep.py, cases in bench/gemm_cases.py):
+cuBLAS, Inductor, max-autotune, the template's seed, its configurations and a search, per case.
 
-    OUT=/tmp/out python scripts/gpu_gemm_sweep.py [--budget-s 210] [--max-configs 14] [--only TEXT]
+    OUT=/tmp/out python scripts/gpu_gemm_sweep.py [--group square] [--problems kb] \\
+        [--autotune TEXT|all] [--search-s 30 --search-only TEXT|all] [--budget-s 560]
 """
 
 import argparse
@@ -13,17 +14,34 @@ from kernelpro_backend.bench.gemm_sweep import sweep
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument(
-        "--budget-s", type=float, default=210.0, help="stop starting configs after this"
+        "--budget-s", type=float, default=560.0, help="stop starting cases after this"
     )
     parser.add_argument(
-        "--max-configs", type=int, default=14, help="configs per case, default first"
+        "--max-configs", type=int, default=8, help="configs per case, default first"
     )
     parser.add_argument("--cpu-smoke", action="store_true", help="tiny sizes, Triton interpreter")
     parser.add_argument(
         "--only", action="append", default=[], help="run only cases whose name contains this"
     )
+    parser.add_argument(
+        "--group", action="append", default=[],
+        help="square | training | epilogue | kernelbench (repeatable)",
+    )  # fmt: skip
+    parser.add_argument("--problems", help="a KernelBench directory (the kernelbench group)")
+    parser.add_argument(
+        "--autotune", action="append", default=[],
+        help="also time max-autotune on cases whose name contains this ('all': every case)",
+    )  # fmt: skip
+    parser.add_argument("--search-s", type=float, default=0.0, help="search budget per case")
+    parser.add_argument(
+        "--search-only", action="append", default=[],
+        help="search cases whose name contains this ('all': every case)",
+    )  # fmt: skip
     args = parser.parse_args(argv)
-    return sweep(args.budget_s, args.max_configs, args.cpu_smoke, args.only)
+    return sweep(
+        args.budget_s, args.max_configs, args.cpu_smoke, args.only, args.group, args.problems,
+        args.autotune, args.search_s, args.search_only,
+    )  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -24,6 +24,7 @@ NAME = PACKAGE.name
 RANKS = {
     # plain data and on-disk locations: import nothing of the package
     "version": 0,
+    "text_table": 0,
     "options": 0,
     "paths": 1,
     # graphs, and what works on a subgraph without running anything

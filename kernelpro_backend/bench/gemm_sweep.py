@@ -24,14 +24,15 @@ import os
 import sys
 import time
 import traceback
-import types
 from collections.abc import Callable, Sequence
+from pathlib import Path
 
 import torch
 import torch.nn as nn
 
-from ..codegen import IllegalSpec, KernelSpec, build
+from ..codegen import IllegalSpec, KernelSpec, alternatives, build
 from ..codegen.gemm_configs import fitted_knobs, operand_kind
+from ..codegen.template_library import library_epilogue
 from ..explain import find_subgraphs
 from ..fx_passes import Subgraph
 from ..lowering import lower
@@ -39,6 +40,8 @@ from ..runtime.compare import compare, max_abs_error
 from ..runtime.precision import precision_mode
 from ..runtime.timing import time_kernel
 from ..runtime.validate import compute_reference
+from . import gemm_cases, gemm_table
+from .gemm_cases import Case
 
 DEVICE = "cuda"
 # (BLOCK_M, BLOCK_N, BLOCK_K, num_stages, num_warps), most promising first: Inductor's H100
@@ -55,49 +58,18 @@ SWEEP_TF32 = (
 )  # fmt: skip
 
 
-class MatMul(nn.Module):
-    """x @ w with a row-major [K, N] weight (B read along N)."""
-
-    def __init__(self, k: int, n: int) -> None:
-        super().__init__()
-        self.w = nn.Parameter(torch.randn(k, n) / k**0.5)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return x @ self.w
-
-
-def gemm_subgraph(model: nn.Module, x: torch.Tensor) -> Subgraph:
+def gemm_subgraph(model: nn.Module, inputs: tuple, precision: str) -> Subgraph:
     torch._dynamo.reset()
-    found = find_subgraphs(model, x, train=False)
+    found = find_subgraphs(model, *inputs, train=False, backend_options={"precision": precision})
     gemms = [s for s in found if s.kind == "gemm"]
     if not gemms:
         raise RuntimeError(f"no GEMM subgraph among {[s.pattern for s in found]}")
     return gemms[0]
 
 
-def cases(tiny: bool) -> list[tuple[str, str, Callable[[], tuple[nn.Module, torch.Tensor]]]]:
-    """(name, float32 matmul precision, model and input factory)."""
-    s = 16 if tiny else 1
-    bf16 = torch.bfloat16
-
-    def make(module: nn.Module, rows: int, cols: int, dt: torch.dtype) -> Callable:
-        return lambda: (module.to(DEVICE, dt), torch.randn(rows, cols, device=DEVICE, dtype=dt))
-
-    return [
-        (f"bf16 mm {4096 // s}^3", "highest", make(MatMul(4096 // s, 4096 // s), 4096 // s, 4096 // s, bf16)),
-        (
-            f"bf16 linear+bias+gelu {8192 // s}x{4096 // s}x{1024 // s}", "highest",
-            make(nn.Sequential(nn.Linear(1024 // s, 4096 // s), nn.GELU()), 8192 // s, 1024 // s, bf16),
-        ),
-        (
-            f"bf16 linear {8192 // s}x{1024 // s}x{4096 // s}", "highest",
-            make(nn.Linear(4096 // s, 1024 // s, bias=False), 8192 // s, 4096 // s, bf16),
-        ),
-        (f"tf32 mm {4096 // s}^3", "high", make(MatMul(4096 // s, 4096 // s), 4096 // s, 4096 // s, torch.float32)),
-    ]  # fmt: skip
-
-
-def label(knobs: dict) -> str:
+def label(knobs: dict, spec: KernelSpec | None = None) -> str:
+    if spec is not None and spec.template == "gemm_library":
+        return f"library {library_epilogue(spec)}"
     text = (
         f"{knobs['BLOCK_M']}x{knobs['BLOCK_N']}x{knobs['BLOCK_K']} "
         f"s{knobs['num_stages']} w{knobs['num_warps']} g{knobs['GROUP_M']}"
@@ -106,10 +78,11 @@ def label(knobs: dict) -> str:
     return text + " " + "+".join(extras)
 
 
-def configs(spec: KernelSpec, limit: int) -> list[tuple[str, dict]]:
-    """(name, knobs): the default, its TMA and persistent variants, then the sweep tiles."""
+def configs(spec: KernelSpec, limit: int) -> list[tuple[str, dict, KernelSpec]]:
+    """(kind, knobs, spec): the default, its TMA and persistent variants, then the sweep tiles,
+    then the seed's library alternatives (template_library.py; they have no knobs)."""
     default = dict(spec.knobs)
-    found: list[tuple[str, dict]] = [("default", default)]
+    found: list[tuple[str, dict, KernelSpec]] = [("default", default, spec)]
     tma, persistent = dict(LOADS="tma"), dict(PERSISTENT=True)
     variants = [
         dict(default, **tma),
@@ -124,14 +97,13 @@ def configs(spec: KernelSpec, limit: int) -> list[tuple[str, dict]]:
     for knobs in variants:
         if len(found) >= limit:
             break
-        if any(knobs == k for _, k in found):
+        if any(knobs == k for _, k, _ in found):
             continue
         try:
-            spec.with_knobs(**knobs)
+            found.append(("candidate", knobs, spec.with_knobs(**knobs)))
         except IllegalSpec as e:
             print(f"  skip {label(knobs)}: {e}", flush=True)
-            continue
-        found.append(("candidate", knobs))
+    found += [("library", {}, alt) for alt in alternatives(spec) if alt.template == "gemm_library"]
     return found
 
 
@@ -156,67 +128,111 @@ def operand_views(spec: KernelSpec, inputs: list[torch.Tensor]) -> tuple[torch.T
     return tuple(views)
 
 
-def run_case(name: str, precision: str, make: Callable, budget_end: float, limit: int) -> dict:
-    torch.set_float32_matmul_precision(precision)
-    model, x = make()
-    sg = gemm_subgraph(model, x)
+IEEE_CONFIGS = 2  # IEEE float32 runs on FMA units (~0.4x cuBLAS): the default and one more
+
+
+def _baselines(case: dict, sg: Subgraph, spec: KernelSpec, inputs: list, autotune: bool) -> None:
+    """cuBLAS (the GEMM alone on the kernel's operand views), Inductor (default mode: cuBLAS
+    plus its epilogue kernel) and, with `autotune`, max-autotune; all under the spec's policy
+    (IEEE float32 for ieee and tf32x3)."""
+    a, b = operand_views(spec, inputs)
+    mm = torch.bmm if a.dim() == 3 else torch.mm
+    case["cublas_ms"] = bench(lambda: mm(a, b))
+    if DEVICE != "cuda":
+        return
+    modes: list[tuple[str, str | None]] = [("inductor", None)]
+    if autotune:
+        modes.append(("max_autotune", "max-autotune-no-cudagraphs"))
+    for name, mode in modes:
+        try:
+            t0 = time.time()
+            torch._dynamo.reset()
+            compiled = torch.compile(sg.module(), mode=mode)
+            compiled(*inputs)
+            case[f"{name}_compile_s"] = round(time.time() - t0, 1)
+            case[f"{name}_ms"] = bench(functools.partial(compiled, *inputs))
+        except Exception as e:
+            case[f"{name}_error"] = f"{type(e).__name__}: {str(e)[:300]}"
+
+
+def _config_row(row: dict, spec: KernelSpec, inputs: list, ref: object) -> None:
+    t0 = time.time()
+    kernel = build(spec)
+    with precision_mode(spec.precision):
+        outs = kernel(*inputs)
+        if DEVICE == "cuda":
+            torch.cuda.synchronize()
+    row["build_s"] = round(time.time() - t0, 2)
+    worst = 0.0
+    for i, got in enumerate(outs):
+        eager = ref.eager[i] if ref.eager is not None else None  # type: ignore[attr-defined]
+        rejection, ratio = compare(i, got, ref.exact[i], eager)  # type: ignore[attr-defined]
+        worst = max(worst, ratio)
+        if rejection is not None:
+            raise AssertionError(f"wrong: {rejection.message}")
+    row["error_ratio"] = round(worst, 4)  # worst error / allowed error
+    # against float64: this kernel's largest error, and PyTorch eager's under the spec's policy
+    # (IEEE float32 for ieee and tf32x3) on the same inputs
+    exact = ref.exact  # type: ignore[attr-defined]
+    row["max_abs_error"] = max(max_abs_error(o, r) for o, r in zip(outs, exact, strict=True))
+    if ref.eager is not None:  # type: ignore[attr-defined]
+        row["eager_max_abs_error"] = max(
+            max_abs_error(e, r)
+            for e, r in zip(ref.eager, exact, strict=True)  # type: ignore[attr-defined]
+        )
+    row["ms"] = bench(functools.partial(kernel, *inputs))
+
+
+def _search(sg: Subgraph, seconds: float, root: str) -> dict:
+    """The subgraph searched for `seconds` into a fresh cache (the built-in proposer, default
+    workers): the search's own side-by-side figures (its baselines, its best candidate)."""
+    from ..options import Options
+    from ..tuner.searcher import SubgraphSearcher
+    from .search_report import summarize_logs
+
+    cache = os.path.join(root, f"search-{sg.key.digest[:12]}")
+    searcher = SubgraphSearcher(Options(cache_dir=cache, budget_s=seconds, progress=False))
+    t0 = time.time()
+    artifact = searcher(sg)
+    rows = summarize_logs(sorted(Path(cache, "logs").glob("*.jsonl")))
+    found: dict = {"wall_s": round(time.time() - t0, 1), "skipped": searcher.skipped}
+    if rows:
+        r = rows[-1]
+        found.update({k: r[k] for k in ("trials", "stop_reason", "eager_ms", "inductor_ms",
+                                        "best_candidate_ms", "kept_kernel")})  # fmt: skip
+    if artifact is not None:
+        found["winner_ms"] = artifact.kernel_ms
+    return found
+
+
+def run_case(
+    case_def: Case, budget_end: float, limit: int, autotune: bool, search_s: float, roof: float
+) -> dict:
+    torch.set_float32_matmul_precision(case_def.torch_precision)
+    model, inputs_ = case_def.make()
+    sg = gemm_subgraph(model, inputs_, case_def.precision)
+    del model, inputs_
     spec = lower(sg)
     m, n, k, batch = (spec.param(v) for v in ("m", "n", "k", "batch"))
     flop = 2.0 * m * n * k * batch
-    case: dict = {
-        "case": name,
-        "pattern": sg.pattern,
-        "precision": spec.precision,
-        "mnk": [m, n, k],
-    }
+    case: dict = {"case": case_def.name, "group": case_def.group, "pattern": sg.pattern,
+                  "precision": spec.precision, "mnk": [m, n, k, batch]}  # fmt: skip
     case["inputs"] = [[list(s), list(st), dt] for s, st, dt in sg.input_meta]
     inputs = sg.make_inputs(1, DEVICE)
     with precision_mode(spec.precision):
         ref = compute_reference(sg.module(), inputs)
-        a, b = operand_views(spec, inputs)
-        mm = torch.bmm if a.dim() == 3 else torch.mm
-        case["cublas_ms"] = bench(lambda: mm(a, b))
-        if DEVICE == "cuda":
-            try:
-                inductor = torch.compile(sg.module())
-                inductor(*inputs)
-                case["inductor_ms"] = bench(lambda: inductor(*inputs))
-            except Exception as e:
-                case["inductor_error"] = f"{type(e).__name__}: {str(e)[:300]}"
+        _baselines(case, sg, spec, inputs, autotune)
+    if operand_kind(spec) == "ieee":
+        limit = min(limit, IEEE_CONFIGS)
     rows = []
-    for kind, knobs in configs(spec, limit):
-        row: dict = {"config": label(knobs), "kind": kind, "knobs": knobs}
+    for kind, knobs, config in configs(spec, limit):
+        row: dict = {"config": label(knobs, config), "kind": kind, "knobs": knobs}
         rows.append(row)
         if time.time() > budget_end:
             row["status"] = "skipped (time budget)"
             continue
         try:
-            t0 = time.time()
-            kernel = build(spec.with_knobs(**knobs))
-            with precision_mode(spec.precision):
-                outs = kernel(*inputs)
-                if DEVICE == "cuda":
-                    torch.cuda.synchronize()
-                row["build_s"] = round(time.time() - t0, 2)
-                worst = 0.0
-                for i, got in enumerate(outs):
-                    eager = ref.eager[i] if ref.eager is not None else None
-                    rejection, ratio = compare(i, got, ref.exact[i], eager)
-                    worst = max(worst, ratio)
-                    if rejection is not None:
-                        raise AssertionError(f"wrong: {rejection.message}")
-                row["error_ratio"] = round(worst, 4)  # worst error / allowed error
-                # against float64: this kernel's largest error, and PyTorch eager's under the
-                # spec's policy (IEEE float32 for ieee and tf32x3) on the same inputs
-                exact = ref.exact
-                row["max_abs_error"] = max(
-                    max_abs_error(o, r) for o, r in zip(outs, exact, strict=True)
-                )
-                if ref.eager is not None:
-                    row["eager_max_abs_error"] = max(
-                        max_abs_error(e, r) for e, r in zip(ref.eager, exact, strict=True)
-                    )
-                row["ms"] = bench(functools.partial(kernel, *inputs))
+            _config_row(row, config, inputs, ref)
             row["tflops"] = round(flop / (row["ms"] * 1e-3) / 1e12, 1)
             row["vs_cublas"] = round(row["ms"] / case["cublas_ms"], 3)
             if "inductor_ms" in case:
@@ -227,58 +243,45 @@ def run_case(name: str, precision: str, make: Callable, budget_end: float, limit
             traceback.print_exc(limit=2)
         print(f"  {row['config']:38} {row['status'][:60]} {row.get('ms', '')}", flush=True)
     case["configs"] = rows
-    case["cublas_tflops"] = round(flop / (case["cublas_ms"] * 1e-3) / 1e12, 1)
-    if "inductor_ms" in case:
-        case["inductor_tflops"] = round(flop / (case["inductor_ms"] * 1e-3) / 1e12, 1)
+    del ref, inputs
+    if search_s > 0 and DEVICE == "cuda" and time.time() < budget_end:
+        try:
+            case["search"] = _search(sg, search_s, os.environ.get("OUT", "."))
+        except Exception as e:
+            case["search"] = {"error": f"{type(e).__name__}: {str(e)[:300]}"}
+    for base in ("cublas", "inductor", "max_autotune"):
+        if f"{base}_ms" in case:
+            case[f"{base}_tflops"] = round(flop / (case[f"{base}_ms"] * 1e-3) / 1e12, 1)
+    case["roof_tflops"] = round(roof / 1e12, 1) if roof else None
     return case
 
 
-def print_table(meta: dict, results: list[dict]) -> None:
-    print(f"\n{meta['device']}  torch {meta['torch']}  triton {meta['triton']}  (do_bench median)")
-    print("ratios are times: ours / baseline (< 1 is faster than the baseline)")
-    head = f"{'case':34} {'config':38} {'ms':>8} {'TFLOP/s':>8} {'/cuBLAS':>8} {'/Inductor':>9}"
-    print(head)
-    for c in results:
-        if "error" in c:
-            print(f"{c['case']:34} {c['error'][:80]}")
-            continue
-        for base in ("cublas", "inductor"):
-            if f"{base}_ms" in c:
-                ms, tf = c[f"{base}_ms"], c[f"{base}_tflops"]
-                print(f"{c['case']:34} {'[' + base + ']':38} {ms:8.4f} {tf:8.1f}")
-        ok = [r for r in c["configs"] if r["status"] == "ok"]
-        best = min(ok, key=lambda r: r["ms"]) if ok else None
-        for r in c["configs"]:
-            if r["status"] != "ok":
-                print(f"{c['case']:34} {r['config']:38} {r['status'][:70]}")
-                continue
-            mark = " *" if r is best else ""
-            ind = f"{r['vs_inductor']:9.3f}" if "vs_inductor" in r else f"{'-':>9}"
-            print(
-                f"{c['case']:34} {r['config'] + mark:38} {r['ms']:8.4f} {r['tflops']:8.1f} "
-                f"{r['vs_cublas']:8.3f} {ind}"
-            )
-    print(
-        "* = fastest config of the case; default knobs live in kernelpro_backend/codegen/gemm_configs.py"
-    )
+def _roof(ceilings: object, case_def: Case, dtype: str) -> float:
+    if ceilings is None:
+        return 0.0
+    return ceilings.peak_flops_per_s(dtype, case_def.precision, True)  # type: ignore[attr-defined]
 
 
 def sweep(
-    budget_s: float = 210.0,
-    max_configs: int = 14,
+    budget_s: float = 600.0,
+    max_configs: int = 8,
     cpu_smoke: bool = False,
     only: Sequence[str] = (),
+    groups: Sequence[str] = (),
+    problems: str | None = None,
+    autotune: Sequence[str] = (),
+    search_s: float = 0.0,
+    search_only: Sequence[str] = (),
 ) -> int:
     """Run the sweep (scripts/gpu_gemm_sweep.py parses its arguments) and write
-    $OUT/gpu_gemm_sweep.json; returns the exit code."""
-    args = types.SimpleNamespace(
-        budget_s=budget_s, max_configs=max_configs, cpu_smoke=cpu_smoke, only=list(only)
-    )
+    $OUT/gpu_gemm_sweep.json; returns the exit code. `only`/`groups` select cases by name or
+    group (a case either selects runs); `autotune` and `search_only` name (substrings of) the cases that also get
+    max-autotune and a `search_s` search ("all" for every case)."""
     global DEVICE
-    if args.cpu_smoke:
-        DEVICE = "cpu"
+    if cpu_smoke:
+        DEVICE = gemm_cases.DEVICE = "cpu"
         os.environ["TRITON_INTERPRET"] = "1"
-        args.max_configs = min(args.max_configs, 3)
+        max_configs = min(max_configs, 3)
     elif not torch.cuda.is_available():
         print("gpu_gemm_sweep: no CUDA GPU here; run it on the device machine", file=sys.stderr)
         return 2
@@ -286,27 +289,44 @@ def sweep(
         os.environ.pop("TRITON_INTERPRET", None)
     out_dir = os.environ.get("OUT", ".")
     os.makedirs(out_dir, exist_ok=True)
+    ceilings = None
+    if DEVICE == "cuda":
+        from ..profilers.ceilings import Ceilings
+
+        ceilings = Ceilings.load_or_measure("cuda", os.path.join(out_dir, "ceilings"))
     start = time.time()
-    budget_end = start + args.budget_s
-    results = []
-    for name, precision, make in cases(args.cpu_smoke):
-        if args.only and not any(o in name for o in args.only):
-            continue
-        print(f"{name} ({time.time() - start:.0f} s)", flush=True)
-        try:
-            results.append(run_case(name, precision, make, budget_end, args.max_configs))
-        except Exception as e:
-            traceback.print_exc()
-            results.append({"case": name, "error": f"{type(e).__name__}: {str(e)[:400]}"})
-    torch.set_float32_matmul_precision("highest")
+    budget_end = start + budget_s
+    results: list[dict] = []
     meta = {
         "device": torch.cuda.get_device_name() if DEVICE == "cuda" else "cpu (interpreter)",
         "torch": torch.__version__,
         "triton": __import__("triton").__version__,
         "date": time.strftime("%Y-%m-%d %H:%M:%S"),
-        "wall_s": round(time.time() - start, 1),
     }
-    with open(os.path.join(out_dir, "gpu_gemm_sweep.json"), "w") as f:
-        json.dump({"meta": meta, "results": results}, f, indent=1)
-    print_table(meta, results)
+
+    def picked(c: Case, names: Sequence[str]) -> bool:
+        return "all" in names or any(o in c.name for o in names)
+
+    for c in gemm_cases.cases(cpu_smoke, problems):
+        if (only or groups) and not (picked(c, only) or c.group in groups):
+            continue
+        if time.time() > budget_end:
+            results.append({"case": c.name, "group": c.group, "error": "skipped (time budget)"})
+            continue
+        print(f"{c.name} ({time.time() - start:.0f} s)", flush=True)
+        try:
+            dtype = "float32" if c.name.startswith(("fp32", "tf32")) else "bfloat16"
+            results.append(run_case(c, budget_end, max_configs, picked(c, autotune),
+                                    search_s if picked(c, search_only) else 0.0,
+                                    _roof(ceilings, c, dtype)))  # fmt: skip
+        except Exception as e:
+            traceback.print_exc()
+            results.append({"case": c.name, "group": c.group,
+                            "error": f"{type(e).__name__}: {str(e)[:400]}"})  # fmt: skip
+        torch.cuda.empty_cache() if DEVICE == "cuda" else None
+        meta["wall_s"] = round(time.time() - start, 1)
+        with open(os.path.join(out_dir, "gpu_gemm_sweep.json"), "w") as f:
+            json.dump({"meta": meta, "results": results}, f, indent=1, default=str)
+    torch.set_float32_matmul_precision("highest")
+    print(gemm_table.table(meta, results))
     return 0 if all("error" not in c for c in results) else 1

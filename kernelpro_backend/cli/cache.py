@@ -26,9 +26,9 @@ from ..cache.signing import SigningKeyError, load_key, load_keys
 from ..cache.store import KernelCache
 from ..cache.transfer import export_bundle, import_bundle
 from ..options import Options
+from ..text_table import format_table
 from ..tuner.admit import admit
 from .misses import print_misses
-from .table import format_table
 
 
 def add_cli(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:  # type: ignore[type-arg]

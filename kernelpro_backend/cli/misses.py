@@ -12,7 +12,7 @@ from collections import Counter
 from collections.abc import Sequence
 from typing import Any, TextIO
 
-from .table import format_table
+from ..text_table import format_table
 
 
 def _shapes(record: dict[str, Any]) -> str:

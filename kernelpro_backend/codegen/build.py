@@ -88,8 +88,12 @@ class SpecKernel:
 
     @property
     def precompiles(self) -> bool:
-        """Whether the module has Triton kernels to compile ahead (a library call has none:
-        calling its entry would run it)."""
+        """Whether the module has Triton kernels to compile ahead and nothing else to run: a
+        library call's entry would run the call (template_library.launches_only)."""
+        if self.spec.template == "gemm_library":
+            from .template_library import launches_only
+
+            return launches_only(self.spec)
         return "@triton.jit" in self.rendered.source
 
     @property

@@ -156,7 +156,10 @@ def validate(spec: SpecView) -> None:
         from .template_library import library_epilogue
 
         if spec.knobs or library_epilogue(spec) is None:
-            raise IllegalSpec("gemm_library computes relu(a @ b + bias) only, with no knobs")
+            raise IllegalSpec(
+                "gemm_library computes relu(a @ b + bias), or a plain float32 GEMM under "
+                "tf32x3, only, with no knobs"
+            )
         return
     if not spec.knobs:
         return
@@ -180,7 +183,8 @@ def validate(spec: SpecView) -> None:
 
         if library_epilogue(spec) is None:
             raise IllegalSpec(
-                "gemm_library computes relu(a @ b + bias) only; this GEMM is not that"
+                "gemm_library computes relu(a @ b + bias), or a plain float32 GEMM under "
+                "tf32x3, only; this GEMM is neither"
             )
     elif spec.template == "row_cluster":
         from .cluster_rules import cluster_problem

@@ -1,17 +1,21 @@
-"""A GEMM subgraph as a vendor-library call with a fused epilogue ("gemm_library").
+"""A GEMM subgraph as vendor-library calls ("gemm_library"), in two forms:
 
-`torch._addmm_activation(bias, a, b)` runs cuBLASLt's GEMM with its bias + ReLU epilogue: the
-output makes one trip to memory, where the fallback writes the GEMM's output and reads it back
-for the ReLU. A GEMM spec whose epilogue is exactly that — `relu(acc + bias[n])`, one 2-D
-output — gets this template as an alternative (defaults.alternatives), measured by the search
-like any candidate; it wins only where cuBLASLt is faster. GELU is left out: cuBLASLt's is the
-tanh approximation, which is not the erf GELU models use. Precision follows PyTorch's float32
-matmul setting, as the fallback's own GEMM does; `tf32x3` is not offered.
+- "relu": `torch._addmm_activation(bias, a, b)` runs cuBLASLt's GEMM with its bias + ReLU
+  epilogue: the output makes one trip to memory, where the fallback writes the GEMM's output and
+  reads it back for the ReLU. For a GEMM spec whose epilogue is exactly `relu(acc + bias[n])`
+  into one 2-D output. GELU is left out: cuBLASLt's is the tanh approximation, not the erf GELU
+  models use. Precision follows PyTorch's float32 matmul setting, as the fallback's GEMM does.
+- "tf32x3": a plain float32 GEMM under `precision="tf32x3"` as three TF32 products with a
+  two-level accumulation (template_tf32x3.py says why and how).
+Either is an alternative of the GEMM's seed (defaults.alternatives), measured by the search like
+any candidate; it wins only where it is faster. The relu form cannot be inlined (a library call is
+not a Triton launch): it runs behind kernelpro::launch; the tf32x3 form is Triton launches only.
 
 The rendered module has the generated modules' calling convention (`entry(*inputs, _launch=)`,
 loaded like the Triton ones); traced for inlining it records the library op itself.
 
-Owns: `library_epilogue(spec)` (which call a GEMM spec maps to, or None) and `render_library`.
+Owns: `library_epilogue(spec)` (which call a GEMM spec maps to, or None), `launches_only`
+and `render_library`.
 Must not: choose knobs (it has none) or read fx.
 """
 
@@ -27,11 +31,12 @@ def _ref(arg: Any) -> tuple[str, int]:
 
 
 def library_epilogue(spec: Any) -> str | None:
-    """ "relu" when `spec` is a 2-D GEMM computing relu(acc + bias[n]) into one output."""
-    if spec.template not in ("gemm", "gemm_library") or spec.precision == "tf32x3":
+    """ "relu" when `spec` is a 2-D GEMM computing relu(acc + bias[n]) into one output;
+    "tf32x3" when it is a plain 2-D float32 GEMM under tf32x3 (acc into one output)."""
+    if spec.template not in ("gemm", "gemm_library") or spec.param("batch") != 1:
         return None
-    if spec.param("batch") != 1:
-        return None
+    if spec.precision == "tf32x3":
+        return "tf32x3" if _plain_float32(spec) else None
     if len(spec.outputs) != 1 or len(spec.loads) != 1 or len(spec.ops) != 2:
         return None
     (add, add_args, _), (act, act_args, _) = spec.ops
@@ -57,13 +62,43 @@ def library_epilogue(spec: Any) -> str | None:
     return "relu"
 
 
+def launches_only(spec: Any) -> bool:
+    """Whether the rendered module is Triton launches only (the tf32x3 form): it can be
+    precompiled and inlined like a generated module; a library call cannot."""
+    return library_epilogue(spec) == "tf32x3"
+
+
+def _plain_float32(spec: Any) -> bool:
+    """One 2-D float32 output holding the accumulator as is, float32 operands."""
+    if spec.ops or spec.loads or len(spec.outputs) != 1 or len(spec.stores) != 1:
+        return False
+    if dict(spec.anchor).get("operand_dtype") != "float32":
+        return False
+    ((ref, offset, store_index, predicate),) = spec.stores
+    shape, stride, dtype = spec.outputs[0]
+    expected = [(stride[0], 0), (stride[1], 1)]
+    return (
+        _ref(ref) == ("A", 0)
+        and offset == 0
+        and not predicate
+        and [tuple(i) for i in store_index] == expected
+        and tuple(shape) == (spec.param("m"), spec.param("n"))
+        and dtype == "float32"
+    )
+
+
 def _view(name: str, shape: tuple[int, ...], stride: tuple[int, ...], offset: int) -> str:
     return f"{name}.as_strided({shape}, {stride}, {name}.storage_offset() + {offset})"
 
 
 def render_library(spec: Any) -> tuple[str, str]:
     """(Python source, entry name) of the library call for a spec `library_epilogue` accepts."""
-    if library_epilogue(spec) != "relu":
+    form = library_epilogue(spec)
+    if form == "tf32x3":
+        from .template_tf32x3 import render_tf32x3
+
+        return render_tf32x3(spec, ENTRY), ENTRY
+    if form != "relu":
         raise ValueError(f"{spec.pattern or spec.template}: no library call computes this GEMM")
     m, n, k = spec.param("m"), spec.param("n"), spec.param("k")
     a_in, a_off, (_, sam, sak) = spec.param("a")

@@ -97,6 +97,40 @@ def test_gemm_loads_compile_and_match_on_gpu(loads: str) -> None:
         check(sg, lower(sg).with_knobs(LOADS=loads))
 
 
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize(("m", "n", "k"), [(1024, 768, 1000), (2048, 2048, 2048)])
+def test_tf32x3_gemm_is_at_least_as_accurate_as_ieee_on_gpu(m: int, n: int, k: int) -> None:
+    """The tf32x3 library form against float64, beside IEEE cuBLAS on the same inputs."""
+    import dataclasses
+
+    sys.path.insert(0, os.path.dirname(__file__))
+    from harness import traced_subgraph
+
+    from kernelpro_backend.codegen import alternatives
+    from kernelpro_backend.lowering import lower
+    from kernelpro_backend.runtime.spec_kernel import build_kernel
+
+    torch.manual_seed(0)
+    a = torch.randn(m, k, device="cuda")
+    b = torch.randn(n, k, device="cuda").t()  # nn.Linear's weight layout
+    sg = traced_subgraph(lambda x, y: (torch.mm(x, y),), (a, b), "gemm")
+    seed = dataclasses.replace(lower(sg), precision="tf32x3")
+    (alt,) = [s for s in alternatives(seed) if s.template == "gemm_library"]
+    inputs = sg.make_inputs(1, "cuda")  # in the subgraph's order, fresh values
+    (got,) = build_kernel(alt)(*inputs)
+    (exact,) = sg.module()(*[x.double() for x in inputs])
+    old = torch.get_float32_matmul_precision()
+    torch.set_float32_matmul_precision("highest")
+    try:
+        (ieee,) = sg.module()(*inputs)
+    finally:
+        torch.set_float32_matmul_precision(old)
+    err = float((got.double() - exact).abs().max())
+    ieee_err = float((ieee.double() - exact).abs().max())
+    assert err <= ieee_err, (err, ieee_err)
+
+
 def test_gemm_sweep_runs_in_the_interpreter(tmp_path: os.PathLike) -> None:
     """The H100 sweep's logic (capture, configs, correctness, table) at tiny sizes on the CPU."""
     env = dict(os.environ, OUT=str(tmp_path), PYTHONPATH=ROOT, TRITON_INTERPRET="1")
@@ -107,6 +141,14 @@ def test_gemm_sweep_runs_in_the_interpreter(tmp_path: os.PathLike) -> None:
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
     with open(os.path.join(tmp_path, "gpu_gemm_sweep.json")) as f:
         results = __import__("json").load(f)["results"]
-    assert [c["case"].split()[0] for c in results] == ["bf16", "bf16", "bf16", "tf32"]
+    assert [c["case"].split()[0] for c in results[:4]] == ["bf16", "fp16", "fp32", "tf32x3"]
+    assert {c["group"] for c in results} == {"square", "training", "epilogue"}
     assert all(r["status"] == "ok" for c in results for r in c["configs"])
-    assert results[-1]["precision"] == "tf32"
+    by_name = {c["case"].split()[0] + c["group"]: c for c in results}
+    assert by_name["tf32x3square"]["precision"] == "tf32x3"
+    assert by_name["fp32square"]["precision"] == "ieee"
+    # under tf32x3 each config's error against float64 is recorded beside IEEE eager's
+    assert all("eager_max_abs_error" in r for r in by_name["tf32x3square"]["configs"])
+    # the epilogue cases fuse their ops into the GEMM subgraph
+    epilogues = [c["pattern"] for c in results if c["group"] == "epilogue"]
+    assert all(p != "mm" for p in epilogues), epilogues

@@ -1,7 +1,9 @@
 """The GEMM library template: a GEMM whose epilogue is exactly bias + ReLU gets cuBLASLt's fused
 call as an alternative of its seed, and that call computes the subgraph (operands as the
 subgraph lays them out, the transposed weight of nn.Linear included); other epilogues,
-batched GEMMs and tf32x3 do not get it."""
+batched GEMMs and tf32x3 do not get it. A plain float32 GEMM under tf32x3 gets the 3xTF32 form
+(an exact split into TF32 parts, then cuBLAS TF32 GEMMs), checked here with the split kernel
+under the Triton interpreter and the products on the CPU."""
 
 from __future__ import annotations
 
@@ -55,6 +57,48 @@ def test_a_bias_relu_gemm_runs_as_the_library_call(fn, shapes):
 def test_other_epilogues_get_no_library_alternative(fn):
     _, seed = _seed(fn, torch.randn(16, 8), torch.randn(24, 8), torch.randn(24))
     assert not [a for a in alternatives(seed) if a.template == "gemm_library"]
+
+
+def _tf32_parts(x: torch.Tensor) -> bool:
+    """Every value exact in TF32: the 13 low mantissa bits are zero."""
+    return bool(((x.view(torch.int32) & 0x1FFF) == 0).all())
+
+
+@pytest.mark.parametrize(("transposed", "k"), [(False, 24), (True, 24), (False, 64)])
+def test_a_plain_float32_gemm_under_tf32x3_runs_as_three_tf32_products(transposed, k):
+    a, b = torch.randn(40, k), torch.randn(k, 56)
+    fn = (lambda x, y: (torch.mm(x, y.t()),)) if transposed else (lambda x, y: (torch.mm(x, y),))
+    sg, seed = _seed(fn, a, b.t().contiguous() if transposed else b)
+    seed = dataclasses.replace(seed, precision="tf32x3")
+    (alt,) = [a for a in alternatives(seed) if a.template == "gemm_library"]
+    source = render(alt).source
+    assert "_split" in source and source.count('input_precision="tf32"') == 3
+    check(sg, alt)
+
+
+def test_the_tf32x3_split_is_exact_in_tf32_and_keeps_22_bits():
+    from kernelpro_backend.codegen.build import load_module
+    from kernelpro_backend.codegen.render import RenderedKernel
+
+    _, seed = _seed(lambda x, y: (torch.mm(x, y),), torch.randn(8, 8), torch.randn(8, 8))
+    alt = dataclasses.replace(
+        dataclasses.replace(seed, precision="tf32x3"), template="gemm_library", knobs=()
+    )
+    split = load_module(
+        RenderedKernel(language="triton", source=render(alt).source, entry="_split")
+    )
+    x = torch.randn(64, 33) * torch.logspace(-30, 30, 33)
+    x[0, :4] = torch.tensor([float("inf"), -float("inf"), float("nan"), 3.4028235e38])
+    hi, lo = torch.full((40, 64), 7.0).t(), torch.full((40, 64), 7.0).t()  # K-major, as B's
+    split[(1, 1)](x, 0, hi, lo, 64, 33, 64, 40, 33, 1, 1, 64, BLOCK=64)  # columns padded to 40
+    assert (hi[:, 33:] == 0).all() and (lo[:, 33:] == 0).all()
+    hi, lo = hi[:, :33], lo[:, :33]
+    assert _tf32_parts(hi) and _tf32_parts(lo)
+    finite = x.isfinite()
+    assert (lo[~finite] == 0).all() and torch.equal(hi[0, :2], x[0, :2])
+    assert hi[0, 3].isfinite()  # rounding up would overflow: truncated instead
+    rel = ((hi.double() + lo.double() - x.double()).abs() / x.double().abs())[finite]
+    assert float(rel.max()) <= 2.0**-22
 
 
 def test_tf32x3_and_a_hand_made_spec_of_another_gemm_are_refused():

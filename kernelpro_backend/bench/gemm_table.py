@@ -1,0 +1,81 @@
+"""The GEMM sweep's summary table (bench/gemm_sweep.py writes the full rows as JSON).
+
+Owns: `summary(case)` (one case's headline figures) and `table(meta, results)`.
+Must not: measure anything.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..text_table import format_table
+
+
+def _ok(case: dict[str, Any]) -> list[dict[str, Any]]:
+    return [r for r in case.get("configs", []) if r.get("status") == "ok"]
+
+
+def summary(case: dict[str, Any]) -> dict[str, Any]:
+    """Seed (default knobs), the fastest configuration tried, the search's best, and speedups
+    as baseline time / ours (> 1: ours is faster)."""
+    ok = _ok(case)
+    seed = next((r for r in ok if r["kind"] == "default"), None)
+    best = min(ok, key=lambda r: r["ms"]) if ok else None
+    out: dict[str, Any] = {
+        "seed_ms": seed["ms"] if seed else None,
+        "best_ms": best["ms"] if best else None,
+        "best_config": best["config"] if best else None,
+    }
+    search = case.get("search") or {}
+    if search.get("best_candidate_ms"):
+        out["search_ms"] = search["best_candidate_ms"]
+        out["search_trials"] = search.get("trials")
+    ours = [v for v in (out["best_ms"], out.get("search_ms")) if v]
+    ours_ms = min(ours) if ours else None
+    out["ours_ms"] = ours_ms
+    for base in ("cublas", "inductor", "max_autotune"):
+        if ours_ms and case.get(f"{base}_ms"):
+            out[f"x_{base}"] = round(case[f"{base}_ms"] / ours_ms, 3)
+    if seed and case.get("cublas_ms"):
+        out["seed_of_cublas"] = round(case["cublas_ms"] / seed["ms"], 3)
+    if best and case.get("roof_tflops"):
+        out["sol"] = round(best["tflops"] / case["roof_tflops"], 3)
+    if best and "eager_max_abs_error" in best:
+        out["max_abs_error"] = best["max_abs_error"]
+        out["ieee_max_abs_error"] = best["eager_max_abs_error"]
+    return out
+
+
+def _f(value: Any, fmt: str = "{:.4f}") -> str:
+    return "-" if value is None else fmt.format(value)
+
+
+def table(meta: dict[str, Any], results: list[dict[str, Any]]) -> str:
+    head = ["case", "cuBLAS", "Inductor", "max-at", "seed", "best", "search (trials)",
+            "seed/cuBLAS", "x Inductor", "x cuBLAS", "SOL", "err / IEEE err"]  # fmt: skip
+    rows = []
+    for c in results:
+        if "error" in c:
+            rows.append([c["case"], c["error"][:60]] + [""] * (len(head) - 2))
+            continue
+        s = summary(c)
+        search = "-"
+        if "search_ms" in s:
+            search = f"{s['search_ms']:.4f} ({s['search_trials']})"
+        elif c.get("search"):
+            search = str(c["search"].get("error") or c["search"].get("skipped") or "none")[:24]
+        err = "-"
+        if "max_abs_error" in s:
+            err = f"{s['max_abs_error']:.2e} / {s['ieee_max_abs_error']:.2e}"
+        rows.append([
+            c["case"], _f(c.get("cublas_ms")), _f(c.get("inductor_ms")),
+            _f(c.get("max_autotune_ms")), _f(s["seed_ms"]), _f(s["best_ms"]), search,
+            _f(s.get("seed_of_cublas"), "{:.2f}"), _f(s.get("x_inductor"), "{:.2f}"),
+            _f(s.get("x_cublas"), "{:.2f}"), _f(s.get("sol"), "{:.0%}"), err,
+        ])  # fmt: skip
+    title = f"{meta['device']}  torch {meta['torch']}  triton {meta['triton']}  {meta['date']}"
+    note = (
+        "ms: medians; x = baseline time / ours (ours: best config or search); seed/cuBLAS = "
+        "cuBLAS time / seed time; SOL: best config's TFLOP/s over the measured roof"
+    )
+    return "\n".join([title, format_table(head, rows), note])

@@ -1,0 +1,125 @@
+"""A plain float32 GEMM under `precision="tf32x3"` as three TF32 tensor-core products
+(the "tf32x3" form of "gemm_library"; template_library.py decides which specs get it).
+
+Why this shape (H100, BENCHMARKS.md "GEMM sweep"): Triton's own `input_precision="tf32x3"`
+splits the operands inside the main loop and ran at 0.6-0.8x IEEE cuBLAS. Three cuBLAS TF32
+GEMMs over pre-split operands ran at 1.8-2.1x but with 2.7-4.4x IEEE's error against float64:
+the tensor cores' float32 accumulation over a whole K loses more than IEEE's FMA chain (a TF32
+GEMM of operands exact in TF32 erred 3.9e-3 at 4096^3 where IEEE erred 1.1e-3). Here:
+- one split pass writes each operand x as hi = tf32(x) (to nearest; truncated where rounding
+  would overflow) and lo = tf32(x - hi), both exact in TF32, so the tensor cores' conversion
+  loses nothing; a_lo @ b_lo (~2^-22 relative) is dropped; lo is 0 where x is not finite;
+- both operands are stored K-major (A as [M, K], B as [N, K]): TF32 wgmma reads K-major
+  shared memory, and a row-major B made Triton's TF32 dot 3.5x slower; K is padded with zeros
+  to a multiple of BLOCK_K, so rows are aligned and the main loop has no mask;
+- per K step the three products are summed into a fresh tile (small terms first) and that
+  tile is added to the float32 accumulator with a rounded add: the tensor cores accumulate only
+  BLOCK_K * 3 products, so the error stayed 5x below IEEE's at 2048-8192 (measured).
+Workspace: twice the operands' bytes. Everything is a Triton launch or an `empty_strided`, so
+the module can be inlined like the generated ones (operand offsets go to the kernels).
+
+Owns: `render_tf32x3(spec, entry)`. Must not: decide which specs qualify (template_library).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+# The main kernel's tile: the fastest of the configurations measured at 2048-8192 (BLOCK_K 32:
+# four float32 operand tiles per stage; 3 stages fit shared memory).
+BLOCK_M, BLOCK_N, BLOCK_K, WARPS, STAGES, GROUP_M = 128, 128, 32, 8, 3, 8
+SPLIT_BLOCK = 64
+
+_KERNELS = """
+@triton.jit
+def _split(x_ptr, off, hi_ptr, lo_ptr, R, C, RP, CP, sxr, sxc, shr, shc, BLOCK: tl.constexpr):
+    r = (tl.program_id(0) * BLOCK + tl.arange(0, BLOCK))[:, None].to(tl.int64)
+    c = (tl.program_id(1) * BLOCK + tl.arange(0, BLOCK))[None, :].to(tl.int64)
+    x = tl.load(x_ptr + off + r * sxr + c * sxc, mask=(r < R) & (c < C), other=0.0)
+    bits = x.to(tl.int32, bitcast=True)
+    hi = ((bits + 0x1000) & -8192).to(tl.float32, bitcast=True)
+    finite = tl.abs(x) < float("inf")
+    hi = tl.where((tl.abs(hi) == float("inf")) & finite, (bits & -8192).to(tl.float32, bitcast=True), hi)
+    lo = x - hi
+    lo = ((lo.to(tl.int32, bitcast=True) + 0x1000) & -8192).to(tl.float32, bitcast=True)
+    lo = tl.where(finite, lo, 0.0)
+    mask = (r < RP) & (c < CP)  # the padding of K past the operand is written as zeros
+    tl.store(hi_ptr + r * shr + c * shc, hi, mask=mask)
+    tl.store(lo_ptr + r * shr + c * shc, lo, mask=mask)
+
+
+@triton.jit
+def _mm3(ah, al, bh, bl, c, M, N, K, scm, scn, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+         BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr):
+    pid = tl.program_id(0)
+    num_pid_m = tl.cdiv(M, BLOCK_M)
+    num_pid_n = tl.cdiv(N, BLOCK_N)
+    group = pid // (GROUP_M * num_pid_n)
+    first_m = group * GROUP_M
+    group_m = tl.minimum(num_pid_m - first_m, GROUP_M)
+    pid_m = first_m + (pid % (GROUP_M * num_pid_n)) % group_m
+    pid_n = (pid % (GROUP_M * num_pid_n)) // group_m
+    rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    rk = tl.arange(0, BLOCK_K)
+    # rows past the edge read a valid row (their results are never stored)
+    ram = tl.max_contiguous(tl.multiple_of(rm % M, BLOCK_M), BLOCK_M).to(tl.int64)
+    rbn = tl.max_contiguous(tl.multiple_of(rn % N, BLOCK_N), BLOCK_N).to(tl.int64)
+    pa = ram[:, None] * K + rk[None, :]
+    pb = rbn[:, None] * K + rk[None, :]
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for kt in range(0, tl.cdiv(K, BLOCK_K)):
+        a_h = tl.load(ah + pa)  # K is padded to a multiple of BLOCK_K: no mask
+        a_l = tl.load(al + pa)
+        b_h = tl.load(bh + pb)
+        b_l = tl.load(bl + pb)
+        part = tl.dot(a_l, tl.trans(b_h), input_precision="tf32")
+        part = tl.dot(a_h, tl.trans(b_l), part, input_precision="tf32")
+        part = tl.dot(a_h, tl.trans(b_h), part, input_precision="tf32")
+        acc += part
+        pa += BLOCK_K
+        pb += BLOCK_K
+    cm = rm[:, None].to(tl.int64)
+    cn = rn[None, :].to(tl.int64)
+    tl.store(c + cm * scm + cn * scn, acc, mask=(cm < M) & (cn < N))
+
+
+def _direct(kernel):
+    return kernel
+"""
+
+
+def render_tf32x3(spec: Any, entry: str) -> str:
+    m, n, k = spec.param("m"), spec.param("n"), spec.param("k")
+    kp = -(-k // BLOCK_K) * BLOCK_K  # the parts' row length: K padded with zeros
+    a_in, a_off, (_, sam, sak) = spec.param("a")
+    b_in, b_off, (_, sbk, sbn) = spec.param("b")
+    shape, stride, _ = spec.outputs[0]
+    ins = [f"in{i}" for i in range(len(spec.inputs))]
+    s = SPLIT_BLOCK
+    tiles = f"triton.cdiv({m}, {BLOCK_M}) * triton.cdiv({n}, {BLOCK_N})"
+    new = "torch.empty_strided(({rows}, {kp}), ({kp}, 1), dtype=torch.float32, device=dev)"
+    lines = [
+        "import torch",
+        "import triton",
+        "import triton.language as tl",
+        _KERNELS,
+        "",
+        f"def {entry}({', '.join([*ins, '_launch=_direct'])}):",
+        "    # 3xTF32: a ~ a_hi + a_lo, b ~ b_hi + b_lo, each part exact in TF32 (template_tf32x3)",
+        f"    dev = {ins[a_in]}.device",
+        f"    ah, al = {new.format(rows=m, kp=kp)}, {new.format(rows=m, kp=kp)}",
+        f"    bh, bl = {new.format(rows=n, kp=kp)}, {new.format(rows=n, kp=kp)}  # B^T: K-major",
+        f"    _launch(_split)[(triton.cdiv({m}, {s}), triton.cdiv({kp}, {s}))]("
+        f"{ins[a_in]}, {a_off}, ah, al, {m}, {k}, {m}, {kp}, {sam}, {sak}, {kp}, 1, BLOCK={s})",
+        f"    _launch(_split)[(triton.cdiv({kp}, {s}), triton.cdiv({n}, {s}))]("
+        f"{ins[b_in]}, {b_off}, bh, bl, {k}, {n}, {kp}, {n}, {sbk}, {sbn}, 1, {kp}, BLOCK={s})",
+        f"    out = torch.empty_strided({tuple(shape)}, {tuple(stride)}, dtype=torch.float32, "
+        "device=dev)",
+        f"    _launch(_mm3)[({tiles},)](ah, al, bh, bl, out, {m}, {n}, {kp}, {stride[0]}, "
+        f"{stride[1]}, BLOCK_M={BLOCK_M}, BLOCK_N={BLOCK_N}, BLOCK_K={BLOCK_K}, "
+        f"GROUP_M={GROUP_M}, num_warps={WARPS}, num_stages={STAGES})",
+        "    return [out]",
+        "",
+    ]
+    return "\n".join(lines)
