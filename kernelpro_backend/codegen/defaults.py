@@ -74,7 +74,7 @@ CLUSTER_MIN_COLS = 1024
 
 
 def _library_alternatives(seed: KernelSpec) -> list[KernelSpec]:
-    """A GEMM whose epilogue cuBLASLt fuses (bias + ReLU), or a plain float32 GEMM under tf32x3,
+    """A GEMM whose epilogue cuBLASLt fuses (bias + ReLU), or a float32 GEMM under tf32x3,
     as library calls (template_library.py)."""
     import dataclasses
 

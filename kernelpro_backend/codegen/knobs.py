@@ -157,8 +157,8 @@ def validate(spec: SpecView) -> None:
 
         if spec.knobs or library_epilogue(spec) is None:
             raise IllegalSpec(
-                "gemm_library computes relu(a @ b + bias), or a plain float32 GEMM under "
-                "tf32x3, only, with no knobs"
+                "gemm_library computes relu(a @ b + bias), or a float32 GEMM with an "
+                "elementwise epilogue under tf32x3, only, with no knobs"
             )
         return
     if not spec.knobs:
@@ -183,8 +183,8 @@ def validate(spec: SpecView) -> None:
 
         if library_epilogue(spec) is None:
             raise IllegalSpec(
-                "gemm_library computes relu(a @ b + bias), or a plain float32 GEMM under "
-                "tf32x3, only; this GEMM is neither"
+                "gemm_library computes relu(a @ b + bias), or a float32 GEMM with an "
+                "elementwise epilogue under tf32x3, only; this GEMM is neither"
             )
     elif spec.template == "row_cluster":
         from .cluster_rules import cluster_problem

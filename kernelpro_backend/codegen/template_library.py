@@ -5,8 +5,8 @@
   reads it back for the ReLU. For a GEMM spec whose epilogue is exactly `relu(acc + bias[n])`
   into one 2-D output. GELU is left out: cuBLASLt's is the tanh approximation, not the erf GELU
   models use. Precision follows PyTorch's float32 matmul setting, as the fallback's GEMM does.
-- "tf32x3": a plain float32 GEMM under `precision="tf32x3"` as three TF32 products with a
-  two-level accumulation (template_tf32x3.py says why and how).
+- "tf32x3": a float32 GEMM under `precision="tf32x3"` (any elementwise epilogue) as three
+  TF32 products with a two-level accumulation (template_tf32x3.py says why and how).
 Either is an alternative of the GEMM's seed (defaults.alternatives), measured by the search like
 any candidate; it wins only where it is faster. The relu form cannot be inlined (a library call is
 not a Triton launch): it runs behind kernelpro::launch; the tf32x3 form is Triton launches only.
@@ -32,11 +32,11 @@ def _ref(arg: Any) -> tuple[str, int]:
 
 def library_epilogue(spec: Any) -> str | None:
     """ "relu" when `spec` is a 2-D GEMM computing relu(acc + bias[n]) into one output;
-    "tf32x3" when it is a plain 2-D float32 GEMM under tf32x3 (acc into one output)."""
+    "tf32x3" when it is a 2-D float32 GEMM under tf32x3 with an elementwise epilogue."""
     if spec.template not in ("gemm", "gemm_library") or spec.param("batch") != 1:
         return None
     if spec.precision == "tf32x3":
-        return "tf32x3" if _plain_float32(spec) else None
+        return "tf32x3" if _float32_elementwise(spec) else None
     if len(spec.outputs) != 1 or len(spec.loads) != 1 or len(spec.ops) != 2:
         return None
     (add, add_args, _), (act, act_args, _) = spec.ops
@@ -68,23 +68,9 @@ def launches_only(spec: Any) -> bool:
     return library_epilogue(spec) == "tf32x3"
 
 
-def _plain_float32(spec: Any) -> bool:
-    """One 2-D float32 output holding the accumulator as is, float32 operands."""
-    if spec.ops or spec.loads or len(spec.outputs) != 1 or len(spec.stores) != 1:
-        return False
-    if dict(spec.anchor).get("operand_dtype") != "float32":
-        return False
-    ((ref, offset, store_index, predicate),) = spec.stores
-    shape, stride, dtype = spec.outputs[0]
-    expected = [(stride[0], 0), (stride[1], 1)]
-    return (
-        _ref(ref) == ("A", 0)
-        and offset == 0
-        and not predicate
-        and [tuple(i) for i in store_index] == expected
-        and tuple(shape) == (spec.param("m"), spec.param("n"))
-        and dtype == "float32"
-    )
+def _float32_elementwise(spec: Any) -> bool:
+    """Float32 operands, and an epilogue of elementwise ops only (no row reduction)."""
+    return dict(spec.anchor).get("operand_dtype") == "float32" and not spec.reduced
 
 
 def _view(name: str, shape: tuple[int, ...], stride: tuple[int, ...], offset: int) -> str:

@@ -1,5 +1,6 @@
-"""A plain float32 GEMM under `precision="tf32x3"` as three TF32 tensor-core products
-(the "tf32x3" form of "gemm_library"; template_library.py decides which specs get it).
+"""A float32 GEMM under `precision="tf32x3"` as three TF32 tensor-core products, with the
+spec's elementwise epilogue applied to the accumulator tile (the "tf32x3" form of
+"gemm_library"; template_library.py decides which specs get it).
 
 Why this shape (H100, BENCHMARKS.md "GEMM sweep"): Triton's own `input_precision="tf32x3"`
 splits the operands inside the main loop and ran at 0.6-0.8x IEEE cuBLAS. Three cuBLAS TF32
@@ -25,12 +26,14 @@ from __future__ import annotations
 
 from typing import Any
 
+from .emitter import Emitter
+
 # The main kernel's tile: the fastest of the configurations measured at 2048-8192 (BLOCK_K 32:
 # four float32 operand tiles per stage; 3 stages fit shared memory).
 BLOCK_M, BLOCK_N, BLOCK_K, WARPS, STAGES, GROUP_M = 128, 128, 32, 8, 3, 8
 SPLIT_BLOCK = 64
 
-_KERNELS = """
+_SPLIT = """
 @triton.jit
 def _split(x_ptr, off, hi_ptr, lo_ptr, R, C, RP, CP, sxr, sxc, shr, shc, BLOCK: tl.constexpr):
     r = (tl.program_id(0) * BLOCK + tl.arange(0, BLOCK))[:, None].to(tl.int64)
@@ -48,10 +51,12 @@ def _split(x_ptr, off, hi_ptr, lo_ptr, R, C, RP, CP, sxr, sxc, shr, shc, BLOCK: 
     tl.store(lo_ptr + r * shr + c * shc, lo, mask=mask)
 
 
-@triton.jit
-def _mm3(ah, al, bh, bl, c, M, N, K, scm, scn, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-         BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr):
-    pid = tl.program_id(0)
+def _direct(kernel):
+    return kernel
+"""
+
+
+_MAIN_LOOP = """    pid = tl.program_id(0)
     num_pid_m = tl.cdiv(M, BLOCK_M)
     num_pid_n = tl.cdiv(N, BLOCK_N)
     group = pid // (GROUP_M * num_pid_n)
@@ -59,16 +64,14 @@ def _mm3(ah, al, bh, bl, c, M, N, K, scm, scn, BLOCK_M: tl.constexpr, BLOCK_N: t
     group_m = tl.minimum(num_pid_m - first_m, GROUP_M)
     pid_m = first_m + (pid % (GROUP_M * num_pid_n)) % group_m
     pid_n = (pid % (GROUP_M * num_pid_n)) // group_m
-    rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
-    rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     rk = tl.arange(0, BLOCK_K)
     # rows past the edge read a valid row (their results are never stored)
-    ram = tl.max_contiguous(tl.multiple_of(rm % M, BLOCK_M), BLOCK_M).to(tl.int64)
-    rbn = tl.max_contiguous(tl.multiple_of(rn % N, BLOCK_N), BLOCK_N).to(tl.int64)
-    pa = ram[:, None] * K + rk[None, :]
-    pb = rbn[:, None] * K + rk[None, :]
+    ram = tl.max_contiguous(tl.multiple_of((pid_m * BLOCK_M + tl.arange(0, BLOCK_M)) % M, BLOCK_M), BLOCK_M)
+    rbn = tl.max_contiguous(tl.multiple_of((pid_n * BLOCK_N + tl.arange(0, BLOCK_N)) % N, BLOCK_N), BLOCK_N)
+    pa = ram.to(tl.int64)[:, None] * KP + rk[None, :]
+    pb = rbn.to(tl.int64)[:, None] * KP + rk[None, :]
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    for kt in range(0, tl.cdiv(K, BLOCK_K)):
+    for kt in range(0, KP // BLOCK_K):
         a_h = tl.load(ah + pa)  # K is padded to a multiple of BLOCK_K: no mask
         a_l = tl.load(al + pa)
         b_h = tl.load(bh + pb)
@@ -79,14 +82,29 @@ def _mm3(ah, al, bh, bl, c, M, N, K, scm, scn, BLOCK_M: tl.constexpr, BLOCK_N: t
         acc += part
         pa += BLOCK_K
         pb += BLOCK_K
-    cm = rm[:, None].to(tl.int64)
-    cn = rn[None, :].to(tl.int64)
-    tl.store(c + cm * scm + cn * scn, acc, mask=(cm < M) & (cn < N))
-
-
-def _direct(kernel):
-    return kernel
+    rm = (pid_m * BLOCK_M + tl.arange(0, BLOCK_M)[:, None]).to(tl.int64)
+    rn = (pid_n * BLOCK_N + tl.arange(0, BLOCK_N)[None, :]).to(tl.int64)
+    row_mask = rm < M
+    mask = row_mask & (rn < N)
 """
+
+
+def _main_kernel(spec: Any) -> str:
+    """The product kernel: the main loop above, then the spec's epilogue on the accumulator
+    (the GEMM template's Emitter: bias, activations, residuals, casts, several outputs)."""
+    params = ["ah", "al", "bh", "bl"] + [f"in{i}" for i in range(len(spec.inputs))]
+    params += [f"out{j}" for j in range(len(spec.outputs))]
+    em = Emitter(spec, ["rm", "rn"], [1], spec.param("n"), row_var="rm")
+    em.local_memo[("A", 0)] = "acc"
+    for j in range(len(spec.stores)):
+        em.store(j, f"out{j}")
+    head = [
+        "@triton.jit",
+        f"def _mm3({', '.join(params)}, M: tl.constexpr, N: tl.constexpr, KP: tl.constexpr, "
+        "BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, "
+        "GROUP_M: tl.constexpr, INTERPRET: tl.constexpr):",
+    ]
+    return "\n".join(head) + "\n" + _MAIN_LOOP + "\n".join(em.lines) + "\n"
 
 
 def render_tf32x3(spec: Any, entry: str) -> str:
@@ -94,16 +112,21 @@ def render_tf32x3(spec: Any, entry: str) -> str:
     kp = -(-k // BLOCK_K) * BLOCK_K  # the parts' row length: K padded with zeros
     a_in, a_off, (_, sam, sak) = spec.param("a")
     b_in, b_off, (_, sbk, sbn) = spec.param("b")
-    shape, stride, _ = spec.outputs[0]
     ins = [f"in{i}" for i in range(len(spec.inputs))]
+    outs = [f"out{j}" for j in range(len(spec.outputs))]
     s = SPLIT_BLOCK
     tiles = f"triton.cdiv({m}, {BLOCK_M}) * triton.cdiv({n}, {BLOCK_N})"
     new = "torch.empty_strided(({rows}, {kp}), ({kp}, 1), dtype=torch.float32, device=dev)"
     lines = [
+        "import os",
+        "",
         "import torch",
         "import triton",
         "import triton.language as tl",
-        _KERNELS,
+        "",
+        'INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"',
+        _SPLIT,
+        _main_kernel(spec),
         "",
         f"def {entry}({', '.join([*ins, '_launch=_direct'])}):",
         "    # 3xTF32: a ~ a_hi + a_lo, b ~ b_hi + b_lo, each part exact in TF32 (template_tf32x3)",
@@ -114,12 +137,15 @@ def render_tf32x3(spec: Any, entry: str) -> str:
         f"{ins[a_in]}, {a_off}, ah, al, {m}, {k}, {m}, {kp}, {sam}, {sak}, {kp}, 1, BLOCK={s})",
         f"    _launch(_split)[(triton.cdiv({kp}, {s}), triton.cdiv({n}, {s}))]("
         f"{ins[b_in]}, {b_off}, bh, bl, {k}, {n}, {kp}, {n}, {sbk}, {sbn}, 1, {kp}, BLOCK={s})",
-        f"    out = torch.empty_strided({tuple(shape)}, {tuple(stride)}, dtype=torch.float32, "
-        "device=dev)",
-        f"    _launch(_mm3)[({tiles},)](ah, al, bh, bl, out, {m}, {n}, {kp}, {stride[0]}, "
-        f"{stride[1]}, BLOCK_M={BLOCK_M}, BLOCK_N={BLOCK_N}, BLOCK_K={BLOCK_K}, "
-        f"GROUP_M={GROUP_M}, num_warps={WARPS}, num_stages={STAGES})",
-        "    return [out]",
+        *(
+            f"    {o} = torch.empty_strided({tuple(shape)}, {tuple(stride)}, "
+            f"dtype=torch.{dtype}, device=dev)"
+            for o, (shape, stride, dtype) in zip(outs, spec.outputs, strict=True)
+        ),
+        f"    _launch(_mm3)[({tiles},)](ah, al, bh, bl, {', '.join([*ins, *outs])}, M={m}, "
+        f"N={n}, KP={kp}, BLOCK_M={BLOCK_M}, BLOCK_N={BLOCK_N}, BLOCK_K={BLOCK_K}, "
+        f"GROUP_M={GROUP_M}, INTERPRET=INTERPRET, num_warps={WARPS}, num_stages={STAGES})",
+        f"    return [{', '.join(outs)}]",
         "",
     ]
     return "\n".join(lines)

@@ -99,9 +99,15 @@ def test_gemm_loads_compile_and_match_on_gpu(loads: str) -> None:
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
-@pytest.mark.parametrize(("m", "n", "k"), [(1024, 768, 1000), (2048, 2048, 2048)])
-def test_tf32x3_gemm_is_at_least_as_accurate_as_ieee_on_gpu(m: int, n: int, k: int) -> None:
-    """The tf32x3 library form against float64, beside IEEE cuBLAS on the same inputs."""
+@pytest.mark.parametrize(
+    ("m", "n", "k", "epilogue"),
+    [(1024, 768, 1000, False), (2048, 2048, 2048, False), (1024, 768, 1000, True)],
+)
+def test_tf32x3_gemm_is_at_least_as_accurate_as_ieee_on_gpu(
+    m: int, n: int, k: int, epilogue: bool
+) -> None:
+    """The tf32x3 library form against float64, beside IEEE cuBLAS on the same inputs (with
+    `epilogue`: bias + GELU on the accumulator)."""
     import dataclasses
 
     sys.path.insert(0, os.path.dirname(__file__))
@@ -114,7 +120,11 @@ def test_tf32x3_gemm_is_at_least_as_accurate_as_ieee_on_gpu(m: int, n: int, k: i
     torch.manual_seed(0)
     a = torch.randn(m, k, device="cuda")
     b = torch.randn(n, k, device="cuda").t()  # nn.Linear's weight layout
-    sg = traced_subgraph(lambda x, y: (torch.mm(x, y),), (a, b), "gemm")
+    bias = torch.randn(n, device="cuda")
+    if epilogue:
+        sg = traced_subgraph(lambda x, y, c: (F.gelu(torch.mm(x, y) + c),), (a, b, bias), "gemm")
+    else:
+        sg = traced_subgraph(lambda x, y: (torch.mm(x, y),), (a, b), "gemm")
     seed = dataclasses.replace(lower(sg), precision="tf32x3")
     (alt,) = [s for s in alternatives(seed) if s.template == "gemm_library"]
     inputs = sg.make_inputs(1, "cuda")  # in the subgraph's order, fresh values

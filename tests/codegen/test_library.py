@@ -1,9 +1,9 @@
 """The GEMM library template: a GEMM whose epilogue is exactly bias + ReLU gets cuBLASLt's fused
 call as an alternative of its seed, and that call computes the subgraph (operands as the
 subgraph lays them out, the transposed weight of nn.Linear included); other epilogues,
-batched GEMMs and tf32x3 do not get it. A plain float32 GEMM under tf32x3 gets the 3xTF32 form
-(an exact split into TF32 parts, then cuBLAS TF32 GEMMs), checked here with the split kernel
-under the Triton interpreter and the products on the CPU."""
+batched GEMMs and tf32x3 do not get it. A float32 GEMM with an elementwise epilogue under
+tf32x3 gets the 3xTF32 form (an exact split into TF32 parts, three TF32 products per K step),
+checked here under the Triton interpreter."""
 
 from __future__ import annotations
 
@@ -76,6 +76,36 @@ def test_a_plain_float32_gemm_under_tf32x3_runs_as_three_tf32_products(transpose
     check(sg, alt)
 
 
+def _two_outputs(x, w, r):
+    y = torch.mm(x, w)
+    return (y + r, torch.sigmoid(y))
+
+
+@pytest.mark.parametrize(
+    ("fn", "shapes"),
+    [
+        (lambda x, w, b: (F.gelu(F.linear(x, w, b)),), [(40, 24), (56, 24), (56,)]),
+        (_addmm_relu, [(20, 12), (12, 40), (40,)]),
+        (_two_outputs, [(33, 70), (70, 20), (33, 20)]),
+    ],
+)
+def test_a_float32_gemm_with_an_epilogue_runs_under_tf32x3(fn, shapes):
+    sg, seed = _seed(fn, *(torch.randn(*s) for s in shapes))
+    seed = dataclasses.replace(seed, precision="tf32x3")
+    (alt,) = [a for a in alternatives(seed) if a.template == "gemm_library"]
+    assert knob_space(alt) == {} and "_mm3" in render(alt).source
+    check(sg, alt)
+
+
+def test_a_row_reduction_epilogue_gets_no_tf32x3_form():
+    _, seed = _seed(
+        lambda x, w: (torch.softmax(torch.mm(x, w), -1),), torch.randn(16, 8), torch.randn(8, 24)
+    )
+    if seed.reduced:  # the GEMM template holds the row: the library form does not
+        seed = dataclasses.replace(seed, precision="tf32x3")
+        assert not [a for a in alternatives(seed) if a.template == "gemm_library"]
+
+
 def test_the_tf32x3_split_is_exact_in_tf32_and_keeps_22_bits():
     from kernelpro_backend.codegen.build import load_module
     from kernelpro_backend.codegen.render import RenderedKernel
@@ -101,13 +131,14 @@ def test_the_tf32x3_split_is_exact_in_tf32_and_keeps_22_bits():
     assert float(rel.max()) <= 2.0**-22
 
 
-def test_tf32x3_and_a_hand_made_spec_of_another_gemm_are_refused():
+def test_under_tf32x3_bias_relu_gets_the_tf32x3_form_and_other_hand_made_specs_are_refused():
     _, seed = _seed(_linear_relu, torch.randn(16, 8), torch.randn(24, 8), torch.randn(24))
-    assert not [
+    (alt,) = [
         a
         for a in alternatives(dataclasses.replace(seed, precision="tf32x3"))
         if a.template == "gemm_library"
     ]
+    assert "_addmm_activation" not in render(alt).source  # cuBLASLt's would not be tf32x3
     _, other = _seed(
         lambda x, w, b: (F.gelu(F.linear(x, w, b)),),
         torch.randn(16, 8),
@@ -123,10 +154,12 @@ class _LibraryProvider:
 
     def __init__(self) -> None:
         self.given = 0
+        self.elementwise_gemms = 0  # GEMM subgraphs without a row reduction
 
     def find(self, sg):
         if sg.kind != "gemm":
             return None
+        self.elementwise_gemms += not lower(sg).reduced
         from kernelpro_backend.runtime.spec_kernel import build_kernel
 
         alts = [a for a in alternatives(lower(sg)) if a.template == "gemm_library"]
@@ -136,8 +169,9 @@ class _LibraryProvider:
         return build_kernel(alts[0])
 
 
+@pytest.mark.parametrize("precision", ["auto", "tf32x3"])
 @pytest.mark.parametrize("fallback", ["inductor", "eager"])  # inlined, behind kernelpro::launch
-def test_a_model_trains_through_the_library_kernel_like_eager(fallback):
+def test_a_model_trains_through_the_library_kernel_like_eager(fallback, precision):
     from kernelpro_backend import make_backend
 
     torch.manual_seed(0)
@@ -147,7 +181,9 @@ def test_a_model_trains_through_the_library_kernel_like_eager(fallback):
     provider = _LibraryProvider()
     torch._dynamo.reset()
     compiled = torch.compile(
-        model, backend=make_backend(provider=provider), options={"fallback": fallback}
+        model,
+        backend=make_backend(provider=provider),
+        options={"fallback": fallback, "precision": precision},
     )
     x = torch.randn(16, 32)
     out, want = compiled(x), ref(x)
@@ -157,6 +193,8 @@ def test_a_model_trains_through_the_library_kernel_like_eager(fallback):
     for p, q in zip(model.parameters(), ref.parameters(), strict=True):
         torch.testing.assert_close(p.grad, q.grad, rtol=1e-4, atol=1e-5)
     assert provider.given >= 1
+    if precision == "tf32x3":  # every GEMM of the step (forward, gradients) has the form
+        assert provider.given == provider.elementwise_gemms >= 4
 
 
 def test_the_library_kernel_has_nothing_to_precompile():
