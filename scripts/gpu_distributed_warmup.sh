@@ -1,8 +1,12 @@
+# [distributed-2gpu]: warm-up on one GPU against two ranks (one per GPU), same models, fresh
+# caches; then the searched keys and cache entries of both. Run on a two-GPU machine:
+#   BUDGET=4 TRIALS=4 bash scripts/gpu_distributed_warmup.sh   (writes under $OUT; longer
+#   searches make the searches, which the ranks split, a larger share of the wall time)
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site:$PWD:$PWD/scripts || exit
 nvidia-smi -L
 for t in transformer_block mlp; do
-  s=$(date +%s.%N); CUDA_VISIBLE_DEVICES=0 python -m kernelpro_backend.cli warmup kernelpro_backend.examples:$t --budget-s 4 --max-trials 4 --cache-dir $OUT/single > $OUT/single-$t.log 2>&1; echo "single $t rc=$? $(echo "$(date +%s.%N) - $s" | bc) s" | tee -a $OUT/walls.txt
-  s=$(date +%s.%N); python -m kernelpro_backend.cli warmup kernelpro_backend.examples:$t --budget-s 4 --max-trials 4 --cache-dir $OUT/dist --nproc 2 > $OUT/dist-$t.log 2>&1; echo "dist $t rc=$? $(echo "$(date +%s.%N) - $s" | bc) s" | tee -a $OUT/walls.txt
+  s=$(date +%s); CUDA_VISIBLE_DEVICES=0 python -m kernelpro_backend.cli warmup kernelpro_backend.examples:$t --budget-s ${BUDGET:-4} --max-trials ${TRIALS:-4} --cache-dir $OUT/single > $OUT/single-$t.log 2>&1; echo "single $t rc=$? $(( $(date +%s) - s )) s" | tee -a $OUT/walls.txt
+  s=$(date +%s); python -m kernelpro_backend.cli warmup kernelpro_backend.examples:$t --budget-s ${BUDGET:-4} --max-trials ${TRIALS:-4} --cache-dir $OUT/dist --nproc 2 > $OUT/dist-$t.log 2>&1; echo "dist $t rc=$? $(( $(date +%s) - s )) s" | tee -a $OUT/walls.txt
 done
 python - <<'PY'
 import os, json, pathlib
