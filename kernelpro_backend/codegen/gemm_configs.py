@@ -10,7 +10,8 @@ Defaults follow Inductor's H100 choices (torch/_inductor/template_heuristics/tri
 `mm_configs` and `persistent_mm_configs`): a 128x256x64 tile with 8 warps for large 16-bit
 GEMMs ("wins on Hopper-class matmul" there), 128x128x64 below that, a narrow M tile with a
 deep K tile for skinny GEMMs (memory-bound: fewer, longer K steps). The largest tile that
-still gives every SM a program (>= NUM_SMS tiles) is taken; fewer tiles than SMs leave SMs idle.
+still gives every SM a program (>= NUM_SMS tiles; the largest from 95% of them) is taken;
+fewer tiles than SMs leave SMs idle.
 """
 
 from __future__ import annotations
@@ -25,6 +26,9 @@ if TYPE_CHECKING:
     from .spec import KernelSpec, KnobValue
 
 NUM_SMS = 132  # H100 SXM; the H200 has the same count
+# The largest tile counts as filling the GPU from this share of the SMs on: at 2048^3 (bf16 and
+# fp16) its 128 tiles on 132 SMs ran 10% faster than 128x128's 256 (BENCHMARKS.md, GEMM sweep).
+LARGEST_TILE_FILL = 0.95
 SKINNY_M = 64  # at most this many rows: one narrow M tile, memory-bound
 # "pointer" (cp.async loads through pointer tensors) or "tma" (on-device TMA descriptors, taken
 # only where the operands allow it). Default "pointer" until the H100 sweep shows TMA wins.
@@ -123,7 +127,10 @@ def gemm_default_knobs(spec: KernelSpec) -> dict[str, KnobValue]:
     else:
         fitted = [_fit(t, spec) for t in DEFAULT_TILES[kind]]
         filling = [
-            t for t in fitted if math.ceil(m / t[0]) * math.ceil(n / t[1]) * batch >= NUM_SMS
+            t
+            for i, t in enumerate(fitted)
+            if math.ceil(m / t[0]) * math.ceil(n / t[1]) * batch
+            >= NUM_SMS * (LARGEST_TILE_FILL if i == 0 else 1)
         ]
         tile = filling[0] if filling else fitted[-1]
     knobs = _knobs(tile, spec)
