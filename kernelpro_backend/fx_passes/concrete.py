@@ -99,30 +99,9 @@ def _renamed(text: str, names: dict[str, str]) -> str:
     return pattern.sub(lambda m: names[m.group(1)], text)
 
 
-def _hint(value: Any) -> int:
-    if isinstance(value, int):
-        return value
-    node = getattr(value, "node", None)
-    hint = getattr(node, "hint", None)
-    if hint is None:
-        raise ConcretizeError(f"size {value} has no hint (a data-dependent size)")
-    return int(hint)
-
-
 def hint_sizes(inputs: Sequence[fx.Node]) -> CallSizes:
     """The sizes the symbolic graph was traced at (the call that made dynamo compile it)."""
-    sizes: list[TensorSizes | int] = []
-    for p in inputs:
-        val = p.meta.get("val")
-        if isinstance(val, torch.Tensor):
-            shape = tuple(_hint(s) for s in val.shape)
-            stride = tuple(_hint(s) for s in val.stride())
-            sizes.append((shape, stride, str(val.dtype).removeprefix("torch.")))
-        elif isinstance(val, (int, torch.SymInt)):
-            sizes.append(_hint(val))
-        else:
-            raise ConcretizeError(f"input {p.name} is neither a tensor nor an int")
-    return tuple(sizes)
+    return sizes_at(inputs, {})
 
 
 def free_symbols(inputs: Sequence[fx.Node]) -> dict[str, int]:
@@ -189,7 +168,10 @@ def sizes_at(inputs: Sequence[fx.Node], values: dict[str, int]) -> CallSizes:
         if expr is None:
             return int(v)
         subs = {sym: assign[str(sym)] for sym in expr.free_symbols if str(sym) in assign}
-        return int(expr.xreplace(subs))
+        size = expr.xreplace(subs)
+        if getattr(size, "free_symbols", None):
+            raise ConcretizeError(f"size {v} has no hint (a data-dependent size)")
+        return int(size)
 
     sizes: list[TensorSizes | int] = []
     for p in inputs:
@@ -199,8 +181,10 @@ def sizes_at(inputs: Sequence[fx.Node], values: dict[str, int]) -> CallSizes:
             sizes.append(
                 (tuple(at(d) for d in val.shape), tuple(at(d) for d in val.stride()), dtype)
             )
-        else:
+        elif isinstance(val, (int, torch.SymInt)):
             sizes.append(at(val))
+        else:
+            raise ConcretizeError(f"input {p.name} is neither a tensor nor an int")
     return tuple(sizes)
 
 
