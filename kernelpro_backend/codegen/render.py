@@ -98,6 +98,20 @@ def _template_kernel(spec: KernelSpec) -> tuple[str, str, dict[str, int | str]]:
     return kernel, grid, launch_knobs
 
 
+def _render_library(spec: KernelSpec) -> RenderedKernel:
+    """A "gemm_library" spec: cuBLASLt's fused call, or the tf32x3 form's Triton kernels."""
+    from .template_library import library_epilogue, render_library
+
+    if library_epilogue(spec) == "tf32x3":
+        from .template_tf32x3 import render_tf32x3
+
+        source, name = render_tf32x3(spec, "entry"), "entry"
+    else:
+        source, name = render_library(spec)
+    header = "\n".join(_header(spec)) + "\n"
+    return RenderedKernel(language="triton", source=header + source, entry=name)
+
+
 def render(spec: KernelSpec) -> RenderedKernel:
     """The spec's Triton module: `entry(*inputs)` returns the outputs in canonical order."""
     if spec.template == "row_cluster":
@@ -106,11 +120,7 @@ def render(spec: KernelSpec) -> RenderedKernel:
         source, name = render_cluster(spec)
         return RenderedKernel(language="cuda", source=_cuda_header(spec) + source, entry=name)
     if spec.template == "gemm_library":
-        from .template_library import render_library
-
-        source, name = render_library(spec)
-        header = "\n".join(_header(spec)) + "\n"
-        return RenderedKernel(language="triton", source=header + source, entry=name)
+        return _render_library(spec)
     if spec.template == "attention_backward":
         from .template_attention_bwd import render_attention_backward
 

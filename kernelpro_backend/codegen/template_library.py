@@ -78,13 +78,9 @@ def _view(name: str, shape: tuple[int, ...], stride: tuple[int, ...], offset: in
 
 
 def render_library(spec: Any) -> tuple[str, str]:
-    """(Python source, entry name) of the library call for a spec `library_epilogue` accepts."""
-    form = library_epilogue(spec)
-    if form == "tf32x3":
-        from .template_tf32x3 import render_tf32x3
-
-        return render_tf32x3(spec, ENTRY), ENTRY
-    if form != "relu":
+    """(Python source, entry name) of the library call of a spec `library_epilogue` maps to
+    "relu" (render.py renders the "tf32x3" form with template_tf32x3)."""
+    if library_epilogue(spec) != "relu":  # the tf32x3 form: template_tf32x3.py
         raise ValueError(f"{spec.pattern or spec.template}: no library call computes this GEMM")
     m, n, k = spec.param("m"), spec.param("n"), spec.param("k")
     a_in, a_off, (_, sam, sak) = spec.param("a")
