@@ -74,7 +74,7 @@ def _lower_rowwise(sg: Subgraph) -> dict[str, Any]:
         domain, reduced, template = shape(biggest), (), "pointwise"
     builder = MapBuilder(sg.nodes, sg.inputs, domain, reduced)
     maps = builder.run(sg.outputs)
-    prog = ProgramBuilder(sg.inputs, maps, builder.selections)
+    prog = ProgramBuilder(sg.inputs, maps, builder.selections, builder.store_predicates)
     for n in sg.nodes:
         prog.add_node(n)
     stores = tuple(prog.store(o) for o in sg.outputs)
@@ -119,7 +119,7 @@ def _lower_gemm(sg: Subgraph) -> dict[str, Any]:
     maps = builder.run(sg.outputs, anchor=mm)
     if maps[mm] != ident:
         raise Unsupported(f"the GEMM output is read at {maps[mm]}, not tile by tile")
-    prog = ProgramBuilder(sg.inputs, maps, builder.selections)
+    prog = ProgramBuilder(sg.inputs, maps, builder.selections, builder.store_predicates)
     acc: tuple[str, Any] = ("A", 0)
     dt = str(mm.meta["val"].dtype).removeprefix("torch.")
     if bias is not None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 import operator
 from collections.abc import Sequence
+from typing import Any
 
 import torch
 import torch.fx as fx
@@ -98,6 +99,61 @@ def _picked_slice(node: fx.Node) -> tuple[fx.Node, int, int] | None:
     return None
 
 
+def _split_chunk(node: fx.Node) -> tuple[fx.Node, int, int, int] | None:
+    """(source, dim, chunk, chunk size) when `node` is getitem(split(source, size, dim), chunk)
+    (or split_with_sizes) of a computed value whose chunks along `dim` are all `size` long."""
+    if node.target is not operator.getitem or not isinstance(node.args[0], fx.Node):
+        return None
+    parent = node.args[0]
+    src, sizes, *rest = parent.args
+    if op_name(parent) not in ("aten::split", "aten::split_with_sizes") or not isinstance(
+        src, fx.Node
+    ):
+        return None
+    dim: Any = rest[0] if rest else parent.kwargs.get("dim", 0)
+    d = int(dim) % len(shape(src))
+    chunks = set(sizes) if isinstance(sizes, (list, tuple)) else {sizes}
+    size = next(iter(chunks))
+    if len(chunks) != 1 or not isinstance(size, int) or size <= 0 or shape(src)[d] % size:
+        return None
+    return src, d, int(node.args[1]), size  # type: ignore[arg-type]
+
+
+def _view_chain(out: fx.Node) -> tuple[fx.Node, list[fx.Node]]:
+    """The first node up the chain of reshapes/permutes (clone included) and same-shape
+    pointwise ops (followed through their first input) that ends at `out`, and the chain's
+    nodes from it down to `out` (in order)."""
+    chain: list[fx.Node] = []
+    node = out
+    while node.all_input_nodes:
+        first = node.all_input_nodes[0]
+        view = op_name(node) in _RESHAPES or op_name(node) in _PERMUTES
+        if not view and not (role(node) is Role.POINTWISE and shape(first) == shape(node)):
+            break
+        chain.append(node)
+        node = first
+    return node, chain[::-1]
+
+
+def _forward_view_map(view: fx.Node, m: Map, domain: Sequence[int]) -> Map:
+    """The map of `view` from the map `m` of its input (a reshape or a permute)."""
+    src = view.all_input_nodes[0]
+    name, out, inp = op_name(view), shape(view), shape(src)
+    if name in _RESHAPES:
+        return ix.reshape(m, inp, out, domain)
+    if name not in _PERMUTES:  # a same-shape pointwise op
+        return list(m)
+    perm = list(range(len(inp)))
+    if name == "aten::permute":
+        perm = [int(p) % len(inp) for p in view.args[1]]  # type: ignore[union-attr,arg-type]
+    elif len(inp) == 2:
+        perm = [1, 0]
+    else:
+        a, b = (int(x) % len(inp) for x in view.args[1:3])  # type: ignore[call-overload,arg-type]
+        perm[a], perm[b] = perm[b], perm[a]
+    return [m[p] for p in perm]
+
+
 def reduction_parts(node: fx.Node) -> tuple[fx.Node, tuple[int, ...], bool]:
     """(reduced input, reduced dims, keepdim) of a reduction (or var_mean) node."""
     src = node.args[0]
@@ -152,6 +208,9 @@ class MapBuilder:
         # outputs that pick one slice of a value (getitem of unbind, select): node ->
         # (source node, index of the picked coordinate, picked value); stored where it matches
         self.selections: dict[fx.Node, tuple[fx.Node, ix.Index, int]] = {}
+        # outputs computed from such a slice through views and pointwise ops: their stores are
+        # limited to the slice's domain points, (index of the picked coordinate, value)
+        self.store_predicates: dict[fx.Node, tuple[ix.Index, int]] = {}
 
     def give(self, node: fx.Node, m: Map) -> None:
         m = [self._unit_dims_dropped(index) for index in m]
@@ -174,6 +233,8 @@ class MapBuilder:
             self.give(src, src_map)
             self.give(out, src_map[:d] + src_map[d + 1 :])
             self.selections[out] = (src, src_map[d], i)
+            return
+        if self._seed_picked_through_views(out):
             return
         kept = [k for k in range(len(dom)) if k not in self.reduced]
         if self.reduced and [s for s in so if s != 1] == [dom[k] for k in kept if dom[k] != 1]:
@@ -199,6 +260,41 @@ class MapBuilder:
                 "would broadcast its result to a larger tensor, which no template does"
             )
         raise Unsupported(f"output {out.name} of shape {so} does not map onto the domain {dom}")
+
+    def _seed_picked_through_views(self, out: fx.Node) -> bool:
+        """An output that is one slice of a value covering the domain (a chunk of a split, or a
+        selected index), seen through reshapes and permutes: the head split of a QKV
+        projection, q/k/v = split(addmm(...)).view(B, S, H, D).transpose(1, 2).contiguous().
+        The slice's map comes from the source laid over the domain, the output's from pushing
+        it through the views; the store is limited to the domain points of the slice."""
+        dom = self.domain
+        top, chain = _view_chain(out)
+        if self.reduced or (not chain and _split_chunk(out) is None):
+            return False  # a bare picked slice is seed_output's own case
+        ident = [ix.dim(k) for k in range(len(dom))]
+        chunk, picked = _split_chunk(top), _picked_slice(top)
+        if chunk is not None:
+            src, d, j, size = chunk
+            src_shape = shape(src)
+            virtual = (*src_shape[:d], src_shape[d] // size, size, *src_shape[d + 1 :])
+        elif picked is not None:
+            src, d, j = picked
+            src_shape = shape(src)
+            virtual = (*src_shape[:d], src_shape[d], *src_shape[d + 1 :])
+        else:
+            return False
+        if math.prod(src_shape) != math.prod(dom):
+            return False
+        vmap = ix.reshape(ident, dom, virtual, dom)
+        m = vmap[:d] + vmap[d + 1 :]
+        self.give(src, ix.reshape(ident, dom, src_shape, dom))
+        self.give(top, m)
+        self.selections[top] = (src, vmap[d], j)
+        for node in chain:
+            m = _forward_view_map(node, m, dom)
+            self.give(node, m)
+        self.store_predicates[out] = (vmap[d], j)
+        return True
 
     def run(self, outputs: Sequence[fx.Node], anchor: fx.Node | None = None) -> dict[fx.Node, Map]:
         for o in outputs:

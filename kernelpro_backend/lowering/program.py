@@ -51,8 +51,10 @@ class ProgramBuilder:
         inputs: Sequence[fx.Node],
         maps: dict[fx.Node, Map],
         selections: dict[fx.Node, tuple[fx.Node, ix.Index, int]] | None = None,
+        store_predicates: dict[fx.Node, tuple[ix.Index, int]] | None = None,
     ) -> None:
         self.selections = selections or {}
+        self.store_predicates = store_predicates or {}
         self.inputs = list(inputs)
         self.input_set = set(inputs)
         self.maps = maps
@@ -299,6 +301,8 @@ class ProgramBuilder:
         if out in self.selections:
             _, picked, value = self.selections[out]
             predicate = (picked, value)
+        elif out in self.store_predicates:
+            predicate = self.store_predicates[out]
         return (self.ref(out), 0, linear, predicate)
 
 
