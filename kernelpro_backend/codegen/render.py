@@ -10,24 +10,10 @@ from __future__ import annotations
 
 import json
 
+from .prelude import PRELUDE as _PRELUDE
 from .spec import KernelSpec, RenderedKernel
 
 ENTRY = "entry"
-_PRELUDE = [
-    "import os",
-    "",
-    "import torch",
-    "import triton",
-    "import triton.language as tl",
-    "",
-    "# Triton's CPU interpreter (tests) gets widened dot operands; GPUs never take that branch",
-    'INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"',
-    "",
-    "",
-    "def _direct(kernel):",
-    '    """The default launcher: the jitted kernel itself (torch.library.wrap_triton fits here)."""',
-    "    return kernel",
-]
 
 
 def _header(spec: KernelSpec) -> list[str]:
@@ -162,18 +148,7 @@ def render(spec: KernelSpec) -> RenderedKernel:
     source = "\n".join(
         [
             *_header(spec),
-            "import os",
-            "",
-            "import torch",
-            "import triton",
-            "import triton.language as tl",
-            "",
-            "# Triton's CPU interpreter (tests) gets widened dot operands; GPUs never take that branch",
-            'INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"',
-            "",
-            "",
-            "def _direct(kernel):",
-            "    return kernel",
+            *_PRELUDE,
             "",
             "",
             *(_TMA_HELPERS if tma else []),

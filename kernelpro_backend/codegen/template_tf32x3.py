@@ -27,6 +27,7 @@ from __future__ import annotations
 from typing import Any
 
 from .emitter import Emitter
+from .prelude import PRELUDE
 
 # The main kernel's tile: the fastest of the configurations measured at 2048-8192 (BLOCK_K 32:
 # four float32 operand tiles per stage; 3 stages fit shared memory).
@@ -49,10 +50,6 @@ def _split(x_ptr, off, hi_ptr, lo_ptr, R, C, RP, CP, sxr, sxc, shr, shc, BLOCK: 
     mask = (r < RP) & (c < CP)  # the padding of K past the operand is written as zeros
     tl.store(hi_ptr + r * shr + c * shc, hi, mask=mask)
     tl.store(lo_ptr + r * shr + c * shc, lo, mask=mask)
-
-
-def _direct(kernel):
-    return kernel
 """
 
 
@@ -118,13 +115,7 @@ def render_tf32x3(spec: Any, entry: str) -> str:
     tiles = f"triton.cdiv({m}, {BLOCK_M}) * triton.cdiv({n}, {BLOCK_N})"
     new = "torch.empty_strided(({rows}, {kp}), ({kp}, 1), dtype=torch.float32, device=dev)"
     lines = [
-        "import os",
-        "",
-        "import torch",
-        "import triton",
-        "import triton.language as tl",
-        "",
-        'INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"',
+        *PRELUDE,
         _SPLIT,
         _main_kernel(spec),
         "",

@@ -143,15 +143,20 @@ def _forward_view_map(view: fx.Node, m: Map, domain: Sequence[int]) -> Map:
         return ix.reshape(m, inp, out, domain)
     if name not in _PERMUTES:  # a same-shape pointwise op
         return list(m)
-    perm = list(range(len(inp)))
-    if name == "aten::permute":
-        perm = [int(p) % len(inp) for p in view.args[1]]  # type: ignore[union-attr,arg-type]
-    elif len(inp) == 2:
+    return [m[p] for p in _permutation(view, len(inp))]
+
+
+def _permutation(n: fx.Node, rank: int) -> list[int]:
+    """Output dim i of a permute/transpose/t node reads input dim perm[i]."""
+    perm = list(range(rank))
+    if op_name(n) == "aten::permute":
+        perm = [int(p) % rank for p in n.args[1]]  # type: ignore[union-attr,arg-type]
+    elif rank == 2:
         perm = [1, 0]
     else:
-        a, b = (int(x) % len(inp) for x in view.args[1:3])  # type: ignore[call-overload,arg-type]
+        a, b = (int(x) % rank for x in n.args[1:3])  # type: ignore[call-overload,arg-type]
         perm[a], perm[b] = perm[b], perm[a]
-    return [m[p] for p in perm]
+    return perm
 
 
 def reduction_parts(node: fx.Node) -> tuple[fx.Node, tuple[int, ...], bool]:
@@ -339,14 +344,7 @@ class MapBuilder:
         if name in _RESHAPES or (name == "aten::expand" and out == inp):
             return ix.reshape(m, out, inp, self.domain)
         if name in _PERMUTES:
-            perm = list(range(len(inp)))
-            if name == "aten::permute":
-                perm = [int(p) % len(inp) for p in n.args[1]]  # type: ignore[union-attr,arg-type]
-            elif len(inp) == 2:
-                perm = [1, 0]
-            else:
-                a, b = (int(x) % len(inp) for x in n.args[1:3])  # type: ignore[call-overload,arg-type]
-                perm[a], perm[b] = perm[b], perm[a]
+            perm = _permutation(n, len(inp))
             res: Map = [ix.ZERO] * len(inp)
             for i, p in enumerate(perm):
                 res[p] = m[i]
