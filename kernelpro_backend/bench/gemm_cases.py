@@ -78,6 +78,20 @@ class LinearResidual(nn.Module):
         return self.linear(x) + r
 
 
+class HeadSplit(nn.Module):
+    """q, k, v of a QKV projection split into heads and made contiguous ([B, H, S, D/H])."""
+
+    def __init__(self, d: int, heads: int, seq: int) -> None:
+        super().__init__()
+        self.qkv, self.heads, self.seq = nn.Linear(d, 3 * d, bias=False), heads, seq
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        t, d = x.shape
+        b, s, h = t // self.seq, self.seq, self.heads
+        parts = self.qkv(x).split(d, dim=1)
+        return tuple(p.view(b, s, h, d // h).transpose(1, 2).contiguous() for p in parts)
+
+
 class LinearSiluScale(nn.Module):
     """silu(linear(x)) * 2: bias, SiLU and a scale after the GEMM."""
 
@@ -135,6 +149,8 @@ def _epilogue(s: int) -> list[Case]:
              _make(LinearResidual(h, d), bf16, (t, h), (t, d))),
         Case(f"bf16 linear+bias+silu*2 {t}x{d}->{h}", "epilogue", "ieee",
              _make(LinearSiluScale(d, h), bf16, (t, d))),
+        Case(f"bf16 qkv head split {t}x{d}->3x{d}", "epilogue", "ieee",
+             _make(HeadSplit(d, max(1, d // 64), max(1, t // 8)), bf16, (t, d))),
     ]  # fmt: skip
 
 

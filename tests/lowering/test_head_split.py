@@ -115,3 +115,13 @@ class _GemmKernels:
             return None
         self.sliced += len(sg.outputs) > 1
         return kernel
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_the_head_split_gemm_compiles_and_matches_on_gpu():
+    """bf16 at a transformer's size: the GEMM storing q, k, v as [B, H, S, D/H] tensors."""
+    model = SplitHeads(d=1024, heads=16).to("cuda", torch.bfloat16)
+    x = torch.randn(4, 512, 1024, device="cuda", dtype=torch.bfloat16)
+    (sg,) = [s for s in find_subgraphs(model, x, train=False) if s.kind == "gemm"]
+    check(sg, lower(sg), seed=1)
