@@ -54,21 +54,35 @@ class Exchange:
                     )
                 group = _GROUPS[timeout_s]
         self.group = group
+        # Every collective's Work, kept for the exchange's lifetime: see _gather.
+        self._works: list[Any] = []
+
+    def _gather(self, parts: list[torch.Tensor], mine: torch.Tensor) -> None:
+        """One all_gather, waited for, its Work kept alive. gloo's worker thread drops its
+        reference to a finished Work while holding the group's queue mutex; if that is the
+        last reference, destroying it decrefs the tensors' Python objects and needs the GIL,
+        which the main thread holds while it waits on that mutex to enqueue the next
+        collective: a deadlock (seen as a rank stuck entering the second all_gather, about 1
+        run in 7 of tests/tuner/test_distributed.py; gdb showed exactly these two threads).
+        Holding the Work here makes the main thread's reference the last one."""
+        import torch.distributed as dist
+
+        work = dist.all_gather(parts, mine, group=self.group, async_op=True)
+        self._works.append(work)
+        work.wait()
 
     def all_gather(self, data: bytes) -> list[bytes]:
         """Every rank's `data`, in rank order. Raises ExchangeFailed."""
-        import torch.distributed as dist
-
         try:
             size = torch.tensor([len(data)], dtype=torch.int64)
             sizes = [torch.zeros(1, dtype=torch.int64) for _ in range(self.world)]
-            dist.all_gather(sizes, size, group=self.group)
+            self._gather(sizes, size)
             longest = max(int(s.item()) for s in sizes)
             buf = torch.zeros(max(longest, 1), dtype=torch.uint8)
             if data:
                 buf[: len(data)] = torch.frombuffer(bytearray(data), dtype=torch.uint8)
             parts = [torch.empty_like(buf) for _ in range(self.world)]
-            dist.all_gather(parts, buf, group=self.group)
+            self._gather(parts, buf)
         except Exception as e:  # gloo raises RuntimeError/DistBackendError on a dead rank
             raise ExchangeFailed(
                 f"exchange between {self.world} ranks failed on rank {self.rank} "
