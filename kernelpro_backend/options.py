@@ -270,7 +270,7 @@ def _parse(name: str, raw: str, source: str) -> Any:
             return False
         raise OptionsError(f"{source}={raw!r}: expected one of 1/0/true/false/yes/no/on/off")
     if name == "compile_sizes":
-        return _sizes(raw.split(","), source)
+        return _sizes(raw, source)
     if kind is tuple:
         sep = "," if name in _NAME_LISTS else os.pathsep
         parts = tuple(p.strip() for p in raw.split(sep) if p.strip())
@@ -308,7 +308,7 @@ def _coerce(name: str, value: Any, source: str) -> Any:
             raise OptionsError(f"{source}={value!r}: must be greater than 0")
         return kind(value)
     if name == "compile_sizes":
-        return _sizes(value.split(",") if isinstance(value, str) else value, source)
+        return _sizes(value, source)
     if kind is tuple:
         if isinstance(value, str) and name in _NAME_LISTS:
             return _parse(name, value, source)  # "softmax,rms_norm", as in the environment
@@ -326,7 +326,7 @@ def _coerce(name: str, value: Any, source: str) -> Any:
 def _sizes(values: Any, source: str) -> tuple[int, ...]:
     """`compile_sizes` as a sorted tuple of positive ints ("256,512" or [256, 512])."""
     sizes = []
-    for v in values:
+    for v in values.split(",") if isinstance(values, str) else values:
         if isinstance(v, str) and not v.strip():
             continue
         try:

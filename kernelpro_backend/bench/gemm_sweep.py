@@ -26,6 +26,7 @@ import time
 import traceback
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 import torch
 import torch.nn as nn
@@ -206,7 +207,7 @@ def _search(sg: Subgraph, seconds: float, root: str) -> dict:
 
 
 def run_case(
-    case_def: Case, budget_end: float, limit: int, autotune: bool, search_s: float, roof: float
+    case_def: Case, budget_end: float, limit: int, autotune: bool, search_s: float, ceilings: Any
 ) -> dict:
     torch.set_float32_matmul_precision(case_def.torch_precision)
     model, inputs_ = case_def.make()
@@ -252,14 +253,12 @@ def run_case(
     for base in ("cublas", "inductor", "max_autotune"):
         if f"{base}_ms" in case:
             case[f"{base}_tflops"] = round(flop / (case[f"{base}_ms"] * 1e-3) / 1e12, 1)
-    case["roof_tflops"] = round(roof / 1e12, 1) if roof else None
+    case["roof_tflops"] = None
+    if ceilings is not None:  # the roof of the operands' dtype under the spec's policy
+        operand = str(spec.param("operand_dtype"))
+        roof = ceilings.peak_flops_per_s(operand, spec.precision, True)
+        case["roof_tflops"] = round(roof / 1e12, 1)
     return case
-
-
-def _roof(ceilings: object, case_def: Case, dtype: str) -> float:
-    if ceilings is None:
-        return 0.0
-    return ceilings.peak_flops_per_s(dtype, case_def.precision, True)  # type: ignore[attr-defined]
 
 
 def sweep(
@@ -275,8 +274,8 @@ def sweep(
 ) -> int:
     """Run the sweep (scripts/gpu_gemm_sweep.py parses its arguments) and write
     $OUT/gpu_gemm_sweep.json; returns the exit code. `only`/`groups` select cases by name or
-    group (a case either selects runs); `autotune` and `search_only` name (substrings of) the cases that also get
-    max-autotune and a `search_s` search ("all" for every case)."""
+    group (a case either selects runs); `autotune` and `search_only` name (substrings of) the
+    cases that also get max-autotune and a `search_s` search ("all" for every case)."""
     global DEVICE
     if cpu_smoke:
         DEVICE = gemm_cases.DEVICE = "cpu"
@@ -315,15 +314,15 @@ def sweep(
             continue
         print(f"{c.name} ({time.time() - start:.0f} s)", flush=True)
         try:
-            dtype = "float32" if c.name.startswith(("fp32", "tf32")) else "bfloat16"
             results.append(run_case(c, budget_end, max_configs, picked(c, autotune),
                                     search_s if picked(c, search_only) else 0.0,
-                                    _roof(ceilings, c, dtype)))  # fmt: skip
+                                    ceilings))  # fmt: skip
         except Exception as e:
             traceback.print_exc()
             results.append({"case": c.name, "group": c.group,
                             "error": f"{type(e).__name__}: {str(e)[:400]}"})  # fmt: skip
-        torch.cuda.empty_cache() if DEVICE == "cuda" else None
+        if DEVICE == "cuda":
+            torch.cuda.empty_cache()
         meta["wall_s"] = round(time.time() - start, 1)
         with open(os.path.join(out_dir, "gpu_gemm_sweep.json"), "w") as f:
             json.dump({"meta": meta, "results": results}, f, indent=1, default=str)

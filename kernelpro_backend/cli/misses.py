@@ -52,9 +52,11 @@ def print_misses(records: Sequence[dict[str, Any]], pattern: str | None, out: Te
     sizes = sorted({s for r in records if r.get("family") for s in r.get("dynamic_sizes", [])
                     if not pattern or r.get("pattern") == pattern})  # fmt: skip
     print(f"{sum(r[4] for r in rows)} misses in {len(rows)} subgraphs", file=out)
-    if rows:
-        hint = f" --dynamic DIM={','.join(map(str, sizes))}" if sizes else ""
-        print(f"fill them: kernelpro warmup MODULE:FN{hint} (DIM: the model argument whose size "
-              "varies; the sizes above are the values of the subgraphs' dynamic dimensions)"
-              if hint else "fill them: kernelpro warmup MODULE:FN", file=out)  # fmt: skip
+    if not rows:
+        return 0
+    hint = "fill them: kernelpro warmup MODULE:FN"
+    if sizes:
+        hint += (f" --dynamic DIM={','.join(map(str, sizes))} (DIM: the model argument whose "
+                 "size varies; the sizes above are the values of the subgraphs' dynamic dimensions)")  # fmt: skip
+    print(hint, file=out)
     return 0

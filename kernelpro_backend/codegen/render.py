@@ -91,7 +91,7 @@ def _render_library(spec: KernelSpec) -> RenderedKernel:
     if library_epilogue(spec) == "tf32x3":
         from .template_tf32x3 import render_tf32x3
 
-        source, name = render_tf32x3(spec, "entry"), "entry"
+        source, name = render_tf32x3(spec, ENTRY), ENTRY
     else:
         source, name = render_library(spec)
     header = "\n".join(_header(spec)) + "\n"

@@ -99,7 +99,7 @@ def _main_kernel(spec: Any) -> str:
         "@triton.jit",
         f"def _mm3({', '.join(params)}, M: tl.constexpr, N: tl.constexpr, KP: tl.constexpr, "
         "BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, "
-        "GROUP_M: tl.constexpr, INTERPRET: tl.constexpr):",
+        "GROUP_M: tl.constexpr):",
     ]
     return "\n".join(head) + "\n" + _MAIN_LOOP + "\n".join(em.lines) + "\n"
 
@@ -135,7 +135,7 @@ def render_tf32x3(spec: Any, entry: str) -> str:
         ),
         f"    _launch(_mm3)[({tiles},)](ah, al, bh, bl, {', '.join([*ins, *outs])}, M={m}, "
         f"N={n}, KP={kp}, BLOCK_M={BLOCK_M}, BLOCK_N={BLOCK_N}, BLOCK_K={BLOCK_K}, "
-        f"GROUP_M={GROUP_M}, INTERPRET=INTERPRET, num_warps={WARPS}, num_stages={STAGES})",
+        f"GROUP_M={GROUP_M}, num_warps={WARPS}, num_stages={STAGES})",
         f"    return [{', '.join(outs)}]",
         "",
     ]

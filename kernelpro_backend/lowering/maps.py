@@ -105,10 +105,10 @@ def _split_chunk(node: fx.Node) -> tuple[fx.Node, int, int, int] | None:
     if node.target is not operator.getitem or not isinstance(node.args[0], fx.Node):
         return None
     parent = node.args[0]
+    if op_name(parent) not in ("aten::split", "aten::split_with_sizes"):
+        return None
     src, sizes, *rest = parent.args
-    if op_name(parent) not in ("aten::split", "aten::split_with_sizes") or not isinstance(
-        src, fx.Node
-    ):
+    if not isinstance(src, fx.Node):
         return None
     dim: Any = rest[0] if rest else parent.kwargs.get("dim", 0)
     d = int(dim) % len(shape(src))
