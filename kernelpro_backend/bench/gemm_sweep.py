@@ -133,12 +133,14 @@ IEEE_CONFIGS = 2  # IEEE float32 runs on FMA units (~0.4x cuBLAS): the default a
 
 
 def _baselines(case: dict, sg: Subgraph, spec: KernelSpec, inputs: list, autotune: bool) -> None:
-    """cuBLAS (the GEMM alone on the kernel's operand views), Inductor (default mode: cuBLAS
-    plus its epilogue kernel) and, with `autotune`, max-autotune; all under the spec's policy
-    (IEEE float32 for ieee and tf32x3)."""
+    """cuBLAS (the GEMM alone on the kernel's operand views), eager (the whole subgraph as
+    ATen ops, the search's eager baseline), Inductor (default mode: cuBLAS plus its epilogue
+    kernel) and, with `autotune`, max-autotune; all under the spec's policy (IEEE float32 for
+    ieee and tf32x3)."""
     a, b = operand_views(spec, inputs)
     mm = torch.bmm if a.dim() == 3 else torch.mm
     case["cublas_ms"] = bench(lambda: mm(a, b))
+    case["eager_ms"] = bench(functools.partial(sg.module(), *inputs))
     if DEVICE != "cuda":
         return
     modes: list[tuple[str, str | None]] = [("inductor", None)]
@@ -250,7 +252,7 @@ def run_case(
             case["search"] = _search(sg, search_s, os.environ.get("OUT", "."))
         except Exception as e:
             case["search"] = {"error": f"{type(e).__name__}: {str(e)[:300]}"}
-    for base in ("cublas", "inductor", "max_autotune"):
+    for base in ("cublas", "eager", "inductor", "max_autotune"):
         if f"{base}_ms" in case:
             case[f"{base}_tflops"] = round(flop / (case[f"{base}_ms"] * 1e-3) / 1e12, 1)
     case["roof_tflops"] = None

@@ -33,7 +33,7 @@ def summary(case: dict[str, Any]) -> dict[str, Any]:
     ours = [v for v in (out["best_ms"], out.get("search_ms")) if v]
     ours_ms = min(ours) if ours else None
     out["ours_ms"] = ours_ms
-    for base in ("cublas", "inductor", "max_autotune"):
+    for base in ("cublas", "eager", "inductor", "max_autotune"):
         if ours_ms and case.get(f"{base}_ms"):
             out[f"x_{base}"] = round(case[f"{base}_ms"] / ours_ms, 3)
     if seed and case.get("cublas_ms"):
@@ -51,7 +51,7 @@ def _f(value: Any, fmt: str = "{:.4f}") -> str:
 
 
 def table(meta: dict[str, Any], results: list[dict[str, Any]]) -> str:
-    head = ["case", "cuBLAS", "Inductor", "max-at", "seed", "best", "search (trials)",
+    head = ["case", "cuBLAS", "eager", "Inductor", "max-at", "seed", "best", "search (trials)",
             "seed/cuBLAS", "x Inductor", "x cuBLAS", "SOL", "err / IEEE err"]  # fmt: skip
     rows = []
     for c in results:
@@ -68,14 +68,14 @@ def table(meta: dict[str, Any], results: list[dict[str, Any]]) -> str:
         if "max_abs_error" in s:
             err = f"{s['max_abs_error']:.2e} / {s['ieee_max_abs_error']:.2e}"
         rows.append([
-            c["case"], _f(c.get("cublas_ms")), _f(c.get("inductor_ms")),
+            c["case"], _f(c.get("cublas_ms")), _f(c.get("eager_ms")), _f(c.get("inductor_ms")),
             _f(c.get("max_autotune_ms")), _f(s["seed_ms"]), _f(s["best_ms"]), search,
             _f(s.get("seed_of_cublas"), "{:.2f}"), _f(s.get("x_inductor"), "{:.2f}"),
             _f(s.get("x_cublas"), "{:.2f}"), _f(s.get("sol"), "{:.0%}"), err,
         ])  # fmt: skip
     title = f"{meta['device']}  torch {meta['torch']}  triton {meta['triton']}  {meta['date']}"
     note = (
-        "ms: medians; x = baseline time / ours (ours: best config or search); seed/cuBLAS = "
+        "ms: medians; eager: the subgraph's ATen ops; x = baseline time / ours (ours: best config or search); seed/cuBLAS = "
         "cuBLAS time / seed time; SOL: best config's TFLOP/s over the measured roof"
     )
     return "\n".join([title, format_table(head, rows), note])
