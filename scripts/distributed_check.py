@@ -57,12 +57,17 @@ def _median_step_ms(fn, x: torch.Tensor, params, steps: int) -> float:
 
 
 def _step_times(args, model, compiled, x: torch.Tensor) -> dict:
-    """DDP + Inductor beside DDP + kernelpro (after its search: cache hits), interleaved."""
+    """DDP eager and DDP + Inductor beside DDP + kernelpro (after its search: cache hits),
+    interleaved."""
     twin, _ = examples.EXAMPLES[args.example]("cuda")
     twin.load_state_dict(model.state_dict())
     inductor = torch.compile(DDP(twin))
-    found: dict[str, list[float]] = {"inductor_ms": [], "kernelpro_ms": []}
+    plain, _ = examples.EXAMPLES[args.example]("cuda")
+    plain.load_state_dict(model.state_dict())
+    eager = DDP(plain)
+    found: dict[str, list[float]] = {"eager_ms": [], "inductor_ms": [], "kernelpro_ms": []}
     for _ in range(3):
+        found["eager_ms"].append(_median_step_ms(eager, x, plain.parameters(), args.time_steps))
         found["inductor_ms"].append(
             _median_step_ms(inductor, x, twin.parameters(), args.time_steps)
         )
@@ -139,7 +144,9 @@ def main() -> None:
             "kernels": len(reports[0]["replaced"]),
             "subgraphs": reports[0]["subgraphs"],
             "first_steps_s": [r["kernelpro_s"] for r in reports],
-            "step_ms": {k: [r.get(k) for r in reports] for k in ("inductor_ms", "kernelpro_ms")},
+            "step_ms": {
+                k: [r.get(k) for r in reports] for k in ("eager_ms", "inductor_ms", "kernelpro_ms")
+            },
         }
         (out / "summary.json").write_text(json.dumps(summary, indent=1))
         print(json.dumps(summary))
