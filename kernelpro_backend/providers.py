@@ -33,7 +33,8 @@ class Kernel(Protocol):
 class KernelProvider(Protocol):
     """Returns a kernel for a subgraph, or None to leave it to the fallback. A provider may
     also have `prepare(subgraphs)`, called with all of a graph's subgraphs before their
-    `find`s (rewrite.rewrite_graph), to decide for them together."""
+    `find`s (rewrite.rewrite_graph), to decide for them together, and `prestart()`, called by
+    a warm-up before it traces the model, to start what its searches will need."""
 
     def find(self, subgraph: Subgraph) -> Kernel | None: ...
 

@@ -91,6 +91,11 @@ class _Recording:
                 time.perf_counter() - t0,
             )
 
+    def prestart(self) -> None:
+        start = getattr(self.inner, "prestart", None)
+        if start is not None:  # the search's workers boot while the model compiles
+            start()
+
     def find(self, subgraph: Subgraph) -> Kernel | None:
         return self._record(subgraph, self.inner.find)
 
@@ -181,6 +186,7 @@ def warmup(
                 )
 
     recording = _Recording(provider, rows)
+    recording.prestart()
     backend = make_backend(provider=recording, observer=note_symbolic)
     model = copy.deepcopy(model)
     started = time.perf_counter()

@@ -1,25 +1,30 @@
 # [distributed-2gpu]: warm-up on one GPU against two ranks (one per GPU), same models, fresh
-# caches; then the searched keys and cache entries of both. Run on a two-GPU machine:
-#   BUDGET=4 TRIALS=4 bash scripts/gpu_distributed_warmup.sh   (writes under $OUT; longer
-#   searches make the searches, which the ranks split, a larger share of the wall time)
+# caches; then the searched keys and cache entries of each. Run on a two-GPU machine:
+#   MODES="single dist" TARGETS="warm_targets:gpt_block warm_targets:mlp" \
+#   BUDGET=30 TRIALS=64 bash scripts/gpu_distributed_warmup.sh
+# (writes under $OUT: per mode and target a log, the shell wall time in walls.txt, the
+# searched keys in keys-<mode>-<target>.txt, `cache ls` and the cache as a tarball). MODES may
+# name one mode, so the two runs of a long warm-up can go in separate device calls; compare
+# the keys files of both afterwards. BUDGET/TRIALS unset: the warm-up's defaults.
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site:$PWD:$PWD/scripts || exit
-nvidia-smi -L
-for t in transformer_block mlp; do
-  s=$(date +%s); CUDA_VISIBLE_DEVICES=0 python -m kernelpro_backend.cli warmup kernelpro_backend.examples:$t --budget-s ${BUDGET:-4} --max-trials ${TRIALS:-4} --cache-dir $OUT/single > $OUT/single-$t.log 2>&1; echo "single $t rc=$? $(( $(date +%s) - s )) s" | tee -a $OUT/walls.txt
-  s=$(date +%s); python -m kernelpro_backend.cli warmup kernelpro_backend.examples:$t --budget-s ${BUDGET:-4} --max-trials ${TRIALS:-4} --cache-dir $OUT/dist --nproc 2 > $OUT/dist-$t.log 2>&1; echo "dist $t rc=$? $(( $(date +%s) - s )) s" | tee -a $OUT/walls.txt
+nvidia-smi -L; nproc
+limits=()
+[ -n "$BUDGET" ] && limits+=(--budget-s "$BUDGET")
+[ -n "$TRIALS" ] && limits+=(--max-trials "$TRIALS")
+for t in ${TARGETS:-kernelpro_backend.examples:transformer_block kernelpro_backend.examples:mlp}; do
+  name=${t##*:}
+  for m in ${MODES:-single dist}; do
+    if [ "$m" = single ]; then env=(CUDA_VISIBLE_DEVICES=0); par=(); else env=(); par=(--nproc 2); fi
+    s=$(date +%s)
+    env "${env[@]}" python -m kernelpro_backend.cli warmup "$t" "${limits[@]}" "${par[@]}" \
+      --cache-dir $OUT/$m-$name > $OUT/$m-$name.log 2>&1
+    echo "$m $name rc=$? $(( $(date +%s) - s )) s; $(grep -a 'subgraphs, ' $OUT/$m-$name.log | tail -1)" | tee -a $OUT/walls.txt
+    ls $OUT/$m-$name/logs 2>/dev/null | sed 's/\.jsonl$//' | sort > $OUT/keys-$m-$name.txt
+    KERNELPRO_CACHE_DIR=$OUT/$m-$name python -m kernelpro_backend.cli cache ls > $OUT/ls-$m-$name.txt 2>&1
+    echo "  searched $(wc -l < $OUT/keys-$m-$name.txt) keys; $(tail -1 $OUT/ls-$m-$name.txt)"
+    (cd $OUT && tar czf $m-$name.tgz $m-$name && rm -rf $m-$name)
+  done
+  [ -f $OUT/keys-single-$name.txt ] && [ -f $OUT/keys-dist-$name.txt ] && \
+    { cmp -s $OUT/keys-single-$name.txt $OUT/keys-dist-$name.txt && echo "$name: same searched keys" || echo "$name: DIFFERENT searched keys"; }
 done
-python - <<'PY'
-import os, json, pathlib
-out = pathlib.Path(os.environ["OUT"])
-res = {}
-for d in ("single", "dist"):
-    logs = sorted(p.stem for p in (out / d / "logs").glob("*.jsonl"))
-    res[d] = {"searched": logs}
-    print(d, "searched", len(logs))
-print("same searched keys:", res["single"]["searched"] == res["dist"]["searched"])
-print("only single:", sorted(set(res["single"]["searched"]) - set(res["dist"]["searched"])))
-print("only dist:", sorted(set(res["dist"]["searched"]) - set(res["single"]["searched"])))
-json.dump(res, open(out / "keys.json", "w"), indent=1)
-PY
-for d in single dist; do KERNELPRO_CACHE_DIR=$OUT/$d python -m kernelpro_backend.cli cache ls > $OUT/ls-$d.txt 2>&1; echo "$d: $(wc -l < $OUT/ls-$d.txt) ls lines"; done
-tail -3 $OUT/dist-mlp.log; cd $OUT && tar czf caches.tgz single dist && rm -rf single dist
+cat $OUT/walls.txt

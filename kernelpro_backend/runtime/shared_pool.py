@@ -2,7 +2,8 @@
 
 Owns: `lease_pool(workers, timeout_s, idle_s, setup, start_timeout_s)`, a context manager that
 hands out the process's pool (started on first use: warm CUDA contexts, torch and Triton
-imported once), and `release_pool()`. The pool is shut down when it has been idle for `idle_s`
+imported once), `prestart_pool(...)` (start it now, without waiting, so its start overlaps the
+caller's own work) and `release_pool()`. The pool is shut down when it has been idle for `idle_s`
 seconds, at exit, or when a caller asks for a different number of workers or another
 `WorkerSetup` (another cache directory or compile limit).
 Must not: evaluate anything itself (pool.py does) or decide what to evaluate.
@@ -32,6 +33,7 @@ class _Keeper:
         self.users = 0
         self.last_used = time.monotonic()
         self.timer: threading.Timer | None = None
+        self.unleased = False  # the pool was started (perhaps by prestart) and not yet leased
 
     def get(
         self,
@@ -39,9 +41,10 @@ class _Keeper:
         timeout_s: float,
         setup: WorkerSetup | None = None,
         start_timeout_s: float = START_TIMEOUT_S,
+        lease: bool = True,
     ) -> tuple[WorkerPool, bool]:
+        """The pool, and whether this is its first lease (which reports its start time)."""
         with self.lock:
-            fresh = False
             pool = self.pool
             changed = pool is not None and (
                 pool.closed or pool.size != workers or (setup is not None and pool.setup != setup)
@@ -56,7 +59,8 @@ class _Keeper:
                     setup=setup,
                     start_timeout_s=start_timeout_s,
                 )
-                fresh = True
+                self.unleased = True
+            fresh, self.unleased = self.unleased, self.unleased and not lease
             self.pool.timeout_s = timeout_s
             self.users += 1
             return self.pool, fresh
@@ -115,6 +119,21 @@ def lease_pool(
         yield pool
     finally:
         _KEEPER.put(idle_s)
+
+
+def prestart_pool(
+    workers: int,
+    timeout_s: float,
+    idle_s: float = 300.0,
+    setup: WorkerSetup | None = None,
+    start_timeout_s: float = START_TIMEOUT_S,
+) -> None:
+    """Start the pool `lease_pool` would hand out with these arguments, and return at once: its
+    workers boot (CUDA context, torch and Triton imports) while the caller goes on — a warm-up
+    traces and compiles the model meanwhile — and the first lease waits only for what is left.
+    An idle pool is shut down after `idle_s` as usual."""
+    _KEEPER.get(workers, timeout_s, setup, start_timeout_s, lease=False)
+    _KEEPER.put(idle_s)
 
 
 def release_pool() -> None:

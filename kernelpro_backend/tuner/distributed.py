@@ -60,6 +60,9 @@ class DistributedFinder:
         self.admit = admit
         self.decided: dict[str, KernelArtifact | None] = {}  # digest -> the agreed artifact
 
+    def prestart(self) -> None:
+        self.inner.prestart()
+
     def _digest(self, subgraph: Subgraph) -> str:
         return self.inner.cache.key_for(subgraph.key).digest
 

@@ -127,6 +127,11 @@ class KernelFinder:
         )
         return cls(cache, options, loader, searcher, prover)
 
+    def prestart(self) -> None:
+        """Under "on-miss", start the searcher's workers now (a warm-up, before it traces)."""
+        if self.options.search == "on-miss" and hasattr(self.searcher, "prestart"):
+            self.searcher.prestart()  # type: ignore[union-attr]
+
     def find(self, subgraph: Subgraph) -> Kernel | None:
         """The policy, in order; None runs the fallback."""
         if self.options.search == "off" or subgraph.symbolic:
@@ -339,8 +344,7 @@ class KernelFinder:
         """Family -> the store's entries of its instances, read once per finder."""
         if self._families is None:
             found: dict[str, list[tuple[CacheKey, KernelArtifact]]] = {}
-            entries = self.cache_op("read", lambda: list(self.cache.entries())) or []
-            for entry in entries:
+            for entry in self.cache_op("read", lambda: list(self.cache.entries())) or []:
                 if entry.artifact.family:
                     found.setdefault(entry.artifact.family, []).append((entry.key, entry.artifact))
             self._families = found
@@ -375,12 +379,8 @@ class KernelFinder:
             "record a miss in", lambda: self.cache.misses.record(key, subgraph, reason)
         )
         if recorded:
-            log.info(
-                "kernelpro cache: miss for %s %s (%s); running the fallback",
-                subgraph.pattern,
-                key.short(),
-                subgraph.graph,
-            )
+            log.info("kernelpro cache: miss for %s %s (%s); running the fallback",
+                     subgraph.pattern, key.short(), subgraph.graph)  # fmt: skip
 
     def _load(self, key: CacheKey, artifact: KernelArtifact, subgraph: Subgraph) -> Kernel | None:
         try:

@@ -29,7 +29,7 @@ from ..profilers.speed_of_light import SpeedOfLight
 from ..runtime.candidate import BaselineCandidate
 from ..runtime.job import Job
 from ..runtime.memory import Footprint, MemoryPlan, gpu_free_bytes, plan_memory
-from ..runtime.shared_pool import lease_pool
+from ..runtime.shared_pool import lease_pool, prestart_pool
 from ..runtime.worker_setup import WorkerSetup
 from ..search import Budget, SearchMemory, codegen_space, optimize
 from .artifacts import winner_fields
@@ -97,6 +97,20 @@ class SubgraphSearcher:
         )
         return BANDWIDTH_TARGET if bound is not None and bound >= BANDWIDTH_FLOOR_MS else None
 
+    def _pool_args(self) -> tuple[int, float, float]:
+        return self.options.workers, self.job_timeout_s, self.options.pool_idle_s
+
+    def _pool_settings(self) -> dict[str, Any]:
+        return {
+            "setup": WorkerSetup(self.layout, self.options.nvcc_timeout_s),
+            "start_timeout_s": self.options.worker_start_timeout_s,
+        }
+
+    def prestart(self) -> None:
+        """Start the worker pool the searches will lease, without waiting for it (a warm-up
+        calls this before tracing the model, so the ~15 s start overlaps the compile)."""
+        prestart_pool(*self._pool_args(), **self._pool_settings())
+
     @property
     def job_timeout_s(self) -> float:
         ncu = self.options.ncu_timeout_s if "ncu" in self.options.search_tools else 0.0
@@ -151,13 +165,7 @@ class SubgraphSearcher:
         self.layout.logs.mkdir(parents=True, exist_ok=True)
         log_path = str(self.layout.logs / f"{subgraph.key.digest[:16]}.jsonl")
         leased = time.perf_counter()
-        with lease_pool(
-            self.options.workers,
-            self.job_timeout_s,
-            self.options.pool_idle_s,
-            setup=WorkerSetup(self.layout, self.options.nvcc_timeout_s),
-            start_timeout_s=self.options.worker_start_timeout_s,
-        ) as pool:
+        with lease_pool(*self._pool_args(), **self._pool_settings()) as pool:
             fixed = {
                 "pool_start": round(pool.start_s or 0.0, 3),
                 "lease": round(time.perf_counter() - leased, 3),
