@@ -16,7 +16,7 @@ for t in ${TARGETS:-kernelpro_backend.examples:transformer_block kernelpro_backe
   for m in ${MODES:-single dist}; do
     if [ "$m" = single ]; then env=(CUDA_VISIBLE_DEVICES=0); par=(); else env=(); par=(--nproc 2); fi
     s=$(date +%s)
-    env "${env[@]}" python -m kernelpro_backend.cli warmup "$t" "${limits[@]}" "${par[@]}" \
+    env "${env[@]}" python -m kernelpro_backend.cli -v warmup "$t" "${limits[@]}" "${par[@]}" \
       --cache-dir $OUT/$m-$name > $OUT/$m-$name.log 2>&1
     echo "$m $name rc=$? $(( $(date +%s) - s )) s; $(grep -a 'subgraphs, ' $OUT/$m-$name.log | tail -1)" | tee -a $OUT/walls.txt
     ls $OUT/$m-$name/logs 2>/dev/null | sed 's/\.jsonl$//' | sort > $OUT/keys-$m-$name.txt

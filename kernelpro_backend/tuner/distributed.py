@@ -3,8 +3,11 @@
 Owns: `DistributedFinder`, the provider the backend uses when torch.distributed runs more than
 one rank and search="on-miss". Before a graph's subgraphs are looked up (`prepare`, which every
 rank calls for the same graph in the same order), the ranks agree on one owner per subgraph
-key — the lowest rank holding a proved entry for it, else a deterministic split of the misses
-balanced by estimated search cost (`split`) — the owner resolves it (its entry, or its search),
+key — the lowest rank holding a proved entry for it; the misses, longest estimated search
+first, are claimed one at a time from a counter in the job's store, so a rank whose searches
+end early takes more (search times vary 3x beyond any estimate: plateaus, trial counts);
+without a store, a deterministic split balanced by estimated cost (`split`) — the owner
+resolves it (its entry, or its search),
 and the owners' results are exchanged as cache-entry bytes (the JSON that bundles carry, never
 pickle), checked and admitted on arrival like an import and stored in every rank's cache. Then
 every rank installs the same kernel for the same key, or all keep the fallback; no rank
@@ -17,7 +20,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from ..cache.artifact import CorruptEntry, KernelArtifact, decode_entry, encode_entry
 from ..cache.store import Admit
@@ -59,6 +62,7 @@ class DistributedFinder:
         # Every rank, the owner too, runs the same check on the same bytes: all agree.
         self.admit = admit
         self.decided: dict[str, KernelArtifact | None] = {}  # digest -> the agreed artifact
+        self._claim: Callable[[], int] | None = None  # this round's claims (exchange.claimer)
 
     def prestart(self) -> None:
         self.inner.prestart()
@@ -76,8 +80,8 @@ class DistributedFinder:
             return
         why = "not compiled on every rank"  # a key left undecided by a finished exchange
         try:
-            owners = self._owners(todo)
-            self._install(self._resolve_mine(todo, owners), owners)
+            owners, queue = self._owners(todo)
+            self._install(self._resolve_mine(todo, owners, queue), owners, set(queue))
         except ExchangeFailed as e:
             log.warning("kernelpro: %s; %d subgraph(s) keep the fallback", e, len(todo))
             why = f"exchange failed ({e})"
@@ -86,7 +90,8 @@ class DistributedFinder:
                 self.decided[digest] = None
                 self.inner.record_miss(self.inner.cache.key_for(sg.key), sg, why)
 
-    def _owners(self, todo: dict[str, Subgraph]) -> dict[str, int]:
+    def _owners(self, todo: dict[str, Subgraph]) -> tuple[dict[str, int], list[str]]:
+        """(owner per key held somewhere or statically split, keys to claim at run time)."""
         held = [d for d, sg in todo.items() if self._held(sg)]
         views = [
             json.loads(part)
@@ -108,8 +113,11 @@ class DistributedFinder:
             if holders:
                 owners[digest] = holders[0]
         rest = [(d, search_cost(todo[d])) for d in sorted(common) if d not in owners]
-        owners.update(split(rest, self.exchange.world))
-        return owners
+        self._claim = self.exchange.claimer(len(rest)) if rest else None
+        if self._claim is None:
+            owners.update(split(rest, self.exchange.world))
+            return owners, []
+        return owners, [d for d, _ in sorted(rest, key=lambda dc: (-dc[1], dc[0]))]
 
     def _held(self, subgraph: Subgraph) -> bool:
         hit = self.inner.cache_op(
@@ -117,29 +125,36 @@ class DistributedFinder:
         )
         return hit is not None and hit.unproved is None
 
-    def _resolve_mine(self, todo: dict[str, Subgraph], owners: dict[str, int]) -> bytes:
-        """This rank's share, resolved (hit or search), as {digest: entry JSON or null}."""
+    def _resolve_mine(
+        self, todo: dict[str, Subgraph], owners: dict[str, int], queue: list[str]
+    ) -> bytes:
+        """This rank's share, resolved (hit or search), as {digest: entry JSON or null}: the
+        keys it owns, then the queue's keys it claims until none is left."""
         mine: dict[str, str | None] = {}
-        for digest, sg in todo.items():
-            if owners.get(digest) != self.exchange.rank:
-                continue
-            artifact = self.inner.resolve(sg)
-            key = self.inner.cache.key_for(sg.key)
-            mine[digest] = None if artifact is None else encode_entry(key, artifact).decode()
+        for digest in [d for d in todo if owners.get(d) == self.exchange.rank]:
+            mine[digest] = self._resolved(todo[digest])
+        while queue and self._claim is not None and (i := self._claim()) < len(queue):
+            mine[queue[i]] = self._resolved(todo[queue[i]])
         log.info(
-            "kernelpro: rank %d resolved its %d of %d subgraph(s)",
+            "kernelpro: rank %d resolved %d of %d subgraph(s)",
             self.exchange.rank,
             len(mine),
-            len(owners),
+            len(owners) + len(queue),
         )
         return json.dumps(mine).encode()
 
-    def _install(self, mine: bytes, owners: dict[str, int]) -> None:
+    def _resolved(self, subgraph: Subgraph) -> str | None:
+        artifact = self.inner.resolve(subgraph)
+        key = self.inner.cache.key_for(subgraph.key)
+        return None if artifact is None else encode_entry(key, artifact).decode()
+
+    def _install(self, mine: bytes, owners: dict[str, int], claimed: set[str]) -> None:
         for rank, part in enumerate(self.exchange.all_gather(mine)):
             for digest, text in json.loads(part).items():
-                if owners.get(digest) != rank:
-                    continue  # only the owner's word counts
-                self.decided[digest] = self._arrived(digest, text, rank)
+                # Only the owner's word counts; a claimed key's owner is who claimed it (one).
+                if owners.get(digest) == rank or (digest in claimed and digest not in owners):
+                    owners[digest] = rank
+                    self.decided[digest] = self._arrived(digest, text, rank)
 
     def _arrived(self, digest: str, text: str | None, rank: int) -> KernelArtifact | None:
         """The owner's artifact, checked like an import (checksum, key, admitted code)."""

@@ -2,7 +2,8 @@
 
 Owns: `Exchange`, an all-gather of one byte string per rank over a gloo process group of its
 own (CPU tensors, whatever backend the user's group runs: NCCL's tensors would have to be on
-the GPU and its collectives block the training stream), with a timeout, and
+the GPU and its collectives block the training stream), with a timeout; `Exchange.claimer`, a
+shared counter in the job's store from which the ranks take work items one at a time; and
 `distributed_world()`, whether this process is one rank of several.
 Must not: decide what is exchanged (distributed.py does) or use `all_gather_object`, which
 pickles.
@@ -11,7 +12,9 @@ pickles.
 from __future__ import annotations
 
 import datetime
+import itertools
 import threading
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -33,6 +36,9 @@ def distributed_world() -> tuple[int, int] | None:
 
 _GROUPS: dict[float, Any] = {}
 _LOCK = threading.Lock()
+# Claim rounds, counted per process: every rank opens them in the same order (each follows the
+# same collective), so round N names the same counter on every rank.
+_ROUNDS = itertools.count()
 
 
 class Exchange:
@@ -89,3 +95,25 @@ class Exchange:
                 f"({type(e).__name__}: {e})"
             ) from e
         return [p[: int(n.item())].numpy().tobytes() for p, n in zip(parts, sizes, strict=True)]
+
+    def claimer(self, items: int) -> Callable[[], int] | None:
+        """`claim() -> index`: the next of `items` work items no rank has taken yet (`items`
+        or more once all are taken), each index handed to exactly one rank, through an atomic
+        counter in the process group's store — a rank that finishes early takes more. Every
+        rank must call this for the same round (after the same collective). None when the
+        default group has no store to count in (the caller splits the items statically)."""
+        import torch.distributed as dist
+
+        try:
+            store = dist.distributed_c10d._get_default_store()
+        except Exception:  # no default group or no store behind it: a static split then
+            return None
+        key = f"kernelpro/claims/{next(_ROUNDS)}"
+
+        def claim() -> int:
+            try:
+                return int(store.add(key, 1)) - 1
+            except Exception as e:  # the store's host (rank 0 or the agent) is gone
+                raise ExchangeFailed(f"claiming work on rank {self.rank} failed ({e})") from e
+
+        return claim

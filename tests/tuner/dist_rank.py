@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import time
 from pathlib import Path
 
 import torch
@@ -55,6 +56,8 @@ def main(rank: int, world: int, out: Path, scenario: str) -> None:
 
     def searcher(sg):
         searched.append(cache_key(sg.key).digest)
+        if scenario == "ok":
+            time.sleep(0.5)  # a search takes time: the other ranks claim keys meanwhile
         if scenario == "raise" and rank == 1:
             raise RuntimeError("candidate blew up")
         if scenario == "die" and rank == 1:
