@@ -76,16 +76,20 @@ def label(knobs: dict, spec: KernelSpec | None = None) -> str:
         f"s{knobs['num_stages']} w{knobs['num_warps']} g{knobs['GROUP_M']}"
     )
     extras = [knobs.get("LOADS", "pointer")] + (["persistent"] if knobs["PERSISTENT"] else [])
+    extras += (
+        [f"epilogue/{knobs['EPILOGUE_SUBTILE']}"] if knobs.get("EPILOGUE_SUBTILE", 1) > 1 else []
+    )
     return text + " " + "+".join(extras)
 
 
 def configs(spec: KernelSpec, limit: int) -> list[tuple[str, dict, KernelSpec]]:
-    """(kind, knobs, spec): the default, its TMA and persistent variants, then the sweep tiles,
-    then the seed's library alternatives (template_library.py; they have no knobs)."""
+    """(kind, knobs, spec): the default, its sliced-epilogue, TMA and persistent variants, then
+    the sweep tiles, then the seed's library alternatives (template_library.py; no knobs)."""
     default = dict(spec.knobs)
     found: list[tuple[str, dict, KernelSpec]] = [("default", default, spec)]
     tma, persistent = dict(LOADS="tma"), dict(PERSISTENT=True)
     variants = [
+        dict(default, EPILOGUE_SUBTILE=2),
         dict(default, **tma),
         dict(default, **persistent),
         dict(default, **tma, **persistent),

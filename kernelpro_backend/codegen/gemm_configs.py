@@ -80,7 +80,7 @@ def _knobs(tile: Tile, spec: KernelSpec) -> dict[str, KnobValue]:
     warps = max(2, min(warps, bm * bn // 256))
     return dict(
         BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=8, SPLIT_K=1, PERSISTENT=False,
-        LOADS="pointer", num_warps=warps, num_stages=stages,
+        LOADS="pointer", EPILOGUE_SUBTILE=1, num_warps=warps, num_stages=stages,
     )  # fmt: skip
 
 

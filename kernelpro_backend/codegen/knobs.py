@@ -34,6 +34,9 @@ _SPACE: dict[str, dict[str, tuple[KnobValue, ...]]] = {
         "LOADS": ("pointer", "tma"),
         "SPLIT_K": (1, 2, 4, 8),
         "PERSISTENT": (False, True),
+        # the epilogue runs on 1, 2 or 4 column slices of the tile, one after the other: fewer
+        # epilogue values live at once (an erf per element spilled the 128x256 tile)
+        "EPILOGUE_SUBTILE": (1, 2, 4),
         "num_warps": (2, 4, 8),
         "num_stages": (1, 2, 3, 4, 5),
     },
@@ -84,6 +87,7 @@ class KnobRole(str, enum.Enum):
     WARPS = "warps"
     STAGES = "stages"
     PRECISION = "precision"
+    SUBTILE = "subtile"
     OTHER = "other"  # no rule moves it; the search's one-knob neighbour steps still do
 
 
@@ -105,12 +109,13 @@ ROLES: dict[str, KnobRole] = {
     "CLUSTER": KnobRole.SPLIT,  # more CTAs share a row: more parallelism, fewer values each
     "VEC": KnobRole.VECTOR,
     "PERSISTENT": KnobRole.PERSISTENT,
+    "EPILOGUE_SUBTILE": KnobRole.SUBTILE,
     "num_warps": KnobRole.WARPS,
     "num_stages": KnobRole.STAGES,
 }
 # Knobs added after specs were cached, with the value that reproduces the older kernels:
 # `SpecView.from_json` fills them in, so cached specs keep loading.
-ADDED_KNOBS: dict[str, dict[str, KnobValue]] = {"gemm": {"LOADS": "pointer"}}
+ADDED_KNOBS: dict[str, dict[str, KnobValue]] = {"gemm": {"LOADS": "pointer", "EPILOGUE_SUBTILE": 1}}
 
 
 def with_added_knobs(template: str, knobs: tuple[tuple[str, KnobValue], ...]) -> tuple:
@@ -221,6 +226,7 @@ def _validate_gemm(spec: SpecView, k: dict) -> None:
             raise IllegalSpec(
                 f"LOADS='tma' needs TMA-compatible operands: {problem}; use 'pointer'"
             )
+    _validate_subtile(spec, k)
     if k["SPLIT_K"] > 1:
         plain = not spec.ops and len(spec.stores) == 1 and spec.outputs[0][2] == "float32"
         if not plain or k["PERSISTENT"]:
@@ -232,6 +238,21 @@ def _validate_gemm(spec: SpecView, k: dict) -> None:
             raise IllegalSpec(
                 f"SPLIT_K={k['SPLIT_K']} x BLOCK_K={bk} exceeds K={spec.param('k')}; use fewer splits"
             )
+
+
+def _validate_subtile(spec: SpecView, k: dict) -> None:
+    parts = k["EPILOGUE_SUBTILE"]
+    if parts == 1:
+        return
+    why = None
+    if spec.reduced:
+        why = "the epilogue's row reductions need the whole row of the tile at once"
+    elif k["SPLIT_K"] > 1:
+        why = "split-K adds partial tiles atomically, with no epilogue"
+    elif k["BLOCK_N"] // parts < 16:
+        why = f"BLOCK_N={k['BLOCK_N']} in {parts} slices is under 16 columns each"
+    if why:
+        raise IllegalSpec(f"EPILOGUE_SUBTILE={parts}: {why}; use EPILOGUE_SUBTILE=1")
 
 
 def tma_problem(spec: SpecView) -> str | None:

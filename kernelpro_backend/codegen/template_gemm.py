@@ -172,6 +172,39 @@ def _descriptor_loads(spec: KernelSpec) -> tuple[str, str]:
     return a, b
 
 
+def _epilogue(spec: KernelSpec, em: Emitter, n: int, i64: str) -> None:
+    """The epilogue and stores over the accumulator, whole or (EPILOGUE_SUBTILE = 2 or 4) on
+    column slices one after the other: `acc` is split in registers (reshape, permute, split:
+    no data moves) and each slice gets its own columns `rn`, mask and epilogue values, so only
+    a slice's temporaries are live at once. Per-row values (ROW level) are emitted once."""
+    parts = int(spec.knob("EPILOGUE_SUBTILE") or 1)
+    if parts == 1:
+        em.local_memo[("A", 0)] = "acc"
+        for j in range(len(spec.stores)):
+            em.store(j, f"out{j}")
+        return
+    slices, width = ["acc"], "BLOCK_N"
+    while len(slices) < parts:  # halve every slice: columns [0, w/2) and [w/2, w)
+        halves = []
+        for name in slices:
+            em.line(
+                f"{name}_0, {name}_1 = tl.split(tl.permute(tl.reshape({name}, "
+                f"(BLOCK_M, 2, {width} // 2)), (0, 2, 1)))"
+            )
+            halves += [f"{name}_0", f"{name}_1"]
+        slices, width = halves, f"{width} // 2"
+    for i, name in enumerate(slices):
+        em.line(f"# columns {i}/{parts} of the tile")
+        em.line(
+            f"rn = (pid_n * BLOCK_N + {i} * (BLOCK_N // {parts}) + "
+            f"tl.arange(0, BLOCK_N // {parts})[None, :]){i64}"
+        )
+        em.line(f"mask = row_mask & (rn < {n})")
+        em.local_memo = {("A", 0): name}
+        for j in range(len(spec.stores)):
+            em.store(j, f"out{j}")
+
+
 def render_gemm(spec: KernelSpec) -> tuple[str, str]:
     m, n, k, batch = (spec.param(x) for x in ("m", "n", "k", "batch"))
     _, _, (sab, sam, sak) = spec.param("a")
@@ -205,15 +238,13 @@ def render_gemm(spec: KernelSpec) -> tuple[str, str]:
         lines.append("    tile = pid")
     body = [*main_loop(spec, wide), f"row_mask = rm < {m}", f"mask = row_mask & (rn < {n})"]
     em.indent = len(pad) // 4
-    em.local_memo[("A", 0)] = "acc"
     if split > 1:
         _, off, index, _ = spec.stores[0]
         from . import index as ix
 
         em.line(f"tl.atomic_add(out0 + {off} + {ix.render(index, coords)}, acc, mask=mask)")
     else:
-        for j in range(len(spec.stores)):
-            em.store(j, f"out{j}")
+        _epilogue(spec, em, n, ".to(tl.int64)" if wide else "")
     lines += [pad + b for b in body] + em.lines
     tiles = f"triton.cdiv({m}, {spec.knob('BLOCK_M')}) * triton.cdiv({n}, {spec.knob('BLOCK_N')})"
     grid = (

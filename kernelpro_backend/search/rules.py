@@ -35,10 +35,11 @@ BY_CLASS: dict[Bottleneck, tuple[Rule, ...]] = {
     # far from both roofs: more warps to hide latency, wider loads
     Bottleneck.UNDERUTILIZED: (("warps", UP), ("vector", UP), ("tile", DOWN)),
 }
-# Spills: a smaller tile holds less per thread; so does spreading it over more warps, up to 8
+# Spills: an epilogue run on slices of the tile keeps fewer values live at once (first: it keeps
+# the tile); a smaller tile holds less per thread; so does spreading it over more warps, up to 8
 # (256 threads may use all 255 registers each; at 16+ warps the per-thread cap falls below 128
 # and spills grow), so the warps go to 8 rather than down.
-SPILL_RULES: tuple[Rule, ...] = (("tile", DOWN), ("warps", 8))
+SPILL_RULES: tuple[Rule, ...] = (("subtile", UP), ("tile", DOWN), ("warps", 8))
 SHARED_MEMORY_RULES: tuple[Rule, ...] = (("stages", DOWN),)
 
 # float32 matmul modes allowed by a subgraph's precision policy, slowest (most exact) first.

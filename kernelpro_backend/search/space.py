@@ -20,7 +20,7 @@ KnobValue = Any  # int | str | bool; Any because codegen owns the exact types
 # What a knob does (codegen.knobs.KnobRole's values; the search does not import codegen).
 ROLE_NAMES = (
     "tile", "vector", "rows", "passes", "persistent", "split", "warps", "stages", "precision",
-    "other",
+    "subtile", "other",
 )  # fmt: skip
 
 

@@ -29,6 +29,7 @@ ROLE_OF: dict[str, str] = {
     **dict.fromkeys(("num_warps", "warps"), "warps"),
     **dict.fromkeys(("num_stages", "stages"), "stages"),
     "precision": "precision",
+    "epilogue_subtile": "subtile",
 }
 
 

@@ -93,6 +93,19 @@ def test_spills_shrink_tiles_and_spread_them_over_8_warps_before_the_class_rules
     assert got[3] == "vector_width:up"
 
 
+def test_spills_slice_the_epilogue_before_shrinking_the_tile():
+    values = {**VALUES, "epilogue_subtile": (1, 2, 4)}
+    space = SyntheticSpace(values, [{**MID, "epilogue_subtile": 1}])
+    spill = Finding("ptxas", "spill_bytes", 56.0, 0.0, Severity.HIGH, "registers spill")
+    req = ProposalRequest(
+        subgraph=FakeSubgraph(kind="gemm", pattern="addmm+epilogue", precision="ieee"),
+        candidate=space.spec(**MID, epilogue_subtile=1),
+        result=EvalResult(EvalStatus.OK, median_ms=1.0, findings=(spill,)),
+        space=space, history=(), move_prior=lambda move: 0.0, is_known=lambda c: False,
+    )  # fmt: skip
+    assert moves(req)[:2] == ["epilogue_subtile:up", "block_m:down"]
+
+
 def test_shared_memory_limited_occupancy_means_fewer_stages():
     smem = Finding("ncu", "occupancy_limiter", "shared_memory", None, Severity.MEDIUM, "smem")
     assert moves(request([smem]))[0] == "num_stages:down"
