@@ -90,6 +90,7 @@ def configs(spec: KernelSpec, limit: int) -> list[tuple[str, dict, KernelSpec]]:
     tma, persistent = dict(LOADS="tma"), dict(PERSISTENT=True)
     variants = [
         dict(default, EPILOGUE_SUBTILE=2),
+        dict(default, EPILOGUE_SUBTILE=4),
         dict(default, **tma),
         dict(default, **persistent),
         dict(default, **tma, **persistent),
