@@ -187,7 +187,12 @@ class Emitter:
         level = self._index_level(index)
         mask = self.mask(level)
         where = ix.render(index, self.coords)
-        if level == SCALAR and self.level(ref) != SCALAR:
+        missing = [c for d, c in enumerate(self.coords) if d not in ix.dims_of(index)]
+        if self.level(ref) == FULL and missing:
+            # the output leaves out a dim of extent 1 (a GEMM's M or N of 1): the pointer is
+            # broadcast over the tile, whose mask keeps the one valid row or column
+            where, mask = f"{where} + " + " + ".join(f"{c} * 0" for c in missing), "mask"
+        elif level == SCALAR and self.level(ref) != SCALAR:
             # a per-row value (the one row of a full reduction) stored to a scalar output
             where, mask = f"{where} + {self.row_var} * 0", "row_mask"
         if predicate:

@@ -117,7 +117,8 @@ def _lower_gemm(sg: Subgraph) -> dict[str, Any]:
     ident = [ix.dim(k) for k in range(len(domain))]
     builder.give(mm, ident)
     maps = builder.run(sg.outputs, anchor=mm)
-    if maps[mm] != ident:
+    # maps leave out dims of extent 1 (an M or N of 1: matrix-vector products)
+    if maps[mm] != [builder.unit_dims_dropped(i) for i in ident]:
         raise Unsupported(f"the GEMM output is read at {maps[mm]}, not tile by tile")
     prog = ProgramBuilder(sg.inputs, maps, builder.selections, builder.store_predicates)
     acc: tuple[str, Any] = ("A", 0)

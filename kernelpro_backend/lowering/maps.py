@@ -192,7 +192,7 @@ def _reshape_like(n: fx.Node, src: fx.Node, out: Sequence[int]) -> bool:
 class MapBuilder:
     """Top-down propagation of index maps over one subgraph."""
 
-    def _unit_dims_dropped(self, index: ix.Index) -> ix.Index:
+    def unit_dims_dropped(self, index: ix.Index) -> ix.Index:
         """`index` without its terms on domain dims of extent 1 (their coordinate is always 0),
         so two reads that differ only there are one map (instance norm reduces a size-1 dim)."""
         kept = tuple(t for t in index if not (isinstance(t[1], int) and self.domain[t[1]] == 1))
@@ -218,7 +218,7 @@ class MapBuilder:
         self.store_predicates: dict[fx.Node, tuple[ix.Index, int]] = {}
 
     def give(self, node: fx.Node, m: Map) -> None:
-        m = [self._unit_dims_dropped(index) for index in m]
+        m = [self.unit_dims_dropped(index) for index in m]
         old = self.maps.get(node)
         if old is None:
             self.maps[node] = list(m)
