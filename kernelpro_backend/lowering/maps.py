@@ -10,9 +10,7 @@ Must not: emit ops or render source.
 from __future__ import annotations
 
 import math
-import operator
 from collections.abc import Sequence
-from typing import Any
 
 import torch
 import torch.fx as fx
@@ -20,33 +18,25 @@ import torch.fx as fx
 from ..codegen import index as ix
 from ..codegen.errors import Unsupported
 from ..fx_passes.ops import Role, op_name, reduction_signature, role
+from .views import (
+    PERMUTES,
+    RESHAPES,
+    Map,
+    forward_view_map,
+    permutation,
+    picked_slice,
+    shape,
+    split_chunk,
+    view_chain,
+)
 
-Map = list[ix.Index]
-_RESHAPES = {
-    "aten::view",
-    "aten::reshape",
-    "aten::_unsafe_view",
-    "aten::unsqueeze",
-    "aten::squeeze",
-    "aten::alias",
-    "aten::clone",
-    "aten::flatten",
-}
 # Reductions with two outputs, read through getitem: var_mean (var, mean), max/min over a dim
 # (values, indices).
 _TWO_OUTPUT_REDUCTIONS = ("aten::var_mean", "aten::max", "aten::min")
-_PERMUTES = {"aten::permute", "aten::transpose", "aten::t"}
 REDUCTIONS = {
     "aten::sum", "aten::mean", "aten::amax", "aten::amin", "aten::var_mean", "aten::var",
     "aten::std", "aten::argmax", "aten::argmin",
 }  # fmt: skip
-
-
-def shape(node: fx.Node) -> tuple[int, ...]:
-    val = node.meta.get("val")
-    if not isinstance(val, torch.Tensor):
-        raise Unsupported(f"{node.format_node()} has no single tensor value")
-    return tuple(int(s) for s in val.shape)
 
 
 def is_view_of_input(node: fx.Node, inputs: set[fx.Node]) -> bool:
@@ -80,83 +70,6 @@ def broadcast(m: Map, out_shape: Sequence[int], in_shape: Sequence[int]) -> Map:
         else:
             raise Unsupported(f"shape {tuple(in_shape)} does not broadcast to {tuple(out_shape)}")
     return res
-
-
-def _picked_slice(node: fx.Node) -> tuple[fx.Node, int, int] | None:
-    """(source, dim, index) when `node` is getitem(unbind(source, dim), index) or
-    select(source, dim, index) of a computed value."""
-    name = op_name(node)
-    if node.target is operator.getitem and isinstance(node.args[0], fx.Node):
-        parent = node.args[0]
-        if op_name(parent) == "aten::unbind" and isinstance(parent.args[0], fx.Node):
-            src = parent.args[0]
-            d = int(parent.args[1]) if len(parent.args) > 1 else 0  # type: ignore[arg-type]
-            return src, d % len(shape(src)), int(node.args[1])  # type: ignore[arg-type]
-    if name == "aten::select" and isinstance(node.args[0], fx.Node):
-        src = node.args[0]
-        d = int(node.args[1]) % len(shape(src))  # type: ignore[arg-type]
-        return src, d, int(node.args[2]) % shape(src)[d]  # type: ignore[arg-type]
-    return None
-
-
-def _split_chunk(node: fx.Node) -> tuple[fx.Node, int, int, int] | None:
-    """(source, dim, chunk, chunk size) when `node` is getitem(split(source, size, dim), chunk)
-    (or split_with_sizes) of a computed value whose chunks along `dim` are all `size` long."""
-    if node.target is not operator.getitem or not isinstance(node.args[0], fx.Node):
-        return None
-    parent = node.args[0]
-    if op_name(parent) not in ("aten::split", "aten::split_with_sizes"):
-        return None
-    src, sizes, *rest = parent.args
-    if not isinstance(src, fx.Node):
-        return None
-    dim: Any = rest[0] if rest else parent.kwargs.get("dim", 0)
-    d = int(dim) % len(shape(src))
-    chunks = set(sizes) if isinstance(sizes, (list, tuple)) else {sizes}
-    size = next(iter(chunks))
-    if len(chunks) != 1 or not isinstance(size, int) or size <= 0 or shape(src)[d] % size:
-        return None
-    return src, d, int(node.args[1]), size  # type: ignore[arg-type]
-
-
-def _view_chain(out: fx.Node) -> tuple[fx.Node, list[fx.Node]]:
-    """The first node up the chain of reshapes/permutes (clone included) and same-shape
-    pointwise ops (followed through their first input) that ends at `out`, and the chain's
-    nodes from it down to `out` (in order)."""
-    chain: list[fx.Node] = []
-    node = out
-    while node.all_input_nodes:
-        first = node.all_input_nodes[0]
-        view = op_name(node) in _RESHAPES or op_name(node) in _PERMUTES
-        if not view and not (role(node) is Role.POINTWISE and shape(first) == shape(node)):
-            break
-        chain.append(node)
-        node = first
-    return node, chain[::-1]
-
-
-def _forward_view_map(view: fx.Node, m: Map, domain: Sequence[int]) -> Map:
-    """The map of `view` from the map `m` of its input (a reshape or a permute)."""
-    src = view.all_input_nodes[0]
-    name, out, inp = op_name(view), shape(view), shape(src)
-    if name in _RESHAPES:
-        return ix.reshape(m, inp, out, domain)
-    if name not in _PERMUTES:  # a same-shape pointwise op
-        return list(m)
-    return [m[p] for p in _permutation(view, len(inp))]
-
-
-def _permutation(n: fx.Node, rank: int) -> list[int]:
-    """Output dim i of a permute/transpose/t node reads input dim perm[i]."""
-    perm = list(range(rank))
-    if op_name(n) == "aten::permute":
-        perm = [int(p) % rank for p in n.args[1]]  # type: ignore[union-attr,arg-type]
-    elif rank == 2:
-        perm = [1, 0]
-    else:
-        a, b = (int(x) % rank for x in n.args[1:3])  # type: ignore[call-overload,arg-type]
-        perm[a], perm[b] = perm[b], perm[a]
-    return perm
 
 
 def reduction_parts(node: fx.Node) -> tuple[fx.Node, tuple[int, ...], bool]:
@@ -231,7 +144,7 @@ class MapBuilder:
     def seed_output(self, out: fx.Node) -> None:
         so, dom = shape(out), self.domain
         ident = [ix.dim(k) for k in range(len(dom))]
-        picked = _picked_slice(out)
+        picked = picked_slice(out)
         if picked is not None and math.prod(shape(picked[0])) == math.prod(dom):
             src, d, i = picked
             src_map = ix.reshape(ident, dom, shape(src), dom)
@@ -239,7 +152,7 @@ class MapBuilder:
             self.give(out, src_map[:d] + src_map[d + 1 :])
             self.selections[out] = (src, src_map[d], i)
             return
-        if self._seed_picked_through_views(out):
+        if self._seed_picked_through_views(out) or self._seed_permuted_view_of_known(out):
             return
         kept = [k for k in range(len(dom)) if k not in self.reduced]
         if self.reduced and [s for s in so if s != 1] == [dom[k] for k in kept if dom[k] != 1]:
@@ -273,11 +186,11 @@ class MapBuilder:
         The slice's map comes from the source laid over the domain, the output's from pushing
         it through the views; the store is limited to the domain points of the slice."""
         dom = self.domain
-        top, chain = _view_chain(out)
-        if self.reduced or (not chain and _split_chunk(out) is None):
+        top, chain = view_chain(out)
+        if self.reduced or (not chain and split_chunk(out) is None):
             return False  # a bare picked slice is seed_output's own case
         ident = [ix.dim(k) for k in range(len(dom))]
-        chunk, picked = _split_chunk(top), _picked_slice(top)
+        chunk, picked = split_chunk(top), picked_slice(top)
         if chunk is not None:
             src, d, j, size = chunk
             src_shape = shape(src)
@@ -296,9 +209,24 @@ class MapBuilder:
         self.give(top, m)
         self.selections[top] = (src, vmap[d], j)
         for node in chain:
-            m = _forward_view_map(node, m, dom)
+            m = forward_view_map(node, m, dom)
             self.give(node, m)
         self.store_predicates[out] = (vmap[d], j)
+        return True
+
+    def _seed_permuted_view_of_known(self, out: fx.Node) -> bool:
+        """An output that is a value with a map already given (a GEMM's accumulator tile) seen
+        through reshapes and permutes, e.g. attention's heads put back side by side,
+        bmm(p, v).view(B, H, T, D).transpose(1, 2).contiguous().view(B, T, H * D): the known
+        map pushed through the views, so the store writes that layout directly. Chains without
+        a permute are plain reshapes, which the generic cases below map."""
+        top, chain = view_chain(out)
+        if self.reduced or top not in self.maps or not any(op_name(n) in PERMUTES for n in chain):
+            return False
+        m = self.maps[top]
+        for node in chain:
+            m = forward_view_map(node, m, self.domain)
+            self.give(node, m)
         return True
 
     def run(self, outputs: Sequence[fx.Node], anchor: fx.Node | None = None) -> dict[fx.Node, Map]:
@@ -341,10 +269,10 @@ class MapBuilder:
 
     def _view_source_map(self, n: fx.Node, src: fx.Node, m: Map) -> Map:
         name, out, inp = op_name(n), shape(n), shape(src)
-        if name in _RESHAPES or (name == "aten::expand" and out == inp):
+        if name in RESHAPES or (name == "aten::expand" and out == inp):
             return ix.reshape(m, out, inp, self.domain)
-        if name in _PERMUTES:
-            perm = _permutation(n, len(inp))
+        if name in PERMUTES:
+            perm = permutation(n, len(inp))
             res: Map = [ix.ZERO] * len(inp)
             for i, p in enumerate(perm):
                 res[p] = m[i]

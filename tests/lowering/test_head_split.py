@@ -8,9 +8,9 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn as nn
+from gemm_training import GemmKernels, train_like_eager
 from harness import check
 
-from kernelpro_backend import make_backend
 from kernelpro_backend.explain import find_subgraphs
 from kernelpro_backend.lowering import lower
 
@@ -78,43 +78,9 @@ def test_uneven_split_chunks_are_not_taken_as_slices():
 
 @pytest.mark.parametrize("fallback", ["inductor", "eager"])
 def test_a_model_trains_through_the_sliced_gemm_kernel(fallback):
-    torch.manual_seed(0)
-    model, ref = SplitHeads(), SplitHeads()
-    ref.load_state_dict(model.state_dict())
-    torch._dynamo.reset()
-    provider = _GemmKernels()
-    compiled = torch.compile(
-        model, backend=make_backend(provider=provider), options={"fallback": fallback}
-    )
-    x = torch.randn(2, 16, 64)
-    got, want = compiled(x), ref(x)
-    for g, w in zip(got, want, strict=True):
-        torch.testing.assert_close(g, w, rtol=1e-5, atol=1e-5)
-    sum(g.square().sum() for g in got).backward()
-    sum(w.square().sum() for w in want).backward()
-    for p, q in zip(model.parameters(), ref.parameters(), strict=True):
-        torch.testing.assert_close(p.grad, q.grad, rtol=1e-4, atol=1e-4)
-    assert provider.sliced == 1  # the forward QKV GEMM ran as one kernel with three outputs
-
-
-class _GemmKernels:
-    """The lowered GEMM's default kernel for every GEMM subgraph that lowers."""
-
-    def __init__(self) -> None:
-        self.sliced = 0
-
-    def find(self, sg):
-        from kernelpro_backend.codegen.errors import Unsupported
-        from kernelpro_backend.runtime.spec_kernel import build_kernel
-
-        if sg.kind != "gemm":
-            return None
-        try:
-            kernel = build_kernel(lower(sg))
-        except Unsupported:
-            return None
-        self.sliced += len(sg.outputs) > 1
-        return kernel
+    provider = GemmKernels()
+    train_like_eager(SplitHeads, torch.randn(2, 16, 64), provider, fallback)
+    assert provider.multi_output == 1  # the forward QKV GEMM ran as one kernel, three outputs
 
 
 @pytest.mark.gpu
