@@ -53,3 +53,16 @@ def test_hand_written_attention_trains_through_the_gemm_kernels(fallback):
     provider = GemmKernels()
     train_like_eager(HandAttention, torch.randn(2, 16, 32), provider, fallback)
     assert provider.refused == [] and provider.kernels >= 4
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_the_permuted_store_gemms_compile_and_match_on_gpu():
+    """bf16 at a GPT-2 block's attention size: every GEMM of the block, the permuted stores
+    included, compiled for the GPU and equal to the reference."""
+    model = HandAttention(d=768, heads=12).to("cuda", torch.bfloat16)
+    x = torch.randn(4, 512, 768, device="cuda", dtype=torch.bfloat16)
+    gemms = [s for s in find_subgraphs(model, x, train=False) if s.kind == "gemm"]
+    assert len(gemms) == 4
+    for i, sg in enumerate(gemms):
+        check(sg, lower(sg), seed=i, inputs=sg.make_inputs(i, "cuda"))
