@@ -73,11 +73,15 @@ def _run(tmp_path, claims: bool, slow_first_s: float) -> list[list[str]]:
     room = _Room(2)
     searched: list[list[str]] = [[], []]
     finders = []
+    rank1_in_a_search = threading.Event()
     for rank in range(2):
 
         def search(sg, rank=rank):
-            if rank == 1 and not searched[1]:
+            if slow_first_s and rank == 1 and not searched[1]:
+                rank1_in_a_search.set()  # rank 1 holds a claimed key from here on
                 time.sleep(slow_first_s)
+            elif slow_first_s and rank == 0:
+                rank1_in_a_search.wait(30)  # however the threads are scheduled
             searched[rank].append(cache_key(sg.key).digest)
             return None  # the fallback wins: nothing to store or load
 
@@ -97,7 +101,7 @@ def _run(tmp_path, claims: bool, slow_first_s: float) -> list[list[str]]:
 
 
 def test_a_rank_stuck_in_a_long_search_leaves_the_rest_to_the_others(tmp_path):
-    searched = _run(tmp_path, claims=True, slow_first_s=1.5)
+    searched = _run(tmp_path, claims=True, slow_first_s=3.0)
     every = searched[0] + searched[1]
     assert len(every) == len(set(every)) == 6  # each key once
     assert searched[1] and len(searched[0]) == 5  # rank 0 took all the others
