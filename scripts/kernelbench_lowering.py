@@ -12,19 +12,17 @@ from __future__ import annotations
 
 import argparse
 import collections
-import importlib.util
 import pathlib
 
 import torch
 from harness import check, collect
 
+from kernelpro_backend.bench.problems import load_problem_module, problem_files
 from kernelpro_backend.lowering import lower
 
 
 def _load(path: pathlib.Path, fixed: dict[str, int]):
-    spec = importlib.util.spec_from_file_location(path.stem, path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = load_problem_module(path)
     for name, value in list(vars(module).items()):
         if isinstance(value, int) and not isinstance(value, bool) and value > 64:
             setattr(module, name, max(16, min(value // 64, 96)))
@@ -46,8 +44,8 @@ def main() -> None:
         stem, _, pairs = item.partition(":")
         fixed[stem] = {k: int(v) for k, v in (kv.split("=") for kv in pairs.split(","))}
     reasons: collections.Counter[str] = collections.Counter()
-    for path in sorted(pathlib.Path(a.problems).glob("*.py")):
-        if path.stem.startswith(tuple(a.skip)) or not path.stem[:1].isupper():
+    for path in problem_files(a.problems):
+        if path.stem.startswith(tuple(a.skip)):
             continue
         torch.manual_seed(0)
         try:

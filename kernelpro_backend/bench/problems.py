@@ -1,7 +1,7 @@
 """KernelBench-format problem files as bench workloads.
 
-Owns: loading each `*.py` file of a directory as a module from its path (importlib, no
-sys.path edits), building `Model(*get_init_inputs())` and `get_inputs()` on the device, and
+Owns: loading each `*.py` file of a directory as a module from its path
+(`load_problem_module`: importlib, no sys.path edits), building `Model(*get_init_inputs())` and `get_inputs()` on the device, and
 turning each into an inference `Workload` named after the file.
 Must not: time or compare anything. A problem file is trusted code: it is executed.
 
@@ -31,7 +31,7 @@ class ProblemError(ValueError):
     """A problem file is missing, fails to import, or lacks part of the KernelBench format."""
 
 
-def _load_module(path: Path) -> ModuleType:
+def load_problem_module(path: Path) -> ModuleType:
     # A unique module name per path, so two files called `problem.py` in different
     # directories never share one module object.
     digest = hashlib.sha256(str(path.resolve()).encode()).hexdigest()[:12]
@@ -69,7 +69,7 @@ def load_problem(
     path = Path(path)
     if not path.is_file():
         raise ProblemError(f"{path}: no such problem file")
-    module = _load_module(path)
+    module = load_problem_module(path)
     torch.manual_seed(seed)
     model = module.Model(*module.get_init_inputs())
     if not isinstance(model, torch.nn.Module):
