@@ -2,7 +2,8 @@
 cuBLAS, Inductor, max-autotune, the template's seed, its configurations and a search, per case.
 
     OUT=/tmp/out python scripts/gpu_gemm_sweep.py [--group square] [--problems kb] \\
-        [--autotune TEXT|all] [--search-s 30 --search-only TEXT|all] [--budget-s 560]
+        [--autotune TEXT|all] [--search-s 30 --search-only TEXT|all] [--budget-s 560] \\
+        [--config BLOCK_N=128,num_warps=4 ...]
 """
 
 import argparse
@@ -37,11 +38,30 @@ def main(argv: list[str] | None = None) -> int:
         "--search-only", action="append", default=[],
         help="search cases whose name contains this ('all': every case)",
     )  # fmt: skip
+    parser.add_argument(
+        "--config", action="append", default=[], metavar="KNOB=VALUE,...",
+        help="also time the default configuration with these knobs changed (timed first; "
+        "repeatable), e.g. BLOCK_N=128,num_warps=4,PERSISTENT=True",
+    )  # fmt: skip
     args = parser.parse_args(argv)
     return sweep(
         args.budget_s, args.max_configs, args.cpu_smoke, args.only, args.group, args.problems,
-        args.autotune, args.search_s, args.search_only,
+        args.autotune, args.search_s, args.search_only, [_knobs(c) for c in args.config],
     )  # fmt: skip
+
+
+def _knobs(text: str) -> dict:
+    """'BLOCK_N=128,LOADS=tma,PERSISTENT=True' -> {'BLOCK_N': 128, 'LOADS': 'tma', ...}."""
+    out: dict = {}
+    for part in filter(None, text.split(",")):
+        name, _, value = part.partition("=")
+        low = value.strip().lower()
+        out[name.strip()] = (
+            int(value)
+            if value.strip().isdigit()
+            else {"true": True, "false": False}.get(low, value.strip())
+        )
+    return out
 
 
 if __name__ == "__main__":

@@ -76,21 +76,32 @@ def label(knobs: dict, spec: KernelSpec | None = None) -> str:
         f"s{knobs['num_stages']} w{knobs['num_warps']} g{knobs['GROUP_M']}"
     )
     extras = [knobs.get("LOADS", "pointer")] + (["persistent"] if knobs["PERSISTENT"] else [])
+    extras += ["flat"] if knobs.get("FLATTEN") else []
+    extras += [f"{knobs['SM_PROGRAMS']}/SM"] if knobs.get("SM_PROGRAMS", 1) > 1 else []
     extras += (
         [f"epilogue/{knobs['EPILOGUE_SUBTILE']}"] if knobs.get("EPILOGUE_SUBTILE", 1) > 1 else []
     )
     return text + " " + "+".join(extras)
 
 
-def configs(spec: KernelSpec, limit: int) -> list[tuple[str, dict, KernelSpec]]:
-    """(kind, knobs, spec): the default, its sliced-epilogue, TMA and persistent variants, then
-    the sweep tiles, then the seed's library alternatives (template_library.py; no knobs)."""
+def configs(
+    spec: KernelSpec, limit: int, extra: Sequence[dict] = ()
+) -> list[tuple[str, dict, KernelSpec]]:
+    """(kind, knobs, spec): the default, its sliced-epilogue, flattened-persistent, TMA and
+    persistent variants, then the sweep tiles, then the seed's library alternatives
+    (template_library.py; no knobs). `extra`: knob changes over the default, timed first."""
     default = dict(spec.knobs)
     found: list[tuple[str, dict, KernelSpec]] = [("default", default, spec)]
     tma, persistent = dict(LOADS="tma"), dict(PERSISTENT=True)
+    flat = dict(PERSISTENT=True, FLATTEN=True)
     variants = [
+        *(dict(default, **e) for e in extra),
         dict(default, EPILOGUE_SUBTILE=2),
         dict(default, EPILOGUE_SUBTILE=4),
+        dict(default, **flat),
+        dict(default, **flat, **tma),
+        dict(default, **flat, EPILOGUE_SUBTILE=2),
+        dict(default, **flat, **tma, EPILOGUE_SUBTILE=2),
         dict(default, **tma),
         dict(default, **persistent),
         dict(default, **tma, **persistent),
@@ -214,7 +225,13 @@ def _search(sg: Subgraph, seconds: float, root: str) -> dict:
 
 
 def run_case(
-    case_def: Case, budget_end: float, limit: int, autotune: bool, search_s: float, ceilings: Any
+    case_def: Case,
+    budget_end: float,
+    limit: int,
+    autotune: bool,
+    search_s: float,
+    ceilings: Any,
+    extra: Sequence[dict] = (),
 ) -> dict:
     torch.set_float32_matmul_precision(case_def.torch_precision)
     model, inputs_ = case_def.make()
@@ -233,7 +250,7 @@ def run_case(
     if operand_kind(spec) == "ieee":
         limit = min(limit, IEEE_CONFIGS)
     rows = []
-    for kind, knobs, config in configs(spec, limit):
+    for kind, knobs, config in configs(spec, limit, extra):
         row: dict = {"config": label(knobs, config), "kind": kind, "knobs": knobs}
         rows.append(row)
         if time.time() > budget_end:
@@ -278,11 +295,13 @@ def sweep(
     autotune: Sequence[str] = (),
     search_s: float = 0.0,
     search_only: Sequence[str] = (),
+    extra: Sequence[dict] = (),
 ) -> int:
     """Run the sweep (scripts/gpu_gemm_sweep.py parses its arguments) and write
     $OUT/gpu_gemm_sweep.json; returns the exit code. `only`/`groups` select cases by name or
     group (a case either selects runs); `autotune` and `search_only` name (substrings of) the
-    cases that also get max-autotune and a `search_s` search ("all" for every case)."""
+    cases that also get max-autotune and a `search_s` search ("all" for every case); `extra`:
+    knob changes over each case's default configuration, timed first (legal ones)."""
     global DEVICE
     if cpu_smoke:
         DEVICE = gemm_cases.DEVICE = "cpu"
@@ -323,7 +342,7 @@ def sweep(
         try:
             results.append(run_case(c, budget_end, max_configs, picked(c, autotune),
                                     search_s if picked(c, search_only) else 0.0,
-                                    ceilings))  # fmt: skip
+                                    ceilings, extra))  # fmt: skip
         except Exception as e:
             traceback.print_exc()
             results.append({"case": c.name, "group": c.group,

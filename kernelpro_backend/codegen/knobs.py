@@ -34,6 +34,12 @@ _SPACE: dict[str, dict[str, tuple[KnobValue, ...]]] = {
         "LOADS": ("pointer", "tma"),
         "SPLIT_K": (1, 2, 4, 8),
         "PERSISTENT": (False, True),
+        # a persistent program's tile loop flattened with its K loop into one software
+        # pipeline: the next tile's first loads are in flight during this tile's epilogue
+        "FLATTEN": (False, True),
+        # persistent programs per SM: 2 lets one program's epilogue overlap the other's main
+        # loop where registers and shared memory hold two
+        "SM_PROGRAMS": (1, 2),
         # the epilogue runs on 1, 2 or 4 column slices of the tile, one after the other: fewer
         # epilogue values live at once (an erf per element spilled the 128x256 tile)
         "EPILOGUE_SUBTILE": (1, 2, 4),
@@ -102,6 +108,8 @@ ROLES: dict[str, KnobRole] = {
     "BLOCK_M_DQ": KnobRole.OTHER,
     "BLOCK_N_DQ": KnobRole.OTHER,
     "GROUP_M": KnobRole.OTHER,
+    "FLATTEN": KnobRole.OTHER,
+    "SM_PROGRAMS": KnobRole.OTHER,
     "LOADS": KnobRole.OTHER,
     "DQ": KnobRole.OTHER,
     "ROWS": KnobRole.ROWS,
@@ -115,7 +123,9 @@ ROLES: dict[str, KnobRole] = {
 }
 # Knobs added after specs were cached, with the value that reproduces the older kernels:
 # `SpecView.from_json` fills them in, so cached specs keep loading.
-ADDED_KNOBS: dict[str, dict[str, KnobValue]] = {"gemm": {"LOADS": "pointer", "EPILOGUE_SUBTILE": 1}}
+ADDED_KNOBS: dict[str, dict[str, KnobValue]] = {
+    "gemm": {"LOADS": "pointer", "EPILOGUE_SUBTILE": 1, "FLATTEN": False, "SM_PROGRAMS": 1}
+}
 
 
 def with_added_knobs(template: str, knobs: tuple[tuple[str, KnobValue], ...]) -> tuple:
@@ -227,6 +237,21 @@ def _validate_gemm(spec: SpecView, k: dict) -> None:
                 f"LOADS='tma' needs TMA-compatible operands: {problem}; use 'pointer'"
             )
     _validate_subtile(spec, k)
+    if k["FLATTEN"] and not k["PERSISTENT"]:
+        raise IllegalSpec(
+            "FLATTEN=True pipelines a persistent program's loop over its tiles; with "
+            "PERSISTENT=False there is one tile per program: use FLATTEN=False or PERSISTENT=True"
+        )
+    if k["SM_PROGRAMS"] > 1 and not k["PERSISTENT"]:
+        raise IllegalSpec(
+            f"SM_PROGRAMS={k['SM_PROGRAMS']} sizes a persistent grid; with PERSISTENT=False the "
+            "grid has a program per tile: use SM_PROGRAMS=1 or PERSISTENT=True"
+        )
+    if k["SM_PROGRAMS"] > 1 and smem * k["SM_PROGRAMS"] > SMEM_BYTES:
+        raise IllegalSpec(
+            f"SM_PROGRAMS={k['SM_PROGRAMS']} programs of {smem} bytes of shared memory each do "
+            f"not fit one SM's {SMEM_BYTES}; use SM_PROGRAMS=1 or fewer stages or smaller blocks"
+        )
     if k["SPLIT_K"] > 1:
         plain = not spec.ops and len(spec.stores) == 1 and spec.outputs[0][2] == "float32"
         if not plain or k["PERSISTENT"]:

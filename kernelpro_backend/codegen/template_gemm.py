@@ -1,7 +1,8 @@
 """The GEMM template: mm / addmm / bmm / baddbmm with the fused epilogue applied to the
 accumulator tile, and row reductions when the row fits one tile (BLOCK_N >= N).
 
-Owns: the Triton kernel - grouped (GROUP_M) tile order, optional persistent tile loop,
+Owns: the Triton kernel - grouped (GROUP_M) tile order, optional persistent tile loop (FLATTEN:
+one software pipeline across its tiles),
 optional split-K with atomic accumulation, operands read through strides (a transposed weight
 is just other strides), fp32 accumulation, `tl.dot` input precision from the spec
 (float32 stays "ieee" unless the spec says tf32 / tf32x3; tf32 operands are rounded to nearest
@@ -80,14 +81,7 @@ def main_loop(spec: KernelSpec, wide: bool) -> list[str]:
         f"# masks only on axes the tile does not divide ({note})",
     ]
     return [
-        "# grouped order: GROUP_M row-tiles share each column of B while it is in L2",
-        "group = tile // (GROUP_M * num_pid_n)",
-        "first_m = group * GROUP_M",
-        "group_m = tl.minimum(num_pid_m - first_m, GROUP_M)",
-        "pid_m = first_m + (tile % (GROUP_M * num_pid_n)) % group_m",
-        "pid_n = (tile % (GROUP_M * num_pid_n)) // group_m",
-        f"rm = (pid_m * BLOCK_M + tl.arange(0, BLOCK_M)[:, None]){i64}",
-        f"rn = (pid_n * BLOCK_N + tl.arange(0, BLOCK_N)[None, :]){i64}",
+        *tile_coords("tile", i64),
         *([] if tma else ["rk = tl.arange(0, BLOCK_K)", *pointers]),
         "acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)",
         f"for kt in {loop}:",
@@ -106,6 +100,21 @@ def main_loop(spec: KernelSpec, wide: bool) -> list[str]:
         *(tf32_rounding() if precision == "tf32" and not low else []),
         f"    acc = tl.dot(a, b, acc{dot_kw})",
         *advance,
+    ]
+
+
+def tile_coords(tile: str, i64: str) -> list[str]:
+    """The program's tile (pid_m, pid_n) and its rows `rm` and columns `rn` from tile index
+    `tile`, in grouped order."""
+    return [
+        "# grouped order: GROUP_M row-tiles share each column of B while it is in L2",
+        f"group = {tile} // (GROUP_M * num_pid_n)",
+        "first_m = group * GROUP_M",
+        "group_m = tl.minimum(num_pid_m - first_m, GROUP_M)",
+        f"pid_m = first_m + ({tile} % (GROUP_M * num_pid_n)) % group_m",
+        f"pid_n = ({tile} % (GROUP_M * num_pid_n)) // group_m",
+        f"rm = (pid_m * BLOCK_M + tl.arange(0, BLOCK_M)[:, None]){i64}",
+        f"rn = (pid_n * BLOCK_N + tl.arange(0, BLOCK_N)[None, :]){i64}",
     ]
 
 
@@ -231,12 +240,26 @@ def render_gemm(spec: KernelSpec) -> tuple[str, str]:
     if spec.knob("LOADS") == "tma":
         lines += ["    " + x for x in tma_descriptors(spec)]
     pad = "    "
-    if persistent:
+    i64 = ".to(tl.int64)" if wide else ""
+    body = main_loop(spec, wide)
+    if persistent and spec.knob("FLATTEN"):
+        # One software pipeline over tiles and K steps (tl.range flatten): the next tile's
+        # first loads are issued before this tile's epilogue. The epilogue takes its tile from
+        # a counter of its own, as Triton's persistent-matmul tutorial does, so no value is
+        # carried from the pipelined loads into the epilogue.
+        lines += [
+            "    tile_c = pid - tl.num_programs(0)",
+            "    for tile in tl.range(pid, num_pid_m * num_pid_n, tl.num_programs(0), "
+            "flatten=True):",
+        ]
+        body += ["tile_c += tl.num_programs(0)", *tile_coords("tile_c", i64)]
+        pad = "        "
+    elif persistent:
         lines.append("    for tile in range(pid, num_pid_m * num_pid_n, tl.num_programs(0)):")
         pad = "        "
     else:
         lines.append("    tile = pid")
-    body = [*main_loop(spec, wide), f"row_mask = rm < {m}", f"mask = row_mask & (rn < {n})"]
+    body += [f"row_mask = rm < {m}", f"mask = row_mask & (rn < {n})"]
     em.indent = len(pad) // 4
     if split > 1:
         _, off, index, _ = spec.stores[0]
@@ -244,11 +267,11 @@ def render_gemm(spec: KernelSpec) -> tuple[str, str]:
 
         em.line(f"tl.atomic_add(out0 + {off} + {ix.render(index, coords)}, acc, mask=mask)")
     else:
-        _epilogue(spec, em, n, ".to(tl.int64)" if wide else "")
+        _epilogue(spec, em, n, i64)
     lines += [pad + b for b in body] + em.lines
     tiles = f"triton.cdiv({m}, {spec.knob('BLOCK_M')}) * triton.cdiv({n}, {spec.knob('BLOCK_N')})"
     grid = (
-        f"(min({tiles}, num_sms), {batch}, {split})"
+        f"(min({tiles}, {int(spec.knob('SM_PROGRAMS'))} * num_sms), {batch}, {split})"
         if persistent
         else f"({tiles}, {batch}, {split})"
     )

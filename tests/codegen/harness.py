@@ -54,6 +54,17 @@ def traced_subgraph(
     return subgraph_of_group(group, "inference", "ieee")
 
 
+def bias_gelu_subgraph(m: int, k: int, n: int, dtype: torch.dtype) -> Subgraph:
+    """GELU(x @ w + b), x [m, k], w [k, n]: the GEMM + epilogue subgraph of a linear layer."""
+    x, w, b = (
+        torch.randn(m, k, dtype=dtype),
+        torch.randn(k, n, dtype=dtype),
+        torch.randn(n, dtype=dtype),
+    )
+    gelu = torch.nn.functional.gelu
+    return traced_subgraph(lambda b, a, c: (gelu(torch.addmm(b, a, c)),), (b, x, w), "gemm")
+
+
 def compute_dtype(sg: Subgraph) -> torch.dtype:
     """The lowest float precision the subgraph reads or writes: it sets the tolerance."""
     names = {dt for _, _, dt in (*sg.input_meta, *sg.output_meta)}

@@ -8,8 +8,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-import torch.nn.functional as F
-from harness import check, traced_subgraph
+from harness import bias_gelu_subgraph, check, traced_subgraph
 
 from kernelpro_backend.codegen import IllegalSpec, knob_space, render
 from kernelpro_backend.lowering import lower
@@ -17,13 +16,7 @@ from kernelpro_backend.lowering import lower
 SMALL = dict(BLOCK_M=16, BLOCK_N=64, BLOCK_K=16, num_warps=2, num_stages=2)
 
 
-def _bias_gelu(m: int, k: int, n: int, dtype: torch.dtype):
-    x, w, b = (
-        torch.randn(m, k, dtype=dtype),
-        torch.randn(k, n, dtype=dtype),
-        torch.randn(n, dtype=dtype),
-    )
-    return traced_subgraph(lambda b, a, c: (F.gelu(torch.addmm(b, a, c)),), (b, x, w), "gemm")
+_bias_gelu = bias_gelu_subgraph
 
 
 @pytest.mark.parametrize("parts", [2, 4])
