@@ -135,6 +135,35 @@ class _Recording:
         return kernel
 
 
+def warmup_options(options: dict[str, Any] | None, budget_s: float | None) -> dict[str, Any]:
+    """A warm-up's backend options: `options` with search on a miss and the budget."""
+    opts = dict(options or {})
+    opts.setdefault("search", "on-miss")
+    if budget_s is not None:
+        opts["budget_s"] = budget_s
+    return opts
+
+
+def search_provider(options: dict[str, Any]) -> KernelProvider:
+    """The provider a warm-up searches with (the cache, search on a miss, shared across the
+    ranks under torch.distributed), its worker pool already booting: a caller that builds the
+    model after this call overlaps the pool's start (~10-15 s) with that."""
+    resolved = Options.resolve(options=options)
+    check_pattern_names(resolved.search_patterns)
+    if not torch.cuda.is_available():
+        raise RuntimeError(
+            "kernelpro warmup searches kernels on a CUDA GPU and none is visible here; "
+            "run it on the machine (or the same GPU model) the model will train on"
+        )
+    from .tuner import default_provider
+
+    provider = default_provider(resolved)
+    start = getattr(provider, "prestart", None)
+    if start is not None:
+        start()
+    return provider
+
+
 def warmup(
     model: torch.nn.Module,
     example_inputs: Sequence[Any],
@@ -160,21 +189,10 @@ def warmup(
     `release_workers`: shut the worker pool down at the end (no worker keeps GPU memory); a
     caller warming several models keeps it and calls `tuner.searcher.release_gpu_memory()`
     itself."""
-    opts = dict(options or {})
-    opts.setdefault("search", "on-miss")
-    if budget_s is not None:
-        opts["budget_s"] = budget_s
-    resolved = Options.resolve(options=opts)
-    check_pattern_names(resolved.search_patterns)
+    opts = warmup_options(options, budget_s)
+    check_pattern_names(Options.resolve(options=opts).search_patterns)
     if provider is None:
-        if not torch.cuda.is_available():
-            raise RuntimeError(
-                "kernelpro warmup searches kernels on a CUDA GPU and none is visible here; "
-                "run it on the machine (or the same GPU model) the model will train on"
-            )
-        from .tuner import default_provider
-
-        provider = default_provider(resolved)
+        provider = search_provider(opts)
     rows: list[WarmupRow] = []
 
     def note_symbolic(graph_kind: str, subgraphs: Sequence[Subgraph]) -> None:
@@ -192,11 +210,15 @@ def warmup(
     started = time.perf_counter()
     shapes = [list(example_inputs), *(list(i) for i in more_inputs)]
     step = functools.partial(_step, model, backend, opts, train, loss_fn)
+    ranks_agree = getattr(provider, "prepare", None) is not None
     for inputs in shapes:
         recording.shape = _shape_label(inputs) if len(shapes) > 1 else ""
+        dynamic = False if len(shapes) > 1 else None
         if len(shapes) > 1:
             torch._dynamo.reset()  # each shape its own static graph, not a symbolic one
-        step(inputs, dynamic=False if len(shapes) > 1 else None)
+        if ranks_agree:
+            recording.prepare(_step_subgraphs(model, opts, train, loss_fn, inputs, dynamic))
+        step(inputs, dynamic=dynamic)
     if len(shapes) > 1:
         # Then the shapes in order, as a training loop meets them: after the first shape
         # change torch.compile recompiles with symbolic sizes, and the shape dispatchers
@@ -232,6 +254,39 @@ def _step(
     else:
         with torch.no_grad():
             compiled(*inputs)
+
+
+def _step_subgraphs(
+    model: torch.nn.Module,
+    opts: dict[str, Any],
+    train: bool,
+    loss_fn: Callable[[Any], torch.Tensor] | None,
+    inputs: Sequence[Any],
+    dynamic: bool | None,
+) -> list[Subgraph]:
+    """Every subgraph of one step, forward and backward, found before anything is searched:
+    the step compiled with the eager fallback (the same graphs and keys as Inductor's, nothing
+    compiled) and a provider that finds nothing. Ranks that agree on the kernels (distributed
+    search) then claim the whole step's misses in one round instead of one round per graph,
+    so a rank whose forward searches end early takes backward ones meanwhile."""
+    found: list[Subgraph] = []
+    backend = make_backend(provider=_NoKernels(), observer=lambda _, sgs: found.extend(sgs))
+    t0 = time.perf_counter()
+    _step(model, backend, {**opts, "fallback": "eager"}, train, loss_fn, inputs, dynamic)
+    torch._dynamo.reset()
+    log.info(
+        "kernelpro warmup: %d subgraph(s) of the step found in %.1f s",
+        len(found),
+        time.perf_counter() - t0,
+    )
+    return found
+
+
+class _NoKernels:
+    """The provider of `_step_subgraphs`: every subgraph keeps the fallback."""
+
+    def find(self, subgraph: Subgraph) -> Kernel | None:
+        return None
 
 
 def _shape_label(inputs: Sequence[Any]) -> str:

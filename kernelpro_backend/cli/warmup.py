@@ -60,13 +60,9 @@ def add_cli(subparsers: Any) -> None:
 def run_warmup(args: argparse.Namespace) -> int:
     if args.nproc and args.nproc > 1 and "LOCAL_RANK" not in os.environ:
         return _launch(args.nproc)
-    from ..warmup import warmup
+    from ..warmup import search_provider, warmup, warmup_options
 
     rank = _join_process_group()
-    if args.dynamic:
-        model, inputs, more = model_inputs_over(args.target, args.dynamic)
-    else:
-        model, inputs, more = model_inputs_and_shapes(args.target)
     options: dict[str, Any] = {}
     if args.cache_dir:
         options["cache_dir"] = args.cache_dir
@@ -75,9 +71,19 @@ def run_warmup(args: argparse.Namespace) -> int:
     if args.patterns:
         options["search_patterns"] = args.patterns
     try:
+        # the search's workers boot while the target is imported and the model built
+        provider = search_provider(warmup_options(options, args.budget_s))
+    except RuntimeError as e:
+        print(f"kernelpro warmup: {e}", file=sys.stderr)
+        return 2
+    if args.dynamic:
+        model, inputs, more = model_inputs_over(args.target, args.dynamic)
+    else:
+        model, inputs, more = model_inputs_and_shapes(args.target)
+    try:
         report = warmup(
             model, inputs, train=not args.no_train, budget_s=args.budget_s, options=options,
-            more_inputs=more,
+            provider=provider, more_inputs=more,
         )  # fmt: skip
     except RuntimeError as e:
         print(f"kernelpro warmup: {e}", file=sys.stderr)

@@ -103,3 +103,66 @@ def test_a_prestarted_pool_is_the_one_leased_and_starts_once():
             assert pool is started and pool.start_s == 0.0  # paid once, by the first lease
     finally:
         shared_pool.release_pool()
+
+
+def test_the_cli_boots_the_workers_before_it_builds_the_model(monkeypatch, tmp_path):
+    """`kernelpro warmup MODULE:FN` makes its provider (whose pool starts booting) before it
+    imports the target and builds the model, and warms the model with that provider."""
+    import sys
+
+    import kernelpro_backend.warmup as warmup_module
+    from kernelpro_backend.cli.main import main
+
+    events: list[str] = []
+    (tmp_path / "prestart_target.py").write_text(
+        "import torch\n"
+        "EVENTS = []\n"
+        "def build():\n"
+        "    EVENTS.append('model')\n"
+        "    return torch.nn.Linear(4, 4), (torch.randn(2, 4),)\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    provider = _Provider()
+
+    def search_provider(options):
+        events.append(f"provider {options['search']} {options['budget_s']}")
+        return provider
+
+    def fake_warmup(model, inputs, **kw):
+        events.extend(sys.modules["prestart_target"].EVENTS)
+        events.append("warmup" if kw["provider"] is provider else "another provider")
+        return warmup_module.WarmupReport(rows=[], seconds=0.0)
+
+    monkeypatch.setattr(warmup_module, "search_provider", search_provider)
+    monkeypatch.setattr(warmup_module, "warmup", fake_warmup)
+    assert main(["warmup", "prestart_target:build", "--budget-s", "7"]) == 0
+    assert events == ["provider on-miss 7.0", "model", "warmup"]
+
+
+class _AgreeingProvider(_Provider):
+    """A provider whose ranks agree on kernels (the distributed finder's `prepare`)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.rounds: list[set[str]] = []
+
+    def prepare(self, subgraphs) -> None:
+        keys = {sg.key.digest for sg in subgraphs if not sg.symbolic and sg.inputs}
+        self.events.append("prepare")
+        self.rounds.append(keys)
+
+
+@pytest.mark.parametrize("fallback", ["eager", "inductor"])
+def test_distributed_warmups_agree_on_the_whole_step_in_one_round(fallback):
+    """Ranks claim the forward and backward graphs' misses in one round: the step's subgraphs
+    are found first (eager fallback, nothing compiled) with the keys the real compile meets, so
+    the rounds the forward and backward compiles ask for find nothing new."""
+    provider = _AgreeingProvider()
+    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.GELU(), torch.nn.Linear(16, 4))
+    torch._dynamo.reset()
+    warmup(model, (torch.randn(4, 8),), provider=provider, options={"fallback": fallback})
+    first, *later = provider.rounds
+    assert provider.events.index("prepare") < provider.events.index("find")
+    assert len(later) == 2  # the forward and the backward graph's own rounds
+    assert all(keys and keys <= first for keys in later), (first, later)
+    assert first == set().union(*later)
