@@ -1,6 +1,6 @@
 """Row-family sweep on the GPU: eager, Inductor and kernelpro's row candidates side by side.
 
-OUT=/tmp/out PYTHONPATH=. python scripts/gpu_row_sweep.py [--budget-s 300] [--only softmax fwd] [--sizes 4096x65536] [--autotune]
+OUT=/tmp/out PYTHONPATH=. python scripts/gpu_row_sweep.py [--budget-s 300] [--only softmax fwd] [--sizes 4096x65536] [--autotune] [--ring]
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ if __name__ == "__main__":
     p.add_argument("--only", nargs="*", default=[], help="substrings of case names to run")
     p.add_argument("--sizes", nargs="*", default=[], help="ROWSxCOLS (default: the sweep's)")
     p.add_argument("--autotune", action="store_true", help="also time Inductor's max-autotune")
+    p.add_argument("--ring", action="store_true", help="also time the seed's one-knob neighbours")
     a = p.parse_args()
     sizes = tuple(tuple(int(v) for v in s.split("x")) for s in a.sizes) or SIZES
-    sys.exit(sweep(a.budget_s, tuple(a.only), sizes, a.autotune))
+    sys.exit(sweep(a.budget_s, tuple(a.only), sizes, a.autotune, a.ring))

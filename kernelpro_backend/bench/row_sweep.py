@@ -81,8 +81,27 @@ def minimal_bytes(spec: KernelSpec) -> int:
     return total
 
 
-def candidates(seed: KernelSpec) -> list[tuple[str, KernelSpec]]:
-    out = [("triton seed", seed)]
+def neighbours(seed: KernelSpec) -> list[tuple[str, KernelSpec]]:
+    """The seed with one knob one legal step up or down: the first ring a search explores."""
+    out = []
+    for name, values in sorted(knob_space(seed).items()):
+        current = seed.knob(name)
+        if current not in values:
+            continue
+        i = values.index(current)
+        for j in (i - 1, i + 1):
+            if 0 <= j < len(values):
+                try:
+                    out.append((f"seed {name}={values[j]}", seed.with_knobs(**{name: values[j]})))
+                except IllegalSpec:
+                    continue
+    return out
+
+
+def candidates(seed: KernelSpec, ring: bool = False) -> list[tuple[str, KernelSpec]]:
+    """The seed (with `ring`, its one-knob neighbours too) and every legal row-resident
+    cluster configuration."""
+    out = [("triton seed", seed), *(neighbours(seed) if ring else [])]
     for alt in alternatives(seed):
         space = knob_space(alt)
         for cluster in space["CLUSTER"]:
@@ -122,7 +141,13 @@ def _wrong(outs: list[torch.Tensor], ref) -> str | None:  # type: ignore[no-unty
 
 
 def run_case(
-    op: str, rows: int, cols: int, dtype: torch.dtype, backward: bool, autotune: bool = False
+    op: str,
+    rows: int,
+    cols: int,
+    dtype: torch.dtype,
+    backward: bool,
+    autotune: bool = False,
+    ring: bool = False,
 ) -> dict:
     sg = row_subgraph(op, rows, cols, dtype, backward)
     seed = lower(sg)
@@ -140,7 +165,7 @@ def run_case(
         tuned = torch.compile(module, mode="max-autotune-no-cudagraphs")
         tuned(*inputs)
         row["max_autotune_ms"] = _time(lambda: tuned(*inputs))
-    found = candidates(seed)
+    found = candidates(seed, ring)
     precompile([s for _, s in found])
     row["candidates"] = []
     for name, spec in found:
@@ -201,7 +226,9 @@ def copy_roof() -> float:
     return round(2 * 2**31 / ms / 1e9, 3)
 
 
-def sweep(budget_s: float = 300.0, only: tuple[str, ...] = (), sizes=SIZES, autotune=False) -> int:  # type: ignore[no-untyped-def]
+def sweep(
+    budget_s: float = 300.0, only: tuple[str, ...] = (), sizes=SIZES, autotune=False, ring=False
+) -> int:  # type: ignore[no-untyped-def]
     out_dir = os.environ.get("OUT", ".")
     os.makedirs(out_dir, exist_ok=True)
     start = time.time()
@@ -223,7 +250,7 @@ def sweep(budget_s: float = 300.0, only: tuple[str, ...] = (), sizes=SIZES, auto
                         continue
                     print(f"{name} ({time.time() - start:.0f} s)", flush=True)
                     try:
-                        results.append(run_case(op, rows, cols, dtype, backward, autotune))
+                        results.append(run_case(op, rows, cols, dtype, backward, autotune, ring))
                     except Exception as e:
                         traceback.print_exc()
                         results.append(

@@ -3,7 +3,9 @@
 Owns: the level of each value (scalar, per row, or per element of the tile), loads and stores
 with their masks, on-demand emission of the ops a value needs (memoised per scope), and the
 two reduction forms: inline over a tile that covers the row, or accumulated over a column loop.
-A row gather ("gather": the element at column `index` of each row) is the masked reduction
+A row max/min is one reduction whose combine function propagates NaN, as PyTorch's do.
+A row gather ("gather": the element at column `index` of each row) of an input is one load per
+row at that column; of a computed value, the masked reduction
 sum_c where(c == index, bits(x[c]), 0) over the float32 bit patterns as int32, bitcast back:
 one term is not zero, and integer zeros add exactly, so the result is the picked element bit
 for bit (-0.0 and NaN payloads included), whatever order or start value the reduction uses - a
@@ -24,9 +26,21 @@ from .spec import KernelSpec
 SCALAR, ROW, FULL = 0, 1, 2
 _IDENTITY = {"sum": "0.0", "max": 'float("-inf")', "min": 'float("inf")', "gather": "0"}
 _ACC_DTYPE = {"sum": "tl.float32", "max": "tl.float32", "min": "tl.float32", "gather": "tl.int32"}
-_FINISH = {"sum": "tl.sum", "max": "tl.max", "min": "tl.min", "gather": "tl.sum"}
+_FINISH = {"sum": "tl.sum", "gather": "tl.sum"}  # max/min: NAN_EXTREME
 # argmax/argmin: the value no element beats, and the reduction that finds the extreme.
 ARG_EXTREME = {"argmax": ('float("-inf")', "tl.max"), "argmin": ('float("inf")', "tl.min")}
+# max/min over a tile as one reduction that propagates NaN as PyTorch's do (tl.max and tl.min
+# drop NaN, which took a second reduction of NaN flags): a combine function per op, emitted
+# once before the kernel that uses it (`Emitter.helper_source`).
+NAN_EXTREME = {"max": "_max_nan", "min": "_min_nan"}
+_HELPERS = {
+    name: [
+        "@triton.jit",
+        f"def {name}(a, b):",
+        f"    return tl.{fn}(a, b, propagate_nan=tl.PropagateNan.ALL)",
+    ]
+    for name, fn in (("_max_nan", "maximum"), ("_min_nan", "minimum"))
+}
 
 
 class Emitter:
@@ -49,6 +63,14 @@ class Emitter:
         self.local_memo: dict[Any, str] = {}
         self.counter = 0
         self.levels = ref_levels(spec, self._index_level)
+        self.helpers: set[str] = set()  # Triton functions the emitted lines call
+
+    def helper_source(self) -> list[str]:
+        """The lines defining the helpers the kernel calls (before the kernel)."""
+        out: list[str] = []
+        for name in sorted(self.helpers):
+            out += [*_HELPERS[name], "", ""]
+        return out
 
     # -- levels --------------------------------------------------------------------------
     def _index_level(self, index: ix.Index) -> int:
@@ -121,19 +143,33 @@ class Emitter:
         if self.level(args[0]) != FULL:  # constant along the row
             v = self.value(args[0])
             return f"({v} * {self.n_cols})" if op == "sum" else v
-        if op in ("max", "min"):
-            return self.with_nan(self.finish(op, self._term(op, args)), self.nan_flag(args))
+        if self.pickable(op, args):
+            return self.picked_gather(args)
         return self.finish(op, self._term(op, args))
 
-    def nan_flag(self, args: Sequence[Any]) -> str:
-        """1 where a valid element of this tile is NaN, else 0 (an int32 tile)."""
-        v = self.value(args[0])
-        return f"(mask & ({v} != {v})).to(tl.int32)"
+    def pickable(self, op: str, args: Sequence[Any]) -> bool:
+        """A row gather of an input (gather(load, index, dim)), which `picked_gather` reads
+        with one load per row; a gather of a computed value is a masked sum over the row."""
+        if op != "gather" or args[0][0] != "L" or self.level(args[0]) != FULL:
+            return False
+        index = self.spec.loads[args[0][1]][2]
+        return ix.dims_of(index) & self.col_dims == {args[2][1]}  # no other column dim
 
-    def with_nan(self, extreme: str, flags: str) -> str:
-        """A row's max/min, NaN where the row holds one: PyTorch's max and min propagate NaN,
-        Triton's drop it."""
-        return f'tl.where(tl.max({flags}, axis=1)[:, None] > 0, float("nan"), {extreme})'
+    def picked_gather(self, args: Sequence[Any]) -> str:
+        return self._picked_load(args[0][1], self.value(args[1]), args[2][1])
+
+    def _picked_load(self, i: int, index: str, col_dim: int) -> str:
+        """A row gather of an input: one load per row at the row's index (the masked sum over
+        the row is a reduction more). An index outside the row loads nothing and gives 0.0,
+        as the masked form does."""
+        inp, offset, where_index = self.spec.loads[i]
+        coords = list(self.coords)
+        coords[col_dim] = f"({index})"
+        where = ix.render(where_index, coords)
+        off = f"{offset} + " if offset else ""
+        ok = f"row_mask & ({index} >= 0) & ({index} < {self.spec.domain[col_dim]})"
+        text = f"tl.load(in{inp} + {off}{where}, mask={ok}, other=0)"
+        return f"{text}.to(tl.float32)" if self.spec.inputs[inp][2] in LOW_FLOATS else text
 
     def _arg_inline(self, op: str, args: Sequence[Any]) -> str:
         """argmax/argmin over a tile that covers the row: the first column holding the extreme,
@@ -172,10 +208,15 @@ class Emitter:
         term = self._term(op, args)
         if op in ("sum", "gather"):
             return f"{acc} = {acc} + {term}"
-        return f"{acc} = {'tl.maximum' if op == 'max' else 'tl.minimum'}({acc}, {term})"
+        fn = "tl.maximum" if op == "max" else "tl.minimum"  # NaN propagates, as in PyTorch
+        return f"{acc} = {fn}({acc}, {term}, propagate_nan=tl.PropagateNan.ALL)"
 
     def finish(self, op: str, tile: str) -> str:
-        """A tile of terms (or an accumulator) reduced to its per-row value."""
+        """A tile of terms (or an accumulator) reduced to its per-row value (max and min
+        propagating NaN)."""
+        if op in NAN_EXTREME:
+            self.helpers.add(NAN_EXTREME[op])
+            return f"tl.reduce({tile}, 1, {NAN_EXTREME[op]})[:, None]"
         text = f"{_FINISH[op]}({tile}, axis=1)[:, None]"
         return f"{text}.to(tl.float32, bitcast=True)" if op == "gather" else text
 

@@ -275,4 +275,4 @@ def render_gemm(spec: KernelSpec) -> tuple[str, str]:
         if persistent
         else f"({tiles}, {batch}, {split})"
     )
-    return "\n".join(lines), grid
+    return "\n".join(em.helper_source() + lines), grid

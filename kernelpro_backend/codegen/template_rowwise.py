@@ -82,7 +82,7 @@ def render_rowwise(spec: KernelSpec) -> tuple[str, str]:
     else:
         _looped(spec, em, needed, open_columns)
     grid = f"(triton.cdiv({n_rows}, {spec.knob('ROWS')}),)"
-    return "\n".join(head + em.lines), grid
+    return "\n".join(em.helper_source() + head + em.lines), grid
 
 
 def online_pairs(spec: KernelSpec, reductions: list[int]) -> dict[int, int]:
@@ -118,13 +118,13 @@ def _column_pass(
     max in `online` the sum of exp(y - max) beside it: per lane, the running max and the sum
     rescaled whenever the max grows (exp(old - new); 0 while a lane has seen only -inf)."""
     ninf = 'float("-inf")'
+    picked = [i for i in looped if em.pickable(spec.ops[i][0], spec.ops[i][1])]
+    looped = [i for i in looped if i not in picked]
     for i in looped:
         if spec.ops[i][0] in ARG_REDUCTIONS:
             _arg_start(em, i, n_cols)
         else:
             em.line(em.accumulator(spec.ops[i][0], f"acc{i}"))
-        if spec.ops[i][0] in ("max", "min"):  # PyTorch's max/min propagate NaN
-            em.line(f"nanf{i} = tl.zeros([ROWS, BLOCK_C], tl.int32)")
     for s in online.values():
         em.line(em.accumulator("sum", f"acc{s}"))
     em.line(f"for c0 in range(0, {n_cols}, BLOCK_C):")
@@ -136,14 +136,13 @@ def _column_pass(
         if op in ARG_REDUCTIONS:
             _arg_step(em, i, op, args, n_cols)
             continue
-        if op in ("max", "min"):
-            em.line(f"nanf{i} = nanf{i} | {em.nan_flag(args)}")
         if i not in online:
             em.line(em.accumulate(op, args, f"acc{i}"))
             continue
         s, y = online[i], f"y{i}"
         em.line(f"{y} = tl.where(mask, {em.value(args[0])}, {ninf})")
-        em.line(f"new{i} = tl.maximum(acc{i}, {y})")
+        # NaN propagates into the running max, and from it into the rescaled sum
+        em.line(f"new{i} = tl.maximum(acc{i}, {y}, propagate_nan=tl.PropagateNan.ALL)")
         em.line(
             f"acc{s} = acc{s} * tl.where(new{i} == {ninf}, 0.0, tl.exp(acc{i} - new{i})) "
             f"+ tl.where({y} == {ninf}, 0.0, tl.exp({y} - new{i}))"
@@ -155,8 +154,6 @@ def _column_pass(
         op = spec.ops[i][0]
         if op in ARG_REDUCTIONS:
             _arg_finish(em, i, op, n_cols)
-        elif op in ("max", "min"):
-            em.line(f"{name} = {em.with_nan(em.finish(op, f'acc{i}'), f'nanf{i}')}")
         else:
             em.line(f"{name} = {em.finish(op, f'acc{i}')}")
         em.global_memo[("T", i)] = name
@@ -165,6 +162,9 @@ def _column_pass(
             scaled = f"acc{s} * tl.where(acc{i} == {ninf}, 0.0, tl.exp(acc{i} - {name}))"
             em.line(f"t_red{s} = tl.sum({scaled}, axis=1)[:, None]")
             em.global_memo[("T", s)] = f"t_red{s}"
+    for i in picked:  # a row gather of an input: one load per row, no column loop
+        em.line(f"t_red{i} = {em.picked_gather(spec.ops[i][1])}")
+        em.global_memo[("T", i)] = f"t_red{i}"
 
 
 def _arg_start(em: Emitter, i: int, n_cols: int) -> None:
