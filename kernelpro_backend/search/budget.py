@@ -18,8 +18,13 @@ MAX_TRIALS = "max_trials"
 MAX_SECONDS = "max_seconds"
 SOL = "sol"
 PLATEAU = "plateau"
+BEHIND = "behind"  # far slower than the fallback, and closing the gap too slowly to catch it
 EXHAUSTED = "exhausted"  # the tree has nothing left to try
-EARLY_REASONS = (SOL, PLATEAU)
+EARLY_REASONS = (SOL, PLATEAU, BEHIND)
+# "behind" applies from this gap on: the best candidate under 0.8x of the fastest baseline (log
+# units). The float32 IEEE GEMMs of a training MLP searched 40-45 trials (~20 s each) at
+# 0.47-0.57x of cuBLAS, gaining a few % per 16 trials: none could have reached the fallback.
+BEHIND_GAP = 0.22
 PLATEAU_TRIALS = 16  # the plateau window with few candidates in flight
 PLATEAU_GENERATIONS = 3  # ... and at least this many rounds of what is in flight
 
@@ -28,13 +33,17 @@ PLATEAU_GENERATIONS = 3  # ... and at least this many rounds of what is in fligh
 class Budget:
     """Per-subgraph budget. `sol_stop_fraction`: stop once the best candidate reaches this
     fraction of speed of light (None: never). `plateau_trials`/`plateau_eps`: stop when the last
-    N trials improved the best reward by less than eps (log units, 0.01 ~ 1%; None: never)."""
+    N trials improved the best reward by less than eps (log units, 0.01 ~ 1%; None: never).
+    `behind_gap`: stop when the best candidate is this far below the fastest baseline (log
+    units) and the last N trials' gain, kept up over the trials left, would not close the gap
+    (None: never; off with the plateau rule, whose window it uses)."""
 
     max_trials: int = 64
     max_seconds: float = 120.0
     sol_stop_fraction: float | None = 0.9
     plateau_trials: int | None = PLATEAU_TRIALS
     plateau_eps: float = 0.01
+    behind_gap: float | None = BEHIND_GAP
     # A memory-bound subgraph has a bandwidth target, not just a ratio: the plateau rule does
     # not stop its search while the best candidate is under this fraction of the DRAM bound
     # (it runs to the target, max_trials or max_seconds). None: plateau stops as usual.
@@ -50,6 +59,11 @@ class Budget:
             raise ValueError(
                 f"sol_stop_fraction is a fraction of speed of light in (0, 1], got "
                 f"{self.sol_stop_fraction}; use None to disable the rule"
+            )
+        if self.behind_gap is not None and self.behind_gap <= 0:
+            raise ValueError(
+                f"behind_gap is a log speed gap > 0 (0.22: under 0.8x), got {self.behind_gap}; "
+                "use None to disable the rule"
             )
         if self.plateau_trials is not None and self.plateau_trials < 1:
             raise ValueError(f"plateau_trials must be >= 1 or None, got {self.plateau_trials}")
@@ -123,7 +137,17 @@ class BudgetTracker:
             gain = 0.0 if now is None else now - (then if then is not None else float("-inf"))
             if gain < b.plateau_eps:
                 return PLATEAU
+            if self._behind(now, gain, n):
+                return BEHIND
         return None
+
+    def _behind(self, best: float | None, gain: float, window: int) -> bool:
+        """The best is `behind_gap` or more below the fastest baseline (reward 0), and the
+        last window's gain, kept up over the trials left, would not reach it."""
+        gap = self.budget.behind_gap
+        if gap is None or best is None or -best < gap:
+            return False
+        return gain / window * self.remaining_trials() < -best
 
     def trials_saved(self, reason: str) -> int:
         """Trials the early rules (SOL, plateau) saved against the full trial budget."""
