@@ -1,9 +1,11 @@
 """Offline warm-up: find every subgraph of a model (forward and backward) and search the ones
 the cache lacks, so that later runs (search="cache-only") start fast.
 
-Owns: `warmup(model, example_inputs, ...)` and its summary. Every winner is stored as soon as
+Owns: `warmup(model, example_inputs, ...)` and its summary, and `search_provider` (the
+provider, its workers booting before the model is built). Every winner is stored as soon as
 its search ends (the cache provider does that), so an interrupted warm-up loses no finished
-work: running it again searches only what is still missing.
+work: running it again searches only what is still missing. Under distributed search the
+ranks agree on a whole step's subgraphs (forward and backward, found first) in one round.
 Must not: search or cache by itself (tuner/ assembles the provider that does). When it ends, no
 worker process holds GPU memory (the pool is shut down).
 """
