@@ -41,6 +41,17 @@ class Model(torch.nn.Module):
         return torch.softmax(self.b(h).relu(), -1)
 
 
+def _meet(out: Path, rank: int, world: int, timeout_s: float = 3.0) -> None:
+    """Mark this rank's first search begun and wait (a few seconds at most: a round may have
+    fewer keys than ranks) until every rank's has."""
+    (out / f"began{rank}").touch()
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if all((out / f"began{r}").exists() for r in range(world)):
+            return
+        time.sleep(0.02)
+
+
 def main(rank: int, world: int, out: Path, scenario: str) -> None:
     dist.init_process_group(
         "gloo", init_method=f"file://{out / 'store'}", rank=rank, world_size=world
@@ -56,6 +67,11 @@ def main(rank: int, world: int, out: Path, scenario: str) -> None:
 
     def searcher(sg):
         searched.append(cache_key(sg.key).digest)
+        if scenario in ("ok", "raise"):
+            # Keys are claimed one at a time: no rank ends its first search before the other
+            # ranks have begun one, so each holds a share on a loaded machine too (a rank whose
+            # searches fail at once would otherwise claim them all).
+            _meet(out, rank, world)
         if scenario == "ok":
             time.sleep(0.5)  # a search takes time: the other ranks claim keys meanwhile
         if scenario == "raise" and rank == 1:
