@@ -3,8 +3,8 @@
 Owns: finding a compiler (nvcc from $CUDA_HOME/bin or PATH, else NVRTC through cuda-python:
 `cuda.bindings.nvrtc` or the older `cuda.nvrtc`), the flags (-std=c++17, the device's arch with
 the "a" suffix from sm_90 on so wgmma/TMA compile, CUTLASS/CuTe headers from the
-`nvidia-cutlass` wheel or $CUTLASS_PATH), trimming compiler logs to their useful lines, and the
-cubin cache: a cubin's name is the sha256 of source + arch + flags + compiler version, its
+`nvidia-cutlass` wheel or $CUTLASS_PATH), running nvcc (`run_nvcc`, also for cuda_host.py's
+shared libraries), trimming compiler logs to their useful lines, and the cubin cache: a cubin's name is the sha256 of source + arch + flags + compiler version, its
 directory `CacheLayout.cubin_root` (paths.py), written with `paths.atomic_write` so concurrent
 workers never read half a file.
 Must not: load or launch cubins (cuda_driver.py), parse launch headers (cuda_source.py), or
@@ -86,7 +86,7 @@ def cutlass_include_dirs() -> list[str]:
 
 
 @functools.lru_cache(maxsize=1)
-def _cutlass_version() -> str:
+def cutlass_version() -> str:
     try:
         return importlib.metadata.version("nvidia-cutlass")
     except importlib.metadata.PackageNotFoundError:
@@ -128,16 +128,20 @@ def _error_lines(log: str) -> list[str]:
     ]
 
 
-def _compile_error(tool: str, log: str) -> CudaCompileError:
+def compile_error(tool: str, log: str) -> CudaCompileError:
     errors = _error_lines(log)
     first = errors[0].strip() if errors else (log.strip().splitlines() or ["no output"])[0]
     count = f"{len(errors)} error{'s' if len(errors) != 1 else ''}" if errors else "failed"
     return CudaCompileError(f"{tool}: {count}; first: {first}\n{log}", log)
 
 
-def _compile_nvcc(nvcc: str, source: str, flags: Sequence[str], timeout_s: float) -> bytes:
+def run_nvcc(
+    nvcc: str, source: str, flags: Sequence[str], timeout_s: float, output: str = "candidate.cubin"
+) -> bytes:
+    """What nvcc makes of `source` with `flags` (a cubin, or a library with -shared), in a
+    fresh directory; raises CudaCompileError with the trimmed log or on a timeout."""
     with tempfile.TemporaryDirectory(prefix="kernelpro-nvcc-") as tmp:
-        src, out = Path(tmp) / SOURCE_NAME, Path(tmp) / "candidate.cubin"
+        src, out = Path(tmp) / SOURCE_NAME, Path(tmp) / output
         src.write_text(source)
         try:
             proc = subprocess.run(
@@ -153,7 +157,7 @@ def _compile_nvcc(nvcc: str, source: str, flags: Sequence[str], timeout_s: float
                 "instantiations, smaller unrolls)"
             ) from None
         if proc.returncode != 0 or not out.exists():
-            raise _compile_error("nvcc", trim_log(proc.stdout + proc.stderr, tmp))
+            raise compile_error("nvcc", trim_log(proc.stdout + proc.stderr, tmp))
         return out.read_bytes()
 
 
@@ -206,7 +210,7 @@ def _compile_nvrtc(source: str, flags: Sequence[str]) -> bytes:
         log = b" " * int(size)  # filled in place, as cuda-python's own examples do
         nvrtc.nvrtcGetProgramLog(program, log)
         if int(status) != 0:
-            raise _compile_error("nvrtc", trim_log(log.decode(errors="replace").rstrip("\0 ")))
+            raise compile_error("nvrtc", trim_log(log.decode(errors="replace").rstrip("\0 ")))
         size = _nvrtc_value(nvrtc.nvrtcGetCUBINSize(program), "cubin size")
         cubin = b" " * int(size)
         (status,) = nvrtc.nvrtcGetCUBIN(program, cubin)
@@ -246,7 +250,7 @@ def compile_cuda(
             "NVRTC (pip install nvidia-cuda-nvrtc) next to cuda-python"
         )
     # Header versions count too: a CuTe source compiled against other headers is another cubin.
-    parts = [source, arch, tool, *flags, f"cutlass {_cutlass_version()}"]
+    parts = [source, arch, tool, *flags, f"cutlass {cutlass_version()}"]
     key = hashlib.sha256("\0".join(parts).encode()).hexdigest()
     root = Path(cubin_dir) if cubin_dir is not None else CacheLayout.of().cubin_root
     path = CacheLayout(root.parent, root).cubin(key)
@@ -254,7 +258,7 @@ def compile_cuda(
         data, cached = path.read_bytes(), True
     else:
         if nvcc is not None:
-            data = _compile_nvcc(nvcc, source, flags, timeout_s)
+            data = run_nvcc(nvcc, source, flags, timeout_s)
         else:
             data = _compile_nvrtc(source, flags)
         cached = False

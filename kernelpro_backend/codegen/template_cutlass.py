@@ -1,0 +1,202 @@
+"""A CUTLASS 3 / CuTe GEMM for Hopper as CUDA C++ with a host entry point: D = act(A @ B^T
+(+ bias per column) (+ C)), 16-bit operands, fp32 accumulation, TMA loads and a
+warp-specialised main loop (ping-pong: one consumer warp group's epilogue runs while the other
+computes its next tile, the overlap a Triton tile cannot get), the epilogue fused by CUTLASS's
+epilogue visitor (bias, activation, source term).
+
+Owns: `CutlassGemm` (the kernel's configuration: dtype, layouts, epilogue, tile, cluster,
+schedule, checked on construction) and its source. The source exports two C functions a host
+loads from a shared library (runtime/cuda_host.py): `kp_gemm_workspace(m, n, k, sm_count)` and
+`kp_gemm_run(a, b, bias, c, d, m, n, k, lda, ldb, ldc, ldd, workspace, sm_count, stream)`,
+0 when it ran, 1 when the problem does not fit the kernel (alignment, sizes), 2/3 when
+CUTLASS failed to initialise or launch. Operands: A [M, K] row-major (lda), B [N, K] row-major
+(ldb: a Linear's weight as stored), C and D [M, N] row-major (ldc, ldd); bias [N].
+Must not: compile, load or launch (runtime/cuda_host.py), or know aten (lowering decides when
+a subgraph is this GEMM).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+DTYPES = {"bfloat16": "cutlass::bfloat16_t", "float16": "cutlass::half_t"}
+ACTIVATIONS = {
+    "identity": "cutlass::epilogue::thread::Identity",
+    "relu": "cutlass::epilogue::thread::ReLu",
+    "gelu": "cutlass::epilogue::thread::GELU",  # erf, as torch's default GELU
+    "silu": "cutlass::epilogue::thread::SiLu",
+    "sigmoid": "cutlass::epilogue::thread::Sigmoid",
+}
+SCHEDULES = {
+    # (main loop, epilogue): ping-pong (two consumer warp groups on alternate tiles) or
+    # cooperative (both on one tile; tile M of 128 or more)
+    "pingpong": (
+        "cutlass::gemm::KernelTmaWarpSpecializedPingpong",
+        "cutlass::epilogue::TmaWarpSpecialized",
+    ),
+    "cooperative": (
+        "cutlass::gemm::KernelTmaWarpSpecializedCooperative",
+        "cutlass::epilogue::TmaWarpSpecializedCooperative",
+    ),
+}
+ENTRY_POINTS = ("kp_gemm_workspace", "kp_gemm_run")
+
+
+class CutlassConfigError(ValueError):
+    """The configuration cannot be built (an unsupported dtype, activation or tile)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class CutlassGemm:
+    dtype: str = "bfloat16"  # A, B, C, D and bias
+    activation: str = "identity"
+    bias: bool = False  # a per-column (per output feature) bias
+    source: bool = False  # + C (beta = 1): a residual
+    tile: tuple[int, int, int] = (128, 128, 64)
+    cluster: tuple[int, int] = (1, 1)
+    schedule: str = "pingpong"
+
+    def __post_init__(self) -> None:
+        if self.dtype not in DTYPES:
+            raise CutlassConfigError(f"dtype {self.dtype!r}: one of {sorted(DTYPES)}")
+        if self.activation not in ACTIVATIONS:
+            raise CutlassConfigError(
+                f"activation {self.activation!r}: one of {sorted(ACTIVATIONS)}"
+            )
+        if self.schedule not in SCHEDULES:
+            raise CutlassConfigError(f"schedule {self.schedule!r}: one of {sorted(SCHEDULES)}")
+        m, n, k = self.tile
+        if m not in (64, 128, 256) or n not in (64, 128, 256) or k not in (32, 64, 128):
+            raise CutlassConfigError(
+                f"tile {self.tile}: M and N in 64/128/256, K in 32/64/128 (wgmma shapes)"
+            )
+        if self.schedule == "cooperative" and m < 128:
+            raise CutlassConfigError(
+                f"the cooperative schedule splits tile M={m} over two warp groups: use M >= 128 "
+                "or the pingpong schedule"
+            )
+        if any(c not in (1, 2) for c in self.cluster):
+            raise CutlassConfigError(f"cluster {self.cluster}: 1 or 2 CTAs along M and N")
+
+    def source_text(self) -> str:
+        """The CUDA C++ translation unit (compile with -arch=sm_90a, CUTLASS headers)."""
+        element = DTYPES[self.dtype]
+        element_c = element if self.source else "void"
+        act = ACTIVATIONS[self.activation]
+        if self.bias:
+            fusion = (
+                "cutlass::epilogue::fusion::LinCombPerColBiasEltAct<\n"
+                f"    {act}, ElementD, ElementCompute, ElementD, ElementD>"
+            )
+            bias_arg = "  args.epilogue.thread.bias_ptr = static_cast<const ElementD*>(bias);"
+        else:
+            fusion = (
+                "cutlass::epilogue::fusion::LinCombEltAct<\n"
+                f"    {act}, ElementD, ElementCompute, ElementD>"
+            )
+            bias_arg = "  (void)bias;"
+        mainloop, epilogue = SCHEDULES[self.schedule]
+        tm, tn, tk = self.tile
+        cm, cn = self.cluster
+        return _SOURCE.format(
+            config=self,
+            element=element,
+            element_c=element_c,
+            fusion=fusion,
+            bias_arg=bias_arg,
+            beta="1.0f" if self.source else "0.0f",
+            tile=f"Shape<_{tm}, _{tn}, _{tk}>",
+            cluster=f"Shape<_{cm}, _{cn}, _1>",
+            mainloop=mainloop,
+            epilogue=epilogue,
+        )
+
+
+_SOURCE = """\
+// Generated by kernelpro (codegen/template_cutlass.py) from {config}
+// D[M,N] = act(A[M,K] @ B[N,K]^T (+ bias[N]) (+ C[M,N])), fp32 accumulation.
+#include <cstdint>
+#include <cuda_runtime.h>
+#include "cute/tensor.hpp"
+#include "cutlass/cutlass.h"
+#include "cutlass/epilogue/collective/collective_builder.hpp"
+#include "cutlass/epilogue/thread/activation.h"
+#include "cutlass/gemm/collective/collective_builder.hpp"
+#include "cutlass/gemm/device/gemm_universal_adapter.h"
+#include "cutlass/gemm/kernel/gemm_universal.hpp"
+
+using namespace cute;
+
+using ElementA = {element};
+using ElementB = {element};
+using ElementC = {element_c};
+using ElementD = {element};
+using ElementAccumulator = float;
+using ElementCompute = float;
+using LayoutA = cutlass::layout::RowMajor;     // A [M, K], K contiguous
+using LayoutB = cutlass::layout::ColumnMajor;  // B [N, K], K contiguous
+using LayoutC = cutlass::layout::RowMajor;
+using LayoutD = cutlass::layout::RowMajor;
+constexpr int kAlign = 128 / cutlass::sizeof_bits<ElementD>::value;  // 16-byte accesses
+using TileShape = {tile};
+using ClusterShape = {cluster};
+using Fusion = {fusion};
+
+using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
+    cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, TileShape, ClusterShape,
+    cutlass::epilogue::collective::EpilogueTileAuto, ElementAccumulator, ElementCompute,
+    ElementC, LayoutC, kAlign, ElementD, LayoutD, kAlign,
+    {epilogue}, Fusion>::CollectiveOp;
+
+using CollectiveMainloop = typename cutlass::gemm::collective::CollectiveBuilder<
+    cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, ElementA, LayoutA, kAlign, ElementB,
+    LayoutB, kAlign, ElementAccumulator, TileShape, ClusterShape,
+    cutlass::gemm::collective::StageCountAutoCarveout<static_cast<int>(
+        sizeof(typename CollectiveEpilogue::SharedStorage))>,
+    {mainloop}>::CollectiveOp;
+
+using GemmKernel = cutlass::gemm::kernel::GemmUniversal<
+    Shape<int, int, int, int>, CollectiveMainloop, CollectiveEpilogue>;
+using Gemm = cutlass::gemm::device::GemmUniversalAdapter<GemmKernel>;
+
+static typename Gemm::Arguments make_args(
+    const void* a, const void* b, const void* bias, const void* c, void* d, int m, int n, int k,
+    int64_t lda, int64_t ldb, int64_t ldc, int64_t ldd, int sm_count) {{
+  typename GemmKernel::StrideA sa = make_stride(lda, Int<1>{{}}, int64_t(0));
+  typename GemmKernel::StrideB sb = make_stride(ldb, Int<1>{{}}, int64_t(0));
+  typename GemmKernel::StrideC sc = make_stride(ldc, Int<1>{{}}, int64_t(0));
+  typename GemmKernel::StrideD sd = make_stride(ldd, Int<1>{{}}, int64_t(0));
+  cutlass::KernelHardwareInfo hw;
+  hw.device_id = 0;
+  hw.sm_count = sm_count;
+  typename Gemm::Arguments args{{
+      cutlass::gemm::GemmUniversalMode::kGemm,
+      {{m, n, k, 1}},
+      {{static_cast<const ElementA*>(a), sa, static_cast<const ElementB*>(b), sb}},
+      {{{{}}, static_cast<const ElementD*>(c), sc, static_cast<ElementD*>(d), sd}},
+      hw}};
+  args.epilogue.thread.alpha = 1.0f;
+  args.epilogue.thread.beta = {beta};
+{bias_arg}
+  return args;
+}}
+
+extern "C" size_t kp_gemm_workspace(int m, int n, int k, int sm_count) {{
+  auto args = make_args(nullptr, nullptr, nullptr, nullptr, nullptr, m, n, k, k, k, n, n,
+                        sm_count);
+  return Gemm::get_workspace_size(args);
+}}
+
+// 0: ran; 1: the problem does not fit this kernel; 2: initialisation failed; 3: launch failed
+extern "C" int kp_gemm_run(const void* a, const void* b, const void* bias, const void* c,
+                           void* d, int m, int n, int k, int64_t lda, int64_t ldb, int64_t ldc,
+                           int64_t ldd, void* workspace, int sm_count, void* stream) {{
+  auto args = make_args(a, b, bias, c, d, m, n, k, lda, ldb, ldc, ldd, sm_count);
+  Gemm gemm;
+  if (gemm.can_implement(args) != cutlass::Status::kSuccess) return 1;
+  auto s = static_cast<cudaStream_t>(stream);
+  if (gemm.initialize(args, workspace, s) != cutlass::Status::kSuccess) return 2;
+  if (gemm.run(s) != cutlass::Status::kSuccess) return 3;
+  return 0;
+}}
+"""

@@ -1,0 +1,141 @@
+"""CUDA C++ with a host entry point (a CUTLASS 3 GEMM builds its TMA descriptors on the host):
+compiled by nvcc into a shared library, cached on disk, loaded with ctypes, called on torch
+tensors on the current stream.
+
+Owns: `compile_library` (nvcc -shared, the library cache beside the cubin cache: a library's
+name is the sha256 of source + arch + flags + compiler and header versions, written with
+`paths.atomic_write`), `HostGemm` (the callable over `kp_gemm_run` of
+codegen/template_cutlass.py: checks operands, sizes the workspace once per shape, raises
+`CandidateLoadError`-family errors with the entry point's meaning of its return codes).
+Must not: write sources (codegen does) or decide which subgraph runs it. Only sources rendered
+by kernelpro's own templates are compiled here: a shared library runs in the process that
+loads it, as the search's isolated workers do first.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from ..paths import CacheLayout, atomic_write
+from .cuda_compile import (
+    NVCC_TIMEOUT_S,
+    CudaCompileError,
+    cutlass_include_dirs,
+    cutlass_version,
+    find_nvcc,
+    nvcc_version,
+    run_nvcc,
+)
+from .errors import CandidateLoadError
+
+RUN_ERRORS = {
+    1: "the problem does not fit this kernel (alignment: rows of 16 bytes; sizes)",
+    2: "CUTLASS could not initialise the kernel's parameters",
+    3: "CUTLASS could not launch the kernel",
+}
+
+
+def library_flags(arch: str) -> tuple[str, ...]:
+    flags = ["-shared", "-Xcompiler", "-fPIC", f"-arch={arch}", "-O3", "-std=c++17"]
+    flags += ["--expt-relaxed-constexpr", "-DNDEBUG", "-lineinfo"]
+    return tuple(flags + [f"-I{d}" for d in cutlass_include_dirs()])
+
+
+def compile_library(
+    source: str,
+    arch: str,
+    *,
+    library_dir: str | os.PathLike[str] | None = None,
+    timeout_s: float = NVCC_TIMEOUT_S * 2,
+    symbols: Sequence[str] = (),
+) -> Path:
+    """The shared library of `source` for `arch` (e.g. "sm_90a"), from the cache or built now;
+    each of `symbols` must be exported (extern "C"). Raises CudaCompileError."""
+    nvcc = find_nvcc()
+    if nvcc is None:
+        raise CudaCompileError(
+            "no nvcc: a CUDA C++ kernel with a host entry point needs nvcc (PATH or CUDA_HOME)"
+        )
+    if not cutlass_include_dirs():
+        raise CudaCompileError(
+            "no CUTLASS headers: pip install nvidia-cutlass (or set CUTLASS_PATH)"
+        )
+    flags = library_flags(arch)
+    parts = [source, arch, nvcc_version(nvcc), *flags, f"cutlass {cutlass_version()}"]
+    key = hashlib.sha256("\0".join(parts).encode()).hexdigest()
+    root = Path(library_dir) if library_dir is not None else CacheLayout.of().cubin_root
+    path = root / key[:2] / f"{key}.so"
+    if not path.is_file():
+        atomic_write(path, _build(nvcc, source, flags, timeout_s))
+    missing = [s for s in symbols if s.encode() + b"\0" not in path.read_bytes()]
+    if missing:
+        raise CudaCompileError(
+            f'symbol(s) {", ".join(missing)} not exported by the library: declare them extern "C"'
+        )
+    return path
+
+
+def _build(nvcc: str, source: str, flags: Sequence[str], timeout_s: float) -> bytes:
+    return run_nvcc(nvcc, source, flags, timeout_s, output="kernel.so")
+
+
+class HostGemm:
+    """D = act(A @ B^T (+ bias) (+ C)) through a library built from template_cutlass.py."""
+
+    def __init__(self, library: Path, *, bias: bool, source: bool) -> None:
+        self.library = ctypes.CDLL(str(library))
+        self.bias, self.source = bias, source
+        self._run = self.library.kp_gemm_run
+        self._run.restype = ctypes.c_int
+        ptr, i32, i64 = ctypes.c_void_p, ctypes.c_int, ctypes.c_int64
+        self._run.argtypes = [ptr] * 5 + [i32] * 3 + [i64] * 4 + [ptr, i32, ptr]
+        self._workspace_size = self.library.kp_gemm_workspace
+        self._workspace_size.restype = ctypes.c_size_t
+        self._workspace_size.argtypes = [i32] * 4
+        self._workspaces: dict[tuple[int, int, int, Any], torch.Tensor] = {}
+
+    def __call__(
+        self,
+        a: torch.Tensor,
+        b: torch.Tensor,
+        bias: torch.Tensor | None = None,
+        c: torch.Tensor | None = None,
+        out: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """a [M, K], b [N, K] (a Linear's weight), bias [N], c [M, N]; rows contiguous."""
+        (m, k), (n, k2) = a.shape, b.shape
+        if k2 != k or (bias is None) == self.bias or (c is None) == self.source:
+            raise CandidateLoadError(
+                f"operands {tuple(a.shape)} @ {tuple(b.shape)}^T with bias={bias is not None}, "
+                f"c={c is not None} do not match the kernel (bias={self.bias}, c={self.source})"
+            )
+        for name, t in (("a", a), ("b", b), ("c", c), ("out", out)):
+            if t is not None and t.stride(-1) != 1:
+                raise CandidateLoadError(f"{name}'s rows must be contiguous, strides {t.stride()}")
+        d = out if out is not None else torch.empty(m, n, dtype=a.dtype, device=a.device)
+        sms = torch.cuda.get_device_properties(a.device).multi_processor_count
+        workspace = self._workspace(m, n, k, sms, a.device)
+        stream = torch.cuda.current_stream(a.device).cuda_stream
+        code = self._run(
+            a.data_ptr(), b.data_ptr(), bias.data_ptr() if bias is not None else None,
+            c.data_ptr() if c is not None else None, d.data_ptr(), m, n, k,
+            a.stride(0), b.stride(0), c.stride(0) if c is not None else n, d.stride(0),
+            workspace.data_ptr() if workspace.numel() else None, sms, stream,
+        )  # fmt: skip
+        if code:
+            raise CandidateLoadError(f"kp_gemm_run returned {code}: {RUN_ERRORS.get(code, '?')}")
+        return d
+
+    def _workspace(self, m: int, n: int, k: int, sms: int, device: Any) -> torch.Tensor:
+        key = (m, n, k, device)
+        if key not in self._workspaces:
+            size = int(self._workspace_size(m, n, k, sms))
+            self._workspaces[key] = torch.empty(size, dtype=torch.uint8, device=device)
+        return self._workspaces[key]

@@ -1,0 +1,76 @@
+"""The CUTLASS 3 GEMM with a host entry point: configurations are checked on construction, the
+source names the schedule, fusion and tile asked for, and, where nvcc and the CUTLASS headers
+are present, it compiles for sm_90a into a cached shared library that exports the entry
+points and loads without a GPU; the host wrapper refuses operands that do not match the
+kernel before any CUDA call. (Running it needs a GPU: tests/runtime/test_cuda_host_gpu.py.)"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from kernelpro_backend.codegen.template_cutlass import ENTRY_POINTS, CutlassConfigError, CutlassGemm
+from kernelpro_backend.runtime import cuda_host
+from kernelpro_backend.runtime.cuda_compile import cutlass_include_dirs, find_nvcc
+from kernelpro_backend.runtime.errors import CandidateLoadError
+
+needs_nvcc = pytest.mark.skipif(
+    find_nvcc() is None or not cutlass_include_dirs(),
+    reason="needs nvcc and the CUTLASS headers (nvidia-cutlass or CUTLASS_PATH)",
+)
+
+
+def test_the_source_says_what_was_asked() -> None:
+    text = CutlassGemm(activation="gelu", bias=True, tile=(128, 256, 64)).source_text()
+    assert "LinCombPerColBiasEltAct" in text and "thread::GELU" in text
+    assert "using ElementC = void;" in text  # no source term
+    assert "KernelTmaWarpSpecializedPingpong" in text and "Shape<_128, _256, _64>" in text
+    text = CutlassGemm(source=True, schedule="cooperative", cluster=(2, 1)).source_text()
+    assert "LinCombEltAct" in text and "using ElementC = cutlass::bfloat16_t;" in text
+    assert "beta = 1.0f" in text and "Cooperative" in text and "Shape<_2, _1, _1>" in text
+
+
+@pytest.mark.parametrize(
+    ("change", "words"),
+    [
+        (dict(dtype="float32"), "dtype"),
+        (dict(activation="mish"), "activation"),
+        (dict(tile=(128, 96, 64)), "wgmma"),
+        (dict(schedule="cooperative", tile=(64, 128, 64)), "pingpong"),
+        (dict(cluster=(4, 1)), "cluster"),
+    ],
+)
+def test_unbuildable_configurations_are_refused(change: dict, words: str) -> None:
+    with pytest.raises(CutlassConfigError, match=words):
+        CutlassGemm(**change)
+
+
+@needs_nvcc
+def test_compiles_into_a_cached_library_that_exports_the_entry_points(tmp_path, monkeypatch):
+    source = CutlassGemm(activation="gelu", bias=True).source_text()
+    path = cuda_host.compile_library(source, "sm_90a", library_dir=tmp_path, symbols=ENTRY_POINTS)
+    assert path.is_file() and path.suffix == ".so"
+
+    def no_rebuild(*args, **kwargs):
+        raise AssertionError("the cached library was rebuilt")
+
+    monkeypatch.setattr(cuda_host, "_build", no_rebuild)
+    again = cuda_host.compile_library(source, "sm_90a", library_dir=tmp_path, symbols=ENTRY_POINTS)
+    assert again == path
+    with pytest.raises(cuda_host.CudaCompileError, match="kp_missing"):
+        cuda_host.compile_library(source, "sm_90a", library_dir=tmp_path, symbols=["kp_missing"])
+    gemm = cuda_host.HostGemm(path, bias=True, source=False)  # loads without a GPU
+    a, w = torch.zeros(4, 8, dtype=torch.bfloat16), torch.zeros(16, 8, dtype=torch.bfloat16)
+    with pytest.raises(CandidateLoadError, match="do not match"):
+        gemm(a, w)  # the kernel adds a bias; none given
+    with pytest.raises(CandidateLoadError, match="contiguous"):
+        gemm(a.t().contiguous().t(), w, torch.zeros(16, dtype=torch.bfloat16))
+
+
+@needs_nvcc
+def test_a_compile_error_names_the_first_error(tmp_path) -> None:
+    bad = (
+        CutlassGemm().source_text().replace("using Gemm =", "using Gemm = undefined_t;\nusing X =")
+    )
+    with pytest.raises(cuda_host.CudaCompileError, match="nvcc: .*error"):
+        cuda_host.compile_library(bad, "sm_90a", library_dir=tmp_path)
