@@ -42,6 +42,11 @@ def test_flattened_with_tma_loads_and_batched() -> None:
     a, b = torch.randn(3, 40, 48), torch.randn(3, 48, 64)
     sg = traced_subgraph(lambda p, q: (torch.bmm(p, q).relu(),), (a, b), "gemm")
     check(sg, lower(sg).with_knobs(**SMALL, PERSISTENT=True, FLATTEN=True), seed=6)
+    sg = traced_subgraph(
+        lambda p, q: (torch.bmm(p, q).relu(),), (a.bfloat16(), b.bfloat16()), "gemm"
+    )
+    pipelined = dict(PERSISTENT=True, FLATTEN=True, LOADS="tma", EPILOGUE_SUBTILE=2)
+    check(sg, lower(sg).with_knobs(**SMALL, **pipelined), seed=11)  # the default's form
 
 
 def test_flatten_needs_a_persistent_program() -> None:
