@@ -152,6 +152,8 @@ class Emitter:
         with one load per row; a gather of a computed value is a masked sum over the row."""
         if op != "gather" or args[0][0] != "L" or self.level(args[0]) != FULL:
             return False
+        if args[1][0] != "c" and self.level(args[1]) == FULL:  # one index per row, not per element
+            return False
         index = self.spec.loads[args[0][1]][2]
         return ix.dims_of(index) & self.col_dims == {args[2][1]}  # no other column dim
 
