@@ -121,3 +121,19 @@ def test_tensor_core_gemms_that_fill_the_gpu_start_pipelined() -> None:
     w = torch.randn(1004, 4096, dtype=torch.bfloat16)
     odd = lower(traced_subgraph(lambda a, c: (torch.mm(a, c),), (x, w), "gemm"))
     assert (odd.knob("PERSISTENT"), odd.knob("LOADS")) == (False, "pointer")
+
+
+def test_row_reductions_in_the_epilogue_of_a_flattened_loop() -> None:
+    """A GEMM whose epilogue reduces rows (BLOCK_N covers N) in the flattened persistent form,
+    which the default takes for such GEMMs when they fill the GPU (without slices)."""
+    x, w = torch.randn(96, 32).bfloat16(), torch.randn(32, 64).bfloat16()
+
+    def reduced(a: torch.Tensor, c: torch.Tensor):
+        y = torch.mm(a, c).float()
+        lse = (y - y.amax(-1, keepdim=True)).exp().sum(-1)
+        return y / y.abs().sum(-1, keepdim=True), y.amax(-1), lse
+
+    sg = traced_subgraph(reduced, (x, w), "gemm")
+    base = lower(sg).with_knobs(BLOCK_M=16, BLOCK_K=16, num_warps=2, num_stages=2)
+    for extra in (dict(LOADS="tma"), dict(LOADS="tma", SM_PROGRAMS=2)):
+        check(sg, base.with_knobs(PERSISTENT=True, FLATTEN=True, **extra), seed=3)
