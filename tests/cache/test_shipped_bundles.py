@@ -81,3 +81,15 @@ def test_shipped_kernels_still_match_a_subgraph_of_their_example(path: Path) -> 
             f"{path.name}: {entry.artifact.pattern} {entry.key.subgraph.short()} is no longer "
             "a subgraph of its example: re-run its warm-up (cache/README.md)"
         )
+
+
+def test_every_shipped_kernel_is_admitted() -> None:
+    """Another machine runs a bundled kernel only if its stored source is what kernelpro
+    renders from its spec (tuner/admit.py). A change to the code generator's output refuses
+    them all: re-render them (scripts/rerender_shipped.py), and they are proved again above."""
+    from kernelpro_backend.tuner.admit import admit
+
+    for path in BUNDLES:
+        for entry in read_bundle(path).entries:
+            problem = admit(entry.artifact)
+            assert problem is None, f"{path.name} {entry.key.short()}: {problem}"
