@@ -38,8 +38,18 @@ from .toolchain import CacheKey, Toolchain, cache_key, current_gpu, current_tool
 
 log = logging.getLogger("kernelpro.cache")
 
-# Why an entry made elsewhere must not be loaded here, or None (tuner.admit.admit).
-Admit = Callable[[KernelArtifact], "str | None"]
+# Whether an entry made elsewhere may be loaded here (tuner.admit.admit): None, as it is; the
+# artifact to load instead (the same kernel, its code rendered here); or why it is refused.
+Admit = Callable[[KernelArtifact], "str | KernelArtifact | None"]
+
+
+def admitted(admit: Admit | None, artifact: KernelArtifact) -> tuple[KernelArtifact | None, str]:
+    """(the artifact to use, "") or (None, why it is refused), by `admit` (None: as it is)."""
+    verdict = admit(artifact) if admit is not None else None
+    if isinstance(verdict, str):
+        return None, verdict
+    return (artifact if verdict is None else verdict), ""
+
 
 BUNDLE_SUFFIXES = (".tar", ".tar.gz", ".tgz", ".zip")
 
@@ -292,8 +302,8 @@ class KernelCache:
                     log.warning("kernelpro cache: skipping bundle %s: %s", bundle_path, problem)
                     continue
                 for entry in bundle.entries:
-                    problem = self.admit(entry.artifact) if self.admit else None
-                    if problem:
+                    artifact, problem = admitted(self.admit, entry.artifact)
+                    if artifact is None:
                         log.warning(
                             "kernelpro cache: not using %s %s from %s: %s",
                             entry.artifact.pattern or "an entry",
@@ -302,6 +312,7 @@ class KernelCache:
                             problem,
                         )
                         continue
+                    entry = dataclasses.replace(entry, artifact=artifact)
                     self._extra.setdefault(entry.key.digest, (entry, bundle_path))
         return self._extra
 

@@ -22,7 +22,7 @@ from ..version import __version__
 from .artifact import Entry, utc_now
 from .bundle import BUNDLE_FORMAT, MANIFEST, BundleError, Refusal, read_bundle, write_archive
 from .signing import SIGNATURE, SignatureStatus, SigningKey, check, refusal, sign
-from .store import Admit, KernelCache
+from .store import Admit, KernelCache, admitted
 from .toolchain import CACHE_SCHEMA_VERSION, current_arch, current_gpu, current_toolchain
 
 
@@ -135,11 +135,11 @@ def import_bundle(
             refused.append(
                 Refusal(name, f"built for GPU arch {entry.key.arch}, this cache is for {arch}")
             )
-        elif admit is not None and (problem := admit(entry.artifact)):
-            refused.append(Refusal(name, problem))
+        elif (found := admitted(admit, entry.artifact))[0] is None:
+            refused.append(Refusal(name, found[1]))
         else:
-            made = dataclasses.replace(entry.artifact.provenance, origin="import")
-            artifact = dataclasses.replace(entry.artifact, provenance=made)
+            made = dataclasses.replace(found[0].provenance, origin="import")
+            artifact = dataclasses.replace(found[0], provenance=made)
             cache.put(entry.key, artifact)
             imported.append(dataclasses.replace(entry, artifact=artifact))
     return ImportReport(imported, refused, read_built_by(bundle.manifest), status)

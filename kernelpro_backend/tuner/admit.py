@@ -3,8 +3,12 @@
 A shipped kernel is code that would run in the user's process, so an entry from outside is
 admitted only when what it would run is this kernelpro's own output or device code:
 - a spec-built Triton entry: every string in its KernelSpec is a plain token (letters, digits,
-  `_ . + -`: nothing that can end a Python literal or start a statement), and its stored source
-  is byte for byte what this generator renders from that spec;
+  `_ . + -`: nothing that can end a Python literal or start a statement), and what runs is what
+  this generator renders from that spec. An entry made by this very generator must store
+  exactly that source (a different one was modified: refused); one made by another generator
+  version is admitted with its source re-rendered here (the stored one never runs; the kernel
+  is proved again before first use, as every entry from elsewhere is), so a cache shipped with
+  a model survives a kernelpro upgrade;
 - a CUDA entry: its stored cubin (device code, loaded through the driver; the loader parses the
   launch header, no host code of the entry runs);
 - free-form Triton source (no spec): only a module that passes `triton_source_problem`'s
@@ -12,25 +16,29 @@ admitted only when what it would run is this kernelpro's own output or device co
 - an eager ATen entry (tuner/eager.py): no code at all; it runs the subgraph's own ops.
 Everything else is refused, with the reason, before any of its code runs.
 
-Owns: `admit(artifact) -> reason | None` and `triton_source_problem(source) -> reason | None`.
+Owns: `admit(artifact) -> reason | artifact to load instead | None` (None: as it is) and
+`triton_source_problem(source) -> reason | None`.
 Must not: load, run or store kernels.
 """
 
 from __future__ import annotations
 
 import ast
+import dataclasses
 import json
 import re
 from typing import Any
 
 from ..cache.artifact import KernelArtifact
+from ..version import generator_version
 
 _TOKEN = re.compile(r"[A-Za-z0-9_.+\-]*")
 _IMPORTS = {"triton", "triton.language", "math"}
 
 
-def admit(artifact: KernelArtifact) -> str | None:
-    """None when the entry may be loaded here, else why it is refused (one line)."""
+def admit(artifact: KernelArtifact) -> str | KernelArtifact | None:
+    """None when the entry may be loaded here as it is; the artifact to load instead (its
+    source rendered here); else why it is refused (one line)."""
     if artifact.language == "aten":
         # It runs the subgraph's reference, rebuilt from the canonical text the key hashes.
         if artifact.source or artifact.binary is not None or artifact.spec_json is not None:
@@ -48,7 +56,7 @@ def admit(artifact: KernelArtifact) -> str | None:
     return _spec_problem(artifact)
 
 
-def _spec_problem(artifact: KernelArtifact) -> str | None:
+def _spec_problem(artifact: KernelArtifact) -> str | KernelArtifact | None:
     try:
         raw = json.loads(artifact.spec_json or "")
     except ValueError as e:
@@ -62,9 +70,11 @@ def _spec_problem(artifact: KernelArtifact) -> str | None:
         rendered = render(KernelSpec.from_json(artifact.spec_json or ""))
     except Exception as e:  # a spec this generator cannot render is not ours
         return f"this kernelpro cannot render its KernelSpec ({type(e).__name__}: {e})"
-    if (rendered.source, rendered.entry) != (artifact.source, artifact.entry):
+    if (rendered.source, rendered.entry) == (artifact.source, artifact.entry):
+        return None
+    if artifact.provenance.toolchain.generator == generator_version():
         return "its stored source is not what this kernelpro renders from its KernelSpec"
-    return None
+    return dataclasses.replace(artifact, source=rendered.source, entry=rendered.entry)
 
 
 def _odd_string(value: Any) -> str | None:

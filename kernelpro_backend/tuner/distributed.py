@@ -23,7 +23,7 @@ import logging
 from collections.abc import Callable, Sequence
 
 from ..cache.artifact import CorruptEntry, KernelArtifact, decode_entry, encode_entry
-from ..cache.store import Admit
+from ..cache.store import Admit, admitted
 from ..fx_passes import Subgraph
 from ..profilers.speed_of_light import SpeedOfLight
 from ..providers import Kernel
@@ -165,16 +165,17 @@ class DistributedFinder:
         except CorruptEntry as e:
             log.warning("kernelpro: rank %d sent a corrupt entry for %s: %s", rank, digest[:12], e)
             return None
-        problem = "its key is not the one agreed" if entry.key.digest != digest else None
-        problem = problem or self.admit(entry.artifact)
-        if problem:
+        artifact, problem = admitted(self.admit, entry.artifact)
+        if entry.key.digest != digest:
+            artifact, problem = None, "its key is not the one agreed"
+        if artifact is None:
             log.warning("kernelpro: refusing rank %d's entry %s: %s", rank, digest[:12], problem)
             return None
         if rank != self.exchange.rank:
             self.inner.cache_op(
-                "store a shared kernel in", lambda: self.inner.cache.put(entry.key, entry.artifact)
+                "store a shared kernel in", lambda: self.inner.cache.put(entry.key, artifact)
             )
-        return entry.artifact
+        return artifact
 
     def find(self, subgraph: Subgraph) -> Kernel | None:
         """The agreed kernel (after `prepare`); a key no exchange decided runs the fallback."""

@@ -84,6 +84,34 @@ def test_a_tampered_extra_dir_entry_is_not_loaded_at_compile_time(tmp_path, hone
     assert cache.get(cache.key_for(sg.key)) == artifact
 
 
+def _from_another_generator(artifact):
+    toolchain = dataclasses.replace(artifact.provenance.toolchain, generator="0.0.1+older")
+    provenance = dataclasses.replace(artifact.provenance, toolchain=toolchain)
+    return dataclasses.replace(artifact, provenance=provenance)
+
+
+def test_an_entry_of_another_generator_runs_the_source_rendered_here(tmp_path, honest):
+    """A cache shipped by an older kernelpro survives the upgrade: its spec-built entries are
+    admitted with their sources rendered by this generator; what they stored never runs, not
+    even at import (here: a planted line that would leave a marker)."""
+    sg, artifact = honest
+    marker = tmp_path / "marker"
+    older = _from_another_generator(_planted(artifact, marker))
+    verdict = admit(older)
+    assert not isinstance(verdict, str) and verdict is not None
+    assert (verdict.source, verdict.entry) == (artifact.source, artifact.entry)
+    key, bundle = _bundle_of(tmp_path, sg, older)
+    with KernelCache(tmp_path / "victim") as cache:
+        report = import_bundle(cache, bundle, arch=key.arch, admit=admit)
+        assert len(report.imported) == 1 and report.refused == []
+        stored = cache.get(key)
+        assert stored is not None and stored.source == artifact.source
+    cache = KernelCache(str(tmp_path / "victim2"), (str(bundle.parent),), admit=admit)
+    found = cache.get(cache.key_for(sg.key))
+    assert found is not None and found.source == artifact.source
+    assert not marker.exists()
+
+
 def test_verify_never_runs_an_entry_in_its_own_process(tmp_path, honest):
     sg, artifact = honest
     marker = tmp_path / "marker"

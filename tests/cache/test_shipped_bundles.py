@@ -84,12 +84,12 @@ def test_shipped_kernels_still_match_a_subgraph_of_their_example(path: Path) -> 
 
 
 def test_every_shipped_kernel_is_admitted() -> None:
-    """Another machine runs a bundled kernel only if its stored source is what kernelpro
-    renders from its spec (tuner/admit.py). A change to the code generator's output refuses
-    them all: re-render them (scripts/rerender_shipped.py), and they are proved again above."""
+    """Another machine admits every bundled kernel (tuner/admit.py): as stored, or, where
+    this kernelpro's generator renders its spec differently, with the source rendered here
+    (scripts/rerender_shipped.py brings the stored sources up to date)."""
     from kernelpro_backend.tuner.admit import admit
 
     for path in BUNDLES:
         for entry in read_bundle(path).entries:
-            problem = admit(entry.artifact)
-            assert problem is None, f"{path.name} {entry.key.short()}: {problem}"
+            verdict = admit(entry.artifact)
+            assert not isinstance(verdict, str), f"{path.name} {entry.key.short()}: {verdict}"
