@@ -4,16 +4,15 @@ kernelpro's code generator, in place.
     PYTHONPATH=. python scripts/rerender_shipped.py cache/*.tar.gz
 
 A bundle's kernel runs on another machine only if its stored source is what that kernelpro
-renders from the entry's spec (tuner/admit.py): when the generator's output changes (a knob
-added, a better reduction), shipped entries would be refused. Keys, specs, provenance and
-measured times stay; each entry's bytes and the manifest's sha256 are rewritten, and the
-manifest notes the re-render. The kernels are proved again wherever they are used (and by
+renders from the entry's spec, or the entry names another generator version and is re-rendered
+on load (tuner/admit.py). This stores the re-rendered sources in the bundle itself. Keys,
+specs, provenance and measured times stay; each entry's bytes and the manifest's sha256 are
+rewritten, and the manifest notes the re-render. The kernels are proved again wherever they are used (and by
 tests/cache/test_shipped_bundles.py under the interpreter).
 """
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import json
 import sys
@@ -22,7 +21,7 @@ from pathlib import Path
 from kernelpro_backend.cache.artifact import encode_entry
 from kernelpro_backend.cache.bundle import MANIFEST, read_bundle, write_archive
 from kernelpro_backend.cache.transfer import utc_now
-from kernelpro_backend.codegen import KernelSpec, render
+from kernelpro_backend.tuner.admit import admit
 from kernelpro_backend.version import generator_version
 
 
@@ -38,14 +37,11 @@ def rerender(path: Path) -> int:
     listed = []
     for item in manifest["entries"]:
         entry = by_digest[item["digest"]]
-        artifact = entry.artifact
-        if artifact.language == "triton" and artifact.spec_json:
-            rendered = render(KernelSpec.from_json(artifact.spec_json))
-            if (rendered.source, rendered.entry) != (artifact.source, artifact.entry):
-                artifact = dataclasses.replace(
-                    artifact, source=rendered.source, entry=rendered.entry
-                )
-                changed += 1
+        verdict = admit(entry.artifact)  # an older generator's entry: rendered here
+        if isinstance(verdict, str):
+            raise SystemExit(f"{path}: {entry.key.short()} is refused: {verdict}")
+        artifact = entry.artifact if verdict is None else verdict
+        changed += verdict is not None
         data = encode_entry(entry.key, artifact)
         files[item["file"]] = data
         listed.append(dict(item, sha256=hashlib.sha256(data).hexdigest()))

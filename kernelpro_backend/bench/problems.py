@@ -1,8 +1,9 @@
 """KernelBench-format problem files as bench workloads.
 
 Owns: loading each `*.py` file of a directory as a module from its path
-(`load_problem_module`: importlib, no sys.path edits), building `Model(*get_init_inputs())` and `get_inputs()` on the device, and
-turning each into an inference `Workload` named after the file.
+(`load_problem_module`: importlib, no sys.path edits), building `Model(*get_init_inputs())`
+and `get_inputs()` on the device, and turning each into an inference `Workload` named after
+the file.
 Must not: time or compare anything. A problem file is trusted code: it is executed.
 
 A KernelBench problem file defines:

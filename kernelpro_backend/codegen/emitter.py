@@ -115,12 +115,13 @@ class Emitter:
         memo[ref] = name
         return name
 
-    def _load(self, i: int) -> str:
+    def _load(self, i: int, coords: Sequence[str] | None = None, mask: str | None = None) -> str:
+        """Load `i` at the tile's coordinates (or at `coords`, under `mask`)."""
         inp, offset, index = self.spec.loads[i]
         dtype = self.spec.inputs[inp][2]
-        where = ix.render(index, self.coords)
+        where = ix.render(index, list(coords) if coords is not None else self.coords)
         off = f"{offset} + " if offset else ""
-        mask = self.mask(self._index_level(index))
+        mask = mask if coords is not None else self.mask(self._index_level(index))
         args = f"in{inp} + {off}{where}" + (f", mask={mask}, other=0" if mask else "")
         text = f"tl.load({args})"
         return f"{text}.to(tl.float32)" if dtype in LOW_FLOATS else text
@@ -158,20 +159,14 @@ class Emitter:
         return ix.dims_of(index) & self.col_dims == {args[2][1]}  # no other column dim
 
     def picked_gather(self, args: Sequence[Any]) -> str:
-        return self._picked_load(args[0][1], self.value(args[1]), args[2][1])
-
-    def _picked_load(self, i: int, index: str, col_dim: int) -> str:
         """A row gather of an input: one load per row at the row's index (the masked sum over
         the row is a reduction more). An index outside the row loads nothing and gives 0.0,
         as the masked form does."""
-        inp, offset, where_index = self.spec.loads[i]
+        index, col_dim = self.value(args[1]), args[2][1]
         coords = list(self.coords)
         coords[col_dim] = f"({index})"
-        where = ix.render(where_index, coords)
-        off = f"{offset} + " if offset else ""
         ok = f"row_mask & ({index} >= 0) & ({index} < {self.spec.domain[col_dim]})"
-        text = f"tl.load(in{inp} + {off}{where}, mask={ok}, other=0)"
-        return f"{text}.to(tl.float32)" if self.spec.inputs[inp][2] in LOW_FLOATS else text
+        return self._load(args[0][1], coords, ok)
 
     def _arg_inline(self, op: str, args: Sequence[Any]) -> str:
         """argmax/argmin over a tile that covers the row: the first column holding the extreme,

@@ -3,8 +3,9 @@
 Owns: finding a compiler (nvcc from $CUDA_HOME/bin or PATH, else NVRTC through cuda-python:
 `cuda.bindings.nvrtc` or the older `cuda.nvrtc`), the flags (-std=c++17, the device's arch with
 the "a" suffix from sm_90 on so wgmma/TMA compile, CUTLASS/CuTe headers from the
-`nvidia-cutlass` wheel or $CUTLASS_PATH), running nvcc (`run_nvcc`, also for cuda_host.py's
-shared libraries), trimming compiler logs to their useful lines, and the cubin cache: a cubin's name is the sha256 of source + arch + flags + compiler version, its
+`nvidia-cutlass` wheel or $CUTLASS_PATH), running nvcc (`run_nvcc`), trimming compiler logs
+to their useful lines, and the cubin cache (`compiled_path`, also for cuda_host.py's shared
+libraries): a cubin's name is the sha256 of source + arch + flags + compiler version, its
 directory `CacheLayout.cubin_root` (paths.py), written with `paths.atomic_write` so concurrent
 workers never read half a file.
 Must not: load or launch cubins (cuda_driver.py), parse launch headers (cuda_source.py), or
@@ -223,6 +224,23 @@ def _compile_nvrtc(source: str, flags: Sequence[str]) -> bytes:
         nvrtc.nvrtcDestroyProgram(program)
 
 
+def compiled_path(
+    source: str,
+    arch: str,
+    tool: str,
+    flags: Sequence[str],
+    root: str | os.PathLike[str] | None,
+    suffix: str,
+) -> Path:
+    """Where what `tool` makes of `source` is cached: named by the sha256 of source, arch,
+    compiler, flags and the CUTLASS headers' version (a CuTe source compiled against other
+    headers is another binary), under `root` (default: paths.CacheLayout's cubin root)."""
+    parts = [source, arch, tool, *flags, f"cutlass {cutlass_version()}"]
+    key = hashlib.sha256("\0".join(parts).encode()).hexdigest()
+    base = Path(root) if root is not None else CacheLayout.of().cubin_root
+    return CacheLayout(base.parent, base).cubin(key).with_suffix(suffix)
+
+
 def compile_cuda(
     source: str,
     arch: str,
@@ -249,11 +267,7 @@ def compile_cuda(
             f"no CUDA compiler ({compiler}): put nvcc on PATH (or set CUDA_HOME), or install "
             "NVRTC (pip install nvidia-cuda-nvrtc) next to cuda-python"
         )
-    # Header versions count too: a CuTe source compiled against other headers is another cubin.
-    parts = [source, arch, tool, *flags, f"cutlass {cutlass_version()}"]
-    key = hashlib.sha256("\0".join(parts).encode()).hexdigest()
-    root = Path(cubin_dir) if cubin_dir is not None else CacheLayout.of().cubin_root
-    path = CacheLayout(root.parent, root).cubin(key)
+    path = compiled_path(source, arch, tool, flags, cubin_dir, ".cubin")
     if use_cache and path.is_file():
         data, cached = path.read_bytes(), True
     else:

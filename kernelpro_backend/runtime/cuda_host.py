@@ -2,9 +2,8 @@
 compiled by nvcc into a shared library, cached on disk, loaded with ctypes, called on torch
 tensors on the current stream.
 
-Owns: `compile_library` (nvcc -shared, the library cache beside the cubin cache: a library's
-name is the sha256 of source + arch + flags + compiler and header versions, written with
-`paths.atomic_write`), `HostGemm` (the callable over `kp_gemm_run` of
+Owns: `compile_library` (nvcc -shared into the cubin cache, cuda_compile.compiled_path,
+written with `paths.atomic_write`), `HostGemm` (the callable over `kp_gemm_run` of
 codegen/template_cutlass.py: checks operands, sizes the workspace once per shape, raises
 `CandidateLoadError`-family errors with the entry point's meaning of its return codes).
 Must not: write sources (codegen does) or decide which subgraph runs it. Only sources rendered
@@ -15,7 +14,6 @@ loads it, as the search's isolated workers do first.
 from __future__ import annotations
 
 import ctypes
-import hashlib
 import os
 from collections.abc import Sequence
 from pathlib import Path
@@ -23,12 +21,12 @@ from typing import Any
 
 import torch
 
-from ..paths import CacheLayout, atomic_write
+from ..paths import atomic_write
 from .cuda_compile import (
     NVCC_TIMEOUT_S,
     CudaCompileError,
+    compiled_path,
     cutlass_include_dirs,
-    cutlass_version,
     find_nvcc,
     nvcc_version,
     run_nvcc,
@@ -68,22 +66,15 @@ def compile_library(
             "no CUTLASS headers: pip install nvidia-cutlass (or set CUTLASS_PATH)"
         )
     flags = library_flags(arch)
-    parts = [source, arch, nvcc_version(nvcc), *flags, f"cutlass {cutlass_version()}"]
-    key = hashlib.sha256("\0".join(parts).encode()).hexdigest()
-    root = Path(library_dir) if library_dir is not None else CacheLayout.of().cubin_root
-    path = root / key[:2] / f"{key}.so"
+    path = compiled_path(source, arch, nvcc_version(nvcc), flags, library_dir, ".so")
     if not path.is_file():
-        atomic_write(path, _build(nvcc, source, flags, timeout_s))
+        atomic_write(path, run_nvcc(nvcc, source, flags, timeout_s, output="kernel.so"))
     missing = [s for s in symbols if s.encode() + b"\0" not in path.read_bytes()]
     if missing:
         raise CudaCompileError(
             f'symbol(s) {", ".join(missing)} not exported by the library: declare them extern "C"'
         )
     return path
-
-
-def _build(nvcc: str, source: str, flags: Sequence[str], timeout_s: float) -> bytes:
-    return run_nvcc(nvcc, source, flags, timeout_s, output="kernel.so")
 
 
 class HostGemm:

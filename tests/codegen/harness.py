@@ -54,6 +54,17 @@ def traced_subgraph(
     return subgraph_of_group(group, "inference", "ieee")
 
 
+def decomposed_subgraph(fn: Callable[..., object], *inputs: torch.Tensor) -> Subgraph:
+    """The one subgraph the partitioner cuts from `fn` traced under Inductor's decompositions."""
+    from torch._inductor.decomposition import select_decomp_table
+
+    from kernelpro_backend.fx_passes import find_subgraphs
+
+    gm = make_fx(fn, tracing_mode="fake", decomposition_table=select_decomp_table())(*inputs)
+    (sg,) = find_subgraphs(gm, "inference")
+    return sg
+
+
 def bias_gelu_subgraph(m: int, k: int, n: int, dtype: torch.dtype) -> Subgraph:
     """GELU(x @ w + b), x [m, k], w [k, n]: the GEMM + epilogue subgraph of a linear layer."""
     x, w, b = (

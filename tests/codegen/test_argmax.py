@@ -6,19 +6,12 @@ from __future__ import annotations
 
 import pytest
 import torch
-from harness import check
-from torch._inductor.decomposition import select_decomp_table
-from torch.fx.experimental.proxy_tensor import make_fx
+from harness import check, decomposed_subgraph
 
 from kernelpro_backend.codegen import Unsupported
-from kernelpro_backend.fx_passes import find_subgraphs
 from kernelpro_backend.lowering import lower
 
-
-def _subgraph(fn, x):
-    gm = make_fx(fn, tracing_mode="fake", decomposition_table=select_decomp_table())(x)
-    (sg,) = find_subgraphs(gm, "inference")
-    return sg
+_subgraph = decomposed_subgraph
 
 
 def _awkward(shape, dtype):

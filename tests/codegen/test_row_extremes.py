@@ -8,20 +8,13 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
-from harness import check
-from torch._inductor.decomposition import select_decomp_table
-from torch.fx.experimental.proxy_tensor import make_fx
+from harness import check, decomposed_subgraph
 
 from kernelpro_backend.codegen import render
-from kernelpro_backend.fx_passes import find_subgraphs
 from kernelpro_backend.lowering import lower
 from kernelpro_backend.runtime.spec_kernel import build_kernel
 
-
-def _subgraph(fn, *args):
-    gm = make_fx(fn, tracing_mode="fake", decomposition_table=select_decomp_table())(*args)
-    (sg,) = find_subgraphs(gm, "inference")
-    return sg
+_subgraph = decomposed_subgraph
 
 
 def _with_nans(rows: int, cols: int, dtype: torch.dtype) -> torch.Tensor:

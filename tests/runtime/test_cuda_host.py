@@ -54,7 +54,7 @@ def test_compiles_into_a_cached_library_that_exports_the_entry_points(tmp_path, 
     def no_rebuild(*args, **kwargs):
         raise AssertionError("the cached library was rebuilt")
 
-    monkeypatch.setattr(cuda_host, "_build", no_rebuild)
+    monkeypatch.setattr(cuda_host, "run_nvcc", no_rebuild)
     again = cuda_host.compile_library(source, "sm_90a", library_dir=tmp_path, symbols=ENTRY_POINTS)
     assert again == path
     with pytest.raises(cuda_host.CudaCompileError, match="kp_missing"):
