@@ -19,7 +19,10 @@ from typing import Any
 import torch
 import torch.fx as fx
 
-from . import linear_ce_op  # noqa: F401  (registers kernelpro::linear_cross_entropy)
+from . import (
+    cutlass_op,  # noqa: F401  (registers kernelpro::cutlass_gemm)
+    linear_ce_op,  # noqa: F401  (registers kernelpro::linear_cross_entropy)
+)
 from .fx_passes.attention_rewrite import rewrite_attention
 from .fx_passes.linear_ce_rewrite import rewrite_linear_cross_entropy
 from .fx_passes.patterns import check_pattern_names

@@ -24,6 +24,8 @@ from .fx_passes import Subgraph
 
 # The higher-order op a traced Triton launch becomes; Inductor lowers it to a kernel call.
 _TRITON_HOP = "triton_kernel_wrapper_functional"
+# kernelpro's own ops a traced kernel may call (cutlass_op.py), by name: registered on import
+_KERNEL_OPS = {"kernelpro.cutlass_gemm.default"}
 
 
 class InlineError(Exception):
@@ -64,15 +66,17 @@ def trace_kernel(kernel: TraceableKernel, subgraph: Subgraph) -> fx.GraphModule:
 
 
 def _check_traced(traced: fx.GraphModule, subgraph: Subgraph) -> None:
-    """Only allocations, Triton launches and getitems, and outputs with the promised layout."""
+    """Only allocations, views, Triton launches, kernelpro's kernel ops and getitems, and
+    outputs with the promised layout."""
     allowed = {
         torch.ops.aten.empty_strided.default,
         torch.ops.aten.zero.default,
         torch.ops.aten.zeros_like.default,
+        torch.ops.aten.as_strided.default,  # an operand's view (a CUTLASS GEMM's B)
         operator.getitem,
     }
     for node in traced.graph.nodes:
-        if node.op != "call_function":
+        if node.op != "call_function" or str(node.target) in _KERNEL_OPS:
             continue
         if node.target not in allowed and getattr(node.target, "__name__", "") != _TRITON_HOP:
             raise InlineError(f"traced kernel contains {node.target}, not just launches")

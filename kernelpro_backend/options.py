@@ -103,6 +103,9 @@ class Options:
     worker_start_timeout_s: float = 180.0
     # Seconds nvcc may take on one CUDA candidate: CuTe GEMMs take 20-60 s (NVCC_TIMEOUT_S).
     nvcc_timeout_s: float = 90.0
+    # nvcc processes building CUTLASS GEMM libraries in the background at once, for the
+    # searches of 16-bit GEMMs on Hopper (tuner/cutlass_builds.py); 0: no CUTLASS candidates.
+    cutlass_jobs: int = 4
     # Seconds one request of the LLM proposer may take: a ~4 K-token rewrite is ~60 s at ~70
     # tokens/s, so 180 s covers slow local servers (search/llm/client.py TIMEOUT_S).
     llm_timeout_s: float = 180.0
@@ -238,6 +241,7 @@ def _resolved_type(name: str) -> Any:
         "worker_start_timeout_s": float,
         "ncu_run_timeout_s": float,
         "nvcc_timeout_s": float,
+        "cutlass_jobs": int,
         "llm_timeout_s": float,
         "timing_s": float,
         "check_timing_s": float,
@@ -284,6 +288,10 @@ def _parse(name: str, raw: str, source: str) -> Any:
     return _coerce(name, raw, source)
 
 
+# Numbers that may be 0: no minimum gain; no CUTLASS builds (and no CUTLASS candidates).
+_ZERO_ALLOWED = ("min_gain_us", "cutlass_jobs")
+
+
 def _coerce(name: str, value: Any, source: str) -> Any:
     kind = _resolved_type(name)
     if name == "min_gain_us" and value is None:
@@ -304,7 +312,7 @@ def _coerce(name: str, value: Any, source: str) -> Any:
             raise OptionsError(f"{source}={value!r}: expected a whole number")
         if not math.isfinite(value):
             raise OptionsError(f"{source}={value!r}: must be a finite number")
-        if value < 0 or (value == 0 and name != "min_gain_us"):
+        if value < 0 or (value == 0 and name not in _ZERO_ALLOWED):
             raise OptionsError(f"{source}={value!r}: must be greater than 0")
         return kind(value)
     if name == "compile_sizes":

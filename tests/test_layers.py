@@ -38,6 +38,7 @@ RANKS = {
     "runtime": 4,  # isolated workers: compile, validate, time, feedback
     "kernel_op": 4,
     "dispatch": 4,
+    "cutlass_op": 5,  # a custom op over runtime's CUTLASS library call
     "linear_ce_rows": 2,  # a Triton row kernel and its ATen twin
     "linear_ce_op": 3,  # a custom op of plain torch (the chunked LM head + loss)  # the shape dispatcher's op: kernel_op's for symbolic subgraphs
     "search": 5,

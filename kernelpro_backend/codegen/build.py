@@ -94,6 +94,8 @@ class SpecKernel:
             from .template_library import launches_only
 
             return launches_only(self.spec)
+        if self.spec.template == "gemm_cutlass":  # a shared library's call, no Triton kernel
+            return False
         return "@triton.jit" in self.rendered.source
 
     @property

@@ -30,7 +30,7 @@ def default_knobs(spec: KernelSpec) -> tuple[tuple[str, KnobValue], ...]:
         )
     elif spec.template == "attention_backward":
         return _default_attention_backward(spec)
-    elif spec.template in ("row_cluster", "gemm_library"):
+    elif spec.template in ("row_cluster", "gemm_library", "gemm_cutlass"):
         raise IllegalSpec(f"a {spec.template} spec comes from alternatives(seed), with its knobs")
     else:
         rows, cols = rows_cols(spec)
@@ -88,13 +88,16 @@ def _library_alternatives(seed: KernelSpec) -> list[KernelSpec]:
 def alternatives(seed: KernelSpec) -> list[KernelSpec]:
     """Other templates for the same program, each at its default knobs: the search measures
     them beside the seed. A GEMM with a bias + ReLU epilogue may run as cuBLASLt's fused call
-    ("gemm_library"). A long row program may run row-resident as CUDA C++ ("row_cluster"):
+    ("gemm_library"); a 16-bit one whose epilogue CUTLASS's visitor computes, as the CUTLASS 3
+    warp-specialised GEMM ("gemm_cutlass", cutlass_match.py). A long row program may run row-resident as CUDA C++ ("row_cluster"):
     the widest vectors, then the fewest warps, then the fewest CTAs per row that hold the row
     with at most 64 values per thread. Small CTAs share an SM, so one CTA's reductions and
     cluster barriers overlap the others' memory traffic: on the H100 4 warps x 8 CTAs took
     0.80 ms for a float32 4096x65536 softmax where 32 warps x 2 CTAs took 0.89 ms."""
     if seed.template == "gemm":
-        return _library_alternatives(seed)
+        from .cutlass_match import cutlass_specs
+
+        return _library_alternatives(seed) + cutlass_specs(seed)[:1]
     if seed.template != "row_reduction":
         return []
     _, cols = rows_cols(seed)

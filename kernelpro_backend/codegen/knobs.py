@@ -16,6 +16,7 @@ from __future__ import annotations
 import enum
 from typing import TYPE_CHECKING
 
+from .cutlass_match import SPACE as CUTLASS_SPACE
 from .domain import extent, rows_cols
 from .errors import IllegalSpec
 
@@ -72,6 +73,7 @@ _SPACE["pointwise"] = _SPACE["row_reduction"]
 # The row-resident CUDA kernel (template_cluster.py): CTAs per row, elements per vector access
 # and warps per CTA; cluster_rules.py says which combinations fit a row.
 _SPACE["gemm_library"] = {}  # a library call: nothing to tune (template_library.py)
+_SPACE["gemm_cutlass"] = CUTLASS_SPACE  # the CUTLASS 3 GEMM (cutlass_match.py)
 _SPACE["row_cluster"] = {
     "CLUSTER": (1, 2, 4, 8, 16),
     "VEC": (1, 2, 4, 8),
@@ -111,6 +113,9 @@ ROLES: dict[str, KnobRole] = {
     "FLATTEN": KnobRole.OTHER,
     "SM_PROGRAMS": KnobRole.OTHER,
     "LOADS": KnobRole.OTHER,
+    "SCHEDULE": KnobRole.OTHER,
+    "CLUSTER_M": KnobRole.OTHER,
+    "TILE_N": KnobRole.TILE,
     "DQ": KnobRole.OTHER,
     "ROWS": KnobRole.ROWS,
     "SPLIT_K": KnobRole.SPLIT,
@@ -201,6 +206,12 @@ def validate(spec: SpecView) -> None:
                 "gemm_library computes relu(a @ b + bias), or a float32 GEMM with an "
                 "elementwise epilogue under tf32x3, only; this GEMM is neither"
             )
+    elif spec.template == "gemm_cutlass":
+        from .cutlass_match import cutlass_problem
+
+        problem = cutlass_problem(spec)
+        if problem:
+            raise IllegalSpec(f"gemm_cutlass cannot compute this GEMM: {problem}")
     elif spec.template == "row_cluster":
         from .cluster_rules import cluster_problem
 

@@ -107,6 +107,12 @@ def render(spec: KernelSpec) -> RenderedKernel:
         return RenderedKernel(language="cuda", source=_cuda_header(spec) + source, entry=name)
     if spec.template == "gemm_library":
         return _render_library(spec)
+    if spec.template == "gemm_cutlass":
+        from .cutlass_match import render_cutlass
+
+        source, name = render_cutlass(spec)
+        header = "\n".join(_header(spec)) + "\n"
+        return RenderedKernel(language="triton", source=header + source, entry=name)
     if spec.template == "attention_backward":
         from .template_attention_bwd import render_attention_backward
 

@@ -24,6 +24,7 @@ ACTIVATIONS = {
     "identity": "cutlass::epilogue::thread::Identity",
     "relu": "cutlass::epilogue::thread::ReLu",
     "gelu": "cutlass::epilogue::thread::GELU",  # erf, as torch's default GELU
+    "gelu_tanh": "cutlass::epilogue::thread::GELU_taylor",  # F.gelu(approximate="tanh")
     "silu": "cutlass::epilogue::thread::SiLu",
     "sigmoid": "cutlass::epilogue::thread::Sigmoid",
 }

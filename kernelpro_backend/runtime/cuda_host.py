@@ -3,9 +3,12 @@ compiled by nvcc into a shared library, cached on disk, loaded with ctypes, call
 tensors on the current stream.
 
 Owns: `compile_library` (nvcc -shared into the cubin cache, cuda_compile.compiled_path,
-written with `paths.atomic_write`), `HostGemm` (the callable over `kp_gemm_run` of
-codegen/template_cutlass.py: checks operands, sizes the workspace once per shape, raises
-`CandidateLoadError`-family errors with the entry point's meaning of its return codes).
+written with `paths.atomic_write`), `library_path` (where a source's library is, built or
+not), `HostGemm` (the callable over `kp_gemm_run` of codegen/template_cutlass.py: checks
+operands, sizes the workspace once per shape, raises `CandidateLoadError`-family errors with
+the entry point's meaning of its return codes), `library_gemm` (the HostGemm of a source,
+built on first use, one per process and source; what a "gemm_cutlass" module calls) and
+`use_library_dir` (the process's library cache: a search worker's is its setup's cubin root).
 Must not: write sources (codegen does) or decide which subgraph runs it. Only sources rendered
 by kernelpro's own templates are compiled here: a shared library runs in the process that
 loads it, as the search's isolated workers do first.
@@ -46,6 +49,37 @@ def library_flags(arch: str) -> tuple[str, ...]:
     return tuple(flags + [f"-I{d}" for d in cutlass_include_dirs()])
 
 
+_SYMBOLS = ("kp_gemm_workspace", "kp_gemm_run")  # HostGemm calls these
+_LIBRARY_DIR: list[Path | None] = [None]  # None: the default layout's cubin root
+_LOADED: dict[tuple[str, Path | None], HostGemm] = {}  # by source and library dir
+
+
+def use_library_dir(directory: str | os.PathLike[str] | None) -> None:
+    """Build and look up this process's shared libraries under `directory`."""
+    _LIBRARY_DIR[0] = None if directory is None else Path(directory)
+
+
+def library_path(source: str, arch: str, library_dir: str | os.PathLike[str] | None = None) -> Path:
+    """Where `source`'s library for `arch` is cached (whether or not it is built yet)."""
+    nvcc = find_nvcc()
+    if nvcc is None:
+        raise CudaCompileError("no nvcc: a CUDA C++ kernel with a host entry point needs nvcc")
+    root = library_dir if library_dir is not None else _LIBRARY_DIR[0]
+    return compiled_path(source, arch, nvcc_version(nvcc), library_flags(arch), root, ".so")
+
+
+def library_gemm(source: str, *, bias: bool, source_term: bool) -> HostGemm:
+    """The HostGemm of a template_cutlass source on the current GPU, its library built now if
+    the cache lacks it (minutes: searches propose only built ones, tuner/cutlass_builds.py)."""
+    from .cuda_driver import current_arch
+
+    key = (source, _LIBRARY_DIR[0])
+    if key not in _LOADED:  # checked before anything else: the timed call lands here
+        path = compile_library(source, current_arch(), library_dir=key[1], symbols=_SYMBOLS)
+        _LOADED[key] = HostGemm(path, bias=bias, source=source_term)
+    return _LOADED[key]
+
+
 def compile_library(
     source: str,
     arch: str,
@@ -66,7 +100,7 @@ def compile_library(
             "no CUTLASS headers: pip install nvidia-cutlass (or set CUTLASS_PATH)"
         )
     flags = library_flags(arch)
-    path = compiled_path(source, arch, nvcc_version(nvcc), flags, library_dir, ".so")
+    path = library_path(source, arch, library_dir)
     if not path.is_file():
         atomic_write(path, run_nvcc(nvcc, source, flags, timeout_s, output="kernel.so"))
     missing = [s for s in symbols if s.encode() + b"\0" not in path.read_bytes()]

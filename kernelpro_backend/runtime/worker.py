@@ -28,6 +28,7 @@ from ..fx_passes.subgraph import IntRange, random_inputs
 from ..paths import CacheLayout
 from ..profilers.findings import Finding
 from .candidate import BaselineCandidate, CandidateLoadError, load_kernel
+from .cuda_host import use_library_dir
 from .gpu_lock import PoolGpuLock, holding_gpu
 from .job import Job
 from .phases import Phases
@@ -66,6 +67,7 @@ class WorkerState:
         self.workdir = workdir
         self.setup = setup or WorkerSetup(CacheLayout.of())
         self.ceilings: dict[str, Any] = {}
+        use_library_dir(self.setup.layout.cubin_root)  # where CUTLASS candidates' libraries are
 
     def sol_ms(self, job: Job, device: torch.device) -> float | None:
         if job.sol_ms is not None or job.work is None or device.type != "cuda":

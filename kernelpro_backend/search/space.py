@@ -13,7 +13,7 @@ import dataclasses
 import hashlib
 import importlib
 import types
-from collections.abc import Hashable
+from collections.abc import Callable, Hashable
 from typing import Any, Protocol
 
 KnobValue = Any  # int | str | bool; Any because codegen owns the exact types
@@ -92,6 +92,12 @@ class CodegenSpace:
     # (codegen/) and lower (lowering/)
     codegen: Any
     illegal: Any
+    # Whether a spec can be measured now (a CUTLASS GEMM: once its library is built,
+    # tuner/cutlass_builds.py); None: every legal spec can.
+    ready: Callable[[Any], bool] | None = None
+
+    def _ready(self, candidate: Any) -> bool:
+        return self.ready is None or self.ready(candidate)
 
     def initial(self, subgraph: Any) -> list[Hashable]:
         """The lowered seed first, then up to SEED_VARIANTS siblings that each move one knob to
@@ -103,7 +109,7 @@ class CodegenSpace:
             return []
         # Then the same program in the other templates that can run it (a long row kept on
         # chip by a CUDA cluster kernel beside the Triton seed), each measured like the seed.
-        alternatives = list(self.codegen.alternatives(seed))
+        alternatives = [a for a in self.codegen.alternatives(seed) if self._ready(a)]
         hinted = self._hinted(subgraph, [seed, *alternatives])
         if getattr(subgraph, "hints_only", False):
             return hinted  # a neighbouring size's winner proved at this size, nothing else
@@ -159,6 +165,9 @@ class CodegenSpace:
         if not self._is_spec(candidate):
             raise self.illegal(f"{type(candidate).__name__} has no knobs to change")
         result: Hashable = candidate.with_knobs(**changes)  # type: ignore[attr-defined]
+        if not self._ready(result):
+            knobs = dict(getattr(result, "knobs", ()))
+            raise self.illegal(f"the library of {knobs} is not built yet")
         return result
 
     def describe(self, candidate: Hashable) -> dict[str, Any]:
@@ -173,9 +182,9 @@ class CodegenSpace:
         }
 
 
-def codegen_space() -> CodegenSpace:
-    """The search space of the real code generator. Imported here, not at module import, so the
-    search works (and is tested) without codegen."""
+def codegen_space(ready: Callable[[Any], bool] | None = None) -> CodegenSpace:
+    """The search space of the real code generator (`ready`: CodegenSpace.ready). Imported
+    here, not at module import, so the search works (and is tested) without codegen."""
     codegen = importlib.import_module("kernelpro_backend.codegen")
     lowering = importlib.import_module("kernelpro_backend.lowering")
     contract = types.SimpleNamespace(
@@ -187,4 +196,4 @@ def codegen_space() -> CodegenSpace:
         lower=lowering.lower,
         alternatives=codegen.alternatives,
     )
-    return CodegenSpace(codegen=contract, illegal=codegen.IllegalSpec)
+    return CodegenSpace(codegen=contract, illegal=codegen.IllegalSpec, ready=ready)

@@ -5,8 +5,7 @@ elsewhere (imported, a bundle directory, another toolchain or GPU model), that p
 this launch path → search on a miss when the policy allows ("on-miss") → store the winner →
 load it; everything else runs the fallback and a miss is recorded in the manifest (with why a
 search was skipped or a cached entry refused).
-Must not: store bytes (cache/ does), search (searcher.py) or convert artifacts
-(artifacts.py); it only decides.
+Must not: store bytes (cache/), search (searcher.py) or convert artifacts (artifacts.py).
 """
 
 from __future__ import annotations
@@ -28,6 +27,7 @@ from ..cache.toolchain import CacheKey
 from ..fx_passes import Subgraph
 from ..options import Options
 from ..providers import Kernel
+from ..runtime.cuda_host import use_library_dir
 from .admit import admit
 from .artifacts import Loader, load_artifact
 from .eager import eager_kernel, is_eager
@@ -92,10 +92,7 @@ class KernelFinder:
         prover: Prover | None = None,
     ) -> None:
         self.cache = cache
-        self.options = options
-        self.loader = loader
-        self.searcher = searcher
-        self.prover = prover
+        self.options, self.loader, self.searcher, self.prover = options, loader, searcher, prover
         self._loaded: dict[str, Kernel] = {}
         self._artifacts: dict[str, KernelArtifact] = {}  # resolved here, by key digest
         # Family (symbolic key digest) -> its instances' entries in the store; read on first use.
@@ -125,6 +122,7 @@ class KernelFinder:
             trusted_keys=load_keys(options.trusted_bundle_keys),
             require_signed=options.require_signed_bundles,
         )
+        use_library_dir(cache.layout.cubin_root)  # CUTLASS kernels' libraries: beside cubins
         return cls(cache, options, loader, searcher, prover)
 
     def prestart(self) -> None:

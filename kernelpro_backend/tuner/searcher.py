@@ -27,12 +27,14 @@ from ..paths import CacheLayout
 from ..profilers.ceilings import Ceilings
 from ..profilers.speed_of_light import SpeedOfLight
 from ..runtime.candidate import BaselineCandidate
+from ..runtime.cuda_host import use_library_dir
 from ..runtime.job import Job
 from ..runtime.memory import Footprint, MemoryPlan, gpu_free_bytes, plan_memory
 from ..runtime.shared_pool import lease_pool, prestart_pool
 from ..runtime.worker_setup import WorkerSetup
 from ..search import Budget, SearchMemory, codegen_space, optimize
 from .artifacts import winner_fields
+from .cutlass_builds import CutlassBuilds
 from .eager import eager_artifact
 from .measurer import PoolMeasurer
 
@@ -77,6 +79,8 @@ class SubgraphSearcher:
         self.skipped: str | None = None
         self._ceilings: Ceilings | None = None
         self.layout = CacheLayout.of(options.cache_dir)  # logs, memory, ceilings, cubins
+        self.cutlass = CutlassBuilds(self.layout.cubin_root, options.cutlass_jobs)
+        use_library_dir(self.layout.cubin_root)  # a CUTLASS winner runs here from that cache
 
     def ceilings(self, subgraph: Subgraph) -> Ceilings | None:
         """The device's measured ceilings (cached in the cache dir); None off the GPU."""
@@ -105,6 +109,16 @@ class SubgraphSearcher:
             "setup": WorkerSetup(self.layout, self.options.nvcc_timeout_s),
             "start_timeout_s": self.options.worker_start_timeout_s,
         }
+
+    def _start_cutlass_builds(self, subgraph: Subgraph) -> None:
+        """Queue the CUTLASS libraries this GEMM's search could use (tuner/cutlass_builds.py);
+        this search proposes the ones already built."""
+        if subgraph.kind != "gemm" or subgraph.device.type != "cuda":
+            return
+        try:
+            self.cutlass.start(lower(subgraph))
+        except Unsupported:
+            return
 
     def prestart(self) -> None:
         """Start the worker pool the searches will lease, without waiting for it (a warm-up
@@ -179,13 +193,14 @@ class SubgraphSearcher:
             if not templated:
                 return self._eager_only(pool, subgraph)
             options = _options_for(self.options, subgraph)
+            self._start_cutlass_builds(subgraph)
             measurer = PoolMeasurer(
                 options, pool, subgraph, self.ceilings(subgraph), plan.concurrent
             )
             fixed["prepare"] = round(time.perf_counter() - leased - fixed["lease"], 3)
             outcome = optimize(
                 subgraph,
-                space=codegen_space(),  # type: ignore[arg-type]
+                space=codegen_space(self.cutlass.ready),  # type: ignore[arg-type]
                 measurer=measurer,
                 proposer=self.proposer,
                 budget=Budget.from_options(

@@ -29,6 +29,7 @@ from ..runtime.pool import START_TIMEOUT_S
 from ..runtime.result import EvalResult
 from ..runtime.worker_setup import WorkerSetup
 from .artifacts import artifact_candidate
+from .cutlass_builds import CutlassBuilds
 
 # Runs jobs in isolation and returns their results in order (WorkerPool.evaluate_many).
 Evaluate = Callable[[Sequence[Job]], list[EvalResult]]
@@ -96,6 +97,7 @@ class CacheEntryValidator:
             candidate = artifact_candidate(artifact)
         except ValueError as e:
             return Verdict("failed", f"does not load in the evaluator: {e}")
+        self._build_library(candidate)
         job = Job.from_subgraph(
             subgraph, candidate, seed=self.seed, ceilings=self._ceilings_for(subgraph)
         )
@@ -121,6 +123,16 @@ class CacheEntryValidator:
         return self._retimed(
             artifact, result, dict(zip(("eager", "inductor"), results[1:], strict=True))
         )
+
+    def _build_library(self, candidate: Any) -> None:
+        """A CUTLASS entry's library, built here from its spec first (1-3 minutes of nvcc: not
+        in the job's timeout); the worker then loads it. A failed build fails the job there."""
+        spec_json = getattr(candidate, "spec_json", None)
+        if spec_json is None or '"gemm_cutlass"' not in spec_json:
+            return
+        from ..codegen import KernelSpec
+
+        CutlassBuilds(self.setup.layout.cubin_root, 1).build([KernelSpec.from_json(spec_json)])
 
     def _retimed(
         self, artifact: KernelArtifact, result: EvalResult, baselines: dict[str, EvalResult]

@@ -1,0 +1,219 @@
+"""Which GEMM specs the CUTLASS 3 kernel computes ("gemm_cutlass"), its knobs, and the module
+that calls it.
+
+A "gemm" spec maps to template_cutlass.CutlassGemm when it is one 2-D 16-bit GEMM whose output
+is `act(A @ B (+ bias[n]))` or `A @ B (+ bias[n]) + C[m, n]`, act one of CUTLASS's
+(ReLU, erf GELU, SiLU, sigmoid), with A [M, K] and the output rows contiguous, B [K, N] with K
+contiguous (a Linear's weight [N, K] as stored), sizes and row strides multiples of 8 elements
+(16-byte TMA rows). The knobs pick the schedule, the tile's N and the cluster's M; the tile's
+M and K stay 128 and 64 (the shapes that won on the H100, BENCHMARKS.md).
+
+The rendered module embeds the CUDA C++ source and calls it through the custom op
+`kernelpro::cutlass_gemm` (cutlass_op.py: a shared library built by nvcc, loaded with
+ctypes), which traces into Inductor's graph as one node.
+
+Owns: `cutlass_problem(spec)` (why a spec cannot be this GEMM, or None), `cutlass_gemm(spec)`
+(its `CutlassGemm`), `cutlass_specs(seed)` (the seed as every legal configuration) and
+`render_cutlass(spec)`.
+Must not: compile, load or launch (runtime/cuda_host.py), or decide which configurations are
+built before a search (tuner/cutlass_builds.py).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+from collections.abc import Sequence
+from typing import Any
+
+from .epilogue_eval import activation_of, unary_run
+from .template_cutlass import ACTIVATIONS, DTYPES, CutlassGemm
+
+ENTRY = "entry"
+# The knobs (knobs.py takes them from here): ping-pong or cooperative warp groups, the tile's
+# N, CTAs per cluster along M.
+SPACE: dict[str, tuple[Any, ...]] = {
+    "SCHEDULE": ("pingpong", "cooperative"),
+    "TILE_N": (128, 256),
+    "CLUSTER_M": (1, 2),
+}
+DEFAULT = (("CLUSTER_M", 1), ("SCHEDULE", "pingpong"), ("TILE_N", 128))
+_ALIGN = 8  # elements of a 16-byte row: TMA's and CUTLASS's alignment for 16-bit operands
+
+
+@dataclasses.dataclass(frozen=True)
+class Operands:
+    """Where the GEMM's operands are: (input, element offset, row stride) each; None where
+    the epilogue has no such term."""
+
+    a: tuple[int, int, int]
+    b: tuple[int, int, int]
+    bias: tuple[int, int] | None
+    c: tuple[int, int, int] | None
+    activation: str
+    out_stride: int
+
+
+def _ref(arg: Any) -> tuple[str, Any]:
+    return (str(arg[0]), arg[1])
+
+
+def _per_column(loads: Sequence[Any], ref: tuple[str, int]) -> bool:
+    return ref[0] == "L" and [tuple(i) for i in loads[ref[1]][2]] == [(1, 1)]
+
+
+def _per_element(loads: Sequence[Any], ref: tuple[str, int]) -> bool:
+    index = [tuple(i) for i in loads[ref[1]][2]] if ref[0] == "L" else []
+    return len(index) == 2 and index[1] == (1, 1) and index[0][1] == 0
+
+
+def _add_of(op: Any, value: tuple[str, int]) -> tuple[str, int] | None:
+    """The other operand of `op` when it is `value + something`."""
+    name, args, _ = op
+    refs = [_ref(a) for a in args]
+    if name != "add" or len(refs) != 2 or value not in refs:
+        return None
+    return refs[1] if refs[0] == value else refs[0]
+
+
+def _epilogue(spec: Any) -> tuple[str, int | None, int | None] | str:
+    """(activation, bias load, residual load) of the spec's ops, or why it is not one: an
+    optional bias per column, a run of elementwise ops computing one of CUTLASS's
+    activations (epilogue_eval.py), an optional residual and a last run that is the identity
+    (casts)."""
+    ops, loads = list(spec.ops), list(spec.loads)
+    value, bias, residual, i = ("A", 0), None, None, 0
+    if ops and (other := _add_of(ops[0], value)) is not None and _per_column(loads, other):
+        bias, value, i = other[1], ("T", 0), 1
+    end = unary_run(ops, i, value)
+    activation = activation_of(ops, i, end, value)
+    if activation is None or activation not in ACTIVATIONS:
+        return "the epilogue is not a bias, a CUTLASS activation and a residual"
+    value = ("T", end - 1) if end > i else value
+    if end < len(ops):
+        other = _add_of(ops[end], value)
+        if other is None or not _per_element(loads, other):
+            return f"epilogue op {ops[end][0]!r} is not a residual added last"
+        if activation != "identity":
+            return "an activation before the residual (CUTLASS adds C before it)"
+        residual, value = other[1], ("T", end)
+        last = unary_run(ops, end + 1, value)
+        if last != len(ops) or activation_of(ops, end + 1, last, value) != "identity":
+            return "ops after the residual"
+        value = ("T", last - 1) if last > end + 1 else value
+    if len(spec.stores) != 1:
+        return "more than one output"
+    ref, offset, index, predicate = spec.stores[0]
+    if _ref(ref) != value or offset != 0 or predicate or len(index) != 2:
+        return "the output is not the epilogue's last value in a plain 2-D store"
+    return activation, bias, residual
+
+
+def _operands(spec: Any) -> Operands | str:
+    found = _epilogue(spec)
+    if isinstance(found, str):
+        return found
+    activation, bias, residual = found
+    a_in, a_off, (_, sam, sak) = spec.param("a")
+    b_in, b_off, (_, sbk, sbn) = spec.param("b")
+    if sak != 1 or sbk != 1:
+        return "A needs K contiguous (row-major) and B K contiguous (a Linear's weight)"
+    shape, stride, _ = spec.outputs[0]
+    if tuple(shape) != (spec.param("m"), spec.param("n")) or tuple(stride) != (shape[1], 1):
+        return "the output is not a contiguous [M, N]"
+    bias_at = None if bias is None else (spec.loads[bias][0], spec.loads[bias][1])
+    c_at = None
+    if residual is not None:
+        c_in, c_off, index = spec.loads[residual]
+        c_at = (c_in, c_off, tuple(index)[0][0])
+    return Operands((a_in, a_off, sam), (b_in, b_off, sbn), bias_at, c_at, activation, stride[0])
+
+
+def cutlass_problem(spec: Any) -> str | None:
+    """Why `spec` cannot run as the CUTLASS GEMM, or None when it can."""
+    if spec.template not in ("gemm", "gemm_cutlass") or spec.param("batch") != 1:
+        return "not a 2-D GEMM"
+    knobs = dict(spec.knobs) if spec.template == "gemm_cutlass" else {}
+    if knobs.get("SCHEDULE") == "pingpong" and knobs.get("TILE_N") == 256:
+        # each ping-pong warp group holds a whole 128x256 float32 tile: it spills (1.8 ms
+        # where 128x128 took 0.14 on the H100, BENCHMARKS.md); cooperative splits it
+        return "ping-pong with a 128x256 tile spills: use cooperative, or TILE_N=128"
+    dtype = dict(spec.anchor).get("operand_dtype")
+    if dtype not in DTYPES or spec.precision == "tf32x3":
+        return f"operands of {dtype}: the CUTLASS GEMM takes {sorted(DTYPES)}"
+    if any(dt != dtype for _, _, dt in (*spec.inputs, *spec.outputs)):
+        return "inputs and output of other dtypes than the operands"
+    found = _operands(spec)
+    if isinstance(found, str):
+        return found
+    sizes = [spec.param("k"), spec.param("n"), found.a[2], found.b[2], found.out_stride]
+    offsets = [found.a[1], found.b[1], *(t[1] for t in (found.bias, found.c) if t)]
+    if found.c is not None:
+        sizes.append(found.c[2])
+    if any(v % _ALIGN for v in sizes + offsets):
+        return f"K, N, row strides and offsets must be multiples of {_ALIGN} elements"
+    return None
+
+
+def cutlass_gemm(spec: Any) -> CutlassGemm:
+    """The CUTLASS configuration of a legal "gemm_cutlass" spec."""
+    found = _operands(spec)
+    assert not isinstance(found, str), found
+    knobs = dict(spec.knobs) or dict(DEFAULT)
+    return CutlassGemm(
+        dtype=str(dict(spec.anchor)["operand_dtype"]),
+        activation=found.activation,
+        bias=found.bias is not None,
+        source=found.c is not None,
+        tile=(128, int(knobs["TILE_N"]), 64),
+        cluster=(int(knobs["CLUSTER_M"]), 1),
+        schedule=str(knobs["SCHEDULE"]),
+    )
+
+
+def cutlass_specs(seed: Any) -> list[Any]:
+    """The seed as a "gemm_cutlass" spec in every configuration of its knobs (the default
+    first); [] when the CUTLASS GEMM cannot compute it."""
+    if cutlass_problem(seed) is not None:
+        return []
+    combos = [dict(zip(SPACE, v, strict=True)) for v in itertools.product(*SPACE.values())]
+    combos = [k for k in combos if not (k["SCHEDULE"] == "pingpong" and k["TILE_N"] == 256)]
+    combos.sort(key=lambda k: tuple(sorted(k.items())) != DEFAULT)
+    return [
+        dataclasses.replace(seed, template="gemm_cutlass", knobs=tuple(sorted(k.items())))
+        for k in combos
+    ]
+
+
+def _view(name: str, shape: tuple[int, int], row_stride: int, offset: int) -> str:
+    return f"{name}.as_strided({shape}, ({row_stride}, 1), {name}.storage_offset() + {offset})"
+
+
+def render_cutlass(spec: Any) -> tuple[str, str]:
+    """(Python source, entry name) of the module that runs `spec` through the CUTLASS GEMM."""
+    config, found = cutlass_gemm(spec), _operands(spec)
+    assert not isinstance(found, str)
+    m, n, k = spec.param("m"), spec.param("n"), spec.param("k")
+    ins = [f"in{i}" for i in range(len(spec.inputs))]
+    bias = "None"
+    if found.bias is not None:
+        name = ins[found.bias[0]]
+        bias = f"{name}.as_strided(({n},), (1,), {name}.storage_offset() + {found.bias[1]})"
+    c = "None" if found.c is None else _view(ins[found.c[0]], (m, n), found.c[2], found.c[1])
+    lines = [
+        "import torch",
+        "",
+        "from kernelpro_backend.cutlass_op import register  # and kernelpro::cutlass_gemm",
+        "",
+        f"SOURCE = {config.source_text()!r}",
+        "DIGEST = register(SOURCE)",
+        "",
+        "",
+        f"def {ENTRY}({', '.join([*ins, '_launch=None'])}):",
+        "    # one op, traced into the graph as is (no Triton launch for _launch to wrap)",
+        f"    a = {_view(ins[found.a[0]], (m, k), found.a[2], found.a[1])}",
+        f"    b = {_view(ins[found.b[0]], (n, k), found.b[2], found.b[1])}",
+        f"    return [torch.ops.kernelpro.cutlass_gemm(a, b, {bias}, {c}, DIGEST)]",
+        "",
+    ]
+    return "\n".join(lines), ENTRY

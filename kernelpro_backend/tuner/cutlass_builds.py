@@ -1,0 +1,162 @@
+"""CUTLASS GEMM libraries, built in the background before the searches that can use them.
+
+A "gemm_cutlass" candidate (codegen/cutlass_match.py) runs a shared library that nvcc needs
+1-3 minutes to build (CUTLASS's templates), several times a search's budget. So a search
+proposes such a candidate only once its library is built (`ready`), and `start(seed)` queues a
+build for every configuration of a GEMM seed that CUTLASS computes: background threads, at most
+`jobs` nvcc at once, each source once per process. The library takes the problem's sizes at
+run time, so one build serves every shape of a GEMM with the same epilogue and dtype: the next
+search of such a GEMM, and the next run (the cubin cache keeps it), use it.
+
+Owns: `CutlassBuilds` (`start`, `ready`, `wait`, `build` — now, for an entry to re-prove — and
+`unavailable`: why this machine builds none).
+Must not: search, launch or decide which GEMMs CUTLASS computes (cutlass_match.py does).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from ..codegen.cutlass_match import cutlass_gemm, cutlass_specs
+
+log = logging.getLogger("kernelpro.cutlass")
+
+# nvcc on CUTLASS's collective builders: 60-150 s on one core; a slow machine gets 10 minutes.
+BUILD_TIMEOUT_S = 600.0
+
+
+def _default_arch() -> str | None:
+    import torch
+
+    if not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0):
+        return None  # the kernel is sm_90a only: wgmma, TMA, warp specialisation
+    return "sm_90a"
+
+
+def _toolchain_problem() -> str | None:
+    from ..runtime.cuda_compile import cutlass_include_dirs, find_nvcc
+
+    if find_nvcc() is None:
+        return "no nvcc on PATH or under CUDA_HOME"
+    if not cutlass_include_dirs():
+        return "no CUTLASS headers (pip install nvidia-cutlass, or set CUTLASS_PATH)"
+    return None
+
+
+class CutlassBuilds:
+    """The background builds of one process; `jobs` 0 builds nothing (and nothing is ready)."""
+
+    def __init__(
+        self,
+        library_dir: Path | None,
+        jobs: int,
+        *,
+        arch: Callable[[], str | None] = _default_arch,
+        toolchain: Callable[[], str | None] = _toolchain_problem,
+        build: Callable[[str, str, Path | None], Any] | None = None,
+        built: Callable[[str, str, Path | None], bool] | None = None,
+    ) -> None:
+        self.library_dir, self.jobs = library_dir, jobs
+        self._arch, self._toolchain = arch, toolchain
+        self._build, self._built = build or _compile, built or _is_built
+        self._slots = threading.Semaphore(max(1, jobs))
+        self._lock = threading.Lock()
+        self._threads: dict[str, threading.Thread] = {}
+        self.failed: dict[str, str] = {}  # source -> error
+        self._checked: tuple[str | None, str | None] | None = None  # (arch, why not)
+
+    @property
+    def unavailable(self) -> str | None:
+        """Why this process builds no CUTLASS library (None: it can)."""
+        if self._checked is None:
+            arch = self._arch()
+            why = None if arch else "the CUTLASS GEMM needs an sm_90 (Hopper) GPU"
+            why = "cutlass_jobs is 0" if self.jobs <= 0 else why or self._toolchain()
+            self._checked = (arch, why)
+            if why:
+                log.info("kernelpro: no CUTLASS GEMM candidates: %s", why)
+        return self._checked[1]
+
+    @property
+    def arch(self) -> str:
+        assert self.unavailable is None and self._checked is not None
+        return str(self._checked[0])
+
+    def ready(self, spec: Any) -> bool:
+        """Whether `spec` can be measured now: not a CUTLASS spec, or its library is built."""
+        if getattr(spec, "template", None) != "gemm_cutlass":
+            return True
+        if self.unavailable is not None:
+            return False
+        return self._built(cutlass_gemm(spec).source_text(), self.arch, self.library_dir)
+
+    def start(self, seed: Any) -> int:
+        """Queue the builds of every CUTLASS configuration of `seed` not built or queued yet;
+        returns how many were queued now."""
+        specs = cutlass_specs(seed)
+        if not specs or self.unavailable is not None:
+            return 0
+        queued = sum(self._queue(cutlass_gemm(spec).source_text()) for spec in specs)
+        if queued:
+            log.info(
+                "kernelpro: building %d CUTLASS GEMM libraries in the background (1-3 min each, "
+                "%d at once); searches propose them once built",
+                queued,
+                self.jobs,
+            )
+        return queued
+
+    def build(self, specs: Sequence[Any], timeout_s: float | None = None) -> bool:
+        """Build the libraries of these "gemm_cutlass" specs now, waiting for them (a cached
+        entry about to be re-proved); True when every one is built."""
+        if self.unavailable is not None:
+            return False
+        if sum(self._queue(cutlass_gemm(s).source_text()) for s in specs):
+            log.info("kernelpro: building a cached CUTLASS GEMM's library (1-3 min)")
+        self.wait(timeout_s)
+        return all(self.ready(s) for s in specs)
+
+    def _queue(self, source: str) -> bool:
+        with self._lock:
+            if source in self._threads or self._built(source, self.arch, self.library_dir):
+                return False
+            thread = threading.Thread(target=self._run, args=(source,), daemon=True)
+            self._threads[source] = thread
+        thread.start()
+        return True
+
+    def _run(self, source: str) -> None:
+        with self._slots:
+            start = time.perf_counter()
+            try:
+                self._build(source, self.arch, self.library_dir)
+            except Exception as e:  # a template that does not compile is a bug: say so
+                self.failed[source] = f"{type(e).__name__}: {e}"
+                log.warning("kernelpro: a CUTLASS GEMM library failed to build: %s", e)
+                return
+            log.info("kernelpro: CUTLASS GEMM library built in %.0f s", time.perf_counter() - start)
+
+    def wait(self, timeout_s: float | None = None) -> bool:
+        """Wait for every queued build; True when none is still running."""
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        for thread in list(self._threads.values()):
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            thread.join(left)
+        return not any(t.is_alive() for t in self._threads.values())
+
+
+def _compile(source: str, arch: str, library_dir: Path | None) -> Path:
+    from ..runtime.cuda_host import compile_library
+
+    return compile_library(source, arch, library_dir=library_dir, timeout_s=BUILD_TIMEOUT_S)
+
+
+def _is_built(source: str, arch: str, library_dir: Path | None) -> bool:
+    from ..runtime.cuda_host import library_path
+
+    return library_path(source, arch, library_dir).is_file()

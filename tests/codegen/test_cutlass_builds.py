@@ -1,0 +1,150 @@
+"""CUTLASS libraries built in the background (tuner/cutlass_builds.py), and the search proposing
+only the configurations whose library is built (search/space.py `ready`), with a fake nvcc."""
+
+from __future__ import annotations
+
+import logging
+import threading
+
+import pytest
+import torch
+import torch.nn.functional as F
+from harness import traced_subgraph
+
+from kernelpro_backend.codegen.cutlass_match import cutlass_gemm, cutlass_specs
+from kernelpro_backend.lowering import lower
+from kernelpro_backend.search.space import codegen_space
+from kernelpro_backend.tuner.cutlass_builds import CutlassBuilds
+
+
+def _gelu_subgraph():  # type: ignore[no-untyped-def]
+    x, w = torch.randn(64, 32, dtype=torch.bfloat16), torch.randn(128, 32, dtype=torch.bfloat16)
+    b = torch.randn(128, dtype=torch.bfloat16)
+    fn = lambda b, a, c: (F.gelu(torch.addmm(b, a, c)),)  # noqa: E731
+    return traced_subgraph(fn, (b, x, w.t()), "gemm")
+
+
+class _FakeNvcc:
+    """Builds instantly, or waits for `release`; records what it built."""
+
+    def __init__(self, fail: bool = False, hold: bool = False) -> None:
+        self.built: set[str] = set()
+        self.calls: list[str] = []
+        self.fail = fail
+        self.release = threading.Event()
+        if not hold:
+            self.release.set()
+
+    def build(self, source, arch, library_dir):  # type: ignore[no-untyped-def]
+        assert arch == "sm_90a"
+        self.calls.append(source)
+        self.release.wait(10)
+        if self.fail:
+            raise RuntimeError("nvcc: error: no such template")
+        self.built.add(source)
+
+    def is_built(self, source, arch, library_dir):  # type: ignore[no-untyped-def]
+        return source in self.built
+
+
+def _builds(nvcc: _FakeNvcc, jobs: int = 2, arch: str | None = "sm_90a") -> CutlassBuilds:
+    return CutlassBuilds(
+        None, jobs, arch=lambda: arch, toolchain=lambda: None, build=nvcc.build,
+        built=nvcc.is_built,
+    )  # fmt: skip
+
+
+def test_builds_each_configuration_once_and_specs_become_ready() -> None:
+    nvcc = _FakeNvcc(hold=True)
+    builds = _builds(nvcc)
+    seed = lower(_gelu_subgraph())
+    specs = cutlass_specs(seed)
+    assert builds.start(seed) == 6  # 8 combinations, less ping-pong x 256 (it spills)
+    assert builds.start(seed) == 0  # queued already: not twice
+    assert not any(builds.ready(s) for s in specs)  # still building
+    assert builds.ready(seed)  # not a CUTLASS spec: always measurable
+    nvcc.release.set()
+    assert builds.wait(10)
+    assert sorted(nvcc.calls) == sorted({cutlass_gemm(s).source_text() for s in specs})
+    assert all(builds.ready(s) for s in specs)
+    assert builds.start(seed) == 0  # built: nothing to queue
+
+
+@pytest.mark.parametrize(
+    "jobs, arch, why", [(0, "sm_90a", "cutlass_jobs is 0"), (2, None, "sm_90 (Hopper)")]
+)
+def test_nothing_is_built_or_ready_where_it_cannot_run(jobs, arch, why) -> None:  # type: ignore[no-untyped-def]
+    nvcc = _FakeNvcc()
+    builds = _builds(nvcc, jobs=jobs, arch=arch)
+    seed = lower(_gelu_subgraph())
+    assert builds.start(seed) == 0 and nvcc.calls == []
+    assert builds.unavailable is not None and why in builds.unavailable
+    assert not builds.ready(cutlass_specs(seed)[0])
+
+
+def test_a_failed_build_is_logged_and_never_ready(caplog: pytest.LogCaptureFixture) -> None:
+    nvcc = _FakeNvcc(fail=True)
+    builds = _builds(nvcc)
+    seed = lower(_gelu_subgraph())
+    with caplog.at_level(logging.WARNING, logger="kernelpro.cutlass"):
+        builds.start(seed)
+        assert builds.wait(10)
+    assert len(builds.failed) == 6 and "no such template" in next(iter(builds.failed.values()))
+    assert "failed to build" in caplog.text
+    assert not builds.ready(cutlass_specs(seed)[0])
+
+
+def test_the_search_proposes_only_built_libraries() -> None:
+    sg = _gelu_subgraph()
+    nvcc = _FakeNvcc()
+    builds = _builds(nvcc)
+    space = codegen_space(builds.ready)
+    assert all(getattr(c, "template", "") != "gemm_cutlass" for c in space.initial(sg))
+    first = cutlass_specs(lower(sg))[0]
+    nvcc.built.add(cutlass_gemm(first).source_text())  # the default configuration is built
+    initial = space.initial(sg)
+    assert first in initial
+    with pytest.raises(space.illegal, match="not built yet"):
+        space.with_knobs(first, SCHEDULE="cooperative")
+    nvcc.built.add(cutlass_gemm(first.with_knobs(SCHEDULE="cooperative")).source_text())
+    moved = space.with_knobs(first, SCHEDULE="cooperative")
+    assert dict(moved.knobs)["SCHEDULE"] == "cooperative"
+    # without a readiness rule (tests, CPU tools) every legal spec is proposed
+    assert first in codegen_space().initial(sg)
+
+
+def test_build_now_waits_for_the_given_specs_only() -> None:
+    nvcc = _FakeNvcc()
+    builds = _builds(nvcc)
+    spec = cutlass_specs(lower(_gelu_subgraph()))[5]
+    assert builds.build([spec], timeout_s=10)
+    assert nvcc.calls == [cutlass_gemm(spec).source_text()]
+    assert builds.build([spec], timeout_s=10) and len(nvcc.calls) == 1  # built: not again
+    assert not _builds(_FakeNvcc(), arch=None).build([spec])  # no Hopper GPU: nothing
+
+
+def test_a_cutlass_entry_is_built_before_its_reproof(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """The validator builds the library in its own process (minutes of nvcc outside the
+    job's timeout) before the worker proves the entry; other entries build nothing."""
+    from kernelpro_backend.runtime.candidate import SpecCandidate
+    from kernelpro_backend.tuner import verify
+
+    built: list = []
+
+    class Recorder:
+        def __init__(self, library_dir, jobs) -> None:  # type: ignore[no-untyped-def]
+            self.library_dir = library_dir
+
+        def build(self, specs):  # type: ignore[no-untyped-def]
+            built.extend((self.library_dir, s) for s in specs)
+            return True
+
+    monkeypatch.setattr(verify, "CutlassBuilds", Recorder)
+    validator = verify.CacheEntryValidator(evaluate=lambda jobs: [], arch="sm_90a")
+    seed = lower(_gelu_subgraph())
+    spec = cutlass_specs(seed)[2]
+    validator._build_library(SpecCandidate(seed.to_json()))
+    assert built == []
+    validator._build_library(SpecCandidate(spec.to_json()))
+    assert [s for _, s in built] == [spec]
+    assert built[0][0] == validator.setup.layout.cubin_root

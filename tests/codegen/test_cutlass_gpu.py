@@ -1,0 +1,59 @@
+"""On a Hopper GPU: the "gemm_cutlass" spec of a real graph's GEMM (bias + erf GELU as
+Inductor's decompositions spell it; bias + residual) built in the background builder, run
+through its module (kernelpro::cutlass_gemm) and checked as the search checks a candidate."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+from harness import collect
+
+from kernelpro_backend.codegen.build import SpecKernel
+from kernelpro_backend.codegen.cutlass_match import cutlass_specs
+from kernelpro_backend.lowering import lower
+from kernelpro_backend.runtime import cuda_host
+from kernelpro_backend.runtime.compare import compare
+from kernelpro_backend.runtime.cuda_compile import cutlass_include_dirs, find_nvcc
+from kernelpro_backend.runtime.validate import compute_reference
+from kernelpro_backend.tuner.cutlass_builds import CutlassBuilds
+
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(
+        not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0),
+        reason="needs an sm_90 GPU",
+    ),
+    pytest.mark.skipif(
+        find_nvcc() is None or not cutlass_include_dirs(), reason="needs nvcc and CUTLASS"
+    ),
+]
+
+
+class _Linear(torch.nn.Module):
+    def __init__(self, k: int, n: int, residual: bool) -> None:
+        super().__init__()
+        self.linear, self.residual = torch.nn.Linear(k, n), residual
+
+    def forward(self, x: torch.Tensor, r: torch.Tensor) -> torch.Tensor:
+        y = self.linear(x)
+        return y + r if self.residual else F.gelu(y)
+
+
+@pytest.mark.parametrize("residual", [False, True])
+def test_a_real_graphs_gemm_runs_as_cutlass(residual: bool, tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    monkeypatch.setattr(cuda_host, "_LIBRARY_DIR", [tmp_path])
+    m, k, n = 1000, 512, 768  # M not a multiple of the tile
+    model = _Linear(k, n, residual).cuda().bfloat16()
+    x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+    r = torch.randn(m, n, device="cuda", dtype=torch.bfloat16)
+    with torch.no_grad():
+        (sg,) = [s for s in collect(model, (x, r), train=False) if s.kind == "gemm"]
+        spec = cutlass_specs(lower(sg))[0]
+        builds = CutlassBuilds(tmp_path, 1)
+        assert builds.build([spec], timeout_s=600), builds.failed
+        inputs = sg.make_inputs(0, "cuda")
+        (got,) = SpecKernel(spec)(*inputs)
+        ref = compute_reference(sg.module(), inputs)
+        rejection, _ = compare(0, got, ref.exact[0], ref.eager[0] if ref.eager else None)
+        assert rejection is None, rejection
