@@ -105,7 +105,7 @@ class Options:
     nvcc_timeout_s: float = 90.0
     # nvcc processes building CUTLASS GEMM libraries in the background at once, for the
     # searches of 16-bit GEMMs on Hopper (tuner/cutlass_builds.py); 0: no CUTLASS candidates.
-    cutlass_jobs: int = 4
+    cutlass_jobs: int = 6
     # Seconds one request of the LLM proposer may take: a ~4 K-token rewrite is ~60 s at ~70
     # tokens/s, so 180 s covers slow local servers (search/llm/client.py TIMEOUT_S).
     llm_timeout_s: float = 180.0

@@ -274,7 +274,7 @@ def test_compile_sizes_parse_from_text_lists_and_the_environment():
 
 
 def test_cutlass_jobs_may_be_zero_but_not_negative():
-    assert Options.resolve(environ={}).cutlass_jobs == 4
+    assert Options.resolve(environ={}).cutlass_jobs == 6
     assert Options.resolve(environ={"KERNELPRO_CUTLASS_JOBS": "0"}).cutlass_jobs == 0
     with pytest.raises(OptionsError, match="cutlass_jobs"):
         Options.resolve(options={"cutlass_jobs": -1}, environ={})

@@ -141,13 +141,23 @@ class CutlassBuilds:
                 return
             log.info("kernelpro: CUTLASS GEMM library built in %.0f s", time.perf_counter() - start)
 
-    def wait(self, timeout_s: float | None = None) -> bool:
-        """Wait for every queued build; True when none is still running."""
+    def wait(self, timeout_s: float | None = None, seed: Any = None) -> bool:
+        """Wait for the queued builds (with `seed`: only those of its configurations); True
+        when none of them is still running."""
+        sources = (
+            None if seed is None else {cutlass_gemm(s).source_text() for s in cutlass_specs(seed)}
+        )
+        threads = [t for src, t in self._threads.items() if sources is None or src in sources]
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
-        for thread in list(self._threads.values()):
+        for thread in threads:
             left = None if deadline is None else max(0.0, deadline - time.monotonic())
             thread.join(left)
-        return not any(t.is_alive() for t in self._threads.values())
+        return not any(t.is_alive() for t in threads)
+
+    def building(self, seed: Any) -> int:
+        """How many of `seed`'s configurations are being built now."""
+        sources = {cutlass_gemm(s).source_text() for s in cutlass_specs(seed)}
+        return sum(t.is_alive() for src, t in self._threads.items() if src in sources)
 
 
 def _compile(source: str, arch: str, library_dir: Path | None) -> Path:

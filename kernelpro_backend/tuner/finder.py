@@ -91,15 +91,13 @@ class KernelFinder:
         searcher: Searcher | None = None,
         prover: Prover | None = None,
     ) -> None:
-        self.cache = cache
-        self.options, self.loader, self.searcher, self.prover = options, loader, searcher, prover
+        self.cache, self.options, self.loader, self.searcher = cache, options, loader, searcher
+        self.prover = prover
         self._loaded: dict[str, Kernel] = {}
         self._artifacts: dict[str, KernelArtifact] = {}  # resolved here, by key digest
         # Family (symbolic key digest) -> its instances' entries in the store; read on first use.
         self._families: dict[str, list[tuple[CacheKey, KernelArtifact]]] | None = None
-        self._warned_no_searcher = False
-        self._warned_no_prover = False
-        self._warned_cache_fault = False
+        self._warned_no_searcher = self._warned_no_prover = self._warned_cache_fault = False
         self._searched: set[str] = set()  # keys searched here that kept the fallback
         self._refused: dict[str, str] = {}  # keys whose entry failed its re-proof here: why
 
@@ -124,6 +122,11 @@ class KernelFinder:
         )
         use_library_dir(cache.layout.cubin_root)  # CUTLASS kernels' libraries: beside cubins
         return cls(cache, options, loader, searcher, prover)
+
+    def prepare(self, subgraphs: Sequence[Subgraph]) -> None:
+        """A graph's subgraphs before their finds: the searcher starts what they will need."""
+        if self.options.search == "on-miss" and hasattr(self.searcher, "queue_builds"):
+            self.searcher.queue_builds(subgraphs)  # type: ignore[union-attr]
 
     def prestart(self) -> None:
         """Under "on-miss", start the searcher's workers now (a warm-up, before it traces)."""
@@ -372,7 +375,6 @@ class KernelFinder:
         return tuple(dict.fromkeys(config for _, config in ranked))[:FAMILY_HINTS]
 
     def record_miss(self, key: CacheKey, subgraph: Subgraph, reason: str | None) -> None:
-        # A read-only or full cache must not break the user's compile (one warning).
         recorded = self.cache_op(
             "record a miss in", lambda: self.cache.misses.record(key, subgraph, reason)
         )

@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -110,15 +110,34 @@ class SubgraphSearcher:
             "start_timeout_s": self.options.worker_start_timeout_s,
         }
 
-    def _start_cutlass_builds(self, subgraph: Subgraph) -> None:
-        """Queue the CUTLASS libraries this GEMM's search could use (tuner/cutlass_builds.py);
-        this search proposes the ones already built."""
+    def queue_builds(self, subgraphs: Sequence[Subgraph]) -> None:
+        """Queue the CUTLASS libraries these GEMMs' searches could use (tuner/cutlass_builds.py),
+        as early as a graph's subgraphs are known: they build while other subgraphs search."""
+        for subgraph in subgraphs:
+            if subgraph.kind == "gemm" and subgraph.device.type == "cuda":
+                try:
+                    self.cutlass.start(lower(subgraph))
+                except Unsupported:
+                    continue
+
+    def _await_builds(self, subgraph: Subgraph, budget_s: float) -> None:
+        """Queue this GEMM's CUTLASS builds, and wait up to two search budgets for those in
+        flight: the search proposes only built ones, and one build serves every later shape
+        of its epilogue (this run's and the next's)."""
+        self.queue_builds([subgraph])
         if subgraph.kind != "gemm" or subgraph.device.type != "cuda":
             return
         try:
-            self.cutlass.start(lower(subgraph))
+            seed = lower(subgraph)
         except Unsupported:
             return
+        if self.cutlass.building(seed):
+            log.info(
+                "kernelpro: %s waits up to %.0f s for its CUTLASS GEMM libraries",
+                subgraph.pattern,
+                2 * budget_s,
+            )
+            self.cutlass.wait(2 * budget_s, seed)
 
     def prestart(self) -> None:
         """Start the worker pool the searches will lease, without waiting for it (a warm-up
@@ -178,6 +197,7 @@ class SubgraphSearcher:
         templated = self._has_template(subgraph)
         self.layout.logs.mkdir(parents=True, exist_ok=True)
         log_path = str(self.layout.logs / f"{subgraph.key.digest[:16]}.jsonl")
+        self._await_builds(subgraph, _options_for(self.options, subgraph).budget_s)
         leased = time.perf_counter()
         with lease_pool(*self._pool_args(), **self._pool_settings()) as pool:
             fixed = {
@@ -193,7 +213,6 @@ class SubgraphSearcher:
             if not templated:
                 return self._eager_only(pool, subgraph)
             options = _options_for(self.options, subgraph)
-            self._start_cutlass_builds(subgraph)
             measurer = PoolMeasurer(
                 options, pool, subgraph, self.ceilings(subgraph), plan.concurrent
             )

@@ -3,6 +3,7 @@ only the configurations whose library is built (search/space.py `ready`), with a
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
 
@@ -148,3 +149,47 @@ def test_a_cutlass_entry_is_built_before_its_reproof(monkeypatch) -> None:  # ty
     validator._build_library(SpecCandidate(spec.to_json()))
     assert [s for _, s in built] == [spec]
     assert built[0][0] == validator.setup.layout.cubin_root
+
+
+def test_waiting_for_one_gemms_builds_only() -> None:
+    nvcc = _FakeNvcc(hold=True)
+    builds = _builds(nvcc, jobs=8)
+    seed = lower(_gelu_subgraph())
+    builds.start(seed)
+    assert builds.building(seed) == 6
+    assert not builds.wait(0.05, seed)  # still building
+    nvcc.release.set()
+    assert builds.wait(10, seed) and builds.building(seed) == 0
+
+
+def test_a_gemm_search_waits_for_its_builds_and_a_graph_queues_them_first(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """The finder hands a graph's subgraphs to the searcher before the first search (their
+    builds start); a GEMM's search waits up to two budgets for its own libraries."""
+    from kernelpro_backend.options import Options
+    from kernelpro_backend.tuner.finder import KernelFinder
+    from kernelpro_backend.tuner.searcher import SubgraphSearcher
+
+    sg = dataclasses.replace(_gelu_subgraph(), device=torch.device("cuda"))
+    searcher = SubgraphSearcher(Options(search="on-miss", progress=False))
+    calls: list = []
+
+    class Builds:
+        def start(self, seed):  # type: ignore[no-untyped-def]
+            calls.append(("start", seed.template))
+
+        def building(self, seed):  # type: ignore[no-untyped-def]
+            return 2
+
+        def wait(self, timeout_s, seed):  # type: ignore[no-untyped-def]
+            calls.append(("wait", timeout_s))
+
+    searcher.cutlass = Builds()  # type: ignore[assignment]
+    searcher._await_builds(sg, 30.0)
+    assert calls == [("start", "gemm"), ("wait", 60.0)]
+    calls.clear()
+    finder = KernelFinder(None, Options(search="on-miss"), searcher=searcher)  # type: ignore[arg-type]
+    finder.prepare([sg])
+    assert calls == [("start", "gemm")]
+    calls.clear()
+    KernelFinder(None, Options(search="cache-only"), searcher=searcher).prepare([sg])  # type: ignore[arg-type]
+    assert calls == []
