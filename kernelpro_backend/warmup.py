@@ -212,7 +212,7 @@ def warmup(
     started = time.perf_counter()
     shapes = [list(example_inputs), *(list(i) for i in more_inputs)]
     step = functools.partial(_step, model, backend, opts, train, loss_fn)
-    ranks_agree = getattr(provider, "prepare", None) is not None
+    ranks_agree = getattr(provider, "agrees_across_ranks", False)
     for inputs in shapes:
         recording.shape = _shape_label(inputs) if len(shapes) > 1 else ""
         dynamic = False if len(shapes) > 1 else None
@@ -230,11 +230,28 @@ def warmup(
         for inputs in shapes:
             recording.shape = _shape_label(inputs)
             step(inputs, dynamic=None)
+    _finish_builds(provider)
     if release_workers and torch.cuda.is_available():
         from .tuner.searcher import release_gpu_memory
 
         release_gpu_memory()
     return WarmupReport(rows=rows, seconds=time.perf_counter() - started)
+
+
+# How long the end of a warm-up waits for CUTLASS libraries still building (offline work: the
+# next run's searches and cache hits find them built instead of building them again).
+BUILDS_WAIT_S = 600.0
+
+
+def _finish_builds(provider: Any) -> None:
+    finder = getattr(provider, "inner", provider)  # the distributed finder wraps one
+    builds = getattr(getattr(finder, "searcher", None), "cutlass", None)
+    if builds is not None and builds.running():
+        log.info(
+            "kernelpro warmup: waiting for %d CUTLASS GEMM libraries still building",
+            builds.running(),
+        )
+        builds.wait(BUILDS_WAIT_S)
 
 
 def _step(

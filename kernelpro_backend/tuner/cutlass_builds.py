@@ -154,6 +154,10 @@ class CutlassBuilds:
             thread.join(left)
         return not any(t.is_alive() for t in threads)
 
+    def running(self) -> int:
+        """How many builds are running or queued now."""
+        return sum(t.is_alive() for t in self._threads.values())
+
     def building(self, seed: Any) -> int:
         """How many of `seed`'s configurations are being built now."""
         sources = {cutlass_gemm(s).source_text() for s in cutlass_specs(seed)}

@@ -56,6 +56,10 @@ def split(costs: Sequence[tuple[str, float]], world: int) -> dict[str, int]:
 class DistributedFinder:
     """A KernelFinder whose misses are split across ranks and whose winners are shared."""
 
+    # `prepare` is a collective: a warm-up finds the whole step's subgraphs first, so that the
+    # ranks agree on them in one round (warmup.py)
+    agrees_across_ranks = True
+
     def __init__(self, inner: KernelFinder, exchange: Exchange, admit: Admit = admit) -> None:
         self.inner = inner
         self.exchange = exchange

@@ -156,10 +156,10 @@ def test_waiting_for_one_gemms_builds_only() -> None:
     builds = _builds(nvcc, jobs=8)
     seed = lower(_gelu_subgraph())
     builds.start(seed)
-    assert builds.building(seed) == 6
+    assert builds.building(seed) == 6 and builds.running() == 6
     assert not builds.wait(0.05, seed)  # still building
     nvcc.release.set()
-    assert builds.wait(10, seed) and builds.building(seed) == 0
+    assert builds.wait(10, seed) and builds.building(seed) == 0 and builds.running() == 0
 
 
 def test_a_gemm_search_waits_for_its_builds_and_a_graph_queues_them_first(monkeypatch) -> None:  # type: ignore[no-untyped-def]

@@ -142,6 +142,8 @@ def test_the_cli_boots_the_workers_before_it_builds_the_model(monkeypatch, tmp_p
 class _AgreeingProvider(_Provider):
     """A provider whose ranks agree on kernels (the distributed finder's `prepare`)."""
 
+    agrees_across_ranks = True
+
     def __init__(self) -> None:
         super().__init__()
         self.rounds: list[set[str]] = []
@@ -166,3 +168,39 @@ def test_distributed_warmups_agree_on_the_whole_step_in_one_round(fallback):
     assert len(later) == 2  # the forward and the backward graph's own rounds
     assert all(keys and keys <= first for keys in later), (first, later)
     assert first == set().union(*later)
+
+
+def test_a_single_process_warmup_does_not_look_for_the_steps_subgraphs_first():
+    """A provider that only prepares (the finder queues CUTLASS builds) is no collective: no
+    discovery pass before the real compile, one prepare per graph."""
+    provider = _AgreeingProvider()
+    provider.agrees_across_ranks = False
+    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.GELU(), torch.nn.Linear(16, 4))
+    torch._dynamo.reset()
+    warmup(model, (torch.randn(4, 8),), provider=provider, options={"fallback": "eager"})
+    assert len(provider.rounds) == 2  # the forward and the backward graph's own
+
+
+def test_a_warmup_ends_after_the_cutlass_builds_it_started(monkeypatch):
+    """Libraries still building when the last search ended are waited for: the next run's
+    searches and hits find them built (a warm-up is offline work)."""
+    import kernelpro_backend.warmup as warmup_module
+
+    waited: list = []
+
+    class Builds:
+        def running(self):
+            return 3
+
+        def wait(self, timeout_s):
+            waited.append(timeout_s)
+
+    class Searcher:
+        cutlass = Builds()
+
+    provider = _Provider()
+    provider.searcher = Searcher()
+    model = torch.nn.Linear(8, 4)
+    torch._dynamo.reset()
+    warmup(model, (torch.randn(4, 8),), provider=provider, options={"fallback": "eager"})
+    assert waited == [warmup_module.BUILDS_WAIT_S]
