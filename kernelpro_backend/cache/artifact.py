@@ -165,6 +165,12 @@ class KernelArtifact:
         return hashlib.sha256(_canonical(self.to_dict()).encode()).hexdigest()
 
     @property
+    def shown_language(self) -> str:
+        """The language listings show: "cutlass" for a CUTLASS GEMM (a generated Python module
+        around CUDA C++, loaded as the Triton ones are), else `language`."""
+        return "cutlass" if '"gemm_cutlass"' in (self.spec_json or "") else self.language
+
+    @property
     def speedup(self) -> float | None:
         """Speedup over the best baseline (eager, inductor), where both sides were measured."""
         if self.kernel_ms is None or not self.baselines_ms or self.kernel_ms <= 0:

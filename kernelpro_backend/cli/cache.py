@@ -145,7 +145,7 @@ def run_cli(
 def _ls(cache: KernelCache, args: argparse.Namespace, out: TextIO) -> int:
     entries, corrupt = list_entries(cache, args.pattern, args.kind, args.arch)
     rows = [
-        (e.key.short(), e.artifact.pattern, e.artifact.kind, e.key.arch, e.artifact.language,
+        (e.key.short(), e.artifact.pattern, e.artifact.kind, e.key.arch, e.artifact.shown_language,
          e.artifact.kernel_ms, e.artifact.speedup, e.artifact.sol_fraction,
          "no" if cache.unproved(e) else "yes", e.artifact.provenance.created[:10])
         for e in entries
@@ -231,7 +231,7 @@ def _import(cache: KernelCache, args: argparse.Namespace, out: TextIO) -> int:
               "here yet. Each is re-proved against its PyTorch reference and re-timed against "
               "the fallback on this GPU, in an isolated worker, before its first use (or now: "
               "`kernelpro cache verify --retime`):", file=out)  # fmt: skip
-        rows = [(e.key.short(), e.artifact.pattern, e.artifact.language,
+        rows = [(e.key.short(), e.artifact.pattern, e.artifact.shown_language,
                  e.artifact.provenance.where()) for e in report.imported]  # fmt: skip
         print(format_table(("KEY", "PATTERN", "LANG", "PROVED ON"), rows), file=out)
     if report.refused:

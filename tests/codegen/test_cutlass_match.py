@@ -182,3 +182,16 @@ def test_decomposed_epilogues_of_a_real_graph(act, name: str) -> None:  # type: 
     assert cutlass_problem(seed) is None, seed.ops
     config = cutlass_gemm(cutlass_specs(seed)[0])
     assert config.activation == name and config.bias and config.source == (name == "identity")
+
+
+def test_listings_name_a_cutlass_entry_as_such() -> None:
+    from kernelpro_backend.cache.artifact import KernelArtifact
+
+    fn, *_ = CASES["gelu"]
+    seed, _ = _seed(fn)
+    spec = cutlass_specs(seed)[0]
+    rendered = render(spec)
+    made = KernelArtifact(rendered.language, rendered.source, rendered.entry, spec.to_json())
+    assert made.language == "triton" and made.shown_language == "cutlass"
+    seed_made = KernelArtifact("triton", render(seed).source, "entry", seed.to_json())
+    assert seed_made.shown_language == "triton"
