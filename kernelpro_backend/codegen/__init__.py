@@ -1,12 +1,14 @@
 """Code generation: kernel specs, their knobs, Triton rendering, build.
 
 Public API: `KernelSpec`, `RenderedKernel`, `IllegalSpec`, `Unsupported`, `KnobRole`,
-`knob_roles(spec)`, `knob_space(spec)`, `render(spec)`, `build(spec)`, `alternatives(seed)`.
+`knob_roles(spec)`, `knob_space(spec)`, `render(spec)`, `build(spec)`, `alternatives(seed)`,
+`host_surcharge_ms(spec, gpu_ms)`.
 Must not: read fx graphs (lowering/ turns a subgraph into a `KernelSpec` and imports this
 package, never the other way), measure, search or cache (runtime/, search/ and cache own those).
 """
 
 from .build import SpecKernel, build
+from .cutlass_match import host_surcharge_ms
 from .defaults import alternatives
 from .errors import IllegalSpec, Unsupported
 from .knobs import KnobRole, knob_roles, knob_space
@@ -23,6 +25,7 @@ __all__ = [
     "Unsupported",
     "alternatives",
     "build",
+    "host_surcharge_ms",
     "knob_roles",
     "knob_space",
     "render",

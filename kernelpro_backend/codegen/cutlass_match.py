@@ -13,8 +13,8 @@ The rendered module embeds the CUDA C++ source and calls it through the custom o
 ctypes), which traces into Inductor's graph as one node.
 
 Owns: `cutlass_problem(spec)` (why a spec cannot be this GEMM, or None), `cutlass_gemm(spec)`
-(its `CutlassGemm`), `cutlass_specs(seed)` (the seed as every legal configuration) and
-`render_cutlass(spec)`.
+(its `CutlassGemm`), `cutlass_specs(seed)` (the seed as every legal configuration),
+`render_cutlass(spec)` and `host_surcharge_ms` (its host path's cost in the winner's margin).
 Must not: compile, load or launch (runtime/cuda_host.py), or decide which configurations are
 built before a search (tuner/cutlass_builds.py).
 """
@@ -39,6 +39,19 @@ SPACE: dict[str, tuple[Any, ...]] = {
 }
 DEFAULT = (("CLUSTER_M", 1), ("SCHEDULE", "pingpong"), ("TILE_N", 128))
 _ALIGN = 8  # elements of a 16-byte row: TMA's and CUTLASS's alignment for 16-bit operands
+# Host time of one call through the generated module (views, the custom op's dispatch, the
+# ctypes call), and its excess over a Triton launch's: 49.5 and 26 µs on the H100 machine
+# (scripts/gpu_cutlass_host_cost.py, BENCHMARKS.md).
+HOST_US, EXTRA_HOST_US = 50.0, 26.0
+
+
+def host_surcharge_ms(spec: Any, gpu_ms: float) -> float:
+    """What a kernel must save beyond the launch path's minimum gain for its slower host path:
+    a CUTLASS call shorter on the GPU than on the host can make a step wait for the host by
+    the excess; a longer one hides it behind its own GPU time."""
+    if getattr(spec, "template", None) != "gemm_cutlass" or gpu_ms * 1e3 >= HOST_US:
+        return 0.0
+    return EXTRA_HOST_US / 1e3
 
 
 @dataclasses.dataclass(frozen=True)

@@ -260,7 +260,13 @@ class _Search:
         )
 
     def finish(self, reason: str, objective: str, min_gain_ms: float) -> SearchOutcome:
-        choice = choose_winner(self.measured, self.baselines, objective, min_gain_ms=min_gain_ms)
+        choice = choose_winner(
+            self.measured,
+            self.baselines,
+            objective,
+            min_gain_ms=min_gain_ms,
+            surcharge=getattr(self.space, "surcharge_ms", None),
+        )
         tracker = self.tracker
         outcome = SearchOutcome(
             subgraph=self.digest,

@@ -170,6 +170,13 @@ class CodegenSpace:
             raise self.illegal(f"the library of {knobs} is not built yet")
         return result
 
+    def surcharge_ms(self, candidate: Hashable, gpu_ms: float) -> float:
+        """What `candidate` must save beyond the launch path's minimum gain (a slower host
+        path than a Triton launch's: codegen's `host_surcharge_ms`)."""
+        if not self._is_spec(candidate):
+            return 0.0
+        return float(self.codegen.host_surcharge_ms(candidate, gpu_ms))
+
     def describe(self, candidate: Hashable) -> dict[str, Any]:
         if self._is_spec(candidate):
             spec: Any = candidate
@@ -195,5 +202,6 @@ def codegen_space(ready: Callable[[Any], bool] | None = None) -> CodegenSpace:
         knob_roles=codegen.knob_roles,
         lower=lowering.lower,
         alternatives=codegen.alternatives,
+        host_surcharge_ms=codegen.host_surcharge_ms,
     )
     return CodegenSpace(codegen=contract, illegal=codegen.IllegalSpec, ready=ready)

@@ -10,7 +10,7 @@ Must not: measure or search.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Hashable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 
 from ..runtime.result import EvalResult
 from .rewards import faster_beyond_spread
@@ -51,10 +51,12 @@ def choose_winner(
     baselines: Mapping[str, EvalResult],
     objective: str = "time",
     min_gain_ms: float = 0.0,
+    surcharge: Callable[[Hashable, float], float] | None = None,
 ) -> Choice:
-    """The winner: the fastest kernel if it beats the fastest baseline beyond the spread AND by
+    """The winner: the fastest kernel that beats the fastest baseline beyond the spread AND by
     at least `min_gain_ms` per call (what replacing a subgraph costs beyond its GPU time: the
-    opaque op's host-side launch and the fusion across its boundary that Inductor loses)."""
+    opaque op's host-side launch and the fusion across its boundary that Inductor loses) plus
+    its own `surcharge(candidate, ms)` (a host path slower than a Triton launch's)."""
     if objective not in OBJECTIVES:
         raise ValueError(f"unknown objective {objective!r}; use one of {OBJECTIVES}")
     ok = sorted(
@@ -64,23 +66,24 @@ def choose_winner(
     best = ok[0] if ok else None
     base = fastest_baseline(baselines)
 
-    def wins(r: EvalResult) -> bool:
+    def wins(m: Measured) -> bool:
         if base is None:
             return True
+        r = m.result
+        need = min_gain_ms + (surcharge(m.candidate, r.median_ms or 0.0) if surcharge else 0.0)
         gain = (base[1].median_ms or 0.0) - (r.median_ms or 0.0)
-        return faster_beyond_spread(r, base[1]) and gain >= min_gain_ms
+        return faster_beyond_spread(r, base[1]) and gain >= need
 
-    if best is None or not wins(best.result):
+    first = next((m for m in ok if wins(m)), None)
+    if first is None:
         if base is not None:
             return Choice(base[0], None, base[1], best)
         # nothing worked, not even a baseline: the fallback still runs the subgraph
         name = "inductor" if "inductor" in baselines or not baselines else next(iter(baselines))
         return Choice(name, None, baselines.get(name), best)
-    pick = best
+    pick = first
     if objective == "energy":
-        contenders = [
-            m for m in ok if not faster_beyond_spread(best.result, m.result) and wins(m.result)
-        ]
+        contenders = [m for m in ok if not faster_beyond_spread(first.result, m.result) and wins(m)]
         pick = min(
             contenders,
             key=lambda m: (

@@ -114,3 +114,13 @@ def winner_fields(
 
         fields.update(cubin_artifact_fields(rendered.source, rendered.entry, device, cubin_dir))
     return fields
+
+
+def surcharge_ms(artifact: KernelArtifact) -> float:
+    """What a cached kernel must save beyond its launch path's minimum gain for a host path
+    slower than a Triton launch's (a CUTLASS call: codegen's `host_surcharge_ms`)."""
+    if artifact.kernel_ms is None or '"gemm_cutlass"' not in (artifact.spec_json or ""):
+        return 0.0
+    from ..codegen import KernelSpec, host_surcharge_ms
+
+    return host_surcharge_ms(KernelSpec.from_json(str(artifact.spec_json)), artifact.kernel_ms)

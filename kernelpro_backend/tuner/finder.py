@@ -29,7 +29,7 @@ from ..options import Options
 from ..providers import Kernel
 from ..runtime.cuda_host import use_library_dir
 from .admit import admit
-from .artifacts import Loader, load_artifact
+from .artifacts import Loader, load_artifact, surcharge_ms
 from .eager import eager_kernel, is_eager
 
 log = logging.getLogger("kernelpro.cache")
@@ -305,9 +305,9 @@ class KernelFinder:
         base = artifact.baselines_ms.get(self.options.fallback)
         if base is None or artifact.kernel_ms is None:
             return not is_eager(artifact)  # eager's only merit is its measured gain
-        # The eager entry always runs through kernelpro::launch.
-        op = behind_op or is_eager(artifact)
+        op = behind_op or is_eager(artifact)  # the eager entry always runs behind the op
         need = self.options.op_min_gain_ms() if op else self.options.min_gain_ms()
+        need += surcharge_ms(artifact)
         if base - artifact.kernel_ms >= need:
             return True
         log.info(

@@ -195,3 +195,21 @@ def test_listings_name_a_cutlass_entry_as_such() -> None:
     assert made.language == "triton" and made.shown_language == "cutlass"
     seed_made = KernelArtifact("triton", render(seed).source, "entry", seed.to_json())
     assert seed_made.shown_language == "triton"
+
+
+def test_a_cached_short_cutlass_kernel_must_pay_its_host_path() -> None:
+    import dataclasses as dc
+
+    from kernelpro_backend.cache.artifact import KernelArtifact
+    from kernelpro_backend.codegen.cutlass_match import EXTRA_HOST_US
+    from kernelpro_backend.tuner.artifacts import surcharge_ms
+
+    fn, *_ = CASES["gelu"]
+    seed, _ = _seed(fn)
+    spec = cutlass_specs(seed)[0]
+    rendered = render(spec)
+    made = KernelArtifact(rendered.language, rendered.source, rendered.entry, spec.to_json())
+    assert surcharge_ms(dc.replace(made, kernel_ms=0.020)) == EXTRA_HOST_US / 1e3
+    assert surcharge_ms(dc.replace(made, kernel_ms=0.140)) == 0.0
+    triton = KernelArtifact("triton", render(seed).source, "entry", seed.to_json(), kernel_ms=0.02)
+    assert surcharge_ms(triton) == 0.0

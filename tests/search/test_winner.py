@@ -118,3 +118,40 @@ def test_a_memory_bound_search_runs_to_its_bandwidth_target_not_to_a_plateau():
     for _ in range(48):
         capped.record(1.0, 0.7)
     assert capped.stop_reason() == "max_trials"  # the budget still ends it
+
+
+def test_a_candidate_with_a_slower_host_path_must_save_its_surcharge_too():
+    """A CUTLASS call costs more host time than a Triton launch: when it is shorter on the GPU
+    than its host path, it must save that excess too, and the fastest candidate that does wins."""
+    baselines = {"inductor": ok(0.040, spread=0.0005)}
+    cutlass = Measured(1, "cutlass", ok(0.025, spread=0.0005))  # saves 15 us
+    triton = Measured(2, "triton", ok(0.030, spread=0.0005))  # saves 10 us
+    surcharge = lambda c, ms: 0.026 if c == "cutlass" and ms < 0.050 else 0.0  # noqa: E731
+    plain = choose_winner([cutlass, triton], baselines, min_gain_ms=0.002)
+    assert plain.winner == "cutlass"
+    charged = choose_winner([cutlass, triton], baselines, min_gain_ms=0.002, surcharge=surcharge)
+    assert charged.winner == "triton" and charged.best is cutlass  # still reported as fastest
+    long_kernel = {"inductor": ok(0.160, spread=0.001)}
+    won = choose_winner(
+        [Measured(1, "cutlass", ok(0.140, spread=0.001))], long_kernel, min_gain_ms=0.002,
+        surcharge=surcharge,
+    )  # fmt: skip
+    assert won.winner == "cutlass"  # 140 us on the GPU hides its 50 us host path
+
+
+def test_the_codegen_space_charges_cutlass_specs_by_their_gpu_time():
+    from kernelpro_backend.codegen.cutlass_match import EXTRA_HOST_US, HOST_US
+    from kernelpro_backend.search.space import codegen_space
+
+    space = codegen_space()
+
+    class Spec:  # a stand-in with the fields the rule reads
+        template = "gemm_cutlass"
+
+    assert space.surcharge_ms("source text", 0.001) == 0.0  # not a spec: no knobs, no rule
+    from kernelpro_backend.codegen import host_surcharge_ms
+
+    assert host_surcharge_ms(Spec(), (HOST_US - 1) / 1e3) == EXTRA_HOST_US / 1e3
+    assert host_surcharge_ms(Spec(), HOST_US / 1e3) == 0.0
+    Spec.template = "gemm"
+    assert host_surcharge_ms(Spec(), 0.001) == 0.0
