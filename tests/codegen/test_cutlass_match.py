@@ -13,11 +13,18 @@ import torch.nn.functional as F
 from harness import collect, traced_subgraph
 
 from kernelpro_backend import cutlass_op
+from kernelpro_backend.cache.artifact import KernelArtifact
 from kernelpro_backend.codegen import IllegalSpec, alternatives, knob_space, render
 from kernelpro_backend.codegen.build import SpecKernel
-from kernelpro_backend.codegen.cutlass_match import cutlass_gemm, cutlass_problem, cutlass_specs
+from kernelpro_backend.codegen.cutlass_match import (
+    EXTRA_HOST_US,
+    cutlass_gemm,
+    cutlass_problem,
+    cutlass_specs,
+)
 from kernelpro_backend.inline import trace_kernel
 from kernelpro_backend.lowering import lower
+from kernelpro_backend.tuner.artifacts import surcharge_ms
 
 M, K, N = 48, 32, 64
 
@@ -184,32 +191,24 @@ def test_decomposed_epilogues_of_a_real_graph(act, name: str) -> None:  # type: 
     assert config.activation == name and config.bias and config.source == (name == "identity")
 
 
-def test_listings_name_a_cutlass_entry_as_such() -> None:
-    from kernelpro_backend.cache.artifact import KernelArtifact
-
+def _artifacts() -> tuple[KernelArtifact, KernelArtifact]:
+    """A bias + GELU GEMM's entry as the CUTLASS kernel, and as the Triton seed."""
     fn, *_ = CASES["gelu"]
     seed, _ = _seed(fn)
     spec = cutlass_specs(seed)[0]
     rendered = render(spec)
     made = KernelArtifact(rendered.language, rendered.source, rendered.entry, spec.to_json())
+    return made, KernelArtifact("triton", render(seed).source, "entry", seed.to_json())
+
+
+def test_listings_name_a_cutlass_entry_as_such() -> None:
+    made, seed_made = _artifacts()
     assert made.language == "triton" and made.shown_language == "cutlass"
-    seed_made = KernelArtifact("triton", render(seed).source, "entry", seed.to_json())
     assert seed_made.shown_language == "triton"
 
 
 def test_a_cached_short_cutlass_kernel_must_pay_its_host_path() -> None:
-    import dataclasses as dc
-
-    from kernelpro_backend.cache.artifact import KernelArtifact
-    from kernelpro_backend.codegen.cutlass_match import EXTRA_HOST_US
-    from kernelpro_backend.tuner.artifacts import surcharge_ms
-
-    fn, *_ = CASES["gelu"]
-    seed, _ = _seed(fn)
-    spec = cutlass_specs(seed)[0]
-    rendered = render(spec)
-    made = KernelArtifact(rendered.language, rendered.source, rendered.entry, spec.to_json())
-    assert surcharge_ms(dc.replace(made, kernel_ms=0.020)) == EXTRA_HOST_US / 1e3
-    assert surcharge_ms(dc.replace(made, kernel_ms=0.140)) == 0.0
-    triton = KernelArtifact("triton", render(seed).source, "entry", seed.to_json(), kernel_ms=0.02)
-    assert surcharge_ms(triton) == 0.0
+    made, triton = _artifacts()
+    assert surcharge_ms(dataclasses.replace(made, kernel_ms=0.020)) == EXTRA_HOST_US / 1e3
+    assert surcharge_ms(dataclasses.replace(made, kernel_ms=0.140)) == 0.0
+    assert surcharge_ms(dataclasses.replace(triton, kernel_ms=0.020)) == 0.0
