@@ -26,7 +26,8 @@ import itertools
 from collections.abc import Sequence
 from typing import Any
 
-from .epilogue_eval import activation_of, unary_run
+from .epilogue_eval import activation_of, is_function_of, unary_run
+from .optable_cuda import c_cast, c_expression, c_literal
 from .template_cutlass import ACTIVATIONS, DTYPES, CutlassGemm
 
 ENTRY = "entry"
@@ -65,6 +66,7 @@ class Operands:
     c: tuple[int, int, int] | None
     activation: str
     out_stride: int
+    body: str = ""  # the C++ of a "custom" activation
 
 
 def _ref(arg: Any) -> tuple[str, Any]:
@@ -89,19 +91,24 @@ def _add_of(op: Any, value: tuple[str, int]) -> tuple[str, int] | None:
     return refs[1] if refs[0] == value else refs[0]
 
 
-def _epilogue(spec: Any) -> tuple[str, int | None, int | None] | str:
-    """(activation, bias load, residual load) of the spec's ops, or why it is not one: an
-    optional bias per column, a run of elementwise ops computing one of CUTLASS's
-    activations (epilogue_eval.py), an optional residual and a last run that is the identity
-    (casts)."""
+def _epilogue(spec: Any) -> tuple[str, int | None, int | None, str] | str:
+    """(activation, bias load, residual load, C++ body of a "custom" activation) of the spec's
+    ops, or why it is not one: an optional bias per column, a run of elementwise ops — one of
+    CUTLASS's activations (epilogue_eval.py), else the ops themselves compiled into a functor —
+    an optional residual and a last run that is the identity (casts)."""
     ops, loads = list(spec.ops), list(spec.loads)
     value, bias, residual, i = ("A", 0), None, None, 0
     if ops and (other := _add_of(ops[0], value)) is not None and _per_column(loads, other):
         bias, value, i = other[1], ("T", 0), 1
     end = unary_run(ops, i, value)
-    activation = activation_of(ops, i, end, value)
+    activation, body = activation_of(ops, i, end, value), ""
+    if activation is None and is_function_of(ops, i, end, value):
+        activation, body = (
+            "custom",
+            c_body(ops, i, end, value, str(dict(spec.anchor)["operand_dtype"])),
+        )
     if activation is None or activation not in ACTIVATIONS:
-        return "the epilogue is not a bias, a CUTLASS activation and a residual"
+        return "the epilogue is not a bias, elementwise ops and a residual"
     value = ("T", end - 1) if end > i else value
     if end < len(ops):
         other = _add_of(ops[end], value)
@@ -119,14 +126,39 @@ def _epilogue(spec: Any) -> tuple[str, int | None, int | None] | str:
     ref, offset, index, predicate = spec.stores[0]
     if _ref(ref) != value or offset != 0 or predicate or len(index) != 2:
         return "the output is not the epilogue's last value in a plain 2-D store"
-    return activation, bias, residual
+    return activation, bias, residual, body
+
+
+def c_body(ops: Sequence[Any], first: int, end: int, value: tuple[str, Any], dtype: str) -> str:
+    """C++ statements computing `float y` from `float x` (acc + bias) as ops[first:end] do,
+    x first rounded as the GEMM's output is (to `dtype`), every cast as the subgraph's."""
+
+    def operand(arg: Any) -> tuple[str, str]:  # (C expression, its dtype)
+        kind, v = _ref(arg)
+        if (kind, v) == value:
+            return "xr", "float32"
+        if kind == "T":
+            return f"t{v}", str(ops[int(v)][2])
+        return c_literal(v, "float32"), "float32"
+
+    lines = [f"float xr = {c_cast('x', 'float32', dtype)};"]
+    for k in range(first, end):
+        name, args, out = ops[k]
+        if name == "cast":
+            text, src = operand(args[0])
+            expr = c_cast(text, src, str(out))
+        else:
+            rendered = [operand(a) for a in args]
+            expr = c_expression(name, [r[0] for r in rendered], [r[1] for r in rendered], str(out))
+        lines.append(f"auto t{k} = {expr};")
+    return " ".join([*lines, f"float y = (float)(t{end - 1});"])
 
 
 def _operands(spec: Any) -> Operands | str:
     found = _epilogue(spec)
     if isinstance(found, str):
         return found
-    activation, bias, residual = found
+    activation, bias, residual, body = found
     a_in, a_off, (_, sam, sak) = spec.param("a")
     b_in, b_off, (_, sbk, sbn) = spec.param("b")
     if sak != 1 or sbk != 1:
@@ -139,7 +171,9 @@ def _operands(spec: Any) -> Operands | str:
     if residual is not None:
         c_in, c_off, index = spec.loads[residual]
         c_at = (c_in, c_off, tuple(index)[0][0])
-    return Operands((a_in, a_off, sam), (b_in, b_off, sbn), bias_at, c_at, activation, stride[0])
+    return Operands(
+        (a_in, a_off, sam), (b_in, b_off, sbn), bias_at, c_at, activation, stride[0], body
+    )
 
 
 def cutlass_problem(spec: Any) -> str | None:
@@ -181,6 +215,7 @@ def cutlass_gemm(spec: Any) -> CutlassGemm:
         tile=(128, int(knobs["TILE_N"]), 64),
         cluster=(int(knobs["CLUSTER_M"]), 1),
         schedule=str(knobs["SCHEDULE"]),
+        activation_body=found.body,
     )
 
 

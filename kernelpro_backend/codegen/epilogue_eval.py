@@ -8,8 +8,8 @@ with each named activation: the one they equal to 1e-9 (relative) is the activat
 that reads anything but its input and constants, casts to an integer type, or uses an op this
 evaluator does not know, is no activation.
 
-Owns: `unary_run(ops, first, value)` (where a run of ops that depends only on `value` ends)
-and `activation_of(ops, first, end, value)`.
+Owns: `unary_run(ops, first, value)` (where a run of ops that depends only on `value` ends),
+`activation_of(ops, first, end, value)` and `is_function_of` (the run evaluates as one).
 Must not: render or decide which template computes the activation (cutlass_match.py does).
 """
 
@@ -102,6 +102,15 @@ def _evaluate(ops: Sequence[Any], first: int, end: int, value: tuple[str, Any]) 
         else:
             raise _NotUnary(f"op {name!r}")
     return results[end - 1] if end > first else _GRID
+
+
+def is_function_of(ops: Sequence[Any], first: int, end: int, value: tuple[str, Any]) -> bool:
+    """Whether ops[first:end] evaluate here as an elementwise function of `value` (one that
+    uses it): the ops another template may compile as they are."""
+    try:
+        return _evaluate(ops, first, end, value).shape == _GRID.shape and end > first
+    except _NotUnary:
+        return False
 
 
 def activation_of(ops: Sequence[Any], first: int, end: int, value: tuple[str, Any]) -> str | None:

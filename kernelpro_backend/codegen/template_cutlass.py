@@ -27,6 +27,7 @@ ACTIVATIONS = {
     "gelu_tanh": "cutlass::epilogue::thread::GELU_taylor",  # F.gelu(approximate="tanh")
     "silu": "cutlass::epilogue::thread::SiLu",
     "sigmoid": "cutlass::epilogue::thread::Sigmoid",
+    "custom": "KpAct",  # the spec's own elementwise ops (activation_body), as a functor
 }
 SCHEDULES = {
     # (main loop, epilogue): ping-pong (two consumer warp groups on alternate tiles) or
@@ -56,6 +57,8 @@ class CutlassGemm:
     tile: tuple[int, int, int] = (128, 128, 64)
     cluster: tuple[int, int] = (1, 1)
     schedule: str = "pingpong"
+    # With activation "custom": C++ statements computing `float y` from `float x` (acc + bias)
+    activation_body: str = dataclasses.field(default="", repr=False)
 
     def __post_init__(self) -> None:
         if self.dtype not in DTYPES:
@@ -66,6 +69,8 @@ class CutlassGemm:
             )
         if self.schedule not in SCHEDULES:
             raise CutlassConfigError(f"schedule {self.schedule!r}: one of {sorted(SCHEDULES)}")
+        if (self.activation == "custom") != bool(self.activation_body):
+            raise CutlassConfigError("activation_body goes with activation 'custom', and only")
         m, n, k = self.tile
         if m not in (64, 128, 256) or n not in (64, 128, 256) or k not in (32, 64, 128):
             raise CutlassConfigError(
@@ -110,7 +115,41 @@ class CutlassGemm:
             cluster=f"Shape<_{cm}, _{cn}, _1>",
             mainloop=mainloop,
             epilogue=epilogue,
+            functor=_FUNCTOR.format(body=self.activation_body) if self.activation_body else "",
         )
+
+
+_FUNCTOR = """
+// The subgraph's own elementwise epilogue on x = acc (+ bias), in float32, as one functor.
+CUTLASS_HOST_DEVICE float kp_max(float a, float b) {{ return a != a ? a : (b != b ? b : fmaxf(a, b)); }}
+CUTLASS_HOST_DEVICE float kp_min(float a, float b) {{ return a != a ? a : (b != b ? b : fminf(a, b)); }}
+
+template <typename T>
+struct KpAct {{
+  static const bool kIsHeavy = true;
+  CUTLASS_HOST_DEVICE T operator()(T const& value) const {{
+#if defined(__CUDA_ARCH__)
+    float x = float(value);
+    {body}
+    return T(y);
+#else
+    return value;
+#endif
+  }}
+}};
+
+template <typename T, int N>
+struct KpAct<cutlass::Array<T, N>> {{
+  static const bool kIsHeavy = true;
+  CUTLASS_HOST_DEVICE cutlass::Array<T, N> operator()(cutlass::Array<T, N> const& v) const {{
+    cutlass::Array<T, N> out;
+    KpAct<T> f;
+    CUTLASS_PRAGMA_UNROLL
+    for (int i = 0; i < N; ++i) out[i] = f(v[i]);
+    return out;
+  }}
+}};
+"""
 
 
 _SOURCE = """\
@@ -118,6 +157,8 @@ _SOURCE = """\
 // D[M,N] = act(A[M,K] @ B[N,K]^T (+ bias[N]) (+ C[M,N])), fp32 accumulation.
 #include <cstdint>
 #include <cuda_runtime.h>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include "cute/tensor.hpp"
 #include "cutlass/cutlass.h"
 #include "cutlass/epilogue/collective/collective_builder.hpp"
@@ -141,6 +182,7 @@ using LayoutD = cutlass::layout::RowMajor;
 constexpr int kAlign = 128 / cutlass::sizeof_bits<ElementD>::value;  // 16-byte accesses
 using TileShape = {tile};
 using ClusterShape = {cluster};
+{functor}
 using Fusion = {fusion};
 
 using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<

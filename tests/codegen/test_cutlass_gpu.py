@@ -1,6 +1,7 @@
 """On a Hopper GPU: the "gemm_cutlass" spec of a real graph's GEMM (bias + erf GELU as
-Inductor's decompositions spell it; bias + residual) built in the background builder, run
-through its module (kernelpro::cutlass_gemm) and checked as the search checks a candidate."""
+Inductor's decompositions spell it; bias + residual; bias + swish x 2, compiled into a custom
+functor) built in the background builder, run through its module (kernelpro::cutlass_gemm) and
+checked as the search checks a candidate."""
 
 from __future__ import annotations
 
@@ -30,21 +31,27 @@ pytestmark = [
 ]
 
 
+EPILOGUES = {
+    "gelu": lambda y, r: F.gelu(y),
+    "residual": lambda y, r: y + r,
+    "swish_scale": lambda y, r: y * torch.sigmoid(y) * 2.0,  # compiled into a functor
+}
+
+
 class _Linear(torch.nn.Module):
-    def __init__(self, k: int, n: int, residual: bool) -> None:
+    def __init__(self, k: int, n: int, epilogue: str) -> None:
         super().__init__()
-        self.linear, self.residual = torch.nn.Linear(k, n), residual
+        self.linear, self.epilogue = torch.nn.Linear(k, n), EPILOGUES[epilogue]
 
     def forward(self, x: torch.Tensor, r: torch.Tensor) -> torch.Tensor:
-        y = self.linear(x)
-        return y + r if self.residual else F.gelu(y)
+        return self.epilogue(self.linear(x), r)
 
 
-@pytest.mark.parametrize("residual", [False, True])
-def test_a_real_graphs_gemm_runs_as_cutlass(residual: bool, tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+@pytest.mark.parametrize("epilogue", sorted(EPILOGUES))
+def test_a_real_graphs_gemm_runs_as_cutlass(epilogue: str, tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     monkeypatch.setattr(cuda_host, "_LIBRARY_DIR", [tmp_path])
     m, k, n = 1000, 512, 768  # M not a multiple of the tile
-    model = _Linear(k, n, residual).cuda().bfloat16()
+    model = _Linear(k, n, epilogue).cuda().bfloat16()
     x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
     r = torch.randn(m, n, device="cuda", dtype=torch.bfloat16)
     with torch.no_grad():

@@ -39,6 +39,14 @@ def _seed(fn, *, dtype=torch.bfloat16, k=K, residual=False, bias=True):  # type:
     return lower(sg), sg
 
 
+def _leaky(y: torch.Tensor) -> torch.Tensor:
+    return torch.where(y > 0, y, y * 0.1)  # a comparison: not evaluated, not compiled
+
+
+def _swish2(y: torch.Tensor) -> torch.Tensor:
+    return y * torch.sigmoid(y) * 2.0
+
+
 CASES = {
     "gelu": (lambda b, a, c: (F.gelu(torch.addmm(b, a, c)),), "gelu", True, False),
     "silu": (lambda b, a, c: (F.silu(torch.addmm(b, a, c)),), "silu", True, False),
@@ -48,6 +56,12 @@ CASES = {
     "residual": (lambda b, a, c, r: (torch.addmm(b, a, c) + r,), "identity", True, True),
     "mm": (lambda a, c: (torch.mm(a, c),), "identity", False, False),
     "mm_gelu": (lambda a, c: (F.gelu(torch.mm(a, c)),), "gelu", False, False),
+    "swish_scale": (  # KernelBench L2_59's epilogue: the ops compiled into a CUTLASS functor
+        lambda b, a, c: (_swish2(torch.addmm(b, a, c)),),
+        "custom",
+        True,
+        False,
+    ),
     "gelu_tanh": (
         lambda b, a, c: (F.gelu(torch.addmm(b, a, c), approximate="tanh"),),
         "gelu_tanh",
@@ -83,8 +97,8 @@ def test_epilogues_it_computes(case: str) -> None:
 @pytest.mark.parametrize(
     "fn, kwargs, why",
     [
-        (lambda b, a, c: (torch.tanh(torch.addmm(b, a, c)),), {}, "CUTLASS activation"),
-        (lambda b, a, c: (torch.addmm(b, a, c) * 2.0,), {}, "CUTLASS activation"),
+        (lambda b, a, c: (F.leaky_relu(torch.addmm(b, a, c), 0.1),), {}, "elementwise ops"),
+        (lambda b, a, c: (_leaky(torch.addmm(b, a, c)),), {}, "elementwise ops"),
         (lambda b, a, c, r: (F.gelu(torch.addmm(b, a, c)) + r,), {"residual": True}, "before"),
         (lambda b, a, c, r: (torch.addmm(b, a, c) + r + 1.0,), {"residual": True}, "after"),
         (lambda b, a, c: (torch.addmm(b, a, c),), {"dtype": torch.float32}, "float32"),
@@ -116,12 +130,13 @@ class _Library:
         y = y + bias.float() if bias is not None else y
         y = y + c.float() if c is not None else y
         fns = {"identity": lambda v: v, "gelu": F.gelu, "relu": F.relu, "silu": F.silu}
+        fns["custom"] = _swish2
         out.copy_(fns.get(self.act, torch.sigmoid)(y))
         self.calls += 1
         return out
 
 
-@pytest.mark.parametrize("case", ["gelu", "residual", "mm"])
+@pytest.mark.parametrize("case", ["gelu", "residual", "mm", "swish_scale"])
 def test_module_wires_operands_to_the_library(case: str, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     fn, act, bias, residual = CASES[case]
     seed, sg = _seed(fn, residual=residual, bias=bias)
@@ -176,6 +191,8 @@ class _Linear(torch.nn.Module):
         (lambda y, r: torch.sigmoid(y), "sigmoid"),
         (lambda y, r: torch.relu(y), "relu"),
         (lambda y, r: y + r, "identity"),
+        (lambda y, r: _swish2(y), "custom"),  # KernelBench L2_59
+        (lambda y, r: torch.relu((y - 2.0) * 1.5), "custom"),  # KernelBench L2_9
     ],
 )
 def test_decomposed_epilogues_of_a_real_graph(act, name: str) -> None:  # type: ignore[no-untyped-def]
@@ -185,10 +202,12 @@ def test_decomposed_epilogues_of_a_real_graph(act, name: str) -> None:  # type: 
     x, r = torch.randn(M, K, dtype=torch.bfloat16), torch.randn(M, N, dtype=torch.bfloat16)
     (sg,) = [s for s in collect(model, (x, r), train=False) if s.kind == "gemm"]
     seed = lower(sg)
-    assert len(seed.ops) > 2 or name in ("identity", "relu", "sigmoid")
+    assert len(seed.ops) > 2 or name in ("identity", "relu", "sigmoid", "custom")
     assert cutlass_problem(seed) is None, seed.ops
     config = cutlass_gemm(cutlass_specs(seed)[0])
     assert config.activation == name and config.bias and config.source == (name == "identity")
+    assert bool(config.activation_body) == (name == "custom")
+    assert ("KpAct" in config.source_text()) == (name == "custom")
 
 
 def _artifacts() -> tuple[KernelArtifact, KernelArtifact]:
