@@ -119,6 +119,10 @@ class SubgraphSearcher:
                     self.cutlass.start(lower(subgraph))
                 except Unsupported:
                     continue
+                except Exception:  # called outside any search's guard: never break a compile
+                    log.exception(
+                        "kernelpro: queueing CUTLASS builds for %s failed", subgraph.pattern
+                    )
 
     def _await_builds(self, subgraph: Subgraph, budget_s: float) -> None:
         """Queue this GEMM's CUTLASS builds, and wait up to two search budgets for those in

@@ -193,3 +193,19 @@ def test_a_gemm_search_waits_for_its_builds_and_a_graph_queues_them_first(monkey
     calls.clear()
     KernelFinder(None, Options(search="cache-only"), searcher=searcher).prepare([sg])  # type: ignore[arg-type]
     assert calls == []
+
+
+def test_a_failure_while_queueing_builds_never_breaks_the_compile(monkeypatch, caplog) -> None:  # type: ignore[no-untyped-def]
+    """The finder's prepare runs outside any search's guard: a lowering bug is logged."""
+    from kernelpro_backend.options import Options
+    from kernelpro_backend.tuner import searcher as searcher_module
+    from kernelpro_backend.tuner.searcher import SubgraphSearcher
+
+    def broken(subgraph):  # type: ignore[no-untyped-def]
+        raise KeyError("a lowering bug")
+
+    monkeypatch.setattr(searcher_module, "lower", broken)
+    sg = dataclasses.replace(_gelu_subgraph(), device=torch.device("cuda"))
+    with caplog.at_level(logging.ERROR, logger="kernelpro"):
+        SubgraphSearcher(Options(search="on-miss", progress=False)).queue_builds([sg])
+    assert "queueing CUTLASS builds" in caplog.text
