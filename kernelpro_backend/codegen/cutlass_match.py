@@ -2,10 +2,11 @@
 that calls it.
 
 A "gemm" spec maps to template_cutlass.CutlassGemm when it is one 2-D 16-bit GEMM whose output
-is `act(A @ B (+ bias[n]))` or `A @ B (+ bias[n]) + C[m, n]`, act one of CUTLASS's
-(ReLU, erf GELU, SiLU, sigmoid), with A [M, K] and the output rows contiguous, B [K, N] with K
-contiguous (a Linear's weight [N, K] as stored), sizes and row strides multiples of 8 elements
-(16-byte TMA rows). The knobs pick the schedule, the tile's N and the cluster's M; the tile's
+is `act(A @ B (+ bias[n]))` or `A @ B (+ bias[n]) + C[m, n]` — act one of CUTLASS's (ReLU, erf
+or tanh GELU, SiLU, sigmoid, recognised by value: epilogue_eval.py), else any run of
+elementwise ops the evaluator knows, compiled into the kernel as a functor (`c_body`) — with
+A [M, K] and the output contiguous, B [K, N] with K contiguous (a Linear's weight [N, K] as
+stored), sizes and row strides multiples of 8 elements (16-byte TMA rows). The knobs pick the schedule, the tile's N and the cluster's M; the tile's
 M and K stay 128 and 64 (the shapes that won on the H100, BENCHMARKS.md).
 
 The rendered module embeds the CUDA C++ source and calls it through the custom op
@@ -13,7 +14,7 @@ The rendered module embeds the CUDA C++ source and calls it through the custom o
 ctypes), which traces into Inductor's graph as one node.
 
 Owns: `cutlass_problem(spec)` (why a spec cannot be this GEMM, or None), `cutlass_gemm(spec)`
-(its `CutlassGemm`), `cutlass_specs(seed)` (the seed as every legal configuration),
+(its `CutlassGemm`), `cutlass_specs(seed)` (the seed as every legal configuration), `c_body`,
 `render_cutlass(spec)` and `host_surcharge_ms` (its host path's cost in the winner's margin).
 Must not: compile, load or launch (runtime/cuda_host.py), or decide which configurations are
 built before a search (tuner/cutlass_builds.py).
