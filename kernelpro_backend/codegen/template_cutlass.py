@@ -2,7 +2,9 @@
 (+ bias per column) (+ C)), 16-bit operands, fp32 accumulation, TMA loads and a
 warp-specialised main loop (ping-pong: one consumer warp group's epilogue runs while the other
 computes its next tile, the overlap a Triton tile cannot get), the epilogue fused by CUTLASS's
-epilogue visitor (bias, activation, source term).
+epilogue visitor (bias, activation, source term). The activation is one of CUTLASS's functors,
+or "custom": C++ statements (`activation_body`, from cutlass_match.c_body) wrapped in a functor
+`KpAct` that CUTLASS applies element by element like its own.
 
 Owns: `CutlassGemm` (the kernel's configuration: dtype, layouts, epilogue, tile, cluster,
 schedule, checked on construction) and its source. The source exports two C functions a host
