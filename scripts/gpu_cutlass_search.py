@@ -1,4 +1,4 @@
-"""Driver: the real search of bf16 GEMM + epilogue subgraphs with the CUTLASS GEMM in its space.
+"""Driver: the real search of 16-bit GEMM + epilogue subgraphs with the CUTLASS GEMM in its space.
 The CUTLASS libraries of each case are built first (tuner/cutlass_builds.py, what a search
 queues; a warm-up's later searches find them built), then SubgraphSearcher searches the
 subgraph (built-in proposer, `--budget-s`) into $OUT/cache, and its winner is stored there like
@@ -6,7 +6,7 @@ any search's. Prints, per case, the search's own side-by-side figures (eager, In
 best candidate of each template) and the winner; writes $OUT/gpu_cutlass_search.json.
 Then export, import into a fresh cache and `kernelpro cache verify` re-prove it (the shell).
 
-    OUT=/tmp/out PYTHONPATH=.:scripts python scripts/gpu_cutlass_search.py [--budget-s 30]
+    OUT=/tmp/out PYTHONPATH=.:scripts python scripts/gpu_cutlass_search.py [--budget-s 30] [--only gelu]
 """
 
 from __future__ import annotations
@@ -29,11 +29,20 @@ from kernelpro_backend.options import Options
 from kernelpro_backend.runtime.timing import time_kernel
 from kernelpro_backend.tuner.searcher import SubgraphSearcher
 
-# (name, M, K, N, activation, residual)
+# (name: its dtype first, M, K, N, activation, residual)
 CASES = [
     ("bf16 linear+bias+gelu 8192x1024->4096", 8192, 1024, 4096, "gelu", False),
     ("bf16 linear+bias+residual 8192x4096->1024", 8192, 4096, 1024, "identity", True),
+    ("fp16 linear+bias+gelu 8192x1024->4096", 8192, 1024, 4096, "gelu", False),
+    ("bf16 linear+bias+gelu_tanh 8192x1024->4096", 8192, 1024, 4096, "gelu_tanh", False),
+    ("bf16 linear+bias+swish*2 8192x1024->4096", 8192, 1024, 4096, "swish2", False),
 ]
+ACTS = {
+    "identity": lambda y: y,
+    "gelu": torch.nn.functional.gelu,
+    "gelu_tanh": lambda y: torch.nn.functional.gelu(y, approximate="tanh"),
+    "swish2": lambda y: y * torch.sigmoid(y) * 2.0,  # no CUTLASS activation: a functor
+}
 
 
 class _LinearAct(torch.nn.Module):
@@ -44,7 +53,7 @@ class _LinearAct(torch.nn.Module):
 
     def forward(self, x: torch.Tensor, r: torch.Tensor) -> torch.Tensor:
         y = self.linear(x)
-        y = torch.nn.functional.gelu(y) if self.act == "gelu" else y
+        y = ACTS[self.act](y)
         return y + r if self.residual else y
 
 
@@ -77,9 +86,10 @@ def _trials(log: Path) -> dict:
 
 def run_case(case, budget_s: float, cache_dir: str) -> dict:  # type: ignore[no-untyped-def]
     name, m, k, n, act, residual = case
-    model = _LinearAct(k, n, act, residual).cuda().bfloat16()
-    x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
-    r = torch.randn(m, n, device="cuda", dtype=torch.bfloat16)
+    dtype = torch.float16 if name.startswith("fp16") else torch.bfloat16
+    model = _LinearAct(k, n, act, residual).cuda().to(dtype)
+    x = torch.randn(m, k, device="cuda", dtype=dtype)
+    r = torch.randn(m, n, device="cuda", dtype=dtype)
     sg = gemm_subgraph(model, (x, r), "ieee")
     options = Options(cache_dir=cache_dir, budget_s=budget_s, progress=False, cutlass_jobs=12)
     searcher = SubgraphSearcher(options)
