@@ -17,6 +17,7 @@ loads it, as the search's isolated workers do first.
 from __future__ import annotations
 
 import ctypes
+import logging
 import os
 from collections.abc import Sequence
 from pathlib import Path
@@ -49,6 +50,7 @@ def library_flags(arch: str) -> tuple[str, ...]:
     return tuple(flags + [f"-I{d}" for d in cutlass_include_dirs()])
 
 
+log = logging.getLogger("kernelpro")
 _SYMBOLS = ("kp_gemm_workspace", "kp_gemm_run")  # HostGemm calls these
 _LIBRARY_DIR: list[Path | None] = [None]  # None: the default layout's cubin root
 _LOADED: dict[tuple[str, Path | None], HostGemm] = {}  # by source and library dir
@@ -75,7 +77,13 @@ def library_gemm(source: str, *, bias: bool, source_term: bool) -> HostGemm:
 
     key = (source, _LIBRARY_DIR[0])
     if key not in _LOADED:  # checked before anything else: the timed call lands here
-        path = compile_library(source, current_arch(), library_dir=key[1], symbols=_SYMBOLS)
+        arch = current_arch()
+        if not library_path(source, arch, key[1]).is_file():  # a cache whose libraries went
+            log.warning(
+                "kernelpro: building the CUDA library of a CUTLASS GEMM kernel now (nvcc, "
+                "1-3 minutes, once per machine and cache)"
+            )
+        path = compile_library(source, arch, library_dir=key[1], symbols=_SYMBOLS)
         _LOADED[key] = HostGemm(path, bias=bias, source=source_term)
     return _LOADED[key]
 

@@ -74,3 +74,25 @@ def test_a_compile_error_names_the_first_error(tmp_path) -> None:
     )
     with pytest.raises(cuda_host.CudaCompileError, match="nvcc: .*error"):
         cuda_host.compile_library(bad, "sm_90a", library_dir=tmp_path)
+
+
+def test_a_library_built_at_first_use_says_so(monkeypatch, caplog, tmp_path):
+    """A cached CUTLASS kernel whose library is not on disk (a cleaned cache, another machine
+    before its re-proof) is built on its first call: minutes inside a forward, so it warns."""
+    import logging
+
+    from kernelpro_backend.runtime import cuda_driver, cuda_host
+
+    built = []
+    monkeypatch.setattr(cuda_driver, "current_arch", lambda: "sm_90a")
+    monkeypatch.setattr(cuda_host, "library_path", lambda source, arch, d=None: tmp_path / "x.so")
+    monkeypatch.setattr(
+        cuda_host, "compile_library", lambda *a, **k: built.append(a) or tmp_path / "x.so"
+    )
+    monkeypatch.setattr(cuda_host, "HostGemm", lambda path, bias, source: ("gemm", path))
+    monkeypatch.setattr(cuda_host, "_LOADED", {})
+    with caplog.at_level(logging.WARNING, logger="kernelpro"):
+        gemm = cuda_host.library_gemm("// a source", bias=True, source_term=False)
+        again = cuda_host.library_gemm("// a source", bias=True, source_term=False)
+    assert gemm == again == ("gemm", tmp_path / "x.so") and len(built) == 1
+    assert caplog.text.count("building the CUDA library") == 1
