@@ -42,6 +42,8 @@ def default_knobs(spec: KernelSpec) -> tuple[tuple[str, KnobValue], ...]:
         r = max(1, min(next_pow2(n_rows), target // block_c, 256))
         warps = min(16, max(1, r * block_c // 512))
         knobs = dict(ROWS=r, BLOCK_C=block_c, num_warps=warps, num_stages=1)
+        if spec.template == "row_reduction":
+            knobs["ONLINE"] = "lane"
     return tuple(sorted(knobs.items()))
 
 

@@ -52,6 +52,9 @@ _SPACE: dict[str, dict[str, tuple[KnobValue, ...]]] = {
         "BLOCK_C": _POW2,
         "num_warps": (1, 2, 4, 8, 16, 32),
         "num_stages": (1, 2, 3),
+        # a column loop's online max and sum of exp: per lane (two exps an element, no
+        # reduction in the loop) or per block (one exp an element, two reductions a step)
+        "ONLINE": ("lane", "block"),
     },
     "attention": {
         "BLOCK_M": (16, 32, 64, 128),
@@ -69,7 +72,7 @@ _SPACE: dict[str, dict[str, tuple[KnobValue, ...]]] = {
         "num_stages": (1, 2, 3, 4),
     },
 }
-_SPACE["pointwise"] = _SPACE["row_reduction"]
+_SPACE["pointwise"] = {k: v for k, v in _SPACE["row_reduction"].items() if k != "ONLINE"}
 # The row-resident CUDA kernel (template_cluster.py): CTAs per row, elements per vector access
 # and warps per CTA; cluster_rules.py says which combinations fit a row.
 _SPACE["gemm_library"] = {}  # a library call: nothing to tune (template_library.py)
@@ -113,6 +116,7 @@ ROLES: dict[str, KnobRole] = {
     "FLATTEN": KnobRole.OTHER,
     "SM_PROGRAMS": KnobRole.OTHER,
     "LOADS": KnobRole.OTHER,
+    "ONLINE": KnobRole.OTHER,
     "SCHEDULE": KnobRole.OTHER,
     "CLUSTER_M": KnobRole.OTHER,
     "TILE_N": KnobRole.TILE,
@@ -129,7 +133,8 @@ ROLES: dict[str, KnobRole] = {
 # Knobs added after specs were cached, with the value that reproduces the older kernels:
 # `SpecView.from_json` fills them in, so cached specs keep loading.
 ADDED_KNOBS: dict[str, dict[str, KnobValue]] = {
-    "gemm": {"LOADS": "pointer", "EPILOGUE_SUBTILE": 1, "FLATTEN": False, "SM_PROGRAMS": 1}
+    "gemm": {"LOADS": "pointer", "EPILOGUE_SUBTILE": 1, "FLATTEN": False, "SM_PROGRAMS": 1},
+    "row_reduction": {"ONLINE": "lane"},
 }
 
 
@@ -346,6 +351,15 @@ def validate_attention_backward(spec: SpecView, k: dict) -> None:
         raise IllegalSpec("DQ='atomic' but the subgraph does not output grad_q; use DQ='kernel'")
 
 
+def _online_loop(spec: SpecView, block_c: int, n_cols: int) -> bool:
+    """Whether the row loops over columns with a max and the sum of exp(y - max) beside it:
+    an online log-sum-exp (program_walk.online_pairs)."""
+    from .program_walk import online_pairs
+
+    sums = [i for i, (op, _, _) in enumerate(spec.ops) if op in ("sum", "max")]
+    return block_c < n_cols and bool(online_pairs(spec, sums))
+
+
 def _validate_rowwise(spec: SpecView, k: dict) -> None:
     rows, cols = rows_cols(spec)
     n_cols, n_rows = extent(spec, cols), extent(spec, rows)
@@ -361,6 +375,11 @@ def _validate_rowwise(spec: SpecView, k: dict) -> None:
         )
     if k["ROWS"] > max(1, next_pow2(n_rows)):
         raise IllegalSpec(f"ROWS={k['ROWS']} exceeds the {n_rows} rows; use <= {next_pow2(n_rows)}")
+    if k.get("ONLINE") == "block" and not _online_loop(spec, k["BLOCK_C"], n_cols):
+        raise IllegalSpec(
+            "ONLINE=block changes only a column loop's online max and sum of exp; this spec "
+            "has none at this BLOCK_C: use ONLINE=lane"
+        )
     if tile < 32 * k["num_warps"] and k["num_warps"] > 1:
         raise IllegalSpec(
             f"num_warps={k['num_warps']} leaves threads idle on a {tile}-element tile; use "

@@ -1,8 +1,9 @@
 """Walks over a row program's references shared by the Triton and CUDA row templates.
 
-Owns: `needed_refs` (what the stores depend on) and `reduction_ready` (whether a reduction's
+Owns: `needed_refs` (what the stores depend on), `reduction_ready` (whether a reduction's
 per-element operand reads only per-row values already computed), the two questions both
-templates ask to order a program into column passes.
+templates ask to order a program into column passes, and `online_pairs` (a max and the sum of
+exp(y - max) one pass can compute together).
 Must not: emit source.
 """
 
@@ -73,3 +74,24 @@ def ref_dtype(spec: Any, ref: Any, constant: str = "float32") -> str:
     if ref[0] == "T":
         return str(spec.ops[ref[1]][2])
     return constant
+
+
+def online_pairs(spec: Any, reductions: list[int]) -> dict[int, int]:
+    """max reduction -> the sum of exp(y - that max) over the same y: the pair a softmax,
+    log-softmax or log-sum-exp makes, which one column pass can compute together."""
+    pairs: dict[int, int] = {}
+    for s in reductions:
+        op, args, _ = spec.ops[s]
+        if op != "sum" or args[0][0] != "T":
+            continue
+        e_op, e_args, _ = spec.ops[args[0][1]]
+        if e_op != "exp" or e_args[0][0] != "T":
+            continue
+        d_op, d_args, _ = spec.ops[e_args[0][1]]
+        if d_op != "sub" or len(d_args) != 2 or d_args[1][0] != "T":
+            continue
+        m = d_args[1][1]
+        m_op, m_args, _ = spec.ops[m]
+        if m in reductions and m_op == "max" and m_args[0] == d_args[0] and m not in pairs:
+            pairs[m] = s
+    return pairs

@@ -18,7 +18,7 @@ from typing import Any
 from . import index as ix
 from .domain import extent, rows_cols
 from .emitter import ARG_EXTREME, FULL, REDUCTIONS, Emitter
-from .program_walk import ARG_REDUCTIONS, reduction_ready
+from .program_walk import ARG_REDUCTIONS, online_pairs, reduction_ready
 from .spec import KernelSpec
 
 _INT32_MAX = 2**31 - 1
@@ -85,27 +85,6 @@ def render_rowwise(spec: KernelSpec) -> tuple[str, str]:
     return "\n".join(em.helper_source() + head + em.lines), grid
 
 
-def online_pairs(spec: KernelSpec, reductions: list[int]) -> dict[int, int]:
-    """max reduction -> the sum of exp(y - that max) over the same y: the pair a softmax,
-    log-softmax or log-sum-exp makes, which one column pass can compute together."""
-    pairs: dict[int, int] = {}
-    for s in reductions:
-        op, args, _ = spec.ops[s]
-        if op != "sum" or args[0][0] != "T":
-            continue
-        e_op, e_args, _ = spec.ops[args[0][1]]
-        if e_op != "exp" or e_args[0][0] != "T":
-            continue
-        d_op, d_args, _ = spec.ops[e_args[0][1]]
-        if d_op != "sub" or len(d_args) != 2 or d_args[1][0] != "T":
-            continue
-        m = d_args[1][1]
-        m_op, m_args, _ = spec.ops[m]
-        if m in reductions and m_op == "max" and m_args[0] == d_args[0] and m not in pairs:
-            pairs[m] = s
-    return pairs
-
-
 def _column_pass(
     spec: KernelSpec,
     em: Emitter,
@@ -115,18 +94,27 @@ def _column_pass(
     open_columns: Callable[[str], None],
 ) -> None:
     """One loop over the row's column blocks accumulating the `looped` reductions, and for each
-    max in `online` the sum of exp(y - max) beside it: per lane, the running max and the sum
-    rescaled whenever the max grows (exp(old - new); 0 while a lane has seen only -inf)."""
+    max in `online` the sum of exp(y - max) beside it: per lane (knob ONLINE "lane"), the
+    running max and the sum rescaled whenever the max grows (exp(old - new); 0 while a lane has
+    seen only -inf) — two exps an element; or per block ("block"), the block's max reduced
+    first, then one exp an element and one rescale a row per step."""
     ninf = 'float("-inf")'
+    block = dict(spec.knobs).get("ONLINE") == "block"
     picked = [i for i in looped if em.pickable(spec.ops[i][0], spec.ops[i][1])]
     looped = [i for i in looped if i not in picked]
     for i in looped:
         if spec.ops[i][0] in ARG_REDUCTIONS:
             _arg_start(em, i, n_cols)
+        elif block and i in online:
+            em.line(f"acc{i} = tl.full([ROWS, 1], {ninf}, tl.float32)")
         else:
             em.line(em.accumulator(spec.ops[i][0], f"acc{i}"))
     for s in online.values():
-        em.line(em.accumulator("sum", f"acc{s}"))
+        em.line(
+            f"acc{s} = tl.zeros([ROWS, 1], tl.float32)"
+            if block
+            else em.accumulator("sum", f"acc{s}")
+        )
     em.line(f"for c0 in range(0, {n_cols}, BLOCK_C):")
     em.indent += 1
     em.local_memo = {}
@@ -142,10 +130,12 @@ def _column_pass(
         s, y = online[i], f"y{i}"
         em.line(f"{y} = tl.where(mask, {em.value(args[0])}, {ninf})")
         # NaN propagates into the running max, and from it into the rescaled sum
-        em.line(f"new{i} = tl.maximum(acc{i}, {y}, propagate_nan=tl.PropagateNan.ALL)")
+        top = em.finish("max", y) if block else y  # the block's max per row, or per lane
+        em.line(f"new{i} = tl.maximum(acc{i}, {top}, propagate_nan=tl.PropagateNan.ALL)")
+        term = f"tl.where({y} == {ninf}, 0.0, tl.exp({y} - new{i}))"
         em.line(
             f"acc{s} = acc{s} * tl.where(new{i} == {ninf}, 0.0, tl.exp(acc{i} - new{i})) "
-            f"+ tl.where({y} == {ninf}, 0.0, tl.exp({y} - new{i}))"
+            f"+ {f'tl.sum({term}, axis=1)[:, None]' if block else term}"
         )
         em.line(f"acc{i} = new{i}")
     em.indent -= 1
@@ -154,13 +144,17 @@ def _column_pass(
         op = spec.ops[i][0]
         if op in ARG_REDUCTIONS:
             _arg_finish(em, i, op, n_cols)
+        elif block and i in online:
+            em.line(f"{name} = acc{i}")  # already one value a row
         else:
             em.line(f"{name} = {em.finish(op, f'acc{i}')}")
         em.global_memo[("T", i)] = name
         if i in online:
             s = online[i]
             scaled = f"acc{s} * tl.where(acc{i} == {ninf}, 0.0, tl.exp(acc{i} - {name}))"
-            em.line(f"t_red{s} = tl.sum({scaled}, axis=1)[:, None]")
+            em.line(
+                f"t_red{s} = acc{s}" if block else f"t_red{s} = tl.sum({scaled}, axis=1)[:, None]"
+            )
             em.global_memo[("T", s)] = f"t_red{s}"
     for i in picked:  # a row gather of an input: one load per row, no column loop
         em.line(f"t_red{i} = {em.picked_gather(spec.ops[i][1])}")
