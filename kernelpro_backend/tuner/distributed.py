@@ -76,6 +76,7 @@ class DistributedFinder:
 
     def prepare(self, subgraphs: Sequence[Subgraph]) -> None:
         """Agree with the other ranks on the kernel of each new subgraph key (collective)."""
+        self.inner.prepare(subgraphs)  # what any rank's searches will need (CUTLASS builds)
         todo: dict[str, Subgraph] = {}
         for sg in subgraphs:
             if not sg.symbolic and sg.inputs and self._digest(sg) not in self.decided:

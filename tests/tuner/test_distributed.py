@@ -103,3 +103,18 @@ def test_four_ranks_sharing_one_cache_directory(tmp_path):
     assert reports[0]["stored"] == winners  # one valid entry per key, nothing else
     searched = [d for r in reports for d in r["searched"]]
     assert len(searched) == len(set(searched))
+
+
+def test_the_ranks_finders_prepare_each_graph_before_agreeing():
+    """Every rank's own finder sees the graph first (it queues CUTLASS builds: any rank may
+    claim any key), then the ranks agree; subgraphs with nothing to agree on end there."""
+    from types import SimpleNamespace
+
+    from kernelpro_backend.tuner.distributed import DistributedFinder
+
+    seen = []
+    inner = SimpleNamespace(prepare=lambda subgraphs: seen.append(list(subgraphs)))
+    finder = DistributedFinder(inner, exchange=None)  # type: ignore[arg-type]
+    symbolic = SimpleNamespace(symbolic=True, inputs=[object()])
+    finder.prepare([symbolic])
+    assert seen == [[symbolic]]
