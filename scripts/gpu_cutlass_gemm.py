@@ -2,7 +2,7 @@
 eager and Inductor on bf16 GEMM + epilogue cases, side by side in one process; every variant
 checked against a float64 reference (its error next to eager's) before it is timed.
 
-    OUT=/tmp/out PYTHONPATH=. python scripts/gpu_cutlass_gemm.py [--only gelu] [--jobs 8]
+    OUT=/tmp/out PYTHONPATH=.:scripts python scripts/gpu_cutlass_gemm.py [--only gelu] [--jobs 8]
 
 Needs nvcc and the CUTLASS headers (`nvidia-cutlass` wheel or CUTLASS_PATH). Writes
 $OUT/gpu_cutlass_gemm.json and prints a table.
@@ -19,15 +19,14 @@ from concurrent.futures import ThreadPoolExecutor
 
 import torch
 import torch.nn.functional as F
+from scripts_common import ACTIVATIONS, median_ms
 
 from kernelpro_backend.bench.gemm_sweep import gemm_subgraph
 from kernelpro_backend.codegen import build
 from kernelpro_backend.codegen.template_cutlass import ENTRY_POINTS, CutlassGemm
 from kernelpro_backend.lowering import lower
 from kernelpro_backend.runtime.cuda_host import HostGemm, compile_library
-from kernelpro_backend.runtime.timing import time_kernel
 
-ACT = {"identity": lambda y: y, "gelu": F.gelu, "relu": F.relu, "silu": F.silu}
 # (name, M, K, N, activation, bias, residual)
 CASES = [
     ("bf16 linear+bias+gelu 8192x1024->4096", 8192, 1024, 4096, "gelu", True, False),
@@ -46,17 +45,13 @@ SHAPES = [  # (schedule, tile, cluster)
 ]
 
 
-def _ms(fn) -> float:
-    return time_kernel(lambda: fn(), [()], torch.device("cuda")).median_ms
-
-
 class _LinearAct(torch.nn.Module):
     def __init__(self, w, b, act: str, residual: bool) -> None:
         super().__init__()
         self.w, self.b, self.act, self.residual = w, b, act, residual
 
     def forward(self, x, r):
-        y = ACT[self.act](F.linear(x, self.w, self.b))
+        y = ACTIVATIONS[self.act](F.linear(x, self.w, self.b))
         return y + r if self.residual else y
 
 
@@ -64,7 +59,7 @@ def _triton_seed_ms(x, w, b, r, act: str, residual: bool) -> float:
     """The GEMM template's seed for the same subgraph (its inputs at the same shapes)."""
     sg = gemm_subgraph(_LinearAct(w, b, act, residual), (x, r), "ieee")
     kernel, inputs = build(lower(sg)), sg.make_inputs(0, "cuda")
-    return _ms(lambda: kernel(*inputs))
+    return median_ms(lambda: kernel(*inputs))
 
 
 def run_case(case, libraries) -> dict:
@@ -76,15 +71,15 @@ def run_case(case, libraries) -> dict:
     r = torch.randn(m, n, device="cuda", generator=g).bfloat16() if residual else None
 
     def eager():
-        y = ACT[act](F.linear(x, w, b))
+        y = ACTIVATIONS[act](F.linear(x, w, b))
         return y + r if residual else y
 
     y64 = F.linear(x.double(), w.double(), None if b is None else b.double())
-    ref = ACT[act](y64) + (r.double() if residual else 0)
+    ref = ACTIVATIONS[act](y64) + (r.double() if residual else 0)
     compiled = torch.compile(eager)
     row: dict = {"case": name, "eager_error": (eager().double() - ref).abs().max().item()}
-    row["cublas_ms"] = _ms(lambda: F.linear(x, w))
-    row["eager_ms"], row["inductor_ms"] = _ms(eager), (compiled(), _ms(compiled))[1]
+    row["cublas_ms"] = median_ms(lambda: F.linear(x, w))
+    row["eager_ms"], row["inductor_ms"] = median_ms(eager), (compiled(), median_ms(compiled))[1]
     try:
         row["triton_seed_ms"] = _triton_seed_ms(x, w, b, r, act, residual)
     except Exception as e:
@@ -101,7 +96,7 @@ def run_case(case, libraries) -> dict:
             out = gemm(x, w, b, r)
             entry["max_error"] = (out.double() - ref).abs().max().item()
             entry["ok"] = entry["max_error"] <= 2 * row["eager_error"] + 1e-2
-            entry["ms"] = _ms(lambda gemm=gemm: gemm(x, w, b, r))
+            entry["ms"] = median_ms(lambda gemm=gemm: gemm(x, w, b, r))
         except Exception as e:
             entry["error"] = f"{type(e).__name__}: {e}"[:300]
     return row

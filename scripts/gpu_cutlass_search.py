@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 
 import torch
+from scripts_common import ACTIVATIONS, median_ms
 
 from kernelpro_backend import make_backend
 from kernelpro_backend.bench.gemm_sweep import gemm_subgraph
@@ -26,7 +27,6 @@ from kernelpro_backend.cache import KernelCache
 from kernelpro_backend.cache.entries import describe
 from kernelpro_backend.lowering import lower
 from kernelpro_backend.options import Options
-from kernelpro_backend.runtime.timing import time_kernel
 from kernelpro_backend.tuner.searcher import SubgraphSearcher
 
 # (name: its dtype first, M, K, N, activation, residual)
@@ -37,12 +37,6 @@ CASES = [
     ("bf16 linear+bias+gelu_tanh 8192x1024->4096", 8192, 1024, 4096, "gelu_tanh", False),
     ("bf16 linear+bias+swish*2 8192x1024->4096", 8192, 1024, 4096, "swish2", False),
 ]
-ACTS = {
-    "identity": lambda y: y,
-    "gelu": torch.nn.functional.gelu,
-    "gelu_tanh": lambda y: torch.nn.functional.gelu(y, approximate="tanh"),
-    "swish2": lambda y: y * torch.sigmoid(y) * 2.0,  # no CUTLASS activation: a functor
-}
 
 
 class _LinearAct(torch.nn.Module):
@@ -53,7 +47,7 @@ class _LinearAct(torch.nn.Module):
 
     def forward(self, x: torch.Tensor, r: torch.Tensor) -> torch.Tensor:
         y = self.linear(x)
-        y = ACTS[self.act](y)
+        y = ACTIVATIONS[self.act](y)
         return y + r if self.residual else y
 
 
@@ -114,10 +108,6 @@ def run_case(case, budget_s: float, cache_dir: str) -> dict:  # type: ignore[no-
     return row
 
 
-def _ms(fn) -> float:  # type: ignore[no-untyped-def]
-    return time_kernel(lambda: fn(), [()], torch.device("cuda")).median_ms
-
-
 def _model_from_cache(model, inputs, cache_dir: str) -> dict:  # type: ignore[no-untyped-def]
     """The model compiled by kernelpro from that cache alone (no search), against eager and
     Inductor in this process: its output, subgraphs replaced, time."""
@@ -129,13 +119,13 @@ def _model_from_cache(model, inputs, cache_dir: str) -> dict:  # type: ignore[no
         got, want = ours(*inputs), model(*inputs)
         row = {"max_error": (got.float() - want.float()).abs().max().item()}
         row["replaced"] = sum(len(r.replaced) for s in sessions for r in s.reports)
-        row["kernelpro_ms"] = _ms(lambda: ours(*inputs))
+        row["kernelpro_ms"] = median_ms(lambda: ours(*inputs))
         torch._dynamo.reset()
         inductor = torch.compile(model)
         inductor(*inputs)
         row["inductor_ms"], row["eager_ms"] = (
-            _ms(lambda: inductor(*inputs)),
-            _ms(lambda: model(*inputs)),
+            median_ms(lambda: inductor(*inputs)),
+            median_ms(lambda: model(*inputs)),
         )
     return row
 

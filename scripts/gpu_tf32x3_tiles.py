@@ -3,7 +3,7 @@ several sizes, each configuration checked against float64 (error no larger than 
 on the same inputs) and timed beside IEEE cuBLAS in one process. Prints a table; writes
 $OUT/gpu_tf32x3_tiles.json.
 
-    OUT=/tmp/out PYTHONPATH=. python scripts/gpu_tf32x3_tiles.py [--sizes 2048 4096 8192]
+    OUT=/tmp/out PYTHONPATH=.:scripts python scripts/gpu_tf32x3_tiles.py [--sizes 2048 4096 8192]
 """
 
 from __future__ import annotations
@@ -15,13 +15,13 @@ import sys
 import time
 
 import torch
+from scripts_common import median_ms
 
 import kernelpro_backend.codegen.template_tf32x3 as t3
 from kernelpro_backend.bench.gemm_cases import MatMul
 from kernelpro_backend.bench.gemm_sweep import gemm_subgraph
 from kernelpro_backend.codegen import alternatives, build
 from kernelpro_backend.lowering import lower
-from kernelpro_backend.runtime.timing import time_kernel
 
 # (BLOCK_M, BLOCK_N, BLOCK_K, warps, stages); the first is the template's own
 CONFIGS = [
@@ -36,10 +36,6 @@ CONFIGS = [
 ]
 
 
-def _ms(fn) -> float:  # type: ignore[no-untyped-def]
-    return time_kernel(lambda: fn(), [()], torch.device("cuda")).median_ms
-
-
 def run_size(n: int) -> dict:
     torch.set_float32_matmul_precision("highest")
     torch.manual_seed(0)
@@ -50,7 +46,7 @@ def run_size(n: int) -> dict:
     inputs = sg.make_inputs(0, "cuda")
     exact = sg.module().double()(*[t.double() for t in inputs])[0]
     ieee = sg.module()(*inputs)[0]
-    row: dict = {"n": n, "ieee_ms": _ms(lambda: sg.module()(*inputs))}
+    row: dict = {"n": n, "ieee_ms": median_ms(lambda: sg.module()(*inputs))}
     row["ieee_error"] = (ieee.double() - exact).abs().max().item()
     row["configs"] = []
     saved = (t3.BLOCK_M, t3.BLOCK_N, t3.BLOCK_K, t3.WARPS, t3.STAGES)
@@ -63,7 +59,7 @@ def run_size(n: int) -> dict:
             (got,) = kernel(*inputs)
             entry["error"] = (got.double() - exact).abs().max().item()
             entry["ok"] = entry["error"] <= row["ieee_error"]
-            entry["ms"] = _ms(lambda kernel=kernel: kernel(*inputs))
+            entry["ms"] = median_ms(lambda kernel=kernel: kernel(*inputs))
             entry["x_ieee"] = round(row["ieee_ms"] / entry["ms"], 3)
         except Exception as e:
             entry["failed"] = f"{type(e).__name__}: {e}"[:300]

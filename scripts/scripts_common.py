@@ -1,4 +1,5 @@
-"""What the one-off GPU scripts share: timing a training step and its peak memory."""
+"""What the one-off GPU scripts share: timing a training step and its peak memory, timing a
+kernel call, and the GEMM epilogues the CUTLASS drivers use."""
 
 from __future__ import annotations
 
@@ -6,6 +7,23 @@ import time
 from collections.abc import Callable
 
 import torch
+import torch.nn.functional as F
+
+from kernelpro_backend.runtime.timing import time_kernel
+
+ACTIVATIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
+    "identity": lambda y: y,
+    "gelu": F.gelu,
+    "gelu_tanh": lambda y: F.gelu(y, approximate="tanh"),
+    "relu": F.relu,
+    "silu": F.silu,
+    "swish2": lambda y: y * torch.sigmoid(y) * 2.0,  # no CUTLASS activation: a functor
+}
+
+
+def median_ms(fn: Callable[[], object]) -> float:
+    """`fn`'s median GPU time, as the search's evaluator times a candidate (runtime.timing)."""
+    return time_kernel(lambda: fn(), [()], torch.device("cuda")).median_ms
 
 
 def measure_step(step: Callable[[], torch.Tensor], repeats: int = 20, warm: int = 3) -> str:

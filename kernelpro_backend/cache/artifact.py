@@ -165,10 +165,19 @@ class KernelArtifact:
         return hashlib.sha256(_canonical(self.to_dict()).encode()).hexdigest()
 
     @property
+    def template(self) -> str | None:
+        """The codegen template of a spec-built kernel (its spec's "template"), else None."""
+        try:
+            spec = json.loads(self.spec_json) if self.spec_json else None
+        except ValueError:
+            return None
+        return spec.get("template") if isinstance(spec, dict) else None
+
+    @property
     def shown_language(self) -> str:
         """The language listings show: "cutlass" for a CUTLASS GEMM (a generated Python module
         around CUDA C++, loaded as the Triton ones are), else `language`."""
-        return "cutlass" if '"gemm_cutlass"' in (self.spec_json or "") else self.language
+        return "cutlass" if self.template == "gemm_cutlass" else self.language
 
     @property
     def speedup(self) -> float | None:

@@ -119,7 +119,7 @@ def winner_fields(
 def surcharge_ms(artifact: KernelArtifact) -> float:
     """What a cached kernel must save beyond its launch path's minimum gain for a host path
     slower than a Triton launch's (a CUTLASS call: codegen's `host_surcharge_ms`)."""
-    if artifact.kernel_ms is None or '"gemm_cutlass"' not in (artifact.spec_json or ""):
+    if artifact.kernel_ms is None or artifact.template != "gemm_cutlass":
         return 0.0
     from ..codegen import KernelSpec, host_surcharge_ms
 

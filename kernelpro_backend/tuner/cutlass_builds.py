@@ -93,7 +93,7 @@ class CutlassBuilds:
             return True
         if self.unavailable is not None:
             return False
-        return self._built(cutlass_gemm(spec).source_text(), self.arch, self.library_dir)
+        return self._built(_source(spec), self.arch, self.library_dir)
 
     def start(self, seed: Any) -> int:
         """Queue the builds of every CUTLASS configuration of `seed` not built or queued yet;
@@ -101,7 +101,7 @@ class CutlassBuilds:
         specs = cutlass_specs(seed)
         if not specs or self.unavailable is not None:
             return 0
-        queued = sum(self._queue(cutlass_gemm(spec).source_text()) for spec in specs)
+        queued = sum(self._queue(_source(spec)) for spec in specs)
         if queued:
             log.info(
                 "kernelpro: building %d CUTLASS GEMM libraries in the background (1-3 min each, "
@@ -116,7 +116,7 @@ class CutlassBuilds:
         entry about to be re-proved); True when every one is built."""
         if self.unavailable is not None:
             return False
-        if sum(self._queue(cutlass_gemm(s).source_text()) for s in specs):
+        if sum(self._queue(_source(s)) for s in specs):
             log.info("kernelpro: building a cached CUTLASS GEMM's library (1-3 min)")
         self.wait(timeout_s)
         return all(self.ready(s) for s in specs)
@@ -144,9 +144,7 @@ class CutlassBuilds:
     def wait(self, timeout_s: float | None = None, seed: Any = None) -> bool:
         """Wait for the queued builds (with `seed`: only those of its configurations); True
         when none of them is still running."""
-        sources = (
-            None if seed is None else {cutlass_gemm(s).source_text() for s in cutlass_specs(seed)}
-        )
+        sources = None if seed is None else _sources(seed)
         threads = [t for src, t in self._threads.items() if sources is None or src in sources]
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
         for thread in threads:
@@ -160,8 +158,17 @@ class CutlassBuilds:
 
     def building(self, seed: Any) -> int:
         """How many of `seed`'s configurations are being built now."""
-        sources = {cutlass_gemm(s).source_text() for s in cutlass_specs(seed)}
+        sources = _sources(seed)
         return sum(t.is_alive() for src, t in self._threads.items() if src in sources)
+
+
+def _source(spec: Any) -> str:
+    return cutlass_gemm(spec).source_text()
+
+
+def _sources(seed: Any) -> set[str]:
+    """The sources of every CUTLASS configuration of a GEMM seed."""
+    return {_source(spec) for spec in cutlass_specs(seed)}
 
 
 def _compile(source: str, arch: str, library_dir: Path | None) -> Path:

@@ -128,13 +128,13 @@ class SubgraphSearcher:
         """Queue this GEMM's CUTLASS builds, and wait up to two search budgets for those in
         flight: the search proposes only built ones, and one build serves every later shape
         of its epilogue (this run's and the next's)."""
-        self.queue_builds([subgraph])
         if subgraph.kind != "gemm" or subgraph.device.type != "cuda":
             return
         try:
             seed = lower(subgraph)
         except Unsupported:
             return
+        self.cutlass.start(seed)
         if self.cutlass.building(seed):
             log.info(
                 "kernelpro: %s waits up to %.0f s for its CUTLASS GEMM libraries",

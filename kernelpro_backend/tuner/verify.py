@@ -97,7 +97,7 @@ class CacheEntryValidator:
             candidate = artifact_candidate(artifact)
         except ValueError as e:
             return Verdict("failed", f"does not load in the evaluator: {e}")
-        self._build_library(candidate)
+        self._build_library(artifact)
         job = Job.from_subgraph(
             subgraph, candidate, seed=self.seed, ceilings=self._ceilings_for(subgraph)
         )
@@ -124,15 +124,15 @@ class CacheEntryValidator:
             artifact, result, dict(zip(("eager", "inductor"), results[1:], strict=True))
         )
 
-    def _build_library(self, candidate: Any) -> None:
+    def _build_library(self, artifact: KernelArtifact) -> None:
         """A CUTLASS entry's library, built here from its spec first (1-3 minutes of nvcc: not
         in the job's timeout); the worker then loads it. A failed build fails the job there."""
-        spec_json = getattr(candidate, "spec_json", None)
-        if spec_json is None or '"gemm_cutlass"' not in spec_json:
+        if artifact.template != "gemm_cutlass":
             return
         from ..codegen import KernelSpec
 
-        CutlassBuilds(self.setup.layout.cubin_root, 1).build([KernelSpec.from_json(spec_json)])
+        spec = KernelSpec.from_json(str(artifact.spec_json))
+        CutlassBuilds(self.setup.layout.cubin_root, 1).build([spec])
 
     def _retimed(
         self, artifact: KernelArtifact, result: EvalResult, baselines: dict[str, EvalResult]

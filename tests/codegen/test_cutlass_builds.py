@@ -127,7 +127,7 @@ def test_build_now_waits_for_the_given_specs_only() -> None:
 def test_a_cutlass_entry_is_built_before_its_reproof(monkeypatch) -> None:  # type: ignore[no-untyped-def]
     """The validator builds the library in its own process (minutes of nvcc outside the
     job's timeout) before the worker proves the entry; other entries build nothing."""
-    from kernelpro_backend.runtime.candidate import SpecCandidate
+    from kernelpro_backend.cache.artifact import KernelArtifact
     from kernelpro_backend.tuner import verify
 
     built: list = []
@@ -144,9 +144,9 @@ def test_a_cutlass_entry_is_built_before_its_reproof(monkeypatch) -> None:  # ty
     validator = verify.CacheEntryValidator(evaluate=lambda jobs: [], arch="sm_90a")
     seed = lower(_gelu_subgraph())
     spec = cutlass_specs(seed)[2]
-    validator._build_library(SpecCandidate(seed.to_json()))
+    validator._build_library(KernelArtifact("triton", "", "entry", seed.to_json()))
     assert built == []
-    validator._build_library(SpecCandidate(spec.to_json()))
+    validator._build_library(KernelArtifact("triton", "", "entry", spec.to_json()))
     assert [s for _, s in built] == [spec]
     assert built[0][0] == validator.setup.layout.cubin_root
 

@@ -224,6 +224,8 @@ def test_listings_name_a_cutlass_entry_as_such() -> None:
     made, seed_made = _artifacts()
     assert made.language == "triton" and made.shown_language == "cutlass"
     assert seed_made.shown_language == "triton"
+    assert (made.template, seed_made.template) == ("gemm_cutlass", "gemm")
+    assert dataclasses.replace(made, spec_json="{not json").template is None
 
 
 def test_a_cached_short_cutlass_kernel_must_pay_its_host_path() -> None:
