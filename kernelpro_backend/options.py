@@ -29,9 +29,17 @@ DynamicShapes = Literal["dispatch", "transfer", "off"]
 ENV_PREFIX = "KERNELPRO_"
 
 
-def default_workers(cpus: int | None = None) -> int:
-    """Half the CPU cores, at least 2 and at most 8."""
+def default_workers(cpus: int | None = None, local_ranks: int | None = None) -> int:
+    """Half the CPU cores, at least 2 and at most 8. In a job of several ranks on this host
+    (torchrun's LOCAL_WORLD_SIZE), three for every eight cores of the rank's share: two ranks
+    of a 32-core host warming up the bench's MLP took 0.66x the one-GPU time with 8 workers
+    each, 0.55x with 6 (2x H200, BENCHMARKS.md); the ranks' own processes and the compilers
+    of 16 workers left each worker less than two cores."""
     cpus = cpus if cpus is not None else (os.cpu_count() or 2)
+    if local_ranks is None:
+        local_ranks = int(os.environ.get("LOCAL_WORLD_SIZE", "1") or 1)
+    if local_ranks > 1:
+        return max(2, min(8, cpus // local_ranks * 3 // 8))
     return max(2, min(8, cpus // 2))
 
 

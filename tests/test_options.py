@@ -139,7 +139,10 @@ def test_llm_model_from_options_or_environment():
 def test_default_workers_follow_the_cpu_count():
     from kernelpro_backend.options import default_workers
 
-    assert [default_workers(n) for n in (1, 2, 4, 8, 16, 64)] == [2, 2, 2, 4, 8, 8]
+    assert [default_workers(n, 1) for n in (1, 2, 4, 8, 16, 64)] == [2, 2, 2, 4, 8, 8]
+    # ranks sharing the host share its cores: 2 ranks on 32 cores take 6 each, not 8
+    assert [default_workers(32, r) for r in (2, 4, 8)] == [6, 3, 2]
+    assert default_workers(128, 8) == 6
     assert Options.resolve(environ={}).workers == default_workers()
 
 
