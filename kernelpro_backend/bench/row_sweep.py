@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import functools
+import itertools
 import json
 import os
 import time
@@ -100,17 +101,23 @@ def neighbours(seed: KernelSpec) -> list[tuple[str, KernelSpec]]:
 
 def candidates(seed: KernelSpec, ring: bool = False) -> list[tuple[str, KernelSpec]]:
     """The seed (with `ring`, its one-knob neighbours too) and every legal row-resident
-    cluster configuration."""
+    cluster configuration (cluster size, warps, ONLINE, HOLD; the alternative's vector width)."""
     out = [("triton seed", seed), *(neighbours(seed) if ring else [])]
     for alt in alternatives(seed):
         space = knob_space(alt)
-        for cluster in space["CLUSTER"]:
+        for cluster in (1, 2, 4, 8, 16):  # the registers' legal sizes and smaller held in smem
             for warps in (4, 8, 16, 32):
-                try:
-                    spec = alt.with_knobs(CLUSTER=cluster, num_warps=warps)
-                except IllegalSpec:
-                    continue
-                out.append((f"cluster c{cluster} w{warps} v{alt.knob('VEC')}", spec))
+                for online, hold in itertools.product(space["ONLINE"], space["HOLD"]):
+                    try:
+                        spec = alt.with_knobs(
+                            CLUSTER=cluster, num_warps=warps, ONLINE=online, HOLD=hold
+                        )
+                    except IllegalSpec:
+                        continue
+                    tag = (" pair" if online == "pair" else "") + (
+                        " smem" if hold == "shared" else ""
+                    )
+                    out.append((f"cluster c{cluster} w{warps} v{alt.knob('VEC')}{tag}", spec))
     return out
 
 

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from . import index as ix
 from .domain import extent, rows_cols
-from .program_walk import REDUCTIONS
+from .program_walk import REDUCTIONS, online_pairs, ref_levels
 
 if TYPE_CHECKING:
     from .spec_view import SpecView
@@ -28,6 +28,9 @@ ROW_DTYPES = set(FLOATS) | {"int64", "int32", "bool"}
 REGISTER_FILE = 65536  # 32-bit registers per SM (H100/H200)
 SPARE_REGISTERS = 24  # addresses, loop state and temporaries besides the resident values
 MAX_RESIDENT = 64  # resident values per thread: more spill or cost occupancy
+SHARED_LIMIT = 227 * 1024 - 1024  # dynamic shared memory a CTA may hold (H100/H200), less static
+SHARED_PER_SM = 228 * 1024
+MAX_SHARED_PER_THREAD = 256  # values a thread walks in shared memory (its loops are unrolled)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -40,12 +43,23 @@ class ClusterShape:
     vectors: int  # vectors per row (cols // vec)
     cta_vectors: int  # vectors per CTA
     per_thread: int  # vectors per thread
-    resident: tuple[int, ...]  # loads held in registers across the reductions
+    resident: tuple[int, ...]  # loads held on chip across the reductions
+    hold: str = "registers"  # where: each thread's registers, or the CTA's shared memory
+    resident_sizes: tuple[int, ...] = ()  # bytes per element of each resident load
 
     @property
     def elements(self) -> int:
-        """Registers per thread for each resident load."""
+        """Values per thread for each resident load."""
         return self.per_thread * self.vec
+
+    def shared_offsets(self) -> tuple[list[int], int]:
+        """(byte offset of each resident load's slice, total bytes) with HOLD=shared: the
+        CTA's share of the row in the input's own dtype, 16-byte aligned."""
+        offsets, total = [], 0
+        for size in self.resident_sizes:
+            offsets.append(total)
+            total += -(-self.cta_vectors * self.vec * size // 16) * 16
+        return offsets, total if self.hold == "shared" else 0
 
 
 def level_of(spec: SpecView, index: Any, cols: tuple[int, ...]) -> int:
@@ -107,7 +121,11 @@ def cluster_problem(spec: SpecView, knobs: dict[str, Any]) -> str | None:
         return "the row does not fit"  # cannot happen: per_thread rounds up
     limit = min(255, REGISTER_FILE // shape.threads) - SPARE_REGISTERS
     held = shape.elements * max(1, len(shape.resident))
-    if held > min(limit, MAX_RESIDENT):
+    if shape.hold == "shared":
+        problem = _shared_problem(shape)
+        if problem:
+            return problem
+    elif held > min(limit, MAX_RESIDENT):
         return (
             f"each thread would hold {held} values in registers (at most "
             f"{min(limit, MAX_RESIDENT)} with {shape.threads} threads); use a larger CLUSTER "
@@ -115,9 +133,38 @@ def cluster_problem(spec: SpecView, knobs: dict[str, Any]) -> str | None:
         )
     if shape.cluster > 1 and shape.cta_vectors * (shape.cluster - 1) >= shape.vectors:
         return f"CLUSTER={shape.cluster} leaves a CTA without columns; use a smaller cluster"
+    if knobs.get("ONLINE") == "pair" and not pair_reductions(spec, cols):
+        return "ONLINE=pair merges a max with the sum of exp(y - max); this program has none"
     if shape.rows * shape.cluster >= 2**31:
         return f"{shape.rows} rows x CLUSTER={shape.cluster} CTAs exceed the grid limit"
     return None
+
+
+def _shared_problem(shape: ClusterShape) -> str | None:
+    if not shape.resident:
+        return "HOLD=shared keeps the inputs a reduction reads; this program reads none twice"
+    _, total = shape.shared_offsets()
+    if total > SHARED_LIMIT:
+        return (
+            f"the CTA's share of the row needs {total} bytes of shared memory (at most "
+            f"{SHARED_LIMIT}); use a larger CLUSTER"
+        )
+    if shape.elements > MAX_SHARED_PER_THREAD:
+        return (
+            f"each thread would walk {shape.elements} values (at most {MAX_SHARED_PER_THREAD}); "
+            "use more warps or a larger CLUSTER"
+        )
+    return None
+
+
+def pair_reductions(spec: SpecView, cols: tuple[int, ...]) -> dict[int, int]:
+    """max -> sum of exp(y - max) among the reductions over the row's elements."""
+    levels = ref_levels(spec, lambda idx: level_of(spec, idx, cols))
+    looped = [
+        i for i, (op, args, _) in enumerate(spec.ops)
+        if op in REDUCTIONS and args[0][0] != "c" and levels[args[0]] == 2
+    ]  # fmt: skip
+    return online_pairs(spec, looped)
 
 
 def cluster_shape(spec: SpecView, knobs: dict[str, Any]) -> ClusterShape:
@@ -126,6 +173,7 @@ def cluster_shape(spec: SpecView, knobs: dict[str, Any]) -> ClusterShape:
     cluster, threads = int(knobs["CLUSTER"]), 32 * int(knobs["num_warps"])
     vectors = n_cols // vec
     cta_vectors = math.ceil(vectors / cluster)
+    resident = resident_loads(spec, cols)
     return ClusterShape(
         rows=extent(spec, rows),
         cols=n_cols,
@@ -135,7 +183,9 @@ def cluster_shape(spec: SpecView, knobs: dict[str, Any]) -> ClusterShape:
         vectors=vectors,
         cta_vectors=cta_vectors,
         per_thread=math.ceil(cta_vectors / threads),
-        resident=resident_loads(spec, cols),
+        resident=resident,
+        hold=str(knobs.get("HOLD", "registers")),
+        resident_sizes=tuple(FLOATS.get(spec.inputs[spec.loads[i][0]][2], 4) for i in resident),
     )
 
 

@@ -93,7 +93,8 @@ def alternatives(seed: KernelSpec) -> list[KernelSpec]:
     ("gemm_library"); a 16-bit one whose epilogue CUTLASS's visitor computes, as the CUTLASS 3
     warp-specialised GEMM ("gemm_cutlass", cutlass_match.py). A long row program may run row-resident as CUDA C++ ("row_cluster"):
     the widest vectors, then the fewest warps, then the fewest CTAs per row that hold the row
-    with at most 64 values per thread. Small CTAs share an SM, so one CTA's reductions and
+    with at most 64 values per thread, a softmax's statistics in one (max, sum) exchange
+    (ONLINE=pair) where the program has them. Small CTAs share an SM, so one CTA's reductions and
     cluster barriers overlap the others' memory traffic: on the H100 4 warps x 8 CTAs took
     0.80 ms for a float32 4096x65536 softmax where 32 warps x 2 CTAs took 0.89 ms."""
     if seed.template == "gemm":
@@ -107,13 +108,16 @@ def alternatives(seed: KernelSpec) -> list[KernelSpec]:
         return []
     import dataclasses
 
-    from .cluster_rules import MAX_RESIDENT, cluster_shape
+    from .cluster_rules import MAX_RESIDENT, cluster_shape, pair_reductions
     from .template_cluster import render_cluster
 
+    online = "pair" if pair_reductions(seed, cols) else "wave"
     for vec in (8, 4, 2, 1):
         for warps in (4, 8, 16, 32):
             for cluster in (1, 2, 4, 8, 16):
-                knobs = dict(CLUSTER=cluster, VEC=vec, num_warps=warps)
+                knobs = dict(
+                    CLUSTER=cluster, VEC=vec, num_warps=warps, ONLINE=online, HOLD="registers"
+                )
                 shape = cluster_shape(seed, knobs)
                 if shape.elements * max(1, len(shape.resident)) > MAX_RESIDENT:
                     continue

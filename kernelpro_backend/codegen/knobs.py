@@ -81,6 +81,12 @@ _SPACE["row_cluster"] = {
     "CLUSTER": (1, 2, 4, 8, 16),
     "VEC": (1, 2, 4, 8),
     "num_warps": (1, 2, 4, 8, 16, 32),
+    # a softmax's max and sum of exp: two reduction waves (a block and a cluster barrier
+    # each), or one wave exchanging (max, sum) pairs
+    "ONLINE": ("wave", "pair"),
+    # the row's share each CTA keeps on chip: in its threads' registers, or in shared memory
+    # (copied there by cp.async): no register limit, so more CTAs (more rows) fit an SM
+    "HOLD": ("registers", "shared"),
 }
 
 
@@ -117,6 +123,7 @@ ROLES: dict[str, KnobRole] = {
     "SM_PROGRAMS": KnobRole.OTHER,
     "LOADS": KnobRole.OTHER,
     "ONLINE": KnobRole.OTHER,
+    "HOLD": KnobRole.OTHER,
     "SCHEDULE": KnobRole.OTHER,
     "CLUSTER_M": KnobRole.OTHER,
     "TILE_N": KnobRole.TILE,
@@ -135,6 +142,7 @@ ROLES: dict[str, KnobRole] = {
 ADDED_KNOBS: dict[str, dict[str, KnobValue]] = {
     "gemm": {"LOADS": "pointer", "EPILOGUE_SUBTILE": 1, "FLATTEN": False, "SM_PROGRAMS": 1},
     "row_reduction": {"ONLINE": "lane"},
+    "row_cluster": {"ONLINE": "wave", "HOLD": "registers"},
 }
 
 

@@ -4,7 +4,9 @@ Owns: rendering a row program (the same loads/ops/stores a "row_reduction" spec 
 CUDA kernel with a `kernelpro-launch` header (runtime/cuda_source.py). CLUSTER CTAs (a
 thread-block cluster) share a row; each thread reads its vectors of every input the
 reductions need once into registers; each wave of reductions is folded per thread, then across
-the warp, the block and the cluster (distributed shared memory); the outputs are computed from
+the warp, the block and the cluster (distributed shared memory); with ONLINE=pair a softmax's
+max and sum of exp(y - max) fold in one wave (the sum against each thread's own max) and cross
+the cluster as one (max, sum) exchange; the outputs are computed from
 the registers and written with vector stores. Loads only the outputs read are read as they are
 written. A pointer that is not aligned for the vector width takes the same body with 1-element
 accesses (checked once per CTA). cluster_rules.py says which specs and knobs are legal.
@@ -13,15 +15,13 @@ Must not: decide legality (cluster_rules.py), compile or launch (runtime/ does).
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from . import index as ix
+from .cluster_frame import coords, header, min_blocks, vector_pointers
 from .cluster_prelude import PRELUDE
 from .cluster_rules import (
     REDUCTIONS,
-    REGISTER_FILE,
-    SPARE_REGISTERS,
     ClusterShape,
     cluster_shape,
     level_of,
@@ -36,7 +36,7 @@ from .optable_cuda import (
     c_store_value,
     c_type,
 )
-from .program_walk import needed_refs, reduction_ready, ref_dtype, ref_levels
+from .program_walk import needed_refs, online_pairs, reduction_ready, ref_dtype, ref_levels
 from .spec import KernelSpec
 
 SCALAR, ROW, FULL = 0, 1, 2
@@ -47,6 +47,7 @@ _IDENTITY = {
     "min": "__int_as_float(0x7f800000)",
 }
 _IDENTITY["gather"] = "0.0f"
+_APPROX = {"exp": "kp_exp({0})", "div": "kp_div({0}, {1})"}  # cluster_prelude.py
 
 
 def kernel_name(spec: KernelSpec) -> str:
@@ -113,7 +114,7 @@ class _Body:
 
     def _load(self, i: int, full: bool) -> str:
         if full:
-            if i in self.shape.resident:
+            if i in self.shape.resident and self.shape.hold == "registers":
                 return f"r{i}[k * {self.vec} + j]"
             self.streamed.add(i)
             return f"s{i}[j]"
@@ -131,7 +132,10 @@ class _Body:
             return c_literal(args[0][1], dtype)
         used = args[:1] if op == "cast" else args
         rendered = [self.value(a) for a in used]
-        return c_expression(op, rendered, [self.dtype(a) for a in used], dtype)
+        types = [self.dtype(a) for a in used]
+        if op in _APPROX and all(c_type(t) == "float" for t in types):
+            return _APPROX[op].format(*rendered)  # the Triton templates' precision
+        return c_expression(op, rendered, types, dtype)
 
     # -- loops ----------------------------------------------------------------------------
     def open_vectors(self) -> None:
@@ -160,6 +164,8 @@ class _Body:
         return f"{tensor} + {self._row_offset(offset, index)} + c0"
 
     def resident_loads(self) -> None:
+        if self.shape.hold == "shared":
+            return self.shared_loads()
         size = self.per_thread * self.vec
         for i in self.shape.resident:
             self.line(f"float r{i}[{size}];")
@@ -170,6 +176,29 @@ class _Body:
             where = self.pointer(f"in{inp}", offset, index)
             self.line(f"kp_load<{ptype}, {self.vec}>({where}, &r{i}[k * {self.vec}]);")
         self.close(2)
+
+    def shared_loads(self) -> None:
+        """HOLD=shared: copy the CTA's share of each resident input to shared memory, each
+        thread its own vectors (read back from there by the same thread)."""
+        offsets, _ = self.shape.shared_offsets()
+        for i, offset in zip(self.shape.resident, offsets, strict=True):
+            ptype = POINTER_TYPES[self.spec.inputs[self.spec.loads[i][0]][2]]
+            self.line(f"{ptype}* sm{i} = reinterpret_cast<{ptype}*>(kp_smem + {offset});")
+        self.open_vectors()
+        for i in self.shape.resident:
+            inp, offset, index = self.spec.loads[i]
+            size = self.vec * self.shape.resident_sizes[self.shape.resident.index(i)]
+            where = self.pointer(f"in{inp}", offset, index)
+            self.line(f"kp_cp_async<{size}>(sm{i} + q * {self.vec}, {where});")
+        self.close(2)
+        self.line("kp_cp_async_wait();")
+
+    def source_of(self, i: int) -> str:
+        """Where a streamed load's vector is read: shared memory (HOLD=shared) or global."""
+        if i in self.shape.resident and self.shape.hold == "shared":
+            return f"sm{i} + q * {self.vec}"
+        inp, offset, index = self.spec.loads[i]
+        return self.pointer(f"in{inp}", offset, index)
 
     def element_block(self, emit: Any) -> None:
         """Open the element loop and run `emit`; loads it streams are read before the loop."""
@@ -185,9 +214,7 @@ class _Body:
             inp, offset, index = self.spec.loads[i]
             ptype = POINTER_TYPES[self.spec.inputs[inp][2]]
             self.line(f"float s{i}[{self.vec}];")
-            self.line(
-                f"kp_load<{ptype}, {self.vec}>({self.pointer(f'in{inp}', offset, index)}, s{i});"
-            )
+            self.line(f"kp_load<{ptype}, {self.vec}>({self.source_of(i)}, s{i});")
         self.lines += inner
         self.streamed = before
 
@@ -212,29 +239,73 @@ class _Body:
     def _known(self, ref: Any) -> bool:
         return ref[0] == "c" or ref in self.row_memo or (ref[0] == "L" and self.level(ref) != FULL)
 
-    def reduce_wave(self, wave: list[int], slots: dict[int, int]) -> None:
+    def reduce_wave(
+        self, wave: list[int], slots: dict[int, int], paired: dict[int, int] | None = None
+    ) -> None:
+        """Fold `wave`'s reductions over this thread's values, then warp -> block -> cluster.
+        `paired` (max -> sum of exp(y - max), both in `wave`): the sum is folded in a second
+        register pass against the thread's own max, and each pair crosses the cluster as one
+        (max, sum) exchange: one barrier where two waves take two."""
+        paired = paired or {}
+        partners = set(paired.values())
         for i in wave:
             self.line(f"float a{i} = {_IDENTITY[self.spec.ops[i][0]]};")
-        self.open_vectors()
 
-        def fold() -> None:
-            for i in wave:
+        def fold(ops: list[int]) -> None:
+            for i in ops:
                 op, args, _ = self.spec.ops[i]
                 term = self.value(args[0])
                 if op == "gather":
                     term = f"(col == {self.value(args[1])} ? {term} : 0.0f)"
                 self.line(f"a{i} = {_FUNCTOR[op]}()(a{i}, {term});")
 
-        self.element_block(fold)
+        self.open_vectors()
+        self.element_block(lambda: fold([i for i in wave if i not in partners]))
         self.close(2)
+        if paired:
+            for m in paired:  # exp(y - max) against the thread's max; none at all: 0
+                self.line(f"const float b{m} = (a{m} == {_IDENTITY['max']}) ? 0.0f : a{m};")
+                self.row_memo[("T", m)] = f"b{m}"
+            self.open_vectors()
+            self.element_block(lambda: fold(sorted(partners)))
+            self.close(2)
+            for m in paired:
+                del self.row_memo[("T", m)]
         nw = self.shape.threads // 32
         for i in wave:
+            if i in partners:
+                continue
+            if i in paired:
+                s, sm, ss = paired[i], slots[i], slots[paired[i]]
+                self.line(
+                    f"const KpPair red{i} = kp_cluster_pair<{self.shape.cluster}>("
+                    f"kp_block_pair<{nw}>(KpPair{{a{i}, a{s}}}, kp_part[{sm}], kp_part[{ss}]), "
+                    f"&kp_slot[{sm}], &kp_slot[{ss}]);"
+                )
+                self.row_memo[("T", i)], self.row_memo[("T", s)] = f"red{i}.m", f"red{i}.s"
+                continue
             f, s = _FUNCTOR[self.spec.ops[i][0]], slots[i]
             self.line(
                 f"const float red{i} = kp_cluster<{self.shape.cluster}>("
                 f"kp_block<{nw}>(a{i}, kp_part[{s}], {f}()), &kp_slot[{s}], {f}());"
             )
             self.row_memo[("T", i)] = f"red{i}"
+
+    def pair_wave(self, wave: list[int], pending: list[int]) -> dict[int, int]:
+        """The max reductions of `wave` whose sum of exp(y - max) (still pending) can fold
+        in the same wave: with ONLINE=pair, every pair whose other per-row operands are known."""
+        if self.spec.knob("ONLINE") != "pair":
+            return {}
+        out = {}
+        for m, s in online_pairs(self.spec, [*wave, *pending]).items():
+            known = {*self.row_memo, ("T", m)}
+            if (
+                m in wave
+                and s in pending
+                and reduction_ready(self.spec, self.spec.ops[s][1], known, self.level)
+            ):
+                out[m] = s
+        return out
 
     def stores(self, needed: set[Any]) -> None:
         full = [
@@ -288,58 +359,15 @@ class _Body:
             ]  # fmt: skip
             if not wave:
                 raise AssertionError(f"reductions {pending} wait on values no pass computes")
+            paired = self.pair_wave(wave, pending)
+            wave += list(paired.values())
             pending = [i for i in pending if i not in wave]
-            self.reduce_wave(wave, slots)
+            self.reduce_wave(wave, slots, paired)
             self.ready_rows(needed)
         if self.shape.cluster > 1:
             self.line("kp_cluster_arrive();  // done reading the other CTAs' slots")
         self.stores(needed)
         return self.lines
-
-
-def _coords(spec: KernelSpec, rows: tuple[int, ...]) -> list[str]:
-    out, stride, strides = [], 1, {}
-    for d in reversed(rows):
-        strides[d] = stride
-        stride *= spec.domain[d]
-    for i, d in enumerate(rows):
-        text = "row" if strides[d] == 1 else f"(row / {strides[d]})"
-        if i > 0:
-            text = f"({text} % {spec.domain[d]})"
-        out.append(f"  const long long d{d} = {text};")
-    return out
-
-
-def _header(spec: KernelSpec, shape: ClusterShape) -> str:
-    outputs = [{"shape": list(s), "stride": list(st), "dtype": dt} for s, st, dt in spec.outputs]
-    args = [f"in{i}" for i in range(len(spec.inputs))] + [f"out{i}" for i in range(len(outputs))]
-    doc = {
-        "outputs": outputs,
-        "grid": [shape.rows * shape.cluster],
-        "block": [shape.threads],
-        "smem": 0,
-        "args": args,
-    }
-    return "/* kernelpro-launch\n" + json.dumps(doc, sort_keys=True) + "\n*/"
-
-
-def _vector_pointers(spec: KernelSpec, cols: tuple[int, ...]) -> list[tuple[str, int]]:
-    """(pointer, bytes per element) of every tensor read or written a vector at a time."""
-    out = {}
-    for inp, _, idx in spec.loads:
-        if level_of(spec, idx, cols) == FULL:
-            out[f"in{inp}"] = 4 if spec.inputs[inp][2] == "float32" else 2
-    for k, (_, _, idx, _) in enumerate(spec.stores):
-        if level_of(spec, idx, cols) == FULL:
-            out[f"out{k}"] = 4 if spec.outputs[k][2] == "float32" else 2
-    return sorted(out.items())
-
-
-def _min_blocks(shape: ClusterShape) -> int:
-    """CTAs per SM the register estimate allows (at most 2048 threads per SM): the compiler
-    must fit that many, so a CTA that could share its SM does not take all its registers."""
-    estimate = shape.elements * max(1, len(shape.resident)) + SPARE_REGISTERS
-    return max(1, min(2048 // shape.threads, REGISTER_FILE // (shape.threads * estimate)))
 
 
 def render_cluster(spec: KernelSpec) -> tuple[str, str]:
@@ -353,17 +381,22 @@ def render_cluster(spec: KernelSpec) -> tuple[str, str]:
     n_red = max(1, sum(1 for op, _, _ in spec.ops if op in REDUCTIONS))
     attrs = f"__cluster_dims__({shape.cluster}, 1, 1) " if shape.cluster > 1 else ""
     lines = [
-        _header(spec, shape),
+        header(spec, shape),
         PRELUDE,
-        f'extern "C" __global__ void {attrs}__launch_bounds__({shape.threads}, {_min_blocks(shape)})',
+        f'extern "C" __global__ void {attrs}__launch_bounds__({shape.threads}, {min_blocks(shape)})',
         f"{name}({', '.join(params)}) {{",
         f"  __shared__ float kp_part[{n_red}][{shape.threads // 32}];",
         f"  __shared__ float kp_slot[{n_red}];",
+        *(
+            ["  extern __shared__ __align__(16) unsigned char kp_smem[];"]
+            if shape.hold == "shared"
+            else []
+        ),
         f"  const int rank = blockIdx.x % {shape.cluster};",
         f"  const long long row = blockIdx.x / {shape.cluster};",
-        *_coords(spec, rows),
+        *coords(spec, rows),
     ]
-    pointers = _vector_pointers(spec, cols) if shape.vec > 1 else []
+    pointers = vector_pointers(spec, cols) if shape.vec > 1 else []
     bodies = [_Body(spec, shape, shape.vec).program()]
     if pointers:
         checks = " && ".join(

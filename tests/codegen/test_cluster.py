@@ -68,6 +68,66 @@ def test_long_row_programs_get_a_cluster_alternative_forward_and_backward(long_r
     assert patterns["backward"] == {"reduction"}
 
 
+def test_softmax_statistics_cross_the_cluster_as_one_pair(long_rows):
+    """ONLINE=pair: a max and its sum of exp(y - max) fold in one wave and one (max, sum)
+    exchange; programs without that pair (the norms) keep ONLINE=wave and refuse pair."""
+    online = {}
+    for sg, seed in long_rows:
+        for alt in alternatives(seed):
+            online.setdefault((sg.graph.split("_")[0], seed.pattern), set()).add(alt.knob("ONLINE"))
+            if alt.knob("ONLINE") == "wave":
+                with pytest.raises(IllegalSpec, match="ONLINE=pair"):
+                    alt.with_knobs(ONLINE="pair")
+                continue
+            spec = alt.with_knobs(CLUSTER=max(knob_space(alt)["CLUSTER"]))
+            paired = render(spec).source
+            waves = render(spec.with_knobs(ONLINE="wave")).source
+            # each body (vector and 1-element) has one pair exchange; the two-wave form has
+            # a cluster exchange per reduction instead
+            assert paired.count("kp_cluster_pair<") == 2
+            assert waves.count("kp_cluster_pair<") == 0
+            assert waves.count("kp_cluster<") == paired.count("kp_cluster<") + 4
+    assert online[("forward", "reduction")] == {"pair"}
+    assert online[("forward", "cross_entropy")] == {"pair"}
+    assert online[("forward", "norm")] == online[("forward", "rms_norm")] == {"wave"}
+
+
+def test_rows_held_in_shared_memory_fit_its_limit_and_ask_for_it(long_rows):
+    """HOLD=shared: the CTA's share of each input a reduction reads is copied to shared memory
+    (cp.async), so the register budget no longer bounds the share; the shared-memory limit
+    does, and the launch asks for the bytes."""
+    from kernelpro_backend.codegen.cluster_rules import SHARED_LIMIT
+
+    held = 0
+    for _, seed in long_rows:
+        for alt in alternatives(seed):
+            shape = cluster_shape(alt, dict(alt.knobs))
+            if not shape.resident:
+                with pytest.raises(IllegalSpec, match="HOLD=shared"):
+                    alt.with_knobs(HOLD="shared")
+                continue
+            # 8192 values on one warp: 256 a thread, far beyond the register budget, legal
+            # in shared memory
+            with pytest.raises(IllegalSpec, match="registers"):
+                alt.with_knobs(CLUSTER=1, num_warps=1)
+            spec = alt.with_knobs(HOLD="shared", CLUSTER=1, num_warps=1)
+            shape = cluster_shape(spec, dict(spec.knobs))
+            offsets, total = shape.shared_offsets()
+            assert total == sum(8192 * size for size in shape.resident_sizes) <= SHARED_LIMIT
+            assert all(o % 16 == 0 for o in offsets)
+            r = render(spec)
+            plan = resolve(parse_launch(r.source, r.entry), [TensorMeta(*m) for m in spec.inputs])
+            assert plan.steps[0].smem == total
+            assert "kp_cp_async_wait();" in r.source and "extern __shared__" in r.source
+            assert render(alt).source.count("kp_cp_async<") == 0
+            held += 1
+    assert held >= 3
+    (sg, seed), *_ = [s for s in _seeds(262144, rows=1) if alternatives(s[1])]
+    (alt,) = alternatives(seed)
+    with pytest.raises(IllegalSpec, match="shared memory"):
+        alt.with_knobs(HOLD="shared", CLUSTER=1, num_warps=32)  # 1 MiB of float32
+
+
 def test_short_rows_stay_with_the_triton_template():
     for _, seed in _seeds(CLUSTER_MIN_COLS // 2):
         assert alternatives(seed) == []
@@ -130,7 +190,8 @@ def test_sources_compile_with_nvcc_for_hopper(long_rows, tmp_path):
     compiled = 0
     for _, seed in long_rows[:6]:
         for alt in alternatives(seed):
-            for spec in (alt, alt.with_knobs(CLUSTER=max(knob_space(alt)["CLUSTER"]))):
+            widest = alt.with_knobs(CLUSTER=max(knob_space(alt)["CLUSTER"]))
+            for spec in (alt, widest, widest.with_knobs(ONLINE="wave")):
                 r = render(spec)
                 cubin = compile_cuda(r.source, "sm_90a", kernels=(r.entry,), cubin_dir=tmp_path)
                 assert cubin.data[:4] == b"\x7fELF"

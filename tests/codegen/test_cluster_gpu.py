@@ -1,16 +1,18 @@
 """GPU tier of the row-resident CUDA template ("row_cluster"): every row subgraph of softmax,
 log-softmax, LayerNorm, RMSNorm and cross-entropy, forward and backward, float32 and bfloat16,
 compiled by nvcc for the device and checked against the subgraph's reference on fresh inputs
-at each legal cluster size, and with inputs that are not aligned for vector loads."""
+at each legal cluster size, ONLINE form and HOLD place, and with inputs that are not aligned for vector loads."""
 
 from __future__ import annotations
+
+import itertools
 
 import pytest
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from kernelpro_backend.codegen import alternatives, knob_space
+from kernelpro_backend.codegen import IllegalSpec, alternatives, knob_space
 from kernelpro_backend.examples import RMSNorm
 from kernelpro_backend.lowering import lower
 
@@ -50,17 +52,28 @@ def _cluster_cases(n: int, dtype: torch.dtype):
 def test_cluster_kernels_match_reference(n: int, dtype: torch.dtype) -> None:
     from harness import check
 
-    checked = 0
+    from kernelpro_backend.bench.row_sweep import precompile
+
+    cases = []
     for sg, alt in _cluster_cases(n, dtype):
         space = knob_space(alt)
         variants = {alt}
         for cluster in space["CLUSTER"]:
             variants.add(alt.with_knobs(CLUSTER=cluster))
         variants.add(alt.with_knobs(VEC=1))
-        for spec in sorted(variants, key=lambda s: s.knobs):
-            check(sg, spec)
-            checked += 1
-    assert checked >= 6, f"only {checked} row_cluster kernels were built"
+        # a softmax's statistics in two waves or one pair; the row's share in registers or
+        # in shared memory, at the default and the widest cluster
+        widest = alt.with_knobs(CLUSTER=max(space["CLUSTER"]))
+        for base, online, hold in itertools.product((alt, widest), space["ONLINE"], space["HOLD"]):
+            try:
+                variants.add(base.with_knobs(ONLINE=online, HOLD=hold))
+            except IllegalSpec:
+                continue
+        cases += [(sg, spec) for spec in sorted(variants, key=lambda s: s.knobs)]
+    precompile([spec for _, spec in cases])  # nvcc on every core, then one check at a time
+    for sg, spec in cases:
+        check(sg, spec)
+    assert len(cases) >= 6, f"only {len(cases)} row_cluster kernels were built"
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
@@ -82,3 +95,5 @@ def test_misaligned_inputs_take_the_scalar_path() -> None:
                 shifted.copy_(x)
             inputs.append(shifted)
         check(sg, alt, inputs=inputs)
+        if "shared" in knob_space(alt)["HOLD"]:  # the 1-element copy into shared memory
+            check(sg, alt.with_knobs(HOLD="shared"), inputs=inputs)

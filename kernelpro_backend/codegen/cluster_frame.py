@@ -1,0 +1,68 @@
+"""The frame of a row-resident CUDA kernel (template_cluster.py) around its body.
+
+Owns: the `kernelpro-launch` header (one cluster of CTAs per row), the row coordinates each
+CTA derives from its block index, the tensors read or written a vector at a time (whose
+alignment the kernel checks before taking its vector body) and the launch bounds' CTAs per SM.
+Must not: emit the body (template_cluster.py) or decide legality (cluster_rules.py).
+"""
+
+from __future__ import annotations
+
+import json
+
+from .cluster_rules import REGISTER_FILE, SHARED_PER_SM, SPARE_REGISTERS, ClusterShape, level_of
+from .spec import KernelSpec
+
+FULL = 2
+
+
+def coords(spec: KernelSpec, rows: tuple[int, ...]) -> list[str]:
+    out, stride, strides = [], 1, {}
+    for d in reversed(rows):
+        strides[d] = stride
+        stride *= spec.domain[d]
+    for i, d in enumerate(rows):
+        text = "row" if strides[d] == 1 else f"(row / {strides[d]})"
+        if i > 0:
+            text = f"({text} % {spec.domain[d]})"
+        out.append(f"  const long long d{d} = {text};")
+    return out
+
+
+def header(spec: KernelSpec, shape: ClusterShape) -> str:
+    outputs = [{"shape": list(s), "stride": list(st), "dtype": dt} for s, st, dt in spec.outputs]
+    args = [f"in{i}" for i in range(len(spec.inputs))] + [f"out{i}" for i in range(len(outputs))]
+    doc = {
+        "outputs": outputs,
+        "grid": [shape.rows * shape.cluster],
+        "block": [shape.threads],
+        "smem": shape.shared_offsets()[1],
+        "args": args,
+    }
+    return "/* kernelpro-launch\n" + json.dumps(doc, sort_keys=True) + "\n*/"
+
+
+def vector_pointers(spec: KernelSpec, cols: tuple[int, ...]) -> list[tuple[str, int]]:
+    """(pointer, bytes per element) of every tensor read or written a vector at a time."""
+    out = {}
+    for inp, _, idx in spec.loads:
+        if level_of(spec, idx, cols) == FULL:
+            out[f"in{inp}"] = 4 if spec.inputs[inp][2] == "float32" else 2
+    for k, (_, _, idx, _) in enumerate(spec.stores):
+        if level_of(spec, idx, cols) == FULL:
+            out[f"out{k}"] = 4 if spec.outputs[k][2] == "float32" else 2
+    return sorted(out.items())
+
+
+def min_blocks(shape: ClusterShape) -> int:
+    """CTAs per SM the register estimate (and with HOLD=shared, shared memory) allows, at most
+    2048 threads per SM: the compiler must fit that many, so a CTA that could share its SM
+    does not take all its registers."""
+    if shape.hold == "shared":
+        fit = SHARED_PER_SM // (shape.shared_offsets()[1] + 1024)  # 1 KiB reserved per CTA
+        estimate = SPARE_REGISTERS + 4 * shape.vec
+    else:
+        fit = 2048 // shape.threads
+        estimate = shape.elements * max(1, len(shape.resident)) + SPARE_REGISTERS
+    fit = min(fit, 2048 // shape.threads)
+    return max(1, min(fit, REGISTER_FILE // (shape.threads * estimate)))
