@@ -114,9 +114,8 @@ def candidates(seed: KernelSpec, ring: bool = False) -> list[tuple[str, KernelSp
                         )
                     except IllegalSpec:
                         continue
-                    tag = (" pair" if online == "pair" else "") + (
-                        " smem" if hold == "shared" else ""
-                    )
+                    where = {"registers": "", "shared": " smem", "split": " split"}
+                    tag = (" pair" if online == "pair" else "") + where[str(hold)]
                     out.append((f"cluster c{cluster} w{warps} v{alt.knob('VEC')}{tag}", spec))
     return out
 

@@ -58,11 +58,10 @@ def min_blocks(shape: ClusterShape) -> int:
     """CTAs per SM the register estimate (and with HOLD=shared, shared memory) allows, at most
     2048 threads per SM: the compiler must fit that many, so a CTA that could share its SM
     does not take all its registers."""
+    fit = 2048 // shape.threads
+    if shape.hold != "registers":
+        fit = min(fit, SHARED_PER_SM // (shape.shared_offsets()[1] + 1024))  # 1 KiB reserved
+    estimate = shape.in_registers * max(1, len(shape.resident)) + SPARE_REGISTERS
     if shape.hold == "shared":
-        fit = SHARED_PER_SM // (shape.shared_offsets()[1] + 1024)  # 1 KiB reserved per CTA
-        estimate = SPARE_REGISTERS + 4 * shape.vec
-    else:
-        fit = 2048 // shape.threads
-        estimate = shape.elements * max(1, len(shape.resident)) + SPARE_REGISTERS
-    fit = min(fit, 2048 // shape.threads)
+        estimate += 4 * shape.vec  # the vector read back from shared memory
     return max(1, min(fit, REGISTER_FILE // (shape.threads * estimate)))

@@ -2,11 +2,12 @@
 
 Owns: `cluster_problem(spec, knobs)`: why a spec cannot take the "row_cluster" template with
 these knobs (None when it can), and `ClusterShape`: rows, columns, CTAs per row (a thread-block
-cluster), threads, vector width, and what each thread holds in registers.
+cluster), threads, vector width, and where each thread holds its values (HOLD: registers,
+shared memory, or half in each) with their registers and shared memory.
 The kernel (template_cluster.py) keeps a whole row on chip: a cluster of CLUSTER CTAs splits
-the row, each thread holds its share of every input the row's reductions read in registers,
-the reductions go warp -> block -> cluster (distributed shared memory), and the outputs are
-written from registers: one read and one write of memory, at any row length a cluster holds.
+the row, each thread holds its share of every input the row's reductions read, the reductions
+go warp -> block -> cluster (distributed shared memory), and the outputs are written from
+chip: one read and one write of memory, at any row length a cluster holds.
 Must not: render source (template_cluster.py) or import spec.py (knobs.py calls this).
 """
 
@@ -44,7 +45,9 @@ class ClusterShape:
     cta_vectors: int  # vectors per CTA
     per_thread: int  # vectors per thread
     resident: tuple[int, ...]  # loads held on chip across the reductions
-    hold: str = "registers"  # where: each thread's registers, or the CTA's shared memory
+    # where: each thread's registers, the CTA's shared memory, or the first half of each
+    # thread's vectors in registers and the rest in shared memory ("split")
+    hold: str = "registers"
     resident_sizes: tuple[int, ...] = ()  # bytes per element of each resident load
 
     @property
@@ -52,14 +55,34 @@ class ClusterShape:
         """Values per thread for each resident load."""
         return self.per_thread * self.vec
 
+    @property
+    def in_registers(self) -> int:
+        """Values per thread of each resident load held in registers."""
+        return registers_held(self.hold, self.per_thread) * self.vec
+
     def shared_offsets(self) -> tuple[list[int], int]:
-        """(byte offset of each resident load's slice, total bytes) with HOLD=shared: the
-        CTA's share of the row in the input's own dtype, 16-byte aligned."""
+        """(byte offset of each resident load's slice, total bytes) in shared memory: the
+        CTA's share of the row (HOLD=shared) or of its threads' later vectors (split), in the
+        input's own dtype, 16-byte aligned; enough for the 1-element body too."""
+        elements = 0
+        if self.hold == "shared":
+            elements = self.cta_vectors * self.vec
+        elif self.hold == "split":
+            one = math.ceil(self.cta_vectors * self.vec / self.threads)  # the 1-element body's
+            elements = self.threads * max(
+                (self.per_thread - self.per_thread // 2) * self.vec, one - one // 2
+            )
         offsets, total = [], 0
         for size in self.resident_sizes:
             offsets.append(total)
-            total += -(-self.cta_vectors * self.vec * size // 16) * 16
-        return offsets, total if self.hold == "shared" else 0
+            total += -(-elements * size // 16) * 16
+        return offsets, total
+
+
+def registers_held(hold: str, per_thread: int) -> int:
+    """Of a thread's `per_thread` vectors of each resident load, how many sit in registers
+    (its first ones); the rest are in shared memory."""
+    return {"registers": per_thread, "shared": 0, "split": per_thread // 2}[hold]
 
 
 def level_of(spec: SpecView, index: Any, cols: tuple[int, ...]) -> int:
@@ -120,12 +143,12 @@ def cluster_problem(spec: SpecView, knobs: dict[str, Any]) -> str | None:
     if shape.per_thread * shape.threads < shape.cta_vectors:
         return "the row does not fit"  # cannot happen: per_thread rounds up
     limit = min(255, REGISTER_FILE // shape.threads) - SPARE_REGISTERS
-    held = shape.elements * max(1, len(shape.resident))
-    if shape.hold == "shared":
+    held = shape.in_registers * max(1, len(shape.resident))
+    if shape.hold != "registers":
         problem = _shared_problem(shape)
         if problem:
             return problem
-    elif held > min(limit, MAX_RESIDENT):
+    if held > min(limit, MAX_RESIDENT):
         return (
             f"each thread would hold {held} values in registers (at most "
             f"{min(limit, MAX_RESIDENT)} with {shape.threads} threads); use a larger CLUSTER "
@@ -142,7 +165,11 @@ def cluster_problem(spec: SpecView, knobs: dict[str, Any]) -> str | None:
 
 def _shared_problem(shape: ClusterShape) -> str | None:
     if not shape.resident:
-        return "HOLD=shared keeps the inputs a reduction reads; this program reads none twice"
+        return (
+            f"HOLD={shape.hold} keeps the inputs a reduction reads; this program reads none twice"
+        )
+    if shape.hold == "split" and shape.per_thread < 2:
+        return "HOLD=split needs at least two vectors per thread; use fewer warps or HOLD=shared"
     _, total = shape.shared_offsets()
     if total > SHARED_LIMIT:
         return (

@@ -73,6 +73,11 @@ def _default_attention_backward(spec: KernelSpec) -> tuple[tuple[str, KnobValue]
 # Rows at least this long may also run row-resident (template_cluster.py); shorter ones fit a
 # Triton program's registers whole.
 CLUSTER_MIN_COLS = 1024
+# Rows at least this long start split (half of each thread's values in registers, half in
+# shared memory: twice the CTAs an SM holds) at 16 warps: on the H100 that form won the float32
+# softmax sweep at 65536 and 262144 columns (0.728 / 0.765 ms against 0.772 / 0.839 for the
+# best register-held forms; BENCHMARKS.md, rows); shorter rows start register-held.
+SPLIT_MIN_COLS = 32768
 
 
 def _library_alternatives(seed: KernelSpec) -> list[KernelSpec]:
@@ -94,7 +99,8 @@ def alternatives(seed: KernelSpec) -> list[KernelSpec]:
     warp-specialised GEMM ("gemm_cutlass", cutlass_match.py). A long row program may run row-resident as CUDA C++ ("row_cluster"):
     the widest vectors, then the fewest warps, then the fewest CTAs per row that hold the row
     with at most 64 values per thread, a softmax's statistics in one (max, sum) exchange
-    (ONLINE=pair) where the program has them. Small CTAs share an SM, so one CTA's reductions and
+    (ONLINE=pair) where the program has them; rows of SPLIT_MIN_COLS or more start with half
+    of those values in shared memory (HOLD=split) at 16 warps. Small CTAs share an SM, so one CTA's reductions and
     cluster barriers overlap the others' memory traffic: on the H100 4 warps x 8 CTAs took
     0.80 ms for a float32 4096x65536 softmax where 32 warps x 2 CTAs took 0.89 ms."""
     if seed.template == "gemm":
@@ -112,24 +118,28 @@ def alternatives(seed: KernelSpec) -> list[KernelSpec]:
     from .template_cluster import render_cluster
 
     online = "pair" if pair_reductions(seed, cols) else "wave"
-    for vec in (8, 4, 2, 1):
-        for warps in (4, 8, 16, 32):
-            for cluster in (1, 2, 4, 8, 16):
-                knobs = dict(
-                    CLUSTER=cluster, VEC=vec, num_warps=warps, ONLINE=online, HOLD="registers"
-                )
-                shape = cluster_shape(seed, knobs)
-                if shape.elements * max(1, len(shape.resident)) > MAX_RESIDENT:
-                    continue
-                try:
-                    spec = dataclasses.replace(
-                        seed, template="row_cluster", knobs=tuple(sorted(knobs.items()))
+    forms = [("registers", (4, 8, 16, 32))]
+    if extent(seed, cols) >= SPLIT_MIN_COLS:
+        forms.insert(0, ("split", (16, 8, 32, 4)))
+    for hold, warp_order in forms:
+        for vec in (8, 4, 2, 1):
+            for warps in warp_order:
+                for cluster in (1, 2, 4, 8, 16):
+                    knobs = dict(
+                        CLUSTER=cluster, VEC=vec, num_warps=warps, ONLINE=online, HOLD=hold
                     )
-                except IllegalSpec:
-                    continue
-                try:
-                    render_cluster(spec)
-                except Unsupported:  # an op or dtype the CUDA op table lacks
-                    return []
-                return [spec]
+                    shape = cluster_shape(seed, knobs)
+                    if shape.elements * max(1, len(shape.resident)) > MAX_RESIDENT:
+                        continue
+                    try:
+                        spec = dataclasses.replace(
+                            seed, template="row_cluster", knobs=tuple(sorted(knobs.items()))
+                        )
+                    except IllegalSpec:
+                        continue
+                    try:
+                        render_cluster(spec)
+                    except Unsupported:  # an op or dtype the CUDA op table lacks
+                        return []
+                    return [spec]
     return []

@@ -84,9 +84,10 @@ _SPACE["row_cluster"] = {
     # a softmax's max and sum of exp: two reduction waves (a block and a cluster barrier
     # each), or one wave exchanging (max, sum) pairs
     "ONLINE": ("wave", "pair"),
-    # the row's share each CTA keeps on chip: in its threads' registers, or in shared memory
-    # (copied there by cp.async): no register limit, so more CTAs (more rows) fit an SM
-    "HOLD": ("registers", "shared"),
+    # the row's share each CTA keeps on chip: in its threads' registers, in shared memory
+    # (copied there by cp.async: no register limit, so more CTAs, more rows, fit an SM), or
+    # half of each thread's vectors in each (both budgets: twice the CTAs of either alone)
+    "HOLD": ("registers", "shared", "split"),
 }
 
 

@@ -3,11 +3,12 @@
 Owns: rendering a row program (the same loads/ops/stores a "row_reduction" spec holds) as one
 CUDA kernel with a `kernelpro-launch` header (runtime/cuda_source.py). CLUSTER CTAs (a
 thread-block cluster) share a row; each thread reads its vectors of every input the
-reductions need once into registers; each wave of reductions is folded per thread, then across
+reductions need once, into registers, or by cp.async into shared memory (HOLD=shared; split:
+its first half of vectors in registers, the rest in shared memory); each wave of reductions is folded per thread, then across
 the warp, the block and the cluster (distributed shared memory); with ONLINE=pair a softmax's
 max and sum of exp(y - max) fold in one wave (the sum against each thread's own max) and cross
-the cluster as one (max, sum) exchange; the outputs are computed from
-the registers and written with vector stores. Loads only the outputs read are read as they are
+the cluster as one (max, sum) exchange (cluster_waves.py); the outputs are computed from the
+held values and written with vector stores. Loads only the outputs read are read as they are
 written. A pointer that is not aligned for the vector width takes the same body with 1-element
 accesses (checked once per CTA). cluster_rules.py says which specs and knobs are legal.
 Must not: decide legality (cluster_rules.py), compile or launch (runtime/ does).
@@ -25,8 +26,10 @@ from .cluster_rules import (
     ClusterShape,
     cluster_shape,
     level_of,
+    registers_held,
     split_index,
 )
+from .cluster_waves import pair_wave, reduce_wave
 from .domain import rows_cols
 from .optable_cuda import (
     POINTER_TYPES,
@@ -36,17 +39,10 @@ from .optable_cuda import (
     c_store_value,
     c_type,
 )
-from .program_walk import needed_refs, online_pairs, reduction_ready, ref_dtype, ref_levels
+from .program_walk import needed_refs, reduction_ready, ref_dtype, ref_levels
 from .spec import KernelSpec
 
 SCALAR, ROW, FULL = 0, 1, 2
-_FUNCTOR = {"sum": "KpSum", "max": "KpMax", "min": "KpMin", "gather": "KpBits"}
-_IDENTITY = {
-    "sum": "0.0f",
-    "max": "__int_as_float(0xff800000)",
-    "min": "__int_as_float(0x7f800000)",
-}
-_IDENTITY["gather"] = "0.0f"
 _APPROX = {"exp": "kp_exp({0})", "div": "kp_div({0}, {1})"}  # cluster_prelude.py
 
 
@@ -63,6 +59,7 @@ class _Body:
         self.vectors = shape.cols // vec
         self.cta_vectors = -(-self.vectors // shape.cluster)
         self.per_thread = -(-self.cta_vectors // shape.threads)
+        self.kr = registers_held(shape.hold, self.per_thread)  # vectors held in registers
         self.lines: list[str] = []
         self.indent = 2
         self.row_memo: dict[Any, str] = {}
@@ -114,9 +111,12 @@ class _Body:
 
     def _load(self, i: int, full: bool) -> str:
         if full:
-            if i in self.shape.resident and self.shape.hold == "registers":
+            held = i in self.shape.resident
+            if held and self.kr == self.per_thread:
                 return f"r{i}[k * {self.vec} + j]"
             self.streamed.add(i)
+            if held and self.kr:  # HOLD=split: k is a constant in the unrolled loop
+                return f"(k < {self.kr} ? r{i}[k * {self.vec} + j] : s{i}[j])"
             return f"s{i}[j]"
         inp, offset, index = self.spec.loads[i]
         dtype = self.spec.inputs[inp][2]
@@ -164,39 +164,46 @@ class _Body:
         return f"{tensor} + {self._row_offset(offset, index)} + c0"
 
     def resident_loads(self) -> None:
-        if self.shape.hold == "shared":
-            return self.shared_loads()
-        size = self.per_thread * self.vec
-        for i in self.shape.resident:
-            self.line(f"float r{i}[{size}];")
+        """Read each resident input once: a thread's first `kr` vectors into registers, the
+        rest (HOLD=shared or split) to shared memory by cp.async, each thread its own vectors
+        (read back from there by the same thread, so its own wait suffices)."""
+        kr, spill = self.kr, self.kr < self.per_thread
+        if kr:
+            for i in self.shape.resident:
+                self.line(f"float r{i}[{kr * self.vec}];")
+        if spill:
+            offsets, _ = self.shape.shared_offsets()
+            for i, offset in zip(self.shape.resident, offsets, strict=True):
+                ptype = POINTER_TYPES[self.spec.inputs[self.spec.loads[i][0]][2]]
+                self.line(f"{ptype}* sm{i} = reinterpret_cast<{ptype}*>(kp_smem + {offset});")
         self.open_vectors()
-        for i in self.shape.resident:
+        for n, i in enumerate(self.shape.resident):
             inp, offset, index = self.spec.loads[i]
             ptype = POINTER_TYPES[self.spec.inputs[inp][2]]
             where = self.pointer(f"in{inp}", offset, index)
-            self.line(f"kp_load<{ptype}, {self.vec}>({where}, &r{i}[k * {self.vec}]);")
+            size = self.vec * self.shape.resident_sizes[n]
+            to_registers = f"kp_load<{ptype}, {self.vec}>({where}, &r{i}[k * {self.vec}]);"
+            to_shared = f"kp_cp_async<{size}>({self.shared_vector(i)}, {where});"
+            if not spill:
+                self.line(to_registers)
+            elif not kr:
+                self.line(to_shared)
+            else:
+                self.line(f"if (k < {kr}) {to_registers} else {to_shared}")
         self.close(2)
+        if spill:
+            self.line("kp_cp_async_wait();")
 
-    def shared_loads(self) -> None:
-        """HOLD=shared: copy the CTA's share of each resident input to shared memory, each
-        thread its own vectors (read back from there by the same thread)."""
-        offsets, _ = self.shape.shared_offsets()
-        for i, offset in zip(self.shape.resident, offsets, strict=True):
-            ptype = POINTER_TYPES[self.spec.inputs[self.spec.loads[i][0]][2]]
-            self.line(f"{ptype}* sm{i} = reinterpret_cast<{ptype}*>(kp_smem + {offset});")
-        self.open_vectors()
-        for i in self.shape.resident:
-            inp, offset, index = self.spec.loads[i]
-            size = self.vec * self.shape.resident_sizes[self.shape.resident.index(i)]
-            where = self.pointer(f"in{inp}", offset, index)
-            self.line(f"kp_cp_async<{size}>(sm{i} + q * {self.vec}, {where});")
-        self.close(2)
-        self.line("kp_cp_async_wait();")
+    def shared_vector(self, i: int) -> str:
+        """This thread's vector `q` of resident load `i` in shared memory (past its first `kr`)."""
+        first = self.kr * self.shape.threads
+        return f"sm{i} + (q - {first}) * {self.vec}" if first else f"sm{i} + q * {self.vec}"
 
     def source_of(self, i: int) -> str:
-        """Where a streamed load's vector is read: shared memory (HOLD=shared) or global."""
-        if i in self.shape.resident and self.shape.hold == "shared":
-            return f"sm{i} + q * {self.vec}"
+        """Where a streamed load's vector is read: shared memory (a resident load held there)
+        or global memory."""
+        if i in self.shape.resident:
+            return self.shared_vector(i)
         inp, offset, index = self.spec.loads[i]
         return self.pointer(f"in{inp}", offset, index)
 
@@ -214,7 +221,9 @@ class _Body:
             inp, offset, index = self.spec.loads[i]
             ptype = POINTER_TYPES[self.spec.inputs[inp][2]]
             self.line(f"float s{i}[{self.vec}];")
-            self.line(f"kp_load<{ptype}, {self.vec}>({self.source_of(i)}, s{i});")
+            load = f"kp_load<{ptype}, {self.vec}>({self.source_of(i)}, s{i});"
+            split = i in self.shape.resident and self.kr
+            self.line(f"if (k >= {self.kr}) {load}" if split else load)
         self.lines += inner
         self.streamed = before
 
@@ -238,74 +247,6 @@ class _Body:
 
     def _known(self, ref: Any) -> bool:
         return ref[0] == "c" or ref in self.row_memo or (ref[0] == "L" and self.level(ref) != FULL)
-
-    def reduce_wave(
-        self, wave: list[int], slots: dict[int, int], paired: dict[int, int] | None = None
-    ) -> None:
-        """Fold `wave`'s reductions over this thread's values, then warp -> block -> cluster.
-        `paired` (max -> sum of exp(y - max), both in `wave`): the sum is folded in a second
-        register pass against the thread's own max, and each pair crosses the cluster as one
-        (max, sum) exchange: one barrier where two waves take two."""
-        paired = paired or {}
-        partners = set(paired.values())
-        for i in wave:
-            self.line(f"float a{i} = {_IDENTITY[self.spec.ops[i][0]]};")
-
-        def fold(ops: list[int]) -> None:
-            for i in ops:
-                op, args, _ = self.spec.ops[i]
-                term = self.value(args[0])
-                if op == "gather":
-                    term = f"(col == {self.value(args[1])} ? {term} : 0.0f)"
-                self.line(f"a{i} = {_FUNCTOR[op]}()(a{i}, {term});")
-
-        self.open_vectors()
-        self.element_block(lambda: fold([i for i in wave if i not in partners]))
-        self.close(2)
-        if paired:
-            for m in paired:  # exp(y - max) against the thread's max; none at all: 0
-                self.line(f"const float b{m} = (a{m} == {_IDENTITY['max']}) ? 0.0f : a{m};")
-                self.row_memo[("T", m)] = f"b{m}"
-            self.open_vectors()
-            self.element_block(lambda: fold(sorted(partners)))
-            self.close(2)
-            for m in paired:
-                del self.row_memo[("T", m)]
-        nw = self.shape.threads // 32
-        for i in wave:
-            if i in partners:
-                continue
-            if i in paired:
-                s, sm, ss = paired[i], slots[i], slots[paired[i]]
-                self.line(
-                    f"const KpPair red{i} = kp_cluster_pair<{self.shape.cluster}>("
-                    f"kp_block_pair<{nw}>(KpPair{{a{i}, a{s}}}, kp_part[{sm}], kp_part[{ss}]), "
-                    f"&kp_slot[{sm}], &kp_slot[{ss}]);"
-                )
-                self.row_memo[("T", i)], self.row_memo[("T", s)] = f"red{i}.m", f"red{i}.s"
-                continue
-            f, s = _FUNCTOR[self.spec.ops[i][0]], slots[i]
-            self.line(
-                f"const float red{i} = kp_cluster<{self.shape.cluster}>("
-                f"kp_block<{nw}>(a{i}, kp_part[{s}], {f}()), &kp_slot[{s}], {f}());"
-            )
-            self.row_memo[("T", i)] = f"red{i}"
-
-    def pair_wave(self, wave: list[int], pending: list[int]) -> dict[int, int]:
-        """The max reductions of `wave` whose sum of exp(y - max) (still pending) can fold
-        in the same wave: with ONLINE=pair, every pair whose other per-row operands are known."""
-        if self.spec.knob("ONLINE") != "pair":
-            return {}
-        out = {}
-        for m, s in online_pairs(self.spec, [*wave, *pending]).items():
-            known = {*self.row_memo, ("T", m)}
-            if (
-                m in wave
-                and s in pending
-                and reduction_ready(self.spec, self.spec.ops[s][1], known, self.level)
-            ):
-                out[m] = s
-        return out
 
     def stores(self, needed: set[Any]) -> None:
         full = [
@@ -359,10 +300,10 @@ class _Body:
             ]  # fmt: skip
             if not wave:
                 raise AssertionError(f"reductions {pending} wait on values no pass computes")
-            paired = self.pair_wave(wave, pending)
+            paired = pair_wave(self, wave, pending)
             wave += list(paired.values())
             pending = [i for i in pending if i not in wave]
-            self.reduce_wave(wave, slots, paired)
+            reduce_wave(self, wave, slots, paired)
             self.ready_rows(needed)
         if self.shape.cluster > 1:
             self.line("kp_cluster_arrive();  // done reading the other CTAs' slots")
@@ -389,7 +330,7 @@ def render_cluster(spec: KernelSpec) -> tuple[str, str]:
         f"  __shared__ float kp_slot[{n_red}];",
         *(
             ["  extern __shared__ __align__(16) unsigned char kp_smem[];"]
-            if shape.hold == "shared"
+            if shape.hold != "registers"
             else []
         ),
         f"  const int rank = blockIdx.x % {shape.cluster};",

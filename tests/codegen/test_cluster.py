@@ -122,6 +122,21 @@ def test_rows_held_in_shared_memory_fit_its_limit_and_ask_for_it(long_rows):
             assert render(alt).source.count("kp_cp_async<") == 0
             held += 1
     assert held >= 3
+    # split: a thread's first half of vectors in registers, the rest in shared memory
+    (sg, seed), *_ = [s for s in _seeds(65536, rows=1) if alternatives(s[1])]
+    (alt,) = alternatives(seed)
+    # rows this long start split at 16 warps, 64 values a thread (SPLIT_MIN_COLS)
+    assert (alt.knob("HOLD"), alt.knob("num_warps"), alt.knob("CLUSTER")) == ("split", 16, 2)
+    split = alt.with_knobs(HOLD="split", CLUSTER=4, num_warps=8)  # 64 values a thread
+    shape = cluster_shape(split, dict(split.knobs))
+    assert shape.in_registers == 32 and shape.elements == 64
+    assert shape.shared_offsets()[1] == 32 * 256 * 4 * len(shape.resident)
+    source = render(split).source
+    assert "if (k < 8) kp_load<" in source and "if (k >= 8) kp_load<" in source
+    with pytest.raises(IllegalSpec, match="registers"):  # 256 values: 128 in registers
+        alt.with_knobs(HOLD="split", CLUSTER=1, num_warps=8)
+    with pytest.raises(IllegalSpec, match="two vectors"):
+        alt.with_knobs(HOLD="split", CLUSTER=16, num_warps=32)
     (sg, seed), *_ = [s for s in _seeds(262144, rows=1) if alternatives(s[1])]
     (alt,) = alternatives(seed)
     with pytest.raises(IllegalSpec, match="shared memory"):
