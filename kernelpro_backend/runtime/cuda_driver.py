@@ -29,7 +29,6 @@ from .cuda_plan import ResolvedLaunch, contiguous_strides, resolve
 from .cuda_source import LaunchSpec, LaunchSpecError, TensorMeta, parse_launch
 from .errors import CandidateLoadError
 
-DEFAULT_SMEM_LIMIT = 48 * 1024  # dynamic shared memory above this needs the opt-in attribute
 _CTYPES: dict[str, Any] = {
     "i32": ctypes.c_int32,
     "u32": ctypes.c_uint32,
@@ -178,7 +177,10 @@ class CudaKernel:
         steps = []
         for step in resolved.steps:
             function = self._functions[step.kernel]
-            if step.smem > max(DEFAULT_SMEM_LIMIT, self._smem_opted.get(step.kernel, 0)):
+            # Without the attribute a launch may take 48 KiB less the kernel's static shared
+            # memory: 48 KiB of dynamic memory beside any static array was refused
+            # (CUDA_ERROR_INVALID_VALUE), so every dynamic amount is opted in, once per size.
+            if step.smem > self._smem_opted.get(step.kernel, 0):
                 self._opt_in_smem(step.kernel, function, step.smem)
             args = [
                 _tensor_ref(a.tensor) if a.tensor else _CTYPES[str(a.ctype)](a.value)
