@@ -393,3 +393,34 @@ def test_launch_passes_pointers_and_scalars_on_torch_stream(monkeypatch):
 def test_missing_kernel_symbol_is_a_launch_spec_error(monkeypatch):
     with pytest.raises(LaunchSpecError, match=r"finding kernel 'vector_add'.*CUDA_ERROR_NOT_FOUND"):
         fake_kernel(monkeypatch, VECTOR_ADD, "vector_add", {"other": []})
+
+
+def test_every_dynamic_shared_memory_amount_is_opted_in_once():
+    """Without the attribute a launch may take 48 KiB less the kernel's static shared memory:
+    a row kernel asking exactly 48 KiB beside its static arrays was refused on the H100, so the
+    launcher opts in any dynamic amount (once per kernel and size), with a fake driver here."""
+    calls = []
+
+    class Driver:
+        class CUfunction_attribute:  # noqa: N801 - the driver API's name
+            CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES = "max-dynamic"
+
+        @staticmethod
+        def cuFuncSetAttribute(function, attr, value):  # noqa: N802 - the driver API's name
+            calls.append((function, attr, value))
+            return 0
+
+    kernel = object.__new__(cuda_driver.CudaKernel)
+    kernel.spec = parse_launch(
+        header(
+            '{"outputs": [{"shape": ["in0.shape[0]"], "dtype": "float32"}], "grid": [1],'
+            ' "block": [32], "smem": 49152, "args": ["in0", "out0"]}'
+        ),
+        "k",
+    )
+    kernel._functions, kernel._smem_opted, kernel._driver = {"k": "fn"}, {}, Driver
+    x = torch.zeros(4)
+    for _ in range(2):
+        _, steps = kernel._plan([x])
+        assert steps[0][3] == 49152
+    assert calls == [("fn", "max-dynamic", 49152)]
