@@ -4,7 +4,7 @@ Owns: finding a compiler (nvcc from $CUDA_HOME/bin or PATH, else NVRTC through c
 `cuda.bindings.nvrtc` or the older `cuda.nvrtc`), the flags (-std=c++17, the device's arch with
 the "a" suffix from sm_90 on so wgmma/TMA compile, CUTLASS/CuTe headers from the
 `nvidia-cutlass` wheel or $CUTLASS_PATH), running nvcc (`run_nvcc`), trimming compiler logs
-to their useful lines, and the cubin cache (`compiled_path`, also for cuda_host.py's shared
+to their useful lines (nvcc runs still going when the process exits are killed), and the cubin cache (`compiled_path`, also for cuda_host.py's shared
 libraries): a cubin's name is the sha256 of source + arch + flags + compiler version, its
 directory `CacheLayout.cubin_root` (paths.py), written with `paths.atomic_write` so concurrent
 workers never read half a file.
@@ -14,6 +14,8 @@ choose where the cubin cache lives (the caller passes it; paths.py has the defau
 
 from __future__ import annotations
 
+import atexit
+import contextlib
 import dataclasses
 import functools
 import hashlib
@@ -22,8 +24,10 @@ import importlib.util
 import os
 import re
 import shutil
+import signal
 import subprocess
 import tempfile
+import threading
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -136,6 +140,26 @@ def compile_error(tool: str, log: str) -> CudaCompileError:
     return CudaCompileError(f"{tool}: {count}; first: {first}\n{log}", log)
 
 
+# nvcc runs (each in its own process group: nvcc, cicc, ptxas) still going; killed at exit, so
+# a process that ends while background threads build (tuner/cutlass_builds.py) leaves none
+_RUNNING: set[subprocess.Popen[str]] = set()
+_RUNNING_LOCK = threading.Lock()
+
+
+def _kill_group(proc: subprocess.Popen[str]) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):  # already gone
+        os.killpg(proc.pid, signal.SIGKILL)
+
+
+@atexit.register
+def kill_running_nvcc() -> None:
+    """Kill every nvcc this process started that is still running (and its children)."""
+    with _RUNNING_LOCK:
+        running = list(_RUNNING)
+    for proc in running:
+        _kill_group(proc)
+
+
 def run_nvcc(
     nvcc: str, source: str, flags: Sequence[str], timeout_s: float, output: str = "candidate.cubin"
 ) -> bytes:
@@ -144,21 +168,31 @@ def run_nvcc(
     with tempfile.TemporaryDirectory(prefix="kernelpro-nvcc-") as tmp:
         src, out = Path(tmp) / SOURCE_NAME, Path(tmp) / output
         src.write_text(source)
+        proc = subprocess.Popen(
+            [nvcc, *flags, "-o", str(out), str(src)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            cwd=tmp,
+            start_new_session=True,
+        )
+        with _RUNNING_LOCK:
+            _RUNNING.add(proc)
         try:
-            proc = subprocess.run(
-                [nvcc, *flags, "-o", str(out), str(src)],
-                capture_output=True,
-                text=True,
-                timeout=timeout_s,
-                cwd=tmp,
-            )
+            stdout, stderr = proc.communicate(timeout=timeout_s)
         except subprocess.TimeoutExpired:
+            _kill_group(proc)
+            proc.communicate()
             raise CudaCompileError(
                 f"nvcc ran over {timeout_s:g} s: simplify the kernel (fewer template "
                 "instantiations, smaller unrolls)"
             ) from None
+        finally:
+            with _RUNNING_LOCK:
+                _RUNNING.discard(proc)
         if proc.returncode != 0 or not out.exists():
-            raise compile_error("nvcc", trim_log(proc.stdout + proc.stderr, tmp))
+            killed = " (killed: the process is exiting)" if proc.returncode == -9 else ""
+            raise compile_error("nvcc" + killed, trim_log(stdout + stderr, tmp))
         return out.read_bytes()
 
 

@@ -3,6 +3,7 @@ compiling a correct and a broken kernel, the cubin cache, and cache artifacts ca
 Compiling needs nvcc (skipped cleanly without it); nothing here needs a GPU."""
 
 import ctypes
+import os
 import types
 
 import pytest
@@ -424,3 +425,55 @@ def test_every_dynamic_shared_memory_amount_is_opted_in_once():
         _, steps = kernel._plan([x])
         assert steps[0][3] == 49152
     assert calls == [("fn", "max-dynamic", 49152)]
+
+
+def test_nvcc_still_running_at_exit_is_killed_with_its_children(tmp_path):
+    """A background build (a daemon thread) must not leave nvcc and its children running
+    after the process exits: the exit hook kills each run's process group."""
+    import threading
+    import time
+
+    from kernelpro_backend.runtime import cuda_compile
+
+    fake = tmp_path / "nvcc"
+    child = tmp_path / "child.pid"
+    fake.write_text(f"#!/bin/sh\nsleep 300 &\necho $! > {child}\nwait\n")
+    fake.chmod(0o755)
+    errors = []
+
+    def build():
+        try:
+            cuda_compile.run_nvcc(str(fake), "// nothing", [], timeout_s=120)
+        except cuda_compile.CudaCompileError as e:
+            errors.append(str(e))
+
+    thread = threading.Thread(target=build, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not (child.exists() and child.read_text().strip()) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert cuda_compile._RUNNING, "the run is not registered while it runs"
+    cuda_compile.kill_running_nvcc()
+    thread.join(30)
+    assert not thread.is_alive() and errors and "killed" in errors[0]
+    pid = int(child.read_text())
+    for _ in range(100):  # the grandchild (cicc, ptxas in a real nvcc) is gone too
+        if not _running(pid):
+            break
+        time.sleep(0.05)
+    else:
+        raise AssertionError(f"child {pid} of the killed nvcc still runs")
+    assert not cuda_compile._RUNNING
+
+
+def _running(pid: int) -> bool:
+    """Alive and not a zombie (a killed orphan waits for a reaper that a container may lack)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return True
