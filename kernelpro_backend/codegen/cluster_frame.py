@@ -10,7 +10,14 @@ from __future__ import annotations
 
 import json
 
-from .cluster_rules import REGISTER_FILE, SHARED_PER_SM, SPARE_REGISTERS, ClusterShape, level_of
+from .cluster_rules import (
+    FLOATS,
+    REGISTER_FILE,
+    SHARED_PER_SM,
+    SPARE_REGISTERS,
+    ClusterShape,
+    level_of,
+)
 from .spec import KernelSpec
 
 FULL = 2
@@ -46,8 +53,8 @@ def vector_pointers(spec: KernelSpec, cols: tuple[int, ...]) -> list[tuple[str, 
     """(pointer, bytes per element) of every tensor read or written a vector at a time."""
     out = {}
     for inp, _, idx in spec.loads:
-        if level_of(spec, idx, cols) == FULL:
-            out[f"in{inp}"] = 4 if spec.inputs[inp][2] == "float32" else 2
+        if level_of(spec, idx, cols) == FULL and spec.inputs[inp][2] in FLOATS:
+            out[f"in{inp}"] = FLOATS[spec.inputs[inp][2]]
     for k, (_, _, idx, _) in enumerate(spec.stores):
         if level_of(spec, idx, cols) == FULL:
             out[f"out{k}"] = 4 if spec.outputs[k][2] == "float32" else 2

@@ -26,6 +26,7 @@ if TYPE_CHECKING:
 
 FLOATS = {"float32": 4, "bfloat16": 2, "float16": 2}
 ROW_DTYPES = set(FLOATS) | {"int64", "int32", "bool"}
+INTEGER_LOADS = ("int64", "int32")  # per-element loads read one element at a time
 REGISTER_FILE = 65536  # 32-bit registers per SM (H100/H200)
 SPARE_REGISTERS = 24  # addresses, loop state and temporaries besides the resident values
 MAX_RESIDENT = 64  # resident values per thread: more spill or cost occupancy
@@ -112,9 +113,13 @@ def flat_columns(spec: SpecView, cols: tuple[int, ...]) -> Any:
 
 
 def resident_loads(spec: SpecView, cols: tuple[int, ...]) -> tuple[int, ...]:
-    """Per-element loads that a reduction reads (through per-element ops): held in registers
-    from the first read to the last write; other per-element loads are read when written."""
-    full = {i for i, (_, _, idx) in enumerate(spec.loads) if level_of(spec, idx, cols) == 2}
+    """Per-element float loads that a reduction reads (through per-element ops): held on chip
+    from the first read to the last write; other per-element loads (and integer ones, e.g. a
+    column index input) are read when used."""
+    full = {
+        i for i, (inp, _, idx) in enumerate(spec.loads)
+        if level_of(spec, idx, cols) == 2 and spec.inputs[inp][2] in FLOATS
+    }  # fmt: skip
     found: set[int] = set()
     stack = [a for op, args, _ in spec.ops if op in REDUCTIONS for a in args[:1]]
     seen: set[Any] = set()
@@ -244,10 +249,12 @@ def _layout_problem(spec: SpecView, rows: tuple, cols: tuple, vec: int) -> str |
             if dtype not in ROW_DTYPES:
                 return f"a per-row {what} of {dtype}"
             continue
-        if dtype not in FLOATS:
-            return f"a per-element {what} of {dtype}: only float rows are vectorised"
         if col_part != flat:
             return f"a {what} walks the row with strides: the cluster kernel reads contiguous rows"
+        if dtype not in FLOATS:
+            if what == "store" or dtype not in INTEGER_LOADS:
+                return f"a per-element {what} of {dtype}: only float rows are vectorised"
+            continue  # an integer row (a column index) is read an element at a time
         if vec * FLOATS[dtype] > 16:
             return f"VEC={vec} {dtype} is wider than a 16-byte access; use a smaller VEC"
         if offset % vec or any(c % vec for c, _ in row_part):

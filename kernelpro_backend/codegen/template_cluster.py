@@ -22,6 +22,7 @@ from . import index as ix
 from .cluster_frame import coords, header, min_blocks, vector_pointers
 from .cluster_prelude import PRELUDE
 from .cluster_rules import (
+    FLOATS,
     REDUCTIONS,
     ClusterShape,
     cluster_shape,
@@ -110,6 +111,10 @@ class _Body:
         return name
 
     def _load(self, i: int, full: bool) -> str:
+        inp, offset, index = self.spec.loads[i]
+        dtype = self.spec.inputs[inp][2]
+        if full and dtype not in FLOATS:  # an integer row: one element at a time
+            return c_load_value(f"in{inp}[{self._row_offset(offset, index) or 0} + col]", dtype)
         if full:
             held = i in self.shape.resident
             if held and self.kr == self.per_thread:
@@ -118,8 +123,6 @@ class _Body:
             if held and self.kr:  # HOLD=split: k is a constant in the unrolled loop
                 return f"(k < {self.kr} ? r{i}[k * {self.vec} + j] : s{i}[j])"
             return f"s{i}[j]"
-        inp, offset, index = self.spec.loads[i]
-        dtype = self.spec.inputs[inp][2]
         return c_load_value(f"in{inp}[{self._row_offset(offset, index)}]", dtype)
 
     def _op(self, i: int) -> str:

@@ -143,6 +143,35 @@ def test_rows_held_in_shared_memory_fit_its_limit_and_ask_for_it(long_rows):
         alt.with_knobs(HOLD="shared", CLUSTER=1, num_warps=32)  # 1 MiB of float32
 
 
+def test_cross_entropy_backward_reads_its_column_index_input_an_element_at_a_time():
+    """The gradient compares each column with the target through an int64 column-index input
+    (`eq(iota, target)` from the one-hot): read element by element (never vectorised or held),
+    so the backward runs row-resident too."""
+    x = torch.randn(3, 8192, requires_grad=True)
+    t = torch.randint(0, 8192, (3,))
+    found = 0
+    for sg in collect(_CrossEntropy(), [x, t]):
+        seed = lower(sg)
+        ints = [
+            k for k, (inp, _, _) in enumerate(seed.loads) if seed.inputs[inp][2] == "int64"
+        ]  # fmt: skip
+        if not sg.graph.startswith("backward") or not ints:
+            continue
+        (alt,) = alternatives(seed)
+        shape = cluster_shape(alt, dict(alt.knobs))
+        assert not set(ints) & set(shape.resident)
+        source = render(alt).source
+        inp = seed.loads[ints[0]][0]
+        assert f"(long long)(in{inp}[" in source and f"in{inp} %" not in source
+        found += 1
+    assert found == 1
+
+
+class _CrossEntropy(nn.Module):
+    def forward(self, x: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
+        return F.cross_entropy(x, t)
+
+
 def test_short_rows_stay_with_the_triton_template():
     for _, seed in _seeds(CLUSTER_MIN_COLS // 2):
         assert alternatives(seed) == []
