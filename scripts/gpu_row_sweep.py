@@ -1,6 +1,8 @@
 """Row-family sweep on the GPU: eager, Inductor and kernelpro's row candidates side by side.
 
-OUT=/tmp/out PYTHONPATH=. python scripts/gpu_row_sweep.py [--budget-s 300] [--only softmax fwd] [--sizes 4096x65536] [--autotune] [--ring]
+OUT=/tmp/out PYTHONPATH=. python scripts/gpu_row_sweep.py [--budget-s 300] [--only "softmax fwd"] [--sizes 4096x65536 | full] [--autotune] [--ring]
+Several runs (a full sweep does not fit one GPU call) merge into one report with plots:
+scripts/row_sweep_report.py.
 """
 
 from __future__ import annotations
@@ -8,15 +10,22 @@ from __future__ import annotations
 import argparse
 import sys
 
-from kernelpro_backend.bench.row_sweep import SIZES, sweep
+from kernelpro_backend.bench.row_sweep import FULL_SIZES, SIZES, sweep
 
 if __name__ == "__main__":
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--budget-s", type=float, default=300.0)
-    p.add_argument("--only", nargs="*", default=[], help="substrings of case names to run")
-    p.add_argument("--sizes", nargs="*", default=[], help="ROWSxCOLS (default: the sweep's)")
+    p.add_argument(
+        "--only", nargs="*", default=[], help='starts of words of case names ("softmax fwd")'
+    )
+    p.add_argument(
+        "--sizes", nargs="*", default=[], help="ROWSxCOLS, or 'full': 256 ... 512k columns"
+    )
     p.add_argument("--autotune", action="store_true", help="also time Inductor's max-autotune")
     p.add_argument("--ring", action="store_true", help="also time the seed's one-knob neighbours")
     a = p.parse_args()
-    sizes = tuple(tuple(int(v) for v in s.split("x")) for s in a.sizes) or SIZES
+    if a.sizes == ["full"]:
+        sizes = FULL_SIZES
+    else:
+        sizes = tuple(tuple(int(v) for v in s.split("x")) for s in a.sizes) or SIZES
     sys.exit(sweep(a.budget_s, tuple(a.only), sizes, a.autotune, a.ring))

@@ -44,6 +44,15 @@ from ..runtime.validate import compute_reference
 
 # (rows, cols): about 1 GiB of float32 input each, the last at 4 GiB
 SIZES = ((65536, 4096), (16384, 16384), (4096, 65536), (1024, 262144))
+# The issue's sweep, row length 256 ... 512k: 1 GiB of float32 input at each length
+FULL_SIZES = tuple((2**28 // c, c) for c in (256, 1024, 4096, 16384, 65536, 262144, 524288))
+
+
+def selected(name: str, only: tuple[str, ...]) -> bool:
+    """Whether a case name ("softmax fwd torch.float32 4096x65536") matches one of `only`: a
+    substring starting a word (after a space or "torch."), so "softmax fwd" is not also
+    log_softmax's and "bfloat16" picks the bf16 cases."""
+    return any(name.startswith(o) or f" {o}" in name or f".{o}" in name for o in only)
 
 
 class _Op(nn.Module):
@@ -247,7 +256,7 @@ def sweep(
             for dtype in (torch.float32, torch.bfloat16):
                 for rows, cols in sizes:
                     name = f"{op} {'bwd' if backward else 'fwd'} {dtype} {rows}x{cols}"
-                    if only and not any(o in name for o in only):
+                    if only and not selected(name, only):
                         continue
                     if time.time() - start > budget_s:
                         results.append(
