@@ -20,7 +20,7 @@ from typing import Any
 
 from . import index as ix
 from .optable import LOW_FLOATS, TL_DTYPES, expression, is_float, literal
-from .program_walk import ARG_REDUCTIONS, REDUCTIONS, needed_refs, ref_dtype, ref_levels
+from .program_walk import ARG_REDUCTIONS, INDEX, REDUCTIONS, needed_refs, ref_dtype, ref_levels
 from .spec import KernelSpec
 
 SCALAR, ROW, FULL = 0, 1, 2
@@ -135,6 +135,11 @@ class Emitter:
             if dtype == "bool":
                 return literal(bool(value))
             return literal(float(value) if is_float(dtype) else int(value))
+        if op == INDEX:  # the element's coordinates through the index expression
+            index = args[0][1]
+            if not ix.dims_of(index):
+                return literal(int(ix.render(index, self.coords)))
+            return f"({ix.render(index, self.coords)}).to(tl.int64)"
         rendered = [self.value(a) for a in (args[:1] if op == "cast" else args)]
         return expression(op, rendered, dtype)
 

@@ -15,6 +15,9 @@ from typing import Any
 REDUCTIONS = ("sum", "max", "min", "gather", "argmax", "argmin")
 ARG_REDUCTIONS = ("argmax", "argmin")  # the column of the first extreme (NaN counts as one)
 FULL = 2  # the level of a per-element value (0: scalar, 1: per row)
+# ("index", (("c", index),), "int64"): the value of an index expression over the domain at the
+# element (an iota: the column a one-hot compares with), computed, not loaded
+INDEX = "index"
 
 
 def needed_refs(spec: Any) -> set[Any]:
@@ -62,6 +65,9 @@ def ref_levels(spec: Any, load_level: Callable[[Any], int]) -> dict[Any, int]:
     levels = {("L", i): load_level(idx) for i, (_, _, idx) in enumerate(spec.loads)}
     levels[("A", 0)] = FULL  # a GEMM or attention accumulator tile
     for i, (op, args, _) in enumerate(spec.ops):
+        if op == INDEX:  # the element's index: as varying as the index expression
+            levels[("T", i)] = load_level(args[0][1])
+            continue
         lv = max((0 if a[0] == "c" else levels[a] for a in args), default=0)
         levels[("T", i)] = 1 if op in REDUCTIONS else lv
     return levels

@@ -26,12 +26,14 @@ from .cluster_rules import (
     REDUCTIONS,
     ClusterShape,
     cluster_shape,
+    flat_columns,
     level_of,
     registers_held,
     split_index,
 )
 from .cluster_waves import pair_wave, reduce_wave
 from .domain import rows_cols
+from .errors import Unsupported
 from .optable_cuda import (
     POINTER_TYPES,
     c_expression,
@@ -40,7 +42,7 @@ from .optable_cuda import (
     c_store_value,
     c_type,
 )
-from .program_walk import needed_refs, reduction_ready, ref_dtype, ref_levels
+from .program_walk import INDEX, needed_refs, reduction_ready, ref_dtype, ref_levels
 from .spec import KernelSpec
 
 SCALAR, ROW, FULL = 0, 1, 2
@@ -127,6 +129,8 @@ class _Body:
 
     def _op(self, i: int) -> str:
         op, args, dtype = self.spec.ops[i]
+        if op == INDEX:
+            return self._index(args[0][1])
         if op in REDUCTIONS:
             # Constant along the row (per-element ones were folded by a column pass).
             v = self.value(args[0])
@@ -139,6 +143,16 @@ class _Body:
         if op in _APPROX and all(c_type(t) == "float" for t in types):
             return _APPROX[op].format(*rendered)  # the Triton templates' precision
         return c_expression(op, rendered, types, dtype)
+
+    def _index(self, index: Any) -> str:
+        """An index expression's value at the element: its row part from the row's coordinates,
+        its column part `col` (the row-major column walk) or none."""
+        row, col = split_index(index, self.rows, self.cols)
+        if col and col != flat_columns(self.spec, self.cols):
+            raise Unsupported("an index that walks the row's columns other than in order")
+        names = [f"d{k}" for k in range(len(self.spec.domain))]
+        terms = [f"(long long)({ix.render(row, names)})" if row else "0LL"]
+        return " + ".join(terms + (["col"] if col else []))
 
     # -- loops ----------------------------------------------------------------------------
     def open_vectors(self) -> None:

@@ -61,7 +61,14 @@ _REDUCTION = {
 }
 # Ops that behave pointwise but carry no pointwise tag.
 _EXTRA_POINTWISE = {"aten::_to_copy", "prims::fma", "prims::convert_element_type"}
-_FACTORY = {"aten::full", "aten::scalar_tensor", "aten::zeros", "aten::ones", "aten::arange"}
+_FACTORY = {
+    "aten::full",
+    "aten::scalar_tensor",
+    "aten::zeros",
+    "aten::ones",
+    "aten::arange",
+    "prims::iota",  # the column index a one-hot (cross-entropy's gradient) compares with
+}
 _VIEW_EXTRA = {"aten::reshape", "aten::_unsafe_view"}
 _ATTENTION_PREFIXES = (
     "aten::_scaled_dot_product",

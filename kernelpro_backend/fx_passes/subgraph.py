@@ -203,7 +203,19 @@ def _int_ranges(inputs: Sequence[fx.Node], members: set[fx.Node]) -> dict[int, I
                 dim = u.args[1]
                 if isinstance(dim, int):
                     ranges[i] = IntRange(0, src.shape[dim])
+            elif name == "aten::eq" and (length := _iota_length(u, value)) is not None:
+                ranges[i] = IntRange(0, length)  # a one-hot: the value is a column index
     return ranges
+
+
+def _iota_length(eq: fx.Node, value: fx.Node) -> int | None:
+    """The length of the prims.iota (through views) that `eq` compares `value` with, if any."""
+    other = next((a for a in eq.args[:2] if isinstance(a, fx.Node) and a is not value), None)
+    while other is not None and role(other) is Role.VIEW and isinstance(other.args[0], fx.Node):
+        other = other.args[0]
+    if other is None or op_name(other) != "prims::iota" or not isinstance(other.args[0], int):
+        return None
+    return other.args[0]
 
 
 def _uses(p: fx.Node, members: set[fx.Node]) -> list[tuple[fx.Node, fx.Node]]:

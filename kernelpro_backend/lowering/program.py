@@ -133,7 +133,24 @@ class ProgramBuilder:
         if name in ("aten::zeros", "aten::ones"):
             value = 0 if name == "aten::zeros" else 1
             return self.emit("cast", (("c", value), ("c", dtype_name(n))), dtype_name(n))
+        if name == "prims::iota" and n in self.maps:
+            return self._iota(n)
         raise Unsupported(f"factory {name} is not supported")
+
+    def _iota(self, n: fx.Node) -> Ref:
+        """prims.iota(length, start=, step=): start + step * (the element's index along it)."""
+        (index,) = self.maps[n]
+        start, step = n.kwargs.get("start", 0), n.kwargs.get("step", 1)
+        if not isinstance(start, int) or not isinstance(step, int):
+            raise Unsupported(f"{n.format_node()}: iota with a symbolic start or step")
+        ref = self.emit("index", (("c", index),), "int64")
+        if step != 1:
+            ref = self.emit("mul", (ref, ("c", step)), "int64")
+        if start:
+            ref = self.emit("add", (ref, ("c", start)), "int64")
+        if dtype_name(n) != "int64":
+            ref = self.emit("cast", (ref, ("c", dtype_name(n))), dtype_name(n))
+        return ref
 
     def _reduction(self, n: fx.Node) -> Ref:
         name = op_name(n).removeprefix("aten::")

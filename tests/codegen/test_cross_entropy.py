@@ -77,6 +77,27 @@ def test_fused_cross_entropy_matches_in_one_block_and_looped(
         check(sg, looped, inputs=_with_ignored_targets(sg, 4))
 
 
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_the_gradient_computes_its_column_index_instead_of_loading_it(dtype: torch.dtype) -> None:
+    """The gradient's one-hot compares each column with the target through prims.iota; the
+    iota is part of the subgraph (an "index" op: the element's column), not an int64 input
+    that every row reads again (and that validation filled with random integers), and the
+    target's valid range is the iota's length; in one block and looped, with ignored targets."""
+    logits = torch.randn(37, 1000, dtype=dtype, requires_grad=True)
+    target = torch.randint(0, 1000, (37,))
+    (sg,) = [s for s in collect(CrossEntropy(), (logits, target)) if s.graph.startswith("backward")]
+    assert all(
+        dt != "int64" or len(shape) == 1 and shape[0] == 37 for shape, _, dt in sg.input_meta
+    )
+    spec = lower(sg)
+    (index,) = [args for op, args, _ in spec.ops if op == "index"]
+    assert index == (("c", ((1, 1),)),)  # the column dim of the [rows, columns] domain
+    assert [(r.low, r.high) for r in sg.int_ranges.values()] == [(0, 1000)]
+    for s in (spec, spec.with_knobs(BLOCK_C=128, ROWS=2, num_warps=1)):
+        check(sg, s, seed=1)
+        check(sg, s, inputs=_with_ignored_targets(sg, 2))
+
+
 @pytest.mark.parametrize(
     "kwargs", [{"ignore_index": 5}, {"reduction": "none"}, {"label_smoothing": 0.1}], ids=str
 )
