@@ -134,15 +134,18 @@ class ProgramBuilder:
             value = 0 if name == "aten::zeros" else 1
             return self.emit("cast", (("c", value), ("c", dtype_name(n))), dtype_name(n))
         if name == "prims::iota" and n in self.maps:
-            return self._iota(n)
+            return self._iota(n, n.kwargs.get("start", 0), n.kwargs.get("step", 1))
+        if name == "aten::arange" and n in self.maps:  # (end) | (start, end) | (start, end, step)
+            start, step = (0, 1) if len(n.args) == 1 else (n.args[0], (*n.args[2:3], 1)[0])
+            return self._iota(n, start, step)
         raise Unsupported(f"factory {name} is not supported")
 
-    def _iota(self, n: fx.Node) -> Ref:
-        """prims.iota(length, start=, step=): start + step * (the element's index along it)."""
+    def _iota(self, n: fx.Node, start: Any, step: Any) -> Ref:
+        """start + step * (the element's index along the 1-D factory), integers computed as
+        integers, then cast to the factory's dtype (exact where the dtype holds the values)."""
         (index,) = self.maps[n]
-        start, step = n.kwargs.get("start", 0), n.kwargs.get("step", 1)
         if not isinstance(start, int) or not isinstance(step, int):
-            raise Unsupported(f"{n.format_node()}: iota with a symbolic start or step")
+            raise Unsupported(f"{n.format_node()}: a range with a non-integer start or step")
         ref = self.emit("index", (("c", index),), "int64")
         if step != 1:
             ref = self.emit("mul", (ref, ("c", step)), "int64")
