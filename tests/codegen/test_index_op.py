@@ -6,7 +6,7 @@ whose column loop walks the index block by block."""
 from __future__ import annotations
 
 import torch
-from harness import check, traced_subgraph
+from harness import check, decomposed_subgraph, traced_subgraph
 
 from kernelpro_backend.lowering import lower
 
@@ -36,3 +36,30 @@ def test_a_row_reduction_weighted_by_the_column_index():
     assert spec.template == "row_reduction" and len(_index_ops(spec)) == 1
     check(sg, spec)
     check(sg, spec.with_knobs(BLOCK_C=64, ROWS=2, num_warps=1), seed=1)  # looped columns
+
+
+def test_a_causal_mask_from_two_ranges_in_a_softmax(tmp_path) -> None:
+    """Hand-written attention's causal mask from aranges (query index >= key index): one range
+    along the rows, one along the columns, both computed; the row-resident alternative (rows
+    of 1024 or more) takes the row's part from its coordinates and the column's as its column."""
+    from kernelpro_backend.codegen import alternatives, render
+    from kernelpro_backend.runtime.cuda_compile import compile_cuda, find_nvcc
+
+    def fn(s: torch.Tensor) -> torch.Tensor:
+        t = s.shape[-1]
+        keep = torch.arange(t)[:, None] >= torch.arange(t)[None, :]
+        return s.masked_fill(~keep, float("-inf")).softmax(-1)
+
+    sg = decomposed_subgraph(fn, torch.randn(2, 40, 40))
+    spec = lower(sg)
+    assert len(_index_ops(spec)) == 2
+    check(sg, spec)
+    check(sg, spec.with_knobs(BLOCK_C=16, ROWS=2, num_warps=1), seed=1)
+    (alt,) = alternatives(lower(decomposed_subgraph(fn, torch.randn(1, 1024, 1024))))
+    rendered = render(alt)
+    assert "+ col" in rendered.source and "(long long)(" in rendered.source
+    if find_nvcc() is not None:
+        cubin = compile_cuda(
+            rendered.source, "sm_90a", kernels=(rendered.entry,), cubin_dir=tmp_path
+        )
+        assert cubin.data[:4] == b"\x7fELF"
