@@ -48,6 +48,9 @@ SIZES = ((65536, 4096), (16384, 16384), (4096, 65536), (1024, 262144))
 FULL_SIZES = tuple((2**28 // c, c) for c in (256, 1024, 4096, 16384, 65536, 262144, 524288))
 
 
+_HOLD_TAG = {"registers": "", "shared": " smem", "split": " split"}  # in candidate names
+
+
 def selected(name: str, only: tuple[str, ...]) -> bool:
     """Whether a case name ("softmax fwd torch.float32 4096x65536") matches one of `only`: a
     substring starting a word (after a space or "torch."), so "softmax fwd" is not also
@@ -123,8 +126,7 @@ def candidates(seed: KernelSpec, ring: bool = False) -> list[tuple[str, KernelSp
                         )
                     except IllegalSpec:
                         continue
-                    where = {"registers": "", "shared": " smem", "split": " split"}
-                    tag = (" pair" if online == "pair" else "") + where[str(hold)]
+                    tag = (" pair" if online == "pair" else "") + _HOLD_TAG[str(hold)]
                     out.append((f"cluster c{cluster} w{warps} v{alt.knob('VEC')}{tag}", spec))
     return out
 

@@ -18,9 +18,8 @@ from .cluster_rules import (
     ClusterShape,
     level_of,
 )
+from .program_walk import FULL
 from .spec import KernelSpec
-
-FULL = 2
 
 
 def coords(spec: KernelSpec, rows: tuple[int, ...]) -> list[str]:
@@ -57,7 +56,7 @@ def vector_pointers(spec: KernelSpec, cols: tuple[int, ...]) -> list[tuple[str, 
             out[f"in{inp}"] = FLOATS[spec.inputs[inp][2]]
     for k, (_, _, idx, _) in enumerate(spec.stores):
         if level_of(spec, idx, cols) == FULL:
-            out[f"out{k}"] = 4 if spec.outputs[k][2] == "float32" else 2
+            out[f"out{k}"] = FLOATS[spec.outputs[k][2]]  # cluster_rules: float stores only
     return sorted(out.items())
 
 

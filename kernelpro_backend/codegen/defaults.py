@@ -113,6 +113,7 @@ def alternatives(seed: KernelSpec) -> list[KernelSpec]:
     if extent(seed, cols) < CLUSTER_MIN_COLS:
         return []
     import dataclasses
+    import itertools
 
     from .cluster_rules import MAX_RESIDENT, cluster_shape, pair_reductions
     from .template_cluster import render_cluster
@@ -121,25 +122,27 @@ def alternatives(seed: KernelSpec) -> list[KernelSpec]:
     forms = [("registers", (4, 8, 16, 32))]
     if extent(seed, cols) >= SPLIT_MIN_COLS:
         forms.insert(0, ("split", (16, 8, 32, 4)))
-    for hold, warp_order in forms:
-        for vec in (8, 4, 2, 1):
-            for warps in warp_order:
-                for cluster in (1, 2, 4, 8, 16):
-                    knobs = dict(
-                        CLUSTER=cluster, VEC=vec, num_warps=warps, ONLINE=online, HOLD=hold
-                    )
-                    shape = cluster_shape(seed, knobs)
-                    if shape.elements * max(1, len(shape.resident)) > MAX_RESIDENT:
-                        continue
-                    try:
-                        spec = dataclasses.replace(
-                            seed, template="row_cluster", knobs=tuple(sorted(knobs.items()))
-                        )
-                    except IllegalSpec:
-                        continue
-                    try:
-                        render_cluster(spec)
-                    except Unsupported:  # an op or dtype the CUDA op table lacks
-                        return []
-                    return [spec]
+    order = [
+        (hold, vec, warps, cluster)
+        for hold, warp_order in forms
+        for vec, warps, cluster in itertools.product((8, 4, 2, 1), warp_order, (1, 2, 4, 8, 16))
+    ]
+    for hold, vec, warps, cluster in order:
+        knobs: dict[str, KnobValue] = dict(
+            CLUSTER=cluster, VEC=vec, num_warps=warps, ONLINE=online, HOLD=hold
+        )
+        shape = cluster_shape(seed, knobs)
+        if shape.elements * max(1, len(shape.resident)) > MAX_RESIDENT:
+            continue
+        try:
+            spec = dataclasses.replace(
+                seed, template="row_cluster", knobs=tuple(sorted(knobs.items()))
+            )
+        except IllegalSpec:
+            continue
+        try:
+            render_cluster(spec)
+        except Unsupported:  # an op or dtype the CUDA op table lacks
+            return []
+        return [spec]
     return []

@@ -151,8 +151,8 @@ class _Body:
         if col and col != flat_columns(self.spec, self.cols):
             raise Unsupported("an index that walks the row's columns other than in order")
         names = [f"d{k}" for k in range(len(self.spec.domain))]
-        terms = [f"(long long)({ix.render(row, names)})" if row else "0LL"]
-        return " + ".join(terms + (["col"] if col else []))
+        terms = [f"(long long)({ix.render(row, names)})"] if row else []
+        return " + ".join(terms + (["col"] if col else [])) or "0LL"
 
     # -- loops ----------------------------------------------------------------------------
     def open_vectors(self) -> None:
