@@ -8,12 +8,15 @@ Must not: define which values are legal (knobs.py does, and every default here p
 
 from __future__ import annotations
 
+import logging
 from typing import TYPE_CHECKING
 
 from .domain import extent, rows_cols
 from .errors import IllegalSpec, Unsupported
 from .gemm_configs import gemm_default_knobs  # the GEMM tables to edit live there
 from .knobs import next_pow2, validate_attention_backward
+
+log = logging.getLogger("kernelpro.codegen")
 
 if TYPE_CHECKING:
     from .spec import KernelSpec, KnobValue
@@ -100,9 +103,11 @@ def alternatives(seed: KernelSpec) -> list[KernelSpec]:
     the widest vectors, then the fewest warps, then the fewest CTAs per row that hold the row
     with at most 64 values per thread, a softmax's statistics in one (max, sum) exchange
     (ONLINE=pair) where the program has them; rows of SPLIT_MIN_COLS or more start with half
-    of those values in shared memory (HOLD=split) at 16 warps. Small CTAs share an SM, so one CTA's reductions and
-    cluster barriers overlap the others' memory traffic: on the H100 4 warps x 8 CTAs took
-    0.80 ms for a float32 4096x65536 softmax where 32 warps x 2 CTAs took 0.89 ms."""
+    of those values in shared memory (HOLD=split) at 16 warps, and where no register share
+    fits (a backward holding three rows) all of them (HOLD=shared). Small CTAs share an SM, so
+    one CTA's reductions and cluster barriers overlap the others' memory traffic: on the H100
+    4 warps x 8 CTAs took 0.80 ms for a float32 4096x65536 softmax where 32 warps x 2 CTAs
+    took 0.89 ms."""
     if seed.template == "gemm":
         from .cutlass_match import cutlass_specs
 
@@ -122,6 +127,7 @@ def alternatives(seed: KernelSpec) -> list[KernelSpec]:
     forms = [("registers", (4, 8, 16, 32))]
     if extent(seed, cols) >= SPLIT_MIN_COLS:
         forms.insert(0, ("split", (16, 8, 32, 4)))
+        forms.append(("shared", (16, 8, 32, 4)))  # several resident rows: registers can't
     order = [
         (hold, vec, warps, cluster)
         for hold, warp_order in forms
@@ -132,7 +138,7 @@ def alternatives(seed: KernelSpec) -> list[KernelSpec]:
             CLUSTER=cluster, VEC=vec, num_warps=warps, ONLINE=online, HOLD=hold
         )
         shape = cluster_shape(seed, knobs)
-        if shape.elements * max(1, len(shape.resident)) > MAX_RESIDENT:
+        if hold != "shared" and shape.elements * max(1, len(shape.resident)) > MAX_RESIDENT:
             continue
         try:
             spec = dataclasses.replace(
@@ -142,7 +148,9 @@ def alternatives(seed: KernelSpec) -> list[KernelSpec]:
             continue
         try:
             render_cluster(spec)
-        except Unsupported:  # an op or dtype the CUDA op table lacks
+        except Unsupported as e:  # an op or dtype the CUDA op table lacks
+            log.info("no row_cluster alternative for %s %s: %s", seed.pattern, seed.domain, e)
             return []
         return [spec]
+    log.info("no row_cluster alternative for %s %s: no legal shape", seed.pattern, seed.domain)
     return []

@@ -276,3 +276,29 @@ def test_a_stored_cuda_spec_source_is_rebuilt_as_cuda(monkeypatch):
     assert callable(fn)
     assert built["rendered"].language == "cuda" and built["rendered"].source == r.source
     assert built["cubin_dir"] == os.devnull
+
+
+def test_three_long_rows_too_many_for_registers_are_held_in_shared_memory(tmp_path):
+    """A bfloat16 RMSNorm backward over 512k columns keeps three rows (input, gradient,
+    weight): at most 64 values a thread in registers would need more than a 16-CTA cluster's
+    threads, so the default holds them all in shared memory (HOLD=shared), 16 CTAs of 192 KiB;
+    in float32 the rows exceed even the cluster's shared memory and no alternative is made."""
+    from kernelpro_backend.codegen.cluster_rules import SHARED_LIMIT
+
+    found = {}
+    for dtype in (torch.bfloat16, torch.float32):
+        x = torch.randn(1, 2**19, dtype=dtype, requires_grad=True)
+        backward = [s for s in collect(RMSNorm(2**19).to(dtype), [x]) if s.graph[0] == "b"]
+        found[dtype] = [a for sg in backward for a in alternatives(lower(sg))]
+    assert found[torch.float32] == []
+    (alt,) = found[torch.bfloat16]
+    assert (alt.knob("HOLD"), alt.knob("CLUSTER"), alt.knob("VEC")) == ("shared", 16, 8)
+    shape = cluster_shape(alt, dict(alt.knobs))
+    assert len(shape.resident) == 3
+    assert shape.shared_offsets()[1] == 3 * 2**19 // 16 * 2 <= SHARED_LIMIT
+    if find_nvcc() is not None:
+        from kernelpro_backend.runtime.cuda_compile import compile_cuda
+
+        r = render(alt)
+        cubin = compile_cuda(r.source, "sm_90a", kernels=(r.entry,), cubin_dir=tmp_path)
+        assert cubin.data[:4] == b"\x7fELF"
