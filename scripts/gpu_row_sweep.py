@@ -1,6 +1,6 @@
 """Row-family sweep on the GPU: eager, Inductor and kernelpro's row candidates side by side.
 
-OUT=/tmp/out PYTHONPATH=. python scripts/gpu_row_sweep.py [--budget-s 300] [--only "softmax fwd"] [--sizes 4096x65536 | full] [--autotune] [--ring]
+OUT=/tmp/out PYTHONPATH=. python scripts/gpu_row_sweep.py [--budget-s 300] [--only "softmax fwd"] [--sizes 4096x65536 | full] [--autotune] [--ring] [--clusters ring]
 Several runs (a full sweep does not fit one GPU call) merge into one report with plots:
 scripts/row_sweep_report.py.
 """
@@ -23,9 +23,15 @@ if __name__ == "__main__":
     )
     p.add_argument("--autotune", action="store_true", help="also time Inductor's max-autotune")
     p.add_argument("--ring", action="store_true", help="also time the seed's one-knob neighbours")
+    p.add_argument(
+        "--clusters",
+        choices=("all", "ring"),
+        default="all",
+        help="every legal row-resident configuration, or the default and its one-knob ring",
+    )
     a = p.parse_args()
     if a.sizes == ["full"]:
         sizes = FULL_SIZES
     else:
         sizes = tuple(tuple(int(v) for v in s.split("x")) for s in a.sizes) or SIZES
-    sys.exit(sweep(a.budget_s, tuple(a.only), sizes, a.autotune, a.ring))
+    sys.exit(sweep(a.budget_s, tuple(a.only), sizes, a.autotune, a.ring, a.clusters))

@@ -32,4 +32,6 @@ if __name__ == "__main__":
     print(f"max-autotune timed in {found['max_autotune_timed']} cases")
     for line in found["kernel_lost"]:
         print(f"kernel lost: {line}")
+    for line in found["behind_max_autotune"]:
+        print(f"behind max-autotune: {line}")
     sys.exit(0)

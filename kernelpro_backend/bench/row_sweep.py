@@ -8,7 +8,10 @@ and takes its largest row subgraph of the chosen graph. Its candidates are the l
 seed and the row-resident CUDA kernel (template_cluster.py) at every legal cluster size and
 warp count at the widest vector: every one is built, checked against the subgraph's reference
 (runtime/compare.py's tolerance) and timed (median ms) beside eager (the subgraph module) and
-Inductor (torch.compile of it). Effective bandwidth is the minimal bytes (each input and output
+Inductor (torch.compile of it); one whose warm-up runs take 1.5x the best time so far keeps
+those runs' median, marked "abandoned". With `clusters="ring"` the row-resident candidates are
+the default alternative and its one-knob neighbours (what a search measures first), a seventh
+of the whole space's compile and timing cost. Effective bandwidth is the minimal bytes (each input and output
 once) over the time; the DRAM roof is measured in the same run by a device-to-device copy.
 "kernelpro" here is the best candidate of this sweep of the space, not a search's pick: a
 search measures the same candidates and keeps the fastest.
@@ -21,13 +24,15 @@ search). Results: $OUT/gpu_row_sweep.json, the table printed last.
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import functools
 import itertools
 import json
+import logging
 import os
 import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import torch
 import torch.nn as nn
@@ -94,7 +99,7 @@ def minimal_bytes(spec: KernelSpec) -> int:
     return total
 
 
-def neighbours(seed: KernelSpec) -> list[tuple[str, KernelSpec]]:
+def neighbours(seed: KernelSpec, label=None) -> list[tuple[str, KernelSpec]]:  # type: ignore[no-untyped-def]
     """The seed with one knob one legal step up or down: the first ring a search explores."""
     out = []
     for name, values in sorted(knob_space(seed).items()):
@@ -105,17 +110,31 @@ def neighbours(seed: KernelSpec) -> list[tuple[str, KernelSpec]]:
         for j in (i - 1, i + 1):
             if 0 <= j < len(values):
                 try:
-                    out.append((f"seed {name}={values[j]}", seed.with_knobs(**{name: values[j]})))
+                    spec = seed.with_knobs(**{name: values[j]})
                 except IllegalSpec:
                     continue
+                out.append((label(spec) if label else f"seed {name}={values[j]}", spec))
     return out
 
 
-def candidates(seed: KernelSpec, ring: bool = False) -> list[tuple[str, KernelSpec]]:
-    """The seed (with `ring`, its one-knob neighbours too) and every legal row-resident
-    cluster configuration (cluster size, warps, ONLINE, HOLD; the alternative's vector width)."""
+def cluster_name(spec: KernelSpec) -> str:
+    """ "cluster c8 w16 v4 pair split": the row-resident kernel's knobs in a candidate's name."""
+    tag = (" pair" if spec.knob("ONLINE") == "pair" else "") + _HOLD_TAG[str(spec.knob("HOLD"))]
+    return f"cluster c{spec.knob('CLUSTER')} w{spec.knob('num_warps')} v{spec.knob('VEC')}{tag}"
+
+
+def candidates(
+    seed: KernelSpec, ring: bool = False, clusters: str = "all"
+) -> list[tuple[str, KernelSpec]]:
+    """The seed (with `ring`, its one-knob neighbours too) and row-resident cluster
+    configurations: with clusters="all" every legal one (cluster size, warps, ONLINE, HOLD; the
+    alternative's vector width), with "ring" the default alternative and its one-knob
+    neighbours (what a search measures first; a fraction of the compile and timing cost)."""
     out = [("triton seed", seed), *(neighbours(seed) if ring else [])]
     for alt in alternatives(seed):
+        if clusters == "ring":
+            out += [(cluster_name(alt) + " (default)", alt), *neighbours(alt, cluster_name)]
+            continue
         space = knob_space(alt)
         for cluster in (1, 2, 4, 8, 16):  # the registers' legal sizes and smaller held in smem
             for warps in (4, 8, 16, 32):
@@ -126,8 +145,7 @@ def candidates(seed: KernelSpec, ring: bool = False) -> list[tuple[str, KernelSp
                         )
                     except IllegalSpec:
                         continue
-                    tag = (" pair" if online == "pair" else "") + _HOLD_TAG[str(hold)]
-                    out.append((f"cluster c{cluster} w{warps} v{alt.knob('VEC')}{tag}", spec))
+                    out.append((cluster_name(spec), spec))
     return out
 
 
@@ -148,6 +166,9 @@ def _time(fn: Callable[[], object]) -> float:
     return time_kernel(lambda: fn(), [()], torch.device("cuda")).median_ms
 
 
+ABANDON = 1.5  # a candidate whose warm-up runs take this multiple of the best is not timed on
+
+
 def _wrong(outs: list[torch.Tensor], ref) -> str | None:  # type: ignore[no-untyped-def]
     for i, got in enumerate(outs):
         eager = ref.eager[i] if ref.eager is not None else None
@@ -155,6 +176,23 @@ def _wrong(outs: list[torch.Tensor], ref) -> str | None:  # type: ignore[no-unty
         if rejection is not None:
             return str(rejection.message)
     return None
+
+
+@contextlib.contextmanager
+def _refusals() -> Iterator[list[str]]:
+    """Collect why the row-resident alternative was refused (codegen logs it)."""
+    found: list[str] = []
+    handler = logging.Handler(logging.INFO)
+    handler.emit = lambda record: found.append(record.getMessage())  # type: ignore[method-assign]
+    logger = logging.getLogger("kernelpro.codegen")
+    level = logger.level
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    try:
+        yield found
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)
 
 
 def run_case(
@@ -165,6 +203,7 @@ def run_case(
     backward: bool,
     autotune: bool = False,
     ring: bool = False,
+    clusters: str = "all",
 ) -> dict:
     sg = row_subgraph(op, rows, cols, dtype, backward)
     seed = lower(sg)
@@ -182,9 +221,13 @@ def run_case(
         tuned = torch.compile(module, mode="max-autotune-no-cudagraphs")
         tuned(*inputs)
         row["max_autotune_ms"] = _time(lambda: tuned(*inputs))
-    found = candidates(seed, ring)
+    with _refusals() as refused:
+        found = candidates(seed, ring, clusters)
+    if refused:
+        row["no_cluster"] = refused[0]
     precompile([s for _, s in found])
     row["candidates"] = []
+    best_ms = min(row["inductor_ms"], row["eager_ms"])
     for name, spec in found:
         entry: dict = {"name": name, "knobs": dict(spec.knobs)}
         try:
@@ -193,7 +236,16 @@ def run_case(
             if problem:
                 entry["error"] = f"wrong: {problem}"[:300]
             else:
-                entry["ms"] = _time(functools.partial(kernel, *inputs))
+                t = time_kernel(
+                    functools.partial(kernel, *inputs),
+                    [()],
+                    torch.device("cuda"),
+                    abandon_above_ms=ABANDON * best_ms,
+                )
+                entry["ms"] = t.median_ms
+                if t.method.endswith("abandoned"):
+                    entry["abandoned"] = True  # its warm-up's times: far from the best
+                best_ms = min(best_ms, t.median_ms)
         except Exception as e:
             entry["error"] = f"{type(e).__name__}: {e}"[:300]
         row["candidates"].append(entry)
@@ -233,6 +285,8 @@ def print_table(meta: dict, results: list[dict]) -> None:
             f"{_fmt(r.get('max_autotune_ms'), b)}  {_fmt(r.get('kernelpro_ms'), b)}  "
             f"{r.get('shipped', '-'):8s} {r.get('kernelpro_best', '-')}"
         )
+    for refusal in sorted({r["no_cluster"] for r in results if "no_cluster" in r}):
+        print(f"no row_cluster: {refusal[:300]}")
 
 
 def copy_roof() -> float:
@@ -243,14 +297,27 @@ def copy_roof() -> float:
     return round(2 * 2**31 / ms / 1e9, 3)
 
 
+def _write(out_dir: str, meta: dict, results: list[dict]) -> None:
+    path = os.path.join(out_dir, "gpu_row_sweep.json")
+    with open(path + ".tmp", "w") as f:
+        json.dump({"meta": meta, "results": results}, f, indent=1)
+    os.replace(path + ".tmp", path)
+
+
 def sweep(
-    budget_s: float = 300.0, only: tuple[str, ...] = (), sizes=SIZES, autotune=False, ring=False
+    budget_s: float = 300.0,
+    only: tuple[str, ...] = (),
+    sizes=SIZES,
+    autotune=False,
+    ring=False,
+    clusters="all",
 ) -> int:  # type: ignore[no-untyped-def]
     out_dir = os.environ.get("OUT", ".")
     os.makedirs(out_dir, exist_ok=True)
     start = time.time()
     meta: dict[str, object] = {"device": torch.cuda.get_device_name(), "torch": torch.__version__}
     meta |= {"date": time.strftime("%Y-%m-%d %H:%M:%S"), "copy_tb_s": copy_roof()}
+    meta |= {"clusters": clusters, "seed_ring": ring}
     results: list[dict] = []
     ops = ("softmax", "cross_entropy", "rms_norm", "layer_norm", "log_softmax")
     for op in ops:
@@ -260,27 +327,22 @@ def sweep(
                     name = f"{op} {'bwd' if backward else 'fwd'} {dtype} {rows}x{cols}"
                     if only and not selected(name, only):
                         continue
+                    ident = {"op": op, "pass": "backward" if backward else "forward"}
+                    ident |= {"rows": rows, "cols": cols, "dtype": str(dtype).split(".")[-1]}
                     if time.time() - start > budget_s:
-                        results.append(
-                            {"op": op, "rows": rows, "cols": cols, "error": "skipped (budget)"}
-                        )
+                        results.append(ident | {"error": "skipped (budget)"})
                         continue
                     print(f"{name} ({time.time() - start:.0f} s)", flush=True)
+                    began = time.time()
                     try:
-                        results.append(run_case(op, rows, cols, dtype, backward, autotune, ring))
+                        case = run_case(op, rows, cols, dtype, backward, autotune, ring, clusters)
+                        results.append(case | {"wall_s": round(time.time() - began, 1)})
                     except Exception as e:
                         traceback.print_exc()
-                        results.append(
-                            {
-                                "op": op,
-                                "rows": rows,
-                                "cols": cols,
-                                "error": f"{type(e).__name__}: {e}"[:300],
-                            }
-                        )
+                        results.append(ident | {"error": f"{type(e).__name__}: {e}"[:300]})
                     torch.cuda.empty_cache()
+                    _write(out_dir, meta, results)  # a killed run keeps what it measured
     meta["wall_s"] = round(time.time() - start, 1)
-    with open(os.path.join(out_dir, "gpu_row_sweep.json"), "w") as f:
-        json.dump({"meta": meta, "results": results}, f, indent=1)
+    _write(out_dir, meta, results)
     print_table(meta, results)
     return 0

@@ -42,6 +42,10 @@ def test_the_last_measurement_of_a_case_wins_and_errors_never_replace_one():
     assert {r["cols"]: r["kernelpro_ms"] for r in doc["results"]} == {4096: 0.9, 65536: 0.7}
     assert doc["meta"]["copy_tb_s"] == 3.0  # the lowest roof: a conservative target
     assert len(doc["meta"]["runs"]) == 3
+    # an older run named a skipped case by op and size only; measured later, it is not missing
+    older = {"op": "softmax", "rows": 2**28 // 4096, "cols": 4096, "error": "skipped (budget)"}
+    assert merge([run(3.0, older), first])["results"] == first["results"]
+    assert checks(merge([run(3.0, older)]))["missing"] == ["softmax   65536x4096: skipped (budget)"]
     only_errors = merge([run(3.0, skipped(1024))])
     assert checks(only_errors)["missing"] == [
         "softmax forward float32 262144x1024: skipped (budget)"
@@ -57,9 +61,16 @@ def test_checks_take_the_median_of_what_ships_and_name_every_lost_kernel():
                 case(4096, None),  # no kernel: Inductor ships, 2.0 TB/s
                 case(65536, 1.2),  # kernel slower than Inductor: Inductor ships
                 case(262144, 0.9, max_autotune_ms=1.1),
+                case(524288, 1.0, max_autotune_ms=0.8),  # max-autotune 1.25x faster
+                case(16384, 1.0, max_autotune_ms=0.99),  # within timing noise
             )
         ]
     )
+    found = checks(doc)
+    assert found["behind_max_autotune"] == [
+        "softmax forward float32 512x524288: max-autotune 0.800 ms, 1.25x faster than shipped 1.000"
+    ]
+    doc["results"] = doc["results"][:4]
     found = checks(doc)
     assert found["cases"] == 4 and found["max_autotune_timed"] == 1
     assert bandwidths(doc["results"][0])["shipped"] == pytest.approx(2.5)
@@ -102,3 +113,28 @@ def test_only_matches_the_start_of_a_word_of_a_case_name():
     assert selected(name, ("4096x65536",)) and not selected(name, ("float16",))
     assert [c for _, c in FULL_SIZES] == [256, 1024, 4096, 16384, 65536, 262144, 524288]
     assert {r * c for r, c in FULL_SIZES} == {2**28}  # 1 GiB of float32 at every length
+
+
+def test_the_ring_sweep_measures_the_default_alternative_and_its_one_knob_neighbours():
+    """--clusters ring: the seed, the row-resident default and every spec one knob step from
+    it (what a search measures first), a fraction of the whole cluster space."""
+    import torch
+
+    from kernelpro_backend.bench.row_sweep import candidates, cluster_name
+    from kernelpro_backend.codegen import alternatives
+    from kernelpro_backend.explain import find_subgraphs
+    from kernelpro_backend.lowering import lower
+
+    x = torch.randn(2, 65536)
+    (sg,) = [s for s in find_subgraphs(lambda x: x.softmax(-1), x) if s.kind != "gemm"]
+    seed = lower(sg)
+    (alt,) = alternatives(seed)
+    ring = candidates(seed, clusters="ring")
+    assert ring[0] == ("triton seed", seed) and ring[1] == (cluster_name(alt) + " (default)", alt)
+    for _, spec in ring[2:]:
+        moved = [k for k, v in spec.knobs if v != alt.knob(k)]
+        assert len(moved) == 1, moved
+    assert len({n for n, _ in ring}) == len(ring)
+    everything = candidates(seed)
+    assert 2 < len(ring) < len(everything) / 3
+    assert {dict(s.knobs)["HOLD"] for _, s in everything[1:]} >= {"registers", "shared", "split"}
