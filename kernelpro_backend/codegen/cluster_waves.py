@@ -3,7 +3,7 @@
 Owns: `reduce_wave` (fold a wave of reductions over a thread's values, then warp -> block ->
 cluster, with a softmax's max and sum of exp as one (max, sum) exchange under ONLINE=pair) and
 `pair_wave` (which pairs a wave may fold together). Both take the kernel body being emitted
-(template_cluster._Body: its lines, memos and loops) as `self`.
+(template_cluster._Body: its lines, memos and loops) as their first argument.
 Must not: decide legality (cluster_rules.py) or emit loads and stores (template_cluster.py).
 """
 
@@ -23,7 +23,7 @@ IDENTITY = {
 
 
 def reduce_wave(
-    self: Any, wave: list[int], slots: dict[int, int], paired: dict[int, int] | None = None
+    body: Any, wave: list[int], slots: dict[int, int], paired: dict[int, int] | None = None
 ) -> None:
     """Fold `wave`'s reductions over this thread's values, then warp -> block -> cluster.
     `paired` (max -> sum of exp(y - max), both in `wave`): the sum is folded in a second
@@ -32,61 +32,61 @@ def reduce_wave(
     paired = paired or {}
     partners = set(paired.values())
     for i in wave:
-        self.line(f"float a{i} = {IDENTITY[self.spec.ops[i][0]]};")
+        body.line(f"float a{i} = {IDENTITY[body.spec.ops[i][0]]};")
 
     def fold(ops: list[int]) -> None:
         for i in ops:
-            op, args, _ = self.spec.ops[i]
-            term = self.value(args[0])
+            op, args, _ = body.spec.ops[i]
+            term = body.value(args[0])
             if op == "gather":
-                term = f"(col == {self.value(args[1])} ? {term} : 0.0f)"
-            self.line(f"a{i} = {FUNCTOR[op]}()(a{i}, {term});")
+                term = f"(col == {body.value(args[1])} ? {term} : 0.0f)"
+            body.line(f"a{i} = {FUNCTOR[op]}()(a{i}, {term});")
 
-    self.open_vectors()
-    self.element_block(lambda: fold([i for i in wave if i not in partners]))
-    self.close(2)
+    body.open_vectors()
+    body.element_block(lambda: fold([i for i in wave if i not in partners]))
+    body.close(2)
     if paired:
         for m in paired:  # exp(y - max) against the thread's max; none at all: 0
-            self.line(f"const float b{m} = (a{m} == {IDENTITY['max']}) ? 0.0f : a{m};")
-            self.row_memo[("T", m)] = f"b{m}"
-        self.open_vectors()
-        self.element_block(lambda: fold(sorted(partners)))
-        self.close(2)
+            body.line(f"const float b{m} = (a{m} == {IDENTITY['max']}) ? 0.0f : a{m};")
+            body.row_memo[("T", m)] = f"b{m}"
+        body.open_vectors()
+        body.element_block(lambda: fold(sorted(partners)))
+        body.close(2)
         for m in paired:
-            del self.row_memo[("T", m)]
-    nw = self.shape.threads // 32
+            del body.row_memo[("T", m)]
+    nw = body.shape.threads // 32
     for i in wave:
         if i in partners:
             continue
         if i in paired:
             s, sm, ss = paired[i], slots[i], slots[paired[i]]
-            self.line(
-                f"const KpPair red{i} = kp_cluster_pair<{self.shape.cluster}>("
+            body.line(
+                f"const KpPair red{i} = kp_cluster_pair<{body.shape.cluster}>("
                 f"kp_block_pair<{nw}>(KpPair{{a{i}, a{s}}}, kp_part[{sm}], kp_part[{ss}]), "
                 f"&kp_slot[{sm}], &kp_slot[{ss}]);"
             )
-            self.row_memo[("T", i)], self.row_memo[("T", s)] = f"red{i}.m", f"red{i}.s"
+            body.row_memo[("T", i)], body.row_memo[("T", s)] = f"red{i}.m", f"red{i}.s"
             continue
-        f, s = FUNCTOR[self.spec.ops[i][0]], slots[i]
-        self.line(
-            f"const float red{i} = kp_cluster<{self.shape.cluster}>("
+        f, s = FUNCTOR[body.spec.ops[i][0]], slots[i]
+        body.line(
+            f"const float red{i} = kp_cluster<{body.shape.cluster}>("
             f"kp_block<{nw}>(a{i}, kp_part[{s}], {f}()), &kp_slot[{s}], {f}());"
         )
-        self.row_memo[("T", i)] = f"red{i}"
+        body.row_memo[("T", i)] = f"red{i}"
 
 
-def pair_wave(self: Any, wave: list[int], pending: list[int]) -> dict[int, int]:
+def pair_wave(body: Any, wave: list[int], pending: list[int]) -> dict[int, int]:
     """The max reductions of `wave` whose sum of exp(y - max) (still pending) can fold
     in the same wave: with ONLINE=pair, every pair whose other per-row operands are known."""
-    if self.spec.knob("ONLINE") != "pair":
+    if body.spec.knob("ONLINE") != "pair":
         return {}
     out = {}
-    for m, s in online_pairs(self.spec, [*wave, *pending]).items():
-        known = {*self.row_memo, ("T", m)}
+    for m, s in online_pairs(body.spec, [*wave, *pending]).items():
+        known = {*body.row_memo, ("T", m)}
         if (
             m in wave
             and s in pending
-            and reduction_ready(self.spec, self.spec.ops[s][1], known, self.level)
+            and reduction_ready(body.spec, body.spec.ops[s][1], known, body.level)
         ):
             out[m] = s
     return out
