@@ -76,6 +76,13 @@ def _default_attention_backward(spec: KernelSpec) -> tuple[tuple[str, KnobValue]
 # Rows at least this long may also run row-resident (template_cluster.py); shorter ones fit a
 # Triton program's registers whole.
 CLUSTER_MIN_COLS = 1024
+# Long programs holding two rows or more (the backwards of softmax and RMSNorm) start with the
+# rows in shared memory at this many warps, in the fewest CTAs that leave room for a second CTA
+# on the SM (else for one): in the H100 sweeps of every cluster configuration (BENCHMARKS.md,
+# 2026-11-26; float32 and bf16, 65536 and 262144 columns) that form was the fastest or within
+# 3% of it in all 8 such cases, where 16 warps split, the forward's winner and the default
+# before, was 1.42x and 1.87x off in the two cases that timed it.
+SHARED_FIRST_WARPS = 4
 # Rows at least this long start split (half of each thread's values in registers, half in
 # shared memory: twice the CTAs an SM holds) at 16 warps: on the H100 that form won the float32
 # softmax sweep at 65536 and 262144 columns (0.728 / 0.765 ms against 0.772 / 0.839 for the
@@ -104,10 +111,11 @@ def alternatives(seed: KernelSpec) -> list[KernelSpec]:
     with at most 64 values per thread, a softmax's statistics in one (max, sum) exchange
     (ONLINE=pair) where the program has them; rows of SPLIT_MIN_COLS or more start with half
     of those values in shared memory (HOLD=split) at 16 warps, and where no register share
-    fits (a backward holding three rows) all of them (HOLD=shared). Small CTAs share an SM, so
-    one CTA's reductions and cluster barriers overlap the others' memory traffic: on the H100
-    4 warps x 8 CTAs took 0.80 ms for a float32 4096x65536 softmax where 32 warps x 2 CTAs
-    took 0.89 ms."""
+    fits all of them (HOLD=shared). Long programs holding two rows or more (backwards) start
+    with every row in shared memory at 4 warps, in the fewest CTAs whose share takes at most
+    half an SM's shared memory (SHARED_FIRST_WARPS). Small CTAs share an SM, so one CTA's reductions
+    and cluster barriers overlap the others' memory traffic: on the H100 4 warps x 8 CTAs took
+    0.80 ms for a float32 4096x65536 softmax where 32 warps x 2 CTAs took 0.89 ms."""
     if seed.template == "gemm":
         from .cutlass_match import cutlass_specs
 
@@ -120,25 +128,39 @@ def alternatives(seed: KernelSpec) -> list[KernelSpec]:
     import dataclasses
     import itertools
 
-    from .cluster_rules import MAX_RESIDENT, cluster_shape, pair_reductions
+    from .cluster_rules import (
+        MAX_RESIDENT,
+        SHARED_LIMIT,
+        cluster_shape,
+        pair_reductions,
+        resident_loads,
+    )
     from .template_cluster import render_cluster
 
     online = "pair" if pair_reductions(seed, cols) else "wave"
-    forms = [("registers", (4, 8, 16, 32))]
+    # (HOLD, warps in the order tried, the most shared memory a CTA may take)
+    forms: list[tuple[str, tuple[int, ...], int]] = [("registers", (4, 8, 16, 32), SHARED_LIMIT)]
     if extent(seed, cols) >= SPLIT_MIN_COLS:
-        forms.insert(0, ("split", (16, 8, 32, 4)))
-        forms.append(("shared", (16, 8, 32, 4)))  # several resident rows: registers can't
+        forms.insert(0, ("split", (16, 8, 32, 4), SHARED_LIMIT))
+        forms.append(("shared", (16, 8, 32, 4), SHARED_LIMIT))  # registers can't hold them
+        if len(resident_loads(seed, cols)) >= 2:  # room for two CTAs an SM, else for one
+            forms[:0] = [
+                ("shared", (SHARED_FIRST_WARPS,), SHARED_LIMIT // 2),
+                ("shared", (SHARED_FIRST_WARPS,), SHARED_LIMIT),
+            ]
     order = [
-        (hold, vec, warps, cluster)
-        for hold, warp_order in forms
+        (hold, vec, warps, cluster, most)
+        for hold, warp_order, most in forms
         for vec, warps, cluster in itertools.product((8, 4, 2, 1), warp_order, (1, 2, 4, 8, 16))
     ]
-    for hold, vec, warps, cluster in order:
+    for hold, vec, warps, cluster, most in order:
         knobs: dict[str, KnobValue] = dict(
             CLUSTER=cluster, VEC=vec, num_warps=warps, ONLINE=online, HOLD=hold
         )
         shape = cluster_shape(seed, knobs)
         if hold != "shared" and shape.elements * max(1, len(shape.resident)) > MAX_RESIDENT:
+            continue
+        if shape.shared_offsets()[1] > most:
             continue
         try:
             spec = dataclasses.replace(

@@ -281,7 +281,7 @@ def test_a_stored_cuda_spec_source_is_rebuilt_as_cuda(monkeypatch):
 def test_three_long_rows_too_many_for_registers_are_held_in_shared_memory(tmp_path):
     """A bfloat16 RMSNorm backward over 512k columns keeps three rows (input, gradient,
     weight): at most 64 values a thread in registers would need more than a 16-CTA cluster's
-    threads, so the default holds them all in shared memory (HOLD=shared), 16 CTAs of 192 KiB;
+    threads; the default holds them all in shared memory (HOLD=shared), 16 CTAs of 192 KiB;
     in float32 the rows exceed even the cluster's shared memory and no alternative is made."""
     from kernelpro_backend.codegen.cluster_rules import SHARED_LIMIT
 
@@ -293,6 +293,7 @@ def test_three_long_rows_too_many_for_registers_are_held_in_shared_memory(tmp_pa
     assert found[torch.float32] == []
     (alt,) = found[torch.bfloat16]
     assert (alt.knob("HOLD"), alt.knob("CLUSTER"), alt.knob("VEC")) == ("shared", 16, 8)
+    assert alt.knob("num_warps") == 4  # SHARED_FIRST_WARPS: a program holding several rows
     shape = cluster_shape(alt, dict(alt.knobs))
     assert len(shape.resident) == 3
     assert shape.shared_offsets()[1] == 3 * 2**19 // 16 * 2 <= SHARED_LIMIT
@@ -302,3 +303,38 @@ def test_three_long_rows_too_many_for_registers_are_held_in_shared_memory(tmp_pa
         r = render(alt)
         cubin = compile_cuda(r.source, "sm_90a", kernels=(r.entry,), cubin_dir=tmp_path)
         assert cubin.data[:4] == b"\x7fELF"
+
+
+def test_long_programs_holding_several_rows_start_in_shared_memory_at_four_warps(tmp_path):
+    """Backwards that keep two rows or more (softmax: output and gradient; RMSNorm: input,
+    gradient, weight) start HOLD=shared at 4 warps in the fewest CTAs that leave room for a
+    second CTA on the SM, else for one; a forward holding one row keeps its split default."""
+    from kernelpro_backend.codegen.cluster_rules import SHARED_LIMIT, resident_loads
+    from kernelpro_backend.codegen.domain import rows_cols
+
+    seen = set()
+    for n in (65536, 262144):
+        for sg, seed in _seeds(n, rows=1):
+            for alt in alternatives(seed):
+                shape = cluster_shape(alt, dict(alt.knobs))
+                several = len(resident_loads(seed, rows_cols(seed)[1])) >= 2
+                seen.add((sg.graph.split("_")[0], several))
+                if not several:
+                    assert alt.knob("HOLD") == "split" and alt.knob("num_warps") == 16
+                    continue
+                assert (alt.knob("HOLD"), alt.knob("num_warps")) == ("shared", 4)
+                total = shape.shared_offsets()[1]
+                smaller = alt.knob("CLUSTER") // 2
+                if total <= SHARED_LIMIT // 2 and smaller >= 1:  # the fewest CTAs that leave room
+                    fewer = cluster_shape(alt, dict(alt.knobs) | {"CLUSTER": smaller})
+                    assert fewer.shared_offsets()[1] > SHARED_LIMIT // 2
+                elif total > SHARED_LIMIT // 2:
+                    assert alt.knob("CLUSTER") == 16
+                if find_nvcc() is not None and ("compiled", n) not in seen:
+                    from kernelpro_backend.runtime.cuda_compile import compile_cuda
+
+                    r = render(alt)
+                    cubin = compile_cuda(r.source, "sm_90a", kernels=(r.entry,), cubin_dir=tmp_path)
+                    assert cubin.data[:4] == b"\x7fELF"
+                    seen.add(("compiled", n))
+    assert ("backward", True) in seen and ("forward", False) in seen
