@@ -17,6 +17,7 @@ from .cluster_rules import (
     SPARE_REGISTERS,
     ClusterShape,
     level_of,
+    walks_row,
 )
 from .program_walk import FULL
 from .spec import KernelSpec
@@ -52,7 +53,11 @@ def vector_pointers(spec: KernelSpec, cols: tuple[int, ...]) -> list[tuple[str, 
     """(pointer, bytes per element) of every tensor read or written a vector at a time."""
     out = {}
     for inp, _, idx in spec.loads:
-        if level_of(spec, idx, cols) == FULL and spec.inputs[inp][2] in FLOATS:
+        if (
+            level_of(spec, idx, cols) == FULL
+            and spec.inputs[inp][2] in FLOATS
+            and walks_row(spec, idx, cols)
+        ):
             out[f"in{inp}"] = FLOATS[spec.inputs[inp][2]]
     for k, (_, _, idx, _) in enumerate(spec.stores):
         if level_of(spec, idx, cols) == FULL:

@@ -107,18 +107,30 @@ def split_index(index: Any, rows: tuple[int, ...], cols: tuple[int, ...]) -> Any
 
 
 def flat_columns(spec: SpecView, cols: tuple[int, ...]) -> Any:
-    """The index of a row-major walk over the column dims: what a contiguous row reads."""
+    """The index of a row-major walk over the column dims: what a contiguous row reads. Dims of
+    extent 1 have no term (their coordinate is always 0; an instance norm reduces over a batch
+    dim of 1 and the lowering writes no term for it)."""
+    cols = tuple(d for d in cols if spec.domain[d] != 1)
     strides = ix.contiguous_strides([spec.domain[d] for d in cols])
     return ix.make([(s, d) for s, d in zip(strides, cols, strict=True)])
+
+
+def walks_row(spec: SpecView, index: Any, cols: tuple[int, ...]) -> bool:
+    """Whether a per-element index reads the row in order (a vector at a time); one that
+    repeats along the row (a group norm's per-channel weight) is read an element at a time."""
+    rows = tuple(d for d in range(len(spec.domain)) if d not in cols)
+    parts = split_index(index, rows, cols)
+    return parts is not None and parts[1] == flat_columns(spec, cols)
 
 
 def resident_loads(spec: SpecView, cols: tuple[int, ...]) -> tuple[int, ...]:
     """Per-element float loads that a reduction reads (through per-element ops): held on chip
     from the first read to the last write; other per-element loads (and integer ones, e.g. a
-    column index input) are read when used."""
+    column index input, or ones that repeat along the row) are read when used."""
     full = {
         i for i, (inp, _, idx) in enumerate(spec.loads)
         if level_of(spec, idx, cols) == 2 and spec.inputs[inp][2] in FLOATS
+        and walks_row(spec, idx, cols)
     }  # fmt: skip
     found: set[int] = set()
     stack = [a for op, args, _ in spec.ops if op in REDUCTIONS for a in args[:1]]
@@ -250,7 +262,12 @@ def _layout_problem(spec: SpecView, rows: tuple, cols: tuple, vec: int) -> str |
                 return f"a per-row {what} of {dtype}"
             continue
         if col_part != flat:
-            return f"a {what} walks the row with strides: the cluster kernel reads contiguous rows"
+            inner = [d for d in cols if spec.domain[d] != 1][-1:]
+            if what == "store" or ix.dims_of(col_part) & set(inner):
+                return (
+                    f"a {what} walks the row with strides: the cluster kernel reads rows in order"
+                )
+            continue  # repeats along the row: read an element at a time where used, never held
         if dtype not in FLOATS:
             if what == "store" or dtype not in INTEGER_LOADS:
                 return f"a per-element {what} of {dtype}: only float rows are vectorised"

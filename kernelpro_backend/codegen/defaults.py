@@ -153,6 +153,7 @@ def alternatives(seed: KernelSpec) -> list[KernelSpec]:
         for hold, warp_order, most in forms
         for vec, warps, cluster in itertools.product((8, 4, 2, 1), warp_order, (1, 2, 4, 8, 16))
     ]
+    why = "no legal shape"
     for hold, vec, warps, cluster, most in order:
         knobs: dict[str, KnobValue] = dict(
             CLUSTER=cluster, VEC=vec, num_warps=warps, ONLINE=online, HOLD=hold
@@ -166,7 +167,8 @@ def alternatives(seed: KernelSpec) -> list[KernelSpec]:
             spec = dataclasses.replace(
                 seed, template="row_cluster", knobs=tuple(sorted(knobs.items()))
             )
-        except IllegalSpec:
+        except IllegalSpec as e:
+            why = str(e)  # the last: the narrowest vectors, the widest cluster
             continue
         try:
             render_cluster(spec)
@@ -174,5 +176,5 @@ def alternatives(seed: KernelSpec) -> list[KernelSpec]:
             log.info("no row_cluster alternative for %s %s: %s", seed.pattern, seed.domain, e)
             return []
         return [spec]
-    log.info("no row_cluster alternative for %s %s: no legal shape", seed.pattern, seed.domain)
+    log.info("no row_cluster alternative for %s %s: %s", seed.pattern, seed.domain, why)
     return []

@@ -30,6 +30,7 @@ from .cluster_rules import (
     level_of,
     registers_held,
     split_index,
+    walks_row,
 )
 from .cluster_waves import pair_wave, reduce_wave
 from .domain import rows_cols
@@ -115,8 +116,10 @@ class _Body:
     def _load(self, i: int, full: bool) -> str:
         inp, offset, index = self.spec.loads[i]
         dtype = self.spec.inputs[inp][2]
-        if full and dtype not in FLOATS:  # an integer row: one element at a time
-            return c_load_value(f"in{inp}[{self._row_offset(offset, index) or 0} + col]", dtype)
+        if full and (dtype not in FLOATS or not walks_row(self.spec, index, self.cols)):
+            # an integer row, or values that repeat along it: one element at a time
+            where = f"{self._row_offset(offset, index) or 0} + {self._column(index)}"
+            return c_load_value(f"in{inp}[{where}]", dtype)
         if full:
             held = i in self.shape.resident
             if held and self.kr == self.per_thread:
@@ -143,6 +146,20 @@ class _Body:
         if op in _APPROX and all(c_type(t) == "float" for t in types):
             return _APPROX[op].format(*rendered)  # the Triton templates' precision
         return c_expression(op, rendered, types, dtype)
+
+    def _column(self, index: Any) -> str:
+        """An index's column part at the element: `col` where it walks the row in order, else
+        from the element's coordinates along the column dims (row-major in `col`)."""
+        _, col = split_index(index, self.rows, self.cols)
+        if col == flat_columns(self.spec, self.cols):
+            return "col"
+        names = [f"d{k}" for k in range(len(self.spec.domain))]
+        inner = 1
+        for d in reversed(self.cols):
+            extent = self.spec.domain[d]
+            names[d] = "0LL" if extent == 1 else f"((col / {inner}LL) % {extent}LL)"
+            inner *= extent
+        return f"({ix.render(col, names)})"
 
     def _index(self, index: Any) -> str:
         """An index expression's value at the element: its row part from the row's coordinates,

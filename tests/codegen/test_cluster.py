@@ -15,7 +15,7 @@ import torch.nn.functional as F
 from harness import collect
 
 from kernelpro_backend.cache.artifact import KernelArtifact
-from kernelpro_backend.codegen import IllegalSpec, alternatives, knob_space, render
+from kernelpro_backend.codegen import IllegalSpec, Unsupported, alternatives, knob_space, render
 from kernelpro_backend.codegen.cluster_rules import cluster_shape
 from kernelpro_backend.codegen.defaults import CLUSTER_MIN_COLS
 from kernelpro_backend.examples import RMSNorm
@@ -338,3 +338,43 @@ def test_long_programs_holding_several_rows_start_in_shared_memory_at_four_warps
                     assert cubin.data[:4] == b"\x7fELF"
                     seen.add(("compiled", n))
     assert ("backward", True) in seen and ("forward", False) in seen
+
+
+def _norm_seeds(module: nn.Module, shape: tuple[int, ...]) -> list:
+    x = torch.randn(*shape, requires_grad=True)
+    out = []
+    for sg in collect(module, [x]):
+        try:
+            out.append((sg, lower(sg)))
+        except Unsupported:  # a group norm backward piece broadcasting its result
+            continue
+    return [(sg, seed) for sg, seed in out if seed.template == "row_reduction"]
+
+
+def test_norms_over_several_dims_run_row_resident(tmp_path):
+    """GroupNorm (rows: sample x group; columns: the group's channels x pixels) and InstanceNorm
+    (a batch norm over a leading dim of 1) get the row-resident alternative: the per-channel
+    weight repeats along the row and is read an element at a time from the element's channel
+    coordinate; a batch norm's reduction over (N, H, W) walks its rows with strides and is
+    refused."""
+    group = _norm_seeds(nn.GroupNorm(4, 32), (2, 32, 64, 64))
+    forward = [seed for sg, seed in group if sg.graph.startswith("forward")]
+    (alt,) = alternatives(max(forward, key=lambda s: len(s.loads)))
+    source = render(alt).source
+    assert "in0[8 * d1 + (((col / 4096LL) % 8LL))]" in source  # weight[group * 8 + channel]
+    assert "kp_load<float, 4>(in2 + 131072 * d0 + 32768 * d1 + c0" in source  # x in order
+    instance = _norm_seeds(nn.InstanceNorm2d(16), (2, 16, 128, 128))
+    assert all(alternatives(seed) for _, seed in instance)
+    assert {sg.graph.split("_")[0] for sg, _ in instance} == {"forward", "backward"}
+    batch = _norm_seeds(nn.BatchNorm2d(32), (2, 32, 64, 64))
+    refused = [s for _, s in batch if s.reduced and not alternatives(s)]
+    assert refused
+    with pytest.raises(IllegalSpec, match="walks the row with strides"):
+        dataclasses.replace(refused[0], template="row_cluster", knobs=alt.knobs)
+    if find_nvcc() is not None:
+        from kernelpro_backend.runtime.cuda_compile import compile_cuda
+
+        for spec in (alt, alternatives(instance[0][1])[0]):
+            r = render(spec)
+            cubin = compile_cuda(r.source, "sm_90a", kernels=(r.entry,), cubin_dir=tmp_path)
+            assert cubin.data[:4] == b"\x7fELF"

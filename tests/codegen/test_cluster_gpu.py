@@ -97,3 +97,27 @@ def test_misaligned_inputs_take_the_scalar_path() -> None:
         check(sg, alt, inputs=inputs)
         if "shared" in knob_space(alt)["HOLD"]:  # the 1-element copy into shared memory
             check(sg, alt.with_knobs(HOLD="shared"), inputs=inputs)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_group_and_instance_norms_match_reference(dtype: torch.dtype) -> None:
+    """Rows over several dims: GroupNorm's per-channel weight read from the element's channel
+    coordinate, InstanceNorm's batch-norm-over-a-unit-dim rows; forward and backward, at the
+    default, the widest cluster and VEC=1."""
+    from harness import check, collect
+
+    cases = []
+    for module, shape in ((nn.GroupNorm(4, 32), (2, 32, 64, 64)), (nn.InstanceNorm2d(16, affine=True), (2, 16, 128, 128))):  # fmt: skip
+        x = torch.randn(*shape, device="cuda", dtype=dtype, requires_grad=True)
+        for sg in collect(module.cuda().to(dtype), [x]):
+            try:
+                seed = lower(sg)
+            except Exception:
+                continue
+            for alt in alternatives(seed):
+                widest = alt.with_knobs(CLUSTER=max(knob_space(alt)["CLUSTER"]))
+                cases += [(sg, s) for s in {alt, widest, alt.with_knobs(VEC=1)}]
+    assert len(cases) >= 6
+    for sg, spec in cases:
+        check(sg, spec)
