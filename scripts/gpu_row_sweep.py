@@ -1,6 +1,7 @@
 """Row-family sweep on the GPU: eager, Inductor and kernelpro's row candidates side by side.
 
-OUT=/tmp/out PYTHONPATH=. python scripts/gpu_row_sweep.py [--budget-s 300] [--only "softmax fwd"] [--sizes 4096x65536 | full] [--autotune] [--ring] [--clusters ring]
+OUT=/tmp/out PYTHONPATH=. python scripts/gpu_row_sweep.py [--budget-s 300] [--only "softmax fwd"]
+    [--sizes 4096x65536 | full] [--autotune] [--ring] [--clusters ring] [--seed "num_warps=32"]
 Several runs (a full sweep does not fit one GPU call) merge into one report with plots:
 scripts/row_sweep_report.py.
 """
@@ -10,7 +11,17 @@ from __future__ import annotations
 import argparse
 import sys
 
-from kernelpro_backend.bench.row_sweep import FULL_SIZES, SIZES, sweep
+from kernelpro_backend.bench.row_sweep import FULL_SIZES, SIZES, SweepSpace, sweep
+
+
+def _knobs(text: str) -> tuple[tuple[str, object], ...]:
+    """ "num_warps=32 BLOCK_C=2048" -> (("BLOCK_C", 2048), ("num_warps", 32))."""
+    out = []
+    for part in text.split():
+        name, _, value = part.partition("=")
+        out.append((name, int(value) if value.lstrip("-").isdigit() else value))
+    return tuple(sorted(out))
+
 
 if __name__ == "__main__":
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -29,9 +40,13 @@ if __name__ == "__main__":
         default="all",
         help="every legal row-resident configuration, or the default and its one-knob ring",
     )
+    p.add_argument(
+        "--seed", nargs="*", default=[], help='seed variants to time too ("num_warps=32 ROWS=2")'
+    )
     a = p.parse_args()
     if a.sizes == ["full"]:
         sizes = FULL_SIZES
     else:
         sizes = tuple(tuple(int(v) for v in s.split("x")) for s in a.sizes) or SIZES
-    sys.exit(sweep(a.budget_s, tuple(a.only), sizes, a.autotune, a.ring, a.clusters))
+    space = SweepSpace(a.ring, a.clusters, tuple(_knobs(k) for k in a.seed))
+    sys.exit(sweep(a.budget_s, tuple(a.only), sizes, a.autotune, space))

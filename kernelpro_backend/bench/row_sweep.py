@@ -9,10 +9,10 @@ seed and the row-resident CUDA kernel (template_cluster.py) at every legal clust
 warp count at the widest vector: every one is built, checked against the subgraph's reference
 (runtime/compare.py's tolerance) and timed (median ms) beside eager (the subgraph module) and
 Inductor (torch.compile of it); one whose warm-up runs take 1.5x the best time so far keeps
-those runs' median, marked "abandoned". With `clusters="ring"` the row-resident candidates are
-the default alternative and its one-knob neighbours (what a search measures first), a seventh
-of the whole space's compile and timing cost. Effective bandwidth is the minimal bytes (each input and output
-once) over the time; the DRAM roof is measured in the same run by a device-to-device copy.
+those runs' median, marked "abandoned". With `SweepSpace(clusters="ring")` the row-resident
+candidates are the default alternative and its one-knob neighbours (what a search measures
+first), a seventh of the whole space's compile and timing cost; `seed_knobs` adds named seed
+variants. Effective bandwidth is the minimal bytes (each input and output once) over the time; the DRAM roof is measured in the same run by a device-to-device copy.
 "kernelpro" here is the best candidate of this sweep of the space, not a search's pick: a
 search measures the same candidates and keeps the fastest.
 With `autotune`, Inductor's max-autotune (no CUDA graphs) is timed beside its default.
@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import contextlib
+import dataclasses
 import functools
 import itertools
 import json
@@ -33,6 +34,7 @@ import os
 import time
 import traceback
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import torch
 import torch.nn as nn
@@ -123,22 +125,36 @@ def cluster_name(spec: KernelSpec) -> str:
     return f"cluster c{spec.knob('CLUSTER')} w{spec.knob('num_warps')} v{spec.knob('VEC')}{tag}"
 
 
-def candidates(
-    seed: KernelSpec, ring: bool = False, clusters: str = "all"
-) -> list[tuple[str, KernelSpec]]:
-    """The seed (with `ring`, its one-knob neighbours too) and row-resident cluster
-    configurations: with clusters="all" every legal one (cluster size, warps, ONLINE, HOLD; the
-    alternative's vector width), with "ring" the default alternative and its one-knob
-    neighbours (what a search measures first; a fraction of the compile and timing cost)."""
-    out = [("triton seed", seed), *(neighbours(seed) if ring else [])]
+@dataclasses.dataclass(frozen=True)
+class SweepSpace:
+    """Which candidates a case measures beside the Triton seed. `seed_ring`: the seed's
+    one-knob neighbours; `clusters`: every legal row-resident configuration ("all") or the
+    default alternative and its one-knob neighbours ("ring"); `seed_knobs`: seed variants
+    named by knob values (e.g. {"num_warps": 32}), illegal ones skipped."""
+
+    seed_ring: bool = False
+    clusters: str = "all"
+    seed_knobs: tuple[tuple[tuple[str, Any], ...], ...] = ()
+
+
+def candidates(seed: KernelSpec, space: SweepSpace = SweepSpace()) -> list[tuple[str, KernelSpec]]:
+    """The seed, its variants the space names, and row-resident cluster configurations."""
+    out = [("triton seed", seed), *(neighbours(seed) if space.seed_ring else [])]
+    for knobs in space.seed_knobs:
+        try:
+            out.append(
+                ("seed " + " ".join(f"{k}={v}" for k, v in knobs), seed.with_knobs(**dict(knobs)))
+            )
+        except IllegalSpec:
+            continue
     for alt in alternatives(seed):
-        if clusters == "ring":
+        if space.clusters == "ring":
             out += [(cluster_name(alt) + " (default)", alt), *neighbours(alt, cluster_name)]
             continue
-        space = knob_space(alt)
+        legal = knob_space(alt)
         for cluster in (1, 2, 4, 8, 16):  # the registers' legal sizes and smaller held in smem
             for warps in (4, 8, 16, 32):
-                for online, hold in itertools.product(space["ONLINE"], space["HOLD"]):
+                for online, hold in itertools.product(legal["ONLINE"], legal["HOLD"]):
                     try:
                         spec = alt.with_knobs(
                             CLUSTER=cluster, num_warps=warps, ONLINE=online, HOLD=hold
@@ -202,8 +218,7 @@ def run_case(
     dtype: torch.dtype,
     backward: bool,
     autotune: bool = False,
-    ring: bool = False,
-    clusters: str = "all",
+    space: SweepSpace = SweepSpace(),
 ) -> dict:
     sg = row_subgraph(op, rows, cols, dtype, backward)
     seed = lower(sg)
@@ -222,7 +237,7 @@ def run_case(
         tuned(*inputs)
         row["max_autotune_ms"] = _time(lambda: tuned(*inputs))
     with _refusals() as refused:
-        found = candidates(seed, ring, clusters)
+        found = candidates(seed, space)
     if refused:
         row["no_cluster"] = refused[0]
     precompile([s for _, s in found])
@@ -309,15 +324,14 @@ def sweep(
     only: tuple[str, ...] = (),
     sizes=SIZES,
     autotune=False,
-    ring=False,
-    clusters="all",
+    space: SweepSpace = SweepSpace(),
 ) -> int:  # type: ignore[no-untyped-def]
     out_dir = os.environ.get("OUT", ".")
     os.makedirs(out_dir, exist_ok=True)
     start = time.time()
     meta: dict[str, object] = {"device": torch.cuda.get_device_name(), "torch": torch.__version__}
     meta |= {"date": time.strftime("%Y-%m-%d %H:%M:%S"), "copy_tb_s": copy_roof()}
-    meta |= {"clusters": clusters, "seed_ring": ring}
+    meta |= {"space": dataclasses.asdict(space)}
     results: list[dict] = []
     ops = ("softmax", "cross_entropy", "rms_norm", "layer_norm", "log_softmax")
     for op in ops:
@@ -335,7 +349,7 @@ def sweep(
                     print(f"{name} ({time.time() - start:.0f} s)", flush=True)
                     began = time.time()
                     try:
-                        case = run_case(op, rows, cols, dtype, backward, autotune, ring, clusters)
+                        case = run_case(op, rows, cols, dtype, backward, autotune, space)
                         results.append(case | {"wall_s": round(time.time() - began, 1)})
                     except Exception as e:
                         traceback.print_exc()

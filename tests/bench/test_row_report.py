@@ -120,7 +120,7 @@ def test_the_ring_sweep_measures_the_default_alternative_and_its_one_knob_neighb
     it (what a search measures first), a fraction of the whole cluster space."""
     import torch
 
-    from kernelpro_backend.bench.row_sweep import candidates, cluster_name
+    from kernelpro_backend.bench.row_sweep import SweepSpace, candidates, cluster_name
     from kernelpro_backend.codegen import alternatives
     from kernelpro_backend.explain import find_subgraphs
     from kernelpro_backend.lowering import lower
@@ -129,7 +129,7 @@ def test_the_ring_sweep_measures_the_default_alternative_and_its_one_knob_neighb
     (sg,) = [s for s in find_subgraphs(lambda x: x.softmax(-1), x) if s.kind != "gemm"]
     seed = lower(sg)
     (alt,) = alternatives(seed)
-    ring = candidates(seed, clusters="ring")
+    ring = candidates(seed, SweepSpace(clusters="ring"))
     assert ring[0] == ("triton seed", seed) and ring[1] == (cluster_name(alt) + " (default)", alt)
     for _, spec in ring[2:]:
         moved = [k for k, v in spec.knobs if v != alt.knob(k)]
@@ -137,4 +137,7 @@ def test_the_ring_sweep_measures_the_default_alternative_and_its_one_knob_neighb
     assert len({n for n, _ in ring}) == len(ring)
     everything = candidates(seed)
     assert 2 < len(ring) < len(everything) / 3
+    named = candidates(seed, SweepSpace(seed_knobs=((("num_warps", 32),), (("ROWS", 3),))))
+    assert [n for n, _ in named[:2]] == ["triton seed", "seed num_warps=32"]  # ROWS=3: illegal
+    assert named[1][1].knob("num_warps") == 32 and len(named) == len(everything) + 1
     assert {dict(s.knobs)["HOLD"] for _, s in everything[1:]} >= {"registers", "shared", "split"}
