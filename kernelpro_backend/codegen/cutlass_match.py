@@ -5,9 +5,11 @@ A "gemm" spec maps to template_cutlass.CutlassGemm when it is one 2-D 16-bit GEM
 is `act(A @ B (+ bias[n]))` or `A @ B (+ bias[n]) + C[m, n]` — act one of CUTLASS's (ReLU, erf
 or tanh GELU, SiLU, sigmoid, recognised by value: epilogue_eval.py), else any run of
 elementwise ops the evaluator knows, compiled into the kernel as a functor (`c_body`) — with
-A [M, K] and the output contiguous, B [K, N] with K contiguous (a Linear's weight [N, K] as
-stored), sizes and row strides multiples of 8 elements (16-byte TMA rows). The knobs pick the schedule, the tile's N and the cluster's M; the tile's
-M and K stay 128 and 64 (the shapes that won on the H100, BENCHMARKS.md).
+the output contiguous, A [M, K] with K or M contiguous and B [K, N] with K or N contiguous
+(the forward's x @ W^T and the backward's dy @ W and dy^T @ x alike), contiguous extents and
+the other strides multiples of 8 elements (16-byte TMA rows). The knobs pick the schedule, the
+tile's N and the cluster's M; the tile's M and K stay 128 and 64 (the shapes that won on the
+H100, BENCHMARKS.md).
 
 The rendered module embeds the CUDA C++ source and calls it through the custom op
 `kernelpro::cutlass_gemm` (cutlass_op.py: a shared library built by nvcc, loaded with
@@ -61,13 +63,15 @@ class Operands:
     """Where the GEMM's operands are: (input, element offset, row stride) each; None where
     the epilogue has no such term."""
 
-    a: tuple[int, int, int]
+    a: tuple[int, int, int]  # (input, offset, the stride of A's dim that is not contiguous)
     b: tuple[int, int, int]
     bias: tuple[int, int] | None
     c: tuple[int, int, int] | None
     activation: str
     out_stride: int
     body: str = ""  # the C++ of a "custom" activation
+    a_major: str = "k"  # A's contiguous dim: "k" or "m"
+    b_major: str = "k"  # B's: "k" or "n"
 
 
 def _ref(arg: Any) -> tuple[str, Any]:
@@ -162,8 +166,11 @@ def _operands(spec: Any) -> Operands | str:
     activation, bias, residual, body = found
     a_in, a_off, (_, sam, sak) = spec.param("a")
     b_in, b_off, (_, sbk, sbn) = spec.param("b")
-    if sak != 1 or sbk != 1:
-        return "A needs K contiguous (row-major) and B K contiguous (a Linear's weight)"
+    # K contiguous first (the forward's operands), else M / N (the backward's transposes)
+    a_major = "k" if sak == 1 else "m" if sam == 1 else None
+    b_major = "k" if sbk == 1 else "n" if sbn == 1 else None
+    if a_major is None or b_major is None:
+        return "A needs K or M contiguous and B K or N contiguous"
     shape, stride, _ = spec.outputs[0]
     if tuple(shape) != (spec.param("m"), spec.param("n")) or tuple(stride) != (shape[1], 1):
         return "the output is not a contiguous [M, N]"
@@ -173,7 +180,15 @@ def _operands(spec: Any) -> Operands | str:
         c_in, c_off, index = spec.loads[residual]
         c_at = (c_in, c_off, tuple(index)[0][0])
     return Operands(
-        (a_in, a_off, sam), (b_in, b_off, sbn), bias_at, c_at, activation, stride[0], body
+        (a_in, a_off, sam if a_major == "k" else sak),
+        (b_in, b_off, sbn if b_major == "k" else sbk),
+        bias_at,
+        c_at,
+        activation,
+        stride[0],
+        body,
+        a_major,
+        b_major,
     )
 
 
@@ -195,11 +210,13 @@ def cutlass_problem(spec: Any) -> str | None:
     if isinstance(found, str):
         return found
     sizes = [spec.param("k"), spec.param("n"), found.a[2], found.b[2], found.out_stride]
+    if found.a_major == "m":
+        sizes.append(spec.param("m"))  # A's contiguous extent
     offsets = [found.a[1], found.b[1], *(t[1] for t in (found.bias, found.c) if t)]
     if found.c is not None:
         sizes.append(found.c[2])
     if any(v % _ALIGN for v in sizes + offsets):
-        return f"K, N, row strides and offsets must be multiples of {_ALIGN} elements"
+        return f"contiguous extents, strides and offsets must be multiples of {_ALIGN} elements"
     return None
 
 
@@ -217,6 +234,8 @@ def cutlass_gemm(spec: Any) -> CutlassGemm:
         cluster=(int(knobs["CLUSTER_M"]), 1),
         schedule=str(knobs["SCHEDULE"]),
         activation_body=found.body,
+        a_major=found.a_major,
+        b_major=found.b_major,
     )
 
 
@@ -234,8 +253,11 @@ def cutlass_specs(seed: Any) -> list[Any]:
     ]
 
 
-def _view(name: str, shape: tuple[int, int], row_stride: int, offset: int) -> str:
-    return f"{name}.as_strided({shape}, ({row_stride}, 1), {name}.storage_offset() + {offset})"
+def _view(name: str, shape: tuple[int, int], stride: int, offset: int, rows: bool = True) -> str:
+    """`name` as a [shape] operand: rows contiguous with row stride `stride`, or (not `rows`)
+    columns contiguous with column stride `stride`."""
+    strides = (stride, 1) if rows else (1, stride)
+    return f"{name}.as_strided({shape}, {strides}, {name}.storage_offset() + {offset})"
 
 
 def render_cutlass(spec: Any) -> tuple[str, str]:
@@ -260,8 +282,8 @@ def render_cutlass(spec: Any) -> tuple[str, str]:
         "",
         f"def {ENTRY}({', '.join([*ins, '_launch=None'])}):",
         "    # one op, traced into the graph as is (no Triton launch for _launch to wrap)",
-        f"    a = {_view(ins[found.a[0]], (m, k), found.a[2], found.a[1])}",
-        f"    b = {_view(ins[found.b[0]], (n, k), found.b[2], found.b[1])}",
+        f"    a = {_view(ins[found.a[0]], (m, k), found.a[2], found.a[1], found.a_major == 'k')}",
+        f"    b = {_view(ins[found.b[0]], (n, k), found.b[2], found.b[1], found.b_major == 'k')}",
         f"    return [torch.ops.kernelpro.cutlass_gemm(a, b, {bias}, {c}, DIGEST)]",
         "",
     ]

@@ -11,8 +11,11 @@ schedule, checked on construction) and its source. The source exports two C func
 loads from a shared library (runtime/cuda_host.py): `kp_gemm_workspace(m, n, k, sm_count)` and
 `kp_gemm_run(a, b, bias, c, d, m, n, k, lda, ldb, ldc, ldd, workspace, sm_count, stream)`,
 0 when it ran, 1 when the problem does not fit the kernel (alignment, sizes), 2/3 when
-CUTLASS failed to initialise or launch. Operands: A [M, K] row-major (lda), B [N, K] row-major
-(ldb: a Linear's weight as stored), C and D [M, N] row-major (ldc, ldd); bias [N].
+CUTLASS failed to initialise or launch, and `kp_gemm_layout()` (which operand dims are
+contiguous). Operands: A [M, K] with K contiguous (row-major, `a_major="k"`) or M (a
+transposed activation of a backward dW = dy^T @ x), lda the other dim's stride; B [N, K] with
+K contiguous (a Linear's weight as stored) or N (the weight in a backward dx = dy @ W), ldb
+likewise; C and D [M, N] row-major (ldc, ldd); bias [N].
 Must not: compile, load or launch (runtime/cuda_host.py), or know aten (lowering decides when
 a subgraph is this GEMM).
 """
@@ -61,6 +64,10 @@ class CutlassGemm:
     schedule: str = "pingpong"
     # With activation "custom": C++ statements computing `float y` from `float x` (acc + bias)
     activation_body: str = dataclasses.field(default="", repr=False)
+    # Which dim of each operand is contiguous: A [M, K] "k" (row-major) or "m"; B [N, K] "k"
+    # (a Linear's weight as stored) or "n" (the weight of a backward dx = dy @ W)
+    a_major: str = "k"
+    b_major: str = "k"
 
     def __post_init__(self) -> None:
         if self.dtype not in DTYPES:
@@ -82,6 +89,10 @@ class CutlassGemm:
             raise CutlassConfigError(
                 f"the cooperative schedule splits tile M={m} over two warp groups: use M >= 128 "
                 "or the pingpong schedule"
+            )
+        if self.a_major not in ("k", "m") or self.b_major not in ("k", "n"):
+            raise CutlassConfigError(
+                f"majors A={self.a_major!r} B={self.b_major!r}: A 'k' or 'm', B 'k' or 'n'"
             )
         if any(c not in (1, 2) for c in self.cluster):
             raise CutlassConfigError(f"cluster {self.cluster}: 1 or 2 CTAs along M and N")
@@ -118,6 +129,15 @@ class CutlassGemm:
             mainloop=mainloop,
             epilogue=epilogue,
             functor=_FUNCTOR.format(body=self.activation_body) if self.activation_body else "",
+            layout_a="RowMajor;     // A [M, K], K"
+            if self.a_major == "k"
+            else "ColumnMajor;  // A [M, K], M",
+            layout_b="ColumnMajor;  // B [N, K], K"
+            if self.b_major == "k"
+            else "RowMajor;     // B [N, K], N",
+            stride_a="lda, Int<1>{}" if self.a_major == "k" else "Int<1>{}, lda",
+            stride_b="ldb, Int<1>{}" if self.b_major == "k" else "Int<1>{}, ldb",
+            layout_code=(self.a_major == "m") + 2 * (self.b_major == "n"),
         )
 
 
@@ -177,8 +197,8 @@ using ElementC = {element_c};
 using ElementD = {element};
 using ElementAccumulator = float;
 using ElementCompute = float;
-using LayoutA = cutlass::layout::RowMajor;     // A [M, K], K contiguous
-using LayoutB = cutlass::layout::ColumnMajor;  // B [N, K], K contiguous
+using LayoutA = cutlass::layout::{layout_a} contiguous
+using LayoutB = cutlass::layout::{layout_b} contiguous
 using LayoutC = cutlass::layout::RowMajor;
 using LayoutD = cutlass::layout::RowMajor;
 constexpr int kAlign = 128 / cutlass::sizeof_bits<ElementD>::value;  // 16-byte accesses
@@ -207,8 +227,8 @@ using Gemm = cutlass::gemm::device::GemmUniversalAdapter<GemmKernel>;
 static typename Gemm::Arguments make_args(
     const void* a, const void* b, const void* bias, const void* c, void* d, int m, int n, int k,
     int64_t lda, int64_t ldb, int64_t ldc, int64_t ldd, int sm_count) {{
-  typename GemmKernel::StrideA sa = make_stride(lda, Int<1>{{}}, int64_t(0));
-  typename GemmKernel::StrideB sb = make_stride(ldb, Int<1>{{}}, int64_t(0));
+  typename GemmKernel::StrideA sa = make_stride({stride_a}, int64_t(0));
+  typename GemmKernel::StrideB sb = make_stride({stride_b}, int64_t(0));
   typename GemmKernel::StrideC sc = make_stride(ldc, Int<1>{{}}, int64_t(0));
   typename GemmKernel::StrideD sd = make_stride(ldd, Int<1>{{}}, int64_t(0));
   cutlass::KernelHardwareInfo hw;
@@ -225,6 +245,9 @@ static typename Gemm::Arguments make_args(
 {bias_arg}
   return args;
 }}
+
+// Which operand dims are contiguous: bit 0, A's M (else K); bit 1, B's N (else K)
+extern "C" int kp_gemm_layout() {{ return {layout_code}; }}
 
 extern "C" size_t kp_gemm_workspace(int m, int n, int k, int sm_count) {{
   auto args = make_args(nullptr, nullptr, nullptr, nullptr, nullptr, m, n, k, k, k, n, n,

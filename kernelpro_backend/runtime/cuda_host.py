@@ -119,6 +119,18 @@ def compile_library(
     return path
 
 
+def _leading(t: torch.Tensor, name: str, rows: bool) -> int:
+    """The stride the kernel takes for operand `t` [rows, K]: its rows' (K contiguous) or its
+    columns' (the rows' dim contiguous), as the kernel was built."""
+    if rows:
+        if t.stride(1) != 1:
+            raise CandidateLoadError(f"{name}'s rows must be contiguous, strides {t.stride()}")
+        return int(t.stride(0))
+    if t.stride(0) != 1:
+        raise CandidateLoadError(f"{name}'s columns must be contiguous, strides {t.stride()}")
+    return int(t.stride(1))
+
+
 class HostGemm:
     """D = act(A @ B^T (+ bias) (+ C)) through a library built from template_cutlass.py."""
 
@@ -129,6 +141,10 @@ class HostGemm:
         self._run.restype = ctypes.c_int
         ptr, i32, i64 = ctypes.c_void_p, ctypes.c_int, ctypes.c_int64
         self._run.argtypes = [ptr] * 5 + [i32] * 3 + [i64] * 4 + [ptr, i32, ptr]
+        # bit 0: A's M dim contiguous (else K); bit 1: B's N (else K); older sources: K and K
+        layout = getattr(self.library, "kp_gemm_layout", None)
+        code = int(layout()) if layout is not None else 0
+        self.a_major, self.b_major = ("m" if code & 1 else "k"), ("n" if code & 2 else "k")
         self._workspace_size = self.library.kp_gemm_workspace
         self._workspace_size.restype = ctypes.c_size_t
         self._workspace_size.argtypes = [i32] * 4
@@ -142,16 +158,18 @@ class HostGemm:
         c: torch.Tensor | None = None,
         out: torch.Tensor | None = None,
     ) -> torch.Tensor:
-        """a [M, K], b [N, K] (a Linear's weight), bias [N], c [M, N]; rows contiguous."""
+        """a [M, K], b [N, K] (a Linear's weight), bias [N], c [M, N]; c and out with rows
+        contiguous, a and b with the dims contiguous the kernel was built for."""
         (m, k), (n, k2) = a.shape, b.shape
         if k2 != k or (bias is None) == self.bias or (c is None) == self.source:
             raise CandidateLoadError(
                 f"operands {tuple(a.shape)} @ {tuple(b.shape)}^T with bias={bias is not None}, "
                 f"c={c is not None} do not match the kernel (bias={self.bias}, c={self.source})"
             )
-        for name, t in (("a", a), ("b", b), ("c", c), ("out", out)):
+        for name, t in (("c", c), ("out", out)):
             if t is not None and t.stride(-1) != 1:
                 raise CandidateLoadError(f"{name}'s rows must be contiguous, strides {t.stride()}")
+        lda, ldb = _leading(a, "a", self.a_major == "k"), _leading(b, "b", self.b_major == "k")
         d = out if out is not None else torch.empty(m, n, dtype=a.dtype, device=a.device)
         sms = torch.cuda.get_device_properties(a.device).multi_processor_count
         workspace = self._workspace(m, n, k, sms, a.device)
@@ -159,7 +177,7 @@ class HostGemm:
         code = self._run(
             a.data_ptr(), b.data_ptr(), bias.data_ptr() if bias is not None else None,
             c.data_ptr() if c is not None else None, d.data_ptr(), m, n, k,
-            a.stride(0), b.stride(0), c.stride(0) if c is not None else n, d.stride(0),
+            lda, ldb, c.stride(0) if c is not None else n, d.stride(0),
             workspace.data_ptr() if workspace.numel() else None, sms, stream,
         )  # fmt: skip
         if code:

@@ -125,7 +125,7 @@ class _Library:
 
     def __call__(self, a, b, bias, c, out):  # type: ignore[no-untyped-def]
         assert (bias is not None) == self.bias and (c is not None) == self.source_term
-        assert a.stride(-1) == 1 and b.stride(-1) == 1 and out.stride(-1) == 1
+        assert 1 in a.stride() and 1 in b.stride() and out.stride(-1) == 1
         y = a.float() @ b.float().t()
         y = y + bias.float() if bias is not None else y
         y = y + c.float() if c is not None else y
@@ -233,3 +233,42 @@ def test_a_cached_short_cutlass_kernel_must_pay_its_host_path() -> None:
     assert surcharge_ms(dataclasses.replace(made, kernel_ms=0.020)) == EXTRA_HOST_US / 1e3
     assert surcharge_ms(dataclasses.replace(made, kernel_ms=0.140)) == 0.0
     assert surcharge_ms(dataclasses.replace(triton, kernel_ms=0.020)) == 0.0
+
+
+def _backward_seeds() -> dict[str, tuple]:
+    """The three GEMMs of a Linear's step as the backward graph holds them: y = x @ W^T,
+    dx = dy @ W (W [N, K] stored: B with N contiguous), dW = dy^T @ x (A with M contiguous)."""
+    x, w = torch.randn(M, K, dtype=torch.bfloat16), torch.randn(N, K, dtype=torch.bfloat16)
+    dy = torch.randn(M, N, dtype=torch.bfloat16)
+    out = {}
+    for name, args in {"y": (x, w.t()), "dx": (dy, w), "dw": (dy.t(), x)}.items():
+        sg = traced_subgraph(lambda a, b: (torch.mm(a, b),), args, "gemm")
+        out[name] = (lower(sg), sg)
+    return out
+
+
+def test_the_backward_gemms_with_transposed_operands_run_on_cutlass(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """dx = dy @ W reads B with N contiguous and dW = dy^T @ x reads A with M contiguous: the
+    kernel is built with those layouts (CUTLASS's RowMajor B / ColumnMajor A; kp_gemm_layout
+    says which), and the module passes views with those strides."""
+    majors = {"y": ("k", "k"), "dx": ("k", "n"), "dw": ("m", "n")}
+    for name, (seed, sg) in _backward_seeds().items():
+        assert cutlass_problem(seed) is None, name
+        config = cutlass_gemm(cutlass_specs(seed)[0])
+        assert (config.a_major, config.b_major) == majors[name]
+        source = config.source_text()
+        code = (config.a_major == "m") + 2 * (config.b_major == "n")
+        assert f"int kp_gemm_layout() {{ return {code}; }}" in source
+        if name == "dw":
+            assert "LayoutA = cutlass::layout::ColumnMajor;" in source
+            assert "make_stride(Int<1>{}, lda, int64_t(0))" in source
+        if name != "y":
+            assert "LayoutB = cutlass::layout::RowMajor;" in source
+            assert "make_stride(Int<1>{}, ldb, int64_t(0))" in source
+        library = _Library("identity", False, False)
+        monkeypatch.setattr(cutlass_op, "library_gemm", lambda source, lib=library, **kw: lib)
+        inputs = sg.make_inputs(0, "cpu")
+        (got,) = SpecKernel(cutlass_specs(seed)[0])(*inputs)
+        (want,) = sg.module()(*inputs)
+        assert library.calls == 1
+        torch.testing.assert_close(got.float(), want.float(), rtol=2e-2, atol=2e-2)

@@ -96,3 +96,18 @@ def test_a_library_built_at_first_use_says_so(monkeypatch, caplog, tmp_path):
         again = cuda_host.library_gemm("// a source", bias=True, source_term=False)
     assert gemm == again == ("gemm", tmp_path / "x.so") and len(built) == 1
     assert caplog.text.count("building the CUDA library") == 1
+
+
+@needs_nvcc
+def test_a_transposed_layout_is_exported_and_its_strides_are_checked(tmp_path) -> None:
+    """A kernel built for A with M contiguous and B with N contiguous says so
+    (kp_gemm_layout); the host refuses operands laid out otherwise before any CUDA call."""
+    source = CutlassGemm(a_major="m", b_major="n").source_text()
+    path = cuda_host.compile_library(source, "sm_90a", library_dir=tmp_path, symbols=ENTRY_POINTS)
+    gemm = cuda_host.HostGemm(path, bias=False, source=False)
+    assert (gemm.a_major, gemm.b_major) == ("m", "n")
+    a, b = torch.zeros(16, 8, dtype=torch.bfloat16), torch.zeros(24, 8, dtype=torch.bfloat16)
+    with pytest.raises(CandidateLoadError, match="a's columns must be contiguous"):
+        gemm(a, b.t().contiguous().t())
+    with pytest.raises(CandidateLoadError, match="b's columns must be contiguous"):
+        gemm(a.t().contiguous().t(), b)
