@@ -39,6 +39,9 @@ class Job:
     # A search's best time so far times a margin: a candidate whose first runs are slower than
     # this is timed no further and not proved (it cannot win); None: always time and prove.
     abandon_above_ms: float | None = None
+    # False where the float64 reference does not fit the GPU (runtime/memory.py): proved
+    # against the reference module's result in the subgraph's own dtypes
+    exact_reference: bool = True
 
     def __post_init__(self) -> None:
         if self.trials < 3:

@@ -35,6 +35,7 @@ def _bytes(meta: Sequence[TensorMeta], as_float64: bool = False) -> int:
 class Footprint:
     validate_bytes: int  # peak while proving: inputs, copies, float64 reference, outputs
     compile_bytes: int  # while precompiling: empty inputs and outputs of the real shapes
+    native_bytes: int = 0  # peak while proving against the native-dtype reference only
 
     @classmethod
     def of(cls, input_meta: Sequence[TensorMeta], output_meta: Sequence[TensorMeta]) -> Footprint:
@@ -52,7 +53,10 @@ class Footprint:
         reference = 3 * ins + ins64 + 2 * outs64 + 2 * outs
         candidate = 2 * ins + outs64 + outs + 3 * outs
         validate = max(reference, candidate) + CONTEXT_BYTES
-        return cls(validate_bytes=validate, compile_bytes=ins + outs + CONTEXT_BYTES)
+        # without the float64 run: the inputs as above, the native output held twice; then the
+        # inputs and their copy, the reference and three candidate outputs
+        native = max(3 * ins + 2 * outs, 2 * ins + 4 * outs) + CONTEXT_BYTES
+        return cls(validate, ins + outs + CONTEXT_BYTES, native)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -60,25 +64,34 @@ class MemoryPlan:
     concurrent: int  # evaluations in flight at once; 0: the search cannot run
     free_bytes: int
     footprint: Footprint
+    exact: bool = True  # False: candidates are proved against the native-dtype reference
 
     @property
     def message(self) -> str:
         need = self.footprint.validate_bytes / GiB
-        return (
-            f"needs {need:.1f} GiB to prove a candidate, {self.free_bytes / GiB:.1f} GiB free; "
-            "kept the fallback"
-        )
+        free = self.free_bytes / GiB
+        if self.concurrent and not self.exact:
+            return (
+                f"a float64 reference needs {need:.1f} GiB, {free:.1f} GiB free: candidates "
+                "are proved against PyTorch's result in the subgraph's own dtype"
+            )
+        least = min(need, (self.footprint.native_bytes or self.footprint.validate_bytes) / GiB)
+        return f"needs {least:.1f} GiB to prove a candidate, {free:.1f} GiB free; kept the fallback"
 
 
 def plan_memory(footprint: Footprint, free_bytes: int, workers: int) -> MemoryPlan:
     """One evaluation validates at a time (the pool's GPU lock); the others compile. So one
     fits when its validation peak fits in `free_bytes` (less a margin), and each more needs
-    its compile footprint."""
+    its compile footprint. Where the float64 reference does not fit and the native-dtype one
+    does, candidates are proved against that (`exact` False)."""
     usable = int(free_bytes * HEADROOM)
-    if footprint.validate_bytes > usable:
+    need, exact = footprint.validate_bytes, True
+    if need > usable and 0 < footprint.native_bytes <= usable:
+        need, exact = footprint.native_bytes, False
+    if need > usable:
         return MemoryPlan(0, free_bytes, footprint)
-    more = (usable - footprint.validate_bytes) // max(1, footprint.compile_bytes)
-    return MemoryPlan(max(1, min(workers, 1 + int(more))), free_bytes, footprint)
+    more = (usable - need) // max(1, footprint.compile_bytes)
+    return MemoryPlan(max(1, min(workers, 1 + int(more))), free_bytes, footprint, exact)
 
 
 def gpu_free_bytes(device: torch.device | str = "cuda") -> int:

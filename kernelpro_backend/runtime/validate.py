@@ -76,13 +76,19 @@ class _Tf32OnCpu(TorchDispatchMode):
         return func(*args, **kwargs)
 
 
-def compute_reference(reference: Callable[..., Any], inputs: Sequence[torch.Tensor]) -> Reference:
+def compute_reference(
+    reference: Callable[..., Any], inputs: Sequence[torch.Tensor], float64: bool = True
+) -> Reference:
+    """The reference's outputs on `inputs`: float64 where every op has a float64 kernel and
+    `float64` is asked for, else the native run alone."""
     emulate_tf32 = torch.get_float32_matmul_precision() != "highest" and all(
         x.device.type == "cpu" for x in inputs
     )
     with torch.no_grad(), _Tf32OnCpu() if emulate_tf32 else contextlib.nullcontext():
         eager = _as_list(reference(*inputs))
         aliases = aliased_pairs(eager, inputs)
+        if not float64:
+            return Reference(eager, None, aliases)
         upcast = [x.double() if x.dtype.is_floating_point else x for x in inputs]
         try:
             outs = _as_list(reference(*upcast))
@@ -122,7 +128,7 @@ def trial_inputs(
         for x in fresh:  # through the base: an expanded input's view cannot be written
             if x.dtype.is_floating_point:
                 (x._base if x._base is not None else x).mul_(LARGE_SCALE)
-        ref = compute_reference(reference, fresh)
+        ref = compute_reference(reference, fresh, job.exact_reference)
         if _finite_where_exact_is(ref):
             info["scale"] = LARGE_SCALE
         else:
@@ -134,7 +140,9 @@ def trial_inputs(
             old.untyped_storage().copy_(new.untyped_storage())
         fresh, info["in_place"] = previous, True
     # The reference of the scaled values is computed once (the same values, now in place).
-    return fresh, ref if ref is not None else compute_reference(reference, fresh), info
+    if ref is None:
+        ref = compute_reference(reference, fresh, job.exact_reference)
+    return fresh, ref, info
 
 
 def run_once(
@@ -174,6 +182,7 @@ def validate(
     for trial in range(job.trials):
         inputs, ref, info = trial_inputs(job, reference, trial, device, previous)
         details["trials"].append(info)
+        details["reference"] = "native" if ref.eager is None else "float64"
         saved = [x.clone() for x in inputs]
         outs, snap = run_once(kernel, inputs, job, device)
         rejection = check_form(outs, job.output_meta, device)
@@ -204,7 +213,7 @@ def validate(
             )
             del outs2
         if rejection is not None:
-            rejection.details.update(info)
+            rejection.details.update(info, reference=details["reference"])
             return _with_trial(rejection, info), details
         previous = inputs if trial == 0 else None  # only trial 1 rewrites trial 0's inputs
         del outs, snap, inputs, ref, saved

@@ -33,6 +33,7 @@ class PoolMeasurer:
         subgraph: Subgraph,
         ceilings: Ceilings | None,
         capacity: int,
+        exact_reference: bool = True,
     ) -> None:
         self.options = options
         self.pool = pool
@@ -48,7 +49,9 @@ class PoolMeasurer:
             measure_energy=options.objective == "energy",
             ceilings=ceilings,
         )
-        self._base = dataclasses.replace(self._base, timing_budget_s=options.timing_s)
+        self._base = dataclasses.replace(
+            self._base, timing_budget_s=options.timing_s, exact_reference=exact_reference
+        )
         self._tickets: dict[int, Hashable] = {}
 
     def feedback_plan(self) -> FeedbackPlan | None:

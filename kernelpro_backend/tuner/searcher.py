@@ -214,11 +214,13 @@ class SubgraphSearcher:
                 self.skipped = plan.message
                 log.warning("kernelpro: %s %s %s", subgraph.graph, subgraph.pattern, plan.message)
                 return None
+            if not plan.exact:
+                log.warning("kernelpro: %s %s %s", subgraph.graph, subgraph.pattern, plan.message)
             if not templated:
                 return self._eager_only(pool, subgraph)
             options = _options_for(self.options, subgraph)
             measurer = PoolMeasurer(
-                options, pool, subgraph, self.ceilings(subgraph), plan.concurrent
+                options, pool, subgraph, self.ceilings(subgraph), plan.concurrent, plan.exact
             )
             fixed["prepare"] = round(time.perf_counter() - leased - fixed["lease"], 3)
             outcome = optimize(

@@ -30,11 +30,25 @@ def test_one_validates_at_a_time_and_the_others_fit_while_compiling():
     assert plan_memory(small, 8 * GiB, workers=4).concurrent == 4
 
 
+def test_without_room_for_float64_candidates_are_proved_against_the_native_reference():
+    fp = Footprint.of(SOFTMAX_4096x262144, SOFTMAX_4096x262144)
+    # no float64: 3 x 4 GiB inputs and the native output twice (20), or the inputs and their
+    # copy, the reference and three candidate outputs (24)
+    assert fp.native_bytes == (2 * 4 + 4 * 4) * GiB + CONTEXT_BYTES
+    plan = plan_memory(fp, 30 * GiB, workers=4)
+    assert (plan.concurrent, plan.exact) == (1, False)
+    assert plan.message == (
+        "a float64 reference needs 44.8 GiB, 30.0 GiB free: candidates are proved against "
+        "PyTorch's result in the subgraph's own dtype"
+    )
+    assert plan_memory(fp, 50 * GiB, workers=4).exact  # float64 whenever it fits
+
+
 def test_a_subgraph_that_cannot_fit_is_refused_with_what_it_needs():
     fp = Footprint.of(SOFTMAX_4096x262144, SOFTMAX_4096x262144)
-    plan = plan_memory(fp, 30 * GiB, workers=4)
+    plan = plan_memory(fp, 20 * GiB, workers=4)
     assert plan.concurrent == 0
-    assert plan.message == "needs 44.8 GiB to prove a candidate, 30.0 GiB free; kept the fallback"
+    assert plan.message == "needs 24.8 GiB to prove a candidate, 20.0 GiB free; kept the fallback"
 
 
 @pytest.mark.parametrize("workers", [1, 3])

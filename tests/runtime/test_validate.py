@@ -113,3 +113,20 @@ def test_job_accepts_a_kernel_spec_like_object(pointwise_subgraph):
     job = Job.from_subgraph(pointwise_subgraph, FakeSpec())
     assert job.candidate.describe() == {"kind": "spec", "spec": '{"template": "pointwise"}'}
     assert job.work is not None and job.work.bytes == 3 * 16 * 24 * 4
+
+
+def test_without_a_float64_reference_the_native_one_still_proves(softmax_subgraph, state):
+    """Where the float64 reference does not fit the GPU (runtime/memory.py) the job proves
+    against the reference module's own-dtype result: the honest kernel passes, the wrong one
+    is still caught, and the result says which reference it met."""
+    import dataclasses
+
+    honest = "import torch\ndef entry(x):\n    return [torch.softmax(x, -1)]\n"
+    wrong = "import torch\ndef entry(x):\n    return [torch.softmax(x * 1.001, -1)]\n"
+    for text, status in ((honest, EvalStatus.OK), (wrong, EvalStatus.WRONG)):
+        job = Job.from_subgraph(softmax_subgraph, source(text))
+        native = evaluate_job(dataclasses.replace(job, exact_reference=False), state)
+        assert native.status is status, native.message
+        assert native.details["reference"] == "native"
+    exact = evaluate_job(Job.from_subgraph(softmax_subgraph, source(honest)), state)
+    assert exact.details["reference"] == "float64"
