@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import logging
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -17,6 +18,8 @@ import torch
 from . import text_table
 from .backend import make_backend
 from .fx_passes import Subgraph
+
+log = logging.getLogger("kernelpro")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -27,12 +30,20 @@ class SubgraphInfo:
     ops: tuple[str, ...]
     inputs: tuple[str, ...]  # "f32[32, 64]"
     key: str  # digest, or "symbolic"
+    # What a search measures beside the fallback: the seed's template and the alternatives
+    # (e.g. "row_reduction", "row_cluster"), or why none ("none: <reason>")
+    templates: tuple[str, ...] = ()
 
     def row(self) -> list[str]:
         ops = " ".join(self.ops)
         if len(ops) > 60:
             ops = ops[:57] + "..."
-        return [self.graph, self.kind, self.pattern, ops, " ".join(self.inputs), self.key[:12]]
+        kernels = " ".join(self.templates)
+        if len(kernels) > 40:
+            kernels = kernels[:37] + "..."
+        return [
+            self.graph, self.kind, self.pattern, kernels, ops, " ".join(self.inputs), self.key[:12]
+        ]  # fmt: skip
 
 
 _SHORT = {
@@ -61,7 +72,25 @@ def describe(sg: Subgraph) -> SubgraphInfo:
         ops=tuple(sg.ops),
         inputs=tuple(inputs),
         key="symbolic" if sg.symbolic else sg.key.digest,
+        templates=templates_of(sg),
     )
+
+
+def templates_of(sg: Subgraph) -> tuple[str, ...]:
+    """The templates kernelpro generates candidates from for `sg` (the lowered seed's, then
+    each alternative's), or ("none: <why>",) when the lowering refuses it."""
+    from .codegen import Unsupported, alternatives
+    from .lowering import lower
+
+    try:
+        seed = lower(sg)
+        found = alternatives(seed)
+    except Unsupported as e:
+        return (f"none: {str(e).split(';')[0][:60]}",)
+    except Exception as e:  # a lowering bug: the search would meet it too; say so
+        log.warning("kernelpro explain: lowering %s %s failed: %r", sg.graph, sg.pattern, e)
+        return (f"error: {type(e).__name__}",)
+    return (seed.template, *dict.fromkeys(a.template for a in found))
 
 
 def find_subgraphs(
@@ -118,5 +147,5 @@ def _tensors(obj: Any) -> list[torch.Tensor]:
 
 
 def format_table(rows: Sequence[SubgraphInfo]) -> str:
-    header = ["graph", "kind", "pattern", "ops", "inputs", "key"]
+    header = ["graph", "kind", "pattern", "templates", "ops", "inputs", "key"]
     return text_table.format_table(header, [r.row() for r in rows], rule=True)

@@ -31,6 +31,23 @@ def test_explain_prints_a_table(capsys):
     assert "forward" in out and "backward" in out and "gemm" in out and "addmm+epilogue" in out
 
 
+def test_explain_names_the_templates_a_search_measures(capsys):
+    """Each subgraph's row says what kernelpro generates for it: a GroupNorm's rows as the
+    Triton row template and the row-resident CUDA kernel, a convolution none (and why)."""
+    from kernelpro_backend import explain
+
+    model = torch.nn.Sequential(
+        torch.nn.Conv2d(8, 8, 3, padding=1), torch.nn.GroupNorm(2, 8), torch.nn.SiLU()
+    )
+    rows = explain(model, torch.randn(2, 8, 64, 64))
+    norm = next(r for r in rows if r.graph == "forward" and r.pattern == "norm")
+    assert norm.templates == ("row_reduction", "row_cluster")
+    conv = next(r for r in rows if r.kind == "conv")
+    assert conv.templates[0].startswith("none: ") and "template" in conv.templates[0]
+    assert main(["explain", "kernelpro_backend.examples:mlp"]) == 0
+    assert "templates" in capsys.readouterr().out.splitlines()[0]
+
+
 def test_explain_bad_target():
     proc = subprocess.run(
         [sys.executable, "-m", "kernelpro_backend.cli", "explain", "no_such_module:fn"],
