@@ -24,8 +24,11 @@ import torch
 
 from .linear_ce_rows import cross_entropy_rows
 
-# Rows per chunk: about 2**26 logits (128 MiB in bf16) at a time.
-CHUNK_ELEMENTS = 2**26
+# Rows per chunk: about 2**27 logits (256 MiB in bf16) at a time. On the H100 (8192 x 1024 ->
+# 32000 bf16, BENCHMARKS.md "The LM head in one chunk") 2**26 / 2**27 / 2**28 logits a chunk
+# took 3.319 / 2.934 / 3.010 ms a step: fewer GEMM launches of a useful size win until one
+# chunk holds every logit (Inductor's peak memory, 500 MiB there).
+CHUNK_ELEMENTS = 2**27
 
 
 def chunk_rows(rows: int, vocab: int) -> int:
