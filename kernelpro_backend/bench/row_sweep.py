@@ -148,6 +148,10 @@ def candidates(seed: KernelSpec, space: SweepSpace = SweepSpace()) -> list[tuple
         except IllegalSpec:
             continue
     for alt in alternatives(seed):
+        if alt.template == "row_split":  # few long rows: the default and its ring
+            name = f"split s{alt.knob('SPLIT')} b{alt.knob('BLOCK_C')} w{alt.knob('num_warps')}"
+            out += [(name, alt), *neighbours(alt, lambda s: f"split {dict(s.knobs)}")]
+            continue
         if space.clusters == "ring":
             out += [(cluster_name(alt) + " (default)", alt), *neighbours(alt, cluster_name)]
             continue

@@ -11,10 +11,11 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
+from .attention_rules import validate_attention_backward
 from .domain import extent, rows_cols
 from .errors import IllegalSpec, Unsupported
 from .gemm_configs import gemm_default_knobs  # the GEMM tables to edit live there
-from .knobs import next_pow2, validate_attention_backward
+from .knobs import next_pow2
 
 log = logging.getLogger("kernelpro.codegen")
 
@@ -33,7 +34,7 @@ def default_knobs(spec: KernelSpec) -> tuple[tuple[str, KnobValue], ...]:
         )
     elif spec.template == "attention_backward":
         return _default_attention_backward(spec)
-    elif spec.template in ("row_cluster", "gemm_library", "gemm_cutlass"):
+    elif spec.template in ("row_cluster", "row_split", "gemm_library", "gemm_cutlass"):
         raise IllegalSpec(f"a {spec.template} spec comes from alternatives(seed), with its knobs")
     else:
         rows, cols = rows_cols(spec)
@@ -76,6 +77,11 @@ def _default_attention_backward(spec: KernelSpec) -> tuple[tuple[str, KnobValue]
 # Rows at least this long may also run row-resident (template_cluster.py); shorter ones fit a
 # Triton program's registers whole.
 CLUSTER_MIN_COLS = 1024
+# Split rows (template_rowsplit.py) where the rows are fewer than half this many programs:
+# two per SM of an H100 (132 SMs); each program steps through its chunk SPLIT_BLOCK_C columns
+# at a time (the row template's looped block).
+SPLIT_PROGRAMS = 264
+SPLIT_BLOCK_C = 4096
 # Long programs holding two rows or more (the backwards of softmax and RMSNorm) start with the
 # rows in shared memory at this many warps, in the fewest CTAs that leave room for a second CTA
 # on the SM (else for one): in the H100 sweeps of every cluster configuration (BENCHMARKS.md,
@@ -122,6 +128,34 @@ def alternatives(seed: KernelSpec) -> list[KernelSpec]:
         return _library_alternatives(seed) + cutlass_specs(seed)[:1]
     if seed.template != "row_reduction":
         return []
+    return _cluster_alternatives(seed) + _split_alternatives(seed)
+
+
+def _split_alternatives(seed: KernelSpec) -> list[KernelSpec]:
+    """Few long rows (a loss's mean over every element: one row) as split rows
+    (template_rowsplit.py): SPLIT programs a row, about SPLIT_PROGRAMS in all, BLOCK_C columns
+    a step; none where the rows alone fill the GPU or the program is not a one-wave reduction
+    to per-row outputs."""
+    import dataclasses
+
+    from .split_rules import split_problem
+
+    rows, cols = rows_cols(seed)
+    n_rows, n_cols = extent(seed, rows), extent(seed, cols)
+    block = min(SPLIT_BLOCK_C, next_pow2(n_cols))
+    if 2 * n_rows > SPLIT_PROGRAMS or n_cols < 2 * block or split_problem(seed) is not None:
+        return []
+    split = next_pow2(-(-SPLIT_PROGRAMS // n_rows))
+    split = max(2, min(1024, split, next_pow2(n_cols) // block))
+    knobs: dict[str, KnobValue] = dict(SPLIT=split, BLOCK_C=block, num_warps=8, num_stages=1)
+    try:
+        return [dataclasses.replace(seed, template="row_split", knobs=tuple(sorted(knobs.items())))]
+    except IllegalSpec as e:
+        log.info("no row_split alternative for %s %s: %s", seed.pattern, seed.domain, e)
+        return []
+
+
+def _cluster_alternatives(seed: KernelSpec) -> list[KernelSpec]:
     _, cols = rows_cols(seed)
     if extent(seed, cols) < CLUSTER_MIN_COLS:
         return []

@@ -19,7 +19,8 @@ def rows_cols(spec: SpecView) -> tuple[tuple[int, ...], tuple[int, ...]]:
     """(row dims, column dims) of a pointwise/row_reduction domain: a program covers ROWS rows
     and loops over columns BLOCK_C at a time. Pointwise chains use the last dim as columns."""
     dims = range(len(spec.domain))
-    cols = spec.reduced if spec.template in ("row_reduction", "row_cluster") else tuple(dims)[-1:]
+    rows_of = ("row_reduction", "row_cluster", "row_split")
+    cols = spec.reduced if spec.template in rows_of else tuple(dims)[-1:]
     return tuple(d for d in dims if d not in cols), tuple(cols)
 
 

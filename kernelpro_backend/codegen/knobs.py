@@ -16,6 +16,7 @@ from __future__ import annotations
 import enum
 from typing import TYPE_CHECKING
 
+from .attention_rules import SMEM_BYTES, validate_attention, validate_attention_backward
 from .cutlass_match import SPACE as CUTLASS_SPACE
 from .domain import extent, rows_cols
 from .errors import IllegalSpec
@@ -23,7 +24,6 @@ from .errors import IllegalSpec
 if TYPE_CHECKING:
     from .spec_view import KnobValue, SpecView
 
-SMEM_BYTES = 227 * 1024
 MAX_TILE_ELEMENTS = 65536  # per program, in registers: 64 K 32-bit registers per SM
 _POW2 = tuple(2**i for i in range(17))
 _SPACE: dict[str, dict[str, tuple[KnobValue, ...]]] = {
@@ -90,6 +90,14 @@ _SPACE["row_cluster"] = {
     "HOLD": ("registers", "shared", "split"),
 }
 
+# Split rows (template_rowsplit.py): programs per row, columns per step of each program's chunk
+_SPACE["row_split"] = {
+    "SPLIT": _POW2[1:11],
+    "BLOCK_C": _POW2,
+    "num_warps": (1, 2, 4, 8, 16, 32),
+    "num_stages": (1, 2, 3),
+}
+
 
 class KnobRole(str, enum.Enum):
     """What a knob does, in the search's vocabulary: search/rules.py moves knobs by role (a
@@ -132,6 +140,7 @@ ROLES: dict[str, KnobRole] = {
     "ROWS": KnobRole.ROWS,
     "SPLIT_K": KnobRole.SPLIT,
     "CLUSTER": KnobRole.SPLIT,  # more CTAs share a row: more parallelism, fewer values each
+    "SPLIT": KnobRole.SPLIT,  # more programs share a row (row_split)
     "VEC": KnobRole.VECTOR,
     "PERSISTENT": KnobRole.PERSISTENT,
     "EPILOGUE_SUBTILE": KnobRole.SUBTILE,
@@ -209,7 +218,7 @@ def validate(spec: SpecView) -> None:
     if spec.template == "gemm":
         _validate_gemm(spec, knobs)
     elif spec.template == "attention":
-        _validate_attention(spec, knobs)
+        validate_attention(spec, knobs)
     elif spec.template == "attention_backward":
         validate_attention_backward(spec, knobs)
     elif spec.template == "gemm_library":
@@ -232,6 +241,10 @@ def validate(spec: SpecView) -> None:
         problem = cluster_problem(spec, knobs)
         if problem:
             raise IllegalSpec(f"row_cluster with {knobs}: {problem}")
+    elif spec.template == "row_split":
+        from .split_rules import validate_split
+
+        validate_split(spec, knobs)
     else:
         _validate_rowwise(spec, knobs)
 
@@ -319,45 +332,6 @@ def tma_problem(spec: SpecView) -> str | None:
             if value * elt % 16:
                 return f"operand {name}'s {what} is {value * elt} bytes, not a multiple of 16"
     return None
-
-
-def _validate_attention(spec: SpecView, k: dict) -> None:
-    d = next_pow2(max(spec.param("head_dim"), spec.param("value_dim")))
-    bytes_ = 2 if spec.param("operand_dtype") != "float32" else 4
-    smem = (k["BLOCK_M"] * d + 2 * k["BLOCK_N"] * d) * bytes_ * k["num_stages"]
-    if smem > SMEM_BYTES:
-        raise IllegalSpec(
-            f"BLOCK_M={k['BLOCK_M']}, BLOCK_N={k['BLOCK_N']}, head dim {d}, num_stages="
-            f"{k['num_stages']} need {smem} bytes of shared memory; the limit is {SMEM_BYTES}. "
-            "Reduce BLOCK_N or num_stages"
-        )
-
-
-def validate_attention_backward(spec: SpecView, k: dict) -> None:
-    d = max(16, next_pow2(spec.param("head_dim"))) + max(16, next_pow2(spec.param("value_dim")))
-    bytes_ = 2 if spec.param("operand_dtype") != "float32" else 4
-    stages = k["num_stages"]
-    for resident, streamed, names in (
-        (k["BLOCK_N"], k["BLOCK_M"], "BLOCK_N (resident K, V) and BLOCK_M (streamed Q, dO)"),
-        (k["BLOCK_M_DQ"], k["BLOCK_N_DQ"], "BLOCK_M_DQ (resident Q, dO) and BLOCK_N_DQ"),
-    ):
-        smem = (resident + streamed * stages) * d * bytes_
-        if smem > SMEM_BYTES:
-            raise IllegalSpec(
-                f"{names} = {resident}, {streamed} with head dims {d} in total and num_stages="
-                f"{stages} need {smem} bytes of shared memory; the limit is {SMEM_BYTES}. "
-                "Reduce the blocks or num_stages"
-            )
-    regs = k["BLOCK_N"] * d // (32 * k["num_warps"])
-    if regs > 256:
-        raise IllegalSpec(
-            f"dK and dV accumulators of {k['BLOCK_N']} keys x {d} columns over {k['num_warps']} "
-            f"warps are {regs} fp32 registers per thread; the limit is 255. Use more warps or "
-            "a smaller BLOCK_N"
-        )
-    has_dq = any(which == 0 for which, _ in spec.param("grads"))
-    if k["DQ"] == "atomic" and not has_dq:
-        raise IllegalSpec("DQ='atomic' but the subgraph does not output grad_q; use DQ='kernel'")
 
 
 def _online_loop(spec: SpecView, block_c: int, n_cols: int) -> bool:

@@ -107,6 +107,10 @@ def render(spec: KernelSpec) -> RenderedKernel:
         return RenderedKernel(language="cuda", source=_cuda_header(spec) + source, entry=name)
     if spec.template == "gemm_library":
         return _render_library(spec)
+    if spec.template == "row_split":
+        from .template_rowsplit import render_split
+
+        return render_launches(spec, *render_split(spec))
     if spec.template == "gemm_cutlass":
         from .cutlass_match import render_cutlass
 

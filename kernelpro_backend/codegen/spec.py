@@ -26,8 +26,8 @@ from .spec_view import KnobValue, TensorMeta
 __all__ = ["KernelSpec", "KnobValue", "RenderedKernel", "TensorMeta"]
 
 TEMPLATES = (
-    "pointwise", "row_reduction", "row_cluster", "gemm", "gemm_library", "gemm_cutlass",
-    "attention", "attention_backward",
+    "pointwise", "row_reduction", "row_cluster", "row_split", "gemm", "gemm_library",
+    "gemm_cutlass", "attention", "attention_backward",
 )  # fmt: skip
 CUDA_TEMPLATES = ("row_cluster",)  # rendered as CUDA C++, the others as Triton
 PRECISIONS = ("ieee", "tf32", "tf32x3")

@@ -92,8 +92,10 @@ def _column_pass(
     online: dict[int, int],
     n_cols: int,
     open_columns: Callable[[str], None],
+    span: tuple[str, str] | None = None,
 ) -> None:
-    """One loop over the row's column blocks accumulating the `looped` reductions, and for each
+    """One loop over the row's column blocks (or `span`'s: (first, end) expressions, a split
+    row's chunk) accumulating the `looped` reductions, and for each
     max in `online` the sum of exp(y - max) beside it: per lane (knob ONLINE "lane"), the
     running max and the sum rescaled whenever the max grows (exp(old - new); 0 while a lane has
     seen only -inf) — two exps an element; or per block ("block"), the block's max reduced
@@ -115,7 +117,8 @@ def _column_pass(
             if block
             else em.accumulator("sum", f"acc{s}")
         )
-    em.line(f"for c0 in range(0, {n_cols}, BLOCK_C):")
+    lo, hi = span or ("0", str(n_cols))
+    em.line(f"for c0 in range({lo}, {hi}, BLOCK_C):")
     em.indent += 1
     em.local_memo = {}
     open_columns("c0 + ")

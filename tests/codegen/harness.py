@@ -123,3 +123,10 @@ def check(
             a, b, rtol=0, atol=0, equal_nan=True, msg="the kernel modified an input"
         )
     return spec
+
+
+def cluster_alternatives(seed: KernelSpec) -> list[KernelSpec]:
+    """The seed's row-resident alternatives (row_cluster), without its others (row_split)."""
+    from kernelpro_backend.codegen import alternatives
+
+    return [a for a in alternatives(seed) if a.template == "row_cluster"]

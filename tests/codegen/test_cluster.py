@@ -12,10 +12,10 @@ import pytest
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
-from harness import collect
+from harness import cluster_alternatives, collect
 
 from kernelpro_backend.cache.artifact import KernelArtifact
-from kernelpro_backend.codegen import IllegalSpec, Unsupported, alternatives, knob_space, render
+from kernelpro_backend.codegen import IllegalSpec, Unsupported, knob_space, render
 from kernelpro_backend.codegen.cluster_rules import cluster_shape
 from kernelpro_backend.codegen.defaults import CLUSTER_MIN_COLS
 from kernelpro_backend.examples import RMSNorm
@@ -58,7 +58,7 @@ def long_rows():
 def test_long_row_programs_get_a_cluster_alternative_forward_and_backward(long_rows):
     patterns = {}
     for sg, seed in long_rows:
-        for alt in alternatives(seed):
+        for alt in cluster_alternatives(seed):
             assert alt.template == "row_cluster"
             assert (alt.loads, alt.ops, alt.stores) == (seed.loads, seed.ops, seed.stores)
             patterns.setdefault(sg.graph.split("_")[0], set()).add(seed.pattern)
@@ -73,7 +73,7 @@ def test_softmax_statistics_cross_the_cluster_as_one_pair(long_rows):
     exchange; programs without that pair (the norms) keep ONLINE=wave and refuse pair."""
     online = {}
     for sg, seed in long_rows:
-        for alt in alternatives(seed):
+        for alt in cluster_alternatives(seed):
             online.setdefault((sg.graph.split("_")[0], seed.pattern), set()).add(alt.knob("ONLINE"))
             if alt.knob("ONLINE") == "wave":
                 with pytest.raises(IllegalSpec, match="ONLINE=pair"):
@@ -100,7 +100,7 @@ def test_rows_held_in_shared_memory_fit_its_limit_and_ask_for_it(long_rows):
 
     held = 0
     for _, seed in long_rows:
-        for alt in alternatives(seed):
+        for alt in cluster_alternatives(seed):
             shape = cluster_shape(alt, dict(alt.knobs))
             if not shape.resident:
                 with pytest.raises(IllegalSpec, match="HOLD=shared"):
@@ -123,8 +123,8 @@ def test_rows_held_in_shared_memory_fit_its_limit_and_ask_for_it(long_rows):
             held += 1
     assert held >= 3
     # split: a thread's first half of vectors in registers, the rest in shared memory
-    (sg, seed), *_ = [s for s in _seeds(65536, rows=1) if alternatives(s[1])]
-    (alt,) = alternatives(seed)
+    (sg, seed), *_ = [s for s in _seeds(65536, rows=1) if cluster_alternatives(s[1])]
+    (alt,) = cluster_alternatives(seed)
     # rows this long start split at 16 warps, 64 values a thread (SPLIT_MIN_COLS)
     assert (alt.knob("HOLD"), alt.knob("num_warps"), alt.knob("CLUSTER")) == ("split", 16, 2)
     split = alt.with_knobs(HOLD="split", CLUSTER=4, num_warps=8)  # 64 values a thread
@@ -137,8 +137,8 @@ def test_rows_held_in_shared_memory_fit_its_limit_and_ask_for_it(long_rows):
         alt.with_knobs(HOLD="split", CLUSTER=1, num_warps=8)
     with pytest.raises(IllegalSpec, match="two vectors"):
         alt.with_knobs(HOLD="split", CLUSTER=16, num_warps=32)
-    (sg, seed), *_ = [s for s in _seeds(262144, rows=1) if alternatives(s[1])]
-    (alt,) = alternatives(seed)
+    (sg, seed), *_ = [s for s in _seeds(262144, rows=1) if cluster_alternatives(s[1])]
+    (alt,) = cluster_alternatives(seed)
     with pytest.raises(IllegalSpec, match="shared memory"):
         alt.with_knobs(HOLD="shared", CLUSTER=1, num_warps=32)  # 1 MiB of float32
 
@@ -157,7 +157,7 @@ def test_cross_entropy_backward_reads_its_column_index_input_an_element_at_a_tim
         ]  # fmt: skip
         if not sg.graph.startswith("backward") or not ints:
             continue
-        (alt,) = alternatives(seed)
+        (alt,) = cluster_alternatives(seed)
         shape = cluster_shape(alt, dict(alt.knobs))
         assert not set(ints) & set(shape.resident)
         source = render(alt).source
@@ -174,12 +174,12 @@ class _CrossEntropy(nn.Module):
 
 def test_short_rows_stay_with_the_triton_template():
     for _, seed in _seeds(CLUSTER_MIN_COLS // 2):
-        assert alternatives(seed) == []
+        assert cluster_alternatives(seed) == []
 
 
 def test_cluster_knobs_hold_the_row_within_the_register_budget(long_rows):
     for _, seed in long_rows:
-        for alt in alternatives(seed):
+        for alt in cluster_alternatives(seed):
             shape = cluster_shape(alt, dict(alt.knobs))
             assert shape.elements * max(1, len(shape.resident)) <= 64
             assert shape.per_thread * shape.threads * shape.cluster >= shape.vectors
@@ -190,19 +190,19 @@ def test_cluster_knobs_hold_the_row_within_the_register_budget(long_rows):
 
 
 def test_vector_width_must_divide_the_row_and_fit_16_bytes():
-    (sg, seed), *_ = [s for s in _seeds(4099) if alternatives(s[1])]
-    (alt,) = alternatives(seed)
+    (sg, seed), *_ = [s for s in _seeds(4099) if cluster_alternatives(s[1])]
+    (alt,) = cluster_alternatives(seed)
     assert alt.knob("VEC") == 1  # 4099 columns: no wider vector divides the row
     with pytest.raises(IllegalSpec, match="does not divide"):
         alt.with_knobs(VEC=2)
-    fp32 = next(a for _, s in _seeds(8192) for a in alternatives(s))
+    fp32 = next(a for _, s in _seeds(8192) for a in cluster_alternatives(s))
     with pytest.raises(IllegalSpec, match="16-byte"):
         fp32.with_knobs(VEC=8)
 
 
 def test_strided_rows_are_refused():
-    _, seed = next(s for s in _seeds(8192) if alternatives(s[1]))
-    (alt,) = alternatives(seed)
+    _, seed = next(s for s in _seeds(8192) if cluster_alternatives(s[1]))
+    (alt,) = cluster_alternatives(seed)
     load = alt.loads[0]
     # the column dim read with stride 2: not a contiguous row
     strided = tuple((2 * c if a == 1 else c, a) for c, a in load[2])
@@ -212,7 +212,7 @@ def test_strided_rows_are_refused():
 
 def test_header_launches_one_cluster_per_row(long_rows):
     for _, seed in long_rows:
-        for alt in alternatives(seed):
+        for alt in cluster_alternatives(seed):
             rendered = render(alt)
             assert rendered.language == "cuda"
             launch = parse_launch(rendered.source, rendered.entry)
@@ -233,7 +233,7 @@ def test_sources_compile_with_nvcc_for_hopper(long_rows, tmp_path):
 
     compiled = 0
     for _, seed in long_rows[:6]:
-        for alt in alternatives(seed):
+        for alt in cluster_alternatives(seed):
             widest = alt.with_knobs(CLUSTER=max(knob_space(alt)["CLUSTER"]))
             for spec in (alt, widest, widest.with_knobs(ONLINE="wave")):
                 r = render(spec)
@@ -244,8 +244,8 @@ def test_sources_compile_with_nvcc_for_hopper(long_rows, tmp_path):
 
 
 def test_a_cached_cuda_spec_kernel_is_proved_from_its_cubin():
-    _, seed = next(s for s in _seeds(8192) if alternatives(s[1]))
-    (alt,) = alternatives(seed)
+    _, seed = next(s for s in _seeds(8192) if cluster_alternatives(s[1]))
+    (alt,) = cluster_alternatives(seed)
     r = render(alt)
     artifact = KernelArtifact(
         language="cuda", source=r.source, entry=r.entry, spec_json=alt.to_json(),
@@ -257,8 +257,8 @@ def test_a_cached_cuda_spec_kernel_is_proved_from_its_cubin():
 
 
 def test_a_stored_cuda_spec_source_is_rebuilt_as_cuda(monkeypatch):
-    _, seed = next(s for s in _seeds(8192) if alternatives(s[1]))
-    (alt,) = alternatives(seed)
+    _, seed = next(s for s in _seeds(8192) if cluster_alternatives(s[1]))
+    (alt,) = cluster_alternatives(seed)
     r = render(alt)
     built = {}
 
@@ -289,7 +289,7 @@ def test_three_long_rows_too_many_for_registers_are_held_in_shared_memory(tmp_pa
     for dtype in (torch.bfloat16, torch.float32):
         x = torch.randn(1, 2**19, dtype=dtype, requires_grad=True)
         backward = [s for s in collect(RMSNorm(2**19).to(dtype), [x]) if s.graph[0] == "b"]
-        found[dtype] = [a for sg in backward for a in alternatives(lower(sg))]
+        found[dtype] = [a for sg in backward for a in cluster_alternatives(lower(sg))]
     assert found[torch.float32] == []
     (alt,) = found[torch.bfloat16]
     assert (alt.knob("HOLD"), alt.knob("CLUSTER"), alt.knob("VEC")) == ("shared", 16, 8)
@@ -315,7 +315,7 @@ def test_long_programs_holding_several_rows_start_in_shared_memory_at_four_warps
     seen = set()
     for n in (65536, 262144):
         for sg, seed in _seeds(n, rows=1):
-            for alt in alternatives(seed):
+            for alt in cluster_alternatives(seed):
                 shape = cluster_shape(alt, dict(alt.knobs))
                 several = len(resident_loads(seed, rows_cols(seed)[1])) >= 2
                 seen.add((sg.graph.split("_")[0], several))
@@ -359,22 +359,22 @@ def test_norms_over_several_dims_run_row_resident(tmp_path):
     refused."""
     group = _norm_seeds(nn.GroupNorm(4, 32), (2, 32, 64, 64))
     forward = [seed for sg, seed in group if sg.graph.startswith("forward")]
-    (alt,) = alternatives(max(forward, key=lambda s: len(s.loads)))
+    (alt,) = cluster_alternatives(max(forward, key=lambda s: len(s.loads)))
     source = render(alt).source
     assert "in0[8 * d1 + (((col / 4096LL) % 8LL))]" in source  # weight[group * 8 + channel]
     assert "kp_load<float, 4>(in2 + 131072 * d0 + 32768 * d1 + c0" in source  # x in order
     instance = _norm_seeds(nn.InstanceNorm2d(16), (2, 16, 128, 128))
-    assert all(alternatives(seed) for _, seed in instance)
+    assert all(cluster_alternatives(seed) for _, seed in instance)
     assert {sg.graph.split("_")[0] for sg, _ in instance} == {"forward", "backward"}
     batch = _norm_seeds(nn.BatchNorm2d(32), (2, 32, 64, 64))
-    refused = [s for _, s in batch if s.reduced and not alternatives(s)]
+    refused = [s for _, s in batch if s.reduced and not cluster_alternatives(s)]
     assert refused
     with pytest.raises(IllegalSpec, match="walks the row with strides"):
         dataclasses.replace(refused[0], template="row_cluster", knobs=alt.knobs)
     if find_nvcc() is not None:
         from kernelpro_backend.runtime.cuda_compile import compile_cuda
 
-        for spec in (alt, alternatives(instance[0][1])[0]):
+        for spec in (alt, cluster_alternatives(instance[0][1])[0]):
             r = render(spec)
             cubin = compile_cuda(r.source, "sm_90a", kernels=(r.entry,), cubin_dir=tmp_path)
             assert cubin.data[:4] == b"\x7fELF"

@@ -12,7 +12,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from kernelpro_backend.codegen import IllegalSpec, alternatives, knob_space
+from kernelpro_backend.codegen import IllegalSpec, knob_space
 from kernelpro_backend.examples import RMSNorm
 from kernelpro_backend.lowering import lower
 
@@ -32,7 +32,7 @@ class _Rows(nn.Module):
 
 
 def _cluster_cases(n: int, dtype: torch.dtype):
-    from harness import collect
+    from harness import cluster_alternatives, collect
 
     model = _Rows(n).cuda().to(dtype)
     x = torch.randn(5, n, device="cuda", dtype=dtype, requires_grad=True)
@@ -42,7 +42,7 @@ def _cluster_cases(n: int, dtype: torch.dtype):
             seed = lower(sg)
         except Exception:
             continue
-        for alt in alternatives(seed):
+        for alt in cluster_alternatives(seed):
             yield sg, alt
 
 
@@ -105,7 +105,7 @@ def test_group_and_instance_norms_match_reference(dtype: torch.dtype) -> None:
     """Rows over several dims: GroupNorm's per-channel weight read from the element's channel
     coordinate, InstanceNorm's batch-norm-over-a-unit-dim rows; forward and backward, at the
     default, the widest cluster and VEC=1."""
-    from harness import check, collect
+    from harness import check, cluster_alternatives, collect
 
     cases = []
     for module, shape in ((nn.GroupNorm(4, 32), (2, 32, 64, 64)), (nn.InstanceNorm2d(16, affine=True), (2, 16, 128, 128))):  # fmt: skip
@@ -115,7 +115,7 @@ def test_group_and_instance_norms_match_reference(dtype: torch.dtype) -> None:
                 seed = lower(sg)
             except Exception:
                 continue
-            for alt in alternatives(seed):
+            for alt in cluster_alternatives(seed):
                 widest = alt.with_knobs(CLUSTER=max(knob_space(alt)["CLUSTER"]))
                 cases += [(sg, s) for s in {alt, widest, alt.with_knobs(VEC=1)}]
     assert len(cases) >= 6

@@ -6,7 +6,7 @@ whose column loop walks the index block by block."""
 from __future__ import annotations
 
 import torch
-from harness import check, decomposed_subgraph, traced_subgraph
+from harness import check, cluster_alternatives, decomposed_subgraph, traced_subgraph
 
 from kernelpro_backend.lowering import lower
 
@@ -42,7 +42,7 @@ def test_a_causal_mask_from_two_ranges_in_a_softmax(tmp_path) -> None:
     """Hand-written attention's causal mask from aranges (query index >= key index): one range
     along the rows, one along the columns, both computed; the row-resident alternative (rows
     of 1024 or more) takes the row's part from its coordinates and the column's as its column."""
-    from kernelpro_backend.codegen import alternatives, render
+    from kernelpro_backend.codegen import render
     from kernelpro_backend.runtime.cuda_compile import compile_cuda, find_nvcc
 
     def fn(s: torch.Tensor) -> torch.Tensor:
@@ -55,7 +55,7 @@ def test_a_causal_mask_from_two_ranges_in_a_softmax(tmp_path) -> None:
     assert len(_index_ops(spec)) == 2
     check(sg, spec)
     check(sg, spec.with_knobs(BLOCK_C=16, ROWS=2, num_warps=1), seed=1)
-    (alt,) = alternatives(lower(decomposed_subgraph(fn, torch.randn(1, 1024, 1024))))
+    (alt,) = cluster_alternatives(lower(decomposed_subgraph(fn, torch.randn(1, 1024, 1024))))
     rendered = render(alt)
     assert " = col;" in rendered.source and "(long long)(" in rendered.source
     if find_nvcc() is not None:

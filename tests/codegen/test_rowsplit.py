@@ -1,0 +1,99 @@
+"""Split rows ("row_split", template_rowsplit.py): a reduction over few long rows run by SPLIT
+programs a row and a combining kernel, checked under Triton's interpreter against the
+reference subgraph; which programs it takes, and when defaults.alternatives proposes it."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+import torch
+import torch.nn.functional as F
+from harness import check, collect, decomposed_subgraph
+
+from kernelpro_backend.codegen import IllegalSpec, alternatives, knob_space
+from kernelpro_backend.codegen.split_rules import chunk_columns, split_problem
+from kernelpro_backend.lowering import lower
+
+
+def _split(fn, *inputs):  # type: ignore[no-untyped-def]
+    sg = decomposed_subgraph(fn, *inputs)
+    seed = lower(sg)
+    found = [a for a in alternatives(seed) if a.template == "row_split"]
+    return sg, seed, found
+
+
+def test_a_full_reduction_is_split_over_many_programs_and_matches():
+    """MSE as KernelBench's L1_94 writes it (mean of squared differences): one row of every
+    element, which the row template gives to one program."""
+    p, t = torch.rand(8, 3000), torch.rand(8, 3000)
+    sg, seed, (alt,) = _split(lambda p, t: torch.mean((p - t) ** 2), p, t)
+    assert seed.template == "row_reduction" and alt.knob("SPLIT") > 1
+    check(sg, alt)
+    # a chunk that is not a whole number of the row's columns, and a short last program
+    odd = alt.with_knobs(SPLIT=4, BLOCK_C=1024, num_warps=4)
+    assert chunk_columns(odd) == 6144 and 4 * 6144 > 24000
+    check(sg, odd, seed=1)
+    check(sg, alt.with_knobs(SPLIT=8, BLOCK_C=256, num_warps=2), seed=2)
+
+
+class _Fn(torch.nn.Module):
+    def __init__(self, fn) -> None:  # type: ignore[no-untyped-def]
+        super().__init__()
+        self.fn = fn
+
+    def forward(self, x: torch.Tensor):  # type: ignore[no-untyped-def]
+        return self.fn(x)
+
+
+@pytest.mark.parametrize(
+    "fn",
+    [
+        lambda x: x.sum(-1),
+        lambda x: x.amax(-1),
+        lambda x: x.amin(-1, keepdim=True),
+        lambda x: (x.sum(-1) + x.amax(-1), x.abs().sum(-1) / 7.0),  # several reductions
+        lambda x: F.kl_div(x.log_softmax(-1), x.sigmoid(), reduction="batchmean"),
+    ],
+    ids=["sum", "max", "min_keepdim", "several", "kl_div_batchmean"],
+)
+def test_few_long_rows_match(fn) -> None:  # type: ignore[no-untyped-def]
+    """Every split the model's subgraphs get (KL divergence: the loss's sum over every
+    element after the log-softmax's rows) matches its subgraph, at the default and SPLIT=2."""
+    x = torch.randn(3, 10000)
+    checked = 0
+    for sg in collect(_Fn(fn), [x], train=False):
+        for alt in alternatives(lower(sg)):
+            if alt.template == "row_split":
+                check(sg, alt)
+                check(sg, alt.with_knobs(SPLIT=2), seed=1)
+                checked += 1
+    assert checked >= 1
+
+
+def test_nan_in_a_chunk_reaches_the_row_maximum():
+    x = torch.randn(2, 9000)
+    sg, _, (alt,) = _split(lambda x: x.amax(-1), x)
+    inputs = sg.make_inputs(0)
+    inputs[0][1, 8500] = float("nan")  # the last program's chunk of row 1
+    check(sg, alt, inputs=inputs)
+
+
+def test_what_it_refuses_and_when_it_is_not_proposed():
+    x = torch.randn(4, 8192)
+    centred = lower(decomposed_subgraph(lambda x: x - x.sum(-1, keepdim=True), x))
+    assert "per-element output" in (split_problem(centred) or "")
+    softmax = lower(decomposed_subgraph(lambda x: x.softmax(-1), x))
+    assert "another reduction" in (split_problem(softmax) or "")
+    var = lower(decomposed_subgraph(lambda x: ((x - x.mean(-1, keepdim=True)) ** 2).sum(-1), x))
+    assert "another reduction" in (split_problem(var) or "")
+    # many rows fill the GPU without splitting; short rows are not worth a second launch
+    _, _, many = _split(lambda x: x.sum(-1), torch.randn(512, 8192))
+    _, _, short = _split(lambda x: x.sum(-1), torch.randn(4, 2048))
+    assert many == [] and short == []
+    _, _, (alt,) = _split(lambda x: x.sum(-1), x)
+    with pytest.raises(IllegalSpec, match="exceed"):
+        alt.with_knobs(SPLIT=64, BLOCK_C=4096)
+    with pytest.raises(IllegalSpec, match="row_split cannot compute"):
+        dataclasses.replace(softmax, template="row_split", knobs=alt.knobs)
+    assert set(knob_space(alt)) == {"SPLIT", "BLOCK_C", "num_warps", "num_stages"}
