@@ -15,6 +15,8 @@ from .errors import IllegalSpec
 from .program_walk import FULL, REDUCTIONS, ref_levels
 
 SPLIT_OPS = ("sum", "max", "min")
+# the row template computes 16-bit values in float32 (emitter.py): partials are float32 for all
+FLOAT_DTYPES = ("float32", "bfloat16", "float16")
 
 
 def reductions_of(spec: Any) -> list[int]:
@@ -37,7 +39,7 @@ def _feeds_on_reduction(spec: Any, ref: Any) -> bool:
 
 def split_problem(spec: Any) -> str | None:
     """Why `spec`'s program cannot run as split rows; None when it can: every reduction a
-    float32 sum, max or min of per-element values no other reduction feeds, and only per-row
+    float sum, max or min of per-element values no other reduction feeds, and only per-row
     outputs."""
     _, cols = rows_cols(spec)
     reductions = reductions_of(spec)
@@ -46,8 +48,8 @@ def split_problem(spec: Any) -> str | None:
     levels = ref_levels(spec, lambda idx: level_of(spec, idx, cols))
     for i in reductions:
         op, args, dtype = spec.ops[i]
-        if op not in SPLIT_OPS or dtype != "float32":
-            return f"a {op} reduction to {dtype}: split rows combine float32 sums, maxima, minima"
+        if op not in SPLIT_OPS or dtype not in FLOAT_DTYPES:
+            return f"a {op} reduction to {dtype}: split rows combine float sums, maxima, minima"
         if _feeds_on_reduction(spec, args[0]):
             return "a reduction of another reduction's result: the row is walked twice"
         if args[0][0] == "c" or levels[args[0]] != FULL:

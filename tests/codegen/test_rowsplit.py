@@ -35,6 +35,10 @@ def test_a_full_reduction_is_split_over_many_programs_and_matches():
     assert chunk_columns(odd) == 6144 and 4 * 6144 > 24000
     check(sg, odd, seed=1)
     check(sg, alt.with_knobs(SPLIT=8, BLOCK_C=256, num_warps=2), seed=2)
+    # bf16 inputs: the template computes in float32, partials included; the mean rounded once
+    p16, t16 = p.bfloat16(), t.bfloat16()
+    sg, _, (alt,) = _split(lambda p, t: torch.mean((p - t) ** 2), p16, t16)
+    check(sg, alt)
 
 
 class _Fn(torch.nn.Module):
