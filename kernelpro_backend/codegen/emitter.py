@@ -51,11 +51,17 @@ class Emitter:
         col_dims: Sequence[int],
         n_cols: int,
         row_var: str = "row",
+        flat_col: str | None = None,
     ) -> None:
         self.spec = spec
         self.row_var = row_var  # a [ROWS, 1] tensor: gives per-row values a pointer of their shape
         self.coords = list(coords)
         self.col_dims = set(col_dims)
+        # The template's variable holding the element's row-major index over the column dims
+        # (the row templates' `col`): an address walking the row in order is written with it,
+        # so Triton sees the contiguity that the coordinates' // and % hide (vector loads).
+        self.flat_col = flat_col
+        self._col_order = tuple(col_dims)
         self.n_cols = n_cols
         self.lines: list[str] = []
         self.indent = 1
@@ -119,12 +125,29 @@ class Emitter:
         """Load `i` at the tile's coordinates (or at `coords`, under `mask`)."""
         inp, offset, index = self.spec.loads[i]
         dtype = self.spec.inputs[inp][2]
-        where = ix.render(index, list(coords) if coords is not None else self.coords)
+        where = self.where(index) if coords is None else ix.render(index, list(coords))
         off = f"{offset} + " if offset else ""
         mask = mask if coords is not None else self.mask(self._index_level(index))
         args = f"in{inp} + {off}{where}" + (f", mask={mask}, other=0" if mask else "")
         text = f"tl.load({args})"
         return f"{text}.to(tl.float32)" if dtype in LOW_FLOATS else text
+
+    def where(self, index: ix.Index) -> str:
+        """An index at the tile's coordinates: its row part plus `flat_col` where its column
+        part is the row-major walk over the column dims, else term by term."""
+        if self.flat_col is not None:
+            from .cluster_rules import flat_columns, split_index
+
+            rows = tuple(d for d in range(len(self.spec.domain)) if d not in self.col_dims)
+            parts = split_index(index, rows, self._col_order)
+            if (
+                parts is not None
+                and parts[1]
+                and parts[1] == flat_columns(self.spec, self._col_order)
+            ):
+                head = ix.render(parts[0], self.coords) if parts[0] else ""
+                return f"{head} + {self.flat_col}" if head else self.flat_col
+        return ix.render(index, self.coords)
 
     def _op(self, i: int) -> str:
         op, args, dtype = self.spec.ops[i]
@@ -229,7 +252,7 @@ class Emitter:
         off = f"{offset} + " if offset else ""
         level = self._index_level(index)
         mask = self.mask(level)
-        where = ix.render(index, self.coords)
+        where = self.where(index)
         missing = [c for d, c in enumerate(self.coords) if d not in ix.dims_of(index)]
         if self.level(ref) == FULL and missing:
             # the output leaves out a dim of extent 1 (a GEMM's M or N of 1): the pointer is

@@ -53,7 +53,7 @@ def render_split(spec: KernelSpec) -> tuple[str, list[str], list[tuple[str, str,
     slot = f"(row * {split} + part_id) * {len(reductions)}"
 
     # 1: each program reduces its chunk of its row into one partial per reduction
-    first = Emitter(spec, names, cols, n_cols)
+    first = Emitter(spec, names, cols, n_cols, flat_col="col")
     head1 = _head(spec, "partial", [*ins, "partials"], first, wide)
     first.line(f"part_id = tl.program_id(1){wide}")
     first.line(f"lo = part_id * {chunk}")

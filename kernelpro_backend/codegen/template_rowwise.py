@@ -53,7 +53,8 @@ def render_rowwise(spec: KernelSpec) -> tuple[str, str]:
     rows, cols = rows_cols(spec)
     n_rows, n_cols = extent(spec, rows), extent(spec, cols)
     block_c = int(spec.knob("BLOCK_C"))
-    em = Emitter(spec, [f"d{k}" for k in range(len(spec.domain))], cols, n_cols)
+    flat = "col" if spec.template == "row_reduction" else None
+    em = Emitter(spec, [f"d{k}" for k in range(len(spec.domain))], cols, n_cols, flat_col=flat)
     wide = ".to(tl.int64)" if _needs_int64(spec) else ""
     params = [f"in{i}" for i in range(len(spec.inputs))] + [
         f"out{i}" for i in range(len(spec.outputs))

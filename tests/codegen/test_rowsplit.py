@@ -11,7 +11,7 @@ import torch
 import torch.nn.functional as F
 from harness import check, collect, decomposed_subgraph
 
-from kernelpro_backend.codegen import IllegalSpec, alternatives, knob_space
+from kernelpro_backend.codegen import IllegalSpec, alternatives, knob_space, render
 from kernelpro_backend.codegen.split_rules import chunk_columns, split_problem
 from kernelpro_backend.lowering import lower
 
@@ -101,3 +101,16 @@ def test_what_it_refuses_and_when_it_is_not_proposed():
     with pytest.raises(IllegalSpec, match="row_split cannot compute"):
         dataclasses.replace(softmax, template="row_split", knobs=alt.knobs)
     assert set(knob_space(alt)) == {"SPLIT", "BLOCK_C", "num_warps", "num_stages"}
+
+
+def test_rows_over_several_dims_are_addressed_by_their_flat_column():
+    """A row that walks several dims in order (a full reduction of [64, 4095]) is addressed as
+    row part + `col`, not 4095 * (col // 4095) + col % 4095: Triton then sees the contiguity
+    (16-byte loads; with the coordinates it emitted scalar ones where 4095 is not a multiple of
+    the vector) - both the row template's seed and split rows; values unchanged."""
+    p, t = torch.rand(64, 4095), torch.rand(64, 4095)
+    sg, seed, (alt,) = _split(lambda p, t: torch.mean((p - t) ** 2), p, t)
+    for spec in (alt, seed.with_knobs(BLOCK_C=4096, ROWS=1)):
+        source = render(spec).source
+        assert "tl.load(in0 + col, mask=mask" in source and "tl.load(in1 + col" in source
+        check(sg, spec)
