@@ -42,6 +42,10 @@ def default_knobs(spec: KernelSpec) -> tuple[tuple[str, KnobValue], ...]:
         block_c = next_pow2(n_cols)
         if block_c > 16384:
             block_c = 4096  # longer rows loop: 32000-wide CE rows take 8 passes of 4096
+        if spec.template == "row_reduction" and rows and rows[-1] == len(spec.domain) - 1:
+            # strided columns (a mean over a middle dim): consecutive rows are consecutive
+            # addresses, so the tile is many rows by a few columns, read along the rows
+            block_c = min(block_c, STRIDED_BLOCK_C)
         target = 2048 if spec.template == "row_reduction" else 4096
         r = max(1, min(next_pow2(n_rows), target // block_c, 256))
         warps = min(16, max(1, r * block_c // 512))
@@ -77,6 +81,10 @@ def _default_attention_backward(spec: KernelSpec) -> tuple[tuple[str, KnobValue]
 # Rows at least this long may also run row-resident (template_cluster.py); shorter ones fit a
 # Triton program's registers whole.
 CLUSTER_MIN_COLS = 1024
+# Columns per step where a reduction's columns are strided and its rows contiguous: 32 rows x
+# 64 columns a tile, each warp reading 32 consecutive rows of a column (template_rowwise.py
+# gives such rows their own grid axis so Triton lays the tile out along them).
+STRIDED_BLOCK_C = 64
 # Split rows (template_rowsplit.py) where the rows are fewer than half this many programs:
 # two per SM of an H100 (132 SMs); each program steps through its chunk SPLIT_BLOCK_C columns
 # at a time (the row template's looped block).

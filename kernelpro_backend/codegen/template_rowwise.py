@@ -62,12 +62,29 @@ def render_rowwise(spec: KernelSpec) -> tuple[str, str]:
     head = [
         "@triton.jit",
         f"def kernel({', '.join(params)}, ROWS: tl.constexpr, BLOCK_C: tl.constexpr):",
-        f"    row = tl.program_id(0){wide} * ROWS + tl.arange(0, ROWS)[:, None]",
-        f"    row_mask = row < {n_rows}",
     ]
     em.lines = []
-    for text in _coord_lines("row", rows, spec.domain):
-        em.line(text)
+    inner = _contiguous_rows(spec, rows)
+    if inner:  # the rows' last dim is the domain's innermost: its own grid axis, no modulo
+        n_outer = n_rows // inner
+        head += [
+            f"    inner = tl.program_id(0){wide} * ROWS + tl.arange(0, ROWS)[:, None]",
+            f"    outer = tl.program_id(1){wide}",
+            f"    row = outer * {inner} + inner",
+            f"    row_mask = inner < {inner}",
+        ]
+        for text in _coord_lines("outer", rows[:-1], spec.domain):
+            em.line(text)
+        em.line(f"d{rows[-1]} = inner")
+        grid = f"(triton.cdiv({inner}, {spec.knob('ROWS')}), {n_outer})"
+    else:
+        head += [
+            f"    row = tl.program_id(0){wide} * ROWS + tl.arange(0, ROWS)[:, None]",
+            f"    row_mask = row < {n_rows}",
+        ]
+        for text in _coord_lines("row", rows, spec.domain):
+            em.line(text)
+        grid = f"(triton.cdiv({n_rows}, {spec.knob('ROWS')}),)"
     needed = em.needed()
 
     def open_columns(start: str) -> None:
@@ -82,8 +99,22 @@ def render_rowwise(spec: KernelSpec) -> tuple[str, str]:
             em.store(k, f"out{k}")
     else:
         _looped(spec, em, needed, open_columns)
-    grid = f"(triton.cdiv({n_rows}, {spec.knob('ROWS')}),)"
     return "\n".join(em.helper_source() + head + em.lines), grid
+
+
+MAX_GRID_Y = 65535  # CUDA's limit on a grid's second axis
+
+
+def _contiguous_rows(spec: KernelSpec, rows: tuple[int, ...]) -> int:
+    """The extent of the rows' last dim where a reduction's rows span several dims and that one
+    is the domain's innermost (a mean over a middle dim: consecutive rows are consecutive
+    addresses), else 0. Such rows get a grid axis of their own, so their coordinate is an
+    arange Triton sees as contiguous (`row % n` hides it) and lays the tile out along it."""
+    last = len(spec.domain) - 1
+    if spec.template != "row_reduction" or len(rows) < 2 or rows[-1] != last:
+        return 0
+    inner = spec.domain[last]
+    return inner if inner > 1 and extent(spec, rows) // inner <= MAX_GRID_Y else 0
 
 
 def _column_pass(
