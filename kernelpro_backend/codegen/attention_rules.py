@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from .domain import next_pow2
 from .errors import IllegalSpec
 
 if TYPE_CHECKING:
@@ -17,12 +18,8 @@ if TYPE_CHECKING:
 SMEM_BYTES = 227 * 1024  # shared memory one H100 program may hold
 
 
-def _next_pow2(n: int) -> int:
-    return 1 << max(0, (int(n) - 1).bit_length())
-
-
 def validate_attention(spec: SpecView, k: dict) -> None:
-    d = _next_pow2(max(spec.param("head_dim"), spec.param("value_dim")))
+    d = next_pow2(max(spec.param("head_dim"), spec.param("value_dim")))
     bytes_ = 2 if spec.param("operand_dtype") != "float32" else 4
     smem = (k["BLOCK_M"] * d + 2 * k["BLOCK_N"] * d) * bytes_ * k["num_stages"]
     if smem > SMEM_BYTES:
@@ -34,7 +31,7 @@ def validate_attention(spec: SpecView, k: dict) -> None:
 
 
 def validate_attention_backward(spec: SpecView, k: dict) -> None:
-    d = max(16, _next_pow2(spec.param("head_dim"))) + max(16, _next_pow2(spec.param("value_dim")))
+    d = max(16, next_pow2(spec.param("head_dim"))) + max(16, next_pow2(spec.param("value_dim")))
     bytes_ = 2 if spec.param("operand_dtype") != "float32" else 4
     stages = k["num_stages"]
     for resident, streamed, names in (

@@ -115,12 +115,21 @@ def flat_columns(spec: SpecView, cols: tuple[int, ...]) -> Any:
     return ix.make([(s, d) for s, d in zip(strides, cols, strict=True)])
 
 
-def walks_row(spec: SpecView, index: Any, cols: tuple[int, ...]) -> bool:
-    """Whether a per-element index reads the row in order (a vector at a time); one that
-    repeats along the row (a group norm's per-channel weight) is read an element at a time."""
+def row_of_walk(spec: SpecView, index: Any, cols: tuple[int, ...]) -> Any:
+    """The row part of an index whose column part walks the row in order (row-major over the
+    column dims), or None: for a per-row index, one that repeats along the row (a group norm's
+    per-channel weight) or one that mixes row and column dims."""
     rows = tuple(d for d in range(len(spec.domain)) if d not in cols)
     parts = split_index(index, rows, cols)
-    return parts is not None and parts[1] == flat_columns(spec, cols)
+    if parts is None or not parts[1] or parts[1] != flat_columns(spec, cols):
+        return None
+    return parts[0]
+
+
+def walks_row(spec: SpecView, index: Any, cols: tuple[int, ...]) -> bool:
+    """Whether a per-element index reads the row in order (a vector at a time); one that
+    repeats along the row is read an element at a time."""
+    return row_of_walk(spec, index, cols) is not None
 
 
 def resident_loads(spec: SpecView, cols: tuple[int, ...]) -> tuple[int, ...]:

@@ -1,7 +1,7 @@
 """The row and column dimensions of a row or pointwise spec's domain.
 
 Owns: `rows_cols(spec)` (which dims a program covers as rows and which it reduces or loops
-over as columns) and `extent(spec, dims)` (the elements those dims span).
+over as columns), `extent(spec, dims)` (the elements those dims span) and `next_pow2`.
 Must not: import knobs.py or any template (both read this; cluster_rules.py too, which knobs.py
 calls, so this module keeps them out of a cycle).
 """
@@ -26,3 +26,8 @@ def rows_cols(spec: SpecView) -> tuple[tuple[int, ...], tuple[int, ...]]:
 
 def extent(spec: SpecView, dims: tuple[int, ...]) -> int:
     return math.prod(spec.domain[d] for d in dims)
+
+
+def next_pow2(n: int) -> int:
+    """The least power of two >= n (1 for n <= 1)."""
+    return 1 << max(0, (int(n) - 1).bit_length())

@@ -24,7 +24,7 @@ from .program_walk import ARG_REDUCTIONS, INDEX, REDUCTIONS, needed_refs, ref_dt
 from .spec import KernelSpec
 
 SCALAR, ROW, FULL = 0, 1, 2
-_IDENTITY = {"sum": "0.0", "max": 'float("-inf")', "min": 'float("inf")', "gather": "0"}
+REDUCTION_IDENTITY = {"sum": "0.0", "max": 'float("-inf")', "min": 'float("inf")', "gather": "0"}
 _ACC_DTYPE = {"sum": "tl.float32", "max": "tl.float32", "min": "tl.float32", "gather": "tl.int32"}
 _FINISH = {"sum": "tl.sum", "gather": "tl.sum"}  # max/min: NAN_EXTREME
 # argmax/argmin: the value no element beats, and the reduction that finds the extreme.
@@ -136,16 +136,11 @@ class Emitter:
         """An index at the tile's coordinates: its row part plus `flat_col` where its column
         part is the row-major walk over the column dims, else term by term."""
         if self.flat_col is not None:
-            from .cluster_rules import flat_columns, split_index
+            from .cluster_rules import row_of_walk
 
-            rows = tuple(d for d in range(len(self.spec.domain)) if d not in self.col_dims)
-            parts = split_index(index, rows, self._col_order)
-            if (
-                parts is not None
-                and parts[1]
-                and parts[1] == flat_columns(self.spec, self._col_order)
-            ):
-                head = ix.render(parts[0], self.coords) if parts[0] else ""
+            row = row_of_walk(self.spec, index, self._col_order)
+            if row is not None:
+                head = ix.render(row, self.coords) if row else ""
                 return f"{head} + {self.flat_col}" if head else self.flat_col
         return ix.render(index, self.coords)
 
@@ -219,14 +214,14 @@ class Emitter:
         kernels are only proved on the in-range indices the validator generates."""
         v = self.value(args[0])
         if op != "gather":
-            return f"tl.where(mask, {v}, {_IDENTITY[op]})"
+            return f"tl.where(mask, {v}, {REDUCTION_IDENTITY[op]})"
         index, (_, col_dim) = self.value(args[1]), args[2]
         bits = f"{v}.to(tl.int32, bitcast=True)"
         return f"tl.where(mask & ({self.coords[col_dim]} == {index}), {bits}, 0)"
 
     def accumulator(self, op: str, acc: str) -> str:
         """The statement that starts a column loop's accumulator tile."""
-        return f"{acc} = tl.full([ROWS, BLOCK_C], {_IDENTITY[op]}, {_ACC_DTYPE[op]})"
+        return f"{acc} = tl.full([ROWS, BLOCK_C], {REDUCTION_IDENTITY[op]}, {_ACC_DTYPE[op]})"
 
     def accumulate(self, op: str, args: Sequence[Any], acc: str) -> str:
         """The statement that folds this column block into a loop accumulator."""

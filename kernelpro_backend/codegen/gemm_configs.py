@@ -19,6 +19,7 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING
 
+from .domain import next_pow2
 from .errors import IllegalSpec
 from .knobs import tma_problem
 
@@ -70,10 +71,6 @@ INDUCTOR_MM_CONFIGS: tuple[Tile, ...] = (
     (128, 256, 64, 3, 8), (128, 128, 64, 3, 8), (128, 128, 128, 3, 8), (128, 128, 128, 3, 4),
     (128, 128, 64, 4, 8), (256, 128, 64, 4, 8), (128, 128, 64, 5, 4),
 )  # fmt: skip
-
-
-def next_pow2(n: int) -> int:
-    return 1 << max(0, (int(n) - 1).bit_length())
 
 
 def operand_kind(spec: KernelSpec) -> str:

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 
 from .attention_rules import SMEM_BYTES, validate_attention, validate_attention_backward
 from .cutlass_match import SPACE as CUTLASS_SPACE
-from .domain import extent, rows_cols
+from .domain import extent, next_pow2, rows_cols
 from .errors import IllegalSpec
 
 if TYPE_CHECKING:
@@ -163,10 +163,6 @@ def with_added_knobs(template: str, knobs: tuple[tuple[str, KnobValue], ...]) ->
     present = dict(knobs)
     added = {k: v for k, v in ADDED_KNOBS.get(template, {}).items() if k not in present}
     return tuple(sorted({**present, **added}.items())) if added else knobs
-
-
-def next_pow2(n: int) -> int:
-    return 1 << max(0, (int(n) - 1).bit_length())
 
 
 def _elt_bytes(spec: SpecView) -> int:

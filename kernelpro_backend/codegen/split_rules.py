@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from .cluster_rules import level_of
-from .domain import extent, rows_cols
+from .domain import extent, next_pow2, rows_cols
 from .errors import IllegalSpec
 from .program_walk import FULL, REDUCTIONS, ref_levels
 
@@ -74,7 +74,7 @@ def validate_split(spec: Any, k: dict[str, Any]) -> None:
     if problem:
         raise IllegalSpec(f"row_split cannot compute this program: {problem}")
     n_cols = extent(spec, rows_cols(spec)[1])
-    if k["BLOCK_C"] * k["SPLIT"] > max(1, 1 << (n_cols - 1).bit_length()):
+    if k["BLOCK_C"] * k["SPLIT"] > next_pow2(n_cols):
         raise IllegalSpec(
             f"SPLIT={k['SPLIT']} programs of BLOCK_C={k['BLOCK_C']} columns each exceed the "
             f"{n_cols}-column row: use a smaller SPLIT or BLOCK_C"

@@ -16,31 +16,16 @@ Must not: decide when a split pays (defaults.alternatives proposes it, the searc
 
 from __future__ import annotations
 
-from .domain import extent, rows_cols
-from .emitter import _IDENTITY, FULL, Emitter
+from .domain import extent, next_pow2, rows_cols
+from .emitter import REDUCTION_IDENTITY, Emitter
 from .spec import KernelSpec
 from .split_rules import chunk_columns, reductions_of
-
-
-def _head(spec: KernelSpec, name: str, params: list[str], em: Emitter, wide: str) -> list[str]:
-    from .template_rowwise import _coord_lines
-
-    rows, _ = rows_cols(spec)
-    head = [
-        "@triton.jit",
-        f"def {name}({', '.join(params)}, ROWS: tl.constexpr, BLOCK_C: tl.constexpr):",
-        f"    row = tl.program_id(0){wide} * ROWS + tl.arange(0, ROWS)[:, None]",
-        f"    row_mask = row < {extent(spec, rows)}",
-    ]
-    for text in _coord_lines("row", rows, spec.domain):
-        em.line(text)
-    return head
 
 
 def render_split(spec: KernelSpec) -> tuple[str, list[str], list[tuple[str, str, str]]]:
     """(the two kernels' source, host lines allocating the partials, the two launches) for
     render.render_launches."""
-    from .template_rowwise import _column_pass, _coord_lines, _needs_int64
+    from .template_rowwise import _column_pass, _coord_lines, _needs_int64, row_values, rows_head
 
     rows, cols = rows_cols(spec)
     n_rows, n_cols = extent(spec, rows), extent(spec, cols)
@@ -54,15 +39,11 @@ def render_split(spec: KernelSpec) -> tuple[str, list[str], list[tuple[str, str,
 
     # 1: each program reduces its chunk of its row into one partial per reduction
     first = Emitter(spec, names, cols, n_cols, flat_col="col")
-    head1 = _head(spec, "partial", [*ins, "partials"], first, wide)
+    head1 = rows_head(spec, "partial", [*ins, "partials"], first, wide)
     first.line(f"part_id = tl.program_id(1){wide}")
     first.line(f"lo = part_id * {chunk}")
     first.line(f"hi = tl.minimum(lo + {chunk}, {n_cols})")
-    needed = first.needed()
-    for i in range(len(spec.loads)):
-        if ("L", i) in needed and first.level(("L", i)) != FULL:
-            first.value(("L", i))
-    first.emit_ready_rows(needed)
+    row_values(spec, first, first.needed())
 
     def open_columns(start: str) -> None:
         first.line(f"col = {start}tl.arange(0, BLOCK_C)[None, :]{wide}")
@@ -70,21 +51,21 @@ def render_split(spec: KernelSpec) -> tuple[str, list[str], list[tuple[str, str,
         for text in _coord_lines("col", cols, spec.domain):
             first.line(text)
 
-    looped = [i for i in reductions if first.level(spec.ops[i][1][0]) == FULL]
-    _column_pass(spec, first, looped, {}, n_cols, open_columns, span=("lo", "hi"))
+    # split_rules admits only reductions of per-element values: all of them loop
+    _column_pass(spec, first, reductions, {}, n_cols, open_columns, span=("lo", "hi"))
     for r, i in enumerate(reductions):
         first.line(f"tl.store(partials + {slot} + {r}, {first.value(('T', i))}, mask=row_mask)")
 
     # 2: each row's partials combined in order, then its outputs
     second = Emitter(spec, names, cols, n_cols)
-    head2 = _head(spec, "combine", [*ins, *outs, "partials"], second, wide)
-    width = 1 << max(0, (split - 1).bit_length())
+    head2 = rows_head(spec, "combine", [*ins, *outs, "partials"], second, wide)
+    width = next_pow2(split)
     second.line(f"part_id = tl.arange(0, {width})[None, :]")
     for r, i in enumerate(reductions):
         op = spec.ops[i][0]
         second.line(
             f"p{i} = tl.load(partials + {slot} + {r}, mask=row_mask & (part_id < {split}), "
-            f"other={_IDENTITY[op]})"
+            f"other={REDUCTION_IDENTITY[op]})"
         )
         second.line(f"t_red{i} = {second.finish(op, f'p{i}')}")
         second.global_memo[("T", i)] = f"t_red{i}"

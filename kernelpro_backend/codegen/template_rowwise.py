@@ -48,6 +48,20 @@ def _needs_int64(spec: KernelSpec) -> bool:
     return max([*spans, 0]) > _INT32_MAX // 2
 
 
+def rows_head(spec: KernelSpec, name: str, params: list[str], em: Emitter, wide: str) -> list[str]:
+    """The signature and first lines of a kernel whose program takes ROWS consecutive rows;
+    the rows' coordinates go into `em`."""
+    rows, _ = rows_cols(spec)
+    for text in _coord_lines("row", rows, spec.domain):
+        em.line(text)
+    return [
+        "@triton.jit",
+        f"def {name}({', '.join(params)}, ROWS: tl.constexpr, BLOCK_C: tl.constexpr):",
+        f"    row = tl.program_id(0){wide} * ROWS + tl.arange(0, ROWS)[:, None]",
+        f"    row_mask = row < {extent(spec, rows)}",
+    ]
+
+
 def render_rowwise(spec: KernelSpec) -> tuple[str, str]:
     """(kernel source, grid expression)."""
     rows, cols = rows_cols(spec)
@@ -59,15 +73,13 @@ def render_rowwise(spec: KernelSpec) -> tuple[str, str]:
     params = [f"in{i}" for i in range(len(spec.inputs))] + [
         f"out{i}" for i in range(len(spec.outputs))
     ]
-    head = [
-        "@triton.jit",
-        f"def kernel({', '.join(params)}, ROWS: tl.constexpr, BLOCK_C: tl.constexpr):",
-    ]
     em.lines = []
     inner = _contiguous_rows(spec, rows)
     if inner:  # the rows' last dim is the domain's innermost: its own grid axis, no modulo
         n_outer = n_rows // inner
-        head += [
+        head = [
+            "@triton.jit",
+            f"def kernel({', '.join(params)}, ROWS: tl.constexpr, BLOCK_C: tl.constexpr):",
             f"    inner = tl.program_id(0){wide} * ROWS + tl.arange(0, ROWS)[:, None]",
             f"    outer = tl.program_id(1){wide}",
             f"    row = outer * {inner} + inner",
@@ -78,12 +90,7 @@ def render_rowwise(spec: KernelSpec) -> tuple[str, str]:
         em.line(f"d{rows[-1]} = inner")
         grid = f"(triton.cdiv({inner}, {spec.knob('ROWS')}), {n_outer})"
     else:
-        head += [
-            f"    row = tl.program_id(0){wide} * ROWS + tl.arange(0, ROWS)[:, None]",
-            f"    row_mask = row < {n_rows}",
-        ]
-        for text in _coord_lines("row", rows, spec.domain):
-            em.line(text)
+        head = rows_head(spec, "kernel", params, em, wide)
         grid = f"(triton.cdiv({n_rows}, {spec.knob('ROWS')}),)"
     needed = em.needed()
 
@@ -229,13 +236,18 @@ def _arg_finish(em: Emitter, i: int, op: str, n_cols: int) -> None:
     em.line(f"t_red{i} = tl.where(n{i} < {n_cols}, n{i}, f{i})")
 
 
-def _looped(
-    spec: KernelSpec, em: Emitter, needed: set[Any], open_columns: Callable[[str], None]
-) -> None:
-    for i, (_, _, _) in enumerate(spec.loads):
+def row_values(spec: KernelSpec, em: Emitter, needed: set[Any]) -> None:
+    """Before any column loop: the needed per-row loads, then every per-row value they make."""
+    for i in range(len(spec.loads)):
         if ("L", i) in needed and em.level(("L", i)) != FULL:
             em.value(("L", i))
     em.emit_ready_rows(needed)
+
+
+def _looped(
+    spec: KernelSpec, em: Emitter, needed: set[Any], open_columns: Callable[[str], None]
+) -> None:
+    row_values(spec, em, needed)
     n_cols = extent(spec, rows_cols(spec)[1])
     pending = [
         i for i, (op, _, _) in enumerate(spec.ops) if op in REDUCTIONS and ("T", i) in needed
