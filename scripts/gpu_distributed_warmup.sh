@@ -15,10 +15,11 @@ for t in ${TARGETS:-kernelpro_backend.examples:transformer_block kernelpro_backe
   name=${t##*:}
   for m in ${MODES:-single dist}; do
     if [ "$m" = single ]; then env=(CUDA_VISIBLE_DEVICES=0); par=(); else env=(); par=(--nproc 2); fi
-    s=$(date +%s)
+    s=$(date +%s); echo "$(date +%T.%N) shell: start" > $OUT/$m-$name.log
     env "${env[@]}" python -m kernelpro_backend.cli -v warmup "$t" "${limits[@]}" "${par[@]}" \
-      --cache-dir $OUT/$m-$name > $OUT/$m-$name.log 2>&1
-    echo "$m $name rc=$? $(( $(date +%s) - s )) s; $(grep -a 'subgraphs, ' $OUT/$m-$name.log | tail -1)" | tee -a $OUT/walls.txt
+      --cache-dir $OUT/$m-$name >> $OUT/$m-$name.log 2>&1
+    rc=$?; echo "$(date +%T.%N) shell: end rc=$rc" >> $OUT/$m-$name.log
+    echo "$m $name rc=$rc $(( $(date +%s) - s )) s; $(grep -a 'subgraphs, ' $OUT/$m-$name.log | tail -1)" | tee -a $OUT/walls.txt
     ls $OUT/$m-$name/logs 2>/dev/null | sed 's/\.jsonl$//' | sort > $OUT/keys-$m-$name.txt
     KERNELPRO_CACHE_DIR=$OUT/$m-$name python -m kernelpro_backend.cli cache ls > $OUT/ls-$m-$name.txt 2>&1
     echo "  searched $(wc -l < $OUT/keys-$m-$name.txt) keys; $(tail -1 $OUT/ls-$m-$name.txt)"

@@ -36,8 +36,11 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    # -v: progress with the wall clock, so a long run's phases can be read off its log
     logging.basicConfig(
-        level=logging.INFO if args.verbose else logging.WARNING, format="%(message)s"
+        level=logging.INFO if args.verbose else logging.WARNING,
+        format="%(asctime)s.%(msecs)03d %(message)s" if args.verbose else "%(message)s",
+        datefmt="%H:%M:%S",
     )
     if not getattr(args, "func", None):
         parser.print_help()

@@ -11,11 +11,14 @@ Must not: search or cache by itself (warmup.py does).
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import sys
 from typing import Any
 
 from .target import model_inputs_and_shapes, model_inputs_over
+
+log = logging.getLogger(__name__)
 
 
 def add_cli(subparsers: Any) -> None:
@@ -63,6 +66,7 @@ def run_warmup(args: argparse.Namespace) -> int:
     from ..warmup import search_provider, warmup, warmup_options
 
     rank = _join_process_group()
+    log.info("kernelpro warmup: rank %d in its process group, pool starting", rank)
     options: dict[str, Any] = {}
     if args.cache_dir:
         options["cache_dir"] = args.cache_dir
@@ -80,6 +84,7 @@ def run_warmup(args: argparse.Namespace) -> int:
         model, inputs, more = model_inputs_over(args.target, args.dynamic)
     else:
         model, inputs, more = model_inputs_and_shapes(args.target)
+    log.info("kernelpro warmup: rank %d built %s", rank, args.target)
     try:
         report = warmup(
             model, inputs, train=not args.no_train, budget_s=args.budget_s, options=options,
@@ -90,6 +95,7 @@ def run_warmup(args: argparse.Namespace) -> int:
         return 2
     if rank == 0:
         print(report.table())
+    log.info("kernelpro warmup: rank %d done", rank)
     return 0
 
 
@@ -107,7 +113,9 @@ def _launch(nproc: int) -> int:
             skip = True
             continue
         rest.append(arg)
+    log.info("kernelpro warmup: starting %d ranks under torchrun", nproc)
     torchrun(["--nproc-per-node", str(nproc), "-m", "kernelpro_backend.cli", *rest])
+    log.info("kernelpro warmup: all ranks exited")
     return 0
 
 
