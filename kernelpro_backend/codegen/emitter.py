@@ -70,6 +70,15 @@ class Emitter:
         self.counter = 0
         self.levels = ref_levels(spec, self._index_level)
         self.helpers: set[str] = set()  # Triton functions the emitted lines call
+        # Column loops ("passes") opened so far, the loads of the tile each one read, and the
+        # L2 eviction policy of a load in a pass (eviction.py plans it from a first rendering)
+        self.pass_loads: list[set[int]] = []
+        self.eviction: dict[tuple[int, int], str] = {}
+
+    def begin_pass(self) -> None:
+        """A column loop opens: values of the tile computed before are not in its scope."""
+        self.pass_loads.append(set())
+        self.local_memo = {}
 
     def helper_source(self) -> list[str]:
         """The lines defining the helpers the kernel calls (before the kernel)."""
@@ -129,6 +138,10 @@ class Emitter:
         off = f"{offset} + " if offset else ""
         mask = mask if coords is not None else self.mask(self._index_level(index))
         args = f"in{inp} + {off}{where}" + (f", mask={mask}, other=0" if mask else "")
+        if coords is None and self.pass_loads and self._index_level(index) == FULL:
+            self.pass_loads[-1].add(i)
+            policy = self.eviction.get((len(self.pass_loads) - 1, i))
+            args += f", eviction_policy='{policy}'" if policy else ""
         text = f"tl.load({args})"
         return f"{text}.to(tl.float32)" if dtype in LOW_FLOATS else text
 

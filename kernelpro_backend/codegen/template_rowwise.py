@@ -18,6 +18,7 @@ from typing import Any
 from . import index as ix
 from .domain import extent, rows_cols
 from .emitter import ARG_EXTREME, FULL, REDUCTIONS, Emitter
+from .eviction import eviction_plan
 from .program_walk import ARG_REDUCTIONS, online_pairs, reduction_ready
 from .spec import KernelSpec
 
@@ -63,12 +64,30 @@ def rows_head(spec: KernelSpec, name: str, params: list[str], em: Emitter, wide:
 
 
 def render_rowwise(spec: KernelSpec) -> tuple[str, str]:
-    """(kernel source, grid expression)."""
+    """(kernel source, grid expression). Rendered twice where the program has column loops:
+    the first rendering says which loads each loop reads, the second carries their L2 eviction
+    policies (eviction.py)."""
+    source, grid, em = _render(spec, {})
+    plan = eviction_plan(spec, rows_cols(spec)[1], em.pass_loads)
+    if plan:
+        source, grid, _ = _render(spec, plan)
+    return source, grid
+
+
+def rereads_rows(spec: KernelSpec) -> bool:
+    """Whether the program reads a row's elements in more than one column loop (statistics
+    first, then the outputs from the row again)."""
+    _, _, em = _render(spec, {})
+    return "evict_first" in eviction_plan(spec, rows_cols(spec)[1], em.pass_loads).values()
+
+
+def _render(spec: KernelSpec, eviction: dict[tuple[int, int], str]) -> tuple[str, str, Emitter]:
     rows, cols = rows_cols(spec)
     n_rows, n_cols = extent(spec, rows), extent(spec, cols)
     block_c = int(spec.knob("BLOCK_C"))
     flat = "col" if spec.template == "row_reduction" else None
     em = Emitter(spec, [f"d{k}" for k in range(len(spec.domain))], cols, n_cols, flat_col=flat)
+    em.eviction = eviction
     wide = ".to(tl.int64)" if _needs_int64(spec) else ""
     params = [f"in{i}" for i in range(len(spec.inputs))] + [
         f"out{i}" for i in range(len(spec.outputs))
@@ -106,7 +125,7 @@ def render_rowwise(spec: KernelSpec) -> tuple[str, str]:
             em.store(k, f"out{k}")
     else:
         _looped(spec, em, needed, open_columns)
-    return "\n".join(em.helper_source() + head + em.lines), grid
+    return "\n".join(em.helper_source() + head + em.lines), grid, em
 
 
 MAX_GRID_Y = 65535  # CUDA's limit on a grid's second axis
@@ -159,7 +178,7 @@ def _column_pass(
     lo, hi = span or ("0", str(n_cols))
     em.line(f"for c0 in range({lo}, {hi}, BLOCK_C):")
     em.indent += 1
-    em.local_memo = {}
+    em.begin_pass()
     open_columns("c0 + ")
     for i in looped:
         op, args, _ = spec.ops[i]
@@ -277,7 +296,7 @@ def _looped(
     if full:
         em.line(f"for c0 in range(0, {n_cols}, BLOCK_C):")
         em.indent += 1
-        em.local_memo = {}
+        em.begin_pass()
         open_columns("c0 + ")
         for k in full:
             em.store(k, f"out{k}")
