@@ -36,9 +36,10 @@ if __name__ == "__main__":
     p.add_argument("--ring", action="store_true", help="also time the seed's one-knob neighbours")
     p.add_argument(
         "--clusters",
-        choices=("all", "ring"),
+        choices=("all", "ring", "none"),
         default="all",
-        help="every legal row-resident configuration, or the default and its one-knob ring",
+        help="every legal row-resident configuration, the default and its one-knob ring, or "
+        "none (the Triton seed and its variants alone)",
     )
     p.add_argument(
         "--seed", nargs="*", default=[], help='seed variants to time too ("num_warps=32 ROWS=2")'

@@ -128,8 +128,9 @@ def cluster_name(spec: KernelSpec) -> str:
 @dataclasses.dataclass(frozen=True)
 class SweepSpace:
     """Which candidates a case measures beside the Triton seed. `seed_ring`: the seed's
-    one-knob neighbours; `clusters`: every legal row-resident configuration ("all") or the
-    default alternative and its one-knob neighbours ("ring"); `seed_knobs`: seed variants
+    one-knob neighbours; `clusters`: every legal row-resident configuration ("all"), the
+    default alternative and its one-knob neighbours ("ring"), or no alternative ("none": the
+    Triton seed and its variants alone); `seed_knobs`: seed variants
     named by knob values (e.g. {"num_warps": 32}), illegal ones skipped."""
 
     seed_ring: bool = False
@@ -147,7 +148,7 @@ def candidates(seed: KernelSpec, space: SweepSpace = SweepSpace()) -> list[tuple
             )
         except IllegalSpec:
             continue
-    for alt in alternatives(seed):
+    for alt in alternatives(seed) if space.clusters != "none" else ():
         if alt.template == "row_split":  # few long rows: the default and its ring
             name = f"split s{alt.knob('SPLIT')} b{alt.knob('BLOCK_C')} w{alt.knob('num_warps')}"
             out += [(name, alt), *neighbours(alt, lambda s: f"split {dict(s.knobs)}")]

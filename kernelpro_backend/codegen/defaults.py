@@ -8,7 +8,9 @@ Must not: define which values are legal (knobs.py does, and every default here p
 
 from __future__ import annotations
 
+import dataclasses
 import logging
+import math
 from typing import TYPE_CHECKING
 
 from .attention_rules import validate_attention_backward
@@ -41,7 +43,7 @@ def default_knobs(spec: KernelSpec) -> tuple[tuple[str, KnobValue], ...]:
         n_cols, n_rows = extent(spec, cols), extent(spec, rows)
         block_c = next_pow2(n_cols)
         if block_c > 16384:
-            block_c = 4096  # longer rows loop: 32000-wide CE rows take 8 passes of 4096
+            block_c = LOOP_BLOCK_C  # longer rows loop: 32000-wide CE rows take 8 steps of 4096
         if spec.template == "row_reduction" and rows and rows[-1] == len(spec.domain) - 1:
             # strided columns (a mean over a middle dim): consecutive rows are consecutive
             # addresses, so the tile is many rows by a few columns, read along the rows
@@ -52,7 +54,26 @@ def default_knobs(spec: KernelSpec) -> tuple[tuple[str, KnobValue], ...]:
         knobs = dict(ROWS=r, BLOCK_C=block_c, num_warps=warps, num_stages=1)
         if spec.template == "row_reduction":
             knobs["ONLINE"] = "lane"
+        if block_c == LOOP_BLOCK_C and block_c < n_cols:
+            knobs = _reread_knobs(spec, knobs)
     return tuple(sorted(knobs.items()))
+
+
+def _reread_knobs(spec: KernelSpec, knobs: dict[str, KnobValue]) -> dict[str, KnobValue]:
+    """Looped rows that a later loop reads again: REREAD_WARPS warps, one 16-byte access a
+    thread a step (4096 float32 or 8192 bf16/fp16 columns)."""
+    from .template_rowwise import rereads_rows
+
+    try:
+        reread = rereads_rows(dataclasses.replace(spec, knobs=tuple(sorted(knobs.items()))))
+    except (IllegalSpec, Unsupported) as e:  # the render says so again, where it is used
+        log.debug("kernelpro: no re-read rule for %s: %s", spec.pattern, e)
+        return knobs
+    if not reread:
+        return knobs
+    widest = max(spec.inputs, key=lambda i: math.prod(i[0]))[2]
+    block = REREAD_WARPS * 32 * 16 // (2 if widest in ("bfloat16", "float16") else 4)
+    return {**knobs, "BLOCK_C": block, "num_warps": REREAD_WARPS}
 
 
 def _default_attention_backward(spec: KernelSpec) -> tuple[tuple[str, KnobValue], ...]:
@@ -78,6 +99,17 @@ def _default_attention_backward(spec: KernelSpec) -> tuple[tuple[str, KnobValue]
     return tuple(sorted(knobs.items()))
 
 
+# Rows longer than 16384 columns loop over blocks of this many; where a later loop reads the
+# row again (softmax, the norms: statistics, then the outputs) they start at REREAD_WARPS warps
+# instead, one 16-byte access a thread a step: with one or two such programs an SM, the rows in
+# flight stay within L2 and the second read hits it (the loads' eviction hints, eviction.py,
+# keep them there). H100 sweep of the Triton seed (BENCHMARKS.md, rows, 2026-11-26): faster
+# than 8 warps x 4096 columns in 37 of 40 long-row cases (softmax, log-softmax, RMSNorm,
+# LayerNorm, cross-entropy; forward and backward; 65536 and 262144 columns), geomean 0.95x the
+# time, RMSNorm bf16 forward 0.79x; cross-entropy's one-loop rows keep the default (1.3x slower
+# at 32 warps in bf16).
+LOOP_BLOCK_C = 4096
+REREAD_WARPS = 32
 # Rows at least this long may also run row-resident (template_cluster.py); shorter ones fit a
 # Triton program's registers whole.
 CLUSTER_MIN_COLS = 1024
