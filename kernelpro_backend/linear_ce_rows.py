@@ -2,7 +2,7 @@
 gradient of the logits.
 
 One Triton program per row: a first pass keeps the running max and sum of exp (online
-log-sum-exp, float32), the loss is `lse - logit[target]` (0 for an ignored target), and a second
+log-sum-exp, float32; the row marked to stay in L2 when the second pass reads it again), the loss is `lse - logit[target]` (0 for an ignored target), and a second
 pass overwrites each logit with `(exp(logit - lse) - [col == target]) * scale` in the logits'
 own dtype — so a chunk of bf16 logits becomes its bf16 gradient without a float32 copy of it.
 `scale` is read from a device scalar (1 / number of targets not ignored, for a mean), so no host
@@ -26,6 +26,10 @@ import torch
 # and of a row held whole in registers (up to 64k columns) for bf16 chunks of 32000-128256
 # columns (2.2 TB/s vs 1.8; scripts/gpu_ce_rows_configs.py, BENCHMARKS.md).
 BLOCK = 4096
+# With the gradient, the second pass reads the row again: kept in L2 after the first pass
+# (evict_last) and let go after the second (evict_first), as Inductor marks such loads; the row
+# template's measured gain from these hints: BENCHMARKS.md, rows, "Re-read rows".
+REREAD_HINTS = ("evict_last", "evict_first")
 
 
 @functools.lru_cache(maxsize=2)
@@ -36,7 +40,7 @@ def _kernel(interpret: bool) -> Any:
     @triton.jit
     def ce_rows(
         logits, stride, target, loss, scale, n_cols, ignore_index, GRADS: tl.constexpr,
-        BLOCK: tl.constexpr,
+        BLOCK: tl.constexpr, FIRST: tl.constexpr = "", LAST: tl.constexpr = "",
     ):  # fmt: skip
         row = tl.program_id(0).to(tl.int64)
         base = logits + row * stride
@@ -45,8 +49,10 @@ def _kernel(interpret: bool) -> Any:
         m = tl.full([BLOCK], float("-inf"), tl.float32)
         s = tl.zeros([BLOCK], tl.float32)
         for start in range(0, n_cols, BLOCK):
-            x = tl.load(base + start + cols, mask=start + cols < n_cols, other=float("-inf"))
-            x = x.to(tl.float32)
+            x = tl.load(
+                base + start + cols, mask=start + cols < n_cols, other=float("-inf"),
+                eviction_policy=FIRST,
+            ).to(tl.float32)  # fmt: skip
             new_m = tl.maximum(m, x)
             alpha = tl.where(new_m == float("-inf"), 0.0, tl.exp(m - new_m))
             s = s * alpha + tl.where(x == float("-inf"), 0.0, tl.exp(x - new_m))
@@ -62,7 +68,9 @@ def _kernel(interpret: bool) -> Any:
             k = tl.where(valid, tl.load(scale), 0.0)
             for start in range(0, n_cols, BLOCK):
                 mask = start + cols < n_cols
-                x = tl.load(base + start + cols, mask=mask, other=0.0).to(tl.float32)
+                x = tl.load(base + start + cols, mask=mask, other=0.0, eviction_policy=LAST).to(
+                    tl.float32
+                )
                 g = tl.exp(x - lse) - tl.where(start + cols == safe, 1.0, 0.0)
                 tl.store(base + start + cols, (g * k).to(logits.dtype.element_ty), mask=mask)
 
@@ -85,6 +93,7 @@ def cross_entropy_rows(
         block = min(BLOCK, 1 << max(cols - 1, 1).bit_length())
         kernel[(rows,)](
             logits, logits.stride(0), target, loss, scale, cols, ignore_index, grads, block,
+            *(REREAD_HINTS if grads else ("", "")),
             num_warps=16 if block >= 4096 else 8 if block >= 2048 else 4,
         )  # fmt: skip
     return loss

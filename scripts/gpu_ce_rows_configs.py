@@ -1,5 +1,7 @@
 """The cross-entropy row kernel of the chunked LM-head op (linear_ce_rows.py) over its launch
-configurations on the GPU (BLOCK columns per step, num_warps), gradient written in place; effective bandwidth (one read + one write of the logits) per config
+configurations on the GPU (BLOCK columns per step, num_warps, with and without the L2 eviction
+hints of the re-read row), gradient written in place; effective bandwidth (one read + one write
+of the logits) per config
 and chunk shape, beside Inductor's cross-entropy forward+backward on the same logits.
 
 PYTHONPATH=. python scripts/gpu_ce_rows_configs.py
@@ -8,12 +10,13 @@ PYTHONPATH=. python scripts/gpu_ce_rows_configs.py
 from __future__ import annotations
 
 import functools
+import itertools
 
 import torch
 import torch.nn.functional as F
 from triton.testing import do_bench
 
-from kernelpro_backend.linear_ce_rows import _kernel
+from kernelpro_backend.linear_ce_rows import REREAD_HINTS, _kernel
 
 SHAPES = ((2097, 32000), (8192, 32000), (1337, 50257), (523, 128256))
 
@@ -32,11 +35,11 @@ def main() -> None:
         scale = torch.tensor(1.0 / rows, device="cuda")
         loss = torch.empty(rows, device="cuda")
         nbytes = 2 * logits.numel() * logits.element_size()
-        configs = [(b, w) for b in (1024, 2048, 4096, 8192) for w in (4, 8, 16)]
+        configs = [(b, w) for b in (1024, 2048, 4096, 8192) for w in (4, 8, 16, 32)]
         args = (logits, cols, target, loss, scale, cols, -100, True)
-        for block, warps in configs:
-            name = f"BLOCK {block} w{warps}"
-            run = functools.partial(kernel[(rows,)], *args, block, num_warps=warps)
+        for (block, warps), hints in itertools.product(configs, (REREAD_HINTS, ("", ""))):
+            name = f"BLOCK {block} w{warps}" + (" L2 hints" if hints[0] else "")
+            run = functools.partial(kernel[(rows,)], *args, block, *hints, num_warps=warps)
             try:
                 ms = do_bench(run, warmup=5, rep=40)
             except Exception as e:  # out of resources: report and go on
