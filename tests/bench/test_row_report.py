@@ -117,7 +117,8 @@ def test_only_matches_the_start_of_a_word_of_a_case_name():
 
 def test_the_ring_sweep_measures_the_default_alternative_and_its_one_knob_neighbours():
     """--clusters ring: the seed, the row-resident default and every spec one knob step from
-    it (what a search measures first), a fraction of the whole cluster space."""
+    it (what a search measures first), a fraction of the whole cluster space; --clusters
+    none: the seed alone."""
     import torch
 
     from kernelpro_backend.bench.row_sweep import SweepSpace, candidates, cluster_name
@@ -141,3 +142,4 @@ def test_the_ring_sweep_measures_the_default_alternative_and_its_one_knob_neighb
     assert [n for n, _ in named[:2]] == ["triton seed", "seed num_warps=32"]  # ROWS=3: illegal
     assert named[1][1].knob("num_warps") == 32 and len(named) == len(everything) + 1
     assert {dict(s.knobs)["HOLD"] for _, s in everything[1:]} >= {"registers", "shared", "split"}
+    assert candidates(seed, SweepSpace(clusters="none")) == [("triton seed", seed)]

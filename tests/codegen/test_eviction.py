@@ -1,6 +1,7 @@
 """L2 eviction hints in the row template's column loops: a row read again by a later loop is
 kept (evict_last) until its last read (evict_first), a weight every row reads is kept, a
-program without loops carries none; the hinted kernels compute what PyTorch does."""
+program without loops carries none; the hinted kernels compute what PyTorch does. Long rows
+read again start at 32 warps (defaults.REREAD_WARPS)."""
 
 from __future__ import annotations
 
@@ -63,3 +64,18 @@ def _dims(spec, i):  # type: ignore[no-untyped-def]
     from kernelpro_backend.codegen import index as ix
 
     return ix.dims_of(spec.loads[i][2])
+
+
+def test_long_rows_read_again_start_at_32_warps_with_16_byte_steps() -> None:
+    """defaults.REREAD_WARPS: a looped RMSNorm (read for its statistics, then again for its
+    outputs) starts at 32 warps, 8192 bf16 / 4096 float32 columns a step; cross-entropy's
+    per-row loss, one loop over the row, keeps 8 warps x 4096."""
+    import torch.nn.functional as F
+
+    for dtype, block in ((torch.bfloat16, 8192), (torch.float32, 4096)):
+        x, w = torch.randn(4, 65536).to(dtype), torch.randn(65536).to(dtype)
+        seed = lower(decomposed_subgraph(_rms, x, w))
+        assert (seed.knob("num_warps"), seed.knob("BLOCK_C")) == (32, block)
+    x, t = torch.randn(4, 65536), torch.randint(0, 65536, (4,))
+    ce = lower(decomposed_subgraph(lambda x, t: (F.cross_entropy(x, t, reduction="none"),), x, t))
+    assert (ce.knob("num_warps"), ce.knob("BLOCK_C")) == (8, 4096)
