@@ -104,10 +104,10 @@ def _default_attention_backward(spec: KernelSpec) -> tuple[tuple[str, KnobValue]
 # instead, one 16-byte access a thread a step: with one or two such programs an SM, the rows in
 # flight stay within L2 and the second read hits it (the loads' eviction hints, eviction.py,
 # keep them there). H100 sweep of the Triton seed (BENCHMARKS.md, rows, 2026-11-26): faster
-# than 8 warps x 4096 columns in 37 of 40 long-row cases (softmax, log-softmax, RMSNorm,
-# LayerNorm, cross-entropy; forward and backward; 65536 and 262144 columns), geomean 0.95x the
-# time, RMSNorm bf16 forward 0.79x; cross-entropy's one-loop rows keep the default (1.3x slower
-# at 32 warps in bf16).
+# than 8 warps x 4096 columns in 31 of the 32 re-read long-row cases (softmax, log-softmax,
+# RMSNorm, LayerNorm; forward and backward; fp32 and bf16; 65536 and 262144 columns), geomean
+# 0.93x the time, RMSNorm bf16 forward 0.79x; cross-entropy's one-loop rows keep the default
+# (up to 1.3x slower at 32 warps in bf16).
 LOOP_BLOCK_C = 4096
 REREAD_WARPS = 32
 # Rows at least this long may also run row-resident (template_cluster.py); shorter ones fit a
