@@ -48,6 +48,7 @@ from ..runtime.compare import compare
 from ..runtime.spec_kernel import build_kernel
 from ..runtime.timing import time_kernel
 from ..runtime.validate import compute_reference
+from ..search.rules import neighbour_values
 
 # (rows, cols): about 1 GiB of float32 input each, the last at 4 GiB
 SIZES = ((65536, 4096), (16384, 16384), (4096, 65536), (1024, 262144))
@@ -102,20 +103,16 @@ def minimal_bytes(spec: KernelSpec) -> int:
 
 
 def neighbours(seed: KernelSpec, label=None) -> list[tuple[str, KernelSpec]]:  # type: ignore[no-untyped-def]
-    """The seed with one knob one legal step up or down: the first ring a search explores."""
+    """The seed with one knob moved as the search's neighbour moves move it (a number one legal
+    step up or down, a string to each other value): the first ring a search explores."""
     out = []
     for name, values in sorted(knob_space(seed).items()):
-        current = seed.knob(name)
-        if current not in values:
-            continue
-        i = values.index(current)
-        for j in (i - 1, i + 1):
-            if 0 <= j < len(values):
-                try:
-                    spec = seed.with_knobs(**{name: values[j]})
-                except IllegalSpec:
-                    continue
-                out.append((label(spec) if label else f"seed {name}={values[j]}", spec))
+        for value in neighbour_values(values, seed.knob(name)):
+            try:
+                spec = seed.with_knobs(**{name: value})
+            except IllegalSpec:
+                continue
+            out.append((label(spec) if label else f"seed {name}={value}", spec))
     return out
 
 

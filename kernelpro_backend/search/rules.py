@@ -111,7 +111,7 @@ class RuleProposer:
                 # Interleaved across knobs (first step of every knob, then the second, ...): one
                 # knob whose every other value fails must not close the node (dead-end rule)
                 # before the other knobs had a turn.
-                steps = {k: _neighbours(values[k], current.get(k)) for k in sorted(values)}
+                steps = {k: neighbour_values(values[k], current.get(k)) for k in sorted(values)}
                 for rank in range(max((len(v) for v in steps.values()), default=0)):
                     for knob, options in steps.items():
                         if rank < len(options):
@@ -172,7 +172,7 @@ def _numeric(v: Any) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool)
 
 
-def _step(legal: tuple[KnobValue, ...], now: KnobValue, direction: str) -> KnobValue | None:
+def _step(legal: Sequence[KnobValue], now: KnobValue, direction: str) -> KnobValue | None:
     """The next legal value above/below `now` (numbers only)."""
     if not _numeric(now):
         return None
@@ -182,8 +182,9 @@ def _step(legal: tuple[KnobValue, ...], now: KnobValue, direction: str) -> KnobV
     return next((v for v in reversed(nums) if v < now), None)
 
 
-def _neighbours(legal: tuple[KnobValue, ...], now: KnobValue) -> list[KnobValue]:
-    """One step down and up for numbers; every other value for strings and booleans."""
+def neighbour_values(legal: Sequence[KnobValue], now: KnobValue) -> list[KnobValue]:
+    """One step down and up for numbers; every other value for strings and booleans (the
+    search's neighbour moves; the row sweep's ring uses them too)."""
     if _numeric(now):
         return [v for v in (_step(legal, now, DOWN), _step(legal, now, UP)) if v is not None]
     return [v for v in legal if v != now]
