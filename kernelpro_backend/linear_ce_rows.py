@@ -2,8 +2,8 @@
 gradient of the logits.
 
 One Triton program per row: a first pass keeps the running max and sum of exp (online
-log-sum-exp, float32; the row marked to stay in L2 when the second pass reads it again), the loss is `lse - logit[target]` (0 for an ignored target), and a second
-pass overwrites each logit with `(exp(logit - lse) - [col == target]) * scale` in the logits'
+log-sum-exp, float32; the row marked to stay in L2 when the second pass reads it again), the
+loss is `lse - logit[target]` (0 for an ignored target), and a second pass overwrites each logit with `(exp(logit - lse) - [col == target]) * scale` in the logits'
 own dtype — so a chunk of bf16 logits becomes its bf16 gradient without a float32 copy of it.
 `scale` is read from a device scalar (1 / number of targets not ignored, for a mean), so no host
 synchronisation is needed. `rows_aten` is the same contract in ATen ops, for CPU tensors.

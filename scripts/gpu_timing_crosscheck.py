@@ -37,7 +37,10 @@ def main() -> None:
     print([(tuple(t.shape), t.stride(), t.dtype, t.data_ptr() % 256) for t in inputs])
     wide = seed.with_knobs(BLOCK_C=8192, num_warps=32)
     runs: dict[str, Callable[[], object]] = {}
-    for name, spec in (("template seed", seed), ("template b8192 w32", wide)):
+    specs = {"template seed": seed}
+    if wide != seed:  # the seed's default is this since 90aae83: timed once
+        specs["template b8192 w32"] = wide
+    for name, spec in specs.items():
         kernel = build_kernel(spec)
         runs[name] = lambda kernel=kernel: kernel(*inputs)
     x = next(t for t in inputs if t.dim() == 2)

@@ -12,7 +12,8 @@ Inductor (torch.compile of it); one whose warm-up runs take 1.5x the best time s
 those runs' median, marked "abandoned". With `SweepSpace(clusters="ring")` the row-resident
 candidates are the default alternative and its one-knob neighbours (what a search measures
 first), a seventh of the whole space's compile and timing cost; `seed_knobs` adds named seed
-variants. Effective bandwidth is the minimal bytes (each input and output once) over the time; the DRAM roof is measured in the same run by a device-to-device copy.
+variants. Effective bandwidth is the minimal bytes (each input and output once) over the time;
+the DRAM roof is measured in the same run by a device-to-device copy.
 "kernelpro" here is the best candidate of this sweep of the space, not a search's pick: a
 search measures the same candidates and keeps the fastest.
 With `autotune`, Inductor's max-autotune (no CUDA graphs) is timed beside its default.

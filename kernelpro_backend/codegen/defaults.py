@@ -62,6 +62,7 @@ def default_knobs(spec: KernelSpec) -> tuple[tuple[str, KnobValue], ...]:
 def _reread_knobs(spec: KernelSpec, knobs: dict[str, KnobValue]) -> dict[str, KnobValue]:
     """Looped rows that a later loop reads again: REREAD_WARPS warps, one 16-byte access a
     thread a step (4096 float32 or 8192 bf16/fp16 columns)."""
+    from .cluster_rules import FLOATS
     from .template_rowwise import rereads_rows
 
     try:
@@ -72,7 +73,7 @@ def _reread_knobs(spec: KernelSpec, knobs: dict[str, KnobValue]) -> dict[str, Kn
     if not reread:
         return knobs
     widest = max(spec.inputs, key=lambda i: math.prod(i[0]))[2]
-    block = REREAD_WARPS * 32 * 16 // (2 if widest in ("bfloat16", "float16") else 4)
+    block = REREAD_WARPS * 32 * 16 // FLOATS.get(widest, 4)
     return {**knobs, "BLOCK_C": block, "num_warps": REREAD_WARPS}
 
 
@@ -139,8 +140,6 @@ SPLIT_MIN_COLS = 32768
 def _library_alternatives(seed: KernelSpec) -> list[KernelSpec]:
     """A GEMM whose epilogue cuBLASLt fuses (bias + ReLU), or a float32 GEMM under tf32x3,
     as library calls (template_library.py)."""
-    import dataclasses
-
     from .template_library import library_epilogue
 
     if library_epilogue(seed) is None:
@@ -176,8 +175,6 @@ def _split_alternatives(seed: KernelSpec) -> list[KernelSpec]:
     (template_rowsplit.py): SPLIT programs a row, about SPLIT_PROGRAMS in all, BLOCK_C columns
     a step; none where the rows alone fill the GPU or the program is not a one-wave reduction
     to per-row outputs."""
-    import dataclasses
-
     from .split_rules import split_problem
 
     rows, cols = rows_cols(seed)
@@ -199,7 +196,6 @@ def _cluster_alternatives(seed: KernelSpec) -> list[KernelSpec]:
     _, cols = rows_cols(seed)
     if extent(seed, cols) < CLUSTER_MIN_COLS:
         return []
-    import dataclasses
     import itertools
 
     from .cluster_rules import (

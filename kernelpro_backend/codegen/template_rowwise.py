@@ -67,8 +67,7 @@ def render_rowwise(spec: KernelSpec) -> tuple[str, str]:
     """(kernel source, grid expression). Rendered twice where the program has column loops:
     the first rendering says which loads each loop reads, the second carries their L2 eviction
     policies (eviction.py)."""
-    source, grid, em = _render(spec, {})
-    plan = eviction_plan(spec, rows_cols(spec)[1], em.pass_loads)
+    source, grid, plan = _first_rendering(spec)
     if plan:
         source, grid, _ = _render(spec, plan)
     return source, grid
@@ -77,8 +76,13 @@ def render_rowwise(spec: KernelSpec) -> tuple[str, str]:
 def rereads_rows(spec: KernelSpec) -> bool:
     """Whether the program reads a row's elements in more than one column loop (statistics
     first, then the outputs from the row again)."""
-    _, _, em = _render(spec, {})
-    return "evict_first" in eviction_plan(spec, rows_cols(spec)[1], em.pass_loads).values()
+    return "evict_first" in _first_rendering(spec)[2].values()
+
+
+def _first_rendering(spec: KernelSpec) -> tuple[str, str, dict[tuple[int, int], str]]:
+    """(source, grid) without eviction hints, and the hints planned from the loads it read."""
+    source, grid, em = _render(spec, {})
+    return source, grid, eviction_plan(spec, rows_cols(spec)[1], em.pass_loads)
 
 
 def _render(spec: KernelSpec, eviction: dict[tuple[int, int], str]) -> tuple[str, str, Emitter]:
