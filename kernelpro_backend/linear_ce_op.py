@@ -3,10 +3,11 @@
 `kernelpro::linear_cross_entropy(x, weight, bias, target, ...)` computes, chunk by chunk of
 rows, the logits `x_c @ weight.T + bias` (one GEMM), then in one row kernel their log-sum-exp
 and loss and — when gradients are wanted — the gradient of the logits (softmax - one-hot,
-scaled by the reduction) written over them in place (linear_ce_rows.py), and from it dx_c and
-the accumulated dweight/dbias (two GEMMs): the forward returns the loss and those
-gradients, and the backward only scales them by the loss's gradient (the chunked
-linear+cross-entropy of Liger-Kernel). Peak memory drops from a few [tokens, vocab] tensors to
+times 1 / rows for a mean) written over them in place (linear_ce_rows.py), and from it dx_c
+and the accumulated dweight/dbias (two GEMMs): the forward returns the loss, those gradients
+and the factor that makes them exact (rows / targets not ignored, for a mean), and the backward
+only scales them by the loss's gradient times that factor (the chunked linear+cross-entropy of
+Liger-Kernel). Peak memory drops from a few [tokens, vocab] tensors to
 one chunk; the GEMM flops are those of the unfused forward and backward.
 
 Numerics follow the unfused graph: logits are rounded to the input dtype (as a bf16 GEMM's
@@ -22,7 +23,7 @@ from __future__ import annotations
 
 import torch
 
-from .linear_ce_rows import cross_entropy_rows
+from .linear_ce_rows import cross_entropy_rows, finish
 
 # Rows per chunk: about 2**27 logits (256 MiB in bf16) at a time. On the H100 (8192 x 1024 ->
 # 32000 bf16, BENCHMARKS.md "The LM head in one chunk") 2**26 / 2**27 / 2**28 logits a chunk
@@ -44,38 +45,55 @@ def linear_cross_entropy(
     ignore_index: int,
     reduction: str,
     upcast: bool,
-    grads: bool,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(loss, dloss/dx, dloss/dweight, dloss/dbias); the gradients are empty without `grads`."""
+    grad_x: bool,
+    grad_w: bool,
+    grad_b: bool,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(loss, dx, dweight, dbias, factor): each gradient (empty unless its `grad_*` asks for
+    it: a frozen input costs no GEMM) is the loss's times 1 / `factor`, which the backward
+    multiplies back in."""
     rows = x.shape[0]
     step = chunk_rows(rows, weight.shape[0])
-    # The first chunk's GEMM is launched before the small set-up kernels, so that the GPU
-    # works while the host launches them instead of waiting on each (measured: ~0.5 ms of a
-    # 3.5 ms step idle on an H100 with the set-up first).
+    # For a mean the row kernel scales the gradient by 1 / rows, a host number, and the
+    # backward by rows / (targets not ignored): nothing before the chunks' kernels waits on a
+    # device scalar, so the GPU goes from GEMM to row kernel to GEMM while the host launches.
+    pre = 1.0 / max(rows, 1) if reduction == "mean" else 1.0
+    grad_b = grad_b and bias is not None
+    grads = grad_x or grad_w or grad_b
+    # The first chunk's GEMM goes first: the GPU starts while the host allocates the rest.
     logits = _logits(x[:step], weight, bias)
-    scale, total, gx, gw, gb = _buffers(x, weight, bias, target, ignore_index, reduction, grads)
+    losses = x.new_empty(rows, dtype=torch.float32)
+    gx = torch.empty_like(x) if grad_x else x.new_empty(0)
+    gw = torch.empty_like(weight) if grad_w else x.new_empty(0)
+    gb = torch.zeros(weight.shape[0], dtype=torch.float32, device=x.device) if grad_b else None
     for start in range(0, rows, step):
         xc, tc = x[start : start + step], target[start : start + step]
         if start:
+            del logits  # the previous chunk's logits go before the next GEMM allocates
             logits = _logits(xc, weight, bias)
-        # The loss per row, and the logits overwritten by their gradient (times the scale).
-        total += cross_entropy_rows(logits, tc, scale, ignore_index, grads).sum()
-        if grads:
+        # The loss per row, and the logits overwritten by their gradient (times `pre`).
+        cross_entropy_rows(logits, tc, pre, ignore_index, grads, out=losses[start : start + step])
+        if grad_x:
             torch.matmul(logits, weight, out=gx[start : start + step])
+        if grad_w:
             if start == 0:  # dW: the first chunk's GEMM writes it, the others accumulate
                 torch.matmul(logits.t(), xc, out=gw)
             else:
                 gw.addmm_(logits.t(), xc)
-            if gb is not None:
-                gb += logits.sum(0, dtype=torch.float32)
-    if grads and rows == 0:
+        if gb is not None:
+            gb += logits.sum(0, dtype=torch.float32)
+    del logits
+    if grad_w and rows == 0:
         gw.zero_()
-    loss = total * scale if reduction == "mean" else total
+    loss, factor = finish(
+        losses, target, ignore_index, reduction == "mean", torch.float32 if upcast else x.dtype
+    )
     return (  # a fresh empty tensor per gradient not computed: outputs may not alias
-        loss if upcast else loss.to(x.dtype),
+        loss,
         gx,
         gw,
         gb.to(bias.dtype) if gb is not None and bias is not None else x.new_empty(0),
+        factor,
     )
 
 
@@ -83,58 +101,39 @@ def _logits(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) ->
     return torch.nn.functional.linear(x, weight, bias).contiguous()
 
 
-def _buffers(x, weight, bias, target, ignore_index, reduction, grads):  # type: ignore[no-untyped-def]
-    """(scale, loss total, dx, dW, db) of the op: dW in the weight's dtype (addmm accumulates in
-    float32 inside each GEMM), db in float32."""
-    # Like PyTorch's mean: over the targets not ignored (0/0 = nan when all are). A device
-    # scalar: the row kernel reads it, nothing waits for the host.
-    if reduction == "mean":
-        scale = (target != ignore_index).sum(dtype=torch.float32).reciprocal()
-    else:
-        scale = torch.ones((), device=x.device)
-    total = torch.zeros((), dtype=torch.float32, device=x.device)
-    gx = torch.empty_like(x) if grads else x.new_empty(0)
-    gw = torch.empty_like(weight) if grads else x.new_empty(0)
-    gb = None
-    if grads and bias is not None:
-        gb = torch.zeros(weight.shape[0], dtype=torch.float32, device=x.device)
-    return scale, total, gx, gw, gb
-
-
 @linear_cross_entropy.register_fake
-def _fake(x, weight, bias, target, ignore_index, reduction, upcast, grads):  # type: ignore[no-untyped-def]
+def _fake(x, weight, bias, target, ignore_index, reduction, upcast, grad_x, grad_w, grad_b):  # type: ignore[no-untyped-def]
     loss = x.new_empty((), dtype=torch.float32 if upcast else x.dtype)
-    gx = torch.empty_like(x) if grads else x.new_empty(0)
-    gw = torch.empty_like(weight) if grads else x.new_empty(0)
-    gb = torch.empty_like(bias) if grads and bias is not None else x.new_empty(0)
-    return loss, gx, gw, gb
+    gx = torch.empty_like(x) if grad_x else x.new_empty(0)
+    gw = torch.empty_like(weight) if grad_w else x.new_empty(0)
+    gb = torch.empty_like(bias) if grad_b and bias is not None else x.new_empty(0)
+    return loss, gx, gw, gb, x.new_empty((), dtype=torch.float32)
 
 
 def _setup(ctx, inputs, output) -> None:  # type: ignore[no-untyped-def]
-    _, gx, gw, gb = output
-    ctx.has_bias = inputs[2] is not None
-    ctx.save_for_backward(gx, gw, gb)
+    _, gx, gw, gb, factor = output
+    ctx.computed = (inputs[7], inputs[8], inputs[9] and inputs[2] is not None)
+    ctx.save_for_backward(gx, gw, gb, factor)
 
 
-def _backward(ctx, grad_loss, _gx, _gw, _gb):  # type: ignore[no-untyped-def]
-    gx, gw, gb = ctx.saved_tensors
-    if gx.numel() == 0 and gw.numel() == 0:
-        raise RuntimeError(
-            "kernelpro::linear_cross_entropy ran without gradients (grads=False) and is being "
-            "differentiated; recompile with grad mode on"
-        )
+def _backward(ctx, grad_loss, _gx, _gw, _gb, _factor):  # type: ignore[no-untyped-def]
+    gx, gw, gb, factor = ctx.saved_tensors
+    names = ("x", "weight", "bias")
+    for wanted, done, name in zip(ctx.needs_input_grad[:3], ctx.computed, names, strict=True):
+        if wanted and not done:
+            raise RuntimeError(
+                f"kernelpro::linear_cross_entropy did not compute the gradient of {name} (it "
+                "did not require one when the graph was compiled) and is being differentiated "
+                "for it; recompile with grad mode on and requires_grad set"
+            )
     # A float32 0-d factor times a bf16/fp16 tensor: one kernel, computed in float32 and rounded
     # once to the tensor's dtype (a 0-d tensor does not promote a dimensioned one).
-    g = grad_loss.float()
+    g = grad_loss.float() * factor
     return (
-        gx * g,
-        gw * g,
-        gb * g if ctx.has_bias else None,
-        None,
-        None,
-        None,
-        None,
-        None,
+        gx * g if ctx.computed[0] else None,
+        gw * g if ctx.computed[1] else None,
+        gb * g if ctx.computed[2] else None,
+        *(None,) * 7,
     )
 
 

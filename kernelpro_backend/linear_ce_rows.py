@@ -5,12 +5,13 @@ One Triton program per row: a first pass keeps the running max and sum of exp (o
 log-sum-exp, float32; the row marked to stay in L2 when the second pass reads it again), the
 loss is `lse - logit[target]` (0 for an ignored target), and a second pass overwrites each logit with `(exp(logit - lse) - [col == target]) * scale` in the logits'
 own dtype — so a chunk of bf16 logits becomes its bf16 gradient without a float32 copy of it.
-`scale` is read from a device scalar (1 / number of targets not ignored, for a mean), so no host
-synchronisation is needed. `rows_aten` is the same contract in ATen ops, for CPU tensors.
+`scale` is a host float (the op passes 1 / rows for a mean and corrects by rows / targets
+counted in its backward), so the kernel waits on no device scalar. `rows_aten` is the same contract in ATen ops, for CPU tensors.
 
 Owns: `cross_entropy_rows(logits, target, scale, ignore_index, grads) -> per-row loss`, the
 Triton kernel (made on first use, per interpreter mode: TRITON_INTERPRET is read when a JIT
-function is created) and its ATen twin.
+function is created) and its ATen twin; `finish` (the loss and the mean's factor from the
+per-row losses, one kernel).
 Must not: compute the logits or the weight gradients (linear_ce_op.py does).
 """
 
@@ -30,6 +31,10 @@ BLOCK = 4096
 # (evict_last) and let go after the second (evict_first), as Inductor marks such loads; the row
 # template's measured gain from these hints: BENCHMARKS.md, rows, "Re-read rows".
 REREAD_HINTS = ("evict_last", "evict_first")
+# One exp per element in the first pass (exp(-|x - m|) serves as both the new term and the
+# rescale) and the target's -1 applied once per row: the kernel issues fewer instructions per
+# byte; False is the textbook two-exp form, kept for side-by-side timing.
+ONE_EXP = True
 
 
 @functools.lru_cache(maxsize=2)
@@ -41,22 +46,34 @@ def _kernel(interpret: bool) -> Any:
     def ce_rows(
         logits, stride, target, loss, scale, n_cols, ignore_index, GRADS: tl.constexpr,
         BLOCK: tl.constexpr, FIRST: tl.constexpr = "", LAST: tl.constexpr = "",
+        ONE_EXP: tl.constexpr = True,
     ):  # fmt: skip
         row = tl.program_id(0).to(tl.int64)
         base = logits + row * stride
         t = tl.load(target + row)
         cols = tl.arange(0, BLOCK)
-        m = tl.full([BLOCK], float("-inf"), tl.float32)
+        # Per lane a running max m and sum s of exp(x - m). ONE_EXP: one exp per element,
+        # exp(-|x - m|), which is the new term when x <= m and the rescale of s when x > m
+        # (then x itself adds exp(0) = 1); m starts at the lowest finite float so that x - m
+        # is never inf - inf. Otherwise the textbook update: two exps per element.
+        m = tl.full([BLOCK], -3.4028234663852886e38 if ONE_EXP else float("-inf"), tl.float32)
         s = tl.zeros([BLOCK], tl.float32)
         for start in range(0, n_cols, BLOCK):
             x = tl.load(
                 base + start + cols, mask=start + cols < n_cols, other=float("-inf"),
                 eviction_policy=FIRST,
             ).to(tl.float32)  # fmt: skip
-            new_m = tl.maximum(m, x)
-            alpha = tl.where(new_m == float("-inf"), 0.0, tl.exp(m - new_m))
-            s = s * alpha + tl.where(x == float("-inf"), 0.0, tl.exp(x - new_m))
-            m = new_m
+            if ONE_EXP:
+                d = x - m
+                e = tl.exp(-tl.abs(d))
+                up = d > 0
+                s = tl.where(up, s * e + 1.0, s + e)
+                m = tl.where(up, x, m)
+            else:
+                new_m = tl.maximum(m, x)
+                alpha = tl.where(new_m == float("-inf"), 0.0, tl.exp(m - new_m))
+                s = s * alpha + tl.where(x == float("-inf"), 0.0, tl.exp(x - new_m))
+                m = new_m
         row_max = tl.max(m, 0)
         total = tl.sum(s * tl.where(m == float("-inf"), 0.0, tl.exp(m - row_max)), 0)
         lse = row_max + tl.log(total)
@@ -65,42 +82,117 @@ def _kernel(interpret: bool) -> Any:
         picked = tl.load(base + safe).to(tl.float32)
         tl.store(loss + row, tl.where(valid, lse - picked, 0.0))
         if GRADS:
-            k = tl.where(valid, tl.load(scale), 0.0)
+            k = tl.where(valid, scale, 0.0)
             for start in range(0, n_cols, BLOCK):
                 mask = start + cols < n_cols
                 x = tl.load(base + start + cols, mask=mask, other=0.0, eviction_policy=LAST).to(
                     tl.float32
                 )
-                g = tl.exp(x - lse) - tl.where(start + cols == safe, 1.0, 0.0)
+                g = tl.exp(x - lse)
+                if not ONE_EXP:
+                    g -= tl.where(start + cols == safe, 1.0, 0.0)
                 tl.store(base + start + cols, (g * k).to(logits.dtype.element_ty), mask=mask)
+            if ONE_EXP:  # the target's -1 once per row instead of a compare per element; the
+                # barrier orders it after the loop's store of the same element by another thread
+                tl.debug_barrier()
+                fixed = ((tl.exp(picked - lse) - 1.0) * k).to(logits.dtype.element_ty)
+                tl.store(base + safe, fixed, mask=valid)
 
     del interpret  # the cache key: the kernel is made again when the mode changes
     return ce_rows
 
 
+@functools.lru_cache(maxsize=2)
+def _finish_kernel(interpret: bool) -> Any:
+    import triton
+    import triton.language as tl
+
+    @triton.jit
+    def ce_finish(
+        losses, target, n_rows, ignore_index, loss, factor, MEAN: tl.constexpr,
+        BLOCK: tl.constexpr,
+    ):  # fmt: skip
+        offs = tl.arange(0, BLOCK)
+        acc = tl.zeros([BLOCK], tl.float32)
+        counted = tl.zeros([BLOCK], tl.float32)
+        for start in range(0, n_rows, BLOCK):
+            inside = start + offs < n_rows
+            acc += tl.load(losses + start + offs, mask=inside, other=0.0)
+            if MEAN:
+                t = tl.load(target + start + offs, mask=inside, other=ignore_index)
+                counted += tl.where(t != ignore_index, 1.0, 0.0)
+        total = tl.sum(acc, 0)
+        if MEAN:  # PyTorch's mean: over the targets not ignored (0 / 0 = nan)
+            c = tl.sum(counted, 0)
+            tl.store(loss, tl.math.div_rn(total, c).to(loss.dtype.element_ty))
+            tl.store(factor, tl.math.div_rn(n_rows.to(tl.float32), tl.maximum(c, 1.0)))
+        else:
+            tl.store(loss, total.to(loss.dtype.element_ty))
+            tl.store(factor, 1.0)
+
+    del interpret
+    return ce_finish
+
+
+def finish(
+    losses: torch.Tensor, target: torch.Tensor, ignore_index: int, mean: bool, dtype: torch.dtype
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(loss in `dtype`, factor) from the per-row losses: their sum, or for a mean their sum
+    over the targets not ignored, and the factor rows / that count (1 for a sum, and with no
+    target counted, where every gradient is 0 anyway) that turns gradients formed with
+    1 / rows into the mean's. One kernel on CUDA instead of seven small ATen launches."""
+    if not losses.is_cuda and os.environ.get("TRITON_INTERPRET") != "1":
+        total = losses.sum()
+        if not mean:
+            return total.to(dtype), torch.ones((), device=losses.device)
+        count = (target != ignore_index).sum(dtype=torch.float32)
+        return (total / count).to(dtype), losses.shape[0] / count.clamp_min(1.0)
+    loss = losses.new_empty((), dtype=dtype)
+    factor = losses.new_empty((), dtype=torch.float32)
+    kernel = _finish_kernel(os.environ.get("TRITON_INTERPRET") == "1")
+    block = min(4096, max(16, 1 << max(losses.shape[0] - 1, 1).bit_length()))
+    kernel[(1,)](
+        losses, target, losses.shape[0], ignore_index, loss, factor, mean, block,
+        num_warps=8 if block >= 2048 else 4,
+    )  # fmt: skip
+    return loss, factor
+
+
 def cross_entropy_rows(
-    logits: torch.Tensor, target: torch.Tensor, scale: torch.Tensor, ignore_index: int, grads: bool
+    logits: torch.Tensor,
+    target: torch.Tensor,
+    scale: float,
+    ignore_index: int,
+    grads: bool,
+    out: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """Per-row loss (float32) of `logits` [rows, vocab] (rows contiguous) against `target`; with
-    `grads`, `logits` is overwritten with the loss's gradient times `scale` (a float32 scalar
-    tensor). Triton on CUDA tensors (and under TRITON_INTERPRET=1), ATen otherwise."""
+    """Per-row loss (float32, into `out` when given) of `logits` [rows, vocab] (rows
+    contiguous) against `target`; with `grads`, `logits` is overwritten with the loss's gradient
+    times `scale` (a host float: the kernel waits for no device scalar). Triton on CUDA tensors
+    (and under TRITON_INTERPRET=1), ATen otherwise."""
     if not logits.is_cuda and os.environ.get("TRITON_INTERPRET") != "1":
-        return rows_aten(logits, target, scale, ignore_index, grads)
+        loss = rows_aten(logits, target, scale, ignore_index, grads)
+        return loss if out is None else out.copy_(loss)
     rows, cols = logits.shape
-    loss = torch.empty(rows, dtype=torch.float32, device=logits.device)
+    loss = torch.empty(rows, dtype=torch.float32, device=logits.device) if out is None else out
     if rows:
         kernel = _kernel(os.environ.get("TRITON_INTERPRET") == "1")
         block = min(BLOCK, 1 << max(cols - 1, 1).bit_length())
+        # Rows that do not start on 16 bytes (a vocabulary like GPT-2's 50257) load element by
+        # element: 32 warps and no hints there (H100, 1337 x 50257 bf16: 0.147 ms against
+        # 0.224 with the aligned rows' 16 warps and hints; BENCHMARKS.md, "one exp").
+        aligned = (logits.stride(0) * logits.element_size()) % 16 == 0
+        warps = 16 if block >= 4096 else 8 if block >= 2048 else 4
         kernel[(rows,)](
-            logits, logits.stride(0), target, loss, scale, cols, ignore_index, grads, block,
-            *(REREAD_HINTS if grads else ("", "")),
-            num_warps=16 if block >= 4096 else 8 if block >= 2048 else 4,
+            logits, logits.stride(0), target, loss, float(scale), cols, ignore_index, grads,
+            block, *(REREAD_HINTS if grads and aligned else ("", "")), ONE_EXP,
+            num_warps=warps if aligned or block < 4096 else 32,
         )  # fmt: skip
     return loss
 
 
 def rows_aten(
-    logits: torch.Tensor, target: torch.Tensor, scale: torch.Tensor, ignore_index: int, grads: bool
+    logits: torch.Tensor, target: torch.Tensor, scale: float, ignore_index: int, grads: bool
 ) -> torch.Tensor:
     """`cross_entropy_rows` in ATen ops (a float32 copy of the chunk; for CPU tensors)."""
     x = logits.float()

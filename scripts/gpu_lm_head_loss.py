@@ -1,7 +1,8 @@
 """LM head + cross-entropy training step on the GPU (8192 tokens x 1024 -> 32000, bf16): eager,
 Inductor and kernelpro with the chunked linear+cross-entropy rewrite; step time and peak memory,
 each mode twice. `--variants` also times the fused op's chunk sizes
-(kernelpro_backend.linear_ce_op.CHUNK_ELEMENTS) before a last Inductor run, and `--profile`
+(kernelpro_backend.linear_ce_op.CHUNK_ELEMENTS) and the row kernel's one- and two-exp forms
+(linear_ce_rows.ONE_EXP) before a last Inductor run, and `--profile`
 prints the CUDA kernels of one step per mode (and writes its trace under $OUT).
 
 PYTHONPATH=.:scripts python scripts/gpu_lm_head_loss.py [--variants] [--profile]
@@ -11,11 +12,13 @@ from __future__ import annotations
 
 import argparse
 import os
+import time
 
 import torch
 from scripts_common import measure_step
 
 import kernelpro_backend.linear_ce_op as op
+import kernelpro_backend.linear_ce_rows as rows
 from kernelpro_backend import make_backend
 from kernelpro_backend.bench import models
 
@@ -56,14 +59,51 @@ def profile(step, label: str) -> None:  # type: ignore[no-untyped-def]
         prof.export_chrome_trace(os.path.join(os.environ["OUT"], f"trace-{label}.json"))
 
 
+def host_times(step, repeats: int = 20) -> str:  # type: ignore[no-untyped-def]
+    """Without the profiler: the host's time in the step's call (forward and backward launched,
+    GPU idle at the start), the whole step, and the op's GEMM calls (host time of each)."""
+    calls: list[float] = []
+    real = op._logits
+
+    def timed(*args):  # type: ignore[no-untyped-def]
+        t0 = time.perf_counter()
+        out = real(*args)
+        calls.append((time.perf_counter() - t0) * 1e6)
+        return out
+
+    op._logits = timed
+    host, whole, first = [], [], []
+    try:
+        for i in range(repeats + 3):
+            torch.cuda.synchronize()
+            calls.clear()
+            t0 = time.perf_counter()
+            step()
+            t1 = time.perf_counter()
+            torch.cuda.synchronize()
+            if i >= 3:
+                host.append((t1 - t0) * 1e3)
+                whole.append((time.perf_counter() - t0) * 1e3)
+                first.extend(calls[:1])
+    finally:
+        op._logits = real
+    med = lambda v: sorted(v)[len(v) // 2] if v else float("nan")  # noqa: E731
+    return (
+        f"host {med(host):.3f} ms of a {med(whole):.3f} ms step; the op's first GEMM call "
+        f"{med(first):.0f} us on the host"
+    )
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--variants", action="store_true")
     p.add_argument("--profile", action="store_true")
     p.add_argument("--chunk-elements", type=int, help="the op's CHUNK_ELEMENTS for every run")
+    p.add_argument("--host", action="store_true", help="host time per step, no profiler")
     a = p.parse_args()
     if a.chunk_elements:
         op.CHUNK_ELEMENTS = a.chunk_elements
+    chosen = op.CHUNK_ELEMENTS
     torch.manual_seed(0)
     base = models.LMHeadLoss(D, V).cuda().bfloat16()
     h = torch.randn(N, D, device="cuda", dtype=torch.bfloat16, requires_grad=True)
@@ -73,12 +113,20 @@ def main() -> None:
         print(mode, measure_step(step), flush=True)
         if a.profile and mode != "eager":
             profile(step, mode)
+    if a.host:
+        for mode in ("inductor", "kernelpro") * 2:
+            print(mode, host_times(make_step(base, mode, h, t)), flush=True)
     if not a.variants:
         return
     for chunk in (2**26, 2**27, 2**28):
         op.CHUNK_ELEMENTS = chunk
         step = make_step(base, "kernelpro", h, t)
         print(f"kernelpro chunk 2**{chunk.bit_length() - 1}", measure_step(step), flush=True)
+    op.CHUNK_ELEMENTS = chosen
+    for one_exp in (False, True):  # the row kernel's first pass with two exps, then one
+        rows.ONE_EXP = one_exp
+        step = make_step(base, "kernelpro", h, t)
+        print(f"kernelpro one_exp={one_exp}", measure_step(step), flush=True)
     print("inductor", measure_step(make_step(base, "inductor", h, t)), flush=True)
 
 

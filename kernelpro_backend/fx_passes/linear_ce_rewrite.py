@@ -113,8 +113,11 @@ def rewrite_linear_cross_entropy(gm: fx.GraphModule) -> int:
             continue
         if hv.dtype != wv.dtype or _autocast(gm.graph):  # the op computes in one dtype
             continue
-        grads = torch.is_grad_enabled() and any(
-            isinstance(v, torch.Tensor) and v.requires_grad for v in (hv, wv, example_value(bias))
+        # Which gradients the op computes: only those of inputs that want one (a frozen head
+        # or hidden states from a no-grad trunk cost no GEMM).
+        grad_x, grad_w, grad_b = (
+            torch.is_grad_enabled() and isinstance(v, torch.Tensor) and v.requires_grad
+            for v in (hv, wv, example_value(bias))
         )
         graph = gm.graph
         with graph.inserting_before(ce):
@@ -122,7 +125,7 @@ def rewrite_linear_cross_entropy(gm: fx.GraphModule) -> int:
             flat = graph.call_method("reshape", (target, -1))
             op = graph.call_function(
                 torch.ops.kernelpro.linear_cross_entropy.default,
-                (rows, weight, bias, flat, ignore, reduction, upcast, grads),
+                (rows, weight, bias, flat, ignore, reduction, upcast, grad_x, grad_w, grad_b),
             )
             loss = graph.call_function(operator.getitem, (op, 0))
         replace_chain(graph, ce, loss, [*between, linear])

@@ -1,7 +1,7 @@
 """An LM head and its cross-entropy become one chunked op (the logits never exist): the rewrite
 matches the spellings models use, leaves inexact ones alone, and models train through it
 exactly as eager under both fallbacks — a hand-written GPT with both torch-level rewrites too.
-The rewrite is opt-in (rewrite_linear_cross_entropy=True): on H100 it is slower than Inductor."""
+The rewrite is on by default (rewrite_linear_cross_entropy); the tests name it anyway."""
 
 from __future__ import annotations
 
@@ -107,6 +107,29 @@ def test_training_through_the_chunked_op_matches_eager(spelling, fallback):
         torch.testing.assert_close(p.grad, q.grad, rtol=1e-4, atol=1e-6)
 
 
+def test_hidden_states_without_grad_cost_no_dx_and_the_head_still_trains():
+    """The bench's LM head feeds hidden states that want no gradient: the op is asked for the
+    weight's gradient alone (no dx GEMM), and the weight's gradient is eager's."""
+    asked = []
+
+    def backend(gm, example_inputs):
+        rewrite_linear_cross_entropy(gm)
+        op = torch.ops.kernelpro.linear_cross_entropy.default
+        asked.extend(n.args[7:] for n in gm.graph.nodes if n.target is op)
+        return gm.forward
+
+    torch.manual_seed(0)
+    model, ref = Head("plain"), Head("plain")
+    ref.load_state_dict(model.state_dict())
+    torch._dynamo.reset()
+    h, t = _inputs("plain")
+    h = h.detach()
+    torch.compile(model, backend=backend)(h, t).backward()
+    ref(h, t).backward()
+    assert asked == [(False, True, False)]
+    torch.testing.assert_close(model.head.weight.grad, ref.head.weight.grad, rtol=1e-4, atol=1e-6)
+
+
 def test_without_grad_the_op_computes_the_loss_alone():
     model = Head("nanogpt")
     torch._dynamo.reset()
@@ -125,7 +148,10 @@ def test_bfloat16_losses_and_gradients_stay_within_bfloat16_tolerance():
     x = torch.randn(40, D, dtype=torch.bfloat16)
     w = torch.randn(V, D, dtype=torch.bfloat16) * 0.2
     t = torch.randint(0, V, (40,))
-    loss, gx, gw, _ = linear_ce_op.linear_cross_entropy(x, w, None, t, -100, "mean", True, True)
+    loss, gx, gw, _, factor = linear_ce_op.linear_cross_entropy(
+        x, w, None, t, -100, "mean", True, True, True, True
+    )
+    assert factor.item() == 1.0  # no target ignored: the gradients are exact as they come
     xr, wr = x.clone().requires_grad_(True), w.clone().requires_grad_(True)
     ref = F.cross_entropy(F.linear(xr, wr).float(), t)
     ref.backward()
