@@ -152,10 +152,10 @@ class Options:
     rewrite_attention: bool = True
     # An LM head and its cross-entropy (linear -> [view] -> [.float()] -> cross_entropy) become
     # one op that walks the tokens in chunks and never writes the [tokens, vocab] logits
-    # (fx_passes/linear_ce_rewrite.py, linear_ce_op.py). Off by default: on H100 (8192 tokens,
-    # 1024 -> 32000, bf16) it halves the step's peak memory (256 vs 500 MiB) at 0.92-0.94x
-    # Inductor's step time (BENCHMARKS.md) — the switch for logits that do not fit.
-    rewrite_linear_cross_entropy: bool = False
+    # (fx_passes/linear_ce_rewrite.py, linear_ce_op.py). On by default: on H100 (8192 tokens,
+    # 1024 -> 32000, bf16) the step takes half Inductor's peak memory and 1.09x less time
+    # (BENCHMARKS.md, "The LM head's row kernel with one exp").
+    rewrite_linear_cross_entropy: bool = True
     # Show a progress bar during searches.
     progress: bool = True
 

@@ -15,7 +15,9 @@ def test_a_schedule_runs_under_every_mode_and_reports_what_served_it(name):
     schedule = SCHEDULES[name](torch.device("cpu"), True)
     rows = run_schedule(
         schedule, modes=("eager", "kernelpro"), rounds=1,
-        options={"fallback": "eager"}, provider=ReferenceProvider(),
+        # The LM-head rewrite would leave no subgraph to serve: this test is about kernels.
+        options={"fallback": "eager", "rewrite_linear_cross_entropy": False},
+        provider=ReferenceProvider(),
     )  # fmt: skip
     eager, kp = rows
     assert len(eager.losses) == len(schedule.steps) == len(kp.losses)
@@ -25,3 +27,15 @@ def test_a_schedule_runs_under_every_mode_and_reports_what_served_it(name):
     assert 1 < kp.compiles < len(schedule.steps) and kp.recompiles_timed == 0
     assert kp.served["dispatched"] > 0 and kp.served["kernel_calls"] > 0
     assert "dispatched" in table(rows)
+
+
+def test_the_lm_head_schedule_trains_through_the_chunked_op_as_tokens_vary():
+    """The default LM-head rewrite under changing token counts: one static compile, one
+    symbolic one, the losses of eager."""
+    schedule = SCHEDULES["lm_head_tokens"](torch.device("cpu"), True)
+    eager, kp = run_schedule(
+        schedule, modes=("eager", "kernelpro"), rounds=1,
+        options={"fallback": "eager"}, provider=ReferenceProvider(),
+    )  # fmt: skip
+    torch.testing.assert_close(kp.losses, eager.losses, rtol=1e-4, atol=1e-5)
+    assert 1 < kp.compiles < len(schedule.steps) and kp.recompiles_timed == 0
