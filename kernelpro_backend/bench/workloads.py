@@ -157,22 +157,39 @@ def lm_head(device: torch.device, dtype: torch.dtype | None, size: str) -> Workl
     return Workload("lm_head", model, (hidden, targets), dt, size, _the_loss, _adamw)
 
 
-def mini_gpt(device: torch.device, dtype: torch.dtype | None, size: str) -> Workload:
-    """Training step of a GPT written as users write one ([training]: the LM head with its
-    loss, hand-written attention, norms with their residuals): bf16 on the GPU; batch 4,
-    sequence 1024, width 512, 8 heads, 4 layers, vocabulary 32768 at "full"."""
-    p = _pick(
-        size,
-        dict(b=2, t=16, d=32, h=2, layers=2, vocab=128),
-        dict(b=4, t=1024, d=512, h=8, layers=4, vocab=32768),
-    )
+def _handwritten_gpt(
+    name: str, device: torch.device, dtype: torch.dtype | None, size: str, tiny: dict, full: dict
+) -> Workload:
+    p = _pick(size, tiny, full)
     dt = resolve_dtype(device, dtype, torch.bfloat16)
     torch.manual_seed(0)
     model = models.HandwrittenGPT(p["vocab"], p["d"], p["h"], p["layers"], p["t"])
     model = model.to(device=device, dtype=dt)
     ids = torch.randint(0, p["vocab"], (p["b"], p["t"]), device=device)
     targets = torch.randint(0, p["vocab"], (p["b"], p["t"]), device=device)
-    return Workload("mini_gpt", model, (ids, targets), dt, size, _the_loss, _adamw)
+    return Workload(name, model, (ids, targets), dt, size, _the_loss, _adamw)
+
+
+def mini_gpt(device: torch.device, dtype: torch.dtype | None, size: str) -> Workload:
+    """Training step of a GPT written as users write one ([training]: the LM head with its
+    loss, hand-written attention, norms with their residuals): bf16 on the GPU; batch 4,
+    sequence 1024, width 512, 8 heads, 4 layers, vocabulary 32768 at "full"."""
+    return _handwritten_gpt(
+        "mini_gpt", device, dtype, size,
+        dict(b=2, t=16, d=32, h=2, layers=2, vocab=128),
+        dict(b=4, t=1024, d=512, h=8, layers=4, vocab=32768),
+    )  # fmt: skip
+
+
+def gpt2_small(device: torch.device, dtype: torch.dtype | None, size: str) -> Workload:
+    """The same hand-written GPT at GPT-2 small's size, as nanoGPT trains it (12 layers, width
+    768, 12 heads, sequence 1024, vocabulary 50304 = 50257 padded to a multiple of 64), batch
+    8: an H100 step long enough that the GPU, not the host's launches, sets its time (bf16)."""
+    return _handwritten_gpt(
+        "gpt2_small", device, dtype, size,
+        dict(b=2, t=16, d=48, h=2, layers=2, vocab=192),
+        dict(b=8, t=1024, d=768, h=12, layers=12, vocab=50304),
+    )  # fmt: skip
 
 
 def attention(device: torch.device, dtype: torch.dtype | None, size: str) -> Workload:
@@ -191,6 +208,7 @@ WORKLOADS: dict[str, WorkloadFactory] = {
     "moe": moe,
     "lm_head": lm_head,
     "mini_gpt": mini_gpt,
+    "gpt2_small": gpt2_small,
     "layer_norm": layer_norm,
     "rms_norm": rms_norm,
     "softmax": softmax,
@@ -198,7 +216,7 @@ WORKLOADS: dict[str, WorkloadFactory] = {
     "gemm_bias_gelu": gemm_bias_gelu,
     "attention": attention,
 }
-TRAINING_WORKLOADS = ("gpt_block", "mlp", "convnet", "moe", "lm_head", "mini_gpt")
+TRAINING_WORKLOADS = ("gpt_block", "mlp", "convnet", "moe", "lm_head", "mini_gpt", "gpt2_small")
 OP_WORKLOADS = tuple(name for name in WORKLOADS if name not in TRAINING_WORKLOADS)
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 

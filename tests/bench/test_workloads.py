@@ -29,7 +29,15 @@ def test_tiny_workload_runs_eagerly_on_cpu(name):
 def test_registry_has_the_briefs_workloads():
     # the brief's four, a language model's head + loss (where the fused cross-entropy runs), and
     # a GPT written as users write one (hand-written attention, 32k vocabulary at full size)
-    assert set(TRAINING_WORKLOADS) == {"gpt_block", "mlp", "convnet", "moe", "lm_head", "mini_gpt"}
+    assert set(TRAINING_WORKLOADS) == {
+        "gpt_block",
+        "mlp",
+        "convnet",
+        "moe",
+        "lm_head",
+        "mini_gpt",
+        "gpt2_small",
+    }
     assert set(OP_WORKLOADS) == {
         "layer_norm", "rms_norm", "softmax", "cross_entropy", "gemm_bias_gelu", "attention",
     }  # fmt: skip

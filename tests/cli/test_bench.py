@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from kernelpro_backend.bench import plots
-from kernelpro_backend.bench.workloads import WORKLOADS
+from kernelpro_backend.bench.workloads import TRAINING_WORKLOADS, WORKLOADS
 
 from .conftest import run_cli
 
@@ -52,14 +52,7 @@ def test_every_workload_and_mode_is_reported_and_matches_eager(kernelpro_run):
 def test_training_workloads_are_marked_training(kernelpro_run):
     _, data, _ = kernelpro_run
     kinds = {w["workload"]: w["kind"] for w in data["workloads"]}
-    assert {n for n, k in kinds.items() if k == "training"} == {
-        "gpt_block",
-        "mlp",
-        "convnet",
-        "moe",
-        "lm_head",
-        "mini_gpt",
-    }
+    assert {n for n, k in kinds.items() if k == "training"} == set(TRAINING_WORKLOADS)
 
 
 def test_markdown_has_a_row_per_workload_and_mode(kernelpro_run):

@@ -1,0 +1,78 @@
+"""Is a bench workload's training step host-bound? Per mode (Inductor, kernelpro, and kernelpro
+compiled with cuDNN attention off), interleaved rounds of steps: the step's time and the
+host's time inside it (the call returning before the GPU finishes); then one profiled step per
+mode through `scripts/trace_gaps.py` (GPU busy, idle between kernels, the longest gaps, and the
+host ops by self time). Traces go under $OUT, gzipped.
+
+    OUT=/tmp/out PYTHONPATH=.:scripts python scripts/gpu_host_bound.py [--workload mini_gpt]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import time
+
+import torch
+from trace_gaps import gaps
+
+from kernelpro_backend.bench.modes import make_modes
+from kernelpro_backend.bench.runner import prepare_mode
+from kernelpro_backend.bench.workloads import WORKLOADS
+
+
+def steps_of(name: str) -> dict:  # type: ignore[type-arg]
+    workload = WORKLOADS[name](torch.device("cuda"), None, "full")
+    modes = {m.name: m for m in make_modes(["eager", "inductor", "kernelpro"])}
+    steps = {k: prepare_mode(workload, modes[k])[2] for k in ("inductor", "kernelpro")}
+    torch.backends.cuda.enable_cudnn_sdp(False)  # the attention backend is picked at trace time
+    torch._dynamo.reset()
+    steps["kernelpro-flash"] = prepare_mode(workload, modes["kernelpro"])[2]
+    torch.backends.cuda.enable_cudnn_sdp(True)
+    return steps
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--workload", default="mini_gpt")
+    p.add_argument("--rounds", type=int, default=5)
+    a = p.parse_args()
+    steps = steps_of(a.workload)
+    for step in steps.values():
+        for _ in range(3):
+            step()
+    times: dict[str, dict[str, list[float]]] = {k: {"step": [], "host": []} for k in steps}
+    for _ in range(a.rounds):
+        for k, step in steps.items():
+            for _ in range(10):
+                torch.cuda.synchronize()
+                t0 = time.perf_counter()
+                step()
+                t1 = time.perf_counter()
+                torch.cuda.synchronize()
+                times[k]["host"].append((t1 - t0) * 1e3)
+                times[k]["step"].append((time.perf_counter() - t0) * 1e3)
+    med = lambda v: sorted(v)[len(v) // 2]  # noqa: E731
+    for k, v in times.items():
+        print(f"{a.workload} {k:16s} step {med(v['step']):.3f} ms (min {min(v['step']):.3f}) "
+              f"host {med(v['host']):.3f} ms", flush=True)  # fmt: skip
+    out = os.environ.get("OUT", ".")
+    activities = [torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA]
+    for k, step in steps.items():
+        with torch.profiler.profile(activities=activities) as prof:
+            step()
+            torch.cuda.synchronize()
+        path = f"{out}/trace-{a.workload}-{k}.json"
+        prof.export_chrome_trace(path)
+        rows, summary = gaps(path, 5.0)
+        print(k, json.dumps(summary))
+        for row in sorted(rows, key=lambda r: -r["idle_us"])[:6]:
+            print("   ", json.dumps(row))
+        print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=14))
+        subprocess.run(["gzip", "-f", path], check=False)
+
+
+if __name__ == "__main__":
+    main()
