@@ -12,6 +12,7 @@ names, or change os.environ (workers get the layout as an argument).
 Layout of a cache directory:
     kernels/                     the diskcache store of entries (cache/store.py)
     misses.jsonl                 the miss manifest (cache/misses.py)
+    context.json                 kernels that lost inside their model (cache/context.py)
     cubin/<2 hex>/<sha>.cubin    compiled CUDA sources (runtime/cuda_compile.py);
                                  $KERNELPRO_CUBIN_DIR puts them elsewhere
     search_memory.jsonl          moves and their gains (search/memory.py)
@@ -74,6 +75,10 @@ class CacheLayout:
     @property
     def misses(self) -> Path:
         return self.root / "misses.jsonl"
+
+    @property
+    def context(self) -> Path:
+        return self.root / "context.json"
 
     @property
     def search_memory(self) -> Path:

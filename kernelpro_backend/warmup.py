@@ -45,6 +45,7 @@ class WarmupRow:
 class WarmupReport:
     rows: list[WarmupRow]
     seconds: float
+    context: list[str] = dataclasses.field(default_factory=list)  # the in-context check
 
     def table(self) -> str:
         header = f"{'graph':<10}{'pattern':<28}{'key':<14}{'result':<10}{'seconds':>8}"
@@ -58,6 +59,7 @@ class WarmupReport:
             f"{len(self.rows)} subgraphs, {kernels} with a kernel, "
             f"{len(self.rows) - kernels} on the fallback; {self.seconds:.0f} s"
         )
+        lines.extend(self.context)
         lines.extend(self.coverage())
         return "\n".join(lines)
 
@@ -177,6 +179,7 @@ def warmup(
     provider: KernelProvider | None = None,
     release_workers: bool = True,
     more_inputs: Sequence[Sequence[Any]] = (),
+    check_context: bool = True,
 ) -> WarmupReport:
     """Search every subgraph of `model` the cache lacks (forward and, with `train`, backward).
 
@@ -190,7 +193,10 @@ def warmup(
     the order training meets them (the last, shorter batch last).
     `release_workers`: shut the worker pool down at the end (no worker keeps GPU memory); a
     caller warming several models keeps it and calls `tuner.searcher.release_gpu_memory()`
-    itself."""
+    itself.
+    `check_context`: then time the training step with and without the kernels found, and
+    record in the cache the ones that make it slower (incontext.py; one shape, one process,
+    CUDA only)."""
     opts = warmup_options(options, budget_s)
     check_pattern_names(Options.resolve(options=opts).search_patterns)
     if provider is None:
@@ -235,7 +241,31 @@ def warmup(
         from .tuner.searcher import release_gpu_memory
 
         release_gpu_memory()
-    return WarmupReport(rows=rows, seconds=time.perf_counter() - started)
+    context = []
+    if check_context and train:
+        context = _check_context(model, shapes, opts, loss_fn, ranks_agree)
+    return WarmupReport(rows=rows, seconds=time.perf_counter() - started, context=context)
+
+
+def _check_context(
+    model: torch.nn.Module,
+    shapes: list[list[Any]],
+    opts: dict[str, Any],
+    loss_fn: Callable[[Any], torch.Tensor] | None,
+    ranks_agree: bool,
+) -> list[str]:
+    """The in-context check (incontext.py) where it can run, else why not."""
+    if not torch.cuda.is_available():
+        return []
+    if len(shapes) > 1 or ranks_agree:
+        return ["in context: not checked (several shapes, or several ranks)"]
+    from .incontext import check_in_context
+    from .tuner import default_provider
+
+    finder = default_provider(Options.resolve(options={**opts, "search": "cache-only"}))
+    if getattr(finder, "cache", None) is None:
+        return ["in context: not checked (no cache)"]
+    return check_in_context(model, shapes[0], opts, loss_fn or _default_loss, finder)
 
 
 # How long the end of a warm-up waits for CUTLASS libraries still building (offline work: the

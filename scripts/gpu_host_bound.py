@@ -1,5 +1,5 @@
-"""Is a bench workload's training step host-bound? Per mode (Inductor, kernelpro, and kernelpro
-compiled with cuDNN attention off), interleaved rounds of steps: the step's time and the
+"""Is a bench workload's training step host-bound? Per mode (Inductor, kernelpro, kernelpro
+compiled with cuDNN attention off, and without the LM-head rewrite), interleaved rounds of steps: the step's time and the
 host's time inside it (the call returning before the GPU finishes); then one profiled step per
 mode through `scripts/trace_gaps.py` (GPU busy, idle between kernels, the longest gaps, and the
 host ops by self time). Traces go under $OUT, gzipped.
@@ -31,6 +31,10 @@ def steps_of(name: str) -> dict:  # type: ignore[type-arg]
     torch._dynamo.reset()
     steps["kernelpro-flash"] = prepare_mode(workload, modes["kernelpro"])[2]
     torch.backends.cuda.enable_cudnn_sdp(True)
+    torch._dynamo.reset()
+    no_op = {"rewrite_linear_cross_entropy": False}
+    plain = [m for m in make_modes(["eager", "kernelpro"], no_op) if m.name == "kernelpro"]
+    steps["kernelpro-no-lm-op"] = prepare_mode(workload, plain[0])[2]
     return steps
 
 

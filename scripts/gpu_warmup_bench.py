@@ -49,6 +49,7 @@ def warm_one(name: str, budget_s: float, trials: int, workers: int, patterns: st
         "workload": name,
         "seconds": time.time() - t0,
         "rows": [r.__dict__ for r in report.rows],
+        "context": report.context,  # the in-context check's timings and verdicts
     }
 
 
@@ -139,6 +140,8 @@ def main() -> None:
         for row in r.get("rows", []):
             if row["result"] == "kernel":
                 print(f"  kernel: {r['workload']} {row['graph']} {row['pattern']} {row['key']}")
+        for line in r.get("context", []):
+            print(f"  {r['workload']}: {line}")
     print(f"bundle: {len(exported)} entries")
 
 

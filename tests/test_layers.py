@@ -46,6 +46,7 @@ RANKS = {
     "tuner": 6,  # the per-subgraph policy; composes cache, search, runtime
     "backend": 7,
     "explain": 8,
+    "incontext": 7.5,  # the warm-up's step timings with and without kernels
     "warmup": 8,
     "examples": 8,
     "demo": 9,

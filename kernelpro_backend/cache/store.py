@@ -30,6 +30,7 @@ from ..fx_passes import SubgraphKey
 from ..paths import CACHE_DIR_ENV, CacheLayout
 from .artifact import CorruptEntry, Entry, KernelArtifact, decode_entry, encode_entry
 from .bundle import BundleError, read_bundle
+from .context import ContextVerdicts
 from .disk import JsonBytesDisk, UnsafeValue
 from .misses import MissManifest
 from .rows import CacheUnavailable, ReadOnlyStore, check_database, delete_rows, row_keys
@@ -105,6 +106,7 @@ class KernelCache:
         self.toolchain = toolchain or current_toolchain()
         self.gpu = gpu or current_gpu()
         self.misses = MissManifest(self.layout.misses)
+        self.context = ContextVerdicts(self.layout.context)
         self.read_only = False
         self._store: diskcache.Cache | ReadOnlyStore = self._open()
         self._extra: dict[str, tuple[Entry, Path]] | None = None

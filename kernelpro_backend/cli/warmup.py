@@ -36,6 +36,12 @@ def add_cli(subparsers: Any) -> None:
     p.add_argument("--no-train", action="store_true", help="inference graph only (no backward)")
     p.add_argument("--cache-dir", default=None, help="cache directory to fill")
     p.add_argument(
+        "--no-context-check",
+        action="store_true",
+        help="do not time the training step with and without the kernels found (by default "
+        "kernels that make it slower are recorded and left unused)",
+    )
+    p.add_argument(
         "--patterns",
         default=None,
         help="search only these subgraph patterns, comma-separated (as `explain` names them, "
@@ -88,7 +94,7 @@ def run_warmup(args: argparse.Namespace) -> int:
     try:
         report = warmup(
             model, inputs, train=not args.no_train, budget_s=args.budget_s, options=options,
-            provider=provider, more_inputs=more,
+            provider=provider, more_inputs=more, check_context=not args.no_context_check,
         )  # fmt: skip
     except RuntimeError as e:
         print(f"kernelpro warmup: {e}", file=sys.stderr)

@@ -39,8 +39,6 @@ Searcher = Callable[[Subgraph], "KernelArtifact | None"]
 # Re-proves and re-times an entry made elsewhere on this machine (tuner.reprove.Reprover); an
 # "ok" verdict whose `updated` artifact is recorded as proved here lets the entry run.
 Prover = Callable[[Entry], Verdict]
-
-
 # Winners of other sizes a search at a new size of the same symbolic subgraph starts from.
 FAMILY_HINTS = 3
 
@@ -231,8 +229,9 @@ class KernelFinder:
             self._artifacts[key.digest] = artifact
         if key.digest in self._loaded and not behind_op:
             return self._loaded[key.digest]
-        if artifact is None or not self._pays_off(artifact, behind_op):
-            return None
+        lost = self.cache_op("read", lambda: self.cache.context.rejected(key.digest))
+        if artifact is None or lost or not self._pays_off(artifact, behind_op):
+            return None  # lost: slower inside its model at warm-up (cache/context.py)
         if key.digest in self._loaded:
             return self._loaded[key.digest]
         return self._load(key, artifact, subgraph)

@@ -71,6 +71,13 @@ def test_export_filters(tmp_path, filled, linear_sg):
     assert export_bundle(src, tmp_path / "a80.tar", arch="sm_80") == []
 
 
+def test_kernels_that_lost_inside_their_model_are_not_exported(tmp_path, filled):
+    src, keys = filled
+    src.context.reject(keys[1].digest, pattern="pointwise", why="slower in its model")
+    written = export_bundle(src, tmp_path / "c.tar")
+    assert {e.key.digest for e in written} == {keys[0].digest, keys[2].digest}
+
+
 def _rewrite(path, change):
     """Re-pack a tar bundle after `change(files)` edits its members in place."""
     files = tar_members(path)

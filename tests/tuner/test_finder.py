@@ -265,3 +265,24 @@ def test_compile_sizes_search_only_listed_sizes_and_prove_bucket_winners_elsewhe
     assert finder.find_dynamic(at(200)) is None and len(asked) == 2
     (miss,) = [e for e in cache.misses.entries() if "compile_sizes" in (e.get("reason") or "")]
     assert miss["reason"] == "dynamic sizes 200 not in compile_sizes: not searched"
+
+
+def test_a_kernel_that_lost_inside_its_model_runs_the_fallback_and_is_not_searched(
+    cache, tanh_sg, caplog
+):
+    """cache/context.py: the warm-up's in-context check recorded this hit as slower inside its
+    model; every later finder (this process or another) runs the fallback, searches nothing."""
+    key = cache.key_for(tanh_sg.key)
+    cache.put(key, python_artifact())
+    cache.context.reject(key.digest, pattern="pointwise", why="12.0 ms with it, 11.0 without")
+
+    def must_not_search(subgraph):
+        raise AssertionError("searched a kernel rejected in context")
+
+    with caplog.at_level(logging.INFO, logger="kernelpro.cache"):
+        finder = KernelFinder(cache, Options(search="on-miss"), python_loader, must_not_search)
+        assert finder.find(tanh_sg) is None
+        assert finder.find(tanh_sg) is None
+    assert sum("lost inside its model" in r.message for r in caplog.records) == 1
+    later = KernelFinder(type(cache)(cache.directory), Options(), python_loader)
+    assert later.find(tanh_sg) is None  # read back from context.json
