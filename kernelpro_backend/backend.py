@@ -11,7 +11,9 @@ Must not: know how kernels are searched, cached or launched.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
+import hashlib
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -57,6 +59,8 @@ class CompileSession:
         self.provider = provider
         self.observer = observer
         self.reports: list[RewriteReport] = []
+        self.fingerprint = ""  # the dynamo graph's (graph_fingerprint), before any rewrite
+        self.rewrites: dict[str, int] = {}  # torch-level rewrites made: name -> chains
 
     def rewrite(
         self, gm: fx.GraphModule, graph_kind: str, inline: bool | None = None
@@ -166,6 +170,36 @@ def _compile_eager(
     return compiled  # type: ignore[no-any-return,return-value]
 
 
+def graph_fingerprint(gm: fx.GraphModule, example_inputs: Sequence[Any]) -> str:
+    """The identity of a dynamo graph across processes: its code and its inputs' shapes,
+    dtypes and grad flags (a warm-up's verdicts on a whole graph are keyed by it)."""
+    metas = [
+        (tuple(str(d) for d in x.shape), str(x.dtype), x.requires_grad)
+        if isinstance(x, torch.Tensor)
+        else type(x).__name__
+        for x in example_inputs
+    ]
+    return hashlib.sha256(f"{gm.code}\n{metas}".encode()).hexdigest()[:32]
+
+
+def _with_context_verdicts(opts: Options, provider: Any, fingerprint: str) -> Options:
+    """`opts` with the torch-level rewrites a warm-up measured slower on this very graph
+    turned off (cache/context.py)."""
+    cache = getattr(provider, "cache", None) or getattr(
+        getattr(provider, "inner", None), "cache", None
+    )
+    if cache is None or opts.search == "off":
+        return opts
+    try:
+        off = cache.context.graph_options(fingerprint)
+    except OSError:
+        return opts
+    if not off:
+        return opts
+    log.info("kernelpro: this graph's warm-up measured it faster with %s", off)
+    return dataclasses.replace(opts, **off)
+
+
 def make_backend(
     provider: KernelProvider | ProviderFactory | None = None,
     observer: SubgraphObserver | None = None,
@@ -184,13 +218,16 @@ def make_backend(
         check_pattern_names(opts.search_patterns)
         if opts.search != "off" and not torch.cuda.is_available():
             _warn_no_cuda_once()
+        chosen = default_provider(opts, provider)
+        fingerprint = graph_fingerprint(gm, example_inputs)
+        opts = _with_context_verdicts(opts, chosen, fingerprint)
+        session = CompileSession(opts, chosen, observer)
+        session.fingerprint = fingerprint
         # The torch-level fusions, before AOTAutograd; search="off" is the fallback alone.
         if opts.search != "off" and opts.rewrite_attention:
-            rewrite_attention(gm)
+            session.rewrites["attention"] = rewrite_attention(gm)
         if opts.search != "off" and opts.rewrite_linear_cross_entropy:
-            rewrite_linear_cross_entropy(gm)
-        chosen = default_provider(opts, provider)
-        session = CompileSession(opts, chosen, observer)
+            session.rewrites["linear_cross_entropy"] = rewrite_linear_cross_entropy(gm)
         if sessions is not None:
             sessions.append(session)
         if opts.fallback == "eager":

@@ -9,6 +9,10 @@ So after a warm-up's searches the step is timed with every kernel found, and wit
 the kernels lose, each is left out in turn, and the ones whose absence makes the step faster
 are recorded in the cache (cache/context.py), where the finder reads them.
 
+Then, where the LM-head rewrite took part, the step with and without it: a graph faster
+without it gets that recorded against its fingerprint (backend.graph_fingerprint), and later
+compiles of that graph leave the rewrite off.
+
 Owns: `check_in_context` (timing and the verdicts), `decide` (the rule, without a GPU).
 Must not: search, or time anything but whole steps of the model.
 """
@@ -68,6 +72,18 @@ def decide(time_without: Timer, used: Sequence[str], first: float) -> tuple[list
             if rest > none * (1 + margin):
                 losers = list(used)
     return (losers or list(used)), lines
+
+
+LM_HEAD_OFF = {"rewrite_linear_cross_entropy": False}
+RECORDED = "recorded off for this graph"
+
+
+def _check_lm_head(on: float, off: float) -> str:
+    """The LM-head rewrite's verdict line (it ends with RECORDED when the graph is faster
+    without it): the op saves GPU time and memory, but its host path can cost more than that
+    on a step the host sets (BENCHMARKS.md, mini_gpt)."""
+    line = f"in context: the LM-head rewrite {on:.3f} ms a step, without it {off:.3f} ms"
+    return f"{line}: {RECORDED}" if off < on * (1 - MARGIN) else line
 
 
 class _Excluding:
@@ -140,22 +156,34 @@ def check_in_context(
     """Time the training step with and without the kernels `finder` (cache-only) serves;
     record the losers in the finder's cache. Returns the report's lines."""
     served: dict[str, str] = {}
+    sessions: list[Any] = []
 
-    def time_without(excluded: frozenset[str]) -> float:
+    def time_with(excluded: frozenset[str], changed: dict[str, Any] | None = None) -> float:
         provider = _Excluding(finder, excluded, served)
-        return time_step(model, make_backend(provider=provider), opts, loss_fn, inputs)
+        backend = make_backend(provider=provider, sessions=sessions)
+        return time_step(model, backend, {**opts, **(changed or {})}, loss_fn, inputs)
 
-    first = time_without(frozenset())  # and which kernels the step uses
+    first = time_with(frozenset())  # and which kernels the step uses
     used = sorted(served)
-    if not used:
-        return ["in context: the step uses no kernelpro kernel"]
-    losers, lines = decide(time_without, used, first)
+    losers: list[str] = []
+    lines = ["in context: the step uses no kernelpro kernel"]
+    if used:
+        losers, lines = decide(time_with, used, first)
     for digest in losers:
         finder.cache.context.reject(
             digest, pattern=served[digest], model=type(model).__name__, why=lines[0]
         )
     if losers:
         lines.append(f"  recorded as losing in context: {', '.join(d[:12] for d in losers)}")
+    rewritten = {s.fingerprint for s in sessions if s.rewrites.get("linear_cross_entropy")}
+    if rewritten:
+        on = time_with(frozenset(losers)) if losers else first
+        lines.append(_check_lm_head(on, time_with(frozenset(losers), LM_HEAD_OFF)))
+        if lines[-1].endswith(RECORDED):
+            for fingerprint in rewritten:
+                finder.cache.context.set_graph_options(
+                    fingerprint, LM_HEAD_OFF, model=type(model).__name__, why=lines[-1]
+                )
     torch._dynamo.reset()
     for line in lines:
         log.info("kernelpro warmup: %s", line)

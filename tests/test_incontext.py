@@ -71,3 +71,58 @@ def test_verdicts_are_written_at_once_and_read_back(tmp_path, caplog):
     path.write_text("{not json")
     assert ContextVerdicts(path).rejected("d" * 64) is None  # unreadable: warned, ignored
     assert "ignoring unreadable" in caplog.text
+
+
+class _Finder:
+    """A cache-only finder with no kernels: the check then judges the LM-head rewrite alone."""
+
+    def __init__(self, cache):  # type: ignore[no-untyped-def]
+        self.cache = cache
+
+    def find(self, subgraph):  # type: ignore[no-untyped-def]
+        return None
+
+
+def test_a_graph_faster_without_the_lm_head_rewrite_gets_it_off_for_later_compiles(
+    tmp_path, monkeypatch
+):
+    """The wiring of check_in_context on the CPU (the step's timer made up: 10 ms with the
+    rewrite, 9 without): the verdict is recorded against the graph's fingerprint, and a later
+    compile of the same graph through a provider of that cache leaves the chain as ops."""
+    import torch
+    import torch.nn.functional as F
+
+    from kernelpro_backend import incontext
+    from kernelpro_backend.backend import make_backend
+    from kernelpro_backend.bench import models
+    from kernelpro_backend.cache import KernelCache
+
+    def made_up_time(model, backend, opts, loss_fn, inputs):  # type: ignore[no-untyped-def]
+        torch._dynamo.reset()
+        loss_fn(torch.compile(model, backend=backend, options=opts)(*inputs)).backward()
+        return 10.0 if opts.get("rewrite_linear_cross_entropy", True) else 9.0
+
+    monkeypatch.setattr(incontext, "time_step", made_up_time)
+    torch.manual_seed(0)
+    model = models.LMHeadLoss(16, 50)
+    inputs = (torch.randn(12, 16, requires_grad=True), torch.randint(0, 50, (12,)))
+    opts = {"fallback": "eager"}
+    with KernelCache(tmp_path / "c") as cache:
+        lines = incontext.check_in_context(model, inputs, opts, lambda out: out, _Finder(cache))
+        assert lines[-1].endswith(incontext.RECORDED), lines
+        sessions: list = []
+        torch._dynamo.reset()
+        backend = make_backend(provider=_Finder(cache), sessions=sessions)
+        loss = torch.compile(model, backend=backend, options=opts)(*inputs)
+        torch.testing.assert_close(loss, F.cross_entropy(model.head(inputs[0]), inputs[1]))
+        assert sessions and not sessions[0].rewrites.get("linear_cross_entropy")
+    torch._dynamo.reset()
+
+
+def test_graph_options_keep_only_the_rewrites_turned_off(tmp_path):
+    verdicts = ContextVerdicts(tmp_path / "context.json")
+    verdicts.set_graph_options("f" * 32, {"rewrite_linear_cross_entropy": False, "search": "off"})
+    again = ContextVerdicts(tmp_path / "context.json")
+    assert again.graph_options("f" * 32) == {"rewrite_linear_cross_entropy": False}
+    assert again.graph_options("0" * 32) == {}
+    assert again.rejected("graph:" + "f" * 32) is None  # not a kernel's verdict

@@ -7,8 +7,9 @@ subgraph's edges, tensors it kept in registers go to memory). The warm-up's in-c
 lost, with its figures; the finder then runs the fallback for them and does not search them
 again.
 
-Owns: `context.json` in the cache directory ({digest: record}), read once per process and
-rewritten whole with paths.atomic_write.
+Owns: `context.json` in the cache directory ({digest: record} for kernels, and
+{"graph:<fingerprint>": {"options": ...}} for the torch-level rewrites a warm-up measured
+slower on one whole graph), read once per process and rewritten whole with paths.atomic_write.
 Must not: time anything or decide what lost (warmup.py does).
 """
 
@@ -50,7 +51,7 @@ class ContextVerdicts:
     def rejected(self, digest: str) -> dict[str, Any] | None:
         """The record of a kernel measured slower in context (said once per process), or
         None."""
-        record = self._load().get(digest)
+        record = self._load().get(digest) if not digest.startswith("graph:") else None
         if record is not None and digest not in self._told:
             self._told.add(digest)
             log.info(
@@ -64,8 +65,27 @@ class ContextVerdicts:
 
     def reject(self, digest: str, **record: Any) -> None:
         """Record (and write at once) that `digest`'s kernel lost in its model."""
+        self._write(digest, record)
+
+    # Options a warm-up measured better off for one whole graph (backend.graph_fingerprint):
+    # only the torch-level rewrites, which a kernel verdict cannot undo.
+    GRAPH_OPTIONS = ("rewrite_linear_cross_entropy", "rewrite_attention")
+
+    def graph_options(self, fingerprint: str) -> dict[str, bool]:
+        """{option: False} for the rewrites that lost on the graph `fingerprint`."""
+        record = self._load().get(f"graph:{fingerprint}") or {}
+        options = record.get("options")
+        if not isinstance(options, dict):
+            return {}
+        return {k: False for k, v in options.items() if k in self.GRAPH_OPTIONS and v is False}
+
+    def set_graph_options(self, fingerprint: str, options: dict[str, bool], **record: Any) -> None:
+        """Record (and write at once) options measured better for the graph `fingerprint`."""
+        self._write(f"graph:{fingerprint}", {"options": options, **record})
+
+    def _write(self, name: str, record: dict[str, Any]) -> None:
         records = self._load()
-        records[digest] = {**record, "time": utc_now()}
+        records[name] = {**record, "time": utc_now()}
         self.path.parent.mkdir(parents=True, exist_ok=True)
         atomic_write(self.path, json.dumps(records, indent=1, sort_keys=True))
 
