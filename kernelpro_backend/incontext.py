@@ -159,6 +159,12 @@ def check_in_context(
     sessions: list[Any] = []
 
     def time_with(excluded: frozenset[str], changed: dict[str, Any] | None = None) -> float:
+        log.info(
+            "kernelpro warmup: in context: compiling and timing the step without %d of the "
+            "kernels%s",
+            len(excluded),
+            " and without the LM-head rewrite" if changed else "",
+        )
         provider = _Excluding(finder, excluded, served)
         backend = make_backend(provider=provider, sessions=sessions)
         return time_step(model, backend, {**opts, **(changed or {})}, loss_fn, inputs)
