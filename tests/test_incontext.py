@@ -126,3 +126,26 @@ def test_graph_options_keep_only_the_rewrites_turned_off(tmp_path):
     assert again.graph_options("f" * 32) == {"rewrite_linear_cross_entropy": False}
     assert again.graph_options("0" * 32) == {}
     assert again.rejected("graph:" + "f" * 32) is None  # not a kernel's verdict
+
+
+def test_a_graph_has_the_same_fingerprint_in_every_compile_and_another_at_other_shapes():
+    """The warm-up's verdict on a graph must find that graph again in a later process: the
+    fingerprint is its code and its inputs' metadata, nothing of this process."""
+    import torch
+
+    from kernelpro_backend.backend import graph_fingerprint
+    from kernelpro_backend.bench import models
+
+    seen: list[str] = []
+
+    def backend(gm, example_inputs):  # type: ignore[no-untyped-def]
+        seen.append(graph_fingerprint(gm, example_inputs))
+        return gm.forward
+
+    for rows in (12, 12, 20):
+        torch._dynamo.reset()
+        model = models.LMHeadLoss(16, 50)
+        x, t = torch.randn(rows, 16), torch.randint(0, 50, (rows,))
+        torch.compile(model, backend=backend, dynamic=False)(x, t)
+    assert len(seen) == 3 and seen[0] == seen[1] != seen[2]
+    torch._dynamo.reset()

@@ -156,9 +156,21 @@ def _ls(cache: KernelCache, args: argparse.Namespace, out: TextIO) -> int:
     if any(r[8] == "no" for r in rows):
         print("PROVED no: made on another toolchain or GPU model, or imported; re-proved and "
               "re-timed on this GPU before its first use", file=out)  # fmt: skip
+    lost = sum(cache.context.rejected(e.key.digest) is not None for e in entries)
+    if lost:
+        print(f"{lost} of them made their model's step slower at warm-up and stay unused "
+              "(`kernelpro cache show KEY` says by how much)", file=out)  # fmt: skip
     if corrupt:
         print(f"{corrupt} corrupt entries (skipped; `kernelpro cache prune` drops them)", file=out)
     return 0
+
+
+def _context(cache: KernelCache, digest: str) -> str:
+    """What the warm-up's in-context check said of an entry (cache/context.py)."""
+    record = cache.context.rejected(digest)
+    if record is None:
+        return "used (not found slower in a warm-up's step)"
+    return f"unused: slower in {record.get('model', 'its model')} ({record.get('why', '')})"
 
 
 def _show(cache: KernelCache, prefix: str, out: TextIO) -> int:
@@ -175,6 +187,7 @@ def _show(cache: KernelCache, prefix: str, out: TextIO) -> int:
         ("inputs", json.dumps(e.key.subgraph.inputs)), ("toolchain", str(a.provenance.toolchain)),
         ("gpu", a.provenance.gpu), ("origin", a.provenance.origin),
         ("proved here", cache.unproved(e) or "yes"),
+        ("in its model", _context(cache, e.key.digest)),
         ("language", a.language), ("entry", a.entry), ("launch", json.dumps(a.launch)),
         ("binary", f"{len(a.binary)} bytes" if a.binary else None), ("kernel_ms", a.kernel_ms),
         ("baselines_ms", json.dumps(a.baselines_ms)), ("speedup", a.speedup),

@@ -48,6 +48,16 @@ def test_show_by_prefix(cache_dir):
     assert code == 1 and "no entry matching 'zzzz'" in text
 
 
+def test_ls_and_show_say_which_kernels_lost_inside_their_model(cache_dir):
+    path, cache = cache_dir
+    entry = next(cache.entries())
+    cache.context.reject(entry.key.digest, model="TinyMLP", why="2.4 ms with it, 2.2 without")
+    code, text = run_cache_cli("--cache-dir", path, "ls")
+    assert code == 0 and "1 of them made their model's step slower at warm-up" in text
+    code, text = run_cache_cli("--cache-dir", path, "show", entry.key.digest[:10])
+    assert "unused: slower in TinyMLP (2.4 ms with it, 2.2 without)" in text
+
+
 def test_export_then_import_and_foreign_arch(cache_dir, tmp_path):
     path, _ = cache_dir
     bundle = str(tmp_path / "out" / "kernels.tar.gz")
