@@ -2,11 +2,13 @@
 gradient of the logits.
 
 One Triton program per row: a first pass keeps the running max and sum of exp (online
-log-sum-exp, float32; the row marked to stay in L2 when the second pass reads it again), the
-loss is `lse - logit[target]` (0 for an ignored target), and a second pass overwrites each logit with `(exp(logit - lse) - [col == target]) * scale` in the logits'
+log-sum-exp, float32, one exp per element; the row marked to stay in L2 when the second pass
+reads it again), the loss is `lse - logit[target]` (0 for an ignored target), and a second
+pass overwrites each logit with `(exp(logit - lse) - [col == target]) * scale` in the logits'
 own dtype — so a chunk of bf16 logits becomes its bf16 gradient without a float32 copy of it.
 `scale` is a host float (the op passes 1 / rows for a mean and corrects by rows / targets
-counted in its backward), so the kernel waits on no device scalar. `rows_aten` is the same contract in ATen ops, for CPU tensors.
+counted in its backward), so the kernel waits on no device scalar. `rows_aten` is the same
+contract in ATen ops, for CPU tensors.
 
 Owns: `cross_entropy_rows(logits, target, scale, ignore_index, grads) -> per-row loss`, the
 Triton kernel (made on first use, per interpreter mode: TRITON_INTERPRET is read when a JIT
@@ -31,10 +33,6 @@ BLOCK = 4096
 # (evict_last) and let go after the second (evict_first), as Inductor marks such loads; the row
 # template's measured gain from these hints: BENCHMARKS.md, rows, "Re-read rows".
 REREAD_HINTS = ("evict_last", "evict_first")
-# One exp per element in the first pass (exp(-|x - m|) serves as both the new term and the
-# rescale) and the target's -1 applied once per row: the kernel issues fewer instructions per
-# byte; False is the textbook two-exp form, kept for side-by-side timing.
-ONE_EXP = True
 
 
 @functools.lru_cache(maxsize=2)
@@ -46,34 +44,28 @@ def _kernel(interpret: bool) -> Any:
     def ce_rows(
         logits, stride, target, loss, scale, n_cols, ignore_index, GRADS: tl.constexpr,
         BLOCK: tl.constexpr, FIRST: tl.constexpr = "", LAST: tl.constexpr = "",
-        ONE_EXP: tl.constexpr = True,
     ):  # fmt: skip
         row = tl.program_id(0).to(tl.int64)
         base = logits + row * stride
         t = tl.load(target + row)
         cols = tl.arange(0, BLOCK)
-        # Per lane a running max m and sum s of exp(x - m). ONE_EXP: one exp per element,
-        # exp(-|x - m|), which is the new term when x <= m and the rescale of s when x > m
-        # (then x itself adds exp(0) = 1); m starts at the lowest finite float so that x - m
-        # is never inf - inf. Otherwise the textbook update: two exps per element.
-        m = tl.full([BLOCK], -3.4028234663852886e38 if ONE_EXP else float("-inf"), tl.float32)
+        # Per lane a running max m and sum s of exp(x - m), with one exp per element:
+        # exp(-|x - m|) is the new term when x <= m and the rescale of s when x > m (then x
+        # itself adds exp(0) = 1); m starts at the lowest finite float so that x - m is never
+        # inf - inf. (The textbook update takes two exps: 0.449 ms against 0.401 on an H100,
+        # 8192 x 32000 bf16, BENCHMARKS.md.)
+        m = tl.full([BLOCK], -3.4028234663852886e38, tl.float32)
         s = tl.zeros([BLOCK], tl.float32)
         for start in range(0, n_cols, BLOCK):
             x = tl.load(
                 base + start + cols, mask=start + cols < n_cols, other=float("-inf"),
                 eviction_policy=FIRST,
             ).to(tl.float32)  # fmt: skip
-            if ONE_EXP:
-                d = x - m
-                e = tl.exp(-tl.abs(d))
-                up = d > 0
-                s = tl.where(up, s * e + 1.0, s + e)
-                m = tl.where(up, x, m)
-            else:
-                new_m = tl.maximum(m, x)
-                alpha = tl.where(new_m == float("-inf"), 0.0, tl.exp(m - new_m))
-                s = s * alpha + tl.where(x == float("-inf"), 0.0, tl.exp(x - new_m))
-                m = new_m
+            d = x - m
+            e = tl.exp(-tl.abs(d))
+            up = d > 0
+            s = tl.where(up, s * e + 1.0, s + e)
+            m = tl.where(up, x, m)
         row_max = tl.max(m, 0)
         total = tl.sum(s * tl.where(m == float("-inf"), 0.0, tl.exp(m - row_max)), 0)
         lse = row_max + tl.log(total)
@@ -88,15 +80,13 @@ def _kernel(interpret: bool) -> Any:
                 x = tl.load(base + start + cols, mask=mask, other=0.0, eviction_policy=LAST).to(
                     tl.float32
                 )
-                g = tl.exp(x - lse)
-                if not ONE_EXP:
-                    g -= tl.where(start + cols == safe, 1.0, 0.0)
-                tl.store(base + start + cols, (g * k).to(logits.dtype.element_ty), mask=mask)
-            if ONE_EXP:  # the target's -1 once per row instead of a compare per element; the
-                # barrier orders it after the loop's store of the same element by another thread
-                tl.debug_barrier()
-                fixed = ((tl.exp(picked - lse) - 1.0) * k).to(logits.dtype.element_ty)
-                tl.store(base + safe, fixed, mask=valid)
+                g = tl.exp(x - lse) * k
+                tl.store(base + start + cols, g.to(logits.dtype.element_ty), mask=mask)
+            # The target's -1 once per row instead of a compare per element; the barrier
+            # orders it after the loop's store of the same element by another thread.
+            tl.debug_barrier()
+            fixed = ((tl.exp(picked - lse) - 1.0) * k).to(logits.dtype.element_ty)
+            tl.store(base + safe, fixed, mask=valid)
 
     del interpret  # the cache key: the kernel is made again when the mode changes
     return ce_rows
@@ -185,7 +175,7 @@ def cross_entropy_rows(
         warps = 16 if block >= 4096 else 8 if block >= 2048 else 4
         kernel[(rows,)](
             logits, logits.stride(0), target, loss, float(scale), cols, ignore_index, grads,
-            block, *(REREAD_HINTS if grads and aligned else ("", "")), ONE_EXP,
+            block, *(REREAD_HINTS if grads and aligned else ("", "")),
             num_warps=warps if aligned or block < 4096 else 32,
         )  # fmt: skip
     return loss

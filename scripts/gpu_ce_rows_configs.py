@@ -1,9 +1,7 @@
 """The cross-entropy row kernel of the chunked LM-head op (linear_ce_rows.py) over its launch
 configurations on the GPU (BLOCK columns per step, num_warps, with and without the L2 eviction
-hints of the re-read row, one or two exps per element in the first pass), gradient written in
-place; effective bandwidth (one read + one write
-of the logits) per config
-and chunk shape, beside Inductor's cross-entropy forward+backward on the same logits.
+hints of the re-read row), gradient written in place; effective bandwidth (one read + one write
+of the logits) per config and chunk shape, beside Inductor's cross-entropy forward+backward on the same logits.
 
 PYTHONPATH=. python scripts/gpu_ce_rows_configs.py
 """
@@ -38,11 +36,9 @@ def main() -> None:
         nbytes = 2 * logits.numel() * logits.element_size()
         configs = [(b, w) for b in (2048, 4096, 8192) for w in (8, 16, 32)]
         args = (logits, cols, target, loss, scale, cols, -100, True)
-        variants = itertools.product(configs, (REREAD_HINTS, ("", "")), (True, False))
-        for (block, warps), hints, one_exp in variants:
+        for (block, warps), hints in itertools.product(configs, (REREAD_HINTS, ("", ""))):
             name = f"BLOCK {block} w{warps}" + (" hints" if hints[0] else "")
-            name += " 1exp" if one_exp else " 2exp"
-            run = functools.partial(kernel[(rows,)], *args, block, *hints, one_exp, num_warps=warps)
+            run = functools.partial(kernel[(rows,)], *args, block, *hints, num_warps=warps)
             try:
                 ms = do_bench(run, warmup=5, rep=40)
             except Exception as e:  # out of resources: report and go on

@@ -1,8 +1,7 @@
 """LM head + cross-entropy training step on the GPU (8192 tokens x 1024 -> 32000, bf16): eager,
 Inductor and kernelpro with the chunked linear+cross-entropy rewrite; step time and peak memory,
 each mode twice. `--variants` also times the fused op's chunk sizes
-(kernelpro_backend.linear_ce_op.CHUNK_ELEMENTS) and the row kernel's one- and two-exp forms
-(linear_ce_rows.ONE_EXP) before a last Inductor run, and `--profile`
+(kernelpro_backend.linear_ce_op.CHUNK_ELEMENTS) before a last Inductor run, and `--profile`
 prints the CUDA kernels of one step per mode (and writes its trace under $OUT).
 
 PYTHONPATH=.:scripts python scripts/gpu_lm_head_loss.py [--variants] [--profile]
@@ -18,7 +17,6 @@ import torch
 from scripts_common import measure_step
 
 import kernelpro_backend.linear_ce_op as op
-import kernelpro_backend.linear_ce_rows as rows
 from kernelpro_backend import make_backend
 from kernelpro_backend.bench import models
 
@@ -103,7 +101,6 @@ def main() -> None:
     a = p.parse_args()
     if a.chunk_elements:
         op.CHUNK_ELEMENTS = a.chunk_elements
-    chosen = op.CHUNK_ELEMENTS
     torch.manual_seed(0)
     base = models.LMHeadLoss(D, V).cuda().bfloat16()
     h = torch.randn(N, D, device="cuda", dtype=torch.bfloat16, requires_grad=True)
@@ -122,11 +119,6 @@ def main() -> None:
         op.CHUNK_ELEMENTS = chunk
         step = make_step(base, "kernelpro", h, t)
         print(f"kernelpro chunk 2**{chunk.bit_length() - 1}", measure_step(step), flush=True)
-    op.CHUNK_ELEMENTS = chosen
-    for one_exp in (False, True):  # the row kernel's first pass with two exps, then one
-        rows.ONE_EXP = one_exp
-        step = make_step(base, "kernelpro", h, t)
-        print(f"kernelpro one_exp={one_exp}", measure_step(step), flush=True)
     print("inductor", measure_step(make_step(base, "inductor", h, t)), flush=True)
 
 

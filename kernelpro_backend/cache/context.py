@@ -3,14 +3,14 @@
 A kernel wins its subgraph's search alone, against the fallback compiling that subgraph alone;
 in the whole graph the split can cost more than it saves (Inductor no longer fuses across the
 subgraph's edges, tensors it kept in registers go to memory). The warm-up's in-context check
-(warmup.py) times the model's step with and without each kernel and records here the ones that
+(incontext.py) times the model's step with and without each kernel and records here the ones that
 lost, with its figures; the finder then runs the fallback for them and does not search them
 again.
 
 Owns: `context.json` in the cache directory ({digest: record} for kernels, and
 {"graph:<fingerprint>": {"options": ...}} for the torch-level rewrites a warm-up measured
 slower on one whole graph), read once per process and rewritten whole with paths.atomic_write.
-Must not: time anything or decide what lost (warmup.py does).
+Must not: time anything or decide what lost (incontext.py does).
 """
 
 from __future__ import annotations
