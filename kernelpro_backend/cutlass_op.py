@@ -18,6 +18,7 @@ import hashlib
 
 import torch
 
+from .fast_op import fast_op
 from .runtime.cuda_host import library_gemm
 
 _SOURCES: dict[str, str] = {}
@@ -30,7 +31,7 @@ def register(source: str) -> str:
     return digest
 
 
-@torch.library.custom_op("kernelpro::cutlass_gemm", mutates_args=())
+@fast_op("kernelpro::cutlass_gemm")
 def cutlass_gemm(
     a: torch.Tensor,
     b: torch.Tensor,

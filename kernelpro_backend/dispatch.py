@@ -26,6 +26,7 @@ from typing import Any
 
 import torch
 
+from .fast_op import fast_op
 from .fx_passes import Subgraph
 from .fx_passes.concrete import (
     CallSizes,
@@ -214,7 +215,7 @@ def dispatch_stats() -> dict[str, int]:
     return total
 
 
-@torch.library.custom_op("kernelpro::dispatch", mutates_args=())
+@fast_op("kernelpro::dispatch")
 def dispatch(dispatch_id: str, tensors: list[torch.Tensor], sizes: list[int]) -> list[torch.Tensor]:
     return DISPATCHERS.get(dispatch_id)(tensors, sizes)
 

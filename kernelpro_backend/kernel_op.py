@@ -12,6 +12,7 @@ import dataclasses
 
 import torch
 
+from .fast_op import fast_op
 from .providers import Kernel, Registry, TensorMeta, conform
 
 
@@ -41,7 +42,7 @@ class KernelRegistry(Registry[RegisteredKernel]):
 KERNELS = KernelRegistry()
 
 
-@torch.library.custom_op("kernelpro::launch", mutates_args=())
+@fast_op("kernelpro::launch")
 def launch(kernel_id: str, inputs: list[torch.Tensor]) -> list[torch.Tensor]:
     entry = KERNELS.get(kernel_id)
     entry.calls += 1

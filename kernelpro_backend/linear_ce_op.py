@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import torch
 
+from .fast_op import fast_op
 from .linear_ce_rows import cross_entropy_rows, finish
 
 # Rows per chunk: about 2**27 logits (256 MiB in bf16) at a time. On the H100 (8192 x 1024 ->
@@ -36,7 +37,7 @@ def chunk_rows(rows: int, vocab: int) -> int:
     return max(1, min(rows, CHUNK_ELEMENTS // max(vocab, 1)))
 
 
-@torch.library.custom_op("kernelpro::linear_cross_entropy", mutates_args=())
+@fast_op("kernelpro::linear_cross_entropy")
 def linear_cross_entropy(
     x: torch.Tensor,
     weight: torch.Tensor,

@@ -27,6 +27,7 @@ RANKS = {
     "text_table": 0,
     "options": 0,
     "paths": 1,
+    "fast_op": 1,  # registers the package's custom operators with the dispatcher
     # graphs, and what works on a subgraph without running anything
     "fx_passes": 2,
     "codegen": 3,  # KernelSpec -> source; no fx
