@@ -39,7 +39,9 @@ DEFAULT_LOADS = "pointer"
 # tf32) start from a persistent program whose tile and K loops are one software pipeline, TMA
 # loads and the epilogue on two column slices: on the H100 (BENCHMARKS.md, GEMM sweep,
 # 2026-11-26) 1-7% faster than the pointer seed on every bf16/fp16 GEMM of 2048^3 and up and on
-# the training shapes (98-100% of cuBLAS), and 4-7% on GEMMs with epilogues.
+# the training shapes (98-100% of cuBLAS), and 4-7% on GEMMs with epilogues — all with the
+# largest tile, the only one it is taken with: on 1024^3 its 64x64 tiles ran 0.0117 ms against
+# the pointer seed's 0.0074 (BENCHMARKS.md, GEMM sweep, 2026-11-26 and 2026-11-25).
 PIPELINED: dict[str, KnobValue] = dict(
     LOADS="tma", PERSISTENT=True, FLATTEN=True, EPILOGUE_SUBTILE=2
 )
@@ -128,6 +130,7 @@ def gemm_default_knobs(spec: KernelSpec) -> dict[str, KnobValue]:
     m, n = int(spec.param("m")), int(spec.param("n"))
     batch = int(spec.param("batch"))
     kind = operand_kind(spec)
+    largest = False
     if m <= SKINNY_M and not spec.reduced:
         bn, bk, stages, warps = SKINNY_TILES[kind]
         tile = _fit((next_pow2(m), bn, bk, stages, warps), spec)
@@ -140,13 +143,14 @@ def gemm_default_knobs(spec: KernelSpec) -> dict[str, KnobValue]:
             >= NUM_SMS * (LARGEST_TILE_FILL if i == 0 else 1)
         ]
         tile = filling[0] if filling else fitted[-1]
+        largest = tile == fitted[0]
     knobs = _knobs(tile, spec)
     if DEFAULT_LOADS == "tma" and tma_problem(spec) is None:
         knobs["LOADS"] = "tma"
     base = _with_any_knobs(spec)
     chosen = _shrink_to_legal(knobs, base)
     tiles = math.ceil(m / tile[0]) * math.ceil(n / tile[1]) * batch
-    if kind != "ieee" and tma_problem(spec) is None and tiles >= NUM_SMS:
+    if kind != "ieee" and largest and tma_problem(spec) is None and tiles >= NUM_SMS:
         for extra in (PIPELINED, dict(PIPELINED, EPILOGUE_SUBTILE=1)):  # no slices: reductions
             try:
                 return dict(chosen.with_knobs(**extra).knobs)
