@@ -8,7 +8,10 @@ and every replaced subgraph's launch pays it too. Here the body is the one kerne
 backend (CompositeExplicitAutograd), the fake implementation is the Meta/fake kernel, and an
 autograd formula, where one is given, is `torch.library.register_autograd`'s. The outputs'
 freshness, which custom_op checks on every call, is each op's own contract (kernel_op.conform,
-the LM-head op's fresh empty tensors).
+the LM-head op's fresh empty tensors). An op without a formula (launch, dispatch, cutlass_gemm:
+they run inside graphs AOTAutograd has already differentiated) has no autograd kernel: called
+with grad mode on and inputs that require grad, PyTorch's autograd fallback warns ("an autograd
+kernel was not registered") where custom_op raised.
 
 Owns: `fast_op(qualname)`, the decorator the ops use, and the `kernelpro` library fragment.
 Must not: implement any op.
