@@ -2,9 +2,10 @@
 `impl`) instead of through `torch.library.custom_op`.
 
 A `custom_op` call walks Python wrappers on several dispatch keys (autograd, the backend with
-its output-aliasing check); on the GPU machine's torch 2.11 that cost ~100 µs of host time per
-call of the LM-head op against its body's ~170 (BENCHMARKS.md, "The LM-head op's host path"),
-and every replaced subgraph's launch pays it too. Here the body is the one kernel of every
+its output-aliasing check); on the GPU machine's torch 2.11 the backend wrapper took ~350 µs of
+host time per call of the LM-head op inside a compiled training step (cProfile; called eagerly,
+40-100 µs more than the op's body alone; BENCHMARKS.md, "The LM-head verdict on the GPU, the
+op's host path, ..."), and every replaced subgraph's launch paid a wrapper too. Here the body is the one kernel of every
 backend (CompositeExplicitAutograd), the fake implementation is the Meta/fake kernel, and an
 autograd formula, where one is given, is `torch.library.register_autograd`'s. The outputs'
 freshness, which custom_op checks on every call, is each op's own contract (kernel_op.conform,
