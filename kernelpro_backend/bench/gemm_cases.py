@@ -120,6 +120,7 @@ def _square(s: int) -> list[Case]:
             ("bf16", torch.bfloat16, "ieee"),
             ("fp16", torch.float16, "ieee"),
             ("fp32", torch.float32, "ieee"),
+            ("tf32", torch.float32, "tf32"),  # the user allowed TF32: against cuBLAS's TF32
             ("tf32x3", torch.float32, "tf32x3"),
         ):
             make = _make(MatMul(n, n), dtype, (n, n))

@@ -151,12 +151,13 @@ def test_gemm_sweep_runs_in_the_interpreter(tmp_path: os.PathLike) -> None:
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
     with open(os.path.join(tmp_path, "gpu_gemm_sweep.json")) as f:
         results = __import__("json").load(f)["results"]
-    assert [c["case"].split()[0] for c in results[:4]] == ["bf16", "fp16", "fp32", "tf32x3"]
+    assert [c["case"].split()[0] for c in results[:5]] == ["bf16", "fp16", "fp32", "tf32", "tf32x3"]
     assert {c["group"] for c in results} == {"square", "training", "epilogue"}
     assert all(r["status"] == "ok" for c in results for r in c["configs"])
     by_name = {c["case"].split()[0] + c["group"]: c for c in results}
     assert by_name["tf32x3square"]["precision"] == "tf32x3"
     assert by_name["fp32square"]["precision"] == "ieee"
+    assert by_name["tf32square"]["precision"] == "tf32"
     # under tf32x3 each config's error against float64 is recorded beside IEEE eager's
     assert all("eager_max_abs_error" in r for r in by_name["tf32x3square"]["configs"])
     # the epilogue cases fuse their ops into the GEMM subgraph
