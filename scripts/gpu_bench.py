@@ -11,12 +11,16 @@ Writes $OUT/bench.json, bench.md, bench.txt and PNG speedup charts (matplotlib i
 image); prints the table last. Modes run in the order --modes gives (eager first): put the
 slowest compile last. $OUT/workloads.jsonl gets a line as each workload finishes, its final
 result (`kernelpro bench --merge` turns those of a cut run into a table).
+--precompile-limit-s compiles max-autotune (or the --precompile modes) of each workload in a
+child process first (scripts/precompile.py): a compile that outlives the limit costs that mode
+of that workload only, where --mode-limit-s ends the run.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import os
 import sys
 import threading
@@ -28,8 +32,10 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from precompile import precompile  # noqa: E402
+
 from kernelpro_backend.bench import tables  # noqa: E402
-from kernelpro_backend.bench.modes import ALL_MODES, make_modes  # noqa: E402
+from kernelpro_backend.bench.modes import ALL_MODES, MAX_AUTOTUNE, make_modes  # noqa: E402
 from kernelpro_backend.bench.plots import write_plots  # noqa: E402
 from kernelpro_backend.bench.problems import load_problem, problem_files  # noqa: E402
 from kernelpro_backend.bench.results import (  # noqa: E402
@@ -51,7 +57,7 @@ from kernelpro_backend.bench.workloads import (  # noqa: E402
 DEFAULT_ORDER = [*OP_WORKLOADS, *TRAINING_WORKLOADS]
 
 
-def main() -> int:
+def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--workload", action="append", choices=list(WORKLOADS))
     parser.add_argument("--problems", help="also run a directory of KernelBench files")
@@ -63,13 +69,26 @@ def main() -> int:
         help="a mode still compiling after this many seconds is recorded as not finished and "
         "the run ends with the table so far (the compile cannot be interrupted in-process)",
     )  # fmt: skip
+    parser.add_argument(
+        "--precompile-limit-s", type=float,
+        help="compile the --precompile modes of each workload in a child process first, killed "
+        "after this many seconds; a mode that does not finish is left out of that workload only",
+    )  # fmt: skip
+    parser.add_argument(
+        "--precompile", default=MAX_AUTOTUNE, type=lambda text: text.split(","),
+        help=f"modes compiled in a child first (default {MAX_AUTOTUNE})",
+    )  # fmt: skip
     parser.add_argument("--device", default="cuda", help="cpu: smoke-test the script itself")
     parser.add_argument("--size", default="full", choices=("tiny", "full"))
     parser.add_argument(
         "--dtype", default="auto", choices=("auto", *DTYPES),
         help="auto: each workload's default",
     )  # fmt: skip
-    args = parser.parse_args()
+    return parser.parse_args()
+
+
+def main() -> int:
+    args = parse_args()
     dtype = None if args.dtype == "auto" else DTYPES[args.dtype]
     if args.device == "cuda" and not torch.cuda.is_available():
         print("gpu_bench: torch sees no CUDA GPU; run this on the GPU machine", file=sys.stderr)
@@ -115,7 +134,8 @@ def main() -> int:
             left.append(name)
             continue
         report.workloads += run_workloads(
-            [(name, lambda n=name: WORKLOADS[n](device, dtype, args.size))], config
+            [(name, lambda n=name: WORKLOADS[n](device, dtype, args.size))],
+            precompiled(config, name, args, finished),
         )
         print(f"[gpu_bench] {name} done at {time.perf_counter() - start:.0f}s", file=sys.stderr)
         tables.write_json(report, out / "bench.json")  # after each workload: a kill loses one
@@ -126,6 +146,39 @@ def main() -> int:
     finish(report, out, left, args.budget_s)
     print(f"[gpu_bench] total {time.perf_counter() - start:.0f}s", file=sys.stderr)
     return 0
+
+
+def precompiled(
+    config: RunConfig, name: str, args: argparse.Namespace, finished: Path
+) -> RunConfig:
+    """`config` for workload `name` after its --precompile modes compiled in a child process
+    (scripts/precompile.py: Inductor's caches filled, so the compile here is quick; the child's
+    seconds are added to the mode's compile time); a mode whose child ran out of time or
+    failed is left out of this workload only, and recorded."""
+    child_s: dict[str, float] = {}
+    left_out: list[ModeResult] = []
+    for mode in config.modes:
+        if mode.name in args.precompile and args.precompile_limit_s:
+            seconds, why = precompile(
+                name, mode.name, args.size, args.dtype, args.precompile_limit_s, args.device
+            )
+            child_s[mode.name] = seconds
+            if why is not None:
+                print(f"[gpu_bench] {name}: {mode.name} {why}", file=sys.stderr, flush=True)
+                left_out.append(ModeResult(mode.name, FAILED, message=why))
+    if not child_s:
+        return config
+
+    def record(result: WorkloadResult) -> None:
+        for mode in result.modes:
+            if mode.mode in child_s and mode.compile_s is not None:
+                mode.compile_s += child_s[mode.mode]
+        result.modes += left_out
+        tables.append_jsonl(result, finished)
+
+    gone = {r.mode for r in left_out}
+    modes = [m for m in config.modes if m.name not in gone]
+    return dataclasses.replace(config, modes=modes, on_workload=record)
 
 
 def finish(report: BenchReport, out: Path, left: list[str], budget_s: float) -> None:

@@ -1,0 +1,38 @@
+"""scripts/gpu_bench.py --precompile-limit-s on the CPU at tiny size: a mode compiled first in
+a child process is timed beside the others with the child's seconds in its compile time, and a
+child that runs out of time leaves that mode out of the workload while the others are timed."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _bench(out: Path, limit_s: float) -> dict:
+    cmd = [sys.executable, str(ROOT / "scripts" / "gpu_bench.py"), "--device", "cpu"]
+    cmd += ["--size", "tiny", "--workload", "softmax", "--modes", "eager,inductor"]
+    cmd += ["--precompile", "inductor", "--precompile-limit-s", str(limit_s)]
+    env = dict(os.environ, OUT=str(out), PYTHONPATH=str(ROOT))
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    (workload,) = json.loads((out / "bench.json").read_text())["workloads"]
+    return {m["mode"]: m for m in workload["modes"]}
+
+
+def test_a_precompiled_mode_is_timed_with_the_childs_compile_time(tmp_path: Path) -> None:
+    modes = _bench(tmp_path, 300)
+    assert modes["eager"]["status"] == modes["inductor"]["status"] == "ok"
+    assert modes["inductor"]["median_ms"] > 0
+    assert modes["inductor"]["compile_s"] > 1.0  # the child's import and compile are in it
+
+
+def test_a_child_out_of_time_leaves_only_its_mode_out(tmp_path: Path) -> None:
+    modes = _bench(tmp_path, 0.5)
+    assert modes["eager"]["status"] == "ok" and modes["eager"]["median_ms"] > 0
+    assert modes["inductor"]["status"] == "failed"
+    assert "still compiling after" in modes["inductor"]["message"]
