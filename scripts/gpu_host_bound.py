@@ -16,25 +16,22 @@ import subprocess
 import time
 
 import torch
+from scripts_common import mode_step
 from trace_gaps import gaps
 
-from kernelpro_backend.bench.modes import make_modes
-from kernelpro_backend.bench.runner import prepare_mode
 from kernelpro_backend.bench.workloads import WORKLOADS
 
 
 def steps_of(name: str) -> dict:  # type: ignore[type-arg]
     workload = WORKLOADS[name](torch.device("cuda"), None, "full")
-    modes = {m.name: m for m in make_modes(["eager", "inductor", "kernelpro"])}
-    steps = {k: prepare_mode(workload, modes[k])[2] for k in ("inductor", "kernelpro")}
+    steps = {k: mode_step(workload, k) for k in ("inductor", "kernelpro")}
     torch.backends.cuda.enable_cudnn_sdp(False)  # the attention backend is picked at trace time
     torch._dynamo.reset()
-    steps["kernelpro-flash"] = prepare_mode(workload, modes["kernelpro"])[2]
+    steps["kernelpro-flash"] = mode_step(workload, "kernelpro")
     torch.backends.cuda.enable_cudnn_sdp(True)
     torch._dynamo.reset()
     no_op = {"rewrite_linear_cross_entropy": False}
-    plain = [m for m in make_modes(["eager", "kernelpro"], no_op) if m.name == "kernelpro"]
-    steps["kernelpro-no-lm-op"] = prepare_mode(workload, plain[0])[2]
+    steps["kernelpro-no-lm-op"] = mode_step(workload, "kernelpro", no_op)
     return steps
 
 

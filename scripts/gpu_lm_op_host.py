@@ -17,10 +17,9 @@ from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
+from scripts_common import mode_step
 
 from kernelpro_backend import linear_ce_op as op
-from kernelpro_backend.bench.modes import make_modes
-from kernelpro_backend.bench.runner import prepare_mode
 from kernelpro_backend.bench.workloads import WORKLOADS
 from kernelpro_backend.linear_ce_rows import cross_entropy_rows, finish
 
@@ -80,8 +79,7 @@ def profile_step(name: str, steps: int) -> None:
     workload = WORKLOADS[name](torch.device("cuda"), None, "full")
     for label, extra in (("kernelpro", {}), ("no-lm-op", {"rewrite_linear_cross_entropy": False})):
         torch._dynamo.reset()
-        mode = [m for m in make_modes(["eager", "kernelpro"], extra) if m.name == "kernelpro"][0]
-        step = prepare_mode(workload, mode)[2]
+        step = mode_step(workload, "kernelpro", extra)
         for _ in range(3):
             step()
         torch.cuda.synchronize()

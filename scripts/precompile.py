@@ -51,9 +51,8 @@ def precompile(
 
 def main() -> int:
     import torch
+    from scripts_common import mode_step
 
-    from kernelpro_backend.bench.modes import make_modes
-    from kernelpro_backend.bench.runner import prepare_mode
     from kernelpro_backend.bench.workloads import DTYPES, WORKLOADS
 
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -65,8 +64,7 @@ def main() -> int:
     a = p.parse_args()
     dtype = None if a.dtype == "auto" else DTYPES[a.dtype]
     workload = WORKLOADS[a.workload](torch.device(a.device), dtype, a.size)
-    (mode,) = [m for m in make_modes([a.mode]) if m.name == a.mode]
-    prepare_mode(workload, mode)
+    mode_step(workload, a.mode)
     return 0
 
 

@@ -1,5 +1,6 @@
-"""What the one-off GPU scripts share: timing a training step and its peak memory, timing a
-kernel call, and the GEMM epilogues the CUTLASS drivers use."""
+"""What the one-off GPU scripts share: a workload's step compiled under a bench mode, timing a
+training step and its peak memory, timing a kernel call, and the GEMM epilogues the CUTLASS
+drivers use."""
 
 from __future__ import annotations
 
@@ -9,6 +10,9 @@ from collections.abc import Callable
 import torch
 import torch.nn.functional as F
 
+from kernelpro_backend.bench.modes import make_modes
+from kernelpro_backend.bench.runner import prepare_mode
+from kernelpro_backend.bench.workload import Workload
 from kernelpro_backend.runtime.timing import time_kernel
 
 ACTIVATIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
@@ -19,6 +23,15 @@ ACTIVATIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
     "silu": F.silu,
     "swish2": lambda y: y * torch.sigmoid(y) * 2.0,  # no CUTLASS activation: a functor
 }
+
+
+def mode_step(
+    workload: Workload, mode: str, kernelpro_options: dict | None = None
+) -> Callable[[], None]:
+    """`workload`'s step compiled (and run once) under the bench mode named `mode`, kernelpro
+    with `kernelpro_options` if given."""
+    (found,) = [m for m in make_modes([mode], kernelpro_options) if m.name == mode]
+    return prepare_mode(workload, found)[2]
 
 
 def median_ms(fn: Callable[[], object]) -> float:
