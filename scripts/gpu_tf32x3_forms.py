@@ -1,0 +1,220 @@
+"""Driver: where the tf32x3 form splits its operands. The template (template_tf32x3) splits both
+operands in two passes over memory (hi, lo written K-major) before the product kernel; here each
+operand is either pre-split that way ("pre") or loaded raw and split in registers inside the main
+loop ("reg"), with hi rounded to nearest or truncated. Every variant's time includes its split
+passes; each is checked against float64 beside IEEE cuBLAS's error on the same inputs. Prints a
+table; writes $OUT/gpu_tf32x3_forms.json.
+
+    OUT=/tmp/out PYTHONPATH=.:scripts python scripts/gpu_tf32x3_forms.py [--sizes 2048 4096]
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import os
+import sys
+import time
+
+import torch
+import triton
+import triton.language as tl
+from scripts_common import median_ms
+
+
+@triton.jit
+def _parts(x, TRUNC: tl.constexpr):
+    bits = x.to(tl.int32, bitcast=True)
+    if TRUNC:
+        hi = (bits & -8192).to(tl.float32, bitcast=True)
+    else:
+        hi = ((bits + 0x1000) & -8192).to(tl.float32, bitcast=True)
+    lo = x - hi
+    lo = ((lo.to(tl.int32, bitcast=True) + 0x1000) & -8192).to(tl.float32, bitcast=True)
+    return hi, lo
+
+
+@triton.jit
+def _split(
+    x_ptr, hi_ptr, lo_ptr, R, C, sxr, sxc, shr, shc, TRUNC: tl.constexpr, BLOCK: tl.constexpr
+):
+    r = (tl.program_id(0) * BLOCK + tl.arange(0, BLOCK))[:, None].to(tl.int64)
+    c = (tl.program_id(1) * BLOCK + tl.arange(0, BLOCK))[None, :].to(tl.int64)
+    mask = (r < R) & (c < C)
+    x = tl.load(x_ptr + r * sxr + c * sxc, mask=mask, other=0.0)
+    hi, lo = _parts(x, TRUNC)
+    tl.store(hi_ptr + r * shr + c * shc, hi, mask=mask)
+    tl.store(lo_ptr + r * shr + c * shc, lo, mask=mask)
+
+
+@triton.jit
+def _mm3(a, ah, al, b, bh, bl, c, M, N, K, sam, sak, sbk, sbn,
+         A_REG: tl.constexpr, B_REG: tl.constexpr, TRUNC: tl.constexpr,
+         BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+         GROUP_M: tl.constexpr):  # fmt: skip
+    pid = tl.program_id(0)
+    num_pid_m = tl.cdiv(M, BLOCK_M)
+    num_pid_n = tl.cdiv(N, BLOCK_N)
+    group = pid // (GROUP_M * num_pid_n)
+    first_m = group * GROUP_M
+    group_m = tl.minimum(num_pid_m - first_m, GROUP_M)
+    pid_m = first_m + (pid % (GROUP_M * num_pid_n)) % group_m
+    pid_n = (pid % (GROUP_M * num_pid_n)) // group_m
+    rk = tl.arange(0, BLOCK_K)
+    ram = tl.max_contiguous(
+        tl.multiple_of((pid_m * BLOCK_M + tl.arange(0, BLOCK_M)) % M, BLOCK_M), BLOCK_M
+    )
+    rbn = tl.max_contiguous(
+        tl.multiple_of((pid_n * BLOCK_N + tl.arange(0, BLOCK_N)) % N, BLOCK_N), BLOCK_N
+    )
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for kt in range(0, K // BLOCK_K):
+        k = kt * BLOCK_K + rk
+        if A_REG:
+            a_h, a_l = _parts(
+                tl.load(a + ram.to(tl.int64)[:, None] * sam + k[None, :] * sak), TRUNC
+            )
+        else:
+            pa = ram.to(tl.int64)[:, None] * K + k[None, :]
+            a_h = tl.load(ah + pa)
+            a_l = tl.load(al + pa)
+        if B_REG:
+            b_h, b_l = _parts(
+                tl.load(b + k[:, None] * sbk + rbn.to(tl.int64)[None, :] * sbn), TRUNC
+            )
+        else:
+            pb = rbn.to(tl.int64)[:, None] * K + k[None, :]
+            b_h = tl.trans(tl.load(bh + pb))
+            b_l = tl.trans(tl.load(bl + pb))
+        part = tl.dot(a_l, b_h, input_precision="tf32")
+        part = tl.dot(a_h, b_l, part, input_precision="tf32")
+        part = tl.dot(a_h, b_h, part, input_precision="tf32")
+        acc += part
+    rm = (pid_m * BLOCK_M + tl.arange(0, BLOCK_M)[:, None]).to(tl.int64)
+    rn = (pid_n * BLOCK_N + tl.arange(0, BLOCK_N)[None, :]).to(tl.int64)
+    tl.store(c + rm * N + rn, acc, mask=(rm < M) & (rn < N))
+
+
+def make(
+    a: torch.Tensor,
+    b: torch.Tensor,
+    a_reg: bool,
+    b_reg: bool,
+    trunc: bool,
+    stages: int,
+    tile: tuple[int, int, int, int] = (128, 128, 32, 8),
+):
+    """A callable computing a @ b by the variant (split passes included); tile is BLOCK_M,
+    BLOCK_N, BLOCK_K, warps."""
+    bm, bn, bk, warps = tile
+    m, k = a.shape
+    n = b.shape[1]
+    assert k % 32 == 0
+
+    def run() -> torch.Tensor:
+        ah = al = bh = bl = a  # unused placeholders where split in registers
+        if not a_reg:
+            ah, al = torch.empty(m, k, device=a.device), torch.empty(m, k, device=a.device)
+            _split[(triton.cdiv(m, 64), triton.cdiv(k, 64))](
+                a, ah, al, m, k, a.stride(0), a.stride(1), k, 1, TRUNC=trunc, BLOCK=64
+            )
+        if not b_reg:  # B^T, K-major
+            bh, bl = torch.empty(n, k, device=a.device), torch.empty(n, k, device=a.device)
+            _split[(triton.cdiv(k, 64), triton.cdiv(n, 64))](
+                b, bh, bl, k, n, b.stride(0), b.stride(1), 1, k, TRUNC=trunc, BLOCK=64
+            )
+        c = torch.empty(m, n, device=a.device)
+        grid = (triton.cdiv(m, bm) * triton.cdiv(n, bn),)
+        _mm3[grid](a, ah, al, b, bh, bl, c, m, n, k, a.stride(0), a.stride(1), b.stride(0),
+                   b.stride(1), A_REG=a_reg, B_REG=b_reg, TRUNC=trunc, BLOCK_M=bm, BLOCK_N=bn,
+                   BLOCK_K=bk, GROUP_M=8, num_warps=warps, num_stages=stages)  # fmt: skip
+        return c
+
+    return run
+
+
+# --tiles: the in-register A form (B pre-split) at these (BLOCK_M, BLOCK_N, BLOCK_K, warps, stages)
+TILES = [
+    (128, 128, 32, 8, 3),
+    (128, 128, 32, 8, 4),
+    (128, 128, 64, 8, 2),
+    (128, 128, 64, 8, 3),
+    (128, 256, 32, 8, 2),
+    (128, 256, 32, 8, 3),
+    (256, 128, 32, 8, 2),
+    (128, 128, 32, 4, 3),
+    (64, 128, 32, 4, 4),
+    (128, 64, 32, 4, 4),
+]
+
+
+def variants(tiles: bool) -> list[dict]:
+    if tiles:
+        return [
+            {"a": "reg", "b": "pre", "hi": hi, "stages": t[4], "tile": list(t[:4])}
+            for t in TILES
+            for hi in ("round", "trunc")
+        ]
+    return [
+        {"a": a, "b": b, "hi": hi, "stages": s, "tile": [128, 128, 32, 8]}
+        for a, b, hi, s in itertools.product(
+            ("pre", "reg"), ("pre", "reg"), ("round", "trunc"), (3, 4)
+        )
+    ]
+
+
+def run_case(n: int, layout: str, tiles: bool = False) -> dict:
+    torch.manual_seed(0)
+    a = torch.randn(n, n, device="cuda")
+    b = torch.randn(n, n, device="cuda")
+    if layout == "linear":  # B = W^T of an nn.Linear weight: K-major
+        b = torch.randn(n, n, device="cuda").t()
+    torch.backends.cuda.matmul.allow_tf32 = False
+    exact = a.double() @ b.double()
+    ieee = a @ b
+    row: dict = {"n": n, "layout": layout, "ieee_ms": median_ms(lambda: a @ b)}
+    row["ieee_error"] = (ieee.double() - exact).abs().max().item()
+    row["variants"] = []
+    for v in variants(tiles):
+        row["variants"].append(v)
+        try:
+            fn = make(a, b, v["a"] == "reg", v["b"] == "reg", v["hi"] == "trunc", v["stages"],
+                      tuple(v["tile"]))  # fmt: skip
+            got = fn()
+            v["error"] = (got.double() - exact).abs().max().item()
+            v["ok"] = v["error"] <= row["ieee_error"]
+            v["ms"] = median_ms(fn)
+            v["x_ieee"] = round(row["ieee_ms"] / v["ms"], 3)
+        except Exception as e:
+            v["failed"] = f"{type(e).__name__}: {e}"[:300]
+    return row
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--sizes", type=int, nargs="+", default=[2048, 4096])
+    p.add_argument("--tiles", action="store_true", help="tiles of the in-register A form")
+    p.add_argument("--layouts", nargs="+", default=["mm", "linear"])
+    a = p.parse_args(argv)
+    rows = [run_case(n, lay, a.tiles) for n in a.sizes for lay in a.layouts]
+    meta = {"device": torch.cuda.get_device_name(), "date": time.strftime("%Y-%m-%d %H:%M:%S")}
+    with open(os.path.join(os.environ.get("OUT", "."), "gpu_tf32x3_forms.json"), "w") as f:
+        json.dump({"meta": meta, "results": rows}, f, indent=1)
+    for row in rows:
+        print(
+            f"{row['n']}^3 {row['layout']}  IEEE {row['ieee_ms']:.4f} ms  error {row['ieee_error']:.2e}"
+        )
+        for v in row["variants"]:
+            tile = "x".join(map(str, v["tile"][:3])) + f" w{v['tile'][3]}"
+            name = f"A {v['a']} B {v['b']} hi {v['hi']} {tile} s{v['stages']}"
+            text = v.get("failed") or (
+                f"{v['ms']:.4f} ms  {v['x_ieee']:.2f}x  error {v['error']:.2e}"
+                f"{'' if v['ok'] else '  (MORE THAN IEEE)'}"
+            )
+            print(f"   {name:34s} {text}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
