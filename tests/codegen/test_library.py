@@ -76,6 +76,18 @@ def test_a_plain_float32_gemm_under_tf32x3_runs_as_three_tf32_products(transpose
     check(sg, alt)
 
 
+def test_under_tf32x3_an_a_of_any_strides_is_split_inside_the_product_kernel():
+    # A (here a column-major view, K not a multiple of BLOCK_K) is read where it lies and split
+    # in registers; only B goes through the split pass
+    a, b = torch.randn(40, 24), torch.randn(40, 56)
+    sg, seed = _seed(lambda x, y: (torch.mm(x.t(), y),), a, b)
+    seed = dataclasses.replace(seed, precision="tf32x3")
+    (alt,) = [a for a in alternatives(seed) if a.template == "gemm_library"]
+    source = render(alt).source
+    assert source.count("_launch(_split)") == 1 and "_parts(tl.load(" in source
+    check(sg, alt)
+
+
 def _two_outputs(x, w, r):
     y = torch.mm(x, w)
     return (y + r, torch.sigmoid(y))
