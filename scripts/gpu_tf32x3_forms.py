@@ -52,7 +52,7 @@ def _split(
 def _mm3(a, ah, al, b, bh, bl, c, M, N, K, sam, sak, sbk, sbn,
          A_REG: tl.constexpr, B_REG: tl.constexpr, TRUNC: tl.constexpr,
          BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-         GROUP_M: tl.constexpr):  # fmt: skip
+         GROUP_M: tl.constexpr, PART_STEPS: tl.constexpr = 1):  # fmt: skip
     pid = tl.program_id(0)
     num_pid_m = tl.cdiv(M, BLOCK_M)
     num_pid_n = tl.cdiv(N, BLOCK_N)
@@ -69,27 +69,30 @@ def _mm3(a, ah, al, b, bh, bl, c, M, N, K, sam, sak, sbk, sbn,
         tl.multiple_of((pid_n * BLOCK_N + tl.arange(0, BLOCK_N)) % N, BLOCK_N), BLOCK_N
     )
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    for kt in range(0, K // BLOCK_K):
-        k = kt * BLOCK_K + rk
-        if A_REG:
-            a_h, a_l = _parts(
-                tl.load(a + ram.to(tl.int64)[:, None] * sam + k[None, :] * sak), TRUNC
-            )
-        else:
-            pa = ram.to(tl.int64)[:, None] * K + k[None, :]
-            a_h = tl.load(ah + pa)
-            a_l = tl.load(al + pa)
-        if B_REG:
-            b_h, b_l = _parts(
-                tl.load(b + k[:, None] * sbk + rbn.to(tl.int64)[None, :] * sbn), TRUNC
-            )
-        else:
-            pb = rbn.to(tl.int64)[:, None] * K + k[None, :]
-            b_h = tl.trans(tl.load(bh + pb))
-            b_l = tl.trans(tl.load(bl + pb))
-        part = tl.dot(a_l, b_h, input_precision="tf32")
-        part = tl.dot(a_h, b_l, part, input_precision="tf32")
-        part = tl.dot(a_h, b_h, part, input_precision="tf32")
+    for kt in range(0, K // (BLOCK_K * PART_STEPS)):
+        # PART_STEPS K steps' products summed on the tensor cores before the rounded add
+        part = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+        for j in tl.static_range(PART_STEPS):
+            k = (kt * PART_STEPS + j) * BLOCK_K + rk
+            if A_REG:
+                a_h, a_l = _parts(
+                    tl.load(a + ram.to(tl.int64)[:, None] * sam + k[None, :] * sak), TRUNC
+                )
+            else:
+                pa = ram.to(tl.int64)[:, None] * K + k[None, :]
+                a_h = tl.load(ah + pa)
+                a_l = tl.load(al + pa)
+            if B_REG:
+                b_h, b_l = _parts(
+                    tl.load(b + k[:, None] * sbk + rbn.to(tl.int64)[None, :] * sbn), TRUNC
+                )
+            else:
+                pb = rbn.to(tl.int64)[:, None] * K + k[None, :]
+                b_h = tl.trans(tl.load(bh + pb))
+                b_l = tl.trans(tl.load(bl + pb))
+            part = tl.dot(a_l, b_h, part, input_precision="tf32")
+            part = tl.dot(a_h, b_l, part, input_precision="tf32")
+            part = tl.dot(a_h, b_h, part, input_precision="tf32")
         acc += part
     rm = (pid_m * BLOCK_M + tl.arange(0, BLOCK_M)[:, None]).to(tl.int64)
     rn = (pid_n * BLOCK_N + tl.arange(0, BLOCK_N)[None, :]).to(tl.int64)
@@ -104,6 +107,7 @@ def make(
     trunc: bool,
     stages: int,
     tile: tuple[int, int, int, int] = (128, 128, 32, 8),
+    part_steps: int = 1,
 ):
     """A callable computing a @ b by the variant (split passes included); tile is BLOCK_M,
     BLOCK_N, BLOCK_K, warps."""
@@ -128,7 +132,8 @@ def make(
         grid = (triton.cdiv(m, bm) * triton.cdiv(n, bn),)
         _mm3[grid](a, ah, al, b, bh, bl, c, m, n, k, a.stride(0), a.stride(1), b.stride(0),
                    b.stride(1), A_REG=a_reg, B_REG=b_reg, TRUNC=trunc, BLOCK_M=bm, BLOCK_N=bn,
-                   BLOCK_K=bk, GROUP_M=8, num_warps=warps, num_stages=stages)  # fmt: skip
+                   BLOCK_K=bk, GROUP_M=8, PART_STEPS=part_steps, num_warps=warps,
+                   num_stages=stages)  # fmt: skip
         return c
 
     return run
@@ -149,7 +154,13 @@ TILES = [
 ]
 
 
-def variants(tiles: bool) -> list[dict]:
+def variants(tiles: bool, parts: bool = False) -> list[dict]:
+    if parts:  # K steps per tensor-core partial sum, the template's form and tile
+        return [
+            {"a": "reg", "b": "pre", "hi": "round", "stages": st, "tile": [128, 128, 32, 8],
+             "part_steps": ps}
+            for ps in (1, 2, 4) for st in (3, 4)
+        ]  # fmt: skip
     if tiles:
         return [
             {"a": "reg", "b": "pre", "hi": hi, "stages": t[4], "tile": list(t[:4])}
@@ -164,7 +175,7 @@ def variants(tiles: bool) -> list[dict]:
     ]
 
 
-def run_case(n: int, layout: str, tiles: bool = False) -> dict:
+def run_case(n: int, layout: str, tiles: bool = False, parts: bool = False) -> dict:
     torch.manual_seed(0)
     a = torch.randn(n, n, device="cuda")
     b = torch.randn(n, n, device="cuda")
@@ -176,11 +187,18 @@ def run_case(n: int, layout: str, tiles: bool = False) -> dict:
     row: dict = {"n": n, "layout": layout, "ieee_ms": median_ms(lambda: a @ b)}
     row["ieee_error"] = (ieee.double() - exact).abs().max().item()
     row["variants"] = []
-    for v in variants(tiles):
+    bh, bl = torch.empty(n, n, device="cuda"), torch.empty(n, n, device="cuda")
+    split = (triton.cdiv(n, 64), triton.cdiv(n, 64))
+    row["b_split_ms"] = median_ms(
+        lambda: _split[split](
+            b, bh, bl, n, n, b.stride(0), b.stride(1), 1, n, TRUNC=False, BLOCK=64
+        )
+    )
+    for v in variants(tiles, parts):
         row["variants"].append(v)
         try:
             fn = make(a, b, v["a"] == "reg", v["b"] == "reg", v["hi"] == "trunc", v["stages"],
-                      tuple(v["tile"]))  # fmt: skip
+                      tuple(v["tile"]), v.get("part_steps", 1))  # fmt: skip
             got = fn()
             v["error"] = (got.double() - exact).abs().max().item()
             v["ok"] = v["error"] <= row["ieee_error"]
@@ -195,19 +213,21 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--sizes", type=int, nargs="+", default=[2048, 4096])
     p.add_argument("--tiles", action="store_true", help="tiles of the in-register A form")
+    p.add_argument("--parts", action="store_true", help="K steps per partial sum")
     p.add_argument("--layouts", nargs="+", default=["mm", "linear"])
     a = p.parse_args(argv)
-    rows = [run_case(n, lay, a.tiles) for n in a.sizes for lay in a.layouts]
+    rows = [run_case(n, lay, a.tiles, a.parts) for n in a.sizes for lay in a.layouts]
     meta = {"device": torch.cuda.get_device_name(), "date": time.strftime("%Y-%m-%d %H:%M:%S")}
     with open(os.path.join(os.environ.get("OUT", "."), "gpu_tf32x3_forms.json"), "w") as f:
         json.dump({"meta": meta, "results": rows}, f, indent=1)
     for row in rows:
         print(
             f"{row['n']}^3 {row['layout']}  IEEE {row['ieee_ms']:.4f} ms  error {row['ieee_error']:.2e}"
+            f"  B split pass alone {row['b_split_ms']:.4f} ms"
         )
         for v in row["variants"]:
             tile = "x".join(map(str, v["tile"][:3])) + f" w{v['tile'][3]}"
-            name = f"A {v['a']} B {v['b']} hi {v['hi']} {tile} s{v['stages']}"
+            name = f"A {v['a']} B {v['b']} hi {v['hi']} {tile} s{v['stages']} p{v.get('part_steps', 1)}"
             text = v.get("failed") or (
                 f"{v['ms']:.4f} ms  {v['x_ieee']:.2f}x  error {v['error']:.2e}"
                 f"{'' if v['ok'] else '  (MORE THAN IEEE)'}"

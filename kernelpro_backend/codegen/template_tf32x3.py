@@ -7,17 +7,20 @@ splits the operands inside the main loop and ran at 0.6-0.8x IEEE cuBLAS. Three 
 GEMMs over pre-split operands ran at 1.8-2.1x but with 2.7-4.4x IEEE's error against float64:
 the tensor cores' float32 accumulation over a whole K loses more than IEEE's FMA chain (a TF32
 GEMM of operands exact in TF32 erred 3.9e-3 at 4096^3 where IEEE erred 1.1e-3). Here:
-- each operand x is taken as hi = tf32(x) (to nearest; truncated where rounding would overflow)
-  and lo = tf32(x - hi), both exact in TF32, so the tensor cores' conversion loses nothing;
-  a_lo @ b_lo (~2^-22 relative) is dropped; lo is 0 where x is not finite;
+- each operand x is taken as hi = x truncated to TF32 and lo = tf32(x - hi) (to nearest), both
+  exact in TF32, so the tensor cores' conversion loses nothing; hi + lo keeps 22 bits of x;
+  a_lo @ b_lo (< 2^-20 relative) is dropped; lo is 0 where x is not finite. A rounded hi
+  (lo half as large) erred 9-16% less, all 4-5x below IEEE, but its overflow and non-finite
+  checks made the form 9% slower at 2048^3 and 4096^3 (H100, BENCHMARKS.md "The tf32x3 form's
+  split");
 - B is split by one pass over memory into hi and lo stored K-major ([N, K]): TF32 wgmma reads
   its shared-memory operands K-major, and a row-major B made Triton's TF32 dot 3.5x slower
   (splitting B in registers too ran at 0.7x IEEE on a row-major B: it goes back through shared
   memory); K is padded with zeros to a multiple of BLOCK_K, so its loads need no mask;
 - A is loaded as it is (any strides) and split in registers inside the main loop: the dot takes
-  its A operand from registers, so A makes no trip through memory for the split (H100: 1.74x
-  against 1.65x IEEE cuBLAS at 2048^3, 1.80x against 1.75x at 4096^3, both forms in one run,
-  BENCHMARKS.md "The tf32x3 form's split");
+  its A operand from registers, so A makes no trip through memory for the split (H100, both
+  forms in one process: 1.75x IEEE cuBLAS against 1.69-1.70x at 2048^3, 1.81-1.82x against
+  1.72-1.83x at 4096^3; BENCHMARKS.md "The tf32x3 form's split");
 - per K step the three products are summed into a fresh tile (small terms first) and that
   tile is added to the float32 accumulator with a rounded add: the tensor cores accumulate only
   BLOCK_K * 3 products, so the error stayed 5x below IEEE's at 2048-8192 (measured).
@@ -34,21 +37,21 @@ from typing import Any
 from .emitter import Emitter
 from .prelude import PRELUDE
 
-# The main kernel's tile: the fastest of the configurations measured at 2048-8192 (BLOCK_K 32:
-# four float32 operand tiles per stage; 3 stages fit shared memory).
+# The main kernel's tile: the fastest of the configurations measured at 2048-8192 with both
+# operands pre-split, and again with A split in registers (A and B's two parts per stage; 4
+# stages ran no faster, BLOCK_K 64 fits 2 stages and ran 15% slower).
 BLOCK_M, BLOCK_N, BLOCK_K, WARPS, STAGES, GROUP_M = 128, 128, 32, 8, 3, 8
 SPLIT_BLOCK = 64
 
 _SPLIT = """
 @triton.jit
 def _parts(x):
-    bits = x.to(tl.int32, bitcast=True)
-    hi = ((bits + 0x1000) & -8192).to(tl.float32, bitcast=True)
-    finite = tl.abs(x) < float("inf")
-    hi = tl.where((tl.abs(hi) == float("inf")) & finite, (bits & -8192).to(tl.float32, bitcast=True), hi)
+    # hi truncated (never overflows; inf stays inf), lo = x - hi exact, then rounded to TF32;
+    # lo is NaN only where x is not finite (inf - inf): 0 there
+    hi = (x.to(tl.int32, bitcast=True) & -8192).to(tl.float32, bitcast=True)
     lo = x - hi
     lo = ((lo.to(tl.int32, bitcast=True) + 0x1000) & -8192).to(tl.float32, bitcast=True)
-    return hi, tl.where(finite, lo, 0.0)
+    return hi, tl.where(lo == lo, lo, 0.0)
 
 
 @triton.jit

@@ -1,0 +1,91 @@
+"""Driver: the tf32x3 form as the template renders it now, beside other renderings of the same
+form (template_tf32x3.py files given on the command line, e.g. an earlier commit's, taken out
+with `git show REV:kernelpro_backend/codegen/template_tf32x3.py > old.py`), each built through
+the same alternatives/build path, checked against float64 beside IEEE cuBLAS and timed in one
+process. Prints a table; writes $OUT/gpu_tf32x3_template_ab.json.
+
+    OUT=/tmp/out PYTHONPATH=.:scripts python scripts/gpu_tf32x3_template_ab.py old.py [--sizes 2048 4096]
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import os
+import sys
+import time
+
+import torch
+from scripts_common import median_ms
+
+import kernelpro_backend.codegen.template_tf32x3 as t3
+from kernelpro_backend.bench.gemm_cases import MatMul
+from kernelpro_backend.bench.gemm_sweep import gemm_subgraph
+from kernelpro_backend.codegen import alternatives, build
+from kernelpro_backend.lowering import lower
+
+
+def rendering(path: str):
+    """`render_tf32x3` of another template file, loaded inside kernelpro_backend.codegen so its
+    relative imports resolve."""
+    name = "kernelpro_backend.codegen._ab_" + os.path.basename(path).replace(".", "_")
+    spec = importlib.util.spec_from_file_location(name, path)
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.render_tf32x3
+
+
+def run_size(n: int, others: list[str]) -> dict:
+    torch.set_float32_matmul_precision("highest")
+    torch.manual_seed(0)
+    model = MatMul(n, n).cuda()
+    sg = gemm_subgraph(model, (torch.randn(n, n, device="cuda"),), "tf32x3")
+    (form,) = [a for a in alternatives(lower(sg)) if a.template == "gemm_library"]
+    inputs = sg.make_inputs(0, "cuda")
+    exact = sg.module().double()(*[t.double() for t in inputs])[0]
+    ieee = sg.module()(*inputs)[0]
+    row: dict = {"n": n, "ieee_ms": median_ms(lambda: sg.module()(*inputs))}
+    row["ieee_error"] = (ieee.double() - exact).abs().max().item()
+    row["renderings"] = []
+    current = t3.render_tf32x3
+    for path in ["(current)", *others]:
+        entry: dict = {"template": path}
+        row["renderings"].append(entry)
+        t3.render_tf32x3 = current if path == "(current)" else rendering(path)
+        try:
+            kernel = build(form)
+            (got,) = kernel(*inputs)
+            entry["error"] = (got.double() - exact).abs().max().item()
+            entry["ms"] = median_ms(lambda kernel=kernel: kernel(*inputs))
+            entry["x_ieee"] = round(row["ieee_ms"] / entry["ms"], 3)
+        except Exception as e:
+            entry["failed"] = f"{type(e).__name__}: {e}"[:300]
+        finally:
+            t3.render_tf32x3 = current
+    return row
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("others", nargs="*", help="other template_tf32x3.py files")
+    p.add_argument("--sizes", type=int, nargs="+", default=[2048, 4096])
+    p.add_argument("--rounds", type=int, default=2, help="repeat the whole comparison")
+    a = p.parse_args(argv)
+    rows = [run_size(n, a.others) for _ in range(a.rounds) for n in a.sizes]
+    meta = {"device": torch.cuda.get_device_name(), "date": time.strftime("%Y-%m-%d %H:%M:%S")}
+    with open(os.path.join(os.environ.get("OUT", "."), "gpu_tf32x3_template_ab.json"), "w") as f:
+        json.dump({"meta": meta, "results": rows}, f, indent=1)
+    for row in rows:
+        print(f"{row['n']}^3  IEEE cuBLAS {row['ieee_ms']:.4f} ms  error {row['ieee_error']:.2e}")
+        for e in row["renderings"]:
+            text = e.get("failed") or (
+                f"{e['ms']:.4f} ms  {e['x_ieee']:.2f}x  error {e['error']:.2e}"
+            )
+            print(f"   {e['template']:28s} {text}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
