@@ -232,7 +232,10 @@ class _Search:
         ):
             self.best_ms, self.best_sol = result.median_ms, result.sol_fraction
         best_reward = self.tree.best_reward if self.tree.best_reward > -1e300 else None
-        self.tracker.record(best_reward, self.best_sol)
+        ahead = self.reference_ms is None or (
+            self.best_ms is not None and self.best_ms < self.reference_ms
+        )
+        self.tracker.record(best_reward, self.best_sol, ahead)
         phases = dict(result.details.get("phase_s") or {})
         for name, seconds in phases.items():
             self.phase_totals[name] = self.phase_totals.get(name, 0.0) + float(seconds)

@@ -83,6 +83,18 @@ def test_speed_of_light_stops_early_and_reports_trials_saved():
     assert out.trials_saved == 60 - out.trials > 0
 
 
+def test_speed_of_light_does_not_stop_a_search_still_behind_its_baseline():
+    # at 95% of SOL but slower than the fastest baseline (a library GEMM nearer still), only
+    # searching on can win; once ahead, the rule stops it
+    from kernelpro_backend.search.budget import SOL, BudgetTracker
+
+    tracker = BudgetTracker(Budget(max_trials=60, max_seconds=1e9, plateau_trials=None))
+    tracker.record(0.0, 0.95, ahead=False)
+    assert tracker.stop_reason() is None
+    tracker.record(0.1, 0.95, ahead=True)
+    assert tracker.stop_reason() == SOL
+
+
 def test_plateau_stops_a_flat_landscape():
     space = SyntheticSpace(BOWL_VALUES, [BOWL_SEED])
     measurer = SyntheticMeasurer(lambda k: 1.0)
