@@ -37,16 +37,13 @@ SKINNY_M = 64  # at most this many rows: one narrow M tile, memory-bound
 DEFAULT_LOADS = "pointer"
 # Where the operands allow TMA and the tiles fill the GPU, tensor-core GEMMs (16-bit operands,
 # tf32) start from a persistent program whose tile and K loops are one software pipeline, TMA
-# loads and the epilogue on column slices: on the H100 (BENCHMARKS.md, GEMM sweep,
+# loads and the epilogue on two column slices: on the H100 (BENCHMARKS.md, GEMM sweep,
 # 2026-11-26) 1-7% faster than the pointer seed on every bf16/fp16 GEMM of 2048^3 and up and on
 # the training shapes (98-100% of cuBLAS), and 4-7% on GEMMs with epilogues — all with the
 # largest tile, the only one it is taken with: on 1024^3 its 64x64 tiles ran 0.0117 ms against
-# the pointer seed's 0.0074 (BENCHMARKS.md, GEMM sweep, 2026-11-26 and 2026-11-25). Four
-# slices rather than two: over three runs faster on plain GEMMs and the training shapes
-# (bf16 8192^3 1.479 against 1.575 ms, cuBLAS 1.520; QKV, head split, L1_2 1-4%), within 1%
-# slower on bias + GELU / SiLU (BENCHMARKS.md, "Four epilogue slices", 2026-11-26 evening).
+# the pointer seed's 0.0074 (BENCHMARKS.md, GEMM sweep, 2026-11-26 and 2026-11-25).
 PIPELINED: dict[str, KnobValue] = dict(
-    LOADS="tma", PERSISTENT=True, FLATTEN=True, EPILOGUE_SUBTILE=4
+    LOADS="tma", PERSISTENT=True, FLATTEN=True, EPILOGUE_SUBTILE=2
 )
 Tile = tuple[int, int, int, int, int]  # BLOCK_M, BLOCK_N, BLOCK_K, num_stages, num_warps
 
@@ -154,9 +151,7 @@ def gemm_default_knobs(spec: KernelSpec) -> dict[str, KnobValue]:
     chosen = _shrink_to_legal(knobs, base)
     tiles = math.ceil(m / tile[0]) * math.ceil(n / tile[1]) * batch
     if kind != "ieee" and largest and tma_problem(spec) is None and tiles >= NUM_SMS:
-        # fewer slices where the tile's columns do not split in four; none under row reductions
-        for parts in (4, 2, 1):
-            extra = dict(PIPELINED, EPILOGUE_SUBTILE=parts)
+        for extra in (PIPELINED, dict(PIPELINED, EPILOGUE_SUBTILE=1)):  # no slices: reductions
             try:
                 return dict(chosen.with_knobs(**extra).knobs)
             except IllegalSpec:
