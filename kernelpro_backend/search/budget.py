@@ -104,8 +104,8 @@ class BudgetTracker:
         # The SOL rule stops only a search that is ahead of its baselines: near the speed of
         # light a candidate still behind a baseline (a library GEMM at 93%) can only win by
         # searching on. H100, bf16 8192^3: stopped after 7 trials at 1.592 ms (86% of SOL),
-        # behind eager's cuBLAS, where a configuration two moves away ran 1.479 (BENCHMARKS.md,
-        # GEMM sweep, 2026-11-26 evening).
+        # behind eager's cuBLAS, where the sweep's other configurations ran 1.479-1.575 over
+        # three runs (BENCHMARKS.md, GEMM sweep, 2026-11-26 evening).
         self.ahead = True
         # best reward after 0, 1, 2, ... trials (None until something worked)
         self.best_history: list[float | None] = [None]
