@@ -101,11 +101,13 @@ class BudgetTracker:
         self.started = clock()
         self.trials = 0
         self.best_sol_fraction: float | None = None
-        # The SOL rule stops only a search that is ahead of its baselines: near the speed of
-        # light a candidate still behind a baseline (a library GEMM at 93%) can only win by
-        # searching on. H100, bf16 8192^3: stopped after 7 trials at 1.592 ms (86% of SOL),
-        # behind eager's cuBLAS, where the sweep's other configurations ran 1.479-1.575 over
-        # three runs (BENCHMARKS.md, GEMM sweep, 2026-11-26 evening).
+        # The SOL rule stops only a search whose best candidate would already replace the
+        # fallback (`ahead`): near the speed of light a candidate behind a baseline, or ahead
+        # of it within the timing's spread (a tie, which keeps the fallback), can only win by
+        # searching on. H100, bf16 8192^3 (BENCHMARKS.md, GEMM sweep, 2026-11-26 evening):
+        # stopped after 7 trials at 1.592 ms, 1.6% ahead of both baselines in its pool but
+        # within their spread, so nothing was kept; the sweep's other configurations ran
+        # 1.479-1.575 ms in the same runs.
         self.ahead = True
         # best reward after 0, 1, 2, ... trials (None until something worked)
         self.best_history: list[float | None] = [None]
@@ -114,7 +116,7 @@ class BudgetTracker:
         self, best_reward: float | None, best_sol_fraction: float | None, ahead: bool = True
     ) -> None:
         """Record one finished trial and the best reward / SOL fraction after it; `ahead`:
-        whether the best candidate beats the fastest baseline (True when there is none)."""
+        whether the best candidate would replace the fallback now (True without baselines)."""
         self.trials += 1
         self.best_history.append(best_reward)
         self.best_sol_fraction = best_sol_fraction

@@ -22,6 +22,7 @@ from .log import ProgressLine, SearchLog
 from .measure import AsyncMeasurer, Batched, Measurer
 from .memory import SearchMemory
 from .proposer import Proposer
+from .rewards import faster_beyond_spread
 from .rules import RuleProposer
 from .space import SearchSpace
 from .tree import SearchTree, TreeParams
@@ -108,6 +109,7 @@ def optimize(
     search.start(
         seed, params, objective, fixed, tree_out, (stream or sys.stderr) if progress else None
     )
+    search.min_gain_ms = min_gain_ms
     reason = search.run(max(1, batch_size))
     return search.finish(reason, objective, min_gain_ms)
 
@@ -136,6 +138,8 @@ class _Search:
         self.in_flight: dict[int, int] = {}  # ticket -> node id
         self.best_ms: float | None = None
         self.best_sol: float | None = None
+        self.best_result: EvalResult | None = None
+        self.min_gain_ms = 0.0
         self.phase_totals: dict[str, float] = {}
 
     def start(
@@ -220,6 +224,19 @@ class _Search:
             ticket = self.measurer.submit(self.subgraph, candidate, abandon_above_ms=limit)
             self.in_flight[ticket] = node_id
 
+    def _would_win(self) -> bool:
+        """Whether the best candidate so far would replace the fallback by the winner rule
+        (faster than the fastest baseline beyond both spreads and by `min_gain_ms`; a
+        candidate's own host surcharge aside): the speed-of-light rule stops only such a
+        search (budget.BudgetTracker says why)."""
+        base = fastest_baseline(self.baselines)
+        if base is None:
+            return True
+        if self.best_result is None:
+            return False
+        gain = (base[1].median_ms or 0.0) - (self.best_result.median_ms or 0.0)
+        return faster_beyond_spread(self.best_result, base[1]) and gain >= self.min_gain_ms
+
     def _tell(self, node_id: int, result: EvalResult) -> None:
         reward = self.tree.tell(node_id, result)
         node = self.tree.nodes[node_id]
@@ -231,11 +248,9 @@ class _Search:
             and (self.best_ms is None or result.median_ms < self.best_ms)
         ):
             self.best_ms, self.best_sol = result.median_ms, result.sol_fraction
+            self.best_result = result
         best_reward = self.tree.best_reward if self.tree.best_reward > -1e300 else None
-        ahead = self.reference_ms is None or (
-            self.best_ms is not None and self.best_ms < self.reference_ms
-        )
-        self.tracker.record(best_reward, self.best_sol, ahead)
+        self.tracker.record(best_reward, self.best_sol, self._would_win())
         phases = dict(result.details.get("phase_s") or {})
         for name, seconds in phases.items():
             self.phase_totals[name] = self.phase_totals.get(name, 0.0) + float(seconds)

@@ -95,6 +95,16 @@ def test_speed_of_light_does_not_stop_a_search_still_behind_its_baseline():
     assert tracker.stop_reason() == SOL
 
 
+def test_speed_of_light_goes_on_while_a_baseline_is_still_faster():
+    # every candidate is within 90% of SOL (0.85 ms) but the fallback's 0.6 ms beats them all:
+    # the search does not stop at SOL and, nothing winning, keeps the baseline
+    space, measurer = bowl_search_parts(sol_ms=0.85, baselines={"inductor": 0.6})
+    budget = Budget(max_trials=20, max_seconds=1e9, sol_stop_fraction=0.9, plateau_trials=None)
+    out = optimize(FakeSubgraph(), space=space, measurer=measurer, budget=budget, progress=False)
+    assert out.stop_reason != "sol" and out.trials > 1
+    assert out.winner == "inductor"
+
+
 def test_plateau_stops_a_flat_landscape():
     space = SyntheticSpace(BOWL_VALUES, [BOWL_SEED])
     measurer = SyntheticMeasurer(lambda k: 1.0)
