@@ -52,7 +52,8 @@ def _split(
 def _mm3(a, ah, al, b, bh, bl, c, M, N, K, sam, sak, sbk, sbn,
          A_REG: tl.constexpr, B_REG: tl.constexpr, TRUNC: tl.constexpr,
          BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-         GROUP_M: tl.constexpr, PART_STEPS: tl.constexpr = 1):  # fmt: skip
+         GROUP_M: tl.constexpr, PART_STEPS: tl.constexpr = 1,
+         WS: tl.constexpr = False, DAR: tl.constexpr = False):  # fmt: skip
     pid = tl.program_id(0)
     num_pid_m = tl.cdiv(M, BLOCK_M)
     num_pid_n = tl.cdiv(N, BLOCK_N)
@@ -69,7 +70,8 @@ def _mm3(a, ah, al, b, bh, bl, c, M, N, K, sam, sak, sbk, sbn,
         tl.multiple_of((pid_n * BLOCK_N + tl.arange(0, BLOCK_N)) % N, BLOCK_N), BLOCK_N
     )
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    for kt in range(0, K // (BLOCK_K * PART_STEPS)):
+    for kt in tl.range(0, K // (BLOCK_K * PART_STEPS), warp_specialize=WS,
+                       disallow_acc_multi_buffer=DAR):  # fmt: skip
         # PART_STEPS K steps' products summed on the tensor cores before the rounded add
         part = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
         for j in tl.static_range(PART_STEPS):
@@ -108,6 +110,9 @@ def make(
     stages: int,
     tile: tuple[int, int, int, int] = (128, 128, 32, 8),
     part_steps: int = 1,
+    group_m: int = 8,
+    ws: bool = False,
+    dar: bool = False,
 ):
     """A callable computing a @ b by the variant (split passes included); tile is BLOCK_M,
     BLOCK_N, BLOCK_K, warps."""
@@ -132,7 +137,7 @@ def make(
         grid = (triton.cdiv(m, bm) * triton.cdiv(n, bn),)
         _mm3[grid](a, ah, al, b, bh, bl, c, m, n, k, a.stride(0), a.stride(1), b.stride(0),
                    b.stride(1), A_REG=a_reg, B_REG=b_reg, TRUNC=trunc, BLOCK_M=bm, BLOCK_N=bn,
-                   BLOCK_K=bk, GROUP_M=8, PART_STEPS=part_steps, num_warps=warps,
+                   BLOCK_K=bk, GROUP_M=group_m, PART_STEPS=part_steps, WS=ws, DAR=dar, num_warps=warps,
                    num_stages=stages)  # fmt: skip
         return c
 
@@ -154,7 +159,13 @@ TILES = [
 ]
 
 
-def variants(tiles: bool, parts: bool = False) -> list[dict]:
+def variants(tiles: bool, parts: bool = False, loop: bool = False) -> list[dict]:
+    if loop:  # the template's form (A in registers, hi truncated): grouping and loop flags
+        base = {"a": "reg", "b": "pre", "hi": "trunc", "stages": 3, "tile": [128, 128, 32, 8]}
+        return [
+            dict(base), dict(base, group_m=4), dict(base, group_m=16), dict(base, group_m=1),
+            dict(base, ws=True), dict(base, dar=True), dict(base, stages=2),
+        ]  # fmt: skip
     if parts:  # K steps per tensor-core partial sum, the template's form and tile
         return [
             {"a": "reg", "b": "pre", "hi": "round", "stages": st, "tile": [128, 128, 32, 8],
@@ -175,7 +186,9 @@ def variants(tiles: bool, parts: bool = False) -> list[dict]:
     ]
 
 
-def run_case(n: int, layout: str, tiles: bool = False, parts: bool = False) -> dict:
+def run_case(
+    n: int, layout: str, tiles: bool = False, parts: bool = False, loop: bool = False
+) -> dict:
     torch.manual_seed(0)
     a = torch.randn(n, n, device="cuda")
     b = torch.randn(n, n, device="cuda")
@@ -194,11 +207,12 @@ def run_case(n: int, layout: str, tiles: bool = False, parts: bool = False) -> d
             b, bh, bl, n, n, b.stride(0), b.stride(1), 1, n, TRUNC=False, BLOCK=64
         )
     )
-    for v in variants(tiles, parts):
+    for v in variants(tiles, parts, loop):
         row["variants"].append(v)
         try:
             fn = make(a, b, v["a"] == "reg", v["b"] == "reg", v["hi"] == "trunc", v["stages"],
-                      tuple(v["tile"]), v.get("part_steps", 1))  # fmt: skip
+                      tuple(v["tile"]), v.get("part_steps", 1), v.get("group_m", 8),
+                      v.get("ws", False), v.get("dar", False))  # fmt: skip
             got = fn()
             v["error"] = (got.double() - exact).abs().max().item()
             v["ok"] = v["error"] <= row["ieee_error"]
@@ -214,9 +228,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--sizes", type=int, nargs="+", default=[2048, 4096])
     p.add_argument("--tiles", action="store_true", help="tiles of the in-register A form")
     p.add_argument("--parts", action="store_true", help="K steps per partial sum")
+    p.add_argument("--loop", action="store_true", help="grouping and loop flags")
     p.add_argument("--layouts", nargs="+", default=["mm", "linear"])
     a = p.parse_args(argv)
-    rows = [run_case(n, lay, a.tiles, a.parts) for n in a.sizes for lay in a.layouts]
+    rows = [run_case(n, lay, a.tiles, a.parts, a.loop) for n in a.sizes for lay in a.layouts]
     meta = {"device": torch.cuda.get_device_name(), "date": time.strftime("%Y-%m-%d %H:%M:%S")}
     with open(os.path.join(os.environ.get("OUT", "."), "gpu_tf32x3_forms.json"), "w") as f:
         json.dump({"meta": meta, "results": rows}, f, indent=1)
@@ -228,6 +243,11 @@ def main(argv: list[str] | None = None) -> int:
         for v in row["variants"]:
             tile = "x".join(map(str, v["tile"][:3])) + f" w{v['tile'][3]}"
             name = f"A {v['a']} B {v['b']} hi {v['hi']} {tile} s{v['stages']} p{v.get('part_steps', 1)}"
+            name += (
+                f" g{v.get('group_m', 8)}"
+                + " ws" * v.get("ws", False)
+                + " dar" * v.get("dar", False)
+            )
             text = v.get("failed") or (
                 f"{v['ms']:.4f} ms  {v['x_ieee']:.2f}x  error {v['error']:.2e}"
                 f"{'' if v['ok'] else '  (MORE THAN IEEE)'}"
