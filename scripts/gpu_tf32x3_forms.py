@@ -12,15 +12,13 @@ from __future__ import annotations
 
 import argparse
 import itertools
-import json
-import os
 import sys
-import time
 
 import torch
 import triton
 import triton.language as tl
 from scripts_common import median_ms
+from tf32x3_common import measure, text, write
 
 
 @triton.jit
@@ -209,17 +207,10 @@ def run_case(
     )
     for v in variants(tiles, parts, loop):
         row["variants"].append(v)
-        try:
-            fn = make(a, b, v["a"] == "reg", v["b"] == "reg", v["hi"] == "trunc", v["stages"],
-                      tuple(v["tile"]), v.get("part_steps", 1), v.get("group_m", 8),
-                      v.get("ws", False), v.get("dar", False))  # fmt: skip
-            got = fn()
-            v["error"] = (got.double() - exact).abs().max().item()
-            v["ok"] = v["error"] <= row["ieee_error"]
-            v["ms"] = median_ms(fn)
-            v["x_ieee"] = round(row["ieee_ms"] / v["ms"], 3)
-        except Exception as e:
-            v["failed"] = f"{type(e).__name__}: {e}"[:300]
+        measure(v, lambda v=v: make(a, b, v["a"] == "reg", v["b"] == "reg", v["hi"] == "trunc",
+                                    v["stages"], tuple(v["tile"]), v.get("part_steps", 1),
+                                    v.get("group_m", 8), v.get("ws", False), v.get("dar", False)),
+                exact, row)  # fmt: skip
     return row
 
 
@@ -232,9 +223,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--layouts", nargs="+", default=["mm", "linear"])
     a = p.parse_args(argv)
     rows = [run_case(n, lay, a.tiles, a.parts, a.loop) for n in a.sizes for lay in a.layouts]
-    meta = {"device": torch.cuda.get_device_name(), "date": time.strftime("%Y-%m-%d %H:%M:%S")}
-    with open(os.path.join(os.environ.get("OUT", "."), "gpu_tf32x3_forms.json"), "w") as f:
-        json.dump({"meta": meta, "results": rows}, f, indent=1)
+    write("gpu_tf32x3_forms", rows)
     for row in rows:
         print(
             f"{row['n']}^3 {row['layout']}  IEEE {row['ieee_ms']:.4f} ms  error {row['ieee_error']:.2e}"
@@ -248,11 +237,7 @@ def main(argv: list[str] | None = None) -> int:
                 + " ws" * v.get("ws", False)
                 + " dar" * v.get("dar", False)
             )
-            text = v.get("failed") or (
-                f"{v['ms']:.4f} ms  {v['x_ieee']:.2f}x  error {v['error']:.2e}"
-                f"{'' if v['ok'] else '  (MORE THAN IEEE)'}"
-            )
-            print(f"   {name:34s} {text}")
+            print(f"   {name:34s} {text(v)}")
     return 0
 
 

@@ -11,19 +11,13 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
-import json
 import os
 import sys
-import time
 
-import torch
-from scripts_common import median_ms
+from tf32x3_common import measure, square_case, text, write
 
 import kernelpro_backend.codegen.template_tf32x3 as t3
-from kernelpro_backend.bench.gemm_cases import MatMul
-from kernelpro_backend.bench.gemm_sweep import gemm_subgraph
-from kernelpro_backend.codegen import alternatives, build
-from kernelpro_backend.lowering import lower
+from kernelpro_backend.codegen import build
 
 
 def rendering(path: str):
@@ -38,16 +32,7 @@ def rendering(path: str):
 
 
 def run_size(n: int, others: list[str]) -> dict:
-    torch.set_float32_matmul_precision("highest")
-    torch.manual_seed(0)
-    model = MatMul(n, n).cuda()
-    sg = gemm_subgraph(model, (torch.randn(n, n, device="cuda"),), "tf32x3")
-    (form,) = [a for a in alternatives(lower(sg)) if a.template == "gemm_library"]
-    inputs = sg.make_inputs(0, "cuda")
-    exact = sg.module().double()(*[t.double() for t in inputs])[0]
-    ieee = sg.module()(*inputs)[0]
-    row: dict = {"n": n, "ieee_ms": median_ms(lambda: sg.module()(*inputs))}
-    row["ieee_error"] = (ieee.double() - exact).abs().max().item()
+    _, form, inputs, exact, row = square_case(n)
     row["renderings"] = []
     current = t3.render_tf32x3
     for path in ["(current)", *others]:
@@ -56,12 +41,7 @@ def run_size(n: int, others: list[str]) -> dict:
         t3.render_tf32x3 = current if path == "(current)" else rendering(path)
         try:
             kernel = build(form)
-            (got,) = kernel(*inputs)
-            entry["error"] = (got.double() - exact).abs().max().item()
-            entry["ms"] = median_ms(lambda kernel=kernel: kernel(*inputs))
-            entry["x_ieee"] = round(row["ieee_ms"] / entry["ms"], 3)
-        except Exception as e:
-            entry["failed"] = f"{type(e).__name__}: {e}"[:300]
+            measure(entry, lambda kernel=kernel: lambda: kernel(*inputs)[0], exact, row)
         finally:
             t3.render_tf32x3 = current
     return row
@@ -74,16 +54,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rounds", type=int, default=2, help="repeat the whole comparison")
     a = p.parse_args(argv)
     rows = [run_size(n, a.others) for _ in range(a.rounds) for n in a.sizes]
-    meta = {"device": torch.cuda.get_device_name(), "date": time.strftime("%Y-%m-%d %H:%M:%S")}
-    with open(os.path.join(os.environ.get("OUT", "."), "gpu_tf32x3_template_ab.json"), "w") as f:
-        json.dump({"meta": meta, "results": rows}, f, indent=1)
+    write("gpu_tf32x3_template_ab", rows)
     for row in rows:
         print(f"{row['n']}^3  IEEE cuBLAS {row['ieee_ms']:.4f} ms  error {row['ieee_error']:.2e}")
         for e in row["renderings"]:
-            text = e.get("failed") or (
-                f"{e['ms']:.4f} ms  {e['x_ieee']:.2f}x  error {e['error']:.2e}"
-            )
-            print(f"   {e['template']:28s} {text}")
+            print(f"   {e['template']:28s} {text(e)}")
     return 0
 
 

@@ -9,19 +9,12 @@ $OUT/gpu_tf32x3_tiles.json.
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import sys
-import time
 
-import torch
-from scripts_common import median_ms
+from tf32x3_common import measure, square_case, text, write
 
 import kernelpro_backend.codegen.template_tf32x3 as t3
-from kernelpro_backend.bench.gemm_cases import MatMul
-from kernelpro_backend.bench.gemm_sweep import gemm_subgraph
-from kernelpro_backend.codegen import alternatives, build
-from kernelpro_backend.lowering import lower
+from kernelpro_backend.codegen import build
 
 # (BLOCK_M, BLOCK_N, BLOCK_K, warps, stages); the first is the template's own
 CONFIGS = [
@@ -37,17 +30,7 @@ CONFIGS = [
 
 
 def run_size(n: int) -> dict:
-    torch.set_float32_matmul_precision("highest")
-    torch.manual_seed(0)
-    model = MatMul(n, n).cuda()
-    x = torch.randn(n, n, device="cuda")
-    sg = gemm_subgraph(model, (x,), "tf32x3")
-    (form,) = [a for a in alternatives(lower(sg)) if a.template == "gemm_library"]
-    inputs = sg.make_inputs(0, "cuda")
-    exact = sg.module().double()(*[t.double() for t in inputs])[0]
-    ieee = sg.module()(*inputs)[0]
-    row: dict = {"n": n, "ieee_ms": median_ms(lambda: sg.module()(*inputs))}
-    row["ieee_error"] = (ieee.double() - exact).abs().max().item()
+    _, form, inputs, exact, row = square_case(n)
     row["configs"] = []
     saved = (t3.BLOCK_M, t3.BLOCK_N, t3.BLOCK_K, t3.WARPS, t3.STAGES)
     for bm, bn, bk, warps, stages in CONFIGS:
@@ -56,13 +39,7 @@ def run_size(n: int) -> dict:
         t3.BLOCK_M, t3.BLOCK_N, t3.BLOCK_K, t3.WARPS, t3.STAGES = bm, bn, bk, warps, stages
         try:
             kernel = build(form)
-            (got,) = kernel(*inputs)
-            entry["error"] = (got.double() - exact).abs().max().item()
-            entry["ok"] = entry["error"] <= row["ieee_error"]
-            entry["ms"] = median_ms(lambda kernel=kernel: kernel(*inputs))
-            entry["x_ieee"] = round(row["ieee_ms"] / entry["ms"], 3)
-        except Exception as e:
-            entry["failed"] = f"{type(e).__name__}: {e}"[:300]
+            measure(entry, lambda kernel=kernel: lambda: kernel(*inputs)[0], exact, row)
         finally:
             t3.BLOCK_M, t3.BLOCK_N, t3.BLOCK_K, t3.WARPS, t3.STAGES = saved
     return row
@@ -73,17 +50,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--sizes", type=int, nargs="+", default=[2048, 4096, 8192])
     a = p.parse_args(argv)
     rows = [run_size(n) for n in a.sizes]
-    meta = {"device": torch.cuda.get_device_name(), "date": time.strftime("%Y-%m-%d %H:%M:%S")}
-    with open(os.path.join(os.environ.get("OUT", "."), "gpu_tf32x3_tiles.json"), "w") as f:
-        json.dump({"meta": meta, "results": rows}, f, indent=1)
+    write("gpu_tf32x3_tiles", rows)
     for row in rows:
         print(f"{row['n']}^3  IEEE cuBLAS {row['ieee_ms']:.4f} ms  error {row['ieee_error']:.2e}")
         for c in row["configs"]:
-            text = c.get("failed") or (
-                f"{c['ms']:.4f} ms  {c['x_ieee']:.2f}x  error {c['error']:.2e}"
-                f"{'' if c['ok'] else '  (MORE THAN IEEE)'}"
-            )
-            print(f"   {c['config']}  {text}")
+            print(f"   {c['config']}  {text(c)}")
     return 0
 
 

@@ -1,0 +1,62 @@
+"""What the tf32x3 drivers (gpu_tf32x3_tiles.py, gpu_tf32x3_template_ab.py,
+gpu_tf32x3_forms.py) share: the square float32 GEMM subgraph under tf32x3 with its float64 and
+IEEE cuBLAS references, one variant checked and timed against them, and the JSON they write."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from scripts_common import median_ms
+
+
+def square_case(n: int) -> tuple[Any, Any, list[torch.Tensor], torch.Tensor, dict]:
+    """(subgraph, its tf32x3 library form, inputs, float64 result, row with IEEE cuBLAS's time
+    and error) for an n x n x n float32 GEMM."""
+    from kernelpro_backend.bench.gemm_cases import MatMul
+    from kernelpro_backend.bench.gemm_sweep import gemm_subgraph
+    from kernelpro_backend.codegen import alternatives
+    from kernelpro_backend.lowering import lower
+
+    torch.set_float32_matmul_precision("highest")
+    torch.manual_seed(0)
+    model = MatMul(n, n).cuda()
+    sg = gemm_subgraph(model, (torch.randn(n, n, device="cuda"),), "tf32x3")
+    (form,) = [a for a in alternatives(lower(sg)) if a.template == "gemm_library"]
+    inputs = sg.make_inputs(0, "cuda")
+    exact = sg.module().double()(*[t.double() for t in inputs])[0]
+    row: dict = {"n": n, "ieee_ms": median_ms(lambda: sg.module()(*inputs))}
+    row["ieee_error"] = (sg.module()(*inputs)[0].double() - exact).abs().max().item()
+    return sg, form, inputs, exact, row
+
+
+def measure(entry: dict, make: Callable[[], Callable[[], torch.Tensor]], exact: torch.Tensor,
+            row: dict) -> None:  # fmt: skip
+    """Fill `entry` with the variant's error against `exact`, whether it is within IEEE's
+    (`row`), its median time and speed-up over IEEE cuBLAS; or with why it failed."""
+    try:
+        fn = make()
+        entry["error"] = (fn().double() - exact).abs().max().item()
+        entry["ok"] = entry["error"] <= row["ieee_error"]
+        entry["ms"] = median_ms(fn)
+        entry["x_ieee"] = round(row["ieee_ms"] / entry["ms"], 3)
+    except Exception as e:
+        entry["failed"] = f"{type(e).__name__}: {e}"[:300]
+
+
+def text(entry: dict) -> str:
+    return entry.get("failed") or (
+        f"{entry['ms']:.4f} ms  {entry['x_ieee']:.2f}x  error {entry['error']:.2e}"
+        f"{'' if entry['ok'] else '  (MORE THAN IEEE)'}"
+    )
+
+
+def write(name: str, rows: list[dict]) -> None:
+    """$OUT/<name>.json with the device and date."""
+    meta = {"device": torch.cuda.get_device_name(), "date": time.strftime("%Y-%m-%d %H:%M:%S")}
+    with open(os.path.join(os.environ.get("OUT", "."), f"{name}.json"), "w") as f:
+        json.dump({"meta": meta, "results": rows}, f, indent=1)
