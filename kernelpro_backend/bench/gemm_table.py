@@ -30,6 +30,12 @@ def summary(case: dict[str, Any]) -> dict[str, Any]:
     if search.get("best_candidate_ms"):
         out["search_ms"] = search["best_candidate_ms"]
         out["search_trials"] = search.get("trials")
+    if search and "kept_kernel" in search:
+        # What a user gets after the search: the kept kernel against Inductor measured beside
+        # it in the search's pool, or the fallback itself (1.00x by construction).
+        out["kept"] = bool(search["kept_kernel"])
+        won, ind = search.get("winner_ms"), search.get("inductor_ms")
+        out["after_x_inductor"] = round(ind / won, 3) if out["kept"] and won and ind else 1.0
     ours = [v for v in (out["best_ms"], out.get("search_ms")) if v]
     ours_ms = min(ours) if ours else None
     out["ours_ms"] = ours_ms
@@ -50,9 +56,16 @@ def _f(value: Any, fmt: str = "{:.4f}") -> str:
     return "-" if value is None else fmt.format(value)
 
 
+def _after(s: dict[str, Any]) -> str:
+    if "kept" not in s:
+        return "-"
+    return f"{s['after_x_inductor']:.2f}x " + ("(kept)" if s["kept"] else "(fallback)")
+
+
 def table(meta: dict[str, Any], results: list[dict[str, Any]]) -> str:
     head = ["case", "cuBLAS", "eager", "Inductor", "max-at", "seed", "best", "search (trials)",
-            "seed/cuBLAS", "x Inductor", "x cuBLAS", "SOL", "err / IEEE err"]  # fmt: skip
+            "seed/cuBLAS", "x Inductor", "x cuBLAS", "SOL", "err / IEEE err",
+            "after search"]  # fmt: skip
     rows = []
     for c in results:
         if "error" in c:
@@ -71,11 +84,12 @@ def table(meta: dict[str, Any], results: list[dict[str, Any]]) -> str:
             c["case"], _f(c.get("cublas_ms")), _f(c.get("eager_ms")), _f(c.get("inductor_ms")),
             _f(c.get("max_autotune_ms")), _f(s["seed_ms"]), _f(s["best_ms"]), search,
             _f(s.get("seed_of_cublas"), "{:.2f}"), _f(s.get("x_inductor"), "{:.2f}"),
-            _f(s.get("x_cublas"), "{:.2f}"), _f(s.get("sol"), "{:.0%}"), err,
+            _f(s.get("x_cublas"), "{:.2f}"), _f(s.get("sol"), "{:.0%}"), err, _after(s),
         ])  # fmt: skip
     title = f"{meta['device']}  torch {meta['torch']}  triton {meta['triton']}  {meta['date']}"
     note = (
         "ms: medians; eager: the subgraph's ATen ops; x = baseline time / ours (ours: best config or search); seed/cuBLAS = "
-        "cuBLAS time / seed time; SOL: best config's TFLOP/s over the measured roof"
+        "cuBLAS time / seed time; SOL: best config's TFLOP/s over the measured roof; after search: "
+        "the kept kernel x Inductor in the search's own pool, or the fallback (1.00x)"
     )
     return "\n".join([title, format_table(head, rows), note])

@@ -1,0 +1,39 @@
+"""The GEMM sweep's summary: what a user gets after the search is the kept kernel against
+Inductor in the search's own pool, or the fallback at 1.00x — never a candidate that was
+measured faster but not kept."""
+
+from __future__ import annotations
+
+from kernelpro_backend.bench.gemm_table import summary, table
+
+
+def _case(kept: bool, **search) -> dict:
+    return {
+        "case": "bf16 mm 64^3", "cublas_ms": 1.0, "eager_ms": 1.0, "inductor_ms": 1.1,
+        "configs": [{"kind": "default", "status": "ok", "ms": 1.2, "config": "seed"}],
+        "search": {"best_candidate_ms": 0.9, "trials": 5, "kept_kernel": kept,
+                   "inductor_ms": 1.08, **search},
+    }  # fmt: skip
+
+
+def test_a_kept_kernel_is_reported_against_inductor_in_its_own_pool():
+    s = summary(_case(True, winner_ms=0.9))
+    assert s["kept"] and s["after_x_inductor"] == round(1.08 / 0.9, 3)
+    assert "1.20x (kept)" in table(_meta(), [_case(True, winner_ms=0.9)])
+
+
+def test_a_faster_candidate_that_was_not_kept_leaves_the_fallback():
+    s = summary(_case(False))
+    assert not s["kept"] and s["after_x_inductor"] == 1.0
+    assert s["search_ms"] == 0.9  # still shown as the search's best, beside it
+    assert "1.00x (fallback)" in table(_meta(), [_case(False)])
+
+
+def test_a_case_without_a_search_has_no_after_search_figure():
+    case = _case(False)
+    del case["search"]
+    assert "kept" not in summary(case)
+
+
+def _meta() -> dict:
+    return {"device": "cpu", "torch": "x", "triton": "y", "date": "today"}
