@@ -1,9 +1,13 @@
-"""Driver: where the tf32x3 form splits its operands. The template (template_tf32x3) splits both
-operands in two passes over memory (hi, lo written K-major) before the product kernel; here each
-operand is either pre-split that way ("pre") or loaded raw and split in registers inside the main
-loop ("reg"), with hi rounded to nearest or truncated. Every variant's time includes its split
-passes; each is checked against float64 beside IEEE cuBLAS's error on the same inputs. Prints a
-table; writes $OUT/gpu_tf32x3_forms.json.
+"""Driver: where the tf32x3 form splits its operands. The template (template_tf32x3) once split
+both operands in two passes over memory (hi, lo written K-major) before the product kernel; here
+each operand is either pre-split that way ("pre") or loaded raw and split in registers inside
+the main loop ("reg"), with hi rounded to nearest or truncated. `--tiles`, `--parts`, `--loop`:
+the in-register A form's tile, partial sums and loop flags; `--raw-b`: B's pass writes only lo
+and the product kernel reads B where it lies as its hi part, which is right only if the tensor
+cores truncate float32 operands to TF32 (the check against float64 says whether they do; the
+Triton interpreter's dot is exact float32, so there this form is wrong by design). Every
+variant's time includes its split passes; each is checked against float64 beside IEEE cuBLAS's
+error on the same inputs. Prints a table; writes $OUT/gpu_tf32x3_forms.json.
 
     OUT=/tmp/out PYTHONPATH=.:scripts python scripts/gpu_tf32x3_forms.py [--sizes 2048 4096]
 """
@@ -35,14 +39,26 @@ def _parts(x, TRUNC: tl.constexpr):
 
 @triton.jit
 def _split(
-    x_ptr, hi_ptr, lo_ptr, R, C, sxr, sxc, shr, shc, TRUNC: tl.constexpr, BLOCK: tl.constexpr
+    x_ptr,
+    hi_ptr,
+    lo_ptr,
+    R,
+    C,
+    sxr,
+    sxc,
+    shr,
+    shc,
+    TRUNC: tl.constexpr,
+    BLOCK: tl.constexpr,
+    LO_ONLY: tl.constexpr = False,
 ):
     r = (tl.program_id(0) * BLOCK + tl.arange(0, BLOCK))[:, None].to(tl.int64)
     c = (tl.program_id(1) * BLOCK + tl.arange(0, BLOCK))[None, :].to(tl.int64)
     mask = (r < R) & (c < C)
     x = tl.load(x_ptr + r * sxr + c * sxc, mask=mask, other=0.0)
     hi, lo = _parts(x, TRUNC)
-    tl.store(hi_ptr + r * shr + c * shc, hi, mask=mask)
+    if not LO_ONLY:
+        tl.store(hi_ptr + r * shr + c * shc, hi, mask=mask)
     tl.store(lo_ptr + r * shr + c * shc, lo, mask=mask)
 
 
@@ -51,7 +67,8 @@ def _mm3(a, ah, al, b, bh, bl, c, M, N, K, sam, sak, sbk, sbn,
          A_REG: tl.constexpr, B_REG: tl.constexpr, TRUNC: tl.constexpr,
          BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
          GROUP_M: tl.constexpr, PART_STEPS: tl.constexpr = 1,
-         WS: tl.constexpr = False, DAR: tl.constexpr = False):  # fmt: skip
+         WS: tl.constexpr = False, DAR: tl.constexpr = False,
+         B_RAW: tl.constexpr = False):  # fmt: skip
     pid = tl.program_id(0)
     num_pid_m = tl.cdiv(M, BLOCK_M)
     num_pid_n = tl.cdiv(N, BLOCK_N)
@@ -86,6 +103,10 @@ def _mm3(a, ah, al, b, bh, bl, c, M, N, K, sam, sak, sbk, sbn,
                 b_h, b_l = _parts(
                     tl.load(b + k[:, None] * sbk + rbn.to(tl.int64)[None, :] * sbn), TRUNC
                 )
+            elif B_RAW:  # B as it lies is its hi part: the tensor cores truncate it to TF32
+                pb = rbn.to(tl.int64)[:, None] * K + k[None, :]
+                b_h = tl.load(b + k[:, None] * sbk + rbn.to(tl.int64)[None, :] * sbn)
+                b_l = tl.trans(tl.load(bl + pb))
             else:
                 pb = rbn.to(tl.int64)[:, None] * K + k[None, :]
                 b_h = tl.trans(tl.load(bh + pb))
@@ -103,7 +124,7 @@ def make(
     a: torch.Tensor,
     b: torch.Tensor,
     a_reg: bool,
-    b_reg: bool,
+    b_mode: str,
     trunc: bool,
     stages: int,
     tile: tuple[int, int, int, int] = (128, 128, 32, 8),
@@ -113,7 +134,9 @@ def make(
     dar: bool = False,
 ):
     """A callable computing a @ b by the variant (split passes included); tile is BLOCK_M,
-    BLOCK_N, BLOCK_K, warps."""
+    BLOCK_N, BLOCK_K, warps. `b_mode`: "pre" (hi and lo by a pass), "reg" (split in registers)
+    or "lo" (only lo by a pass, B read as it lies as hi: hi must then be truncated)."""
+    b_reg, b_raw = b_mode == "reg", b_mode == "lo"
     bm, bn, bk, warps = tile
     m, k = a.shape
     n = b.shape[1]
@@ -127,15 +150,28 @@ def make(
                 a, ah, al, m, k, a.stride(0), a.stride(1), k, 1, TRUNC=trunc, BLOCK=64
             )
         if not b_reg:  # B^T, K-major
-            bh, bl = torch.empty(n, k, device=a.device), torch.empty(n, k, device=a.device)
+            bl = torch.empty(n, k, device=a.device)
+            bh = bl if b_raw else torch.empty(n, k, device=a.device)
             _split[(triton.cdiv(k, 64), triton.cdiv(n, 64))](
-                b, bh, bl, k, n, b.stride(0), b.stride(1), 1, k, TRUNC=trunc, BLOCK=64
+                b,
+                bh,
+                bl,
+                k,
+                n,
+                b.stride(0),
+                b.stride(1),
+                1,
+                k,
+                TRUNC=trunc,
+                BLOCK=64,
+                LO_ONLY=b_raw,
             )
         c = torch.empty(m, n, device=a.device)
         grid = (triton.cdiv(m, bm) * triton.cdiv(n, bn),)
         _mm3[grid](a, ah, al, b, bh, bl, c, m, n, k, a.stride(0), a.stride(1), b.stride(0),
                    b.stride(1), A_REG=a_reg, B_REG=b_reg, TRUNC=trunc, BLOCK_M=bm, BLOCK_N=bn,
-                   BLOCK_K=bk, GROUP_M=group_m, PART_STEPS=part_steps, WS=ws, DAR=dar, num_warps=warps,
+                   BLOCK_K=bk, GROUP_M=group_m, PART_STEPS=part_steps, WS=ws, DAR=dar, B_RAW=b_raw,
+                   num_warps=warps,
                    num_stages=stages)  # fmt: skip
         return c
 
@@ -157,7 +193,12 @@ TILES = [
 ]
 
 
-def variants(tiles: bool, parts: bool = False, loop: bool = False) -> list[dict]:
+def variants(
+    tiles: bool, parts: bool = False, loop: bool = False, raw_b: bool = False
+) -> list[dict]:
+    if raw_b:  # B's hi read where B lies (K-major B: x @ W.T), only lo written by the pass
+        base = {"a": "reg", "b": "pre", "hi": "trunc", "stages": 3, "tile": [128, 128, 32, 8]}
+        return [dict(base), dict(base, b="lo"), dict(base, b="lo", stages=4)]
     if loop:  # the template's form (A in registers, hi truncated): grouping and loop flags
         base = {"a": "reg", "b": "pre", "hi": "trunc", "stages": 3, "tile": [128, 128, 32, 8]}
         return [
@@ -185,7 +226,12 @@ def variants(tiles: bool, parts: bool = False, loop: bool = False) -> list[dict]
 
 
 def run_case(
-    n: int, layout: str, tiles: bool = False, parts: bool = False, loop: bool = False
+    n: int,
+    layout: str,
+    tiles: bool = False,
+    parts: bool = False,
+    loop: bool = False,
+    raw_b: bool = False,
 ) -> dict:
     torch.manual_seed(0)
     a = torch.randn(n, n, device="cuda")
@@ -205,9 +251,9 @@ def run_case(
             b, bh, bl, n, n, b.stride(0), b.stride(1), 1, n, TRUNC=False, BLOCK=64
         )
     )
-    for v in variants(tiles, parts, loop):
+    for v in variants(tiles, parts, loop, raw_b):
         row["variants"].append(v)
-        measure(v, lambda v=v: make(a, b, v["a"] == "reg", v["b"] == "reg", v["hi"] == "trunc",
+        measure(v, lambda v=v: make(a, b, v["a"] == "reg", v["b"], v["hi"] == "trunc",
                                     v["stages"], tuple(v["tile"]), v.get("part_steps", 1),
                                     v.get("group_m", 8), v.get("ws", False), v.get("dar", False)),
                 exact, row)  # fmt: skip
@@ -220,9 +266,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--tiles", action="store_true", help="tiles of the in-register A form")
     p.add_argument("--parts", action="store_true", help="K steps per partial sum")
     p.add_argument("--loop", action="store_true", help="grouping and loop flags")
+    p.add_argument("--raw-b", action="store_true", help="B read as it lies as its hi part")
     p.add_argument("--layouts", nargs="+", default=["mm", "linear"])
     a = p.parse_args(argv)
-    rows = [run_case(n, lay, a.tiles, a.parts, a.loop) for n in a.sizes for lay in a.layouts]
+    rows = [
+        run_case(n, lay, a.tiles, a.parts, a.loop, a.raw_b) for n in a.sizes for lay in a.layouts
+    ]
     write("gpu_tf32x3_forms", rows)
     for row in rows:
         print(
