@@ -22,11 +22,10 @@ from .log import ProgressLine, SearchLog
 from .measure import AsyncMeasurer, Batched, Measurer
 from .memory import SearchMemory
 from .proposer import Proposer
-from .rewards import faster_beyond_spread
 from .rules import RuleProposer
 from .space import SearchSpace
 from .tree import SearchTree, TreeParams
-from .winner import OBJECTIVES, Measured, choose_winner, fastest_baseline
+from .winner import OBJECTIVES, Measured, choose_winner, fastest_baseline, replaces
 
 _log = logging.getLogger("kernelpro")
 
@@ -136,9 +135,7 @@ class _Search:
         self.baselines: dict[str, EvalResult] = {}
         self.measured: list[Measured] = []
         self.in_flight: dict[int, int] = {}  # ticket -> node id
-        self.best_ms: float | None = None
-        self.best_sol: float | None = None
-        self.best_result: EvalResult | None = None
+        self.best_result: EvalResult | None = None  # the fastest proved candidate so far
         self.min_gain_ms = 0.0
         self.phase_totals: dict[str, float] = {}
 
@@ -224,6 +221,14 @@ class _Search:
             ticket = self.measurer.submit(self.subgraph, candidate, abandon_above_ms=limit)
             self.in_flight[ticket] = node_id
 
+    @property
+    def best_ms(self) -> float | None:
+        return self.best_result.median_ms if self.best_result else None
+
+    @property
+    def best_sol(self) -> float | None:
+        return self.best_result.sol_fraction if self.best_result else None
+
     def _would_win(self) -> bool:
         """Whether the best candidate so far would replace the fallback by the winner rule
         (faster than the fastest baseline beyond both spreads and by `min_gain_ms`; a
@@ -232,10 +237,9 @@ class _Search:
         base = fastest_baseline(self.baselines)
         if base is None:
             return True
-        if self.best_result is None:
-            return False
-        gain = (base[1].median_ms or 0.0) - (self.best_result.median_ms or 0.0)
-        return faster_beyond_spread(self.best_result, base[1]) and gain >= self.min_gain_ms
+        return self.best_result is not None and replaces(
+            self.best_result, base[1], self.min_gain_ms
+        )
 
     def _tell(self, node_id: int, result: EvalResult) -> None:
         reward = self.tree.tell(node_id, result)
@@ -247,7 +251,6 @@ class _Search:
             and result.median_ms
             and (self.best_ms is None or result.median_ms < self.best_ms)
         ):
-            self.best_ms, self.best_sol = result.median_ms, result.sol_fraction
             self.best_result = result
         best_reward = self.tree.best_reward if self.tree.best_reward > -1e300 else None
         self.tracker.record(best_reward, self.best_sol, self._would_win())

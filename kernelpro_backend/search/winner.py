@@ -46,6 +46,13 @@ def _proved(result: EvalResult) -> bool:
     return result.ok and not result.details.get("abandoned")
 
 
+def replaces(result: EvalResult, base: EvalResult, need_ms: float) -> bool:
+    """Whether `result` takes the place of the baseline `base`: faster beyond both spreads and
+    by at least `need_ms`."""
+    gain = (base.median_ms or 0.0) - (result.median_ms or 0.0)
+    return faster_beyond_spread(result, base) and gain >= need_ms
+
+
 def choose_winner(
     measured: Sequence[Measured],
     baselines: Mapping[str, EvalResult],
@@ -71,8 +78,7 @@ def choose_winner(
             return True
         r = m.result
         need = min_gain_ms + (surcharge(m.candidate, r.median_ms or 0.0) if surcharge else 0.0)
-        gain = (base[1].median_ms or 0.0) - (r.median_ms or 0.0)
-        return faster_beyond_spread(r, base[1]) and gain >= need
+        return replaces(r, base[1], need)
 
     first = next((m for m in ok if wins(m)), None)
     if first is None:
