@@ -14,7 +14,7 @@ import importlib.util
 import os
 import sys
 
-from tf32x3_common import measure, square_case, text, write
+from tf32x3_common import measure, report, square_case
 
 import kernelpro_backend.codegen.template_tf32x3 as t3
 from kernelpro_backend.codegen import build
@@ -54,11 +54,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rounds", type=int, default=2, help="repeat the whole comparison")
     a = p.parse_args(argv)
     rows = [run_size(n, a.others) for _ in range(a.rounds) for n in a.sizes]
-    write("gpu_tf32x3_template_ab", rows)
-    for row in rows:
-        print(f"{row['n']}^3  IEEE cuBLAS {row['ieee_ms']:.4f} ms  error {row['ieee_error']:.2e}")
-        for e in row["renderings"]:
-            print(f"   {e['template']:28s} {text(e)}")
+    report("gpu_tf32x3_template_ab", rows, "renderings", lambda e: e["template"])
     return 0
 
 

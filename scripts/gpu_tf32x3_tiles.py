@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from tf32x3_common import measure, square_case, text, write
+from tf32x3_common import measure, report, square_case
 
 import kernelpro_backend.codegen.template_tf32x3 as t3
 from kernelpro_backend.codegen import build
@@ -50,11 +50,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--sizes", type=int, nargs="+", default=[2048, 4096, 8192])
     a = p.parse_args(argv)
     rows = [run_size(n) for n in a.sizes]
-    write("gpu_tf32x3_tiles", rows)
-    for row in rows:
-        print(f"{row['n']}^3  IEEE cuBLAS {row['ieee_ms']:.4f} ms  error {row['ieee_error']:.2e}")
-        for c in row["configs"]:
-            print(f"   {c['config']}  {text(c)}")
+    report("gpu_tf32x3_tiles", rows, "configs", lambda c: str(c["config"]))
     return 0
 
 

@@ -55,6 +55,16 @@ def text(entry: dict) -> str:
     )
 
 
+def report(name: str, rows: list[dict], key: str, label: Callable[[dict], str]) -> None:
+    """Write $OUT/<name>.json and print each size's IEEE cuBLAS line, then its variants
+    (`row[key]`, each named by `label`)."""
+    write(name, rows)
+    for row in rows:
+        print(f"{row['n']}^3  IEEE cuBLAS {row['ieee_ms']:.4f} ms  error {row['ieee_error']:.2e}")
+        for entry in row[key]:
+            print(f"   {label(entry):28s} {text(entry)}")
+
+
 def write(name: str, rows: list[dict]) -> None:
     """$OUT/<name>.json with the device and date."""
     meta = {"device": torch.cuda.get_device_name(), "date": time.strftime("%Y-%m-%d %H:%M:%S")}
