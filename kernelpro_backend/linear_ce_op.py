@@ -26,18 +26,15 @@ import torch
 from .fast_op import fast_op
 from .linear_ce_rows import cross_entropy_rows, finish
 
-# Logits live at once: about 2**27 (256 MiB in bf16). On the H100 (8192 x 1024 -> 32000 bf16,
-# BENCHMARKS.md "The LM head in one chunk") 2**26 / 2**27 / 2**28 logits a chunk took 3.319 /
-# 2.934 / 3.010 ms a step with one chunk live: fewer GEMM launches of a useful size win until
-# one chunk holds every logit (Inductor's peak memory, 500 MiB there).
+# Rows per chunk: about 2**27 logits (256 MiB in bf16) at a time. On the H100 (8192 x 1024 ->
+# 32000 bf16, BENCHMARKS.md "The LM head in one chunk") 2**26 / 2**27 / 2**28 logits a chunk
+# took 3.319 / 2.934 / 3.010 ms a step: fewer GEMM launches of a useful size win until one
+# chunk holds every logit (Inductor's peak memory, 500 MiB there).
 CHUNK_ELEMENTS = 2**27
-# On CUDA a chunk's row kernel (memory-bound) runs on a second stream while the main stream
-# computes the next chunk's logits (compute-bound): two chunks are live, each half as large.
-OVERLAP = True
 
 
-def chunk_rows(rows: int, vocab: int, live: int = 1) -> int:
-    return max(1, min(rows, CHUNK_ELEMENTS // live // max(vocab, 1)))
+def chunk_rows(rows: int, vocab: int) -> int:
+    return max(1, min(rows, CHUNK_ELEMENTS // max(vocab, 1)))
 
 
 @fast_op("kernelpro::linear_cross_entropy")
@@ -57,51 +54,36 @@ def linear_cross_entropy(
     it: a frozen input costs no GEMM) is the loss's times 1 / `factor`, which the backward
     multiplies back in."""
     rows = x.shape[0]
-    grad_b = grad_b and bias is not None
-    grads = grad_x or grad_w or grad_b
-    side = _side_stream(x.device) if OVERLAP and grads and x.is_cuda else None
-    step = chunk_rows(rows, weight.shape[0], 1 if side is None else 2)
+    step = chunk_rows(rows, weight.shape[0])
     # For a mean the row kernel scales the gradient by 1 / rows, a host number, and the
     # backward by rows / (targets not ignored): nothing before the chunks' kernels waits on a
     # device scalar, so the GPU goes from GEMM to row kernel to GEMM while the host launches.
     pre = 1.0 / max(rows, 1) if reduction == "mean" else 1.0
+    grad_b = grad_b and bias is not None
+    grads = grad_x or grad_w or grad_b
     # The first chunk's GEMM goes first: the GPU starts while the host allocates the rest.
     logits = _logits(x[:step], weight, bias)
     losses = x.new_empty(rows, dtype=torch.float32)
     gx = torch.empty_like(x) if grad_x else x.new_empty(0)
     gw = torch.empty_like(weight) if grad_w else x.new_empty(0)
     gb = torch.zeros(weight.shape[0], dtype=torch.float32, device=x.device) if grad_b else None
-    out = _Grads(weight, gx if grad_x else None, gw if grad_w else None, gb)
-    # Chunks whose row kernel is launched and whose gradient GEMMs are not: with a second
-    # stream, chunk c's gradient GEMMs wait until chunk c + 1's logits GEMM is launched, so the
-    # row kernel of c runs beside that GEMM; without one, each chunk is done in turn.
-    pending: list[tuple[torch.Tensor, torch.Tensor, int, torch.cuda.Event | None]] = []
     for start in range(0, rows, step):
         xc, tc = x[start : start + step], target[start : start + step]
         if start:
+            del logits  # the previous chunk's logits go before the next GEMM allocates
             logits = _logits(xc, weight, bias)
         # The loss per row, and the logits overwritten by their gradient (times `pre`).
-        done = None
-        if side is None:
-            cross_entropy_rows(
-                logits, tc, pre, ignore_index, grads, out=losses[start : start + step]
-            )
-        else:
-            side.wait_stream(torch.cuda.current_stream(x.device))
-            with torch.cuda.stream(side):
-                cross_entropy_rows(
-                    logits, tc, pre, ignore_index, grads, out=losses[start : start + step]
-                )
-                done = side.record_event()
-        if grads:
-            pending.append((logits, xc, start, done))
-        del logits  # a chunk's logits go with its gradient GEMMs, before the next GEMM allocates
-        while len(pending) > (0 if side is None else 1):
-            out.add(*pending.pop(0))
-    while pending:
-        out.add(*pending.pop(0))
-    if side is not None:  # the losses' last rows, from the side stream
-        torch.cuda.current_stream(x.device).wait_stream(side)
+        cross_entropy_rows(logits, tc, pre, ignore_index, grads, out=losses[start : start + step])
+        if grad_x:
+            torch.matmul(logits, weight, out=gx[start : start + step])
+        if grad_w:
+            if start == 0:  # dW: the first chunk's GEMM writes it, the others accumulate
+                torch.matmul(logits.t(), xc, out=gw)
+            else:
+                gw.addmm_(logits.t(), xc)
+        if gb is not None:
+            gb += logits.sum(0, dtype=torch.float32)
+    del logits
     if grad_w and rows == 0:
         gw.zero_()
     loss, factor = finish(
@@ -114,46 +96,6 @@ def linear_cross_entropy(
         gb.to(bias.dtype) if gb is not None and bias is not None else x.new_empty(0),
         factor,
     )
-
-
-class _Grads:
-    """The gradients a chunk's logit gradients feed: dx rows, and dweight / dbias summed."""
-
-    def __init__(
-        self,
-        weight: torch.Tensor,
-        gx: torch.Tensor | None,
-        gw: torch.Tensor | None,
-        gb: torch.Tensor | None,
-    ) -> None:
-        self.weight, self.gx, self.gw, self.gb = weight, gx, gw, gb
-        self.first = True
-
-    def add(
-        self, dlogits: torch.Tensor, xc: torch.Tensor, start: int, ready: torch.cuda.Event | None
-    ) -> None:
-        if ready is not None:  # the row kernel ran on the side stream
-            torch.cuda.current_stream(dlogits.device).wait_event(ready)
-        if self.gx is not None:
-            torch.matmul(dlogits, self.weight, out=self.gx[start : start + dlogits.shape[0]])
-        if self.gw is not None:
-            if self.first:  # dW: the first chunk's GEMM writes it, the others accumulate
-                torch.matmul(dlogits.t(), xc, out=self.gw)
-            else:
-                self.gw.addmm_(dlogits.t(), xc)
-        if self.gb is not None:
-            self.gb += dlogits.sum(0, dtype=torch.float32)
-        self.first = False
-
-
-_SIDE: dict[int, torch.cuda.Stream] = {}
-
-
-def _side_stream(device: torch.device) -> torch.cuda.Stream:
-    index = device.index if device.index is not None else torch.cuda.current_device()
-    if index not in _SIDE:
-        _SIDE[index] = torch.cuda.Stream(device=index)
-    return _SIDE[index]
 
 
 def _logits(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:

@@ -1,8 +1,7 @@
 """LM head + cross-entropy training step on the GPU (8192 tokens x 1024 -> 32000, bf16): eager,
 Inductor and kernelpro with the chunked linear+cross-entropy rewrite; step time and peak memory,
 each mode twice. `--variants` also times the fused op's chunk sizes
-(kernelpro_backend.linear_ce_op.CHUNK_ELEMENTS: logits live at once) with the row kernel on a
-second stream or not (OVERLAP) before a last Inductor run, and `--profile`
+(kernelpro_backend.linear_ce_op.CHUNK_ELEMENTS) before a last Inductor run, and `--profile`
 prints the CUDA kernels of one step per mode (and writes its trace under $OUT).
 
 PYTHONPATH=.:scripts python scripts/gpu_lm_head_loss.py [--variants] [--profile]
@@ -116,15 +115,10 @@ def main() -> None:
             print(mode, host_times(make_step(base, mode, h, t)), flush=True)
     if not a.variants:
         return
-    for overlap, chunk in ((False, 2**27), (True, 2**27), (True, 2**28), (False, 2**26)) * 2:
-        op.CHUNK_ELEMENTS, op.OVERLAP = chunk, overlap
+    for chunk in (2**26, 2**27, 2**28):
+        op.CHUNK_ELEMENTS = chunk
         step = make_step(base, "kernelpro", h, t)
-        label = (
-            f"kernelpro {'two streams' if overlap else 'one stream'} 2**{chunk.bit_length() - 1}"
-        )
-        print(label, measure_step(step), flush=True)
-        if a.profile and overlap:
-            profile(step, label.replace(" ", "-"))
+        print(f"kernelpro chunk 2**{chunk.bit_length() - 1}", measure_step(step), flush=True)
     print("inductor", measure_step(make_step(base, "inductor", h, t)), flush=True)
 
 
