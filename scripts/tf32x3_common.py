@@ -14,22 +14,38 @@ import torch
 from scripts_common import median_ms
 
 
-def square_case(n: int) -> tuple[Any, Any, list[torch.Tensor], torch.Tensor, dict]:
+class _Linear(torch.nn.Module):
+    """x @ w.T with an nn.Linear weight [N, K] (B K-major)."""
+
+    def __init__(self, k: int, n: int) -> None:
+        super().__init__()
+        self.w = torch.nn.Parameter(torch.randn(n, k) / k**0.5)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x @ self.w.t()
+
+
+def square_case(
+    n: int, layout: str = "mm", m: int | None = None, k: int | None = None
+) -> tuple[Any, Any, list[torch.Tensor], torch.Tensor, dict]:
     """(subgraph, its tf32x3 library form, inputs, float64 result, row with IEEE cuBLAS's time
-    and error) for an n x n x n float32 GEMM."""
+    and error) for an m x n x k float32 GEMM (square by default): `x @ w` with w [K, N] ("mm")
+    or `x @ w.T` with w [N, K] ("linear")."""
     from kernelpro_backend.bench.gemm_cases import MatMul
     from kernelpro_backend.bench.gemm_sweep import gemm_subgraph
     from kernelpro_backend.codegen import alternatives
     from kernelpro_backend.lowering import lower
 
+    m, k = m or n, k or n
     torch.set_float32_matmul_precision("highest")
     torch.manual_seed(0)
-    model = MatMul(n, n).cuda()
-    sg = gemm_subgraph(model, (torch.randn(n, n, device="cuda"),), "tf32x3")
+    model = (MatMul(k, n) if layout == "mm" else _Linear(k, n)).cuda()
+    sg = gemm_subgraph(model, (torch.randn(m, k, device="cuda"),), "tf32x3")
     (form,) = [a for a in alternatives(lower(sg)) if a.template == "gemm_library"]
     inputs = sg.make_inputs(0, "cuda")
     exact = sg.module().double()(*[t.double() for t in inputs])[0]
-    row: dict = {"n": n, "ieee_ms": median_ms(lambda: sg.module()(*inputs))}
+    row: dict = {"n": n, "m": m, "k": k, "layout": layout}
+    row["ieee_ms"] = median_ms(lambda: sg.module()(*inputs))
     row["ieee_error"] = (sg.module()(*inputs)[0].double() - exact).abs().max().item()
     return sg, form, inputs, exact, row
 
@@ -60,9 +76,12 @@ def report(name: str, rows: list[dict], key: str, label: Callable[[dict], str]) 
     (`row[key]`, each named by `label`)."""
     write(name, rows)
     for row in rows:
-        print(f"{row['n']}^3  IEEE cuBLAS {row['ieee_ms']:.4f} ms  error {row['ieee_error']:.2e}")
+        shape = (
+            f"{row['m']}x{row['n']}x{row['k']} {row['layout']}" if "m" in row else f"{row['n']}^3"
+        )
+        print(f"{shape}  IEEE cuBLAS {row['ieee_ms']:.4f} ms  error {row['ieee_error']:.2e}")
         for entry in row[key]:
-            print(f"   {label(entry):28s} {text(entry)}")
+            print(f"   {label(entry):34s} {text(entry)}")
 
 
 def write(name: str, rows: list[dict]) -> None:

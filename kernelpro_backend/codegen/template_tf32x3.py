@@ -13,25 +13,37 @@ GEMM of operands exact in TF32 erred 3.9e-3 at 4096^3 where IEEE erred 1.1e-3). 
   (lo half as large) erred 9-16% less, all 4-5x below IEEE, but its overflow and non-finite
   checks made the form 9% slower at 2048^3 and 4096^3 (H100, BENCHMARKS.md "The tf32x3 form's
   split");
-- B is split by one pass over memory into hi and lo stored K-major ([N, K]): TF32 wgmma reads
-  its shared-memory operands K-major, and a row-major B made Triton's TF32 dot 3.5x slower
-  (splitting B in registers too ran at 0.7x IEEE on a row-major B: it goes back through shared
-  memory); K is padded with zeros to a multiple of BLOCK_K, so its loads need no mask;
-- A is loaded as it is (any strides) and split in registers inside the main loop: the dot takes
-  its A operand from registers, so A makes no trip through memory for the split (H100, both
-  forms in one process: 1.75x IEEE cuBLAS against 1.69-1.70x at 2048^3, 1.81-1.82x against
-  1.72-1.83x at 4096^3; BENCHMARKS.md "The tf32x3 form's split");
+- one operand (Y) is read by the tensor cores from shared memory, K-major ([rows, K]): TF32
+  wgmma reads its shared-memory operands K-major, and a row-major B made Triton's TF32 dot
+  3.5x slower (splitting it in registers too ran at 0.7x IEEE: it goes back through shared
+  memory). Y is split by one pass over memory, K padded with zeros to a multiple of BLOCK_K so
+  its loads need no mask. Where Y is K-major already (an nn.Linear weight as B, a row-major A
+  in the transposed product) that pass writes only lo and the kernel reads Y where it lies as
+  its hi: Hopper's tensor cores take the top 19 bits of a float32 operand, which is hi
+  (measured: the same error as a truncated copy; the interpreter and older GPUs truncate it in
+  the kernel instead);
+- the other operand (X) is loaded as it is (any strides) and split in registers inside the
+  main loop: the dot takes its A operand from registers, so X makes no trip through memory
+  for the split (H100: 1.75x IEEE cuBLAS against 1.69-1.70x at 2048^3; BENCHMARKS.md "The
+  tf32x3 form's split");
+- X and Y are A and B^T, or B^T and A (the product transposed, C^T = B^T A^T, the tile
+  transposed back before the epilogue), whichever makes the split pass move fewer bytes: a
+  row-major B (`x @ w`) as X and A raw as Y; H100, 2048^3 1.77-1.80x IEEE (was 1.72-1.76x),
+  2048x4096x8192 1.80-1.83x (was 1.74-1.75x) (BENCHMARKS.md "The tf32x3 form's orientation");
 - per K step the three products are summed into a fresh tile (small terms first) and that
   tile is added to the float32 accumulator with a rounded add: the tensor cores accumulate only
   BLOCK_K * 3 products, so the error stayed 5x below IEEE's at 2048-8192 (measured).
-Workspace: twice B's bytes. Everything is a Triton launch or an `empty_strided`, so
-the module can be inlined like the generated ones (operand offsets go to the kernels).
+Workspace: Y's bytes (lo), twice them when Y is not raw. Everything is a Triton launch or an
+`empty_strided`, so the module can be inlined like the generated ones (operand offsets go to
+the kernels).
 
-Owns: `render_tf32x3(spec, entry)`. Must not: decide which specs qualify (template_library).
+Owns: `render_tf32x3(spec, entry, orientation)` and `orientations(spec)`. Must not: decide which
+specs qualify (template_library).
 """
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from .emitter import Emitter
@@ -55,58 +67,104 @@ def _parts(x):
 
 
 @triton.jit
-def _split(x_ptr, off, hi_ptr, lo_ptr, R, C, RP, CP, sxr, sxc, shr, shc, BLOCK: tl.constexpr):
+def _split(x_ptr, off, hi_ptr, lo_ptr, R, C, RP, CP, sxr, sxc, shr, shc, BLOCK: tl.constexpr,
+           HI: tl.constexpr = True):
     r = (tl.program_id(0) * BLOCK + tl.arange(0, BLOCK))[:, None].to(tl.int64)
     c = (tl.program_id(1) * BLOCK + tl.arange(0, BLOCK))[None, :].to(tl.int64)
     x = tl.load(x_ptr + off + r * sxr + c * sxc, mask=(r < R) & (c < C), other=0.0)
     hi, lo = _parts(x)
     mask = (r < RP) & (c < CP)  # the padding of K past the operand is written as zeros
-    tl.store(hi_ptr + r * shr + c * shc, hi, mask=mask)
+    if HI:  # else the product kernel reads the operand itself as its hi part
+        tl.store(hi_ptr + r * shr + c * shc, hi, mask=mask)
     tl.store(lo_ptr + r * shr + c * shc, lo, mask=mask)
 """
 
 
+# X is the operand split in registers ([P, K], any strides), Y the one read from shared memory
+# ([Q, K], K-major): acc[P, Q] = X @ Y^T, transposed at the end when X is B^T and Y is A.
 _MAIN_LOOP = """    pid = tl.program_id(0)
-    num_pid_m = tl.cdiv(M, BLOCK_M)
-    num_pid_n = tl.cdiv(N, BLOCK_N)
-    group = pid // (GROUP_M * num_pid_n)
-    first_m = group * GROUP_M
-    group_m = tl.minimum(num_pid_m - first_m, GROUP_M)
-    pid_m = first_m + (pid % (GROUP_M * num_pid_n)) % group_m
-    pid_n = (pid % (GROUP_M * num_pid_n)) // group_m
+    num_pid_p = tl.cdiv(P, BLOCK_P)
+    num_pid_q = tl.cdiv(Q, BLOCK_Q)
+    group = pid // (GROUP_M * num_pid_q)
+    first_p = group * GROUP_M
+    group_p = tl.minimum(num_pid_p - first_p, GROUP_M)
+    pid_p = first_p + (pid % (GROUP_M * num_pid_q)) % group_p
+    pid_q = (pid % (GROUP_M * num_pid_q)) // group_p
     rk = tl.arange(0, BLOCK_K)
     # rows past the edge read a valid row (their results are never stored)
-    ram = tl.max_contiguous(tl.multiple_of((pid_m * BLOCK_M + tl.arange(0, BLOCK_M)) % M, BLOCK_M), BLOCK_M)
-    rbn = tl.max_contiguous(tl.multiple_of((pid_n * BLOCK_N + tl.arange(0, BLOCK_N)) % N, BLOCK_N), BLOCK_N)
-    pa = A_PTR + ram.to(tl.int64)[:, None] * SAM + rk[None, :] * SAK
-    pb = rbn.to(tl.int64)[:, None] * KP + rk[None, :]
-    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    rxp = tl.max_contiguous(tl.multiple_of((pid_p * BLOCK_P + tl.arange(0, BLOCK_P)) % P, BLOCK_P), BLOCK_P)
+    ryq = tl.max_contiguous(tl.multiple_of((pid_q * BLOCK_Q + tl.arange(0, BLOCK_Q)) % Q, BLOCK_Q), BLOCK_Q)
+    px = X_PTR + rxp.to(tl.int64)[:, None] * SXP + rk[None, :] * SXK
+    ph = YH_PTR + ryq.to(tl.int64)[:, None] * SYH + rk[None, :]
+    pl = yl + ryq.to(tl.int64)[:, None] * KP + rk[None, :]
+    acc = tl.zeros((BLOCK_P, BLOCK_Q), dtype=tl.float32)
     for kt in range(0, KP // BLOCK_K):
         if KP == K:
-            a_h, a_l = _parts(tl.load(pa))
+            x_h, x_l = _parts(tl.load(px))
         else:
-            a_h, a_l = _parts(tl.load(pa, mask=(kt * BLOCK_K + rk)[None, :] < K, other=0.0))
-        b_h = tl.load(bh + pb)  # B's parts are padded to a multiple of BLOCK_K: no mask
-        b_l = tl.load(bl + pb)
-        part = tl.dot(a_l, tl.trans(b_h), input_precision="tf32")
-        part = tl.dot(a_h, tl.trans(b_l), part, input_precision="tf32")
-        part = tl.dot(a_h, tl.trans(b_h), part, input_precision="tf32")
+            x_h, x_l = _parts(tl.load(px, mask=(kt * BLOCK_K + rk)[None, :] < K, other=0.0))
+        y_h = tl.load(ph)  # Y's parts are padded to a multiple of BLOCK_K: no mask
+        if Y_TRUNC:  # Y itself as its hi part, where the dot does not truncate it to TF32
+            y_h = (y_h.to(tl.int32, bitcast=True) & -8192).to(tl.float32, bitcast=True)
+        y_l = tl.load(pl)
+        part = tl.dot(x_l, tl.trans(y_h), input_precision="tf32")
+        part = tl.dot(x_h, tl.trans(y_l), part, input_precision="tf32")
+        part = tl.dot(x_h, tl.trans(y_h), part, input_precision="tf32")
         acc += part
-        pa += BLOCK_K * SAK
-        pb += BLOCK_K
-    rm = (pid_m * BLOCK_M + tl.arange(0, BLOCK_M)[:, None]).to(tl.int64)
-    rn = (pid_n * BLOCK_N + tl.arange(0, BLOCK_N)[None, :]).to(tl.int64)
-    row_mask = rm < M
+        px += BLOCK_K * SXK
+        ph += BLOCK_K
+        pl += BLOCK_K
+"""
+_OUT_NORMAL = """    rm = (pid_p * BLOCK_P + tl.arange(0, BLOCK_P)[:, None]).to(tl.int64)
+    rn = (pid_q * BLOCK_Q + tl.arange(0, BLOCK_Q)[None, :]).to(tl.int64)
+"""
+_OUT_SWAPPED = """    acc = tl.trans(acc)
+    rm = (pid_q * BLOCK_Q + tl.arange(0, BLOCK_Q)[:, None]).to(tl.int64)
+    rn = (pid_p * BLOCK_P + tl.arange(0, BLOCK_P)[None, :]).to(tl.int64)
+"""
+_MASKS = """    row_mask = rm < M
     mask = row_mask & (rn < N)
 """
 
 
-def _main_kernel(spec: Any) -> str:
-    """The product kernel: the main loop above (A read where it lies: its input, offset and
-    strides are constants of the kernel), then the spec's epilogue on the accumulator (the GEMM
-    template's Emitter: bias, activations, residuals, casts, several outputs)."""
+@dataclasses.dataclass(frozen=True)
+class Orientation:
+    """Which operand is split in registers (X) and which is read K-major from shared memory
+    (Y), and whether Y is read where it lies as its own hi part (`raw`: its split pass then
+    writes lo only). Each operand as (input, offset, row stride, K stride, rows)."""
+
+    swapped: bool
+    x: tuple[int, int, int, int, int]
+    y: tuple[int, int, int, int, int]
+    raw: bool
+
+    def pass_elements(self, k: int) -> int:
+        """Elements the split pass moves: Y read, and its lo (and hi, unless raw) written."""
+        return self.y[4] * k * (2 if self.raw else 3)
+
+
+def orientations(spec: Any) -> list[Orientation]:
+    """Both ways of computing the GEMM, the cheaper split pass first (the normal one on a tie):
+    A in registers and B^T from shared memory, or B^T in registers and A from shared memory
+    (the transposed product); Y is raw where it is K-major (unit K stride) with rows on 16
+    bytes and K a multiple of BLOCK_K (its loads are not masked)."""
+    m, n, k = spec.param("m"), spec.param("n"), spec.param("k")
     a_in, a_off, (_, sam, sak) = spec.param("a")
-    params = ["bh", "bl"] + [f"in{i}" for i in range(len(spec.inputs))]
+    b_in, b_off, (_, sbk, sbn) = spec.param("b")
+    a, bt = (a_in, a_off, sam, sak, m), (b_in, b_off, sbn, sbk, n)
+    out = []
+    for swapped, x, y in ((False, a, bt), (True, bt, a)):
+        raw = y[3] == 1 and y[2] % 4 == 0 and y[1] % 4 == 0 and k % BLOCK_K == 0
+        out.append(Orientation(swapped, x, y, raw))
+    return sorted(out, key=lambda o: o.pass_elements(k))
+
+
+def _main_kernel(spec: Any, o: Orientation) -> str:
+    """The product kernel: the main loop above (X read where it lies, and Y when raw: inputs,
+    offsets and strides are constants of the kernel), then the spec's epilogue on the
+    accumulator (the GEMM template's Emitter: bias, activations, residuals, casts, several
+    outputs)."""
+    params = ["yh", "yl"] + [f"in{i}" for i in range(len(spec.inputs))]
     params += [f"out{j}" for j in range(len(spec.outputs))]
     em = Emitter(spec, ["rm", "rn"], [1], spec.param("n"), row_var="rm")
     em.local_memo[("A", 0)] = "acc"
@@ -115,45 +173,62 @@ def _main_kernel(spec: Any) -> str:
     head = [
         "@triton.jit",
         f"def _mm3({', '.join(params)}, M: tl.constexpr, N: tl.constexpr, K: tl.constexpr, "
-        "KP: tl.constexpr, "
-        "BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, "
+        "P: tl.constexpr, Q: tl.constexpr, KP: tl.constexpr, Y_TRUNC: tl.constexpr, "
+        "BLOCK_P: tl.constexpr, BLOCK_Q: tl.constexpr, BLOCK_K: tl.constexpr, "
         "GROUP_M: tl.constexpr):",
     ]
-    loop = _MAIN_LOOP.replace("A_PTR", f"(in{a_in} + {a_off})").replace("SAM", str(sam))
-    loop = loop.replace("SAK", str(sak))
-    return "\n".join(head) + "\n" + loop + "\n".join(em.lines) + "\n"
+    x_in, x_off, sxp, sxk, _ = o.x
+    y_in, y_off, sy, _, _ = o.y
+    loop = _MAIN_LOOP.replace("X_PTR", f"(in{x_in} + {x_off})").replace("SXP", str(sxp))
+    loop = loop.replace("SXK", str(sxk))
+    loop = loop.replace("YH_PTR", f"(in{y_in} + {y_off})" if o.raw else "yh")
+    loop = loop.replace("SYH", str(sy) if o.raw else "KP")
+    out = _OUT_SWAPPED if o.swapped else _OUT_NORMAL
+    return "\n".join(head) + "\n" + loop + out + _MASKS + "\n".join(em.lines) + "\n"
 
 
-def render_tf32x3(spec: Any, entry: str) -> str:
+def render_tf32x3(spec: Any, entry: str, orientation: Orientation | None = None) -> str:
+    """The module of the tf32x3 form (`orientation`: the cheaper of `orientations(spec)`)."""
+    o = orientation or orientations(spec)[0]
     m, n, k = spec.param("m"), spec.param("n"), spec.param("k")
     kp = -(-k // BLOCK_K) * BLOCK_K  # the parts' row length: K padded with zeros
-    a_in = spec.param("a")[0]
-    b_in, b_off, (_, sbk, sbn) = spec.param("b")
+    y_in, y_off, sy, syk, q = o.y
+    p = o.x[4]
     ins = [f"in{i}" for i in range(len(spec.inputs))]
     outs = [f"out{j}" for j in range(len(spec.outputs))]
     s = SPLIT_BLOCK
-    tiles = f"triton.cdiv({m}, {BLOCK_M}) * triton.cdiv({n}, {BLOCK_N})"
+    tiles = f"triton.cdiv({p}, {BLOCK_M}) * triton.cdiv({q}, {BLOCK_N})"
     new = "torch.empty_strided(({rows}, {kp}), ({kp}, 1), dtype=torch.float32, device=dev)"
+    parts = "lo" if o.raw else "hi and lo"
     lines = [
         *PRELUDE,
         _SPLIT,
-        _main_kernel(spec),
+        _main_kernel(spec, o),
         "",
         f"def {entry}({', '.join([*ins, '_launch=_direct'])}):",
         "    # 3xTF32: a ~ a_hi + a_lo, b ~ b_hi + b_lo, each part exact in TF32 (template_tf32x3);",
-        "    # A is split inside the product kernel, B here",
-        f"    dev = {ins[a_in]}.device",
-        f"    bh, bl = {new.format(rows=n, kp=kp)}, {new.format(rows=n, kp=kp)}  # B^T: K-major",
-        f"    _launch(_split)[(triton.cdiv({kp}, {s}), triton.cdiv({n}, {s}))]("
-        f"{ins[b_in]}, {b_off}, bh, bl, {k}, {n}, {kp}, {n}, {sbk}, {sbn}, 1, {kp}, BLOCK={s})",
+        f"    # {'B^T' if o.swapped else 'A'} is split inside the product kernel, "
+        f"{'A' if o.swapped else 'B^T'}'s {parts} here",
+        f"    dev = {ins[o.x[0]]}.device",
+        f"    yl = {new.format(rows=q, kp=kp)}  # K-major",
+        f"    yh = {'yl' if o.raw else new.format(rows=q, kp=kp)}",
+        # Hopper's wgmma reads Y from shared memory and takes its top 19 bits (TF32): the raw
+        # operand is its own hi there; elsewhere (the interpreter, older mma) it is truncated
+        "    y_trunc = INTERPRET or torch.cuda.get_device_capability(dev)[0] < 9"
+        if o.raw
+        else "    y_trunc = False",
+        f"    _launch(_split)[(triton.cdiv({kp}, {s}), triton.cdiv({q}, {s}))]("
+        f"{ins[y_in]}, {y_off}, yh, yl, {k}, {q}, {kp}, {q}, {syk}, {sy}, 1, {kp}, BLOCK={s}, "
+        f"HI={not o.raw})",
         *(
-            f"    {o} = torch.empty_strided({tuple(shape)}, {tuple(stride)}, "
+            f"    {o_} = torch.empty_strided({tuple(shape)}, {tuple(stride)}, "
             f"dtype=torch.{dtype}, device=dev)"
-            for o, (shape, stride, dtype) in zip(outs, spec.outputs, strict=True)
+            for o_, (shape, stride, dtype) in zip(outs, spec.outputs, strict=True)
         ),
-        f"    _launch(_mm3)[({tiles},)](bh, bl, {', '.join([*ins, *outs])}, M={m}, "
-        f"N={n}, K={k}, KP={kp}, BLOCK_M={BLOCK_M}, BLOCK_N={BLOCK_N}, BLOCK_K={BLOCK_K}, "
-        f"GROUP_M={GROUP_M}, num_warps={WARPS}, num_stages={STAGES})",
+        f"    _launch(_mm3)[({tiles},)](yh, yl, {', '.join([*ins, *outs])}, M={m}, "
+        f"N={n}, K={k}, P={p}, Q={q}, KP={kp}, Y_TRUNC=y_trunc, BLOCK_P={BLOCK_M}, "
+        f"BLOCK_Q={BLOCK_N}, BLOCK_K={BLOCK_K}, GROUP_M={GROUP_M}, num_warps={WARPS}, "
+        f"num_stages={STAGES})",
         f"    return [{', '.join(outs)}]",
         "",
     ]

@@ -88,6 +88,47 @@ def test_under_tf32x3_an_a_of_any_strides_is_split_inside_the_product_kernel():
     check(sg, alt)
 
 
+_LAYOUTS = {  # (fn, A's shape, B's shape): B as mm reads it, as nn.Linear's weight, A^T @ B
+    "mm": (lambda x, y: (torch.mm(x, y),), (40, 64), (64, 56)),
+    "linear": (lambda x, w: (torch.mm(x, w.t()),), (40, 64), (56, 64)),
+    "wgrad": (lambda x, y: (torch.mm(x.t(), y),), (64, 40), (64, 56)),
+}
+
+
+@pytest.mark.parametrize(
+    ("layout", "raw"),
+    [("mm", {False: False, True: True}), ("linear", {False: True, True: True}),
+     ("wgrad", {False: False, True: False})],
+)  # fmt: skip
+def test_under_tf32x3_both_orientations_compute_the_gemm(layout, raw):
+    # A split in registers and B^T read K-major from shared memory, or the transposed product
+    # (B^T in registers, A from shared memory); the shared-memory operand is read where it lies
+    # as its own hi part when it is K-major (its split pass writes lo only), truncated in the
+    # kernel under the interpreter (on Hopper the tensor cores truncate it)
+    from kernelpro_backend.codegen import template_tf32x3 as t3
+    from kernelpro_backend.codegen.spec import RenderedKernel
+    from kernelpro_backend.runtime.spec_kernel import build_kernel
+
+    fn, a_shape, b_shape = _LAYOUTS[layout]
+    sg, seed = _seed(fn, torch.randn(*a_shape), torch.randn(*b_shape))
+    (alt,) = [
+        a
+        for a in alternatives(dataclasses.replace(seed, precision="tf32x3"))
+        if a.template == "gemm_library"
+    ]
+    both = t3.orientations(alt)
+    assert {o.swapped: o.raw for o in both} == raw
+    # the cheaper split pass first: fewer rows of the shared-memory operand, or a raw one
+    assert [o.pass_elements(64) for o in both] == sorted(o.pass_elements(64) for o in both)
+    for o in both:
+        source = t3.render_tf32x3(alt, "kernel", o)
+        assert f"HI={not o.raw}" in source and ("acc = tl.trans(acc)" in source) == o.swapped
+        inputs = sg.make_inputs(1)
+        (got,) = build_kernel(alt, RenderedKernel("triton", source, "kernel"))(*inputs)
+        (exact,) = sg.module()(*[x.double() for x in inputs])
+        assert float((got.double() - exact).abs().max()) < 1e-4, (layout, o)
+
+
 def _two_outputs(x, w, r):
     y = torch.mm(x, w)
     return (y + r, torch.sigmoid(y))
