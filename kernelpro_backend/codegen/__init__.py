@@ -2,6 +2,7 @@
 
 Public API: `KernelSpec`, `RenderedKernel`, `IllegalSpec`, `Unsupported`, `KnobRole`,
 `knob_roles(spec)`, `knob_space(spec)`, `render(spec)`, `build(spec)`, `alternatives(seed)`,
+`seed_configs(seed)`,
 `host_surcharge_ms(spec, gpu_ms)`.
 Must not: read fx graphs (lowering/ turns a subgraph into a `KernelSpec` and imports this
 package, never the other way), measure, search or cache (runtime/, search/ and cache own those).
@@ -9,7 +10,7 @@ package, never the other way), measure, search or cache (runtime/, search/ and c
 
 from .build import SpecKernel, build
 from .cutlass_match import host_surcharge_ms
-from .defaults import alternatives
+from .defaults import alternatives, seed_configs
 from .errors import IllegalSpec, Unsupported
 from .knobs import KnobRole, knob_roles, knob_space
 from .render import render
@@ -29,4 +30,5 @@ __all__ = [
     "knob_roles",
     "knob_space",
     "render",
+    "seed_configs",
 ]

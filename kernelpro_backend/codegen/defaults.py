@@ -17,6 +17,7 @@ from .attention_rules import validate_attention_backward
 from .domain import extent, rows_cols
 from .errors import IllegalSpec, Unsupported
 from .gemm_configs import gemm_default_knobs  # the GEMM tables to edit live there
+from .gemm_configs import seed_configs as gemm_seed_configs
 from .knobs import next_pow2
 
 log = logging.getLogger("kernelpro.codegen")
@@ -168,6 +169,23 @@ def alternatives(seed: KernelSpec) -> list[KernelSpec]:
     if seed.template != "row_reduction":
         return []
     return _cluster_alternatives(seed) + _split_alternatives(seed)
+
+
+def seed_configs(seed: KernelSpec) -> list[KernelSpec]:
+    """Other configurations of the seed's own template worth measuring beside it before the
+    search moves one knob at a time: for a GEMM, a few of Inductor's max-autotune tiles
+    (gemm_configs.seed_configs); none for other templates."""
+    if seed.template != "gemm":
+        return []
+    out: list[KernelSpec] = []
+    for knobs in gemm_seed_configs(seed):
+        try:
+            spec = seed.with_knobs(**knobs)
+        except IllegalSpec:
+            continue
+        if spec != seed and spec not in out:
+            out.append(spec)
+    return out
 
 
 def _split_alternatives(seed: KernelSpec) -> list[KernelSpec]:

@@ -2,8 +2,8 @@
 configurations Inductor's max-autotune tries on CUDA, so the search and the GPU sweep
 (bench/gemm_sweep.py) can start from them.
 
-Owns: the tables below (edit them to change defaults), `gemm_default_knobs(spec)` and
-`inductor_candidates(spec)`.
+Owns: the tables below (edit them to change defaults), `gemm_default_knobs(spec)`,
+`inductor_candidates(spec)` and `seed_configs(spec)` (the few of them a search measures first).
 Must not: validate knobs (knobs.py does, through `KernelSpec.with_knobs`), render or measure.
 
 Defaults follow Inductor's H100 choices (torch/_inductor/template_heuristics/triton.py,
@@ -186,3 +186,43 @@ def inductor_candidates(spec: KernelSpec) -> list[dict[str, KnobValue]]:
         if knobs not in seen:
             seen.append(knobs)
     return seen
+
+
+# Configurations of Inductor's list a GEMM search measures beside its seed (one per tile shape).
+# On the H100 max-autotune's pick was one our search had not reached in 27-36 trials from the
+# seed: 64x64x32 (2 stages, 4 warps) on KernelBench L1_9 (fp32 32768x32 @ 32x32768, 1.96 ms
+# against the search's 2.26), 128x128x64 on L2_59 (BENCHMARKS.md, "Seeds from max-autotune").
+SEED_CONFIGS = 6
+# Tiles under this area are left out where the problem has 4 waves of them anyway: they only
+# pay on small GEMMs (launch- or wave-bound).
+SMALL_TILE = 64 * 64
+
+
+def seed_configs(spec: KernelSpec, limit: int = SEED_CONFIGS) -> list[dict[str, KnobValue]]:
+    """Up to `limit` of `inductor_candidates(spec)` other than the default: the first of each
+    tile shape (BLOCK_M, BLOCK_N, BLOCK_K) in Inductor's order, largest tile area first, a
+    shape that leaves SMs idle (as `gemm_default_knobs` counts) or is small where bigger ones fill the GPU
+    left out, and none of the default's shape (its neighbours are the search's first moves)."""
+    m, n = int(spec.param("m")), int(spec.param("n"))
+    batch = int(spec.param("batch"))
+    default, *rest = inductor_candidates(spec)
+
+    def shape(k: dict[str, KnobValue]) -> tuple[int, int, int]:
+        return int(k["BLOCK_M"]), int(k["BLOCK_N"]), int(k["BLOCK_K"])
+
+    def programs(k: dict[str, KnobValue]) -> int:
+        return math.ceil(m / int(k["BLOCK_M"])) * math.ceil(n / int(k["BLOCK_N"])) * batch
+
+    firsts: dict[tuple[int, int, int], dict[str, KnobValue]] = {}
+    for k in rest:
+        firsts.setdefault(shape(k), k)
+    firsts.pop(shape(default), None)
+    many = (m // 64 or 1) * (n // 64 or 1) * batch >= 4 * NUM_SMS
+    kept = [
+        k
+        for k in firsts.values()
+        if programs(k) >= NUM_SMS * LARGEST_TILE_FILL
+        and not (many and int(k["BLOCK_M"]) * int(k["BLOCK_N"]) < SMALL_TILE)
+    ]
+    kept.sort(key=lambda k: -int(k["BLOCK_M"]) * int(k["BLOCK_N"]))  # stable: Inductor's order
+    return kept[:limit]

@@ -126,6 +126,10 @@ class CodegenSpace:
                     except self.illegal:
                         continue
                     break
+        # Then other configurations of the seed's template (a GEMM: a few of Inductor's tiles),
+        # after the siblings: a config the seed's neighbourhood would take many moves to reach
+        configs: list[Hashable] = getattr(self.codegen, "seed_configs", lambda _: [])(seed)
+        out += [c for c in configs if c not in out]
         return out
 
     def _hinted(self, subgraph: Any, bases: list[Any]) -> list[Hashable]:
@@ -202,6 +206,7 @@ def codegen_space(ready: Callable[[Any], bool] | None = None) -> CodegenSpace:
         knob_roles=codegen.knob_roles,
         lower=lowering.lower,
         alternatives=codegen.alternatives,
+        seed_configs=codegen.seed_configs,
         host_surcharge_ms=codegen.host_surcharge_ms,
     )
     return CodegenSpace(codegen=contract, illegal=codegen.IllegalSpec, ready=ready)

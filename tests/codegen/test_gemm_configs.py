@@ -63,3 +63,43 @@ def test_inductor_candidates_start_with_the_default_and_are_legal():
     for knobs in found:
         spec.with_knobs(**knobs)  # raises if illegal
     assert len({tuple(sorted(k.items())) for k in found}) == len(found)
+
+
+@pytest.mark.parametrize(
+    ("m", "n", "k", "dtype", "wanted"),
+    [
+        # KernelBench L1_9's shape: max-autotune's pick on the H100 (64x64x32, 2 stages, 4 warps)
+        (32768, 32768, 32, torch.float32, (64, 64, 32, 2, 4)),
+        (1024, 1024, 1024, torch.bfloat16, (64, 128, 64, 3, 4)),  # 128 programs: 97% of SMs
+    ],
+)
+def test_a_search_starts_from_a_few_of_inductors_tiles(m, n, k, dtype, wanted):
+    from kernelpro_backend.codegen import seed_configs
+    from kernelpro_backend.codegen.gemm_configs import SEED_CONFIGS, SMALL_TILE
+
+    spec = _spec(m, n, k, dtype)
+    configs = seed_configs(spec)
+    tiles = [tuple(c.knob(x) for x in ("BLOCK_M", "BLOCK_N", "BLOCK_K")) for c in configs]
+    assert 0 < len(configs) <= SEED_CONFIGS and len(set(tiles)) == len(tiles)  # a tile each
+    assert wanted in [
+        (*t, c.knob("num_stages"), c.knob("num_warps")) for t, c in zip(tiles, configs, strict=True)
+    ]
+    assert (spec.knob("BLOCK_M"), spec.knob("BLOCK_N"), spec.knob("BLOCK_K")) not in tiles
+    areas = [bm * bn for bm, bn, _ in tiles]
+    assert areas == sorted(areas, reverse=True)  # largest tiles first
+    for bm, bn, _ in tiles:
+        assert -(-m // bm) * -(-n // bn) >= 0.95 * NUM_SMS  # no SMs left idle
+        assert bm * bn >= SMALL_TILE or m * n < 4 * NUM_SMS * SMALL_TILE
+
+
+def test_only_gemms_get_seed_configurations():
+    from kernelpro_backend.codegen import seed_configs
+
+    a = torch.randn(64, 128)
+    gm = make_fx(
+        lambda x: (torch.softmax(x, -1),),
+        tracing_mode="fake",
+        decomposition_table=select_decomp_table(),
+    )(a)
+    (sg,) = find_subgraphs(gm, "inference")
+    assert seed_configs(lower(sg)) == []

@@ -93,6 +93,20 @@ def test_initial_candidates_hold_the_other_templates_right_after_the_seed():
     assert [space.knobs(v) for v in rest] == [{"num_warps": 8}]
 
 
+def test_other_configurations_of_the_seed_come_after_its_one_knob_siblings():
+    """A GEMM's few Inductor tiles (codegen.seed_configs) are measured at the root too, after
+    the seed's siblings; one equal to a candidate already listed is not repeated."""
+    wide = KernelSpec("softmax", (("num_warps", 2),))
+    space = CodegenSpace(
+        codegen=types.SimpleNamespace(
+            **{**vars(fake_codegen), "seed_configs": lambda s: [wide, s.with_knobs(num_warps=8)]}
+        ),
+        illegal=IllegalSpec,
+    )
+    seed, *rest = space.initial("a subgraph")
+    assert [space.knobs(c) for c in rest] == [{"num_warps": 8}, {"num_warps": 2}]
+
+
 def test_winners_at_other_sizes_are_measured_right_after_the_seed():
     """An instance of a symbolic subgraph carries the configurations that won at its other
     sizes; each is applied to this size's spec of its template, the illegal ones dropped."""
