@@ -4,7 +4,8 @@ each mode twice. `--variants` also times the fused op's chunk sizes
 (kernelpro_backend.linear_ce_op.CHUNK_ELEMENTS) before a last Inductor run, and `--profile`
 prints the CUDA kernels of one step per mode (and writes its trace under $OUT).
 
-PYTHONPATH=.:scripts python scripts/gpu_lm_head_loss.py [--variants] [--profile]
+PYTHONPATH=.:scripts python scripts/gpu_lm_head_loss.py [--variants [--chunks 27 28] [--rounds 3]]
+    [--profile] [--host] [--frozen-hidden]
 """
 
 from __future__ import annotations
@@ -98,12 +99,15 @@ def main() -> None:
     p.add_argument("--profile", action="store_true")
     p.add_argument("--chunk-elements", type=int, help="the op's CHUNK_ELEMENTS for every run")
     p.add_argument("--host", action="store_true", help="host time per step, no profiler")
+    p.add_argument("--chunks", type=int, nargs="+", default=[26, 27, 28], help="log2 of chunks")
+    p.add_argument("--rounds", type=int, default=1, help="rounds of the variants, Inductor in each")
+    p.add_argument("--frozen-hidden", action="store_true", help="hidden states without grad")
     a = p.parse_args()
     if a.chunk_elements:
         op.CHUNK_ELEMENTS = a.chunk_elements
     torch.manual_seed(0)
     base = models.LMHeadLoss(D, V).cuda().bfloat16()
-    h = torch.randn(N, D, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+    h = torch.randn(N, D, device="cuda", dtype=torch.bfloat16, requires_grad=not a.frozen_hidden)
     t = torch.randint(0, V, (N,), device="cuda")
     for mode in ("eager", "inductor", "kernelpro") * 2:
         step = make_step(base, mode, h, t)
@@ -115,11 +119,12 @@ def main() -> None:
             print(mode, host_times(make_step(base, mode, h, t)), flush=True)
     if not a.variants:
         return
-    for chunk in (2**26, 2**27, 2**28):
-        op.CHUNK_ELEMENTS = chunk
-        step = make_step(base, "kernelpro", h, t)
-        print(f"kernelpro chunk 2**{chunk.bit_length() - 1}", measure_step(step), flush=True)
-    print("inductor", measure_step(make_step(base, "inductor", h, t)), flush=True)
+    for _ in range(a.rounds):
+        for log2 in a.chunks:
+            op.CHUNK_ELEMENTS = 2**log2
+            step = make_step(base, "kernelpro", h, t)
+            print(f"kernelpro chunk 2**{log2}", measure_step(step), flush=True)
+        print("inductor", measure_step(make_step(base, "inductor", h, t)), flush=True)
 
 
 if __name__ == "__main__":
