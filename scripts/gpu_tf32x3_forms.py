@@ -21,6 +21,7 @@ import sys
 import torch
 import triton
 import triton.language as tl
+from grouped_order import grouped_tile
 from scripts_common import median_ms
 from tf32x3_common import measure, text, write
 
@@ -69,14 +70,7 @@ def _mm3(a, ah, al, b, bh, bl, c, M, N, K, sam, sak, sbk, sbn,
          GROUP_M: tl.constexpr, PART_STEPS: tl.constexpr = 1,
          WS: tl.constexpr = False, DAR: tl.constexpr = False,
          B_RAW: tl.constexpr = False):  # fmt: skip
-    pid = tl.program_id(0)
-    num_pid_m = tl.cdiv(M, BLOCK_M)
-    num_pid_n = tl.cdiv(N, BLOCK_N)
-    group = pid // (GROUP_M * num_pid_n)
-    first_m = group * GROUP_M
-    group_m = tl.minimum(num_pid_m - first_m, GROUP_M)
-    pid_m = first_m + (pid % (GROUP_M * num_pid_n)) % group_m
-    pid_n = (pid % (GROUP_M * num_pid_n)) // group_m
+    pid_m, pid_n = grouped_tile(tl.program_id(0), M, N, BLOCK_M, BLOCK_N, GROUP_M)
     rk = tl.arange(0, BLOCK_K)
     ram = tl.max_contiguous(
         tl.multiple_of((pid_m * BLOCK_M + tl.arange(0, BLOCK_M)) % M, BLOCK_M), BLOCK_M
