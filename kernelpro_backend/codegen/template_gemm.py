@@ -112,11 +112,10 @@ def _hinted_rows(even_m: bool, even_n: bool, m: int, n: int, i64: str) -> list[s
     BENCHMARKS.md "IEEE float32 tiles"). On an axis it does not divide, the tile's own rows
     (the loads are masked there)."""
     out = []
-    for name, even, size, block, axis, own in (
-        ("ram", even_m, m, "BLOCK_M", "[:, None]", "rm"),
-        ("rbn", even_n, n, "BLOCK_N", "[None, :]", "rn"),
+    for name, even, size, pid, block, axis, own in (
+        ("ram", even_m, m, "pid_m", "BLOCK_M", "[:, None]", "rm"),
+        ("rbn", even_n, n, "pid_n", "BLOCK_N", "[None, :]", "rn"),
     ):
-        pid = "pid_m" if own == "rm" else "pid_n"
         out.append(
             f"{name} = tl.max_contiguous(tl.multiple_of(({pid} * {block} + tl.arange(0, {block}))"
             f"{i64} % {size}, {block}), {block}){axis}"

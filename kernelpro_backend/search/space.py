@@ -128,8 +128,7 @@ class CodegenSpace:
                     break
         # Then other configurations of the seed's template (a GEMM: a few of Inductor's tiles),
         # after the siblings: a config the seed's neighbourhood would take many moves to reach
-        configs: list[Hashable] = getattr(self.codegen, "seed_configs", lambda _: [])(seed)
-        out += [c for c in configs if c not in out]
+        out += [c for c in self.codegen.seed_configs(seed) if c not in out]
         return out
 
     def _hinted(self, subgraph: Any, bases: list[Any]) -> list[Hashable]:

@@ -55,6 +55,7 @@ fake_codegen = types.SimpleNamespace(
     knob_space=lambda spec: {"num_warps": (1, 2, 4, 8, 16)},
     knob_roles=lambda spec: {"num_warps": Role.WARPS},
     alternatives=lambda spec: [],
+    seed_configs=lambda spec: [],
 )
 
 
