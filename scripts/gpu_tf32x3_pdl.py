@@ -12,7 +12,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from tf32x3_common import measure, report, square_case
+from tf32x3_common import measure, named_case, report
 
 from kernelpro_backend.codegen import render
 from kernelpro_backend.codegen.build import load_module
@@ -38,9 +38,7 @@ def with_pdl(source: str) -> str:
 
 
 def run_case(case: str) -> dict:
-    size, _, layout = case.partition(":")
-    m, n, k = (int(x) for x in size.split("x")) if "x" in size else (int(size),) * 3
-    _, form, inputs, exact, row = square_case(n, layout or "mm", m, k)
+    _, form, inputs, exact, row = named_case(case)
     rendered = render(form)
     row["variants"] = []
     for name, source in (("as rendered", rendered.source), ("PDL", with_pdl(rendered.source))):

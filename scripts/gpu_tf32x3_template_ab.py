@@ -15,7 +15,7 @@ import importlib.util
 import os
 import sys
 
-from tf32x3_common import measure, report, square_case
+from tf32x3_common import measure, named_case, report
 
 import kernelpro_backend.codegen.template_tf32x3 as t3
 from kernelpro_backend.codegen import build
@@ -36,9 +36,7 @@ def rendering(path: str):
 
 def run_case(case: str, others: list[str], stages: list[int]) -> dict:
     """`case`: 'N:layout' or 'MxNxK:layout' (layout mm or linear)."""
-    size, _, layout = case.partition(":")
-    m, n, k = (int(x) for x in size.split("x")) if "x" in size else (int(size),) * 3
-    _, form, inputs, exact, row = square_case(n, layout or "mm", m, k)
+    _, form, inputs, exact, row = named_case(case)
     row["renderings"] = []
     current = t3.render_tf32x3
     forced = {

@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from tf32x3_common import measure, report, square_case
+from tf32x3_common import gemm_case, measure, report
 
 import kernelpro_backend.codegen.template_tf32x3 as t3
 from kernelpro_backend.codegen import build
@@ -30,7 +30,7 @@ CONFIGS = [
 
 
 def run_size(n: int) -> dict:
-    _, form, inputs, exact, row = square_case(n)
+    _, form, inputs, exact, row = gemm_case(n)
     row["configs"] = []
     saved = (t3.BLOCK_M, t3.BLOCK_N, t3.BLOCK_K, t3.WARPS, t3.STAGES)
     for bm, bn, bk, warps, stages in CONFIGS:

@@ -1,5 +1,5 @@
 """What the tf32x3 drivers (gpu_tf32x3_tiles.py, gpu_tf32x3_template_ab.py,
-gpu_tf32x3_forms.py) share: the square float32 GEMM subgraph under tf32x3 with its float64 and
+gpu_tf32x3_forms.py, gpu_tf32x3_pdl.py) share: a float32 GEMM subgraph under tf32x3 with its float64 and
 IEEE cuBLAS references, one variant checked and timed against them, and the JSON they write."""
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ class _Linear(torch.nn.Module):
         return x @ self.w.t()
 
 
-def square_case(
+def gemm_case(
     n: int, layout: str = "mm", m: int | None = None, k: int | None = None
 ) -> tuple[Any, Any, list[torch.Tensor], torch.Tensor, dict]:
     """(subgraph, its tf32x3 library form, inputs, float64 result, row with IEEE cuBLAS's time
@@ -48,6 +48,13 @@ def square_case(
     row["ieee_ms"] = median_ms(lambda: sg.module()(*inputs))
     row["ieee_error"] = (sg.module()(*inputs)[0].double() - exact).abs().max().item()
     return sg, form, inputs, exact, row
+
+
+def named_case(text: str) -> tuple[Any, Any, list[torch.Tensor], torch.Tensor, dict]:
+    """`gemm_case` of 'N:layout' (square) or 'MxNxK:layout' (layout mm, the default, or linear)."""
+    size, _, layout = text.partition(":")
+    m, n, k = (int(x) for x in size.split("x")) if "x" in size else (int(size),) * 3
+    return gemm_case(n, layout or "mm", m, k)
 
 
 def measure(entry: dict, make: Callable[[], Callable[[], torch.Tensor]], exact: torch.Tensor,
