@@ -10,7 +10,13 @@ own dtype — so a chunk of bf16 logits becomes its bf16 gradient without a floa
 counted in its backward), so the kernel waits on no device scalar. `rows_aten` is the same
 contract in ATen ops, for CPU tensors.
 
-Owns: `cross_entropy_rows(logits, target, scale, ignore_index, grads) -> per-row loss`, the
+Where it can run (16-bit logits on sm_90 and later, rows on 16 bytes that fit in a block's
+shared memory) the CUDA kernel of linear_ce_rows_cuda.py runs instead: the same contract, each
+row read once into shared memory (at a copy's speed on an H100, where this kernel's second read
+from L2 leaves it at 87%); elsewhere this one, with the reason logged once.
+
+Owns: `cross_entropy_rows(logits, target, scale, ignore_index, grads) -> per-row loss` (which
+kernel runs), the
 Triton kernel (made on first use, per interpreter mode: TRITON_INTERPRET is read when a JIT
 function is created) and its ATen twin; `finish` (the loss and the mean's factor from the
 per-row losses, one kernel).
@@ -20,10 +26,15 @@ Must not: compute the logits or the weight gradients (linear_ce_op.py does).
 from __future__ import annotations
 
 import functools
+import logging
 import os
 from typing import Any
 
 import torch
+
+from . import linear_ce_rows_cuda
+
+log = logging.getLogger(__name__)
 
 # Columns per step of a row, 16 warps: on an H100 the fastest of BLOCK 1024-8192 x 4-16 warps
 # and of a row held whole in registers (up to 64k columns) for bf16 chunks of 32000-128256
@@ -44,6 +55,7 @@ def _kernel(interpret: bool) -> Any:
     def ce_rows(
         logits, stride, target, loss, scale, n_cols, ignore_index, GRADS: tl.constexpr,
         BLOCK: tl.constexpr, FIRST: tl.constexpr = "", LAST: tl.constexpr = "",
+        STORE: tl.constexpr = "",
     ):  # fmt: skip
         row = tl.program_id(0).to(tl.int64)
         base = logits + row * stride
@@ -81,7 +93,10 @@ def _kernel(interpret: bool) -> Any:
                     tl.float32
                 )
                 g = tl.exp(x - lse) * k
-                tl.store(base + start + cols, g.to(logits.dtype.element_ty), mask=mask)
+                tl.store(
+                    base + start + cols, g.to(logits.dtype.element_ty), mask=mask,
+                    eviction_policy=STORE,
+                )  # fmt: skip
             # The target's -1 once per row instead of a compare per element; the barrier
             # orders it after the loop's store of the same element by another thread.
             tl.debug_barrier()
@@ -165,6 +180,8 @@ def cross_entropy_rows(
         return loss if out is None else out.copy_(loss)
     rows, cols = logits.shape
     loss = torch.empty(rows, dtype=torch.float32, device=logits.device) if out is None else out
+    if rows and _shared_memory_kernel(logits, target, loss, scale, ignore_index, grads):
+        return loss
     if rows:
         kernel = _kernel(os.environ.get("TRITON_INTERPRET") == "1")
         block = min(BLOCK, 1 << max(cols - 1, 1).bit_length())
@@ -179,6 +196,29 @@ def cross_entropy_rows(
             num_warps=warps if aligned or block < 4096 else 32,
         )  # fmt: skip
     return loss
+
+
+_SEEN: set[str] = set()
+
+
+def _shared_memory_kernel(
+    logits: torch.Tensor,
+    target: torch.Tensor,
+    loss: torch.Tensor,
+    scale: float,
+    ignore_index: int,
+    grads: bool,
+) -> bool:
+    """The CUDA kernel with the row in shared memory where it runs (linear_ce_rows_cuda.py);
+    False, with the reason logged once, where the Triton kernel runs instead."""
+    reason = linear_ce_rows_cuda.unavailable(logits, target)
+    if reason is None and loss.is_contiguous():
+        if linear_ce_rows_cuda.run(logits, target, loss, scale, ignore_index, grads):
+            return True
+    elif reason is not None and reason not in _SEEN and logits.is_cuda:
+        _SEEN.add(reason)
+        log.info("cross-entropy rows: the Triton kernel runs (%s)", reason)
+    return False
 
 
 def rows_aten(

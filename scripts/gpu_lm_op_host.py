@@ -20,8 +20,9 @@ import torch.nn.functional as F
 from scripts_common import mode_step
 
 from kernelpro_backend import linear_ce_op as op
+from kernelpro_backend import linear_ce_rows_cuda as cuda_rows
 from kernelpro_backend.bench.workloads import WORKLOADS
-from kernelpro_backend.linear_ce_rows import cross_entropy_rows, finish
+from kernelpro_backend.linear_ce_rows import REREAD_HINTS, _kernel, cross_entropy_rows, finish
 
 
 def host_us(fn: Callable[[], object], calls: int = 300) -> float:
@@ -46,6 +47,7 @@ def parts() -> dict[str, Callable[[], object]]:
     losses = torch.rand(rows, device="cuda")
     plain = (x.detach(), w.detach(), None, t, -100, "mean", False, True, True, False)
     body = getattr(op.linear_cross_entropy, "_init_fn", None)
+    triton_rows = _kernel(False)
 
     def with_autograd() -> None:
         out = op.linear_cross_entropy(x, w, None, t, -100, "mean", False, True, True, False)
@@ -59,7 +61,15 @@ def parts() -> dict[str, Callable[[], object]]:
         "op + backward (autograd)": with_autograd,
         "eager linear + cross-entropy + backward": eager,
         "F.linear": lambda: F.linear(plain[0], plain[1]),
-        "cross_entropy_rows (Triton)": lambda: cross_entropy_rows(logits, t, 0.1, -100, True),
+        "cross_entropy_rows (dispatch + its kernel)": lambda: cross_entropy_rows(
+            logits, t, 0.1, -100, True
+        ),
+        "the CUDA row kernel alone (run)": lambda: cuda_rows.run(
+            logits, t, losses, 0.1, -100, True
+        ),
+        "the Triton row kernel alone (launch)": lambda: triton_rows[(rows,)](
+            logits, vocab, t, losses, 0.1, vocab, -100, True, 1024, *REREAD_HINTS, num_warps=4
+        ),
         "finish (Triton)": lambda: finish(losses, t, -100, True, torch.bfloat16),
         "torch.empty_like(weight)": lambda: torch.empty_like(plain[1]),
     }

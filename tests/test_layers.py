@@ -40,8 +40,9 @@ RANKS = {
     "kernel_op": 4,
     "dispatch": 4,
     "cutlass_op": 5,  # a custom op over runtime's CUTLASS library call
-    "linear_ce_rows": 2,  # a Triton row kernel and its ATen twin
-    "linear_ce_op": 3,  # a custom op of plain torch (the chunked LM head + loss)  # the shape dispatcher's op: kernel_op's for symbolic subgraphs
+    "linear_ce_rows_cuda": 4.5,  # a CUDA row kernel built and loaded through runtime
+    "linear_ce_rows": 4.6,  # the row kernels' entry: CUDA where it runs, else Triton; ATen twin
+    "linear_ce_op": 4.7,  # a custom op of plain torch (the chunked LM head + loss)
     "search": 5,
     "rewrite": 5,
     "tuner": 6,  # the per-subgraph policy; composes cache, search, runtime
