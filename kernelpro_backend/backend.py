@@ -11,6 +11,7 @@ Must not: know how kernels are searched, cached or launched.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import functools
 import hashlib
@@ -61,6 +62,8 @@ class CompileSession:
         self.reports: list[RewriteReport] = []
         self.fingerprint = ""  # the dynamo graph's (graph_fingerprint), before any rewrite
         self.rewrites: dict[str, int] = {}  # torch-level rewrites made: name -> chains
+        # Why the rewritten graph did not compile (it was compiled as written), or None.
+        self.rewrite_error: str | None = None
 
     def rewrite(
         self, gm: fx.GraphModule, graph_kind: str, inline: bool | None = None
@@ -224,17 +227,62 @@ def make_backend(
         session = CompileSession(opts, chosen, observer)
         session.fingerprint = fingerprint
         # The torch-level fusions, before AOTAutograd; search="off" is the fallback alone.
+        rewrites = opts.search != "off" and (
+            opts.rewrite_attention or opts.rewrite_linear_cross_entropy
+        )
+        original = _graph_copy(gm.graph) if rewrites else None
         if opts.search != "off" and opts.rewrite_attention:
             session.rewrites["attention"] = rewrite_attention(gm)
         if opts.search != "off" and opts.rewrite_linear_cross_entropy:
             session.rewrites["linear_cross_entropy"] = rewrite_linear_cross_entropy(gm)
         if sessions is not None:
             sessions.append(session)
-        if opts.fallback == "eager":
-            return _compile_eager(session, gm, example_inputs)
-        return _compile_inductor(session, gm, example_inputs, mode)
+        if original is None or not any(session.rewrites.values()):
+            return _compile(session, gm, example_inputs, mode)
+        try:
+            return _compile(session, gm, example_inputs, mode)
+        except Exception as e:
+            # A rewrite put an op in the graph that cannot be compiled or run here (SDPA under
+            # an sdpa_kernel() context that allows none of its kernels): the graph as the user
+            # wrote it compiles, without the rewrites, and the log says why.
+            made = ", ".join(f"{name} ({n})" for name, n in session.rewrites.items() if n)
+            first = str(e).strip().splitlines()[0] if str(e).strip() else ""
+            log.warning(
+                "kernelpro: the graph with its torch-level rewrites [%s] failed to compile "
+                "(%s: %s); compiling it as written, without them",
+                made, type(e).__name__, first,
+            )  # fmt: skip
+            gm.graph = original
+            gm.recompile()
+            retry = CompileSession(opts, chosen, observer)
+            retry.fingerprint = fingerprint
+            retry.rewrites = {name: 0 for name in session.rewrites}
+            retry.rewrite_error = f"{type(e).__name__}: {first}"
+            if sessions is not None:
+                sessions[sessions.index(session)] = retry
+            return _compile(retry, gm, example_inputs, mode)
 
     return backend
+
+
+def _graph_copy(graph: fx.Graph) -> fx.Graph:
+    """A copy of `graph` to compile if its rewritten self fails: its own nodes (their meta
+    shallow-copied) with every attribute Dynamo set on the originals (a placeholder's
+    `_dynamo_source`, which AOTAutograd reads)."""
+    new = copy.deepcopy(graph)
+    for old, node in zip(graph.nodes, new.nodes, strict=True):
+        for key, value in vars(old).items():
+            if key not in vars(node):
+                setattr(node, key, value)
+    return new
+
+
+def _compile(
+    session: CompileSession, gm: fx.GraphModule, example_inputs: Sequence[Any], mode: str | None
+) -> Callable[..., Any]:
+    if session.options.fallback == "eager":
+        return _compile_eager(session, gm, example_inputs)
+    return _compile_inductor(session, gm, example_inputs, mode)
 
 
 # The registered backend (entry point `torch_dynamo_backends: kernelpro`).

@@ -164,3 +164,38 @@ def test_the_rewrite_holds_when_the_sequence_length_changes(spelling):
     for t in (8, 6, 5, 7):
         q, k, v = (torch.randn(B, H, t, D) for _ in range(3))
         torch.testing.assert_close(compiled(q, k, v), model(q, k, v), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("fallback", ["eager", "inductor"])
+def test_a_rewrite_that_cannot_compile_here_leaves_the_graph_as_written_and_says_why(
+    fallback, caplog
+):
+    """Under an sdpa_kernel() context that allows no SDPA kernel of this device, the SDPA the
+    rewrite would add cannot be traced: the graph compiles as the user wrote it (which needs no
+    SDPA), trains like eager, and the warning and the session say why."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    torch.manual_seed(0)
+    model = Attention("nanogpt")
+    eager = copy.deepcopy(model)
+    sessions: list = []
+    torch._dynamo.reset()
+    compiled = torch.compile(
+        model,
+        backend=make_backend(provider=NullProvider(), sessions=sessions),
+        options={"fallback": fallback},
+    )
+    ins, ref_ins = _inputs(3), _inputs(3)
+    with sdpa_kernel([SDPBackend.CUDNN_ATTENTION]), caplog.at_level("WARNING"):  # none on CPU
+        out = compiled(*ins)
+        out.square().sum().backward()
+    ref = eager(*ref_ins)
+    ref.square().sum().backward()
+    torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-5)
+    for a, b in zip(ins, ref_ins, strict=True):
+        torch.testing.assert_close(a.grad, b.grad, rtol=1e-4, atol=1e-5)
+    assert "compiling it as written, without them" in caplog.text
+    assert "attention (1)" in caplog.text
+    (session,) = sessions
+    assert session.rewrites == {"attention": 0, "linear_cross_entropy": 0}
+    assert "scaled_dot_product_attention" in str(session.rewrite_error)
