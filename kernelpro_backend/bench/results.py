@@ -32,6 +32,11 @@ class ModeResult:
     # gradients, workspaces; weights and optimizer state are the same in every mode): where a
     # fusion that never materialises a tensor shows. None off the GPU.
     step_peak_mib: float | None = None
+    # Training steps on the GPU: wall time per step of steps run back to back with one
+    # synchronize at the end (median over the rounds), the rate a training loop runs at — the
+    # host's where issuing a step takes longer than the GPU runs it. `median_ms` (do_bench's
+    # CUDA events, L2 flushed) is the GPU's rate while the host is ahead. None elsewhere.
+    steady_ms: float | None = None
 
 
 def mode_from_dict(d: dict[str, Any]) -> ModeResult:

@@ -37,7 +37,7 @@ from .results import (
     SubgraphPoint,
     WorkloadResult,
 )
-from .timing import step_timing, time_first_call
+from .timing import steady_ms, step_timing, time_first_call
 from .workload import Workload
 
 log = logging.getLogger("kernelpro.bench")
@@ -150,13 +150,19 @@ def _time_step(step: Callable[[], None], device: torch.device, config: RunConfig
 
 
 def _time_interleaved(
-    steps: dict[str, Callable[[], None]], device: torch.device, config: RunConfig
-) -> tuple[dict[str, float], dict[str, str]]:
+    steps: dict[str, Callable[[], None]],
+    device: torch.device,
+    config: RunConfig,
+    steady: bool = False,
+) -> tuple[dict[str, float], dict[str, float], dict[str, str]]:
     """Median over `config.rounds` of each mode's median step time, the modes' rounds
     interleaved so that clock, thermal and allocator drift hit every mode alike (one sequential
-    run per mode differed by up to 1.65x between identical codes on the H100). Returns
-    (mode -> ms, mode -> error message for modes whose step raised)."""
+    run per mode differed by up to 1.65x between identical codes on the H100). With `steady`
+    (training steps on the GPU) each round also runs the steps back to back (`steady_ms`).
+    Returns (mode -> ms, mode -> steady ms, mode -> error message for modes whose step
+    raised)."""
     times: dict[str, list[float]] = {name: [] for name in steps}
+    rates: dict[str, list[float]] = {name: [] for name in steps}
     errors: dict[str, str] = {}
     for _ in range(config.rounds):
         for name, step in steps.items():
@@ -164,11 +170,18 @@ def _time_interleaved(
                 continue
             try:
                 times[name].append(_time_step(step, device, config))
+                if steady:
+                    rates[name].append(steady_ms(step, device, times[name][-1]))
             except Exception as e:
                 log.debug("timing mode %s failed", name, exc_info=True)
                 errors[name] = f"timing failed: {_one_line(e)}"
     medians = {n: summarize(t, "rounds").median_ms for n, t in times.items() if t}
-    return {n: ms for n, ms in medians.items() if n not in errors}, errors
+    steadies = {n: summarize(t, "rounds").median_ms for n, t in rates.items() if t}
+    return (
+        {n: ms for n, ms in medians.items() if n not in errors},
+        {n: ms for n, ms in steadies.items() if n not in errors},
+        errors,
+    )
 
 
 def step_peak_mib(step: Callable[[], None], device: torch.device) -> float | None:
@@ -247,11 +260,13 @@ def run_workload(workload: Workload, config: RunConfig) -> WorkloadResult:
         del tensors
         results.append(result)
         steps[mode.name] = step
-    medians, errors = _time_interleaved(steps, workload.device, config)
+    steady = workload.loss_fn is not None and workload.device.type == "cuda"
+    medians, steadies, errors = _time_interleaved(steps, workload.device, config, steady)
     for result in results:
         if result.mode in errors:
             result.status, result.message = FAILED, errors[result.mode]
         result.median_ms = medians.get(result.mode)
+        result.steady_ms = steadies.get(result.mode)
         if result.mode in steps and result.mode not in errors:
             result.step_peak_mib = step_peak_mib(steps[result.mode], workload.device)
     del steps

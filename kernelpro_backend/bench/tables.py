@@ -18,7 +18,7 @@ from .results import BenchReport, WorkloadResult
 
 HEADER = (
     "workload", "kind", "dtype", "mode", "status", "median ms", "vs eager", "vs inductor",
-    "% SOL", "step MiB", "compile s", "kernels",
+    "steady ms", "% SOL", "step MiB", "compile s", "kernels",
 )  # fmt: skip
 
 
@@ -41,6 +41,7 @@ def rows(report: BenchReport) -> list[tuple[str, ...]]:
                     _num(m.median_ms, ".4g"),
                     _num(w.speedup(m.mode, EAGER), ".2f", "x"),
                     _num(w.speedup(m.mode, INDUCTOR), ".2f", "x"),
+                    _num(m.steady_ms, ".4g"),
                     _num(None if sol is None else 100 * sol, ".1f", "%"),
                     _num(m.step_peak_mib, ".0f"),
                     _num(m.compile_s, ".1f"),
@@ -97,7 +98,9 @@ def format_markdown(report: BenchReport) -> str:
         "",
         f"Device: {report.device_name} ({report.device}); size: {report.size}; {versions}.",
         "Times are medians (GPU: `triton.testing.do_bench`; CPU: `time.perf_counter`); speedups "
-        "count only modes whose outputs (and gradients) match eager.",
+        "count only modes whose outputs (and gradients) match eager. `steady ms` (training "
+        "steps on the GPU): wall time per step of steps run back to back, the rate a training "
+        "loop runs at — the host's where it issues a step slower than the GPU runs it.",
         "",
         "| " + " | ".join(HEADER) + " |",
         "|" + "|".join("---" for _ in HEADER) + "|",

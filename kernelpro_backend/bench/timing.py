@@ -2,7 +2,8 @@
 repeated runs, on the GPU with `triton.testing.do_bench` (CUDA events, L2 flushed between
 runs), on the CPU with `time.perf_counter`; the statistics are runtime/timing.py's `summarize`.
 
-Owns: the step timer (`step_timing`) and the first-call (compile + warm-up) clock.
+Owns: the step timer (`step_timing`), the steady rate of steps run back to back (`steady_ms`)
+and the first-call (compile + warm-up) clock.
 Must not: compile or compare anything, or time kernels (runtime/timing.py's `time_kernel`
 does, for the subgraphs of the roofline chart too): a step runs many kernels, Python and the
 optimizer, so it is timed as the user runs it, without CUDA-graph replay.
@@ -57,3 +58,19 @@ def step_timing(
         fn()
         cpu_times.append((time.perf_counter() - start) * 1e3)
     return summarize(cpu_times, "perf_counter")
+
+
+def steady_ms(
+    step: Callable[[], None], device: torch.device, step_ms: float, window_ms: float = 500.0
+) -> float:
+    """Wall ms per step of `step` run back to back, one synchronize at the end: at least 10
+    steps and about `window_ms` (from `step_ms`, a first timing), after 3 untimed ones."""
+    count = max(10, min(1000, int(window_ms / max(step_ms, 1e-3))))
+    for _ in range(3):
+        step()
+    synchronize(device)
+    start = time.perf_counter()
+    for _ in range(count):
+        step()
+    synchronize(device)
+    return (time.perf_counter() - start) * 1e3 / count

@@ -120,7 +120,7 @@ def test_merge_from_the_cli_writes_the_table_and_refuses_bad_input(tmp_path, cap
                  "--markdown", str(md), "--json", str(tmp_path / "all.json"))  # fmt: skip
     assert rc == 0
     assert (
-        "| moe | training | bfloat16 | kernelpro | ok | 2.4 | 2.08x | 1.04x | 50.0% |"
+        "| moe | training | bfloat16 | kernelpro | ok | 2.4 | 2.08x | 1.04x | - | 50.0% |"
         in md.read_text()
     )
     assert "| mlp | training | bfloat16 | kernelpro | ok | 12.5 | 2.00x | 1.98x |" in md.read_text()

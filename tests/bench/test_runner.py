@@ -2,6 +2,7 @@
 "ok" means something), and keeps going when a mode raises."""
 
 import contextlib
+import time
 
 import torch
 from torch._dynamo.backends.common import aot_autograd
@@ -209,3 +210,38 @@ def test_the_lines_a_run_writes_as_it_goes_merge_into_its_final_results(tmp_path
     )
     assert len(path.read_text().splitlines()) == 2  # one line per workload, no others
     assert workloads_from_jsonl(path.read_text()) == final
+
+
+def test_the_steady_rate_runs_steps_back_to_back_and_is_wall_time_per_step():
+    from kernelpro_backend.bench.timing import steady_ms
+
+    calls = []
+
+    def step():
+        calls.append(1)
+        time.sleep(0.002)
+
+    ms = steady_ms(step, CPU, step_ms=2.0, window_ms=40.0)
+    assert len(calls) == 3 + 20  # three untimed, then window / step time
+    assert 2.0 <= ms < 10.0
+    calls.clear()
+    steady_ms(step, CPU, step_ms=50.0, window_ms=40.0)
+    assert len(calls) == 3 + 10  # never fewer than ten timed
+
+
+def test_training_steps_get_a_steady_rate_where_the_gpu_runs_them(monkeypatch):
+    """The steady rate is measured for training workloads on CUDA only: on the CPU the
+    perf_counter median already is the wall time, and an inference call has no step loop."""
+    import kernelpro_backend.bench.runner as runner
+
+    seen = []
+    monkeypatch.setattr(runner, "steady_ms", lambda step, device, ms: seen.append(ms) or 7.0)
+    backend = aot_autograd(fw_compiler=_identity, bw_compiler=_identity)
+    work = WORKLOADS["convnet"](CPU, None, "tiny")
+    result = run_workload(work, _config(Mode("aot", backend)))
+    assert all(m.steady_ms is None for m in result.modes) and not seen
+    config = _config(Mode("aot", backend))
+    medians, steadies, errors = runner._time_interleaved(
+        {"a": lambda: None}, CPU, config, steady=True
+    )
+    assert steadies == {"a": 7.0} and not errors and len(seen) == config.rounds

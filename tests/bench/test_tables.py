@@ -37,6 +37,6 @@ def test_json_is_strict_and_console_lists_what_is_not_ok(tmp_path):
     assert "25.0%" in text and "2.00x" in text
     md = tables.format_markdown(r)
     assert (
-        "| softmax | inference | float32 | inductor | ok | 1 | 2.00x | 1.00x | 25.0% | - | 5.0 |"
+        "| softmax | inference | float32 | inductor | ok | 1 | 2.00x | 1.00x | - | 25.0% | - | 5.0 |"
         in md
     )
