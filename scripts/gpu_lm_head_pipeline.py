@@ -49,19 +49,28 @@ def with_chunks(rows_fn: Callable[[int, int], int], step: Callable[[], None]) ->
     return run
 
 
+ALLOCATOR = ("num_alloc_retries", "num_device_alloc", "num_device_free", "num_sync_all_streams")
+
+
 def issue_and_wall(step: Callable[[], None], n: int = 10) -> tuple[float, float]:
-    """(host ms to issue one step while the GPU is behind, wall ms per step queued back to back)."""
+    """(host ms to issue one step while the GPU is behind, wall ms per step queued back to back);
+    prints what the caching allocator did meanwhile (a retry or a device free synchronises)."""
     torch.cuda.synchronize()
+    before = torch.cuda.memory_stats()
     t0 = time.perf_counter()
     for _ in range(n):
         step()
     t1 = time.perf_counter()
     torch.cuda.synchronize()
     t2 = time.perf_counter()
+    after = torch.cuda.memory_stats()
+    print("    allocator over the queued steps:",
+          {k: after.get(k, 0) - before.get(k, 0) for k in ALLOCATOR})  # fmt: skip
     return (t1 - t0) * 1e3 / n, (t2 - t0) * 1e3 / n
 
 
 def profile_queued(step: Callable[[], None], label: str, out: str, n: int = 6) -> dict:
+    """GPU busy and idle of `n` queued steps under the profiler (per step: divide by n)."""
     cache = torch.empty(256 * 2**20, dtype=torch.int8, device="cuda")
     torch.cuda.synchronize()
     acts = [torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA]
@@ -89,6 +98,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--workload", default="lm_head")
     parser.add_argument("--no-profile", action="store_true")
+    parser.add_argument("--profile-steps", type=int, default=6)
     args = parser.parse_args()
     out = os.environ.get("OUT", ".")
     device = torch.device("cuda")
@@ -112,8 +122,12 @@ def main() -> None:
             results.append({"mode": name, "do_bench_ms": times[name], "issue_ms": issue,
                             "queued_wall_ms": wall})  # fmt: skip
             continue
-        prof = profile_queued(step, name, out)
-        per = {k: round(v / 6, 1) for k, v in prof["summary"].items() if k.endswith("_us") and v}
+        prof = profile_queued(step, name, out, args.profile_steps)
+        per = {
+            k: round(v / args.profile_steps, 1)
+            for k, v in prof["summary"].items()
+            if k.endswith("_us") and v
+        }
         results.append({"mode": name, "do_bench_ms": times[name], "issue_ms": issue,
                         "queued_wall_ms": wall, **prof})  # fmt: skip
         print(
