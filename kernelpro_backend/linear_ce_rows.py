@@ -211,11 +211,10 @@ def _shared_memory_kernel(
 ) -> bool:
     """The CUDA kernel with the row in shared memory where it runs (linear_ce_rows_cuda.py);
     False, with the reason logged once, where the Triton kernel runs instead."""
-    reason = linear_ce_rows_cuda.unavailable(logits, target)
-    if reason is None and loss.is_contiguous():
-        if linear_ce_rows_cuda.run(logits, target, loss, scale, ignore_index, grads):
-            return True
-    elif reason is not None and reason not in _SEEN and logits.is_cuda:
+    reason = linear_ce_rows_cuda.unavailable(logits, target, loss)
+    if reason is None:
+        return linear_ce_rows_cuda.run(logits, target, loss, scale, ignore_index, grads)
+    if reason not in _SEEN and logits.is_cuda:
         _SEEN.add(reason)
         log.info("cross-entropy rows: the Triton kernel runs (%s)", reason)
     return False

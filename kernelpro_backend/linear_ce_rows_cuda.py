@@ -9,9 +9,10 @@ The same contract as the Triton kernel: the loss per row (float32, 0 for an igno
 and, with `grads`, the row overwritten by `(softmax - onehot) * scale` in the logits' dtype.
 Numerics: float32 throughout, the max first and then the sum of exp (exact, not online).
 
-Owns: the CUDA source, `unavailable(logits) -> reason | None` (where it cannot run: the caller
-then runs the Triton kernel), `run(...)`; compiled once per process (nvcc, else NVRTC; the
-cubin cached on disk by runtime/cuda_compile.py) and loaded per device with the driver API.
+Owns: the CUDA source, `unavailable(logits, target, loss) -> reason | None` (where it cannot
+run: the caller then runs the Triton kernel), `run(...)` (its arguments); compiled once per
+process (nvcc, else NVRTC; the cubin cached on disk by runtime/cuda_compile.py), loaded and
+launched per device by runtime/cuda_driver.RawKernel.
 Must not: choose chunks or compute logits (linear_ce_op.py does).
 """
 
@@ -178,15 +179,19 @@ def source(fp16: bool) -> str:
     return f"#define KP_FP16 {int(fp16)}\n" + SOURCE % {"threads": THREADS}
 
 
-def unavailable(logits: torch.Tensor, target: torch.Tensor) -> str | None:
-    """None when the kernel can run on `logits` [rows, cols] and `target` [rows]; else why
-    not (the caller runs the Triton kernel instead)."""
+def unavailable(
+    logits: torch.Tensor, target: torch.Tensor, loss: torch.Tensor | None = None
+) -> str | None:
+    """None when the kernel can run on `logits` [rows, cols], `target` [rows] and the per-row
+    `loss` it writes; else why not (the caller runs the Triton kernel instead)."""
     if not logits.is_cuda:
         return "the logits are not on a CUDA device"
     if logits.dtype not in (torch.bfloat16, torch.float16):
         return f"{logits.dtype} logits (the kernel takes bf16 and fp16)"
     if target.dtype != torch.int64 or not target.is_contiguous():
         return "targets not contiguous int64"
+    if loss is not None and (loss.dtype != torch.float32 or not loss.is_contiguous()):
+        return "per-row losses not contiguous float32"
     device = logits.device.index or 0
     major, minor = _capability(device)
     if major < 9:
@@ -212,19 +217,9 @@ def _capability(device: int) -> tuple[int, int]:
 def _room(device: int) -> int:
     """Bytes of a row that fit in shared memory `MIN_BLOCKS_PER_SM` times on one SM."""
     per_sm = torch.cuda.get_device_properties(device).shared_memory_per_multiprocessor
-    return min(per_sm // MIN_BLOCKS_PER_SM, _optin(device)) - STATIC_SMEM
+    from .runtime.cuda_driver import smem_optin_limit
 
-
-@functools.cache
-def _optin(device: int) -> int:
-    """The most dynamic shared memory one block may opt into (the driver's attribute)."""
-    from .runtime.cuda_driver import _check, driver_api
-
-    driver = driver_api()
-    _check(driver, driver.cuInit(0), "cuInit")
-    attr = driver.CUdevice_attribute.CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN
-    dev = _check(driver, driver.cuDeviceGet(device), "cuDeviceGet")
-    return int(_check(driver, driver.cuDeviceGetAttribute(attr, dev), "smem opt-in limit"))
+    return min(per_sm // MIN_BLOCKS_PER_SM, smem_optin_limit(device)) - STATIC_SMEM
 
 
 _broken: dict[str, str] = {}  # set once if the kernel cannot be compiled or loaded here
@@ -232,32 +227,26 @@ _lock = threading.Lock()
 
 
 @functools.cache
-def _function(device: int, fp16: bool) -> Any:
-    """The kernel loaded into `device`'s primary context (torch's), compiled on first use."""
+def _kernel(device: int, fp16: bool) -> Any:
+    """The kernel loaded on `device`, compiled on first use."""
     from .runtime.cuda_compile import arch_for_capability, compile_cuda
-    from .runtime.cuda_driver import _check, driver_api
+    from .runtime.cuda_driver import RawKernel
 
     arch = arch_for_capability(*torch.cuda.get_device_capability(device))
     log.info("compiling the CUDA cross-entropy row kernel for %s (once; the cubin is cached)", arch)
     cubin = compile_cuda(source(fp16), arch, kernels=[KERNEL])
-    driver = driver_api()
-    with torch.cuda.device(device):  # torch's primary context, current on this thread
-        torch.cuda.current_stream(device)
-        module = _check(driver, driver.cuModuleLoadData(cubin.data), "loading the cubin")
-    function = _check(driver, driver.cuModuleGetFunction(module, KERNEL.encode()), KERNEL)
-    attr = driver.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
-    _check(driver, driver.cuFuncSetAttribute(function, attr, _room(device)), "smem opt-in")
-    return driver, module, function  # the module is kept alive with the function
+    return RawKernel(cubin.data, KERNEL, device, max_smem=_room(device))
 
 
 def load(logits: torch.Tensor) -> Any | None:
-    """(driver, module, function) for `logits`' device and dtype, or None (logged once) when
-    it cannot be compiled or loaded here: the caller falls back to the Triton kernel."""
+    """The kernel (a runtime.cuda_driver.RawKernel) for `logits`' device and dtype, or None
+    (logged once) when it cannot be compiled or loaded here: the caller falls back to the
+    Triton kernel."""
     if _broken:
         return None
     try:
         with _lock:
-            return _function(logits.device.index or 0, logits.dtype == torch.float16)
+            return _kernel(logits.device.index or 0, logits.dtype == torch.float16)
     except Exception as e:
         _broken["reason"] = f"the CUDA row kernel could not be built or loaded: {e}"
         log.warning("%s; the Triton row kernel runs instead", _broken["reason"])
@@ -274,12 +263,9 @@ def run(
 ) -> bool:
     """Launch on torch's current stream; False (nothing launched) if the kernel is not
     available here. `target` int64, `loss` float32 [rows], both contiguous."""
-    loaded = load(logits)
-    if loaded is None:
+    kernel = load(logits)
+    if kernel is None:
         return False
-    driver, _, function = loaded
-    from .runtime.cuda_driver import _check
-
     rows, cols = logits.shape
     values = [
         ctypes.c_void_p(logits.data_ptr()), ctypes.c_longlong(logits.stride(0)),
@@ -287,14 +273,5 @@ def run(
         ctypes.c_float(scale), ctypes.c_int(cols), ctypes.c_longlong(ignore_index),
         ctypes.c_int(int(grads)),
     ]  # fmt: skip
-    pointers = (ctypes.c_void_p * len(values))(*[ctypes.addressof(v) for v in values])
-    stream = torch.cuda.current_stream(logits.device).cuda_stream
-    smem = cols * logits.element_size()
-    args = (function, rows, 1, 1, THREADS, 1, 1, smem, stream, ctypes.addressof(pointers), 0)
-    if logits.device.index == torch.cuda.current_device():
-        launch = driver.cuLaunchKernel(*args)
-    else:  # the module and stream belong to that device's context
-        with torch.cuda.device(logits.device):
-            launch = driver.cuLaunchKernel(*args)
-    _check(driver, launch, f"launching {KERNEL} ({rows} rows x {cols})")
+    kernel.launch(rows, THREADS, cols * logits.element_size(), values, f" ({rows} x {cols})")
     return True

@@ -1,6 +1,7 @@
 """Loading a cubin with the CUDA driver API and launching its kernels on torch's stream.
 
-Owns: `CudaKernel` (a callable over the subgraph inputs: cuModuleLoadData + cuModuleGetFunction
+Owns: `RawKernel` (one kernel launched with ctypes arguments where it is told to write: the
+package's own fixed kernels), `smem_optin_limit`, `CudaKernel` (a callable over the subgraph inputs: cuModuleLoadData + cuModuleGetFunction
 at load, one resolved launch plan per input signature, fresh outputs per call, cuLaunchKernel on
 torch's current stream, so CUDA-graph capture records it), the parameter-layout check against
 the cubin (cuFuncGetParamInfo, where the driver has it), the >48 KiB dynamic shared memory
@@ -17,6 +18,7 @@ the worker's context as unusable (worker.is_fatal).
 from __future__ import annotations
 
 import ctypes
+import functools
 import threading
 from collections.abc import Sequence
 from pathlib import Path
@@ -194,8 +196,7 @@ class CudaKernel:
         attr = driver.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
         err = driver.cuFuncSetAttribute(function, attr, smem)
         if int(err[0] if isinstance(err, tuple) else err) != 0:
-            optin = driver.CUdevice_attribute.CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN
-            limit = _check(driver, driver.cuDeviceGetAttribute(optin, self._dev), "smem limit")
+            limit = smem_optin_limit(self.device.index or 0)
             raise LaunchSpecError(
                 f"kernel {kernel!r} asks for {smem} bytes of dynamic shared memory; this device "
                 f"allows {limit} per block (minus the kernel's static shared memory)"
@@ -237,6 +238,47 @@ class CudaKernel:
             )
             _check(driver, result, f"launching {kernel!r} grid {grid} block {block} smem {smem}")
         return outputs
+
+
+@functools.cache
+def smem_optin_limit(device: int) -> int:
+    """The most dynamic shared memory one block may opt into on `device` (the driver's
+    attribute)."""
+    driver = driver_api()
+    _check(driver, driver.cuInit(0), "cuInit")
+    attr = driver.CUdevice_attribute.CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN
+    dev = _check(driver, driver.cuDeviceGet(device), "cuDeviceGet")
+    return int(_check(driver, driver.cuDeviceGetAttribute(attr, dev), "smem opt-in limit"))
+
+
+class RawKernel:
+    """One kernel of a cubin loaded into `device`'s primary context (torch's), launched with
+    its arguments as ctypes values on torch's current stream — for the package's own fixed
+    kernels (no launch header, no fresh outputs: they write where they are told)."""
+
+    def __init__(self, cubin: bytes, name: str, device: int, max_smem: int = 0) -> None:
+        self.name, self.device = name, device
+        driver = self._driver = driver_api()
+        with torch.cuda.device(device):  # torch's primary context, current on this thread
+            torch.cuda.current_stream(device)
+            self._module = _check(driver, driver.cuModuleLoadData(cubin), "loading the cubin")
+        self._function = _check(
+            driver, driver.cuModuleGetFunction(self._module, name.encode()), f"finding {name!r}"
+        )
+        if max_smem:
+            attr = driver.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
+            _check(driver, driver.cuFuncSetAttribute(self._function, attr, max_smem), "smem")
+
+    def launch(self, grid: int, block: int, smem: int, args: Sequence[Any], what: str = "") -> None:
+        pointers = (ctypes.c_void_p * max(1, len(args)))(*[ctypes.addressof(a) for a in args])
+        stream = torch.cuda.current_stream(self.device).cuda_stream
+        call = (self._function, grid, 1, 1, block, 1, 1, smem, stream, ctypes.addressof(pointers))
+        if self.device == torch.cuda.current_device():
+            result = self._driver.cuLaunchKernel(*call, 0)
+        else:  # the module and the stream belong to that device's context
+            with torch.cuda.device(self.device):
+                result = self._driver.cuLaunchKernel(*call, 0)
+        _check(self._driver, result, f"launching {self.name!r}{what}")
 
 
 _GROUPS = ("in", "out", "tmp")
