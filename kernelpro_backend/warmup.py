@@ -27,18 +27,9 @@ from .fx_passes import Subgraph
 from .fx_passes.patterns import check_pattern_names
 from .options import Options
 from .providers import Kernel, KernelProvider
+from .warmup_rows import WarmupRow, _Recording
 
 log = logging.getLogger("kernelpro")
-
-
-@dataclasses.dataclass
-class WarmupRow:
-    graph: str
-    pattern: str
-    key: str
-    result: str  # "kernel", "fallback", "symbolic"
-    seconds: float
-    shape: str = ""  # the example inputs' shapes ("2x512x768"), when several are warmed
 
 
 @dataclasses.dataclass
@@ -74,69 +65,6 @@ class WarmupReport:
             got = sum(r.result == "kernel" for r in rows)
             out.append(f"  {shape}: {got}/{len(rows)}")
         return out
-
-
-class _Recording:
-    """Wraps a provider and notes what it returned for each subgraph."""
-
-    def __init__(self, inner: KernelProvider, rows: list[WarmupRow]) -> None:
-        self.inner = inner
-        self.rows = rows
-        self.shape = ""  # the example shape being warmed
-
-    def prepare(self, subgraphs: Sequence[Subgraph]) -> None:
-        prepare = getattr(self.inner, "prepare", None)
-        if prepare is not None:  # the ranks of a distributed warm-up agree here (the search)
-            t0 = time.perf_counter()
-            prepare(subgraphs)
-            log.info(
-                "kernelpro warmup: %d subgraph(s) agreed with the other ranks in %.1f s",
-                len(subgraphs),
-                time.perf_counter() - t0,
-            )
-
-    def prestart(self) -> None:
-        start = getattr(self.inner, "prestart", None)
-        if start is not None:  # the search's workers boot while the model compiles
-            start()
-
-    def find(self, subgraph: Subgraph) -> Kernel | None:
-        return self._record(subgraph, self.inner.find)
-
-    def family_known(self, family: str) -> bool:
-        known = getattr(self.inner, "family_known", None)
-        return bool(known is not None and known(family))
-
-    def find_dynamic(self, subgraph: Subgraph) -> Kernel | None:
-        """An instance of a symbolic subgraph, met by its shape dispatcher (dispatch.py)."""
-        return self._record(subgraph, getattr(self.inner, "find_dynamic", self.inner.find))
-
-    def _record(
-        self, subgraph: Subgraph, find: Callable[[Subgraph], Kernel | None]
-    ) -> Kernel | None:
-        t0 = time.perf_counter()
-        kernel = find(subgraph)
-        self.rows.append(
-            WarmupRow(
-                subgraph.graph,
-                subgraph.pattern,
-                subgraph.key.short(),
-                "kernel" if kernel is not None else "fallback",
-                time.perf_counter() - t0,
-                self.shape,
-            )
-        )
-        row = self.rows[-1]
-        log.info(
-            "kernelpro warmup: [%d] %s %s %s: %s (%.1f s)",
-            len(self.rows),
-            row.graph,
-            row.pattern,
-            row.key,
-            row.result,
-            row.seconds,
-        )
-        return kernel
 
 
 def warmup_options(options: dict[str, Any] | None, budget_s: float | None) -> dict[str, Any]:
@@ -180,23 +108,24 @@ def warmup(
     release_workers: bool = True,
     more_inputs: Sequence[Sequence[Any]] = (),
     check_context: bool = True,
+    deadline_s: float | None = None,
 ) -> WarmupReport:
     """Search every subgraph of `model` the cache lacks (forward and, with `train`, backward).
 
     `budget_s` is the search budget per subgraph; `loss_fn(output) -> scalar` defines the
-    training step (default: sum of the output). `more_inputs`: further example inputs at other
-    shapes (a shorter last batch, other sequence lengths). Each shape is compiled on its own
+    training step (default: sum of the output). `more_inputs`: example inputs at other shapes
+    (a shorter last batch, other sequence lengths). Each shape is compiled on its own
     with static sizes (`dynamic=False`), so a model compiled with `dynamic=False` finds a
     kernel per shape; then all shapes run in order through one compile, as a training loop
     meets them: torch.compile recompiles with symbolic sizes at the first change, and each
     size's instance of every symbolic subgraph is searched (dispatch.py). Pass the shapes in
     the order training meets them (the last, shorter batch last).
-    `release_workers`: shut the worker pool down at the end (no worker keeps GPU memory); a
-    caller warming several models keeps it and calls `tuner.searcher.release_gpu_memory()`
-    itself.
-    `check_context`: then time the training step with and without the kernels found, and
-    record in the cache the ones that make it slower (incontext.py; one shape, one process,
-    CUDA only)."""
+    `release_workers`: shut the worker pool down at the end (a caller warming several models
+    keeps it and calls `tuner.searcher.release_gpu_memory()` itself).
+    `check_context`: then time the step with and without the kernels found and record the
+    ones that slow it (incontext.py; one shape, one process, CUDA); until judged they are
+    held, unused by other compiles. `deadline_s`: the whole warm-up's seconds; the searches
+    stop CHECK_SHARE of them before it, the check at it (what it has not judged stays held)."""
     opts = warmup_options(options, budget_s)
     check_pattern_names(Options.resolve(options=opts).search_patterns)
     if provider is None:
@@ -204,8 +133,7 @@ def warmup(
     rows: list[WarmupRow] = []
 
     def note_symbolic(graph_kind: str, subgraphs: Sequence[Subgraph]) -> None:
-        for sg in subgraphs:
-            # Dynamic ones are looked up per size through their instances (rows of their own).
+        for sg in subgraphs:  # dynamic ones: rows of their own, per size (their instances)
             if sg.symbolic and not sg.dynamic:
                 rows.append(
                     WarmupRow(graph_kind, sg.pattern, "-", "symbolic", 0.0, recording.shape)
@@ -219,6 +147,8 @@ def warmup(
     shapes = [list(example_inputs), *(list(i) for i in more_inputs)]
     step = functools.partial(_step, model, backend, opts, train, loss_fn)
     ranks_agree = getattr(provider, "agrees_across_ranks", False)
+    checks = check_context and train and len(shapes) == 1 and not ranks_agree
+    deadline = recording.arm(model, started, deadline_s, checks)
     for inputs in shapes:
         recording.shape = _shape_label(inputs) if len(shapes) > 1 else ""
         dynamic = False if len(shapes) > 1 else None
@@ -228,10 +158,8 @@ def warmup(
             recording.prepare(_step_subgraphs(model, opts, train, loss_fn, inputs, dynamic))
         step(inputs, dynamic=dynamic)
     if len(shapes) > 1:
-        # Then the shapes in order, as a training loop meets them: after the first shape
-        # change torch.compile recompiles with symbolic sizes, and the shape dispatchers
-        # (dispatch.py) look up — and search — each size's instance of every symbolic
-        # subgraph. Shapes the loop will meet in that order get the same keys.
+        # Then the shapes in order, as a training loop meets them: torch.compile recompiles
+        # with symbolic sizes, and each size's instance is searched (dispatch.py).
         torch._dynamo.reset()
         for inputs in shapes:
             recording.shape = _shape_label(inputs)
@@ -241,9 +169,11 @@ def warmup(
         from .tuner.searcher import release_gpu_memory
 
         release_gpu_memory()
-    context = []
-    if check_context and train:
-        context = _check_context(model, shapes, opts, loss_fn, ranks_agree)
+    context = (
+        _check_context(model, shapes, opts, loss_fn, ranks_agree, recording.held, deadline)
+        if check_context and train
+        else []
+    )
     return WarmupReport(rows=rows, seconds=time.perf_counter() - started, context=context)
 
 
@@ -253,6 +183,8 @@ def _check_context(
     opts: dict[str, Any],
     loss_fn: Callable[[Any], torch.Tensor] | None,
     ranks_agree: bool,
+    held: set[str] | None,
+    deadline: float | None,
 ) -> list[str]:
     """The in-context check (incontext.py) where it can run, else why not."""
     if not torch.cuda.is_available():
@@ -265,7 +197,9 @@ def _check_context(
     finder = default_provider(Options.resolve(options={**opts, "search": "cache-only"}))
     if getattr(finder, "cache", None) is None:
         return ["in context: not checked (no cache)"]
-    return check_in_context(model, shapes[0], opts, loss_fn or _default_loss, finder)
+    return check_in_context(
+        model, shapes[0], opts, loss_fn or _default_loss, finder, held or (), deadline
+    )
 
 
 # How long the end of a warm-up waits for CUTLASS libraries still building (offline work: the

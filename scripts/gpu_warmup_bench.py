@@ -20,10 +20,14 @@ import subprocess
 import sys
 import time
 
-CACHE = "/tmp/kp_bench_cache"
+# $KERNELPRO_CACHE_DIR when set (so the bench's kernelpro mode reads what was warmed), else
+# a scratch folder
+CACHE = os.environ.get("KERNELPRO_CACHE_DIR", "/tmp/kp_bench_cache")
 
 
-def warm_one(name: str, budget_s: float, trials: int, workers: int, patterns: str) -> dict:
+def warm_one(
+    name: str, budget_s: float, trials: int, workers: int, patterns: str, deadline_s: float
+) -> dict:
     import torch
 
     from kernelpro_backend.bench.workloads import WORKLOADS
@@ -37,6 +41,7 @@ def warm_one(name: str, budget_s: float, trials: int, workers: int, patterns: st
         train=w.training,
         loss_fn=w.loss_fn,
         budget_s=budget_s,
+        deadline_s=deadline_s,  # the searches leave the in-context check its share
         options={
             "cache_dir": CACHE,
             "max_trials": trials,
@@ -58,6 +63,7 @@ def _run_child(name: str, args: argparse.Namespace, left: float, out_dir: str) -
     cmd = [sys.executable, __file__, "--one", name, "--budget-s", str(args.budget_s)]
     cmd += ["--trials", str(args.trials), "--workers", str(args.workers)]
     cmd += ["--patterns", args.patterns]
+    cmd += ["--deadline-s", str(max(left - 20, 10))]  # the child ends before it is killed
     # Own session: on the deadline the whole group (the search's worker processes too) dies.
     # The child's log goes to one file as it runs, so a deadline still shows how far it got.
     log = open(os.path.join(out_dir, "warmup_children.log"), "a")  # noqa: SIM115
@@ -93,7 +99,16 @@ def main() -> None:
     if args.one:
         logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
         print(
-            json.dumps(warm_one(args.one, args.budget_s, args.trials, args.workers, args.patterns))
+            json.dumps(
+                warm_one(
+                    args.one,
+                    args.budget_s,
+                    args.trials,
+                    args.workers,
+                    args.patterns,
+                    args.deadline_s,
+                )  # fmt: skip
+            )
         )
         return
     names = args.workload or [

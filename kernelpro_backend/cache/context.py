@@ -1,13 +1,17 @@
-"""Kernels a warm-up measured slower in their model than the fallback they replace.
+"""Kernels a warm-up measured slower in their model than the fallback they replace, and the
+ones a warm-up found but has not yet checked in their model.
 
 A kernel wins its subgraph's search alone, against the fallback compiling that subgraph alone;
 in the whole graph the split can cost more than it saves (Inductor no longer fuses across the
 subgraph's edges, tensors it kept in registers go to memory). The warm-up's in-context check
 (incontext.py) times the model's step with and without each kernel and records here the ones that
 lost, with its figures; the finder then runs the fallback for them and does not search them
-again.
+again. A kernel a warm-up finds is *held* until its check settles it: a warm-up cut short
+before its check (a deadline, a crash) leaves kernels no step has vouched for, and a later
+compile runs the fallback for them rather than kernels that won only alone (on an H100,
+GPT-2 small with 48 such kernels ran 0.95x Inductor, BENCHMARKS.md).
 
-Owns: `context.json` in the cache directory ({digest: record} for kernels, and
+Owns: `context.json` in the cache directory ({digest: record} for kernels, lost or held, and
 {"graph:<fingerprint>": {"options": ...}} for the torch-level rewrites a warm-up measured
 slower on one whole graph), read once per process and rewritten whole with paths.atomic_write.
 Must not: time anything or decide what lost (incontext.py does).
@@ -18,6 +22,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +30,8 @@ from ..paths import atomic_write
 from .artifact import utc_now
 
 log = logging.getLogger("kernelpro.cache")
+
+HELD = "held"  # a record's flag: found by a warm-up, not yet checked in its model
 
 
 class ContextVerdicts:
@@ -52,6 +59,8 @@ class ContextVerdicts:
         """The record of a kernel measured slower in context (said once per process), or
         None."""
         record = self._load().get(digest) if not digest.startswith("graph:") else None
+        if record is not None and record.get(HELD):
+            return None
         if record is not None and digest not in self._told:
             self._told.add(digest)
             log.info(
@@ -66,6 +75,46 @@ class ContextVerdicts:
     def reject(self, digest: str, **record: Any) -> None:
         """Record (and write at once) that `digest`'s kernel lost in its model."""
         self._write(digest, record)
+
+    def held(self, digest: str) -> dict[str, Any] | None:
+        """The record of a kernel found by a warm-up whose in-context check has not settled it
+        (said once per process), or None."""
+        record = self._load().get(digest)
+        if record is None or not record.get(HELD):
+            return None
+        if digest not in self._told:
+            self._told.add(digest)
+            log.warning(
+                "kernelpro cache: %s kernel %s was found by a warm-up of %s whose in-context "
+                "check has not run (cut short?); running the fallback until `kernelpro warmup` "
+                "finishes that check",
+                record.get("pattern", ""),
+                digest[:12],
+                record.get("model", "a model"),
+            )
+        return record
+
+    def set_aside(self, digest: str, serve_held: bool = False) -> dict[str, Any] | None:
+        """Why `digest`'s kernel stays unused: lost in context, or held (unless `serve_held`,
+        the warm-up's own finders); None when it may run."""
+        return self.rejected(digest) or (None if serve_held else self.held(digest))
+
+    def hold(self, digest: str, **record: Any) -> None:
+        """Hold `digest`'s kernel until an in-context check settles it (written at once); a
+        kernel already recorded as lost stays lost."""
+        current = self._load().get(digest)
+        if current is not None and not current.get(HELD):
+            return
+        self._write(digest, {**record, HELD: True})
+
+    def settle(self, digests: Iterable[str]) -> None:
+        """The check passed these kernels: no longer held (lost ones stay lost)."""
+        records = self._load()
+        gone = [d for d in digests if (records.get(d) or {}).get(HELD)]
+        if gone:
+            for digest in gone:
+                del records[digest]
+            self._save(records)
 
     # Options a warm-up measured better off for one whole graph (backend.graph_fingerprint):
     # only the torch-level rewrites, which a kernel verdict cannot undo.
@@ -86,6 +135,9 @@ class ContextVerdicts:
     def _write(self, name: str, record: dict[str, Any]) -> None:
         records = self._load()
         records[name] = {**record, "time": utc_now()}
+        self._save(records)
+
+    def _save(self, records: dict[str, dict[str, Any]]) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         atomic_write(self.path, json.dumps(records, indent=1, sort_keys=True))
 

@@ -42,6 +42,14 @@ def add_cli(subparsers: Any) -> None:
         "kernels that make it slower are recorded and left unused)",
     )
     p.add_argument(
+        "--deadline-s",
+        type=float,
+        default=None,
+        help="the whole warm-up's seconds: searching stops early enough for the in-context "
+        "check to run; kernels it has not judged by then stay unused (the next warm-up "
+        "resumes)",
+    )
+    p.add_argument(
         "--patterns",
         default=None,
         help="search only these subgraph patterns, comma-separated (as `explain` names them, "
@@ -95,6 +103,7 @@ def run_warmup(args: argparse.Namespace) -> int:
         report = warmup(
             model, inputs, train=not args.no_train, budget_s=args.budget_s, options=options,
             provider=provider, more_inputs=more, check_context=not args.no_context_check,
+            deadline_s=args.deadline_s,
         )  # fmt: skip
     except RuntimeError as e:
         print(f"kernelpro warmup: {e}", file=sys.stderr)

@@ -11,9 +11,7 @@ Must not: store bytes (cache/), search (searcher.py) or convert artifacts (artif
 from __future__ import annotations
 
 import dataclasses
-import json
 import logging
-import math
 import sqlite3
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -31,6 +29,7 @@ from ..runtime.cuda_host import use_library_dir
 from .admit import admit
 from .artifacts import Loader, load_artifact, surcharge_ms
 from .eager import eager_kernel, is_eager
+from .family import same_buckets, size_distance, spec_config
 
 log = logging.getLogger("kernelpro.cache")
 
@@ -41,41 +40,6 @@ Searcher = Callable[[Subgraph], "KernelArtifact | None"]
 Prover = Callable[[Entry], Verdict]
 # Winners of other sizes a search at a new size of the same symbolic subgraph starts from.
 FAMILY_HINTS = 3
-
-
-def spec_config(spec_json: str | None) -> tuple[str, tuple[Any, ...]] | None:
-    """(template, knobs as (name, value) pairs) of a stored KernelSpec JSON, or None."""
-    if not spec_json:
-        return None
-    try:
-        raw = json.loads(spec_json)
-        knobs = tuple((str(k), v) for k, v in raw.get("knobs", ()))
-        return str(raw["template"]), knobs
-    except (ValueError, KeyError, TypeError):
-        return None
-
-
-def _bucket(n: int) -> int:
-    """The power-of-two bucket (2**(b-1), 2**b] of a size: its b."""
-    return max(n - 1, 0).bit_length()
-
-
-def same_buckets(sizes: Sequence[Sequence[int]], metas: Sequence[Sequence[Any]]) -> bool:
-    """Whether every dim of two instances' inputs falls in the same power-of-two bucket."""
-    return all(
-        len(shape) == len(meta[0])
-        and all(_bucket(a) == _bucket(b) for a, b in zip(shape, meta[0], strict=True))
-        for shape, meta in zip(sizes, metas, strict=True)
-    )
-
-
-def size_distance(sizes: Sequence[Sequence[int]], metas: Sequence[Sequence[Any]]) -> float:
-    """How far two instances' input sizes are apart: the summed |log2| ratio of their dims."""
-    total = 0.0
-    for shape, meta in zip(sizes, metas, strict=False):
-        for a, b in zip(shape, meta[0], strict=False):
-            total += abs(math.log2(max(a, 1) / max(b, 1)))
-    return total
 
 
 class KernelFinder:
@@ -98,6 +62,8 @@ class KernelFinder:
         self._warned_no_searcher = self._warned_no_prover = self._warned_cache_fault = False
         self._searched: set[str] = set()  # keys searched here that kept the fallback
         self._refused: dict[str, str] = {}  # keys whose entry failed its re-proof here: why
+        # A warm-up's finders: serve its held kernels; stop searching past its search time
+        self.serve_held, self.searching = False, True
 
     @classmethod
     def from_options(
@@ -204,7 +170,7 @@ class KernelFinder:
         hit = self.cache_op("read", lambda: self.cache.lookup(key))
         artifact = None if hit is None else self._proved(key, hit)
         skipped = self._refused.get(key.digest)
-        if artifact is None and self.options.search == "on-miss" and search:
+        if artifact is None and self.options.search == "on-miss" and search and self.searching:
             artifact, skipped = self._search(subgraph)
             if artifact is None and skipped is None:
                 # The same subgraph comes back in a recompile, or forward and backward share
@@ -229,9 +195,11 @@ class KernelFinder:
             self._artifacts[key.digest] = artifact
         if key.digest in self._loaded and not behind_op:
             return self._loaded[key.digest]
-        lost = self.cache_op("read", lambda: self.cache.context.rejected(key.digest))
+        lost = self.cache_op(
+            "read", lambda: self.cache.context.set_aside(key.digest, self.serve_held)
+        )
         if artifact is None or lost or not self._pays_off(artifact, behind_op):
-            return None  # lost: slower inside its model at warm-up (cache/context.py)
+            return None  # slower inside its model at warm-up, or held (cache/context.py)
         if key.digest in self._loaded:
             return self._loaded[key.digest]
         return self._load(key, artifact, subgraph)

@@ -153,6 +153,9 @@ class _BrokenCache:
     def rejected(self, digest):
         raise OSError(5, "Input/output error")
 
+    def set_aside(self, digest, serve_held=False):
+        raise OSError(5, "Input/output error")
+
     def key_for(self, subgraph_key):
         return self.real.key_for(subgraph_key)
 

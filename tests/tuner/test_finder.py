@@ -286,3 +286,63 @@ def test_a_kernel_that_lost_inside_its_model_runs_the_fallback_and_is_not_search
     assert sum("lost inside its model" in r.message for r in caplog.records) == 1
     later = KernelFinder(type(cache)(cache.directory), Options(), python_loader)
     assert later.find(tanh_sg) is None  # read back from context.json
+
+
+def test_a_kernel_a_warmup_holds_runs_the_fallback_until_its_check_settles_it(
+    cache, tanh_sg, caplog
+):
+    """cache/context.py: a warm-up cut short before its in-context check leaves the kernels it
+    found held; a later finder runs the fallback for them (said once) while the warm-up's own
+    finders serve them, and once the check settles them every finder uses them."""
+    key = cache.key_for(tanh_sg.key)
+    cache.put(key, python_artifact())
+    cache.context.hold(key.digest, pattern="pointwise", model="Net")
+    with caplog.at_level(logging.WARNING, logger="kernelpro.cache"):
+        later = KernelFinder(type(cache)(cache.directory), Options(), python_loader)
+        assert later.find(tanh_sg) is None and later.find(tanh_sg) is None
+    assert sum("in-context check has not run" in r.message for r in caplog.records) == 1
+    warming = KernelFinder(type(cache)(cache.directory), Options(), python_loader)
+    warming.serve_held = True
+    assert warming.find(tanh_sg) is not None
+    cache.context.settle([key.digest])
+    settled = KernelFinder(type(cache)(cache.directory), Options(), python_loader)
+    assert settled.find(tanh_sg) is not None
+
+
+def test_holding_never_revives_a_kernel_that_lost_in_context(cache, tanh_sg):
+    key = cache.key_for(tanh_sg.key)
+    cache.put(key, python_artifact())
+    cache.context.reject(key.digest, pattern="pointwise", why="slower")
+    cache.context.hold(key.digest, pattern="pointwise", model="Net")
+    cache.context.settle([key.digest])
+    assert cache.context.rejected(key.digest) is not None
+    finder = KernelFinder(type(cache)(cache.directory), Options(), python_loader)
+    finder.serve_held = True
+    assert finder.find(tanh_sg) is None
+
+
+def test_a_warmup_holds_what_it_finds_and_stops_searching_past_its_share(cache, tanh_sg):
+    """warmup._Recording: each kernel served is held once (cache/context.py); past
+    `search_until` the finder's misses are no longer searched."""
+    import time
+
+    from graphs import tanh_subgraph
+
+    from kernelpro_backend.warmup import _Recording
+
+    searched = []
+
+    def search(subgraph):
+        searched.append(subgraph)
+        return python_artifact()
+
+    finder = KernelFinder(cache, Options(search="on-miss"), python_loader, search)
+    recording = _Recording(finder, [])
+    recording.held, recording.model = set(), "Net"
+    finder.serve_held = True  # as warmup() sets it
+    assert recording.find(tanh_sg) is not None and recording.find(tanh_sg) is not None
+    digest = cache.key_for(tanh_sg.key).digest
+    assert recording.held == {digest} and cache.context.held(digest)["model"] == "Net"
+    recording.search_until = time.perf_counter() - 1  # the search's share is spent
+    assert recording.find(tanh_subgraph((7, 32))) is None
+    assert len(searched) == 1 and not finder.searching

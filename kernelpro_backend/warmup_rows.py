@@ -1,0 +1,140 @@
+"""What a warm-up found per subgraph, and the provider wrapper that notes it: each lookup's
+row, the kernels held until the in-context check (cache/context.py), the search stopped at its
+share of a deadline.
+
+Owns: `WarmupRow`, `_Recording`, `CHECK_SHARE`. Must not: search or time steps (the finder
+and incontext.py do).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+
+from .fx_passes import Subgraph
+from .providers import Kernel, KernelProvider
+
+log = logging.getLogger("kernelpro")
+
+
+@dataclasses.dataclass
+class WarmupRow:
+    graph: str
+    pattern: str
+    key: str
+    result: str  # "kernel", "fallback", "symbolic"
+    seconds: float
+    shape: str = ""  # the example inputs' shapes ("2x512x768"), when several are warmed
+
+
+# The share of a warm-up's deadline kept for its in-context check (a few compiles of the
+# whole model, each timed for about a second).
+CHECK_SHARE = 0.35
+
+
+def _finder_of(provider: Any) -> Any:
+    """The KernelFinder behind a provider (the distributed finder wraps one), or None."""
+    for candidate in (provider, getattr(provider, "inner", None)):
+        if candidate is not None and hasattr(candidate, "serve_held"):
+            return candidate
+    return None
+
+
+class _Recording:
+    """Wraps a provider and notes what it returned for each subgraph; with `hold`, holds each
+    kernel it serves until the in-context check (cache/context.py); past `search_until`
+    (time.perf_counter()) misses are no longer searched."""
+
+    def __init__(self, inner: KernelProvider, rows: list[WarmupRow]) -> None:
+        self.inner = inner
+        self.rows = rows
+        self.shape = ""  # the example shape being warmed
+        self.finder = _finder_of(inner)
+        self.held: set[str] | None = None  # the digests held, when the check will run
+        self.model = ""
+        self.search_until: float | None = None
+
+    def arm(
+        self, model: torch.nn.Module, started: float, deadline_s: float | None, checks: bool
+    ) -> float | None:
+        """Hold what is found when the in-context check will judge it, and stop searching
+        at the deadline's search share; returns the deadline (time.perf_counter())."""
+        if checks and torch.cuda.is_available() and self.finder is not None:
+            self.held, self.model = set(), type(model).__name__
+            self.finder.serve_held = True
+        if deadline_s is None:
+            return None
+        self.search_until = started + deadline_s * (1 - CHECK_SHARE)
+        return started + deadline_s
+
+    def prepare(self, subgraphs: Sequence[Subgraph]) -> None:
+        prepare = getattr(self.inner, "prepare", None)
+        if prepare is not None:  # the ranks of a distributed warm-up agree here (the search)
+            t0 = time.perf_counter()
+            prepare(subgraphs)
+            log.info(
+                "kernelpro warmup: %d subgraph(s) agreed with the other ranks in %.1f s",
+                len(subgraphs),
+                time.perf_counter() - t0,
+            )
+
+    def prestart(self) -> None:
+        start = getattr(self.inner, "prestart", None)
+        if start is not None:  # the search's workers boot while the model compiles
+            start()
+
+    def find(self, subgraph: Subgraph) -> Kernel | None:
+        return self._record(subgraph, self.inner.find)
+
+    def family_known(self, family: str) -> bool:
+        known = getattr(self.inner, "family_known", None)
+        return bool(known is not None and known(family))
+
+    def find_dynamic(self, subgraph: Subgraph) -> Kernel | None:
+        """An instance of a symbolic subgraph, met by its shape dispatcher (dispatch.py)."""
+        return self._record(subgraph, getattr(self.inner, "find_dynamic", self.inner.find))
+
+    def _record(
+        self, subgraph: Subgraph, find: Callable[[Subgraph], Kernel | None]
+    ) -> Kernel | None:
+        t0 = time.perf_counter()
+        if self.search_until is not None and t0 > self.search_until and self.finder is not None:
+            if self.finder.searching:
+                log.warning(
+                    "kernelpro warmup: the search's share of the deadline is spent; the "
+                    "subgraphs left keep the fallback (a later warm-up searches them), the "
+                    "rest of the time is the in-context check's"
+                )
+            self.finder.searching = False
+        kernel = find(subgraph)
+        if kernel is not None and self.held is not None and self.finder is not None:
+            digest = self.finder.cache.key_for(subgraph.key).digest
+            if digest not in self.held:
+                self.held.add(digest)
+                self.finder.cache.context.hold(digest, pattern=subgraph.pattern, model=self.model)
+        self.rows.append(
+            WarmupRow(
+                subgraph.graph,
+                subgraph.pattern,
+                subgraph.key.short(),
+                "kernel" if kernel is not None else "fallback",
+                time.perf_counter() - t0,
+                self.shape,
+            )
+        )
+        row = self.rows[-1]
+        log.info(
+            "kernelpro warmup: [%d] %s %s %s: %s (%.1f s)",
+            len(self.rows),
+            row.graph,
+            row.pattern,
+            row.key,
+            row.result,
+            row.seconds,
+        )
+        return kernel
