@@ -49,6 +49,7 @@ RANKS = {
     "backend": 7,
     "explain": 8,
     "incontext": 7.5,  # the warm-up's step timings with and without kernels
+    "warmup_rows": 7.8,  # the warm-up's provider wrapper: its rows, holds, search share
     "warmup": 8,
     "examples": 8,
     "demo": 9,

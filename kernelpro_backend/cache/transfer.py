@@ -66,15 +66,16 @@ def export_bundle(
     """Write the cache's entries, optionally filtered, to a bundle at `out` (.zip for zip,
     .tar.gz/.tgz for gzip'd tar, else tar). Each entry's provenance says where it was proved.
     With `key`, the bundle carries signature.json: an HMAC of the manifest's exact bytes.
-    Kernels a warm-up measured slower inside their model (cache/context.py) stay out: a team
-    shipping the bundle ships what made its steps faster."""
+    Kernels a warm-up measured slower inside their model, or holds until its in-context check
+    judges them (cache/context.py), stay out: a team shipping the bundle ships what made its
+    steps faster, not what no step has vouched for (the importing cache could not know)."""
     chosen = [
         e
         for e in cache.entries()
         if (pattern is None or e.artifact.pattern == pattern)
         and (kind is None or e.artifact.kind == kind)
         and (arch is None or e.key.arch == arch)
-        and cache.context.rejected(e.key.digest) is None
+        and cache.context.set_aside(e.key.digest) is None
     ]
     chosen.sort(key=lambda e: e.key.digest)
     files: dict[str, bytes] = {}

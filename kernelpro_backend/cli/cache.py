@@ -160,6 +160,10 @@ def _ls(cache: KernelCache, args: argparse.Namespace, out: TextIO) -> int:
     if lost:
         print(f"{lost} of them made their model's step slower at warm-up and stay unused "
               "(`kernelpro cache show KEY` says by how much)", file=out)  # fmt: skip
+    held = sum(cache.context.held(e.key.digest) is not None for e in entries)
+    if held:
+        print(f"{held} of them were found by a warm-up whose in-context check has not judged "
+              "them and stay unused until `kernelpro warmup` finishes it", file=out)  # fmt: skip
     if corrupt:
         print(f"{corrupt} corrupt entries (skipped; `kernelpro cache prune` drops them)", file=out)
     return 0
@@ -168,9 +172,15 @@ def _ls(cache: KernelCache, args: argparse.Namespace, out: TextIO) -> int:
 def _context(cache: KernelCache, digest: str) -> str:
     """What the warm-up's in-context check said of an entry (cache/context.py)."""
     record = cache.context.rejected(digest)
-    if record is None:
-        return "used (not found slower in a warm-up's step)"
-    return f"unused: slower in {record.get('model', 'its model')} ({record.get('why', '')})"
+    if record is not None:
+        return f"unused: slower in {record.get('model', 'its model')} ({record.get('why', '')})"
+    held = cache.context.held(digest)
+    if held is not None:
+        return (
+            f"unused: held since a warm-up of {held.get('model', 'a model')} found it, until "
+            "that warm-up's in-context check judges it"
+        )
+    return "used (not found slower in a warm-up's step)"
 
 
 def _show(cache: KernelCache, prefix: str, out: TextIO) -> int:

@@ -78,6 +78,16 @@ def test_kernels_that_lost_inside_their_model_are_not_exported(tmp_path, filled)
     assert {e.key.digest for e in written} == {keys[0].digest, keys[2].digest}
 
 
+def test_kernels_a_warmup_still_holds_are_not_exported_until_settled(tmp_path, filled):
+    """The importing cache has no hold on them: a kernel no step has vouched for stays home."""
+    src, keys = filled
+    src.context.hold(keys[2].digest, pattern="pointwise", model="Net")
+    written = export_bundle(src, tmp_path / "c.tar")
+    assert {e.key.digest for e in written} == {keys[0].digest, keys[1].digest}
+    src.context.settle([keys[2].digest])
+    assert len(export_bundle(src, tmp_path / "d.tar")) == 3
+
+
 def _rewrite(path, change):
     """Re-pack a tar bundle after `change(files)` edits its members in place."""
     files = tar_members(path)

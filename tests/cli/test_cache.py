@@ -58,6 +58,16 @@ def test_ls_and_show_say_which_kernels_lost_inside_their_model(cache_dir):
     assert "unused: slower in TinyMLP (2.4 ms with it, 2.2 without)" in text
 
 
+def test_ls_and_show_say_which_kernels_a_warmup_still_holds(cache_dir):
+    path, cache = cache_dir
+    entry = next(cache.entries())
+    cache.context.hold(entry.key.digest, pattern="pointwise", model="TinyMLP")
+    code, text = run_cache_cli("--cache-dir", path, "ls")
+    assert code == 0 and "1 of them were found by a warm-up whose in-context check" in text
+    code, text = run_cache_cli("--cache-dir", path, "show", entry.key.digest[:10])
+    assert "unused: held since a warm-up of TinyMLP found it" in text
+
+
 def test_export_then_import_and_foreign_arch(cache_dir, tmp_path):
     path, _ = cache_dir
     bundle = str(tmp_path / "out" / "kernels.tar.gz")
