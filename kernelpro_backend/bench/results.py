@@ -37,6 +37,9 @@ class ModeResult:
     # host's where issuing a step takes longer than the GPU runs it. `median_ms` (do_bench's
     # CUDA events, L2 flushed) is the GPU's rate while the host is ahead. None elsewhere.
     steady_ms: float | None = None
+    # Each interleaved round's step time (median_ms is their median): every round times each
+    # mode back to back, so round i of two modes is a paired comparison (speedup_range).
+    round_ms: list[float] = dataclasses.field(default_factory=list)
 
 
 def mode_from_dict(d: dict[str, Any]) -> ModeResult:
@@ -83,6 +86,17 @@ class WorkloadResult:
             return None
         return b.median_ms / a.median_ms
 
+    def speedup_range(self, mode: str, over: str) -> tuple[float, float] | None:
+        """The lowest and highest of the per-round speedups of `mode` over `over` (rounds are
+        interleaved: round i timed both within moments of each other), or None. A mode whose
+        highest is under 1 was slower in every round: slower beyond the run's noise."""
+        if self.speedup(mode, over) is None:
+            return None
+        a, b = self.mode(mode), self.mode(over)
+        assert a is not None and b is not None
+        ratios = [y / x for x, y in zip(a.round_ms, b.round_ms, strict=False) if x > 0]
+        return (min(ratios), max(ratios)) if ratios else None
+
     def sol_fraction(self, mode: str) -> float | None:
         m = self.mode(mode)
         if self.sol_ms is None or m is None or m.status != OK or not m.median_ms:
@@ -95,6 +109,7 @@ class WorkloadResult:
             name = entry["mode"]
             entry["speedup_vs_eager"] = self.speedup(name, EAGER)
             entry["speedup_vs_inductor"] = self.speedup(name, INDUCTOR)
+            entry["speedup_vs_inductor_range"] = self.speedup_range(name, INDUCTOR)
             entry["sol_fraction"] = self.sol_fraction(name)
         return d
 

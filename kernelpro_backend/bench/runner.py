@@ -154,12 +154,12 @@ def _time_interleaved(
     device: torch.device,
     config: RunConfig,
     steady: bool = False,
-) -> tuple[dict[str, float], dict[str, float], dict[str, str]]:
-    """Median over `config.rounds` of each mode's median step time, the modes' rounds
+) -> tuple[dict[str, list[float]], dict[str, float], dict[str, str]]:
+    """Each mode's median step time in each of `config.rounds` rounds, the modes' rounds
     interleaved so that clock, thermal and allocator drift hit every mode alike (one sequential
     run per mode differed by up to 1.65x between identical codes on the H100). With `steady`
     (training steps on the GPU) each round also runs the steps back to back (`steady_ms`).
-    Returns (mode -> ms, mode -> steady ms, mode -> error message for modes whose step
+    Returns (mode -> round ms, mode -> steady ms, mode -> error message for modes whose step
     raised)."""
     times: dict[str, list[float]] = {name: [] for name in steps}
     rates: dict[str, list[float]] = {name: [] for name in steps}
@@ -175,13 +175,9 @@ def _time_interleaved(
             except Exception as e:
                 log.debug("timing mode %s failed", name, exc_info=True)
                 errors[name] = f"timing failed: {_one_line(e)}"
-    medians = {n: summarize(t, "rounds").median_ms for n, t in times.items() if t}
     steadies = {n: summarize(t, "rounds").median_ms for n, t in rates.items() if t}
-    return (
-        {n: ms for n, ms in medians.items() if n not in errors},
-        {n: ms for n, ms in steadies.items() if n not in errors},
-        errors,
-    )
+    ok = {n: t for n, t in times.items() if t and n not in errors}
+    return ok, {n: ms for n, ms in steadies.items() if n not in errors}, errors
 
 
 def step_peak_mib(step: Callable[[], None], device: torch.device) -> float | None:
@@ -261,11 +257,14 @@ def run_workload(workload: Workload, config: RunConfig) -> WorkloadResult:
         results.append(result)
         steps[mode.name] = step
     steady = workload.loss_fn is not None and workload.device.type == "cuda"
-    medians, steadies, errors = _time_interleaved(steps, workload.device, config, steady)
+    rounds, steadies, errors = _time_interleaved(steps, workload.device, config, steady)
     for result in results:
         if result.mode in errors:
             result.status, result.message = FAILED, errors[result.mode]
-        result.median_ms = medians.get(result.mode)
+        result.round_ms = rounds.get(result.mode, [])
+        result.median_ms = (
+            summarize(result.round_ms, "rounds").median_ms if result.round_ms else None
+        )
         result.steady_ms = steadies.get(result.mode)
         if result.mode in steps and result.mode not in errors:
             result.step_peak_mib = step_peak_mib(steps[result.mode], workload.device)

@@ -26,6 +26,13 @@ def _num(value: float | None, fmt: str, suffix: str = "") -> str:
     return "-" if value is None else format(value, fmt) + suffix
 
 
+def _vs_inductor(w: WorkloadResult, mode: str) -> str:
+    """The speedup over Inductor and, after it, its lowest-highest over the paired rounds."""
+    text = _num(w.speedup(mode, INDUCTOR), ".2f", "x")
+    spread = w.speedup_range(mode, INDUCTOR) if mode != INDUCTOR else None
+    return text if spread is None else f"{text} [{spread[0]:.2f}-{spread[1]:.2f}]"
+
+
 def rows(report: BenchReport) -> list[tuple[str, ...]]:
     out: list[tuple[str, ...]] = []
     for w in report.workloads:
@@ -40,7 +47,7 @@ def rows(report: BenchReport) -> list[tuple[str, ...]]:
                     m.status,
                     _num(m.median_ms, ".4g"),
                     _num(w.speedup(m.mode, EAGER), ".2f", "x"),
-                    _num(w.speedup(m.mode, INDUCTOR), ".2f", "x"),
+                    _vs_inductor(w, m.mode),
                     _num(m.steady_ms, ".4g"),
                     _num(None if sol is None else 100 * sol, ".1f", "%"),
                     _num(m.step_peak_mib, ".0f"),
@@ -98,7 +105,9 @@ def format_markdown(report: BenchReport) -> str:
         "",
         f"Device: {report.device_name} ({report.device}); size: {report.size}; {versions}.",
         "Times are medians (GPU: `triton.testing.do_bench`; CPU: `time.perf_counter`); speedups "
-        "count only modes whose outputs (and gradients) match eager. `steady ms` (training "
+        "count only modes whose outputs (and gradients) match eager; `vs inductor [a-b]`: "
+        "the lowest and highest speedup over the interleaved rounds, each of which times every "
+        "mode back to back (b under 1: slower in every round). `steady ms` (training "
         "steps on the GPU): wall time per step of steps run back to back, the rate a training "
         "loop runs at — the host's where it issues a step slower than the GPU runs it.",
         "",

@@ -40,3 +40,26 @@ def test_json_is_strict_and_console_lists_what_is_not_ok(tmp_path):
         "| softmax | inference | float32 | inductor | ok | 1 | 2.00x | 1.00x | - | 25.0% | - | 5.0 |"
         in md
     )
+
+
+def test_the_paired_rounds_give_each_speedup_its_lowest_and_highest():
+    """Round i of every mode is timed back to back: the per-round ratios say whether a mode is
+    slower than Inductor beyond the run's noise (every round slower) or inside it."""
+    modes = [
+        ModeResult("eager", "ok", median_ms=3.0, round_ms=[3.0, 3.1, 2.9]),
+        ModeResult("inductor", "ok", median_ms=2.0, round_ms=[2.0, 2.4, 1.9]),
+        ModeResult("kernelpro", "ok", median_ms=2.1, round_ms=[2.1, 2.0, 2.2]),
+    ]
+    w = WorkloadResult("mini_gpt", "training", "bfloat16", "full", "builtin", modes)
+    lo, hi = w.speedup_range("kernelpro", "inductor")
+    assert (round(lo, 3), round(hi, 3)) == (0.864, 1.2)  # slower in two rounds, faster in one
+    assert w.speedup_range("inductor", "inductor") == (1.0, 1.0)
+    assert w.speedup_range("kernelpro", "missing") is None
+    report = BenchReport("cuda", "H100", {}, "full", [m.mode for m in modes], {}, [w])
+    text = tables.format_console(report)
+    assert "0.95x [0.86-1.20]" in text and "1.00x [" not in text  # Inductor: no range of itself
+    back = WorkloadResult.from_dict(json.loads(json.dumps(w.to_dict())))
+    assert back.mode("kernelpro").round_ms == [2.1, 2.0, 2.2]
+    assert w.to_dict()["modes"][2]["speedup_vs_inductor_range"] == w.speedup_range(
+        "kernelpro", "inductor"
+    )
