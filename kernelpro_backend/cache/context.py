@@ -40,7 +40,7 @@ class ContextVerdicts:
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = Path(path)
         self._records: dict[str, dict[str, Any]] | None = None
-        self._told: set[str] = set()
+        self._told: set[tuple[str, str]] = set()
 
     def _load(self) -> dict[str, dict[str, Any]]:
         if self._records is None:
@@ -59,39 +59,38 @@ class ContextVerdicts:
         """The record of a kernel measured slower in context (said once per process), or
         None."""
         record = self._load().get(digest) if not digest.startswith("graph:") else None
-        if record is not None and record.get(HELD):
+        if record is None or record.get(HELD):
             return None
-        if record is not None and digest not in self._told:
-            self._told.add(digest)
-            log.info(
-                "kernelpro cache: %s kernel %s lost inside its model at warm-up (%s); running "
-                "the fallback",
-                record.get("pattern", ""),
-                digest[:12],
-                record.get("why", ""),
-            )
+        self._say_once(
+            "lost", digest, logging.INFO,
+            "kernelpro cache: %s kernel %s lost inside its model at warm-up (%s); running the "
+            "fallback", record.get("pattern", ""), digest[:12], record.get("why", ""),
+        )  # fmt: skip
         return record
+
+    def _say_once(self, kind: str, digest: str, level: int, message: str, *args: Any) -> None:
+        if (kind, digest) not in self._told:
+            self._told.add((kind, digest))
+            log.log(level, message, *args)
 
     def reject(self, digest: str, **record: Any) -> None:
         """Record (and write at once) that `digest`'s kernel lost in its model."""
         self._write(digest, record)
 
-    def held(self, digest: str) -> dict[str, Any] | None:
+    def held(self, digest: str, say: bool = True) -> dict[str, Any] | None:
         """The record of a kernel found by a warm-up whose in-context check has not settled it
-        (said once per process), or None."""
+        (with `say`, warned once per process: a compile runs the fallback for it), or None."""
         record = self._load().get(digest)
         if record is None or not record.get(HELD):
             return None
-        if digest not in self._told:
-            self._told.add(digest)
-            log.warning(
+        if say:
+            self._say_once(
+                "held", digest, logging.WARNING,
                 "kernelpro cache: %s kernel %s was found by a warm-up of %s whose in-context "
                 "check has not run (cut short?); running the fallback until `kernelpro warmup` "
                 "finishes that check",
-                record.get("pattern", ""),
-                digest[:12],
-                record.get("model", "a model"),
-            )
+                record.get("pattern", ""), digest[:12], record.get("model", "a model"),
+            )  # fmt: skip
         return record
 
     def set_aside(self, digest: str, serve_held: bool = False) -> dict[str, Any] | None:

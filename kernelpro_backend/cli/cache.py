@@ -160,7 +160,7 @@ def _ls(cache: KernelCache, args: argparse.Namespace, out: TextIO) -> int:
     if lost:
         print(f"{lost} of them made their model's step slower at warm-up and stay unused "
               "(`kernelpro cache show KEY` says by how much)", file=out)  # fmt: skip
-    held = sum(cache.context.held(e.key.digest) is not None for e in entries)
+    held = sum(cache.context.held(e.key.digest, say=False) is not None for e in entries)
     if held:
         print(f"{held} of them were found by a warm-up whose in-context check has not judged "
               "them and stay unused until `kernelpro warmup` finishes it", file=out)  # fmt: skip
@@ -174,7 +174,7 @@ def _context(cache: KernelCache, digest: str) -> str:
     record = cache.context.rejected(digest)
     if record is not None:
         return f"unused: slower in {record.get('model', 'its model')} ({record.get('why', '')})"
-    held = cache.context.held(digest)
+    held = cache.context.held(digest, say=False)
     if held is not None:
         return (
             f"unused: held since a warm-up of {held.get('model', 'a model')} found it, until "
