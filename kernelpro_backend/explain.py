@@ -1,7 +1,9 @@
 """`explain`: which subgraphs kernelpro finds in a model, without compiling kernels.
 
 Owns: running a model once (and its backward when it trains) under a recording backend with the
-eager fallback, and presenting the subgraphs as rows or a table.
+eager fallback, and presenting the subgraphs as rows or a table; `explain_model` also applies
+the torch-level rewrites a real compile makes (hand-written attention -> SDPA, an LM head and
+its loss -> the chunked op) and counts them, so the rows are the subgraphs a compile sees.
 Must not: search, cache or change the caller's model (it works on a copy).
 """
 
@@ -18,6 +20,9 @@ import torch
 from . import text_table
 from .backend import make_backend
 from .fx_passes import Subgraph
+from .fx_passes.attention_rewrite import rewrite_attention
+from .fx_passes.linear_ce_rewrite import rewrite_linear_cross_entropy
+from .options import Options
 
 log = logging.getLogger("kernelpro")
 
@@ -98,16 +103,34 @@ def find_subgraphs(
     *example_inputs: Any,
     train: bool | None = None,
     backend_options: Mapping[str, Any] | None = None,
+    rewrites: dict[str, int] | None = None,
     **compile_kwargs: Any,
 ) -> list[Subgraph]:
     """The subgraphs kernelpro cuts from one call of `model` (a copy: the model is untouched).
     `train` None: forward and backward when the output requires grad, else the inference
     graph; True/False forces the choice (False runs under `torch.no_grad()`).
-    `backend_options` adds backend options (e.g. a precision); search stays off."""
+    `backend_options` adds backend options (e.g. a precision); search stays off.
+    `rewrites`: a dict to fill with the torch-level rewrites made first, as a compile makes
+    them (the options' `rewrite_*` say which); None: the graphs as written."""
     found: list[Subgraph] = []
 
     def observe(graph_kind: str, subgraphs: Sequence[Subgraph]) -> None:
         found.extend(subgraphs)
+
+    inner = make_backend(observer=observe)
+    opts = Options.resolve(options=backend_options)
+
+    def backend(gm: torch.fx.GraphModule, inputs: Sequence[Any], **kwargs: Any) -> Any:
+        if rewrites is not None:
+            made = {
+                "attention": rewrite_attention(gm) if opts.rewrite_attention else 0,
+                "linear_cross_entropy": (
+                    rewrite_linear_cross_entropy(gm) if opts.rewrite_linear_cross_entropy else 0
+                ),
+            }
+            for name, n in made.items():
+                rewrites[name] = rewrites.get(name, 0) + n
+        return inner(gm, inputs, **kwargs)
 
     model = copy.deepcopy(model)
     inputs = [
@@ -116,7 +139,7 @@ def find_subgraphs(
     ]
     compiled = torch.compile(
         model,
-        backend=make_backend(observer=observe),
+        backend=backend,
         options={**(backend_options or {}), "fallback": "eager", "search": "off"},
         **compile_kwargs,
     )
@@ -134,6 +157,24 @@ def explain(
     """The subgraphs kernelpro finds in `model` for these inputs: forward and backward when the
     model has trainable parameters or inputs that require grad, else the inference graph."""
     return [describe(s) for s in find_subgraphs(model, *example_inputs, **compile_kwargs)]
+
+
+# What each torch-level rewrite turns into, for the explain printout.
+REWRITES = {
+    "attention": "hand-written attention (matmul, scale, mask, softmax, matmul) -> SDPA",
+    "linear_cross_entropy": "an LM head and its cross-entropy -> one chunked op that never "
+    "writes the whole logits",
+}
+
+
+def explain_model(
+    model: torch.nn.Module, *example_inputs: Any, **compile_kwargs: Any
+) -> tuple[list[SubgraphInfo], dict[str, int]]:
+    """`explain` after the torch-level rewrites a compile makes: (the subgraphs, how many of
+    each rewrite were made)."""
+    made: dict[str, int] = {}
+    found = find_subgraphs(model, *example_inputs, rewrites=made, **compile_kwargs)
+    return [describe(s) for s in found], made
 
 
 def _tensors(obj: Any) -> list[torch.Tensor]:

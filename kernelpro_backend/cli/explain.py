@@ -22,13 +22,16 @@ def add_cli(subparsers: Any) -> None:
 
 
 def run_explain(args: argparse.Namespace) -> int:
-    from ..explain import explain, format_table
+    from ..explain import REWRITES, explain_model, format_table
 
     model, inputs = model_and_inputs(args.target)
-    rows = explain(model, *inputs)
+    rows, rewrites = explain_model(model, *inputs)
     print(format_table(rows))
     kinds: dict[str, int] = {}
     for r in rows:
         kinds[r.kind] = kinds.get(r.kind, 0) + 1
     print(f"\n{len(rows)} subgraphs: " + ", ".join(f"{n} {k}" for k, n in sorted(kinds.items())))
+    made = [f"  {n} x {REWRITES.get(name, name)}" for name, n in rewrites.items() if n]
+    if made:
+        print("torch-level rewrites made before the subgraphs were cut:", *made, sep="\n")
     return 0

@@ -66,3 +66,31 @@ def test_demo_on_cpu_says_search_needs_a_gpu_and_claims_no_speedup(capsys):
     out = capsys.readouterr().out
     assert "kernel search needs one" in out and "replaced 0" in out
     assert "not a kernelpro speedup" in out and "x over Inductor" not in out
+
+
+def tiny_gpt():
+    """MODULE:FN target: the bench's hand-written GPT at its tiny size (CPU)."""
+    from kernelpro_backend.bench.workloads import mini_gpt
+
+    w = mini_gpt(torch.device("cpu"), torch.float32, "tiny")
+    return w.model, w.inputs
+
+
+def test_explain_shows_the_torch_level_rewrites_a_compile_makes(capsys):
+    """[training]: the hand-written attention becomes SDPA (forward and backward subgraphs of
+    their own) and the LM head with its loss one op — as the backend's compile sees the model;
+    `explain` without them still lists the graphs as written."""
+    from kernelpro_backend.explain import explain, explain_model
+
+    model, inputs = tiny_gpt()
+    rows, made = explain_model(model, *inputs)
+    assert made == {"attention": 2, "linear_cross_entropy": 1}
+    patterns = {(r.graph, r.pattern) for r in rows}
+    assert {("forward", "sdpa"), ("backward", "sdpa_backward")} <= patterns
+    as_written = {r.pattern for r in explain(model, *inputs)}
+    # as written: the scores' GEMM with the mask and softmax as its epilogue, no SDPA
+    assert "sdpa" not in as_written and "bmm+epilogue+rowreduce" in as_written
+    assert main(["explain", "tests.cli.test_main:tiny_gpt"]) == 0
+    out = capsys.readouterr().out
+    assert "torch-level rewrites made before the subgraphs were cut:" in out
+    assert "2 x hand-written attention" in out and "1 x an LM head and its cross-entropy" in out
