@@ -46,9 +46,9 @@ def _finder_of(provider: Any) -> Any:
 
 
 class _Recording:
-    """Wraps a provider and notes what it returned for each subgraph; with `hold`, holds each
-    kernel it serves until the in-context check (cache/context.py); past `search_until`
-    (time.perf_counter()) misses are no longer searched."""
+    """Wraps a provider and notes what it returned for each subgraph; with `held` (a set), holds
+    each kernel its searches find until the in-context check (cache/context.py); past
+    `search_until` (time.perf_counter()) misses are no longer searched."""
 
     def __init__(self, inner: KernelProvider, rows: list[WarmupRow]) -> None:
         self.inner = inner
@@ -99,6 +99,17 @@ class _Recording:
         """An instance of a symbolic subgraph, met by its shape dispatcher (dispatch.py)."""
         return self._record(subgraph, getattr(self.inner, "find_dynamic", self.inner.find))
 
+    def _uncached(self, subgraph: Subgraph) -> str | None:
+        """The subgraph's digest when this warm-up holds its finds and the cache has no entry
+        for it yet, else None."""
+        if self.held is None or self.finder is None:
+            return None
+        key = self.finder.cache.key_for(subgraph.key)
+        if key.digest in self.held:
+            return None
+        hit = self.finder.cache_op("read", lambda: self.finder.cache.lookup(key))
+        return key.digest if hit is None else None
+
     def _record(
         self, subgraph: Subgraph, find: Callable[[Subgraph], Kernel | None]
     ) -> Kernel | None:
@@ -111,12 +122,13 @@ class _Recording:
                     "rest of the time is the in-context check's"
                 )
             self.finder.searching = False
+        new = self._uncached(subgraph)
         kernel = find(subgraph)
-        if kernel is not None and self.held is not None and self.finder is not None:
-            digest = self.finder.cache.key_for(subgraph.key).digest
-            if digest not in self.held:
-                self.held.add(digest)
-                self.finder.cache.context.hold(digest, pattern=subgraph.pattern, model=self.model)
+        if kernel is not None and new is not None:
+            # found by this warm-up's search: held until its check (what the cache had before
+            # keeps its standing: another model's check may have passed it)
+            self.held.add(new)  # type: ignore[union-attr]
+            self.finder.cache.context.hold(new, pattern=subgraph.pattern, model=self.model)
         self.rows.append(
             WarmupRow(
                 subgraph.graph,

@@ -346,3 +346,18 @@ def test_a_warmup_holds_what_it_finds_and_stops_searching_past_its_share(cache, 
     recording.search_until = time.perf_counter() - 1  # the search's share is spent
     assert recording.find(tanh_subgraph((7, 32))) is None
     assert len(searched) == 1 and not finder.searching
+
+
+def test_a_warmup_does_not_hold_what_the_cache_had_before_it(cache, tanh_sg):
+    """A kernel another warm-up's check already passed keeps its standing: this warm-up's
+    check judges it too, but a cut-short run must not take it from the other model."""
+    from kernelpro_backend.warmup import _Recording
+
+    key = cache.key_for(tanh_sg.key)
+    cache.put(key, python_artifact())
+    finder = KernelFinder(cache, Options(), python_loader)
+    finder.serve_held = True
+    recording = _Recording(finder, [])
+    recording.held, recording.model = set(), "Net"
+    assert recording.find(tanh_sg) is not None
+    assert recording.held == set() and cache.context.held(key.digest) is None
