@@ -198,3 +198,25 @@ def test_a_loop_whose_first_change_is_to_an_unwarmed_length_still_gets_the_warme
 
     assert {128, 256} <= dims(served=True) and 200 not in dims(served=True)
     assert 200 in dims(served=False)
+
+
+def test_a_warmup_past_its_search_share_searches_nothing(tmp_path, caplog):
+    """deadline_s: the searches stop CHECK_SHARE of the deadline before it (here at once), the
+    subgraphs keep the fallback and the log says why."""
+    from kernelpro_backend.cache import KernelCache
+    from kernelpro_backend.options import Options
+    from kernelpro_backend.tuner import KernelFinder
+
+    def must_not_search(subgraph):  # type: ignore[no-untyped-def]
+        raise AssertionError("searched past the deadline's search share")
+
+    with KernelCache(tmp_path / "c") as cache:
+        finder = KernelFinder(cache, Options(search="on-miss"), searcher=must_not_search)
+        with caplog.at_level(logging.WARNING, logger="kernelpro"):
+            report = warmup(
+                Net(), (torch.randn(8, 16),), provider=finder, deadline_s=0.0,
+                options={"fallback": "eager"},
+            )  # fmt: skip
+    assert report.rows and all(r.result == "fallback" for r in report.rows)
+    assert not finder.searching
+    assert caplog.text.count("the search's share of the deadline is spent") == 1

@@ -131,12 +131,13 @@ def test_the_cli_boots_the_workers_before_it_builds_the_model(monkeypatch, tmp_p
     def fake_warmup(model, inputs, **kw):
         events.extend(sys.modules["prestart_target"].EVENTS)
         events.append("warmup" if kw["provider"] is provider else "another provider")
+        events.append(f"deadline {kw['deadline_s']}")
         return warmup_module.WarmupReport(rows=[], seconds=0.0)
 
     monkeypatch.setattr(warmup_module, "search_provider", search_provider)
     monkeypatch.setattr(warmup_module, "warmup", fake_warmup)
-    assert main(["warmup", "prestart_target:build", "--budget-s", "7"]) == 0
-    assert events == ["provider on-miss 7.0", "model", "warmup"]
+    assert main(["warmup", "prestart_target:build", "--budget-s", "7", "--deadline-s", "90"]) == 0
+    assert events == ["provider on-miss 7.0", "model", "warmup", "deadline 90.0"]
 
 
 class _AgreeingProvider(_Provider):
