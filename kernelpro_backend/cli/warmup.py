@@ -46,7 +46,8 @@ def add_cli(subparsers: Any) -> None:
         type=float,
         default=None,
         help="the whole warm-up's seconds: searching stops early enough for the in-context "
-        "check to run; kernels it has not judged by then stay unused (the next warm-up "
+        "check to run (it compiles and times the step 4 to 6 times, more to find which of many "
+        "kernels lose); kernels it has not judged by then stay unused (the next warm-up "
         "resumes)",
     )
     p.add_argument(
