@@ -16,23 +16,24 @@ Then, where the LM-head rewrite took part, the step with and without it: a graph
 without it gets that recorded against its fingerprint (backend.graph_fingerprint), and later
 compiles of that graph leave the rewrite off.
 
-Owns: `check_in_context` (timing and the verdicts), `decide` (the rule, without a GPU).
-Must not: search, or time anything but whole steps of the model.
+The two comparisons that decide most (every kernel against none, the LM-head rewrite on
+against off) compile both variants side by side and time them in turns within each round
+(incontext_steps.py), so a host busy with other work slows both alike; where that cannot run
+(off the GPU, no memory for a second copy of the model) each variant is timed on its own.
+
+Owns: `check_in_context` (the verdicts, recorded), `decide` (the rule, without a GPU).
+Must not: search, or time anything but whole steps of the model (incontext_steps.py times).
 """
 
 from __future__ import annotations
 
 import logging
-import math
-import time
 from collections.abc import Callable, Collection, Sequence
 from typing import Any
 
 import torch
 
-from .backend import make_backend
-from .fx_passes import Subgraph
-from .providers import Kernel
+from .incontext_steps import PAIRED_ROUNDS, OutOfTime, StepVariants, time_step
 
 log = logging.getLogger("kernelpro")
 
@@ -43,13 +44,8 @@ log = logging.getLogger("kernelpro")
 # its own earlier value, kept three GPT-2-small kernels that ran the step 1.06x where one kernel
 # had run it 1.15x; BENCHMARKS.md).
 # To blame one kernel, its absence must speed the step up by more than MARGIN, or more than
-# the spread of two timings of the same variant (interleaving is not possible across
-# compiles: each variant is compiled on its own).
+# the spread of two timings of the same variant.
 MARGIN = 0.01
-# A variant's time: the fastest of ROUNDS rounds of at least ROUND_MS each (the fastest: the
-# host's other work only ever adds; on an H100 a 2 ms GPT-block step timed by median moved
-# 44% between two timings of the same compile).
-ROUNDS, ROUND_MS = 7, 60.0
 
 # Kept kernels must not raise the step's peak memory by more than this (their outputs and
 # the intermediates Inductor would have fused away; an MoE kernel: 492 against 397 MiB).
@@ -60,10 +56,6 @@ PEAK_MARGIN = 0.02
 EACH_IN_TURN = 4
 
 Timer = Callable[[frozenset[str]], float]
-
-
-class OutOfTime(Exception):
-    """The warm-up's deadline came before the check could time another step."""
 
 
 def decide(time_without: Timer, used: Sequence[str], first: float) -> tuple[list[str], list[str]]:
@@ -140,65 +132,14 @@ def _check_lm_head(on: float, off: float) -> str:
     return f"{line}: {RECORDED}" if off < on * (1 - MARGIN) else line
 
 
-class _Excluding:
-    """A provider that leaves some digests' kernels out and notes the ones it serves."""
+def _replaying(time_with: Timer, replay: dict[frozenset[str], list[float]]) -> Timer:
+    """`time_with`, answering first from timings already taken (in turns) for those sets."""
 
-    def __init__(self, inner: Any, excluded: frozenset[str], served: dict[str, str]) -> None:
-        self.inner, self.excluded, self.served = inner, excluded, served
+    def timer(excluded: frozenset[str]) -> float:
+        taken = replay.get(excluded)
+        return taken.pop(0) if taken else time_with(excluded)
 
-    def _pick(self, subgraph: Subgraph, find: Callable[[Subgraph], Kernel | None]) -> Any:
-        digest = self.inner.cache.key_for(subgraph.key).digest
-        if digest in self.excluded:
-            return None
-        kernel = find(subgraph)
-        if kernel is not None:
-            self.served[digest] = subgraph.pattern
-        return kernel
-
-    def find(self, subgraph: Subgraph) -> Kernel | None:
-        return self._pick(subgraph, self.inner.find)
-
-    def find_dynamic(self, subgraph: Subgraph) -> Kernel | None:
-        return self._pick(subgraph, getattr(self.inner, "find_dynamic", self.inner.find))
-
-    def family_known(self, family: str) -> bool:
-        known = getattr(self.inner, "family_known", None)
-        return bool(known is not None and known(family))
-
-
-def time_step(
-    model: torch.nn.Module,
-    backend: Callable[..., Any],
-    opts: dict[str, Any],
-    loss_fn: Callable[[Any], torch.Tensor],
-    inputs: Sequence[Any],
-) -> tuple[float, int]:
-    """(ms, peak bytes) of one forward + backward of `model` compiled with `backend` (fresh
-    compile): the fastest round's mean step, and the most memory allocated during the rounds."""
-    torch._dynamo.reset()
-    compiled = torch.compile(model, backend=backend, options=opts)
-
-    def once() -> None:
-        loss_fn(compiled(*inputs)).backward()
-        model.zero_grad(set_to_none=True)
-
-    for _ in range(3):
-        once()
-    torch.cuda.synchronize()
-    t0 = time.perf_counter()
-    once()
-    torch.cuda.synchronize()
-    steps = max(5, math.ceil(ROUND_MS / max((time.perf_counter() - t0) * 1e3, 1e-3)))
-    torch.cuda.reset_peak_memory_stats()
-    rounds = []
-    for _ in range(ROUNDS):
-        torch.cuda.synchronize()
-        t0 = time.perf_counter()
-        for _ in range(steps):
-            once()
-        torch.cuda.synchronize()
-        rounds.append((time.perf_counter() - t0) * 1e3 / steps)
-    return min(rounds), torch.cuda.max_memory_allocated()
+    return timer
 
 
 def check_in_context(
@@ -214,33 +155,11 @@ def check_in_context(
     record the losers in the finder's cache and release the `held` digests (the warm-up's
     finds) it judged. Past `deadline` (time.perf_counter()) no further step is timed: what is
     undecided then stays held. Returns the report's lines."""
-    served: dict[str, str] = {}
-    sessions: list[Any] = []
-    peaks: dict[tuple[frozenset[str], bool], int] = {}  # each variant's peak bytes
-    timings = 0
     finder.serve_held = True  # the check times the kernels the warm-up holds
-
-    def time_with(excluded: frozenset[str], changed: dict[str, Any] | None = None) -> float:
-        nonlocal timings
-        if deadline is not None and time.perf_counter() > deadline:
-            raise OutOfTime(f"the warm-up's deadline came after {timings} step timing(s)")
-        timings += 1
-        log.info(
-            "kernelpro warmup: in context: compiling and timing the step without %d of the "
-            "kernels%s",
-            len(excluded),
-            " and without the LM-head rewrite" if changed else "",
-        )
-        provider = _Excluding(finder, excluded, served)
-        backend = make_backend(provider=provider, sessions=sessions)
-        ms, peaks[(excluded, bool(changed))] = time_step(
-            model, backend, {**opts, **(changed or {})}, loss_fn, inputs
-        )
-        return ms
-
+    steps = StepVariants(model, inputs, opts, loss_fn, finder, deadline, time_step)
     lines: list[str] = []
     try:
-        _judge(model, finder, served, sessions, time_with, held, lines, peaks)
+        _judge(model, finder, steps, held, lines)
     except OutOfTime as e:
         lines.append(
             f"in context: out of time ({e}): the kernels not judged stay held (unused) "
@@ -255,19 +174,29 @@ def check_in_context(
 def _judge(
     model: torch.nn.Module,
     finder: Any,
-    served: dict[str, str],
-    sessions: list[Any],
-    time_with: Callable[..., float],
+    steps: StepVariants,
     held: Collection[str],
     lines: list[str],
-    peaks: dict[tuple[frozenset[str], bool], int],
 ) -> None:
-    """The check's verdicts, each recorded as soon as it is made (`lines` grows with them)."""
-    first = time_with(frozenset())  # and which kernels the step uses
+    """The check's verdicts, each recorded as soon as it is made (`lines` grows with them).
+    The step with every kernel against the step without the ones it uses, and the LM-head
+    rewrite on against off, are timed in turns where they can be (each side's best of the
+    first and of the second half of the rounds: the two timings `decide` asks for)."""
+    served, time_with, peaks = steps.served, steps.time_with, steps.peaks
+    turns = steps.in_turns([(frozenset(), None), (None, None)])
+    replay: dict[frozenset[str], list[float]] = {}
+    if turns is not None:
+        half = PAIRED_ROUNDS // 2
+        first, again = min(turns[0][:half]), min(turns[0][half:])
+        replay = {frozenset(): [again]}
+        if len(turns) > 1:  # the step used kernels: the second variant ran without them
+            replay[frozenset(served)] = [min(turns[1][:half]), min(turns[1][half:])]
+    else:
+        first = time_with(frozenset())  # and which kernels the step uses
     used = sorted(served)
     losers: list[str] = []
     if used:
-        losers, verdict = decide(time_with, used, first)
+        losers, verdict = decide(_replaying(time_with, replay), used, first)
         lines += verdict
         heavier = peak_verdict(peaks.get((frozenset(), False)), peaks.get((frozenset(used), False)))
         if not losers and heavier:
@@ -282,10 +211,16 @@ def _judge(
     finder.cache.context.settle(set(held) | set(used))
     if losers:
         lines.append(f"  recorded as losing in context: {', '.join(d[:12] for d in losers)}")
-    rewritten = {s.fingerprint for s in sessions if s.rewrites.get("linear_cross_entropy")}
+    rewritten = {s.fingerprint for s in steps.sessions if s.rewrites.get("linear_cross_entropy")}
     if rewritten:
-        on = time_with(frozenset(losers)) if losers else first
-        lines.append(_check_lm_head(on, time_with(frozenset(losers), LM_HEAD_OFF)))
+        lost = frozenset(losers)
+        turns = steps.in_turns([(lost, None), (lost, LM_HEAD_OFF)])
+        if turns is not None:
+            on, off = min(turns[0]), min(turns[1])
+        else:
+            on = time_with(lost) if losers else first
+            off = time_with(lost, LM_HEAD_OFF)
+        lines.append(_check_lm_head(on, off))
         if lines[-1].endswith(RECORDED):
             for fingerprint in rewritten:
                 finder.cache.context.set_graph_options(

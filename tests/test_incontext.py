@@ -239,3 +239,98 @@ def test_kernels_that_raise_the_steps_peak_memory_go():
     assert "492 MiB with them against 397 alone" in peak_verdict(492 * mib, 397 * mib)
     assert peak_verdict(400 * mib, 397 * mib) is None  # within PEAK_MARGIN
     assert peak_verdict(None, 397 * mib) is None and peak_verdict(492 * mib, 0) is None
+
+
+def test_two_variants_compiled_side_by_side_each_run_their_own_code(monkeypatch):
+    """incontext_steps.time_rounds: two copies of a model compiled with different backends
+    take turns in every round, each running its own compiled code (Dynamo keeps both)."""
+    import copy
+
+    import torch
+
+    from kernelpro_backend import incontext_steps
+    from kernelpro_backend.incontext_steps import _Stepper, time_rounds
+
+    monkeypatch.setattr(incontext_steps, "ROUND_MS", 0.001)
+    ran = {"a": 0, "b": 0}
+
+    def backend(tag):  # type: ignore[no-untyped-def]
+        def compile_(gm, example_inputs, **kwargs):  # type: ignore[no-untyped-def]
+            def run(*args):  # type: ignore[no-untyped-def]
+                ran[tag] += 1
+                return gm.forward(*args)
+
+            return run
+
+        return compile_
+
+    torch._dynamo.reset()
+    model = torch.nn.Linear(4, 4)
+    x = torch.randn(3, 4)
+    steppers = [
+        _Stepper(m, backend(tag), {}, lambda out: out.sum(), (x,))
+        for m, tag in ((model, "a"), (copy.deepcopy(model), "b"))
+    ]
+    times, peaks = time_rounds(steppers, rounds=2)
+    assert [len(t) for t in times] == [2, 2] and peaks == [0, 0]
+    assert ran["a"] == 3 + 1 + 2 * 5 and ran["b"] == 3 + 2 * 5  # warm-up, estimate, rounds
+    torch._dynamo.reset()
+
+
+class _InTurns:
+    """StepVariants with made-up round times for the variants timed in turns."""
+
+    def __init__(self, turns):  # type: ignore[no-untyped-def]
+        self.served = {"a" * 64: "pointwise"}
+        self.sessions: list = []
+        self.peaks: dict = {}
+        self.turns, self.asked = list(turns), []
+
+    def in_turns(self, variants):  # type: ignore[no-untyped-def]
+        self.asked.append(variants)
+        return self.turns.pop(0) if self.turns else None
+
+    def time_with(self, excluded, changed=None):  # type: ignore[no-untyped-def]
+        raise AssertionError(f"timed on its own: {excluded}")
+
+
+def test_the_kernels_against_none_are_decided_on_timings_taken_in_turns(tmp_path):
+    """The first comparison comes from one run in turns (each side's best of each half of the
+    rounds), not from compiles timed minutes apart; a kernel no faster goes."""
+    import torch
+
+    from kernelpro_backend import incontext
+    from kernelpro_backend.cache import KernelCache
+
+    with_kernel = [10.0, 10.1, 10.0, 10.2, 10.1, 10.0, 10.3, 10.0]
+    without = [9.6, 9.7, 9.6, 9.8, 9.7, 9.6, 9.9, 9.6]
+    steps = _InTurns([[with_kernel, without]])
+    lines: list[str] = []
+    with KernelCache(tmp_path / "c") as cache:
+        finder = _Finder(cache)
+        incontext._judge(torch.nn.Linear(2, 2), finder, steps, ["a" * 64], lines)
+        assert steps.asked[0] == [(frozenset(), None), (None, None)]
+        assert "1 kernel(s) 10.000 ms a step, the fallback alone 9.600 ms" in lines[0]
+        assert ContextVerdicts(cache.context.path).rejected("a" * 64) is not None
+
+
+def test_the_lm_head_rewrite_is_judged_on_and_off_in_turns(tmp_path):
+    import types
+
+    import torch
+
+    from kernelpro_backend import incontext
+    from kernelpro_backend.cache import KernelCache
+
+    steps = _InTurns([[[6.0] * 8], [[10.0] * 8, [9.0] * 8]])
+    steps.served = {}  # the step used no kernel: one variant in the first run
+    steps.sessions = [
+        types.SimpleNamespace(fingerprint="f" * 32, rewrites={"linear_cross_entropy": 1})
+    ]
+    lines: list[str] = []
+    with KernelCache(tmp_path / "c") as cache:
+        incontext._judge(torch.nn.Linear(2, 2), _Finder(cache), steps, [], lines)
+        lm_off = {"rewrite_linear_cross_entropy": False}
+        assert steps.asked[1] == [(frozenset(), None), (frozenset(), lm_off)]
+        assert lines[-1].endswith(incontext.RECORDED) and "10.000 ms" in lines[-1]
+        assert ContextVerdicts(cache.context.path).graph_options("f" * 32) == lm_off

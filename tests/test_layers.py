@@ -48,7 +48,8 @@ RANKS = {
     "tuner": 6,  # the per-subgraph policy; composes cache, search, runtime
     "backend": 7,
     "explain": 8,
-    "incontext": 7.5,  # the warm-up's step timings with and without kernels
+    "incontext_steps": 7.4,  # compiling and timing variants of a step (alone or in turns)
+    "incontext": 7.5,  # the warm-up's verdicts on its kernels inside the step
     "warmup_rows": 7.8,  # the warm-up's provider wrapper: its rows, holds, search share
     "warmup": 8,
     "examples": 8,
