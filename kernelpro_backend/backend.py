@@ -231,10 +231,8 @@ def make_backend(
             opts.rewrite_attention or opts.rewrite_linear_cross_entropy
         )
         original = _graph_copy(gm.graph) if rewrites else None
-        if opts.search != "off" and opts.rewrite_attention:
-            session.rewrites["attention"] = rewrite_attention(gm)
-        if opts.search != "off" and opts.rewrite_linear_cross_entropy:
-            session.rewrites["linear_cross_entropy"] = rewrite_linear_cross_entropy(gm)
+        if opts.search != "off":
+            session.rewrites.update(torch_rewrites(gm, opts))
         if sessions is not None:
             sessions.append(session)
         if original is None or not any(session.rewrites.values()):
@@ -263,6 +261,17 @@ def make_backend(
             return _compile(retry, gm, example_inputs, mode)
 
     return backend
+
+
+def torch_rewrites(gm: fx.GraphModule, opts: Options) -> dict[str, int]:
+    """The torch-level rewrites the options allow, made on a Dynamo graph in place (before
+    AOTAutograd), in the order a compile makes them: {rewrite: how many}."""
+    made = {}
+    if opts.rewrite_attention:
+        made["attention"] = rewrite_attention(gm)
+    if opts.rewrite_linear_cross_entropy:
+        made["linear_cross_entropy"] = rewrite_linear_cross_entropy(gm)
+    return made
 
 
 def _graph_copy(graph: fx.Graph) -> fx.Graph:

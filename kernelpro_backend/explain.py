@@ -18,10 +18,8 @@ from typing import Any
 import torch
 
 from . import text_table
-from .backend import make_backend
+from .backend import make_backend, torch_rewrites
 from .fx_passes import Subgraph
-from .fx_passes.attention_rewrite import rewrite_attention
-from .fx_passes.linear_ce_rewrite import rewrite_linear_cross_entropy
 from .options import Options
 
 log = logging.getLogger("kernelpro")
@@ -121,14 +119,8 @@ def find_subgraphs(
     opts = Options.resolve(options=backend_options)
 
     def backend(gm: torch.fx.GraphModule, inputs: Sequence[Any], **kwargs: Any) -> Any:
-        if rewrites is not None:
-            made = {
-                "attention": rewrite_attention(gm) if opts.rewrite_attention else 0,
-                "linear_cross_entropy": (
-                    rewrite_linear_cross_entropy(gm) if opts.rewrite_linear_cross_entropy else 0
-                ),
-            }
-            for name, n in made.items():
+        if rewrites is not None:  # as a compile makes them (backend.torch_rewrites)
+            for name, n in torch_rewrites(gm, opts).items():
                 rewrites[name] = rewrites.get(name, 0) + n
         return inner(gm, inputs, **kwargs)
 
