@@ -33,7 +33,7 @@ from typing import Any
 
 import torch
 
-from .incontext_steps import PAIRED_ROUNDS, OutOfTime, StepVariants, time_step
+from .incontext_steps import PAIRED_ROUNDS, OutOfTime, StepVariants
 
 log = logging.getLogger("kernelpro")
 
@@ -156,7 +156,7 @@ def check_in_context(
     finds) it judged. Past `deadline` (time.perf_counter()) no further step is timed: what is
     undecided then stays held. Returns the report's lines."""
     finder.serve_held = True  # the check times the kernels the warm-up holds
-    steps = StepVariants(model, inputs, opts, loss_fn, finder, deadline, time_step)
+    steps = StepVariants(model, inputs, opts, loss_fn, finder, deadline)
     lines: list[str] = []
     try:
         _judge(model, finder, steps, held, lines)

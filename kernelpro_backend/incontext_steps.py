@@ -150,10 +150,9 @@ class StepVariants:
         loss_fn: Callable[[Any], torch.Tensor],
         finder: Any,
         deadline: float | None,
-        timer: Callable[..., tuple[float, int]] = time_step,
     ) -> None:
         self.model, self.inputs, self.opts, self.loss_fn = model, inputs, opts, loss_fn
-        self.finder, self.deadline, self.timer = finder, deadline, timer
+        self.finder, self.deadline = finder, deadline
         self.served: dict[str, str] = {}
         self.sessions: list[Any] = []
         self.peaks: dict[tuple[frozenset[str], bool], int] = {}
@@ -179,7 +178,7 @@ class StepVariants:
         )
         opts = {**self.opts, **(changed or {})}
         backend = self._backend(excluded, self.served)
-        ms, self.peaks[(excluded, bool(changed))] = self.timer(
+        ms, self.peaks[(excluded, bool(changed))] = time_step(
             self.model, backend, opts, self.loss_fn, self.inputs
         )
         return ms

@@ -114,7 +114,7 @@ def test_a_graph_faster_without_the_lm_head_rewrite_gets_it_off_for_later_compil
     import torch
     import torch.nn.functional as F
 
-    from kernelpro_backend import incontext
+    from kernelpro_backend import incontext, incontext_steps
     from kernelpro_backend.backend import make_backend
     from kernelpro_backend.bench import models
     from kernelpro_backend.cache import KernelCache
@@ -124,7 +124,7 @@ def test_a_graph_faster_without_the_lm_head_rewrite_gets_it_off_for_later_compil
         loss_fn(torch.compile(model, backend=backend, options=opts)(*inputs)).backward()
         return (10.0 if opts.get("rewrite_linear_cross_entropy", True) else 9.0), 0
 
-    monkeypatch.setattr(incontext, "time_step", made_up_time)
+    monkeypatch.setattr(incontext_steps, "time_step", made_up_time)
     torch.manual_seed(0)
     model = models.LMHeadLoss(16, 50)
     inputs = (torch.randn(12, 16, requires_grad=True), torch.randint(0, 50, (12,)))
@@ -200,7 +200,7 @@ def test_a_check_releases_what_the_warmup_held_and_one_out_of_time_keeps_it_held
 
     import torch
 
-    from kernelpro_backend import incontext
+    from kernelpro_backend import incontext, incontext_steps
     from kernelpro_backend.bench import models
     from kernelpro_backend.cache import KernelCache
 
@@ -210,7 +210,7 @@ def test_a_check_releases_what_the_warmup_held_and_one_out_of_time_keeps_it_held
         timed.append(1)
         return 10.0, 0
 
-    monkeypatch.setattr(incontext, "time_step", made_up_time)
+    monkeypatch.setattr(incontext_steps, "time_step", made_up_time)
     model = models.LMHeadLoss(16, 50)
     inputs = (torch.randn(12, 16), torch.randint(0, 50, (12,)))
     opts = {"fallback": "eager", "rewrite_linear_cross_entropy": False}
