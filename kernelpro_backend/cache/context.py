@@ -8,7 +8,7 @@ subgraph's edges, tensors it kept in registers go to memory). The warm-up's in-c
 lost, with its figures; the finder then runs the fallback for them and does not search them
 again. A kernel a warm-up finds is *held* until its check settles it: a warm-up cut short
 before its check (a deadline, a crash) leaves kernels no step has vouched for, and a later
-compile runs the fallback for them rather than kernels that won only alone (on an H100,
+compile runs the fallback for them rather than kernels that won only alone (on an H200,
 GPT-2 small with 48 such kernels ran 0.95x Inductor, BENCHMARKS.md).
 
 Owns: `context.json` in the cache directory ({digest: record} for kernels, lost or held, and
