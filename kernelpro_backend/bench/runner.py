@@ -230,7 +230,7 @@ def run_workload(workload: Workload, config: RunConfig) -> WorkloadResult:
     for mode in config.modes:
         config.progress(f"[bench] {workload.name}: {mode.name} ...")
         watch = config.watch_compile or _unwatched
-        sessions: list[Any] | None = [] if mode.name == KERNELPRO else None
+        sessions: list[Any] | None = [] if mode.backend == KERNELPRO else None
         try:
             with watch(workload, mode.name):
                 tensors, compile_s, step = prepare_mode(workload, mode, sessions)
@@ -256,6 +256,7 @@ def run_workload(workload: Workload, config: RunConfig) -> WorkloadResult:
         del tensors
         results.append(result)
         steps[mode.name] = step
+    graphed = {m.name: m.compile_mode == "reduce-overhead" for m in config.modes}
     steady = workload.loss_fn is not None and workload.device.type == "cuda"
     rounds, steadies, errors = _time_interleaved(steps, workload.device, config, steady)
     for result in results:
@@ -266,7 +267,9 @@ def run_workload(workload: Workload, config: RunConfig) -> WorkloadResult:
             summarize(result.round_ms, "rounds").median_ms if result.round_ms else None
         )
         result.steady_ms = steadies.get(result.mode)
-        if result.mode in steps and result.mode not in errors:
+        if result.mode in steps and result.mode not in errors and not graphed[result.mode]:
+            # Under CUDA graphs a step's tensors live in the graphs' pool, allocated when they
+            # were recorded: a replay allocates next to nothing, so its "peak" says nothing.
             result.step_peak_mib = step_peak_mib(steps[result.mode], workload.device)
     del steps
     _release(workload.device)

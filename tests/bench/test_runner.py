@@ -4,6 +4,7 @@
 import contextlib
 import time
 
+import pytest
 import torch
 from torch._dynamo.backends.common import aot_autograd
 from torch._functorch.aot_autograd import make_boxed_func
@@ -245,3 +246,34 @@ def test_training_steps_get_a_steady_rate_where_the_gpu_runs_them(monkeypatch):
         {"a": lambda: None}, CPU, config, steady=True
     )
     assert steadies == {"a": 7.0} and not errors and len(seen) == config.rounds
+
+
+def test_kernelpro_with_cuda_graphs_passes_its_mode_and_options_to_the_backend(monkeypatch):
+    # torch.compile refuses a mode and options together; kernelpro's backend takes both
+    from kernelpro_backend.bench import modes
+
+    compiled = []
+    monkeypatch.setattr(modes.torch, "compile", lambda model, **kw: compiled.append(kw) or model)
+    (_, graphs) = make_modes([modes.KERNELPRO_GRAPHS], {"search": "cache-only"})
+    graphs.wrap(torch.nn.Linear(2, 2), sessions=[])
+    (kw,) = compiled
+    assert set(kw) == {"backend"}
+    assert kw["backend"].keywords == {
+        "mode": "reduce-overhead", "options": {"search": "cache-only"}
+    }  # fmt: skip
+    (_, inductor) = make_modes([modes.INDUCTOR_GRAPHS])
+    inductor.wrap(torch.nn.Linear(2, 2))
+    assert compiled[1] == {"backend": "inductor", "mode": "reduce-overhead", "options": None}
+    with pytest.raises(ValueError, match="known modes"):
+        make_modes(["kernelpro-graphs"])
+
+
+def test_a_step_under_cuda_graphs_reports_no_peak_memory(monkeypatch):
+    # a replay allocates nothing: its tensors were allocated in the graphs' pool when recorded
+    from kernelpro_backend.bench import runner
+
+    monkeypatch.setattr(runner, "step_peak_mib", lambda step, device: 12.0)
+    graphed = Mode("graphed", "eager", "reduce-overhead")
+    result = run_workload(WORKLOADS["softmax"](CPU, None, "tiny"), _config(graphed))
+    peaks = {m.mode: m.step_peak_mib for m in result.modes}
+    assert peaks == {"eager": 12.0, "graphed": None}
