@@ -164,7 +164,7 @@ def warmup(
         for inputs in shapes:
             recording.shape = _shape_label(inputs)
             step(inputs, dynamic=None)
-    _finish_builds(provider)
+    _finish_builds(provider, recording.search_until)
     if release_workers and torch.cuda.is_available():
         from .tuner.searcher import release_gpu_memory
 
@@ -207,15 +207,30 @@ def _check_context(
 BUILDS_WAIT_S = 600.0
 
 
-def _finish_builds(provider: Any) -> None:
+def _finish_builds(provider: Any, until: float | None = None) -> None:
+    """Wait for the CUTLASS libraries still building: BUILDS_WAIT_S at most, and with a
+    deadline no later than its search share (`until`, time.perf_counter()): the in-context
+    check goes first, the builds go on beside it."""
     finder = getattr(provider, "inner", provider)  # the distributed finder wraps one
     builds = getattr(getattr(finder, "searcher", None), "cutlass", None)
-    if builds is not None and builds.running():
-        log.info(
-            "kernelpro warmup: waiting for %d CUTLASS GEMM libraries still building",
+    if builds is None or not builds.running():
+        return
+    wait_s = (
+        BUILDS_WAIT_S
+        if until is None
+        else max(0.0, min(BUILDS_WAIT_S, until - time.perf_counter()))
+    )
+    log.info(
+        "kernelpro warmup: waiting up to %.0f s for %d CUTLASS GEMM libraries still building",
+        wait_s,
+        builds.running(),
+    )
+    if not builds.wait(wait_s) and until is not None:
+        log.warning(
+            "kernelpro warmup: %d CUTLASS GEMM libraries still building at the deadline's "
+            "search share; the in-context check starts beside them (they use host cores)",
             builds.running(),
         )
-        builds.wait(BUILDS_WAIT_S)
 
 
 def _step(
