@@ -128,12 +128,14 @@ def _compile_inductor(
                 _warn_compile_failed(kind, op_report, e)
         return compile_fx_inner(untouched, inputs, **kwargs)  # the fallback's own graph
 
-    patches = list_mode_options(mode) if mode and mode != "default" else None
+    patches = dict(list_mode_options(mode)) if mode and mode != "default" else {}
+    if session.options.cuda_graphs:
+        patches["triton.cudagraphs"] = True
     # AOTAutograd's cache would hand back a compiled graph without calling inner_compile, so the
     # rewrite (and the kernel registry it fills) would be skipped: keep it off for our graphs.
     with torch._functorch.config.patch(enable_autograd_cache=False):
         return compile_fx(  # type: ignore[return-value]
-            gm, list(example_inputs), inner_compile=inner_compile, config_patches=patches
+            gm, list(example_inputs), inner_compile=inner_compile, config_patches=patches or None
         )
 
 

@@ -131,13 +131,11 @@ class Options:
     # Seconds a rank waits for the others at an exchange: longer than any rank's share of
     # search takes (its subgraphs x budget_s); a rank gone that long is taken as dead.
     distributed_timeout_s: float = 3600.0
-    # Subgraphs with symbolic sizes (torch.compile recompiles with dynamic sizes after a shape
-    # change): "dispatch" serves them per concrete size through a shape dispatcher (kernels
-    # keyed, proved and cached per size; for sizes with none the subgraph compiled once with
-    # dynamic sizes; dispatch.py); "transfer" also gives a size with no entry, under
-    # search="cache-only", the winner of a size in its power-of-two bucket once proved at its
-    # own size (compiled, validated and timed against the fallback; no search); "off" leaves
-    # them to the fallback.
+    # Subgraphs with symbolic sizes (recompiled with dynamic sizes after a shape change):
+    # "dispatch" serves them per concrete size through a shape dispatcher (kernels keyed,
+    # proved and cached per size, else the subgraph compiled once with dynamic sizes;
+    # dispatch.py); "transfer" also gives a size with no entry, under search="cache-only", its
+    # power-of-two bucket's winner once proved at its own size; "off": the fallback.
     dynamic_shapes: DynamicShapes = "dispatch"
     # Sizes of a dynamic dimension worth a kernel of their own, like vLLM's `compile_sizes`
     # (e.g. the batch sizes a server sees most): under search="on-miss", a shape dispatcher
@@ -152,10 +150,12 @@ class Options:
     rewrite_attention: bool = True
     # An LM head and its cross-entropy (linear -> [view] -> [.float()] -> cross_entropy) become
     # one op that walks the tokens in chunks and never writes the [tokens, vocab] logits
-    # (fx_passes/linear_ce_rewrite.py, linear_ce_op.py). On by default: on H100 (8192 tokens,
-    # 1024 -> 32000, bf16) the step takes half Inductor's peak memory and 1.09x less time
-    # (BENCHMARKS.md, "The LM head's row kernel with one exp").
+    # (fx_passes/linear_ce_rewrite.py, linear_ce_op.py; README's option table has figures).
     rewrite_linear_cross_entropy: bool = True
+    # Replay the compiled graphs as CUDA graphs (Inductor's cudagraph trees, as
+    # mode="reduce-overhead"): for steps whose host launches take as long as their GPU work
+    # (README's option table; BENCHMARKS.md, "One H100 alone"). Off, as in torch.compile.
+    cuda_graphs: bool = False
     # Show a progress bar during searches.
     progress: bool = True
 
@@ -257,6 +257,7 @@ def _resolved_type(name: str) -> Any:
         "progress": bool,
         "rewrite_attention": bool,
         "rewrite_linear_cross_entropy": bool,
+        "cuda_graphs": bool,
         "require_signed_bundles": bool,
         "cache_dir": (str, type(None)),
         "llm_model": (str, type(None)),

@@ -62,6 +62,34 @@ def test_mode_is_accepted():
         torch.testing.assert_close(out, model(x))
 
 
+@pytest.mark.parametrize(
+    ("mode", "options", "graphs"),
+    [
+        (None, None, None),
+        (None, {"cuda_graphs": True}, True),
+        ("reduce-overhead", None, True),
+        ("reduce-overhead", {"cuda_graphs": False}, True),  # the mode's own patches stand
+    ],
+)
+def test_cuda_graphs_reach_inductor_from_the_option_or_the_mode(monkeypatch, mode, options, graphs):
+    import torch._inductor.compile_fx as compile_fx
+
+    patches = []
+    real = compile_fx.compile_fx
+
+    def recording(*args, **kwargs):
+        patches.append(kwargs.get("config_patches"))
+        return real(*args, **{**kwargs, "config_patches": None})  # compiled as on the CPU
+
+    monkeypatch.setattr(compile_fx, "compile_fx", recording)
+    model, (x,) = examples.mlp("cpu")
+    backend = make_backend()
+    compiled = torch.compile(model, backend=lambda gm, ex: backend(gm, ex, mode, options))
+    with torch.no_grad():
+        torch.testing.assert_close(compiled(x), model(x))
+    assert [(p or {}).get("triton.cudagraphs") for p in patches] == [graphs]
+
+
 def test_bad_option_fails_loudly():
     model, (x,) = examples.mlp("cpu")
     with pytest.raises(Exception, match="unknown kernelpro option"):

@@ -51,6 +51,12 @@ def add_cli(subparsers: Any) -> None:
         "resumes)",
     )
     p.add_argument(
+        "--cuda-graphs",
+        action="store_true",
+        help="judge the kernels found on the step replayed as CUDA graphs, as training with "
+        "options={'cuda_graphs': True} or mode='reduce-overhead' runs it",
+    )
+    p.add_argument(
         "--patterns",
         default=None,
         help="search only these subgraph patterns, comma-separated (as `explain` names them, "
@@ -89,6 +95,8 @@ def run_warmup(args: argparse.Namespace) -> int:
         options["max_trials"] = args.max_trials
     if args.patterns:
         options["search_patterns"] = args.patterns
+    if args.cuda_graphs:
+        options["cuda_graphs"] = True
     try:
         # the search's workers boot while the target is imported and the model built
         provider = search_provider(warmup_options(options, args.budget_s))

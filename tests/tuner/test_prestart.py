@@ -132,12 +132,24 @@ def test_the_cli_boots_the_workers_before_it_builds_the_model(monkeypatch, tmp_p
         events.extend(sys.modules["prestart_target"].EVENTS)
         events.append("warmup" if kw["provider"] is provider else "another provider")
         events.append(f"deadline {kw['deadline_s']}")
+        events.append(f"cuda graphs {kw['options'].get('cuda_graphs')}")
         return warmup_module.WarmupReport(rows=[], seconds=0.0)
 
     monkeypatch.setattr(warmup_module, "search_provider", search_provider)
     monkeypatch.setattr(warmup_module, "warmup", fake_warmup)
-    assert main(["warmup", "prestart_target:build", "--budget-s", "7", "--deadline-s", "90"]) == 0
-    assert events == ["provider on-miss 7.0", "model", "warmup", "deadline 90.0"]
+    argv = ["warmup", "prestart_target:build", "--budget-s", "7", "--deadline-s", "90"]
+    assert main(argv) == 0
+    assert events == [
+        "provider on-miss 7.0",
+        "model",
+        "warmup",
+        "deadline 90.0",
+        "cuda graphs None",
+    ]
+    events.clear()
+    sys.modules["prestart_target"].EVENTS.clear()
+    assert main([*argv, "--cuda-graphs"]) == 0
+    assert events[-1] == "cuda graphs True"
 
 
 class _AgreeingProvider(_Provider):
