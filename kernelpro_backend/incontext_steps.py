@@ -24,6 +24,7 @@ import torch
 
 from .backend import make_backend
 from .fx_passes import Subgraph
+from .options import Options
 from .providers import Kernel
 
 log = logging.getLogger("kernelpro")
@@ -156,6 +157,9 @@ class StepVariants:
         self.served: dict[str, str] = {}
         self.sessions: list[Any] = []
         self.peaks: dict[tuple[frozenset[str], bool], int] = {}
+        # Under CUDA graphs a replay allocates nothing (its memory was taken when recorded),
+        # so a step's peak says nothing of what it needs: no peaks, no memory verdicts.
+        self.graphed = Options.resolve(options=opts).cuda_graphs
         self.timings = 0
 
     def _start(self, count: int) -> None:
@@ -178,9 +182,9 @@ class StepVariants:
         )
         opts = {**self.opts, **(changed or {})}
         backend = self._backend(excluded, self.served)
-        ms, self.peaks[(excluded, bool(changed))] = time_step(
-            self.model, backend, opts, self.loss_fn, self.inputs
-        )
+        ms, peak = time_step(self.model, backend, opts, self.loss_fn, self.inputs)
+        if not self.graphed:
+            self.peaks[(excluded, bool(changed))] = peak
         return ms
 
     def in_turns(self, variants: Sequence[Variant]) -> list[list[float]] | None:
@@ -217,5 +221,6 @@ class StepVariants:
             return None
         finally:
             torch._dynamo.reset()
-        self.peaks.update(zip(keys, peaks, strict=True))
+        if not self.graphed:
+            self.peaks.update(zip(keys, peaks, strict=True))
         return times

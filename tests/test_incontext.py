@@ -334,3 +334,19 @@ def test_the_lm_head_rewrite_is_judged_on_and_off_in_turns(tmp_path):
         assert steps.asked[1] == [(frozenset(), None), (frozenset(), lm_off)]
         assert lines[-1].endswith(incontext.RECORDED) and "10.000 ms" in lines[-1]
         assert ContextVerdicts(cache.context.path).graph_options("f" * 32) == lm_off
+
+
+@pytest.mark.parametrize(("graphs", "recorded"), [(False, {(frozenset(), False): 7}), (True, {})])
+def test_no_peak_memory_is_judged_when_the_step_replays_cuda_graphs(monkeypatch, graphs, recorded):
+    """A CUDA-graph replay allocates nothing, so its peak says nothing: under cuda_graphs the
+    variants' peaks are not kept, and the memory rule has nothing to send kernels away for."""
+    import torch
+
+    from kernelpro_backend import incontext_steps
+
+    monkeypatch.setattr(incontext_steps, "time_step", lambda *args: (10.0, 7))
+    steps = incontext_steps.StepVariants(
+        torch.nn.Linear(2, 2), (torch.randn(1, 2),), {"cuda_graphs": graphs}, sum, None, None
+    )
+    assert steps.time_with(frozenset()) == 10.0
+    assert steps.peaks == recorded
