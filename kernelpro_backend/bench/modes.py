@@ -27,6 +27,8 @@ ALL_MODES: tuple[str, ...] = (EAGER, INDUCTOR, MAX_AUTOTUNE, KERNELPRO)  # the d
 # on the H100: ~24 ms of launches either way, BENCHMARKS.md) hides a GPU-side gain unless both
 # sides replay CUDA graphs.
 EXTRA_MODES: tuple[str, ...] = (INDUCTOR_GRAPHS, KERNELPRO_GRAPHS)
+# The Inductor mode a kernelpro mode is also measured against, like for like.
+LIKE_FOR_LIKE: dict[str, str] = {KERNELPRO_GRAPHS: INDUCTOR_GRAPHS}
 
 
 @dataclasses.dataclass(frozen=True)

@@ -13,7 +13,7 @@ import dataclasses
 import math
 from typing import Any
 
-from .modes import EAGER, INDUCTOR
+from .modes import EAGER, INDUCTOR, LIKE_FOR_LIKE
 
 OK, WRONG, FAILED, UNCHECKED = "ok", "wrong", "failed", "unchecked"
 
@@ -111,6 +111,13 @@ class WorkloadResult:
             entry["speedup_vs_inductor"] = self.speedup(name, INDUCTOR)
             entry["speedup_vs_inductor_range"] = self.speedup_range(name, INDUCTOR)
             entry["sol_fraction"] = self.sol_fraction(name)
+            peer = LIKE_FOR_LIKE.get(name)
+            if peer is not None and self.speedup(name, peer) is not None:
+                entry["like_for_like"] = {
+                    "over": peer,
+                    "speedup": self.speedup(name, peer),
+                    "range": self.speedup_range(name, peer),
+                }
         return d
 
     @classmethod

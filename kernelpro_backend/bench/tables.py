@@ -13,7 +13,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from .modes import EAGER, INDUCTOR
+from .modes import EAGER, INDUCTOR, LIKE_FOR_LIKE
 from .results import BenchReport, WorkloadResult
 
 HEADER = (
@@ -66,6 +66,14 @@ def summary_lines(report: BenchReport) -> list[str]:
         lines.append(
             f"{mode}: geomean {_num(ge, '.2f', 'x')} vs eager, {_num(gi, '.2f', 'x')} vs inductor"
         )
+    for w in report.workloads:  # e.g. kernelpro and Inductor both replaying CUDA graphs
+        for mode, peer in LIKE_FOR_LIKE.items():
+            x, spread = w.speedup(mode, peer), w.speedup_range(mode, peer)
+            if x is not None:
+                text = f"{x:.2f}x" + (
+                    "" if spread is None else f" [{spread[0]:.2f}-{spread[1]:.2f}]"
+                )
+                lines.append(f"{w.workload}: {mode} {text} vs {peer} (like for like)")
     return lines
 
 

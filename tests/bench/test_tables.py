@@ -63,3 +63,24 @@ def test_the_paired_rounds_give_each_speedup_its_lowest_and_highest():
     assert w.to_dict()["modes"][2]["speedup_vs_inductor_range"] == w.speedup_range(
         "kernelpro", "inductor"
     )
+
+
+def test_kernelpro_under_cuda_graphs_is_also_measured_against_inductor_under_them():
+    modes = [
+        ModeResult("eager", "ok", median_ms=9.0, round_ms=[9.0, 9.0]),
+        ModeResult("inductor", "ok", median_ms=6.0, round_ms=[6.0, 6.0]),
+        ModeResult("inductor-reduce-overhead", "ok", median_ms=4.0, round_ms=[4.0, 4.4]),
+        ModeResult("kernelpro-reduce-overhead", "ok", median_ms=3.2, round_ms=[3.2, 4.0]),
+    ]
+    w = WorkloadResult("mini_gpt", "training", "bfloat16", "full", "builtin", modes)
+    entry = w.to_dict()["modes"][3]
+    assert entry["like_for_like"]["over"] == "inductor-reduce-overhead"
+    assert entry["like_for_like"]["speedup"] == 4.0 / 3.2
+    assert entry["like_for_like"]["range"] == (1.1, 1.25)
+    assert "like_for_like" not in w.to_dict()["modes"][2]
+    report = BenchReport("cuda", "H100", {}, "full", [m.mode for m in modes], {}, [w])
+    text = tables.format_console(report)
+    assert (
+        "mini_gpt: kernelpro-reduce-overhead 1.25x [1.10-1.25] vs inductor-reduce-overhead "
+        "(like for like)" in text
+    )
