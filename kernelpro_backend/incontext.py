@@ -242,3 +242,25 @@ def _judge(
                 finder.cache.context.set_graph_options(
                     fingerprint, LM_HEAD_OFF, model=type(model).__name__, why=lines[-1]
                 )
+    off = bool(rewritten) and lines[-1].endswith(RECORDED)
+    hint = host_bound_line(steps.host.get((frozenset(losers), off)), steps.graphed)
+    if hint:
+        lines.append(hint)
+
+
+# A step whose launches take this share of its time or more waits on the host: the GPU runs
+# dry between launches (a GPT-2-small step on one H100 under kernelpro: 23.7 of 24.3 ms; under
+# Inductor, GPU-bound, 25.1 of 30.0; BENCHMARKS.md, "One H100 alone").
+HOST_BOUND_SHARE = 0.9
+
+
+def host_bound_line(host: tuple[float, float] | None, graphed: bool) -> str | None:
+    """The report's hint for a host-bound step (`host`: ms to launch one step, ms until it
+    finished), or None: GPU-bound, unknown, or already replayed as CUDA graphs."""
+    if host is None or graphed or host[1] <= 0 or host[0] < HOST_BOUND_SHARE * host[1]:
+        return None
+    return (
+        f"in context: the step is host-bound (launching it takes {host[0]:.1f} of its "
+        f"{host[1]:.1f} ms): GPU-side gains show only in part; replayed as CUDA graphs "
+        "(options={'cuda_graphs': True} or mode='reduce-overhead') they show in full"
+    )

@@ -83,6 +83,7 @@ class _Stepper:
     ) -> None:
         self.model, self.loss_fn, self.inputs = model, loss_fn, inputs
         self.compiled = torch.compile(model, backend=backend, options=opts)
+        self.host: tuple[float, float] | None = None  # ms to launch one step, ms to its end
 
     def once(self) -> None:
         self.loss_fn(self.compiled(*self.inputs)).backward()
@@ -98,17 +99,23 @@ def time_rounds(steppers: Sequence[_Stepper], rounds: int) -> tuple[list[list[fl
     """Each stepper's mean step (ms) in each of `rounds` rounds of at least ROUND_MS, the
     steppers taking turns within every round, and the most memory each allocated (bytes; 0
     off the GPU)."""
+    cuda = torch.cuda.is_available()
     for stepper in steppers:
-        for _ in range(3):
+        for _ in range(2):
             stepper.once()
-    _sync()
+        _sync()
+        t0 = time.perf_counter()
+        stepper.once()  # the third: how long its launches take against the whole step
+        launched = time.perf_counter()
+        _sync()
+        if cuda:
+            stepper.host = ((launched - t0) * 1e3, (time.perf_counter() - t0) * 1e3)
     t0 = time.perf_counter()
     steppers[0].once()
     _sync()
     steps = max(5, math.ceil(ROUND_MS / max((time.perf_counter() - t0) * 1e3, 1e-3)))
     times: list[list[float]] = [[] for _ in steppers]
     peaks = [0 for _ in steppers]
-    cuda = torch.cuda.is_available()
     for _ in range(rounds):
         for i, stepper in enumerate(steppers):
             if cuda:
@@ -160,6 +167,7 @@ class StepVariants:
         # Under CUDA graphs a replay allocates nothing (its memory was taken when recorded),
         # so a step's peak says nothing of what it needs: no peaks, no memory verdicts.
         self.graphed = Options.resolve(options=opts).cuda_graphs
+        self.host: dict[tuple[frozenset[str], bool], tuple[float, float]] = {}
         self.timings = 0
 
     def _start(self, count: int) -> None:
@@ -223,4 +231,7 @@ class StepVariants:
             torch._dynamo.reset()
         if not self.graphed:
             self.peaks.update(zip(keys, peaks, strict=True))
+        for key, stepper in zip(keys, steppers, strict=True):
+            if stepper.host is not None:
+                self.host[key] = stepper.host
         return times

@@ -284,6 +284,8 @@ class _InTurns:
         self.served = {"a" * 64: "pointwise"}
         self.sessions: list = []
         self.peaks: dict = {}
+        self.host: dict = {}
+        self.graphed = False
         self.turns, self.asked = list(turns), []
 
     def in_turns(self, variants):  # type: ignore[no-untyped-def]
@@ -385,3 +387,31 @@ def test_no_peak_memory_is_judged_when_the_step_replays_cuda_graphs(monkeypatch,
     )
     assert steps.time_with(frozenset()) == 10.0
     assert steps.peaks == recorded
+
+
+def test_a_host_bound_step_gets_the_cuda_graphs_hint():
+    from kernelpro_backend.incontext import host_bound_line
+
+    line = host_bound_line((23.7, 24.3), graphed=False)  # GPT-2 small under kernelpro, H100
+    assert line is not None and "launching it takes 23.7 of its 24.3 ms" in line
+    assert "cuda_graphs" in line
+    assert host_bound_line((25.1, 30.0), graphed=False) is None  # Inductor's: GPU-bound
+    assert host_bound_line((23.7, 24.3), graphed=True) is None  # replayed already
+    assert host_bound_line(None, graphed=False) is None  # off the GPU, or not timed in turns
+
+
+@pytest.mark.parametrize(("host", "hinted"), [((5.8, 6.0), True), ((3.0, 6.0), False)])
+def test_the_check_reports_whether_the_step_it_keeps_is_host_bound(tmp_path, host, hinted):
+    """The hint reads the launch time of the variant the check settles on (here: its one
+    kernel lost, so the step without it)."""
+    import torch
+
+    from kernelpro_backend import incontext
+    from kernelpro_backend.cache import KernelCache
+
+    steps = _InTurns([[[10.0] * 8, [9.6] * 8]])
+    steps.host = {(frozenset(steps.served), False): host, (frozenset(), False): (1.0, 10.0)}
+    lines: list[str] = []
+    with KernelCache(tmp_path / "c") as cache:
+        incontext._judge(torch.nn.Linear(2, 2), _Finder(cache), steps, ["a" * 64], lines)
+    assert ("host-bound" in lines[-1]) == hinted
