@@ -19,7 +19,7 @@ from typing import Any
 import torch
 
 from ..bench import tables
-from ..bench.modes import ALL_MODES, make_modes
+from ..bench.modes import ALL_MODES, EXTRA_MODES, make_modes
 from ..bench.results import OK, BenchReport
 from ..bench.runner import RunConfig, new_report, run_workloads
 from ..bench.workloads import DTYPES, WORKLOADS, workload_builders
@@ -49,7 +49,8 @@ def add_cli(subparsers: Any) -> None:
                    help="auto: each workload's default (bf16 GPT block/MoE/attention on cuda)")  # fmt: skip
     p.add_argument(
         "--modes", default=",".join(ALL_MODES),
-        help=f"comma-separated modes (eager always runs); default {','.join(ALL_MODES)}",
+        help=f"comma-separated modes (eager always runs); default {','.join(ALL_MODES)}; also "
+        f"{', '.join(EXTRA_MODES)} (CUDA graphs, kernelpro's measured against Inductor's)",
     )  # fmt: skip
     p.add_argument("--search", action="store_true",
                    help='kernelpro searches on cache misses (options {"search": "on-miss"})')  # fmt: skip
