@@ -47,6 +47,14 @@ def _warn_no_cuda_once() -> None:
     )
 
 
+@functools.lru_cache(maxsize=1)
+def _warn_graphs_without_inductor_once() -> None:
+    log.warning(
+        "kernelpro: cuda_graphs needs the Inductor fallback (Inductor's cudagraph trees replay "
+        "the graphs); with fallback='eager' the graphs run op by op, not replayed"
+    )
+
+
 class CompileSession:
     """State of one torch.compile backend call: options, provider and what was rewritten."""
 
@@ -292,6 +300,8 @@ def _compile(
     session: CompileSession, gm: fx.GraphModule, example_inputs: Sequence[Any], mode: str | None
 ) -> Callable[..., Any]:
     if session.options.fallback == "eager":
+        if session.options.cuda_graphs:
+            _warn_graphs_without_inductor_once()
         return _compile_eager(session, gm, example_inputs)
     return _compile_inductor(session, gm, example_inputs, mode)
 

@@ -177,3 +177,16 @@ def test_both_fallbacks_cut_the_same_subgraphs_so_a_cache_serves_either(which):
     eager, inductor = cut("eager"), cut("inductor")
     assert eager and {k for k, _ in eager} == {"forward", "backward"}
     assert eager == inductor
+
+
+def test_cuda_graphs_under_the_eager_fallback_say_they_do_nothing(caplog):
+    from kernelpro_backend import backend as backend_module
+
+    backend_module._warn_graphs_without_inductor_once.cache_clear()
+    model, (x,) = examples.mlp("cpu")
+    opts = {"fallback": "eager", "cuda_graphs": True}
+    with caplog.at_level(logging.WARNING, logger="kernelpro"), torch.no_grad():
+        torch.testing.assert_close(
+            torch.compile(model, backend=make_backend(), options=opts)(x), model(x)
+        )
+    assert "cuda_graphs needs the Inductor fallback" in caplog.text
