@@ -40,6 +40,11 @@ class ModeResult:
     # Each interleaved round's step time (median_ms is their median): every round times each
     # mode back to back, so round i of two modes is a paired comparison (speedup_range).
     round_ms: list[float] = dataclasses.field(default_factory=list)
+    # Training steps on the GPU: ms the host takes to launch one step, and ms until that step
+    # finished, each step started with the GPU idle (medians): launches that take most of the
+    # step mean the host sets its time, and a GPU-side gain shows only in part.
+    launch_ms: float | None = None
+    launched_step_ms: float | None = None
 
 
 def mode_from_dict(d: dict[str, Any]) -> ModeResult:

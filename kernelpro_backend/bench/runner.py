@@ -37,7 +37,7 @@ from .results import (
     SubgraphPoint,
     WorkloadResult,
 )
-from .timing import steady_ms, step_timing, time_first_call
+from .timing import launch_timing, steady_ms, step_timing, time_first_call
 from .workload import Workload
 
 log = logging.getLogger("kernelpro.bench")
@@ -271,6 +271,10 @@ def run_workload(workload: Workload, config: RunConfig) -> WorkloadResult:
             # Under CUDA graphs a step's tensors live in the graphs' pool, allocated when they
             # were recorded: a replay allocates next to nothing, so its "peak" says nothing.
             result.step_peak_mib = step_peak_mib(steps[result.mode], workload.device)
+        if steady and result.mode in steps and result.mode not in errors:
+            result.launch_ms, result.launched_step_ms = launch_timing(
+                steps[result.mode], workload.device
+            )
     del steps
     _release(workload.device)
     return WorkloadResult(

@@ -13,6 +13,7 @@ import math
 from pathlib import Path
 from typing import Any
 
+from ..incontext import HOST_BOUND_SHARE
 from .modes import EAGER, INDUCTOR, LIKE_FOR_LIKE
 from .results import BenchReport, WorkloadResult
 
@@ -77,6 +78,22 @@ def summary_lines(report: BenchReport) -> list[str]:
     return lines
 
 
+def host_bound(report: BenchReport) -> list[str]:
+    """A line per mode whose step waits on the host (its launches take HOST_BOUND_SHARE of it
+    or more): its time is the host's, and a GPU-side gain shows only in part."""
+    lines = []
+    for w in report.workloads:
+        for m in w.modes:
+            if m.launch_ms is None or not m.launched_step_ms:
+                continue
+            if m.launch_ms >= HOST_BOUND_SHARE * m.launched_step_ms:
+                lines.append(
+                    f"{w.workload} / {m.mode}: host-bound: launching a step takes "
+                    f"{m.launch_ms:.2f} of its {m.launched_step_ms:.2f} ms"
+                )
+    return lines
+
+
 def problems(report: BenchReport) -> list[str]:
     """One line per mode that failed or differs from eager, with what went wrong."""
     return [
@@ -96,6 +113,10 @@ def format_console(report: BenchReport) -> str:
     lines.insert(1, "  ".join("-" * w for w in widths))
     title = f"kernelpro bench on {report.device_name} ({report.device}), size {report.size}"
     out = [title, "", *lines, "", *summary_lines(report)]
+    waiting = host_bound(report)
+    if waiting:
+        out += ["", "host-bound (GPU-side gains show in part; the CUDA-graph modes show them):"]
+        out += ["  " + line for line in waiting]
     issues = problems(report)
     if issues:
         out += ["", "not ok:", *("  " + line for line in issues)]

@@ -277,3 +277,17 @@ def test_a_step_under_cuda_graphs_reports_no_peak_memory(monkeypatch):
     result = run_workload(WORKLOADS["softmax"](CPU, None, "tiny"), _config(graphed))
     peaks = {m.mode: m.step_peak_mib for m in result.modes}
     assert peaks == {"eager": 12.0, "graphed": None}
+
+
+def test_launch_timing_takes_medians_of_steps_started_idle():
+    from kernelpro_backend.bench.timing import launch_timing
+
+    calls = []
+
+    def step():
+        calls.append(1)
+        time.sleep(0.002)
+
+    launch, total = launch_timing(step, CPU, reps=3)
+    assert len(calls) == 3
+    assert 2.0 <= launch <= total  # on the CPU nothing runs after the call returns

@@ -84,3 +84,19 @@ def test_kernelpro_under_cuda_graphs_is_also_measured_against_inductor_under_the
         "mini_gpt: kernelpro-reduce-overhead 1.25x [1.10-1.25] vs inductor-reduce-overhead "
         "(like for like)" in text
     )
+
+
+def test_a_step_whose_launches_take_most_of_it_is_called_host_bound():
+    modes = [
+        ModeResult("eager", "ok", median_ms=9.0, launch_ms=5.0, launched_step_ms=9.0),
+        ModeResult("inductor", "ok", median_ms=30.0, launch_ms=25.13, launched_step_ms=30.03),
+        ModeResult("kernelpro", "ok", median_ms=25.0, launch_ms=23.72, launched_step_ms=24.32),
+    ]
+    w = WorkloadResult("gpt2_small", "training", "bfloat16", "full", "builtin", modes)
+    report = BenchReport("cuda", "H100", {}, "full", [m.mode for m in modes], {}, [w])
+    assert tables.host_bound(report) == [
+        "gpt2_small / kernelpro: host-bound: launching a step takes 23.72 of its 24.32 ms"
+    ]
+    assert "host-bound (GPU-side gains" in tables.format_console(report)
+    back = WorkloadResult.from_dict(json.loads(json.dumps(w.to_dict())))
+    assert back.mode("kernelpro").launch_ms == 23.72
