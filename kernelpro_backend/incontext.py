@@ -173,8 +173,6 @@ def check_in_context(
     finder.serve_held = True  # the check times the kernels the warm-up holds
     steps = StepVariants(model, inputs, opts, loss_fn, finder, deadline)
     lines: list[str] = []
-    if steps.graphed:
-        lines.append("in context: the step replayed as CUDA graphs (its peak memory not judged)")
     try:
         _judge(model, finder, steps, held, lines)
     except OutOfTime as e:
@@ -182,6 +180,8 @@ def check_in_context(
             f"in context: out of time ({e}): the kernels not judged stay held (unused) "
             "until a warm-up finishes this check"
         )
+    if steps.graphed:  # after the verdicts: their first line is the reason a rejection keeps
+        lines.append("in context: the step replayed as CUDA graphs (its peak memory not judged)")
     torch._dynamo.reset()
     for line in lines:
         log.info("kernelpro warmup: %s", line)

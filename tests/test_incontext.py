@@ -415,3 +415,20 @@ def test_the_check_reports_whether_the_step_it_keeps_is_host_bound(tmp_path, hos
     with KernelCache(tmp_path / "c") as cache:
         incontext._judge(torch.nn.Linear(2, 2), _Finder(cache), steps, ["a" * 64], lines)
     assert ("host-bound" in lines[-1]) == hinted
+
+
+def test_under_cuda_graphs_the_report_says_so_after_its_verdicts(tmp_path, monkeypatch):
+    import torch
+
+    from kernelpro_backend import incontext, incontext_steps
+    from kernelpro_backend.bench import models
+    from kernelpro_backend.cache import KernelCache
+
+    monkeypatch.setattr(incontext_steps, "time_step", lambda *args: (10.0, 0))
+    model = models.LMHeadLoss(16, 50)
+    inputs = (torch.randn(12, 16), torch.randint(0, 50, (12,)))
+    opts = {"fallback": "eager", "rewrite_linear_cross_entropy": False, "cuda_graphs": True}
+    with KernelCache(tmp_path / "c") as cache:
+        lines = incontext.check_in_context(model, inputs, opts, lambda out: out, _Finder(cache))
+    assert lines[0] == "in context: the step uses no kernelpro kernel"
+    assert lines[-1] == "in context: the step replayed as CUDA graphs (its peak memory not judged)"

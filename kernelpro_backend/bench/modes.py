@@ -61,6 +61,18 @@ class Mode:
                 return torch.compile(model, backend=backend)
         return torch.compile(model, backend=backend, mode=self.compile_mode, options=options)
 
+    @property
+    def graphed(self) -> bool:
+        """Whether the step replays CUDA graphs: `mode="reduce-overhead"`, or kernelpro with its
+        cuda_graphs option (in the mode's options or the environment)."""
+        if self.compile_mode == "reduce-overhead":
+            return True
+        if self.backend != KERNELPRO:
+            return False
+        from ..options import Options
+
+        return Options.resolve(options=dict(self.options)).cuda_graphs
+
     def describe(self) -> str:
         if self.backend is None:
             return "eager PyTorch"

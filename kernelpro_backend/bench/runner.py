@@ -256,7 +256,7 @@ def run_workload(workload: Workload, config: RunConfig) -> WorkloadResult:
         del tensors
         results.append(result)
         steps[mode.name] = step
-    graphed = {m.name: m.compile_mode == "reduce-overhead" for m in config.modes}
+    graphed = {m.name: m.graphed for m in config.modes}
     steady = workload.loss_fn is not None and workload.device.type == "cuda"
     rounds, steadies, errors = _time_interleaved(steps, workload.device, config, steady)
     for result in results:

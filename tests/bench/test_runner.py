@@ -291,3 +291,15 @@ def test_launch_timing_takes_medians_of_steps_started_idle():
     launch, total = launch_timing(step, CPU, reps=3)
     assert len(calls) == 3
     assert 2.0 <= launch <= total  # on the CPU nothing runs after the call returns
+
+
+def test_a_mode_replays_cuda_graphs_by_its_mode_or_kernelpros_option(monkeypatch):
+    from kernelpro_backend.bench import modes
+
+    monkeypatch.delenv("KERNELPRO_CUDA_GRAPHS", raising=False)
+    plain, graphs = make_modes([modes.KERNELPRO, modes.INDUCTOR_GRAPHS])[1:]
+    assert not plain.graphed and graphs.graphed
+    (_, opted) = make_modes([modes.KERNELPRO], {"cuda_graphs": True})
+    assert opted.graphed
+    monkeypatch.setenv("KERNELPRO_CUDA_GRAPHS", "1")
+    assert plain.graphed and not make_modes([modes.INDUCTOR])[1].graphed
