@@ -26,6 +26,7 @@ from .backend import make_backend
 from .fx_passes import Subgraph
 from .options import Options
 from .providers import Kernel
+from .runtime.timing import launch_timing
 
 log = logging.getLogger("kernelpro")
 
@@ -103,13 +104,9 @@ def time_rounds(steppers: Sequence[_Stepper], rounds: int) -> tuple[list[list[fl
     for stepper in steppers:
         for _ in range(2):
             stepper.once()
-        _sync()
-        t0 = time.perf_counter()
-        stepper.once()  # the third: how long its launches take against the whole step
-        launched = time.perf_counter()
-        _sync()
-        if cuda:
-            stepper.host = ((launched - t0) * 1e3, (time.perf_counter() - t0) * 1e3)
+        # the third: how long its launches take against the whole step
+        host = launch_timing(stepper.once, torch.device("cuda" if cuda else "cpu"), reps=1)
+        stepper.host = host if cuda else None
     t0 = time.perf_counter()
     steppers[0].once()
     _sync()

@@ -24,7 +24,7 @@ from typing import Any
 
 import torch
 
-from ..runtime.timing import summarize
+from ..runtime.timing import launch_timing, summarize
 from .compare import compare, named_tensors, needs_fp64
 from .modes import EAGER, KERNELPRO, Mode
 from .results import (
@@ -37,7 +37,7 @@ from .results import (
     SubgraphPoint,
     WorkloadResult,
 )
-from .timing import launch_timing, steady_ms, step_timing, time_first_call
+from .timing import steady_ms, step_timing, time_first_call
 from .workload import Workload
 
 log = logging.getLogger("kernelpro.bench")

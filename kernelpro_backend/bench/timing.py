@@ -11,7 +11,6 @@ optimizer, so it is timed as the user runs it, without CUDA-graph replay.
 
 from __future__ import annotations
 
-import statistics
 import time
 from collections.abc import Callable
 from typing import TypeVar
@@ -75,20 +74,3 @@ def steady_ms(
         step()
     synchronize(device)
     return (time.perf_counter() - start) * 1e3 / count
-
-
-def launch_timing(
-    step: Callable[[], None], device: torch.device, reps: int = 5
-) -> tuple[float, float]:
-    """(ms to launch one call of `step`, ms until it finished): medians of `reps` calls, each
-    started with the device idle."""
-    launch, total = [], []
-    for _ in range(reps):
-        synchronize(device)
-        start = time.perf_counter()
-        step()
-        launched = time.perf_counter()
-        synchronize(device)
-        launch.append((launched - start) * 1e3)
-        total.append((time.perf_counter() - start) * 1e3)
-    return statistics.median(launch), statistics.median(total)

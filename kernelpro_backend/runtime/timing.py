@@ -2,7 +2,8 @@
 
 Owns: `Timing`, `time_kernel` (CUDA: median of event timings with an L2 flush before every
 call and input sets rotated, after warm-up; kernels under LAUNCH_BOUND_MS are timed by
-replaying a CUDA graph of many calls; CPU: time.perf_counter) and `faster`.
+replaying a CUDA graph of many calls; CPU: time.perf_counter), `faster`, and `launch_timing`
+(how long the host takes to launch a call against the call's end: a host-bound step's sign).
 Must not: check results (validate.py does) or decide what is worth timing.
 """
 
@@ -214,3 +215,22 @@ def measure_energy_j(
         return (after - before) / 1e3 / calls
     except Exception:
         return None
+
+
+def launch_timing(
+    fn: Callable[[], object], device: torch.device, reps: int = 5
+) -> tuple[float, float]:
+    """(ms to launch one call of `fn`, ms until it finished): medians of `reps` calls, each
+    started with the device idle. Launches taking most of the call: the host sets its time."""
+    launch, total = [], []
+    for _ in range(reps):
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        start = time.perf_counter()
+        fn()
+        launched = time.perf_counter()
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        launch.append((launched - start) * 1e3)
+        total.append((time.perf_counter() - start) * 1e3)
+    return statistics.median(launch), statistics.median(total)

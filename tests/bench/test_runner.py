@@ -280,7 +280,7 @@ def test_a_step_under_cuda_graphs_reports_no_peak_memory(monkeypatch):
 
 
 def test_launch_timing_takes_medians_of_steps_started_idle():
-    from kernelpro_backend.bench.timing import launch_timing
+    from kernelpro_backend.runtime.timing import launch_timing
 
     calls = []
 
