@@ -33,8 +33,8 @@ def test_the_chunked_lm_head_loss_matches_eager_on_cuda():
     torch.testing.assert_close(gw, wr.grad, rtol=3e-2, atol=1e-4)
 
 
-@pytest.mark.parametrize("fallback", ["inductor", "eager"])
-def test_a_hand_written_gpt_trains_through_the_rewrites_on_cuda(fallback):
+def _gpt_and_its_twin():
+    """A small hand-written GPT in bf16, a copy with its weights for eager, and a batch."""
     torch.manual_seed(0)
     make = lambda: models.HandwrittenGPT(vocab=4096, dim=128, heads=4, layers=2, seq=256)  # noqa: E731
     model = make().cuda().bfloat16()
@@ -42,6 +42,19 @@ def test_a_hand_written_gpt_trains_through_the_rewrites_on_cuda(fallback):
     ref.load_state_dict(model.state_dict())
     ids = torch.randint(0, 4096, (2, 256), device="cuda")
     targets = torch.randint(0, 4096, (2, 256), device="cuda")
+    return model, ref, ids, targets
+
+
+def _assert_grads_close(model, ref):
+    for (name, p), q in zip(model.named_parameters(), ref.parameters(), strict=True):
+        assert p.grad is not None, name
+        err = (p.grad.float() - q.grad.float()).norm() / q.grad.float().norm().clamp(min=1e-6)
+        assert err < 5e-2, (name, float(err))
+
+
+@pytest.mark.parametrize("fallback", ["inductor", "eager"])
+def test_a_hand_written_gpt_trains_through_the_rewrites_on_cuda(fallback):
+    model, ref, ids, targets = _gpt_and_its_twin()
     seen: list[str] = []
     torch._dynamo.reset()
     compiled = torch.compile(
@@ -53,10 +66,7 @@ def test_a_hand_written_gpt_trains_through_the_rewrites_on_cuda(fallback):
     torch.testing.assert_close(loss, ref_loss, rtol=2e-2, atol=2e-2)
     loss.backward()
     ref_loss.backward()
-    for (name, p), q in zip(model.named_parameters(), ref.parameters(), strict=True):
-        assert p.grad is not None, name
-        err = (p.grad.float() - q.grad.float()).norm() / q.grad.float().norm().clamp(min=1e-6)
-        assert err < 5e-2, (name, float(err))
+    _assert_grads_close(model, ref)
     assert "sdpa" in seen and "sdpa_backward" in seen
 
 
@@ -66,13 +76,7 @@ def test_a_hand_written_gpt_trains_through_the_rewrites_on_cuda(fallback):
 def test_a_hand_written_gpt_replayed_as_cuda_graphs_computes_what_eager_does(how):
     """Four forward + backward calls (cudagraph trees: a warm-up, a recording, two replays) of
     the same weights: every call's loss and the last call's gradients against eager's."""
-    torch.manual_seed(0)
-    make = lambda: models.HandwrittenGPT(vocab=4096, dim=128, heads=4, layers=2, seq=256)  # noqa: E731
-    model = make().cuda().bfloat16()
-    ref = make().cuda().bfloat16()
-    ref.load_state_dict(model.state_dict())
-    ids = torch.randint(0, 4096, (2, 256), device="cuda")
-    targets = torch.randint(0, 4096, (2, 256), device="cuda")
+    model, ref, ids, targets = _gpt_and_its_twin()
     ref_loss = ref(ids, targets)
     ref_loss.backward()
     seen: list[str] = []
@@ -85,10 +89,7 @@ def test_a_hand_written_gpt_replayed_as_cuda_graphs_computes_what_eager_does(how
         loss = compiled(ids, targets)
         loss.backward()
         torch.testing.assert_close(loss.detach().clone(), ref_loss.detach(), rtol=2e-2, atol=2e-2)
-    for (name, p), q in zip(model.named_parameters(), ref.parameters(), strict=True):
-        assert p.grad is not None, name
-        err = (p.grad.float() - q.grad.float()).norm() / q.grad.float().norm().clamp(min=1e-6)
-        assert err < 5e-2, (name, float(err))
+    _assert_grads_close(model, ref)
     assert "sdpa" in seen and "sdpa_backward" in seen
     assert counters["inductor"]["cudagraph_skips"] == 0  # both graphs replayed, none skipped
     torch._dynamo.reset()
