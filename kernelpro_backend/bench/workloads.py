@@ -30,7 +30,12 @@ def _pick(size: str, tiny: dict[str, int], full: dict[str, int]) -> dict[str, in
 
 
 def _adamw(params: Iterable[nn.Parameter]) -> torch.optim.Optimizer:
-    return torch.optim.AdamW(params, lr=1e-4, foreach=True)
+    """AdamW as GPU training loops run it ([training]: "the optimizer step is already fused by
+    torch"; nanoGPT's `fused=True` on CUDA): one fused kernel per step on the GPU, the same for
+    every mode; `foreach` elsewhere (and before 2026-11-27, on the GPU too: BENCHMARKS.md)."""
+    params = list(params)
+    fused = bool(params) and all(p.is_cuda for p in params)
+    return torch.optim.AdamW(params, lr=1e-4, fused=fused, foreach=None if fused else True)
 
 
 def _mse_to_zero(out: object) -> torch.Tensor:
