@@ -30,6 +30,7 @@ def rendering(path: str):
     spec = importlib.util.spec_from_file_location(name, path)
     assert spec and spec.loader
     module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # dataclasses look their module up while the file runs
     spec.loader.exec_module(module)
     return module.render_tf32x3
 
