@@ -47,6 +47,12 @@ log = logging.getLogger("kernelpro")
 # the spread of two timings of the same variant.
 MARGIN = 0.01
 
+# Where the two steps were timed in turns, the kernels must also make the step faster in this
+# share of the rounds: 6 of 8 (under pure noise 6 or more of 8 come 14% of the time). On a
+# host-bound step whose rounds spread by 16% a best timing 0.4% ahead kept three kernels that
+# the bench then ran 0.73x (mini_gpt, one H100, 2026-11-27; BENCHMARKS.md).
+KEEP_SHARE = 6 / 8
+
 # Kept kernels must not raise the step's peak memory by more than this (their outputs and
 # the intermediates Inductor would have fused away; an MoE kernel: 492 against 397 MiB).
 PEAK_MARGIN = 0.02
@@ -58,21 +64,32 @@ EACH_IN_TURN = 4
 Timer = Callable[[frozenset[str]], float]
 
 
-def decide(time_without: Timer, used: Sequence[str], first: float) -> tuple[list[str], list[str]]:
+def decide(
+    time_without: Timer,
+    used: Sequence[str],
+    first: float,
+    wins: tuple[int, int] | None = None,
+) -> tuple[list[str], list[str]]:
     """(the digests whose kernels lose in context, report lines); `time_without(excluded)` is
     the step's time in ms with those kernels left out (the others used), `first` its time
-    with none left out, measured already."""
+    with none left out, measured already; `wins`: (rounds the step was faster with every
+    kernel, rounds) where the two were timed in turns."""
     every = frozenset(used)
     alone = time_without(every)
     again = time_without(frozenset())
     alone_again = time_without(every)
     with_all, none = min(first, again), min(alone, alone_again)
     margin = max(MARGIN, abs(first - again) / with_all, abs(alone - alone_again) / none)
-    lines = [
+    line = (
         f"in context: {len(used)} kernel(s) {with_all:.3f} ms a step, the fallback alone "
-        f"{none:.3f} ms (margin {margin:.1%})"
-    ]
-    if with_all <= none:
+        f"{none:.3f} ms (margin {margin:.1%}"
+    )
+    ahead = with_all <= none
+    if wins is not None:
+        line += f"; faster with them in {wins[0]} of {wins[1]} rounds"
+        ahead = ahead and wins[0] >= KEEP_SHARE * wins[1]
+    lines = [line + ")"]
+    if ahead:
         return [], lines
     losers: list[str] = []
     if 1 < len(used) <= EACH_IN_TURN:
@@ -202,18 +219,20 @@ def _judge(
     served, time_with, peaks = steps.served, steps.time_with, steps.peaks
     turns = steps.in_turns([(frozenset(), None), (None, None)])
     replay: dict[frozenset[str], list[float]] = {}
+    wins = None
     if turns is not None:
         half = PAIRED_ROUNDS // 2
         first, again = min(turns[0][:half]), min(turns[0][half:])
         replay = {frozenset(): [again]}
         if len(turns) > 1:  # the step used kernels: the second variant ran without them
             replay[frozenset(served)] = [min(turns[1][:half]), min(turns[1][half:])]
+            wins = (sum(a < b for a, b in zip(*turns[:2], strict=True)), len(turns[0]))
     else:
         first = time_with(frozenset())  # and which kernels the step uses
     used = sorted(served)
     losers: list[str] = []
     if used:
-        losers, verdict = decide(_replaying(time_with, replay), used, first)
+        losers, verdict = decide(_replaying(time_with, replay), used, first, wins)
         lines += verdict
         heavier = peak_verdict(peaks.get((frozenset(), False)), peaks.get((frozenset(used), False)))
         if not losers and heavier:

@@ -84,6 +84,22 @@ def test_kernels_whose_better_timing_ties_the_fallback_stay():
     assert losers == []
 
 
+@pytest.mark.parametrize(("wins", "kept"), [((6, 8), True), ((8, 8), True), ((5, 8), False)])
+def test_kernels_timed_in_turns_must_also_win_most_rounds(wins, kept):
+    """Best timings 0.4% apart on a step whose rounds spread by 16% (a host-bound step): the
+    kernels stay only if the step was faster with them in 6 of the 8 rounds as well."""
+    times = {frozenset(): 4.555, frozenset({"a"}): 4.573}
+    losers, lines = decide(timer(times)[0], ["a"], first=4.555, wins=wins)
+    assert (losers == []) is kept
+    assert f"faster with them in {wins[0]} of 8 rounds" in lines[0]
+
+
+def test_winning_every_round_keeps_no_kernel_that_is_slower_at_best():
+    times = {frozenset(): 10.3, frozenset({"a"}): 10.0}
+    losers, _ = decide(timer(times)[0], ["a"], first=10.3, wins=(8, 8))
+    assert losers == ["a"]
+
+
 def test_verdicts_are_written_at_once_and_read_back(tmp_path, caplog):
     path = tmp_path / "context.json"
     ContextVerdicts(path).reject("d" * 64, pattern="norm", why="slower")
