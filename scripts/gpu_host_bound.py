@@ -1,6 +1,8 @@
 """Is a bench workload's training step host-bound? Per mode (Inductor, kernelpro, kernelpro
-compiled with cuDNN attention off, and without the LM-head rewrite), interleaved rounds of steps: the step's time and the
-host's time inside it (the call returning before the GPU finishes); then one profiled step per
+compiled with cuDNN attention off, without the LM-head rewrite, without the attention rewrite,
+without either), interleaved rounds of steps: the step's time and the
+host's time inside it (the call returning before the GPU finishes); each mode's Python under
+cProfile (20 steps); then one profiled step per
 mode through `scripts/trace_gaps.py` (GPU busy, idle between kernels, the longest gaps, and the
 host ops by self time). Traces go under $OUT, gzipped.
 
@@ -32,7 +34,27 @@ def steps_of(name: str) -> dict:  # type: ignore[type-arg]
     torch._dynamo.reset()
     no_op = {"rewrite_linear_cross_entropy": False}
     steps["kernelpro-no-lm-op"] = mode_step(workload, "kernelpro", no_op)
+    torch._dynamo.reset()
+    no_att = {"rewrite_attention": False}
+    steps["kernelpro-no-attn"] = mode_step(workload, "kernelpro", no_att)
+    torch._dynamo.reset()
+    steps["kernelpro-no-rewrite"] = mode_step(workload, "kernelpro", {**no_op, **no_att})
     return steps
+
+
+def python_hotspots(name: str, step, count: int = 20) -> None:  # type: ignore[no-untyped-def]
+    """cProfile of `count` steps: the functions with the most time of their own."""
+    import cProfile
+    import pstats
+
+    prof = cProfile.Profile()
+    prof.enable()
+    for _ in range(count):
+        step()
+    torch.cuda.synchronize()
+    prof.disable()
+    print(f"== {name}: cProfile of {count} steps, by own time")
+    pstats.Stats(prof).sort_stats("tottime").print_stats(12)
 
 
 def main() -> None:
@@ -59,6 +81,8 @@ def main() -> None:
     for k, v in times.items():
         print(f"{a.workload} {k:16s} step {med(v['step']):.3f} ms (min {min(v['step']):.3f}) "
               f"host {med(v['host']):.3f} ms", flush=True)  # fmt: skip
+    for k, step in steps.items():
+        python_hotspots(k, step)
     out = os.environ.get("OUT", ".")
     activities = [torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA]
     for k, step in steps.items():
