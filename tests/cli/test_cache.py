@@ -48,24 +48,30 @@ def test_show_by_prefix(cache_dir):
     assert code == 1 and "no entry matching 'zzzz'" in text
 
 
-def test_ls_and_show_say_which_kernels_lost_inside_their_model(cache_dir):
+@pytest.mark.parametrize(
+    ("verdict", "in_ls", "in_show"),
+    [
+        (
+            lambda ctx, d: ctx.reject(d, model="TinyMLP", why="2.4 ms with it, 2.2 without"),
+            "1 of them made their model's step slower at warm-up",
+            "unused: slower in TinyMLP (2.4 ms with it, 2.2 without)",
+        ),
+        (
+            lambda ctx, d: ctx.hold(d, pattern="pointwise", model="TinyMLP"),
+            "1 of them were found by a warm-up whose in-context check",
+            "unused: held since a warm-up of TinyMLP found it",
+        ),
+    ],
+    ids=["lost-inside-their-model", "held-by-a-warmup"],
+)
+def test_ls_and_show_say_which_kernels_run_the_fallback(cache_dir, verdict, in_ls, in_show):
     path, cache = cache_dir
     entry = next(cache.entries())
-    cache.context.reject(entry.key.digest, model="TinyMLP", why="2.4 ms with it, 2.2 without")
+    verdict(cache.context, entry.key.digest)
     code, text = run_cache_cli("--cache-dir", path, "ls")
-    assert code == 0 and "1 of them made their model's step slower at warm-up" in text
+    assert code == 0 and in_ls in text
     code, text = run_cache_cli("--cache-dir", path, "show", entry.key.digest[:10])
-    assert "unused: slower in TinyMLP (2.4 ms with it, 2.2 without)" in text
-
-
-def test_ls_and_show_say_which_kernels_a_warmup_still_holds(cache_dir):
-    path, cache = cache_dir
-    entry = next(cache.entries())
-    cache.context.hold(entry.key.digest, pattern="pointwise", model="TinyMLP")
-    code, text = run_cache_cli("--cache-dir", path, "ls")
-    assert code == 0 and "1 of them were found by a warm-up whose in-context check" in text
-    code, text = run_cache_cli("--cache-dir", path, "show", entry.key.digest[:10])
-    assert "unused: held since a warm-up of TinyMLP found it" in text
+    assert in_show in text
 
 
 def test_export_then_import_and_foreign_arch(cache_dir, tmp_path):
