@@ -192,14 +192,20 @@ def _check_context(
     if len(shapes) > 1 or ranks_agree:
         return ["in context: not checked (several shapes, or several ranks)"]
     from .incontext import check_in_context
+    from .runtime.cuda_compile import nvcc_paused
     from .tuner import default_provider
 
     finder = default_provider(Options.resolve(options={**opts, "search": "cache-only"}))
     if getattr(finder, "cache", None) is None:
         return ["in context: not checked (no cache)"]
-    return check_in_context(
-        model, shapes[0], opts, loss_fn or _default_loss, finder, held or (), deadline
-    )
+    # CUTLASS builds still running would share the host's cores with the step being timed (a
+    # host-bound step's rounds spread 16% beside six nvcc): stopped for the check, then resumed
+    with nvcc_paused() as stopped:
+        if stopped:
+            log.info("kernelpro warmup: %d nvcc run(s) paused while the step is timed", stopped)
+        return check_in_context(
+            model, shapes[0], opts, loss_fn or _default_loss, finder, held or (), deadline
+        )
 
 
 # How long the end of a warm-up waits for CUTLASS libraries still building (offline work: the
@@ -210,7 +216,7 @@ BUILDS_WAIT_S = 600.0
 def _finish_builds(provider: Any, until: float | None = None) -> None:
     """Wait for the CUTLASS libraries still building: BUILDS_WAIT_S at most, and with a
     deadline no later than its search share (`until`, time.perf_counter()): the in-context
-    check goes first, the builds go on beside it."""
+    check goes first (the builds paused while it times the step), then the builds go on."""
     finder = getattr(provider, "inner", provider)  # the distributed finder wraps one
     builds = getattr(getattr(finder, "searcher", None), "cutlass", None)
     if builds is None or not builds.running():
@@ -228,7 +234,7 @@ def _finish_builds(provider: Any, until: float | None = None) -> None:
     if not builds.wait(wait_s) and until is not None:
         log.warning(
             "kernelpro warmup: %d CUTLASS GEMM libraries still building at the deadline's "
-            "search share; the in-context check starts beside them (they use host cores)",
+            "search share; they are paused while the in-context check times the step",
             builds.running(),
         )
 

@@ -4,7 +4,8 @@ Owns: finding a compiler (nvcc from $CUDA_HOME/bin or PATH, else NVRTC through c
 `cuda.bindings.nvrtc` or the older `cuda.nvrtc`), the flags (-std=c++17, the device's arch with
 the "a" suffix from sm_90 on so wgmma/TMA compile, CUTLASS/CuTe headers from the
 `nvidia-cutlass` wheel or $CUTLASS_PATH), running nvcc (`run_nvcc`), trimming compiler logs
-to their useful lines (nvcc runs still going when the process exits are killed), and the cubin cache (`compiled_path`, also for cuda_host.py's shared
+to their useful lines (nvcc runs still going when the process exits are killed; `nvcc_paused`
+stops them while something is timed), and the cubin cache (`compiled_path`, also for cuda_host.py's shared
 libraries): a cubin's name is the sha256 of source + arch + flags + compiler version, its
 directory `CacheLayout.cubin_root` (paths.py), written with `paths.atomic_write` so concurrent
 workers never read half a file.
@@ -28,7 +29,8 @@ import signal
 import subprocess
 import tempfile
 import threading
-from collections.abc import Sequence
+import time
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -147,8 +149,7 @@ _RUNNING_LOCK = threading.Lock()
 
 
 def _kill_group(proc: subprocess.Popen[str]) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):  # already gone
-        os.killpg(proc.pid, signal.SIGKILL)
+    _signal_group(proc, signal.SIGKILL)
 
 
 @atexit.register
@@ -160,6 +161,85 @@ def kill_running_nvcc() -> None:
         _kill_group(proc)
 
 
+# Set while nvcc may run; cleared by `nvcc_paused` (new runs wait, running ones are stopped).
+# `_PAUSES` holds the seconds spent paused so far and when the current pause began, so that a
+# run's timeout counts only the time it could run.
+_GO = threading.Event()
+_GO.set()
+_PAUSES: list[float] = [0.0, 0.0]
+
+
+def _paused_s() -> float:
+    """Seconds nvcc runs have spent paused in this process, the current pause included."""
+    with _RUNNING_LOCK:
+        total, since = _PAUSES
+    return total + (time.monotonic() - since if since else 0.0)
+
+
+@contextlib.contextmanager
+def nvcc_paused() -> Iterator[int]:
+    """Stop every nvcc this process runs (SIGSTOP to each one's process group) and hold new
+    runs back until the block ends, then let them go on: for timings that builds on the host's
+    cores would disturb (a host-bound training step, the warm-up's in-context check). Yields
+    how many runs were stopped; their timeouts do not count the pause."""
+    stop = getattr(signal, "SIGSTOP", None)
+    if stop is None:  # no job control here: nothing to pause
+        yield 0
+        return
+    with _RUNNING_LOCK:
+        _GO.clear()
+        _PAUSES[1] = time.monotonic()
+        running = list(_RUNNING)
+    for proc in running:
+        _signal_group(proc, stop)
+    try:
+        yield len(running)
+    finally:
+        for proc in running:
+            _signal_group(proc, signal.SIGCONT)
+        with _RUNNING_LOCK:
+            _PAUSES[0] += time.monotonic() - _PAUSES[1]
+            _PAUSES[1] = 0.0
+            _GO.set()
+
+
+def _signal_group(proc: subprocess.Popen[str], sig: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):  # already gone
+        os.killpg(proc.pid, sig)
+
+
+def _start(command: list[str], cwd: str) -> subprocess.Popen[str]:
+    """Popen `command` in a process group of its own, registered, once runs are not paused."""
+    while True:
+        _GO.wait()
+        with _RUNNING_LOCK:  # a pause starting now either sees this run or holds it back
+            if not _GO.is_set():
+                continue
+            proc = subprocess.Popen(
+                command,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+                cwd=cwd,
+                start_new_session=True,
+            )
+            _RUNNING.add(proc)
+            return proc
+
+
+def _communicate(proc: subprocess.Popen[str], timeout_s: float) -> tuple[str, str]:
+    """`proc.communicate()` within `timeout_s` of running time (paused time not counted)."""
+    end, paused = time.monotonic() + timeout_s, _paused_s()
+    while True:
+        left = end + (_paused_s() - paused) - time.monotonic()
+        try:
+            return proc.communicate(timeout=max(left, 0.05))
+        except subprocess.TimeoutExpired:
+            if end + (_paused_s() - paused) > time.monotonic():
+                continue  # a pause moved the end: no output is lost by asking again
+            raise
+
+
 def run_nvcc(
     nvcc: str, source: str, flags: Sequence[str], timeout_s: float, output: str = "candidate.cubin"
 ) -> bytes:
@@ -168,18 +248,9 @@ def run_nvcc(
     with tempfile.TemporaryDirectory(prefix="kernelpro-nvcc-") as tmp:
         src, out = Path(tmp) / SOURCE_NAME, Path(tmp) / output
         src.write_text(source)
-        proc = subprocess.Popen(
-            [nvcc, *flags, "-o", str(out), str(src)],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            cwd=tmp,
-            start_new_session=True,
-        )
-        with _RUNNING_LOCK:
-            _RUNNING.add(proc)
+        proc = _start([nvcc, *flags, "-o", str(out), str(src)], tmp)
         try:
-            stdout, stderr = proc.communicate(timeout=timeout_s)
+            stdout, stderr = _communicate(proc, timeout_s)
         except subprocess.TimeoutExpired:
             _kill_group(proc)
             proc.communicate()
