@@ -32,8 +32,10 @@ log = logging.getLogger("kernelpro")
 
 # A variant's time: the fastest of ROUNDS rounds of at least ROUND_MS each (the fastest: the
 # host's other work only ever adds; on an H100 a 2 ms GPT-block step timed by median moved
-# 44% between two timings of the same compile).
-ROUNDS, ROUND_MS = 7, 60.0
+# 44% between two timings of the same compile). Rounds of 60 ms (~10 host-bound mini_gpt
+# steps) split 4-5 of 8 between the LM-head rewrite on and off where rounds of 20 steps put
+# it behind in 12 of 12 (H100, 2026-11-27, BENCHMARKS.md): 200 ms, ~3 s per comparison.
+ROUNDS, ROUND_MS = 7, 200.0
 # Variants compiled side by side take turns within each of these rounds (its first and second
 # halves give each variant the two timings `incontext.decide` compares).
 PAIRED_ROUNDS = 8
