@@ -78,6 +78,9 @@ def parse_args() -> argparse.Namespace:
         "--precompile", default=MAX_AUTOTUNE, type=lambda text: text.split(","),
         help=f"modes compiled in a child first (default {MAX_AUTOTUNE})",
     )  # fmt: skip
+    parser.add_argument(
+        "--rounds", type=int, default=5, help="interleaved timing rounds (more: host-bound steps)"
+    )
     parser.add_argument("--device", default="cuda", help="cpu: smoke-test the script itself")
     parser.add_argument("--size", default="full", choices=("tiny", "full"))
     parser.add_argument(
@@ -120,6 +123,7 @@ def main() -> int:
     sol_fn, subgraph_fn = device_sol_hooks(device)  # % of SOL and the roofline chart
     config = RunConfig(
         modes=modes,
+        rounds=max(1, args.rounds),
         on_workload=lambda result: tables.append_jsonl(result, finished),
         watch_compile=watchdog.watching,
         sol_fn=sol_fn,

@@ -115,7 +115,11 @@ def format_console(report: BenchReport) -> str:
     out = [title, "", *lines, "", *summary_lines(report)]
     waiting = host_bound(report)
     if waiting:
-        out += ["", "host-bound (GPU-side gains show in part; the CUDA-graph modes show them):"]
+        out += [
+            "",
+            "host-bound (GPU-side gains show in part; the CUDA-graph modes show them; their "
+            "rounds spread: --rounds N for more):",
+        ]
         out += ["  " + line for line in waiting]
     issues = problems(report)
     if issues:

@@ -57,6 +57,11 @@ def add_cli(subparsers: Any) -> None:
     p.add_argument("--kernelpro-fallback", choices=("inductor", "eager"),
                    help="what kernelpro runs where it has no kernel (default: its own default)")  # fmt: skip
     p.add_argument("--cpu-reps", type=int, default=10, help="timed runs per mode on the CPU")
+    p.add_argument(
+        "--rounds", type=int, default=5,
+        help="interleaved timing rounds (each mode's time is the median of its rounds); more "
+        "for host-bound steps, whose rounds spread (the table lists them)",
+    )  # fmt: skip
     p.add_argument("--list", action="store_true", help="list the built-in workloads and exit")
     p.add_argument(
         "--merge", action="append", metavar="FILE",
@@ -102,7 +107,15 @@ def run_bench(args: argparse.Namespace) -> int:
     from ..bench.sol import device_roofs, device_sol_hooks
 
     sol_fn, subgraph_fn = device_sol_hooks(device)  # % of SOL and the roofline chart (GPU)
-    config = RunConfig(modes=modes, cpu_reps=args.cpu_reps, sol_fn=sol_fn, subgraph_fn=subgraph_fn)
+    if args.rounds < 1:
+        raise SystemExit(f"kernelpro bench: --rounds {args.rounds}: need at least one round")
+    config = RunConfig(
+        modes=modes,
+        cpu_reps=args.cpu_reps,
+        rounds=args.rounds,
+        sol_fn=sol_fn,
+        subgraph_fn=subgraph_fn,
+    )
     try:
         builders = workload_builders(args.workload or [], args.problems, device, dtype, size)
     except ValueError as e:  # an unknown name, or a bad problems directory

@@ -86,6 +86,18 @@ def test_plots_without_matplotlib_are_skipped_with_a_message(tmp_path, monkeypat
     assert not (tmp_path / "plots").exists()
 
 
+def test_rounds_sets_how_many_interleaved_rounds_each_mode_gets(tmp_path):
+    rc = run_cli(
+        "bench", "--workload", "softmax", "--size", "tiny", "--device", "cpu",
+        "--modes", "eager,kernelpro", "--kernelpro-fallback", "eager", "--cpu-reps", "1",
+        "--rounds", "3", "--json", str(tmp_path / "b.json"),
+    )  # fmt: skip
+    modes = json.loads((tmp_path / "b.json").read_text())["workloads"][0]["modes"]
+    assert rc == 0 and [len(m["round_ms"]) for m in modes] == [3, 3]
+    with pytest.raises(SystemExit, match="at least one round"):
+        run_cli("bench", "--workload", "softmax", "--device", "cpu", "--rounds", "0")
+
+
 def test_unknown_workload_and_mode_are_usage_errors():
     with pytest.raises(SystemExit, match="unknown workload"):
         run_cli("bench", "--workload", "nope", "--device", "cpu")
