@@ -192,20 +192,14 @@ def _check_context(
     if len(shapes) > 1 or ranks_agree:
         return ["in context: not checked (several shapes, or several ranks)"]
     from .incontext import check_in_context
-    from .runtime.cuda_compile import nvcc_paused
     from .tuner import default_provider
 
     finder = default_provider(Options.resolve(options={**opts, "search": "cache-only"}))
     if getattr(finder, "cache", None) is None:
         return ["in context: not checked (no cache)"]
-    # CUTLASS builds still running would share the host's cores with the step being timed (a
-    # host-bound step's rounds spread 16% beside six nvcc): stopped for the check, then resumed
-    with nvcc_paused() as stopped:
-        if stopped:
-            log.info("kernelpro warmup: %d nvcc run(s) paused while the step is timed", stopped)
-        return check_in_context(
-            model, shapes[0], opts, loss_fn or _default_loss, finder, held or (), deadline
-        )
+    return check_in_context(
+        model, shapes[0], opts, loss_fn or _default_loss, finder, held or (), deadline
+    )
 
 
 # How long the end of a warm-up waits for CUTLASS libraries still building (offline work: the

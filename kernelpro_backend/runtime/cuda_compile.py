@@ -161,11 +161,8 @@ def kill_running_nvcc() -> None:
         _kill_group(proc)
 
 
-# Set while nvcc may run; cleared by `nvcc_paused` (new runs wait, running ones are stopped).
-# `_PAUSES` holds the seconds spent paused so far and when the current pause began, so that a
-# run's timeout counts only the time it could run.
-_GO = threading.Event()
-_GO.set()
+# The seconds nvcc runs have spent stopped by `nvcc_paused` so far, and when the current pause
+# began (0: none), so that a run's timeout counts only the time it could run.
 _PAUSES: list[float] = [0.0, 0.0]
 
 
@@ -178,29 +175,27 @@ def _paused_s() -> float:
 
 @contextlib.contextmanager
 def nvcc_paused() -> Iterator[int]:
-    """Stop every nvcc this process runs (SIGSTOP to each one's process group) and hold new
-    runs back until the block ends, then let them go on: for timings that builds on the host's
-    cores would disturb (a host-bound training step, the warm-up's in-context check). Yields
-    how many runs were stopped; their timeouts do not count the pause."""
+    """Stop the nvcc runs of this process (SIGSTOP to each one's process group) for the block,
+    then let them go on: for timings that builds on the host's cores would disturb (the
+    in-context check's rounds of a host-bound training step). Runs started inside the block
+    are not held back (the caller may need one), and stopped runs' timeouts do not count the
+    pause. Yields how many runs were stopped. Not nested."""
     stop = getattr(signal, "SIGSTOP", None)
-    if stop is None:  # no job control here: nothing to pause
-        yield 0
-        return
     with _RUNNING_LOCK:
-        _GO.clear()
-        _PAUSES[1] = time.monotonic()
-        running = list(_RUNNING)
+        running = list(_RUNNING) if stop is not None else []
+        if running:
+            _PAUSES[1] = time.monotonic()
     for proc in running:
-        _signal_group(proc, stop)
+        _signal_group(proc, stop)  # type: ignore[arg-type]
     try:
         yield len(running)
     finally:
         for proc in running:
             _signal_group(proc, signal.SIGCONT)
-        with _RUNNING_LOCK:
-            _PAUSES[0] += time.monotonic() - _PAUSES[1]
-            _PAUSES[1] = 0.0
-            _GO.set()
+        if running:
+            with _RUNNING_LOCK:
+                _PAUSES[0] += time.monotonic() - _PAUSES[1]
+                _PAUSES[1] = 0.0
 
 
 def _signal_group(proc: subprocess.Popen[str], sig: int) -> None:
@@ -209,22 +204,19 @@ def _signal_group(proc: subprocess.Popen[str], sig: int) -> None:
 
 
 def _start(command: list[str], cwd: str) -> subprocess.Popen[str]:
-    """Popen `command` in a process group of its own, registered, once runs are not paused."""
-    while True:
-        _GO.wait()
-        with _RUNNING_LOCK:  # a pause starting now either sees this run or holds it back
-            if not _GO.is_set():
-                continue
-            proc = subprocess.Popen(
-                command,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                text=True,
-                cwd=cwd,
-                start_new_session=True,
-            )
-            _RUNNING.add(proc)
-            return proc
+    """Popen `command` in a process group of its own, registered (killed at exit, paused by
+    `nvcc_paused`)."""
+    with _RUNNING_LOCK:  # a pause starting now either sees this run or comes after its start
+        proc = subprocess.Popen(
+            command,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            cwd=cwd,
+            start_new_session=True,
+        )
+        _RUNNING.add(proc)
+    return proc
 
 
 def _communicate(proc: subprocess.Popen[str], timeout_s: float) -> tuple[str, str]:
