@@ -34,6 +34,7 @@ from typing import Any
 import torch
 
 from .incontext_steps import PAIRED_ROUNDS, OutOfTime, StepVariants
+from .runtime.timing import host_bound
 
 log = logging.getLogger("kernelpro")
 
@@ -267,16 +268,10 @@ def _judge(
         lines.append(hint)
 
 
-# A step whose launches take this share of its time or more waits on the host: the GPU runs
-# dry between launches (a GPT-2-small step on one H100 under kernelpro: 23.7 of 24.3 ms; under
-# Inductor, GPU-bound, 25.1 of 30.0; BENCHMARKS.md, "One H100 alone").
-HOST_BOUND_SHARE = 0.9
-
-
 def host_bound_line(host: tuple[float, float] | None, graphed: bool) -> str | None:
     """The report's hint for a host-bound step (`host`: ms to launch one step, ms until it
     finished), or None: GPU-bound, unknown, or already replayed as CUDA graphs."""
-    if host is None or graphed or host[1] <= 0 or host[0] < HOST_BOUND_SHARE * host[1]:
+    if host is None or graphed or not host_bound(*host):
         return None
     return (
         f"in context: the step is host-bound (launching it takes {host[0]:.1f} of its "

@@ -13,7 +13,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from ..incontext import HOST_BOUND_SHARE
+from ..runtime import timing
 from .modes import EAGER, INDUCTOR, LIKE_FOR_LIKE
 from .results import BenchReport, WorkloadResult
 
@@ -79,14 +79,14 @@ def summary_lines(report: BenchReport) -> list[str]:
 
 
 def host_bound(report: BenchReport) -> list[str]:
-    """A line per mode whose step waits on the host (its launches take HOST_BOUND_SHARE of it
-    or more): its time is the host's, and a GPU-side gain shows only in part."""
+    """A line per mode whose step waits on the host (`runtime.timing.host_bound`: its launches
+    take most of it): its time is the host's, and a GPU-side gain shows only in part."""
     lines = []
     for w in report.workloads:
         for m in w.modes:
-            if m.launch_ms is None or not m.launched_step_ms:
+            if m.launch_ms is None or m.launched_step_ms is None:
                 continue
-            if m.launch_ms >= HOST_BOUND_SHARE * m.launched_step_ms:
+            if timing.host_bound(m.launch_ms, m.launched_step_ms):
                 lines.append(
                     f"{w.workload} / {m.mode}: host-bound: launching a step takes "
                     f"{m.launch_ms:.2f} of its {m.launched_step_ms:.2f} ms"

@@ -2,8 +2,9 @@
 
 Owns: `Timing`, `time_kernel` (CUDA: median of event timings with an L2 flush before every
 call and input sets rotated, after warm-up; kernels under LAUNCH_BOUND_MS are timed by
-replaying a CUDA graph of many calls; CPU: time.perf_counter), `faster`, and `launch_timing`
-(how long the host takes to launch a call against the call's end: a host-bound step's sign).
+replaying a CUDA graph of many calls; CPU: time.perf_counter), `faster`, `launch_timing`
+(how long the host takes to launch a call against the call's end) and `host_bound` (the rule
+the warm-up's check and the bench both read it by).
 Must not: check results (validate.py does) or decide what is worth timing.
 """
 
@@ -234,3 +235,15 @@ def launch_timing(
         launch.append((launched - start) * 1e3)
         total.append((time.perf_counter() - start) * 1e3)
     return statistics.median(launch), statistics.median(total)
+
+
+# A step whose launches take this share of its time or more waits on the host: the GPU runs
+# dry between launches (a GPT-2-small step on one H100 under kernelpro: 23.7 of 24.3 ms; under
+# Inductor, GPU-bound, 25.1 of 30.0; BENCHMARKS.md, "One H100 alone").
+HOST_BOUND_SHARE = 0.9
+
+
+def host_bound(launch_ms: float, step_ms: float) -> bool:
+    """Whether a call whose launches take `launch_ms` of its `step_ms` (`launch_timing`) is
+    set by the host."""
+    return step_ms > 0 and launch_ms >= HOST_BOUND_SHARE * step_ms
