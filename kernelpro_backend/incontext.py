@@ -65,6 +65,12 @@ EACH_IN_TURN = 4
 Timer = Callable[[frozenset[str]], float]
 
 
+def faster_in(rounds: Sequence[float], others: Sequence[float]) -> int:
+    """In how many rounds timed in turns the first variant's step was faster than the other's
+    (the sign count KEEP_SHARE and FASTER_OFF_SHARE are read against)."""
+    return sum(a < b for a, b in zip(rounds, others, strict=True))
+
+
 def decide(
     time_without: Timer,
     used: Sequence[str],
@@ -159,7 +165,7 @@ def _check_lm_head(
     line = f"in context: the LM-head rewrite {on:.3f} ms a step, without it {off:.3f} ms"
     slower = off < on * (1 - MARGIN)
     if rounds is not None:
-        faster = sum(b < a for a, b in zip(*rounds, strict=True))
+        faster = faster_in(rounds[1], rounds[0])
         line += f" (faster without it in {faster} of {len(rounds[0])} rounds)"
         slower = slower and faster >= FASTER_OFF_SHARE * len(rounds[0])
     return f"{line}: {RECORDED}" if slower else line
@@ -227,7 +233,7 @@ def _judge(
         replay = {frozenset(): [again]}
         if len(turns) > 1:  # the step used kernels: the second variant ran without them
             replay[frozenset(served)] = [min(turns[1][:half]), min(turns[1][half:])]
-            wins = (sum(a < b for a, b in zip(*turns[:2], strict=True)), len(turns[0]))
+            wins = (faster_in(turns[0], turns[1]), len(turns[0]))
     else:
         first = time_with(frozenset())  # and which kernels the step uses
     used = sorted(served)
