@@ -448,3 +448,33 @@ def test_under_cuda_graphs_the_report_says_so_after_its_verdicts(tmp_path, monke
         lines = incontext.check_in_context(model, inputs, opts, lambda out: out, _Finder(cache))
     assert lines[0] == "in context: the step uses no kernelpro kernel"
     assert lines[-1] == "in context: the step replayed as CUDA graphs (its peak memory not judged)"
+
+
+def test_the_check_times_its_rounds_with_nvcc_paused(monkeypatch):
+    """incontext_steps.time_rounds: the warm-up and launch-timing steps first (a first call may
+    compile), then the timed rounds inside the pause."""
+    import contextlib
+
+    from kernelpro_backend import incontext_steps
+
+    events: list[str] = []
+
+    @contextlib.contextmanager
+    def paused():  # type: ignore[no-untyped-def]
+        events.append("pause")
+        yield 0
+        events.append("resume")
+
+    class Stepper:
+        host = None
+
+        def once(self) -> None:
+            events.append("step")
+
+    monkeypatch.setattr(incontext_steps, "nvcc_paused", paused)
+    monkeypatch.setattr(incontext_steps, "ROUND_MS", 0.001)
+    times, _ = incontext_steps.time_rounds([Stepper(), Stepper()], 2)
+    assert [len(t) for t in times] == [2, 2]
+    first = events.index("pause")
+    assert events[:first] == ["step"] * 6 and events[-1] == "resume"
+    assert "pause" not in events[first + 1 :] and events[first + 1 : -1].count("step") > 0

@@ -81,36 +81,6 @@ def test_a_run_started_during_the_pause_is_not_held_back(tmp_path):
         assert results == [b"built\n"]
 
 
-def test_the_check_times_its_rounds_with_nvcc_paused(monkeypatch):
-    """incontext_steps.time_rounds: the warm-up and launch-timing steps first (a first call may
-    compile), then the timed rounds inside the pause."""
-    import contextlib
-
-    from kernelpro_backend import incontext_steps
-
-    events: list[str] = []
-
-    @contextlib.contextmanager
-    def paused():  # type: ignore[no-untyped-def]
-        events.append("pause")
-        yield 0
-        events.append("resume")
-
-    class Stepper:
-        host = None
-
-        def once(self) -> None:
-            events.append("step")
-
-    monkeypatch.setattr(incontext_steps, "nvcc_paused", paused)
-    monkeypatch.setattr(incontext_steps, "ROUND_MS", 0.001)
-    times, _ = incontext_steps.time_rounds([Stepper(), Stepper()], 2)
-    assert [len(t) for t in times] == [2, 2]
-    first = events.index("pause")
-    assert events[:first] == ["step"] * 6 and events[-1] == "resume"
-    assert "pause" not in events[first + 1 :] and events[first + 1 : -1].count("step") > 0
-
-
 def test_the_timeout_does_not_count_the_pause(tmp_path):
     """A run of ~0.6 s with a 1.5 s timeout, paused for 2 s: it finishes (the pause moved its
     end); a run that really overruns still times out."""
