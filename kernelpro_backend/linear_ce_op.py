@@ -24,7 +24,7 @@ from __future__ import annotations
 import torch
 
 from .fast_op import fast_op
-from .linear_ce_rows import cross_entropy_rows, finish
+from .linear_ce_rows import Finish, cross_entropy_rows, finish
 
 # Rows per chunk: about 2**27 logits (256 MiB in bf16) at a time. On the H100 (8192 x 1024 ->
 # 32000 bf16, BENCHMARKS.md "The LM head in one chunk") 2**26 / 2**27 / 2**28 logits a chunk
@@ -61,24 +61,40 @@ def linear_cross_entropy(
     pre = 1.0 / max(rows, 1) if reduction == "mean" else 1.0
     grad_b = grad_b and bias is not None
     grads = grad_x or grad_w or grad_b
+    # This body runs once per training step on the host's critical path (a host-bound step ends
+    # when its launches do): one chunk, the common case, takes no slices, and the last chunk's
+    # row kernel finishes the loss where it can (linear_ce_rows.Finish) instead of a launch more.
     # The first chunk's GEMM goes first: the GPU starts while the host allocates the rest.
-    logits = _logits(x[:step], weight, bias)
+    logits = _logits(x if step >= rows else x[:step], weight, bias)
     losses = x.new_empty(rows, dtype=torch.float32)
     gx = torch.empty_like(x) if grad_x else x.new_empty(0)
     gw = torch.empty_like(weight) if grad_w else x.new_empty(0)
     gb = torch.zeros(weight.shape[0], dtype=torch.float32, device=x.device) if grad_b else None
+    then = Finish(
+        losses,
+        target,
+        reduction == "mean",
+        x.new_empty((), dtype=torch.float32 if upcast else x.dtype),
+        x.new_empty((), dtype=torch.float32),
+    )
     for start in range(0, rows, step):
-        xc, tc = x[start : start + step], target[start : start + step]
+        whole = step >= rows
+        xc = x if whole else x[start : start + step]
+        tc = target if whole else target[start : start + step]
         if start:
             del logits  # the previous chunk's logits go before the next GEMM allocates
             logits = _logits(xc, weight, bias)
         # The loss per row, and the logits overwritten by their gradient (times `pre`).
-        cross_entropy_rows(logits, tc, pre, ignore_index, grads, out=losses[start : start + step])
+        last = start + step >= rows
+        cross_entropy_rows(
+            logits, tc, pre, ignore_index, grads,
+            out=losses if whole else losses[start : start + step], then=then if last else None,
+        )  # fmt: skip
         if grad_x:
-            torch.matmul(logits, weight, out=gx[start : start + step])
+            torch.mm(logits, weight, out=gx if whole else gx[start : start + step])
         if grad_w:
             if start == 0:  # dW: the first chunk's GEMM writes it, the others accumulate
-                torch.matmul(logits.t(), xc, out=gw)
+                torch.mm(logits.t(), xc, out=gw)
             else:
                 gw.addmm_(logits.t(), xc)
         if gb is not None:
@@ -86,9 +102,12 @@ def linear_cross_entropy(
     del logits
     if grad_w and rows == 0:
         gw.zero_()
-    loss, factor = finish(
-        losses, target, ignore_index, reduction == "mean", torch.float32 if upcast else x.dtype
-    )
+    if then.done:
+        loss, factor = then.loss, then.factor
+    else:
+        loss, factor = finish(
+            losses, target, ignore_index, then.mean, torch.float32 if upcast else x.dtype
+        )
     return (  # a fresh empty tensor per gradient not computed: outputs may not alias
         loss,
         gx,
@@ -139,3 +158,11 @@ def _backward(ctx, grad_loss, _gx, _gw, _gb, _factor):  # type: ignore[no-untype
 
 
 linear_cross_entropy.register_autograd(_backward, setup_context=_setup)
+
+# The same body without an autograd kernel, for graphs AOTAutograd has differentiated: there
+# `fx_passes.linear_ce_rewrite.drop_autograd_kernel` retargets the op's calls to it, sparing
+# each step the autograd kernel's Python (the op runs on the host's critical path).
+linear_cross_entropy_inner = fast_op("kernelpro::linear_cross_entropy_inner")(
+    linear_cross_entropy._init_fn
+)
+linear_cross_entropy_inner.register_fake(_fake)

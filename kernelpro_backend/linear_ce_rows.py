@@ -19,7 +19,7 @@ Owns: `cross_entropy_rows(logits, target, scale, ignore_index, grads) -> per-row
 kernel runs), the
 Triton kernel (made on first use, per interpreter mode: TRITON_INTERPRET is read when a JIT
 function is created) and its ATen twin; `finish` (the loss and the mean's factor from the
-per-row losses, one kernel).
+per-row losses, one kernel) and `Finish` (the same asked of the CUDA row kernel's last launch).
 Must not: compute the logits or the weight gradients (linear_ce_op.py does).
 """
 
@@ -28,6 +28,7 @@ from __future__ import annotations
 import functools
 import logging
 import os
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -163,6 +164,21 @@ def finish(
     return loss, factor
 
 
+@dataclass
+class Finish:
+    """What `finish` computes, asked of the row kernel that takes the last chunk of rows: the
+    loss (0-d, into `loss`) and the mean's factor (0-d float32, into `factor`) from every row's
+    loss in `losses` and every target. `done` is set when that kernel did it (the CUDA kernel
+    can: its last block to end sums the rows, saving a launch); else the caller runs `finish`."""
+
+    losses: torch.Tensor
+    target: torch.Tensor
+    mean: bool
+    loss: torch.Tensor
+    factor: torch.Tensor
+    done: bool = False
+
+
 def cross_entropy_rows(
     logits: torch.Tensor,
     target: torch.Tensor,
@@ -170,17 +186,19 @@ def cross_entropy_rows(
     ignore_index: int,
     grads: bool,
     out: torch.Tensor | None = None,
+    then: Finish | None = None,
 ) -> torch.Tensor:
     """Per-row loss (float32, into `out` when given) of `logits` [rows, vocab] (rows
     contiguous) against `target`; with `grads`, `logits` is overwritten with the loss's gradient
     times `scale` (a host float: the kernel waits for no device scalar). Triton on CUDA tensors
-    (and under TRITON_INTERPRET=1), ATen otherwise."""
+    (and under TRITON_INTERPRET=1), ATen otherwise. With `then`, the kernel may also finish the
+    loss (`then.done` says so)."""
     if not logits.is_cuda and os.environ.get("TRITON_INTERPRET") != "1":
         loss = rows_aten(logits, target, scale, ignore_index, grads)
         return loss if out is None else out.copy_(loss)
     rows, cols = logits.shape
     loss = torch.empty(rows, dtype=torch.float32, device=logits.device) if out is None else out
-    if rows and _shared_memory_kernel(logits, target, loss, scale, ignore_index, grads):
+    if rows and _shared_memory_kernel(logits, target, loss, scale, ignore_index, grads, then):
         return loss
     if rows:
         kernel = _kernel(os.environ.get("TRITON_INTERPRET") == "1")
@@ -208,12 +226,13 @@ def _shared_memory_kernel(
     scale: float,
     ignore_index: int,
     grads: bool,
+    then: Finish | None,
 ) -> bool:
     """The CUDA kernel with the row in shared memory where it runs (linear_ce_rows_cuda.py);
     False, with the reason logged once, where the Triton kernel runs instead."""
     reason = linear_ce_rows_cuda.unavailable(logits, target, loss)
     if reason is None:
-        return linear_ce_rows_cuda.run(logits, target, loss, scale, ignore_index, grads)
+        return linear_ce_rows_cuda.run(logits, target, loss, scale, ignore_index, grads, then)
     if reason not in _SEEN and logits.is_cuda:
         _SEEN.add(reason)
         log.info("cross-entropy rows: the Triton kernel runs (%s)", reason)

@@ -9,8 +9,14 @@ The same contract as the Triton kernel: the loss per row (float32, 0 for an igno
 and, with `grads`, the row overwritten by `(softmax - onehot) * scale` in the logits' dtype.
 Numerics: float32 throughout, the max first and then the sum of exp (exact, not online).
 
+The launch of the last chunk of rows can also finish the loss (linear_ce_rows.Finish): its
+last block to end sums every row's loss in a fixed order and writes the loss and the mean's
+factor, one launch fewer than a finishing kernel (~45 µs of host a step in eager, more inside
+a training step; BENCHMARKS.md, "The LM-head op's host path, cut").
+
 Owns: the CUDA source, `unavailable(logits, target, loss) -> reason | None` (where it cannot
-run: the caller then runs the Triton kernel), `run(...)` (its arguments); compiled once per
+run: the caller then runs the Triton kernel), `run(...)` (its arguments), `counter` (the
+per-stream word the finishing launches count their blocks on); compiled once per
 process (nvcc, else NVRTC; the cubin cached on disk by runtime/cuda_compile.py), loaded and
 launched per device by runtime/cuda_driver.RawKernel.
 Must not: choose chunks or compute logits (linear_ce_op.py does).
@@ -46,6 +52,7 @@ typedef __half kp_elem;
 __device__ __forceinline__ float2 kp_to_f2(kp_pair h) { return __half22float2(h); }
 __device__ __forceinline__ kp_pair kp_from_f2(float a, float b) { return __floats2half2_rn(a, b); }
 __device__ __forceinline__ float kp_to_f(kp_elem h) { return __half2float(h); }
+__device__ __forceinline__ kp_elem kp_from_f(float x) { return __float2half_rn(x); }
 #else
 #include <cuda_bf16.h>
 typedef __nv_bfloat162 kp_pair;
@@ -55,6 +62,7 @@ __device__ __forceinline__ kp_pair kp_from_f2(float a, float b) {
   return __floats2bfloat162_rn(a, b);
 }
 __device__ __forceinline__ float kp_to_f(kp_elem h) { return __bfloat162float(h); }
+__device__ __forceinline__ kp_elem kp_from_f(float x) { return __float2bfloat16_rn(x); }
 #endif
 
 #define KP_THREADS %(threads)d
@@ -87,11 +95,34 @@ __device__ __forceinline__ float kp_block_reduce(float v, float* red) {
   return v;
 }
 
+// The row's gradient, (softmax - onehot) * k, over the logits (from the row in shared memory).
+__device__ __forceinline__ void kp_gradient(const uint4* v, uint4* out, int nv, float k, float lse,
+                                            long long safe) {
+  const float L = 1.4426950408889634f;
+  const float lseL = lse * L;
+  for (int i = threadIdx.x; i < nv; i += KP_THREADS) {
+    uint4 q = v[i];
+    kp_pair* h = reinterpret_cast<kp_pair*>(&q);
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      float2 f = kp_to_f2(h[j]);
+      float gx = kp_ex2(fmaf(f.x, L, -lseL)) * k, gy = kp_ex2(fmaf(f.y, L, -lseL)) * k;
+      const long long c = (long long)i * 8 + 2 * j;
+      if (c == safe) gx -= k;
+      if (c + 1 == safe) gy -= k;
+      h[j] = kp_from_f2(gx, gy);
+    }
+    __stcs(out + i, q);  // streamed: the gradient is not read again before the next GEMM
+  }
+}
+
 // One block per row; the row (n_cols * 2 bytes, a multiple of 16, starting on 16 bytes) in
 // dynamic shared memory.
 extern "C" __global__ void __launch_bounds__(KP_THREADS) kp_ce_rows_smem(
     kp_elem* __restrict__ logits, long long stride, const long long* __restrict__ target,
-    float* __restrict__ loss, float scale, int n_cols, long long ignore_index, int grads) {
+    float* loss, float scale, int n_cols, long long ignore_index, int grads, unsigned* counter,
+    const float* all_loss, const long long* all_target, int total_rows, void* out_loss,
+    int loss_fp32, float* factor, int mean) {
   extern __shared__ __align__(128) unsigned char kp_row[];
   __shared__ __align__(8) unsigned long long bar;
   __shared__ float red[32];
@@ -153,23 +184,35 @@ extern "C" __global__ void __launch_bounds__(KP_THREADS) kp_ce_rows_smem(
     const float picked = kp_to_f(reinterpret_cast<const kp_elem*>(kp_row)[safe]);
     loss[row] = valid ? lse - picked : 0.0f;
   }
-  if (!grads) return;
-  const float k = valid ? scale : 0.0f;
-  const float lseL = lse * L;
-  uint4* out = reinterpret_cast<uint4*>(base);
-  for (int i = threadIdx.x; i < nv; i += KP_THREADS) {
-    uint4 q = v[i];
-    kp_pair* h = reinterpret_cast<kp_pair*>(&q);
-#pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      float2 f = kp_to_f2(h[j]);
-      float gx = kp_ex2(fmaf(f.x, L, -lseL)) * k, gy = kp_ex2(fmaf(f.y, L, -lseL)) * k;
-      const long long c = (long long)i * 8 + 2 * j;
-      if (c == safe) gx -= k;
-      if (c + 1 == safe) gy -= k;
-      h[j] = kp_from_f2(gx, gy);
-    }
-    __stcs(out + i, q);  // streamed: the gradient is not read again before the next GEMM
+  if (grads) kp_gradient(v, reinterpret_cast<uint4*>(base), nv, valid ? scale : 0.0f, lse, safe);
+  if (counter == nullptr) return;
+  // The finish, when asked (the last chunk of rows): the block that ends last sums every row's
+  // loss in a fixed order (deterministic), counts the targets not ignored, writes the loss
+  // and the mean's factor, and sets the counter back to 0 for the next launch on its stream.
+  __shared__ bool last;
+  if (threadIdx.x == 0) {
+    __threadfence();  // this block's loss[row] is visible before the counter says so
+    last = atomicAdd(counter, 1u) == gridDim.x - 1;
+  }
+  __syncthreads();
+  if (!last) return;
+  __threadfence();
+  float total = 0.0f, counted = 0.0f;
+  for (int r = threadIdx.x; r < total_rows; r += KP_THREADS) {
+    total += __ldcg(all_loss + r);
+    counted += all_target[r] != ignore_index ? 1.0f : 0.0f;
+  }
+  total = kp_block_reduce<false>(total, red);
+  counted = kp_block_reduce<false>(counted, red);
+  if (threadIdx.x == 0) {
+    // PyTorch's mean: over the targets not ignored (0 / 0 = nan); a sum: the factor is 1
+    const float value = mean ? __fdiv_rn(total, counted) : total;
+    if (loss_fp32)
+      *reinterpret_cast<float*>(out_loss) = value;
+    else
+      *reinterpret_cast<kp_elem*>(out_loss) = kp_from_f(value);
+    *factor = mean ? __fdiv_rn((float)total_rows, fmaxf(counted, 1.0f)) : 1.0f;
+    *counter = 0u;
   }
 }
 """
@@ -253,6 +296,34 @@ def load(logits: torch.Tensor) -> Any | None:
         return None
 
 
+def counter(device: int, stream: int) -> int | None:
+    """The address of the zeroed 32-bit word the finishing launches on (`device`, `stream`)
+    count their blocks on (each such launch sets it back to 0 as it ends: launches on one stream
+    run in turn), made on first use with the driver's own allocator: a word from torch's caching
+    allocator made while CUDA-graph trees warm a graph up would come from that graph's private
+    pool, which it hands to other tensors later. None while the current stream is being captured
+    and has no word yet (no allocation is allowed during a capture): the caller then finishes
+    with its own kernel. Graph replays use the word of the stream they were captured on; replays
+    of graphs captured on one stream must not run at once on two streams."""
+    found = _COUNTERS.get((device, stream))
+    if found is None and not torch.cuda.is_current_stream_capturing():
+        found = _COUNTERS[(device, stream)] = _device_word(device, stream)
+    return found
+
+
+def _device_word(device: int, stream: int) -> int:
+    from .runtime.cuda_driver import _check, driver_api
+
+    driver = driver_api()
+    with torch.cuda.device(device):  # torch's primary context
+        word = _check(driver, driver.cuMemAlloc(4), "allocating the row kernel's counter")
+        _check(driver, driver.cuMemsetD32Async(word, 0, 1, stream), "zeroing it")
+    return int(word)
+
+
+_COUNTERS: dict[tuple[int, int], int] = {}  # never freed: one word per stream that finished
+
+
 def run(
     logits: torch.Tensor,
     target: torch.Tensor,
@@ -260,18 +331,41 @@ def run(
     scale: float,
     ignore_index: int,
     grads: bool,
+    then: Any = None,
 ) -> bool:
     """Launch on torch's current stream; False (nothing launched) if the kernel is not
-    available here. `target` int64, `loss` float32 [rows], both contiguous."""
+    available here. `target` int64, `loss` float32 [rows], both contiguous. `then` (a
+    linear_ce_rows.Finish, for the last chunk of rows) asks the launch to finish the loss too;
+    its `done` says whether it did."""
     kernel = load(logits)
     if kernel is None:
         return False
     rows, cols = logits.shape
+    device = kernel.device
+    stream = torch.cuda.current_stream(device).cuda_stream
+    count = None if then is None or rows == 0 else counter(device, stream)
+    if count is not None and then.loss.dtype not in (torch.float32, logits.dtype):
+        count = None  # the kernel writes a float32 or the logits' own 16-bit loss
+    finish = (
+        [
+            ctypes.c_void_p(count), ctypes.c_void_p(then.losses.data_ptr()),
+            ctypes.c_void_p(then.target.data_ptr()), ctypes.c_int(then.losses.shape[0]),
+            ctypes.c_void_p(then.loss.data_ptr()), ctypes.c_int(then.loss.dtype == torch.float32),
+            ctypes.c_void_p(then.factor.data_ptr()), ctypes.c_int(int(then.mean)),
+        ]
+        if count is not None
+        else [ctypes.c_void_p(0), ctypes.c_void_p(0), ctypes.c_void_p(0), ctypes.c_int(0),
+              ctypes.c_void_p(0), ctypes.c_int(0), ctypes.c_void_p(0), ctypes.c_int(0)]
+    )  # fmt: skip
     values = [
         ctypes.c_void_p(logits.data_ptr()), ctypes.c_longlong(logits.stride(0)),
         ctypes.c_void_p(target.data_ptr()), ctypes.c_void_p(loss.data_ptr()),
         ctypes.c_float(scale), ctypes.c_int(cols), ctypes.c_longlong(ignore_index),
-        ctypes.c_int(int(grads)),
+        ctypes.c_int(int(grads)), *finish,
     ]  # fmt: skip
-    kernel.launch(rows, THREADS, cols * logits.element_size(), values, f" ({rows} x {cols})")
+    kernel.launch(
+        rows, THREADS, cols * logits.element_size(), values, f" ({rows} x {cols})", stream
+    )
+    if count is not None:
+        then.done = True
     return True

@@ -269,9 +269,19 @@ class RawKernel:
             attr = driver.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
             _check(driver, driver.cuFuncSetAttribute(self._function, attr, max_smem), "smem")
 
-    def launch(self, grid: int, block: int, smem: int, args: Sequence[Any], what: str = "") -> None:
+    def launch(
+        self,
+        grid: int,
+        block: int,
+        smem: int,
+        args: Sequence[Any],
+        what: str = "",
+        stream: int | None = None,
+    ) -> None:
+        """On `stream` (a CUstream handle), by default torch's current stream on the device."""
         pointers = (ctypes.c_void_p * max(1, len(args)))(*[ctypes.addressof(a) for a in args])
-        stream = torch.cuda.current_stream(self.device).cuda_stream
+        if stream is None:
+            stream = torch.cuda.current_stream(self.device).cuda_stream
         call = (self._function, grid, 1, 1, block, 1, 1, smem, stream, ctypes.addressof(pointers))
         if self.device == torch.cuda.current_device():
             result = self._driver.cuLaunchKernel(*call, 0)

@@ -115,3 +115,50 @@ def test_a_strided_view_of_the_rows_goes_to_the_triton_kernel():
     assert cuda_rows.unavailable(logits, target[::1].to(torch.int32)) == (
         "targets not contiguous int64"
     )
+
+
+@gpu
+@needs_hopper
+@pytest.mark.parametrize("mean", [True, False])
+@pytest.mark.parametrize("loss_dtype", [torch.float32, torch.bfloat16])
+def test_the_last_chunks_launch_finishes_the_loss_as_the_finishing_kernel_does(mean, loss_dtype):
+    from kernelpro_backend.linear_ce_rows import Finish, finish
+
+    logits, target = _case(1000, 4096, torch.bfloat16, seed=3)
+    losses = torch.empty(1000, device="cuda")
+    for _ in range(3):  # the counter is set back to 0 by each launch: every call finishes
+        then = Finish(
+            losses, target, mean, torch.empty((), device="cuda", dtype=loss_dtype),
+            torch.empty((), device="cuda"),
+        )  # fmt: skip
+        first, second = logits[:600].clone(), logits[600:].clone()
+        assert cuda_rows.run(first, target[:600], losses[:600], 0.5, -100, True)
+        assert cuda_rows.run(second, target[600:], losses[600:], 0.5, -100, True, then)
+        assert then.done
+        want_loss, want_factor = finish(losses.cpu(), target.cpu(), -100, mean, loss_dtype)
+        torch.testing.assert_close(then.loss.cpu(), want_loss, rtol=1e-5, atol=0)
+        torch.testing.assert_close(then.factor.cpu(), want_factor.float(), rtol=0, atol=0)
+    every = logits.clone()
+    want_rows = rows_aten(every, target, 0.5, -100, True)
+    torch.testing.assert_close(losses, want_rows, rtol=1e-5, atol=2e-5)
+    torch.testing.assert_close(torch.cat([first, second]), every, rtol=2e-2, atol=1e-3)
+
+
+@gpu
+@needs_hopper
+def test_under_a_capture_with_no_counter_yet_the_caller_finishes():
+    from kernelpro_backend.linear_ce_rows import Finish
+
+    logits, target = _case(8, 1024, torch.bfloat16, seed=4)
+    losses = torch.empty(8, device="cuda")
+    assert cuda_rows.run(logits, target, losses, 0.125, -100, False)  # loaded before the capture
+    loss, factor = torch.empty((), device="cuda"), torch.empty((), device="cuda")
+    stream = torch.cuda.Stream()
+    cuda_rows._COUNTERS.pop((0, stream.cuda_stream), None)
+    graph = torch.cuda.CUDAGraph()
+    then = Finish(losses, target, True, loss, factor)
+    with torch.cuda.graph(graph, stream=stream):
+        assert cuda_rows.run(logits, target, losses, 0.125, -100, False, then)
+    assert not then.done and (0, stream.cuda_stream) not in cuda_rows._COUNTERS
+    graph.replay()
+    torch.testing.assert_close(losses, rows_aten(logits, target, 0.125, -100, False))
