@@ -27,7 +27,7 @@ from . import (
     linear_ce_op,  # noqa: F401  (registers kernelpro::linear_cross_entropy)
 )
 from .fx_passes.attention_rewrite import rewrite_attention
-from .fx_passes.linear_ce_rewrite import rewrite_linear_cross_entropy
+from .fx_passes.linear_ce_rewrite import drop_autograd_kernel, rewrite_linear_cross_entropy
 from .fx_passes.patterns import check_pattern_names
 from .options import Options
 from .providers import KernelProvider
@@ -115,6 +115,7 @@ def _compile_inductor(
 
     def inner_compile(graph: fx.GraphModule, inputs: Sequence[Any], **kwargs: Any) -> Any:
         kind = _graph_kind(kwargs)
+        drop_autograd_kernel(graph)
         untouched = _copy_graph(graph)
         report = session.rewrite(graph, kind)
         if not report.replaced:
@@ -170,6 +171,7 @@ def _compile_eager(
     from torch._inductor.compile_fx import compile_fx
 
     def inner_compile(graph: fx.GraphModule, inputs: Sequence[Any], **kwargs: Any) -> Any:
+        drop_autograd_kernel(graph)
         session.rewrite(graph, _graph_kind(kwargs))
         return make_boxed_func(graph.forward)
 

@@ -11,7 +11,10 @@ Rewritten only when exact: the logits feed nothing else, reach the loss only thr
 autocast region, and the loss has no class weights, no label smoothing and reduction "mean" or
 "sum"; in a graph that needs no gradient, the op computes the loss alone.
 
-Owns: `rewrite_linear_cross_entropy(gm) -> int` (chains rewritten).
+Owns: `rewrite_linear_cross_entropy(gm) -> int` (chains rewritten), and
+`drop_autograd_kernel(gm) -> int`: after AOTAutograd, the op's calls go to its twin without an
+autograd kernel (`kernelpro::linear_cross_entropy_inner`, the same body), since the graphs it
+sits in are already differentiated and the autograd kernel's Python costs host time per step.
 Must not: compute anything (the op does) or import the op's module (the backend registers it;
 this pass names it through torch.ops).
 """
@@ -131,3 +134,22 @@ def rewrite_linear_cross_entropy(gm: fx.GraphModule) -> int:
         replace_chain(graph, ce, loss, [*between, linear])
         done += 1
     return finish_rewrite(gm, done, "LM head + cross-entropy chain(s) rewritten to a chunked op")
+
+
+def drop_autograd_kernel(gm: fx.GraphModule) -> int:
+    """Calls of `kernelpro::linear_cross_entropy` in a graph AOTAutograd made (forward,
+    backward or inference) retargeted to its twin `linear_cross_entropy_inner`: the same body
+    and schema, no autograd kernel. The one with the formula runs a Python autograd kernel on
+    every call even with grad mode off, as it is inside a compiled forward: host time on the
+    step's critical path. Returns how many calls were retargeted."""
+    outer = getattr(torch.ops.kernelpro, "linear_cross_entropy", None)
+    if outer is None:
+        return 0
+    done = 0
+    for node in gm.graph.nodes:
+        if node.op == "call_function" and node.target is outer.default:
+            node.target = torch.ops.kernelpro.linear_cross_entropy_inner.default
+            done += 1
+    if done:
+        gm.recompile()
+    return done

@@ -98,13 +98,21 @@ def test_training_through_the_chunked_op_matches_eager(spelling, fallback):
         options={"fallback": fallback, "rewrite_linear_cross_entropy": True},
     )
     (h, t), (h_ref, _) = _inputs(spelling), _inputs(spelling)
-    loss, ref_loss = compiled(h, t), ref(h_ref, t)
+    compiled(*_inputs(spelling, seed=1))  # compiled here; the call below runs what was compiled
+    model.zero_grad()
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        loss = compiled(h, t)
+    ref_loss = ref(h_ref, t)
     torch.testing.assert_close(loss, ref_loss, rtol=1e-5, atol=1e-5)
     loss.backward()
     ref_loss.backward()
     torch.testing.assert_close(h.grad, h_ref.grad, rtol=1e-4, atol=1e-6)
     for p, q in zip(model.parameters(), ref.parameters(), strict=True):
         torch.testing.assert_close(p.grad, q.grad, rtol=1e-4, atol=1e-6)
+    # The compiled forward calls the op's twin without an autograd kernel (drop_autograd_kernel)
+    ran = {event.key for event in prof.key_averages()}
+    assert "kernelpro::linear_cross_entropy_inner" in ran
+    assert "kernelpro::linear_cross_entropy" not in ran
 
 
 def test_hidden_states_without_grad_cost_no_dx_and_the_head_still_trains():
