@@ -87,7 +87,10 @@ def parse_args() -> argparse.Namespace:
         "--dtype", default="auto", choices=("auto", *DTYPES),
         help="auto: each workload's default",
     )  # fmt: skip
-    return parser.parse_args()
+    args = parser.parse_args()
+    if args.rounds < 1:  # as `kernelpro bench` says it
+        parser.error(f"--rounds {args.rounds}: need at least one round")
+    return args
 
 
 def main() -> int:
@@ -123,7 +126,7 @@ def main() -> int:
     sol_fn, subgraph_fn = device_sol_hooks(device)  # % of SOL and the roofline chart
     config = RunConfig(
         modes=modes,
-        rounds=max(1, args.rounds),
+        rounds=args.rounds,
         on_workload=lambda result: tables.append_jsonl(result, finished),
         watch_compile=watchdog.watching,
         sol_fn=sol_fn,

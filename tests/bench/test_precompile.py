@@ -36,3 +36,12 @@ def test_a_child_out_of_time_leaves_only_its_mode_out(tmp_path: Path) -> None:
     assert modes["eager"]["status"] == "ok" and modes["eager"]["median_ms"] > 0
     assert modes["inductor"]["status"] == "failed"
     assert "still compiling after" in modes["inductor"]["message"]
+
+
+def test_no_rounds_is_an_error_as_in_the_cli(tmp_path: Path) -> None:
+    cmd = [sys.executable, str(ROOT / "scripts" / "gpu_bench.py"), "--device", "cpu"]
+    cmd += ["--size", "tiny", "--workload", "softmax", "--rounds", "0"]
+    env = dict(os.environ, OUT=str(tmp_path), PYTHONPATH=str(ROOT))
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 2 and "--rounds 0: need at least one round" in proc.stderr
+    assert not (tmp_path / "bench.json").exists()
