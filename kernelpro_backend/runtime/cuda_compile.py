@@ -164,6 +164,7 @@ def kill_running_nvcc() -> None:
 # The seconds nvcc runs have spent stopped by `nvcc_paused` so far, and when the current pause
 # began (0: none), so that a run's timeout counts only the time it could run.
 _PAUSES: list[float] = [0.0, 0.0]
+_DEPTH = [0]  # pauses open now (nested ones stop nothing)
 
 
 def _paused_s() -> float:
@@ -179,10 +180,12 @@ def nvcc_paused() -> Iterator[int]:
     then let them go on: for timings that builds on the host's cores would disturb (the
     in-context check's rounds of a host-bound training step). Runs started inside the block
     are not held back (the caller may need one), and stopped runs' timeouts do not count the
-    pause. Yields how many runs were stopped. Not nested."""
+    pause. Yields how many runs were stopped; a pause inside another (from any thread) stops
+    nothing more and yields 0, and the runs go on when the outer one ends."""
     stop = getattr(signal, "SIGSTOP", None)
     with _RUNNING_LOCK:
-        running = list(_RUNNING) if stop is not None else []
+        _DEPTH[0] += 1
+        running = list(_RUNNING) if stop is not None and _DEPTH[0] == 1 else []
         if running:
             _PAUSES[1] = time.monotonic()
     for proc in running:
@@ -192,8 +195,9 @@ def nvcc_paused() -> Iterator[int]:
     finally:
         for proc in running:
             _signal_group(proc, signal.SIGCONT)
-        if running:
-            with _RUNNING_LOCK:
+        with _RUNNING_LOCK:
+            _DEPTH[0] -= 1
+            if running:
                 _PAUSES[0] += time.monotonic() - _PAUSES[1]
                 _PAUSES[1] = 0.0
 

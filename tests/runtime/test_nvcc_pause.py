@@ -96,3 +96,19 @@ def test_the_timeout_does_not_count_the_pause(tmp_path):
     thread = _build_in_thread(slow, 0.5, late)
     thread.join(30)
     assert isinstance(late[0], cuda_compile.CudaCompileError) and "ran over" in str(late[0])
+
+
+def test_a_pause_inside_a_pause_leaves_the_runs_stopped_until_the_outer_one_ends(tmp_path):
+    fake, results = _fake_nvcc(tmp_path, 0.3), []
+    thread = _build_in_thread(fake, 60, results)
+    pids = tmp_path / "pids"
+    assert _wait_for(lambda: pids.exists() and pids.read_text().strip())
+    pid = int(pids.read_text().split()[0])
+    with cuda_compile.nvcc_paused() as stopped:
+        assert stopped == 1 and _wait_for(lambda: _state(pid) == "T")
+        with cuda_compile.nvcc_paused() as inner:
+            assert inner == 0
+        time.sleep(0.6)  # the inner pause's end let nothing go on
+        assert _state(pid) == "T" and not results
+    thread.join(30)
+    assert results == [b"built\n"]
