@@ -307,18 +307,10 @@ def counter(device: int, stream: int) -> int | None:
     of graphs captured on one stream must not run at once on two streams."""
     found = _COUNTERS.get((device, stream))
     if found is None and not torch.cuda.is_current_stream_capturing():
-        found = _COUNTERS[(device, stream)] = _device_word(device, stream)
+        from .runtime.cuda_driver import zeroed_word
+
+        found = _COUNTERS[(device, stream)] = zeroed_word(device, stream)
     return found
-
-
-def _device_word(device: int, stream: int) -> int:
-    from .runtime.cuda_driver import _check, driver_api
-
-    driver = driver_api()
-    with torch.cuda.device(device):  # torch's primary context
-        word = _check(driver, driver.cuMemAlloc(4), "allocating the row kernel's counter")
-        _check(driver, driver.cuMemsetD32Async(word, 0, 1, stream), "zeroing it")
-    return int(word)
 
 
 _COUNTERS: dict[tuple[int, int], int] = {}  # never freed: one word per stream that finished

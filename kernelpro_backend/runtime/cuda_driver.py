@@ -1,7 +1,7 @@
 """Loading a cubin with the CUDA driver API and launching its kernels on torch's stream.
 
 Owns: `RawKernel` (one kernel launched with ctypes arguments where it is told to write: the
-package's own fixed kernels), `smem_optin_limit`, `CudaKernel` (a callable over the subgraph inputs: cuModuleLoadData + cuModuleGetFunction
+package's own fixed kernels), `zeroed_word` (a counter for them), `smem_optin_limit`, `CudaKernel` (a callable over the subgraph inputs: cuModuleLoadData + cuModuleGetFunction
 at load, one resolved launch plan per input signature, fresh outputs per call, cuLaunchKernel on
 torch's current stream, so CUDA-graph capture records it), the parameter-layout check against
 the cubin (cuFuncGetParamInfo, where the driver has it), the >48 KiB dynamic shared memory
@@ -249,6 +249,16 @@ def smem_optin_limit(device: int) -> int:
     attr = driver.CUdevice_attribute.CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN
     dev = _check(driver, driver.cuDeviceGet(device), "cuDeviceGet")
     return int(_check(driver, driver.cuDeviceGetAttribute(attr, dev), "smem opt-in limit"))
+
+
+def zeroed_word(device: int, stream: int) -> int:
+    """The address of 4 bytes of `device` memory from the driver's allocator (outside torch's
+    caching allocator and any CUDA-graph pool; never freed), zeroed on `stream`."""
+    driver = driver_api()
+    with torch.cuda.device(device):  # torch's primary context
+        word = _check(driver, driver.cuMemAlloc(4), "allocating a device word")
+        _check(driver, driver.cuMemsetD32Async(word, 0, 1, stream), "zeroing a device word")
+    return int(word)
 
 
 class RawKernel:
