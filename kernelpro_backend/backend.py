@@ -27,8 +27,10 @@ from . import (
     linear_ce_op,  # noqa: F401  (registers kernelpro::linear_cross_entropy)
 )
 from .fx_passes.attention_rewrite import rewrite_attention
+from .fx_passes.causal_mask import lower_triangular
 from .fx_passes.linear_ce_rewrite import drop_autograd_kernel, rewrite_linear_cross_entropy
 from .fx_passes.patterns import check_pattern_names
+from .guarded import ValueGuarded
 from .options import Options
 from .providers import KernelProvider
 from .rewrite import RewriteReport, SubgraphObserver, rewrite_graph
@@ -243,14 +245,19 @@ def make_backend(
             opts.rewrite_attention or opts.rewrite_linear_cross_entropy
         )
         original = _graph_copy(gm.graph) if rewrites else None
+        relied: list[fx.Node] = []  # placeholders whose values a rewrite relied on
         if opts.search != "off":
-            session.rewrites.update(torch_rewrites(gm, opts))
+            values = dict(zip(_placeholders(gm), example_inputs, strict=False))
+            session.rewrites.update(torch_rewrites(gm, opts, values, relied))
         if sessions is not None:
             sessions.append(session)
         if original is None or not any(session.rewrites.values()):
             return _compile(session, gm, example_inputs, mode)
         try:
-            return _compile(session, gm, example_inputs, mode)
+            compiled = _compile(session, gm, example_inputs, mode)
+            if not relied:
+                return compiled
+            return _value_guarded(compiled, gm, original, relied, example_inputs, opts, mode)
         except Exception as e:
             # A rewrite put an op in the graph that cannot be compiled or run here (SDPA under
             # an sdpa_kernel() context that allows none of its kernels): the graph as the user
@@ -275,15 +282,57 @@ def make_backend(
     return backend
 
 
-def torch_rewrites(gm: fx.GraphModule, opts: Options) -> dict[str, int]:
+def torch_rewrites(
+    gm: fx.GraphModule,
+    opts: Options,
+    values: Mapping[fx.Node, Any] | None = None,
+    relied: list[fx.Node] | None = None,
+) -> dict[str, int]:
     """The torch-level rewrites the options allow, made on a Dynamo graph in place (before
-    AOTAutograd), in the order a compile makes them: {rewrite: how many}."""
+    AOTAutograd), in the order a compile makes them: {rewrite: how many}. With the
+    placeholders' compile-time `values`, a rewrite may rely on them (a buffer holding a causal
+    mask); it names those placeholders in `relied`, whose values the caller must guard."""
     made = {}
     if opts.rewrite_attention:
-        made["attention"] = rewrite_attention(gm)
+        made["attention"] = rewrite_attention(gm, values, relied)
     if opts.rewrite_linear_cross_entropy:
         made["linear_cross_entropy"] = rewrite_linear_cross_entropy(gm)
     return made
+
+
+def _placeholders(gm: fx.GraphModule) -> list[fx.Node]:
+    return [n for n in gm.graph.nodes if n.op == "placeholder"]
+
+
+def _value_guarded(
+    compiled: Callable[..., Any],
+    gm: fx.GraphModule,
+    original: fx.Graph,
+    relied: list[fx.Node],
+    example_inputs: Sequence[Any],
+    opts: Options,
+    mode: str | None,
+) -> Callable[..., Any]:
+    """`compiled`, called only while the inputs a rewrite relied on hold their values; else
+    the graph as rewritten without relying on any value (compiled when first needed)."""
+    index = {node: i for i, node in enumerate(_placeholders(gm))}
+    fresh = _graph_copy(original)
+
+    def recompile() -> Callable[..., Any]:
+        plain = fx.GraphModule(gm, fresh)
+        session = CompileSession(opts, default_provider(opts, None), None)
+        session.rewrites.update(torch_rewrites(plain, opts))
+        return _compile(session, plain, example_inputs, mode)
+
+    names = ", ".join(str(n.target) for n in relied)
+    return ValueGuarded(
+        compiled,
+        example_inputs,
+        [index[n] for n in relied],
+        lower_triangular,
+        recompile,
+        f"the input(s) holding a causal mask ({names})",
+    )
 
 
 def _graph_copy(graph: fx.Graph) -> fx.Graph:

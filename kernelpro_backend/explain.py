@@ -120,7 +120,9 @@ def find_subgraphs(
 
     def backend(gm: torch.fx.GraphModule, inputs: Sequence[Any], **kwargs: Any) -> Any:
         if rewrites is not None:  # as a compile makes them (backend.torch_rewrites)
-            for name, n in torch_rewrites(gm, opts).items():
+            placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+            values = dict(zip(placeholders, inputs, strict=False))
+            for name, n in torch_rewrites(gm, opts, values, []).items():
                 rewrites[name] = rewrites.get(name, 0) + n
         return inner(gm, inputs, **kwargs)
 

@@ -13,8 +13,9 @@ Rewritten only when exact: each intermediate has no other user, the scale is a n
 absent: scale 1), the mask is a boolean `masked_fill` with -inf (passed as SDPA's boolean
 `attn_mask`, True = attend) or an additive float mask, dropout has p == 0, and softmax runs over
 the last dim. A mask built in the graph as `torch.tril(torch.ones(L, S))`-style over a square
-score becomes `is_causal=True`; a mask read from a buffer stays an `attn_mask` (its values can
-change between calls).
+score becomes `is_causal=True`; so does a mask read from a buffer whose values are causal when
+the graph is compiled (causal_mask.py), under a runtime check the backend adds (guarded.py:
+its values can change between calls); any other mask read from a buffer stays an `attn_mask`.
 
 Owns: `rewrite_attention(gm) -> int` (chains rewritten).
 Must not: partition, key or lower (partition.py and lowering/ see the SDPA ops afterwards).
@@ -24,12 +25,14 @@ from __future__ import annotations
 
 import math
 import operator
+from collections.abc import Mapping
 from typing import Any
 
 import torch
 import torch.fx as fx
 import torch.nn.functional as F
 
+from .causal_mask import causal_buffer
 from .torch_level import arg, example_value, finish_rewrite, replace_chain
 
 # Functions and the method names dynamo keeps for `x.matmul(y)`, `x.mul(c)`, ...
@@ -226,8 +229,16 @@ def _causal(mask: fx.Node) -> bool:
     return isinstance(shape, torch.Tensor) and shape.dim() == 2 and shape.shape[0] == shape.shape[1]
 
 
-def rewrite_attention(gm: fx.GraphModule) -> int:
-    """Rewrite every exact hand-written attention chain of `gm` into SDPA; returns how many."""
+def rewrite_attention(
+    gm: fx.GraphModule,
+    values: Mapping[fx.Node, Any] | None = None,
+    relied_on: list[fx.Node] | None = None,
+) -> int:
+    """Rewrite every exact hand-written attention chain of `gm` into SDPA; returns how many.
+    With `values` (the compile-time value of each placeholder), a mask read from a buffer that
+    holds a causal mask becomes `is_causal=True` too, and that placeholder goes into
+    `relied_on`: the caller must check at runtime that its values have not changed
+    (guarded.py)."""
     done = 0
     for out in list(gm.graph.nodes):
         found = _match(out) if out.op in ("call_function", "call_method") else None
@@ -238,7 +249,12 @@ def rewrite_attention(gm: fx.GraphModule) -> int:
         with graph.inserting_before(out):
             k = _untransposed(graph, kt)
             kwargs: dict[str, Any] = {"scale": chain.scale}
-            if chain.mask is not None and _causal(chain.mask):
+            buffer = None
+            if chain.mask is not None and values is not None and relied_on is not None:
+                buffer = causal_buffer(chain.mask, values)
+                if buffer is not None and buffer not in relied_on:
+                    relied_on.append(buffer)
+            if chain.mask is not None and (_causal(chain.mask) or buffer is not None):
                 kwargs["is_causal"] = True
             elif chain.mask is not None:
                 kwargs["attn_mask"] = _keep(graph, chain.mask)
@@ -247,6 +263,8 @@ def rewrite_attention(gm: fx.GraphModule) -> int:
             sdpa = graph.call_function(F.scaled_dot_product_attention, (q, k, v), kwargs)
         # From `@ v` back to `q @ kT`, then what only they read (a bypassed transpose, `~x`).
         mask = [chain.mask] if chain.mask is not None else []
+        if kwargs.get("is_causal") and chain.mask is not None:  # what built the mask
+            mask += [a for a in chain.mask.args if isinstance(a, fx.Node)]
         replace_chain(graph, out, sdpa, [*chain.nodes, kt, *mask])
         done += 1
     return finish_rewrite(gm, done, "hand-written attention chain(s) rewritten to SDPA")

@@ -1,0 +1,81 @@
+"""A compiled graph that relied on the values of some of its inputs (a buffer holding a causal
+mask, fx_passes/causal_mask.py), called only while those values hold.
+
+Dynamo guards a graph on its inputs' shapes, dtypes and strides, not on a buffer's values. Each
+call here checks, on the host, each relied-on input's version counter (every in-place write
+bumps it: `copy_`, `load_state_dict`, a DDP broadcast) and storage address (`.to()` or `.data
+=` move it): a few µs. When one moved, the values are checked again (one device-to-host read):
+still causal, the graph goes on; not, or changed more than `RECHECKS` times (a buffer rewritten
+every step would pay a read every call), the graph compiled without relying on any value runs
+from then on, compiled on first need, with a log line saying why.
+
+Owns: `ValueGuarded(compiled, checks, recompile)`.
+Must not: decide which values a graph relies on (the rewrites do) or compile (backend.py does).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+
+log = logging.getLogger("kernelpro")
+
+RECHECKS = 3
+
+
+class ValueGuarded:
+    """Calls `compiled` while each input at the indices of `checks` holds a value for which
+    `still_valid(tensor)` is true, else the graph `recompile()` makes. Called as Dynamo calls
+    a backend's result: one positional argument per graph input."""
+
+    def __init__(
+        self,
+        compiled: Callable[..., Any],
+        inputs: Sequence[Any],
+        indices: Sequence[int],
+        still_valid: Callable[[torch.Tensor], bool],
+        recompile: Callable[[], Callable[..., Any]],
+        what: str,
+    ) -> None:
+        self._compiled = compiled
+        self._still_valid = still_valid
+        self._recompile = recompile
+        self._what = what
+        self._seen = {i: _stamp(inputs[i]) for i in indices}
+        self._rechecks = 0
+        self._fallback: Callable[..., Any] | None = None
+
+    def __call__(self, *args: Any) -> Any:
+        if self._fallback is None and not self._holds(args):
+            self._fallback = self._recompile()
+        run = self._fallback if self._fallback is not None else self._compiled
+        return run(*args)
+
+    def _holds(self, inputs: Sequence[Any]) -> bool:
+        changed = [i for i, stamp in self._seen.items() if _stamp(inputs[i]) != stamp]
+        if not changed:
+            return True
+        self._rechecks += 1
+        valid = self._rechecks <= RECHECKS and all(self._still_valid(inputs[i]) for i in changed)
+        if valid:
+            for i in changed:
+                self._seen[i] = _stamp(inputs[i])
+            return True
+        why = (
+            f"changed more than {RECHECKS} times"
+            if self._rechecks > RECHECKS
+            else "no longer hold the values relied on"
+        )
+        log.warning(
+            "kernelpro: %s %s since the graph was compiled; compiling it without relying on "
+            "them (once), and running that from now on",
+            self._what, why,
+        )  # fmt: skip
+        return False
+
+
+def _stamp(t: Any) -> tuple[int, int, int]:
+    return (id(t), t._version, t.data_ptr())

@@ -1,0 +1,143 @@
+"""A causal mask read from a buffer (nanoGPT's `bias` buffer, a `tril` bool buffer) becomes SDPA's
+`is_causal=True` — only when the buffer holds a causal mask when the graph is compiled, and
+only while it still does: the backend checks the buffer's version on each call, re-checks its
+values when it moved, and runs a graph compiled without relying on them once they change."""
+
+from __future__ import annotations
+
+import logging
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from kernelpro_backend import guarded, make_backend
+from kernelpro_backend.fx_passes.attention_rewrite import rewrite_attention
+from kernelpro_backend.fx_passes.causal_mask import lower_triangular
+from kernelpro_backend.providers import NullProvider
+
+B, H, T, D, N = 2, 2, 8, 16, 12  # N: the buffer's size (block size), T <= N
+
+
+class Masked(torch.nn.Module):
+    def __init__(self, spelling: str, mask: torch.Tensor | None = None) -> None:
+        super().__init__()
+        self.spelling = spelling
+        if spelling == "nanogpt_float":  # as nanoGPT registers it: float ones, [1, 1, N, N]
+            self.register_buffer("bias", torch.tril(torch.ones(N, N)).view(1, 1, N, N))
+        else:
+            self.register_buffer("mask", torch.tril(torch.ones(N, N, dtype=torch.bool)))
+        if mask is not None:
+            self.mask = mask
+
+    def forward(self, q, k, v):
+        t = q.size(-2)
+        att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(D))
+        if self.spelling == "nanogpt_float":
+            att = att.masked_fill(self.bias[:, :, :t, :t] == 0, float("-inf"))
+        elif self.spelling == "bool_sliced":
+            att = att.masked_fill(~self.mask[:t, :t], float("-inf"))
+        elif self.spelling == "offset_window":  # not from the top left: not causal as SDPA's
+            att = att.masked_fill(~self.mask[1 : t + 1, :t], float("-inf"))
+        else:
+            raise AssertionError(self.spelling)
+        return F.softmax(att, dim=-1) @ v
+
+
+def _inputs(t=T, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return [torch.randn(B, H, t, D, generator=g, requires_grad=True) for _ in range(3)]
+
+
+def _rewritten(module) -> tuple[list[dict], list[str]]:
+    found, relied_names = [], []
+
+    def backend(gm, example_inputs):
+        placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+        values = dict(zip(placeholders, example_inputs, strict=True))
+        relied: list = []
+        rewrite_attention(gm, values, relied)
+        found.extend(
+            dict(n.kwargs) for n in gm.graph.nodes if n.target is F.scaled_dot_product_attention
+        )
+        relied_names.extend(str(n.target) for n in relied)
+        return gm.forward
+
+    torch._dynamo.reset()
+    torch.compile(module, backend=backend)(*_inputs())
+    return found, relied_names
+
+
+@pytest.mark.parametrize("spelling", ["nanogpt_float", "bool_sliced"])
+def test_a_buffer_holding_a_causal_mask_becomes_is_causal_and_is_named_for_the_guard(spelling):
+    (kwargs,), relied = _rewritten(Masked(spelling))
+    assert kwargs.get("is_causal") is True and "attn_mask" not in kwargs
+    assert len(relied) == 1 and ("bias" if spelling == "nanogpt_float" else "mask") in relied[0]
+
+
+@pytest.mark.parametrize(
+    ("spelling", "mask"),
+    [
+        ("bool_sliced", torch.tril(torch.ones(N, N, dtype=torch.bool), diagonal=-1)),
+        ("bool_sliced", torch.ones(N, N, dtype=torch.bool)),
+        ("offset_window", None),
+    ],
+    ids=["strictly_lower", "all_true", "offset_window"],
+)
+def test_any_other_buffer_mask_stays_an_attn_mask(spelling, mask):
+    (kwargs,), relied = _rewritten(Masked(spelling, mask))
+    assert "attn_mask" in kwargs and not kwargs.get("is_causal") and relied == []
+
+
+def test_lower_triangular_reads_values_not_shapes():
+    tril = torch.tril(torch.ones(5, 5))
+    assert lower_triangular(tril) and lower_triangular(tril.bool().view(1, 1, 5, 5))
+    assert not lower_triangular(torch.ones(5, 5)) and not lower_triangular(torch.ones(4, 5))
+    assert not lower_triangular(torch.tril(torch.ones(5, 5), diagonal=-1))
+
+
+def _compiled(module):
+    torch._dynamo.reset()
+    return torch.compile(
+        module, backend=make_backend(provider=NullProvider()), options={"fallback": "eager"}
+    )
+
+
+def _check(compiled, module, seed):
+    inputs, ref_inputs = _inputs(seed=seed), _inputs(seed=seed)
+    out, ref = compiled(*inputs), module(*ref_inputs)
+    torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-5)
+    out.sum().backward()
+    ref.sum().backward()
+    for a, b in zip(inputs, ref_inputs, strict=True):
+        torch.testing.assert_close(a.grad, b.grad, rtol=1e-5, atol=1e-5)
+
+
+def test_training_through_it_matches_eager_and_a_changed_buffer_is_honoured(caplog):
+    module = Masked("bool_sliced")
+    compiled = _compiled(module)
+    _check(compiled, module, 0)
+    with torch.no_grad():  # the same values written again: re-checked, still causal
+        module.mask.copy_(torch.tril(torch.ones(N, N, dtype=torch.bool)))
+    with caplog.at_level(logging.WARNING, logger="kernelpro"):
+        _check(compiled, module, 1)
+    assert "no longer hold" not in caplog.text
+    with torch.no_grad():  # now a different mask: the graph that does not rely on it runs
+        module.mask.fill_(True)
+    with caplog.at_level(logging.WARNING, logger="kernelpro"):
+        _check(compiled, module, 2)
+        _check(compiled, module, 3)
+    assert caplog.text.count("no longer hold the values relied on") == 1
+
+
+def test_a_buffer_rewritten_every_call_stops_being_relied_on(caplog, monkeypatch):
+    monkeypatch.setattr(guarded, "RECHECKS", 2)
+    module = Masked("nanogpt_float")
+    compiled = _compiled(module)
+    with caplog.at_level(logging.WARNING, logger="kernelpro"):
+        for seed in range(5):
+            with torch.no_grad():
+                module.bias.mul_(1.0)  # same values, a new version each time
+            _check(compiled, module, seed)
+    assert caplog.text.count("changed more than 2 times") == 1
