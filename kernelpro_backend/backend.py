@@ -257,7 +257,7 @@ def make_backend(
             compiled = _compile(session, gm, example_inputs, mode)
             if not relied:
                 return compiled
-            return _value_guarded(compiled, gm, original, relied, example_inputs, opts, mode)
+            return _value_guarded(compiled, gm, original, relied, example_inputs, session, mode)
         except Exception as e:
             # A rewrite put an op in the graph that cannot be compiled or run here (SDPA under
             # an sdpa_kernel() context that allows none of its kernels): the graph as the user
@@ -310,18 +310,20 @@ def _value_guarded(
     original: fx.Graph,
     relied: list[fx.Node],
     example_inputs: Sequence[Any],
-    opts: Options,
+    first: CompileSession,
     mode: str | None,
 ) -> Callable[..., Any]:
     """`compiled`, called only while the inputs a rewrite relied on hold their values; else
-    the graph as rewritten without relying on any value (compiled when first needed)."""
+    the graph as rewritten without relying on any value (compiled when first needed, with the
+    first compile's options and provider)."""
     index = {node: i for i, node in enumerate(_placeholders(gm))}
     fresh = _graph_copy(original)
 
     def recompile() -> Callable[..., Any]:
         plain = fx.GraphModule(gm, fresh)
-        session = CompileSession(opts, default_provider(opts, None), None)
-        session.rewrites.update(torch_rewrites(plain, opts))
+        session = CompileSession(first.options, first.provider, first.observer)
+        session.fingerprint = first.fingerprint
+        session.rewrites.update(torch_rewrites(plain, first.options))
         return _compile(session, plain, example_inputs, mode)
 
     names = ", ".join(str(n.target) for n in relied)
