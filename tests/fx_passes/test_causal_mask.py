@@ -141,3 +141,38 @@ def test_a_buffer_rewritten_every_call_stops_being_relied_on(caplog, monkeypatch
                 module.bias.mul_(1.0)  # same values, a new version each time
             _check(compiled, module, seed)
     assert caplog.text.count("changed more than 2 times") == 1
+
+
+def test_two_tensors_in_turn_are_checked_once_each_and_a_new_one_at_an_old_address_is_not_trusted():
+    checked = []
+
+    def still_valid(t):
+        checked.append(t)
+        return True
+
+    a, b = torch.tril(torch.ones(4, 4)), torch.tril(torch.ones(4, 4))
+    calls = []
+    g = guarded.ValueGuarded(lambda *x: calls.append(x) or len(calls), [a], [0], still_valid,
+                             lambda: pytest.fail("no fallback expected"), "the mask")  # fmt: skip
+    for _ in range(3):  # a model and its EMA copy sharing one compiled graph
+        g(a)
+        g(b)
+    assert checked == [b] and len(calls) == 6
+    with torch.no_grad():
+        a.mul_(1.0)  # a new version: checked again
+    g(a)
+    assert checked == [b, a]
+
+
+def test_two_instances_sharing_the_compiled_code_run_without_falling_back(caplog):
+    first, second = Masked("bool_sliced"), Masked("bool_sliced")
+    backend = make_backend(provider=NullProvider())
+    torch._dynamo.reset()
+    runs = [
+        torch.compile(m, backend=backend, options={"fallback": "eager"}) for m in (first, second)
+    ]
+    with caplog.at_level(logging.WARNING, logger="kernelpro"):
+        for seed in range(4):
+            for compiled, module in zip(runs, (first, second), strict=True):
+                _check(compiled, module, seed)
+    assert "since the graph was compiled" not in caplog.text
