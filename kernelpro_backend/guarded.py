@@ -11,7 +11,7 @@ more than `RECHECKS` times (a buffer rewritten every step would pay a read every
 graph compiled without relying on any value runs from then on, compiled on first need, with a
 log line saying why.
 
-Owns: `ValueGuarded(compiled, checks, recompile)`.
+Owns: `ValueGuarded(compiled, inputs, indices, still_valid, recompile, what)`.
 Must not: decide which values a graph relies on (the rewrites do) or compile (backend.py does).
 """
 
@@ -31,7 +31,7 @@ STAMPS = 4  # checked stamps kept per input
 
 
 class ValueGuarded:
-    """Calls `compiled` while each input at the indices of `checks` holds a value for which
+    """Calls `compiled` while each input at `indices` holds a value for which
     `still_valid(tensor)` is true, else the graph `recompile()` makes. Called as Dynamo calls
     a backend's result: one positional argument per graph input."""
 
