@@ -55,12 +55,18 @@ def _build_in_thread(fake: Path, timeout_s: float, results: list) -> threading.T
     return thread
 
 
-def test_a_running_nvcc_is_stopped_during_the_pause_and_finishes_after(tmp_path):
-    fake, results = _fake_nvcc(tmp_path, 0.5), []
+def _running_build(tmp_path: Path, seconds: float) -> tuple[threading.Thread, list, int]:  # type: ignore[type-arg]
+    """A build of a fake nvcc that takes `seconds`, started in a thread: (thread, its result
+    list, the fake's pid once it runs)."""
+    fake, results = _fake_nvcc(tmp_path, seconds), []
     thread = _build_in_thread(fake, 60, results)
     pids = tmp_path / "pids"
     assert _wait_for(lambda: pids.exists() and pids.read_text().strip())
-    pid = int(pids.read_text().split()[0])
+    return thread, results, int(pids.read_text().split()[0])
+
+
+def test_a_running_nvcc_is_stopped_during_the_pause_and_finishes_after(tmp_path):
+    thread, results, pid = _running_build(tmp_path, 0.5)
     with cuda_compile.nvcc_paused() as stopped:
         assert stopped == 1
         assert _wait_for(lambda: _state(pid) == "T")  # stopped, with its children (sleep)
@@ -99,11 +105,7 @@ def test_the_timeout_does_not_count_the_pause(tmp_path):
 
 
 def test_a_pause_inside_a_pause_leaves_the_runs_stopped_until_the_outer_one_ends(tmp_path):
-    fake, results = _fake_nvcc(tmp_path, 0.3), []
-    thread = _build_in_thread(fake, 60, results)
-    pids = tmp_path / "pids"
-    assert _wait_for(lambda: pids.exists() and pids.read_text().strip())
-    pid = int(pids.read_text().split()[0])
+    thread, results, pid = _running_build(tmp_path, 0.3)
     with cuda_compile.nvcc_paused() as stopped:
         assert stopped == 1 and _wait_for(lambda: _state(pid) == "T")
         with cuda_compile.nvcc_paused() as inner:
