@@ -162,3 +162,42 @@ def test_under_a_capture_with_no_counter_yet_the_caller_finishes():
     assert not then.done and (0, stream.cuda_stream) not in cuda_rows._COUNTERS
     graph.replay()
     torch.testing.assert_close(losses, rows_aten(logits, target, 0.125, -100, False))
+
+
+@pytest.mark.parametrize("finishing", [False, True])
+def test_the_launch_passes_the_kernels_parameters_in_order(monkeypatch, finishing):
+    """The ctypes values `run` launches with, on the CPU with a fake kernel and stream: the
+    kernel's 16 parameters, the finish's 8 null where it is not asked."""
+    import ctypes
+    from types import SimpleNamespace
+
+    from kernelpro_backend.linear_ce_rows import Finish
+
+    launched = []
+    fake = SimpleNamespace(device=0, launch=lambda *a: launched.append(a))
+    monkeypatch.setattr(cuda_rows, "load", lambda logits: fake)
+    monkeypatch.setattr(cuda_rows, "counter", lambda device, stream: 4096)
+    monkeypatch.setattr(
+        torch.cuda, "current_stream", lambda device=None: SimpleNamespace(cuda_stream=77)
+    )
+    logits, target = torch.zeros(3, 16, dtype=torch.bfloat16), torch.zeros(3, dtype=torch.long)
+    loss, everything = torch.zeros(3), torch.zeros(5)
+    then = Finish(everything, torch.zeros(5, dtype=torch.long), True, torch.zeros(()),
+                  torch.zeros(()))  # fmt: skip
+    assert cuda_rows.run(logits, target, loss, 0.5, -100, True, then if finishing else None)
+    ((grid, threads, smem, values, _, stream),) = launched
+    assert (grid, threads, smem, stream) == (3, cuda_rows.THREADS, 32, 77)
+    kinds = [type(v) for v in values]
+    assert kinds == [ctypes.c_void_p, ctypes.c_longlong, ctypes.c_void_p, ctypes.c_void_p,
+                     ctypes.c_float, ctypes.c_int, ctypes.c_longlong, ctypes.c_int,
+                     ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int,
+                     ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p, ctypes.c_int]  # fmt: skip
+    got = [v.value for v in values]
+    assert got[:8] == [logits.data_ptr(), 16, target.data_ptr(), loss.data_ptr(), 0.5, 16,
+                       -100, 1]  # fmt: skip
+    if finishing:
+        assert got[8:] == [4096, everything.data_ptr(), then.target.data_ptr(), 5,
+                           then.loss.data_ptr(), 1, then.factor.data_ptr(), 1]  # fmt: skip
+        assert then.done
+    else:
+        assert got[8:] == [None, None, None, 0, None, 0, None, 0]  # null pointers, zeros
