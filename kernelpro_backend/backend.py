@@ -247,7 +247,7 @@ def make_backend(
         original = _graph_copy(gm.graph) if rewrites else None
         relied: list[fx.Node] = []  # placeholders whose values a rewrite relied on
         if opts.search != "off":
-            values = dict(zip(_placeholders(gm), example_inputs, strict=False))
+            values = placeholder_values(gm, example_inputs)
             session.rewrites.update(torch_rewrites(gm, opts, values, relied))
         if sessions is not None:
             sessions.append(session)
@@ -302,6 +302,12 @@ def torch_rewrites(
 
 def _placeholders(gm: fx.GraphModule) -> list[fx.Node]:
     return [n for n in gm.graph.nodes if n.op == "placeholder"]
+
+
+def placeholder_values(gm: fx.GraphModule, example_inputs: Sequence[Any]) -> dict[fx.Node, Any]:
+    """Each placeholder of a Dynamo graph with the input the backend was given for it (what
+    `torch_rewrites` may rely on)."""
+    return dict(zip(_placeholders(gm), example_inputs, strict=False))
 
 
 def _value_guarded(

@@ -18,7 +18,7 @@ from typing import Any
 import torch
 
 from . import text_table
-from .backend import make_backend, torch_rewrites
+from .backend import make_backend, placeholder_values, torch_rewrites
 from .fx_passes import Subgraph
 from .options import Options
 
@@ -120,8 +120,7 @@ def find_subgraphs(
 
     def backend(gm: torch.fx.GraphModule, inputs: Sequence[Any], **kwargs: Any) -> Any:
         if rewrites is not None:  # as a compile makes them (backend.torch_rewrites)
-            placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
-            values = dict(zip(placeholders, inputs, strict=False))
+            values = placeholder_values(gm, inputs)
             for name, n in torch_rewrites(gm, opts, values, []).items():
                 rewrites[name] = rewrites.get(name, 0) + n
         return inner(gm, inputs, **kwargs)

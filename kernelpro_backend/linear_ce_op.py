@@ -65,7 +65,8 @@ def linear_cross_entropy(
     # when its launches do): one chunk, the common case, takes no slices, and the last chunk's
     # row kernel finishes the loss where it can (linear_ce_rows.Finish) instead of a launch more.
     # The first chunk's GEMM goes first: the GPU starts while the host allocates the rest.
-    logits = _logits(x if step >= rows else x[:step], weight, bias)
+    whole = step >= rows
+    logits = _logits(x if whole else x[:step], weight, bias)
     losses = x.new_empty(rows, dtype=torch.float32)
     gx = torch.empty_like(x) if grad_x else x.new_empty(0)
     gw = torch.empty_like(weight) if grad_w else x.new_empty(0)
@@ -78,7 +79,6 @@ def linear_cross_entropy(
         x.new_empty((), dtype=torch.float32),
     )
     for start in range(0, rows, step):
-        whole = step >= rows
         xc = x if whole else x[start : start + step]
         tc = target if whole else target[start : start + step]
         if start:

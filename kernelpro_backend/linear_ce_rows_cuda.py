@@ -314,6 +314,10 @@ def counter(device: int, stream: int) -> int | None:
 
 
 _COUNTERS: dict[tuple[int, int], int] = {}  # never freed: one word per stream that finished
+# The finish's parameters: counter, every row's loss, every target, their count, the loss, its
+# dtype (float32 or not), the factor, mean or sum.
+_P, _I = ctypes.c_void_p, ctypes.c_int
+_FINISH_ARGS = (_P, _P, _P, _I, _P, _I, _P, _I)
 
 
 def run(
@@ -339,21 +343,19 @@ def run(
     if count is not None and then.loss.dtype not in (torch.float32, logits.dtype):
         count = None  # the kernel writes a float32 or the logits' own 16-bit loss
     finish = (
-        [
-            ctypes.c_void_p(count), ctypes.c_void_p(then.losses.data_ptr()),
-            ctypes.c_void_p(then.target.data_ptr()), ctypes.c_int(then.losses.shape[0]),
-            ctypes.c_void_p(then.loss.data_ptr()), ctypes.c_int(then.loss.dtype == torch.float32),
-            ctypes.c_void_p(then.factor.data_ptr()), ctypes.c_int(int(then.mean)),
-        ]
+        (
+            count, then.losses.data_ptr(), then.target.data_ptr(), then.losses.shape[0],
+            then.loss.data_ptr(), int(then.loss.dtype == torch.float32), then.factor.data_ptr(),
+            int(then.mean),
+        )
         if count is not None
-        else [ctypes.c_void_p(0), ctypes.c_void_p(0), ctypes.c_void_p(0), ctypes.c_int(0),
-              ctypes.c_void_p(0), ctypes.c_int(0), ctypes.c_void_p(0), ctypes.c_int(0)]
+        else (0,) * len(_FINISH_ARGS)  # a null counter: no finish
     )  # fmt: skip
     values = [
         ctypes.c_void_p(logits.data_ptr()), ctypes.c_longlong(logits.stride(0)),
         ctypes.c_void_p(target.data_ptr()), ctypes.c_void_p(loss.data_ptr()),
         ctypes.c_float(scale), ctypes.c_int(cols), ctypes.c_longlong(ignore_index),
-        ctypes.c_int(int(grads)), *finish,
+        ctypes.c_int(int(grads)), *(kind(v) for kind, v in zip(_FINISH_ARGS, finish, strict=True)),
     ]  # fmt: skip
     kernel.launch(
         rows, THREADS, cols * logits.element_size(), values, f" ({rows} x {cols})", stream
