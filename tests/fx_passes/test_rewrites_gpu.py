@@ -45,6 +45,24 @@ def _gpt_and_its_twin():
     return model, ref, ids, targets
 
 
+def _attention_nodes_are_causal(subgraphs, found: list[bool]) -> None:
+    """Record, for each attention node of the subgraphs, whether it runs causal with no mask: the
+    hand-written GPT keeps its mask in a buffer, which the rewrite turns into `is_causal`."""
+    for sg in subgraphs:
+        for node in sg.nodes:
+            schema = getattr(node.target, "_schema", None)
+            if (
+                schema is None
+                or "scaled_dot_product" not in schema.name
+                or "backward" in schema.name
+            ):
+                continue
+            named = dict(zip((a.name for a in schema.arguments), node.args, strict=False))
+            named.update(node.kwargs)
+            mask = named.get("attn_mask", named.get("attn_bias"))
+            found.append(named.get("is_causal") is True and mask is None)
+
+
 def _assert_grads_close(model, ref):
     for (name, p), q in zip(model.named_parameters(), ref.parameters(), strict=True):
         assert p.grad is not None, name
@@ -56,10 +74,16 @@ def _assert_grads_close(model, ref):
 def test_a_hand_written_gpt_trains_through_the_rewrites_on_cuda(fallback):
     model, ref, ids, targets = _gpt_and_its_twin()
     seen: list[str] = []
+    causal: list[bool] = []
+
+    def observe(kind, sgs):
+        seen.extend(s.pattern for s in sgs)
+        _attention_nodes_are_causal(sgs, causal)
+
     torch._dynamo.reset()
     compiled = torch.compile(
         model,
-        backend=make_backend(observer=lambda k, sgs: seen.extend(s.pattern for s in sgs)),
+        backend=make_backend(observer=observe),
         options={"fallback": fallback, "rewrite_linear_cross_entropy": True},
     )
     loss, ref_loss = compiled(ids, targets), ref(ids, targets)
@@ -68,6 +92,7 @@ def test_a_hand_written_gpt_trains_through_the_rewrites_on_cuda(fallback):
     ref_loss.backward()
     _assert_grads_close(model, ref)
     assert "sdpa" in seen and "sdpa_backward" in seen
+    assert causal and all(causal), causal  # the buffer's mask became is_causal
 
 
 @pytest.mark.parametrize(
@@ -80,9 +105,15 @@ def test_a_hand_written_gpt_replayed_as_cuda_graphs_computes_what_eager_does(how
     ref_loss = ref(ids, targets)
     ref_loss.backward()
     seen: list[str] = []
+    causal: list[bool] = []
+
+    def observe(kind, sgs):
+        seen.extend(s.pattern for s in sgs)
+        _attention_nodes_are_causal(sgs, causal)
+
     torch._dynamo.reset()
     counters.clear()
-    backend = make_backend(observer=lambda k, sgs: seen.extend(s.pattern for s in sgs))
+    backend = make_backend(observer=observe)
     compiled = torch.compile(model, backend=backend, **how)
     for _ in range(4):
         model.zero_grad(set_to_none=True)
@@ -91,5 +122,6 @@ def test_a_hand_written_gpt_replayed_as_cuda_graphs_computes_what_eager_does(how
         torch.testing.assert_close(loss.detach().clone(), ref_loss.detach(), rtol=2e-2, atol=2e-2)
     _assert_grads_close(model, ref)
     assert "sdpa" in seen and "sdpa_backward" in seen
+    assert causal and all(causal), causal
     assert counters["inductor"]["cudagraph_skips"] == 0  # both graphs replayed, none skipped
     torch._dynamo.reset()
