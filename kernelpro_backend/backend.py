@@ -72,6 +72,8 @@ class CompileSession:
         self.reports: list[RewriteReport] = []
         self.fingerprint = ""  # the dynamo graph's (graph_fingerprint), before any rewrite
         self.rewrites: dict[str, int] = {}  # torch-level rewrites made: name -> chains
+        # Rewrite options a warm-up's in-context check turned off for this graph (its verdict).
+        self.turned_off: dict[str, bool] = {}
         # Why the rewritten graph did not compile (it was compiled as written), or None.
         self.rewrite_error: str | None = None
 
@@ -199,22 +201,22 @@ def graph_fingerprint(gm: fx.GraphModule, example_inputs: Sequence[Any]) -> str:
     return hashlib.sha256(f"{gm.code}\n{metas}".encode()).hexdigest()[:32]
 
 
-def _with_context_verdicts(opts: Options, provider: Any, fingerprint: str) -> Options:
-    """`opts` with the torch-level rewrites a warm-up measured slower on this very graph
-    turned off (cache/context.py)."""
+def _context_verdicts(opts: Options, provider: Any, fingerprint: str) -> dict[str, bool]:
+    """The torch-level rewrites a warm-up measured slower on this very graph, as the options
+    that turn them off (cache/context.py); {} when none, or no cache to ask."""
     cache = getattr(provider, "cache", None) or getattr(
         getattr(provider, "inner", None), "cache", None
     )
     if cache is None or opts.search == "off":
-        return opts
+        return {}
     try:
         off = cache.context.graph_options(fingerprint)
-    except OSError:
-        return opts
-    if not off:
-        return opts
-    log.info("kernelpro: this graph's warm-up measured it faster with %s", off)
-    return dataclasses.replace(opts, **off)
+    except OSError as e:
+        log.warning("kernelpro: the warm-up's verdicts could not be read (%s); none applied", e)
+        return {}
+    if off:
+        log.info("kernelpro: this graph's warm-up measured it faster with %s", off)
+    return off
 
 
 def make_backend(
@@ -237,9 +239,11 @@ def make_backend(
             _warn_no_cuda_once()
         chosen = default_provider(opts, provider)
         fingerprint = graph_fingerprint(gm, example_inputs)
-        opts = _with_context_verdicts(opts, chosen, fingerprint)
+        verdicts = _context_verdicts(opts, chosen, fingerprint)
+        turned_off: dict[str, Any] = dict(verdicts)  # replace() takes them as Any
+        opts = dataclasses.replace(opts, **turned_off) if turned_off else opts
         session = CompileSession(opts, chosen, observer)
-        session.fingerprint = fingerprint
+        session.fingerprint, session.turned_off = fingerprint, verdicts
         # The torch-level fusions, before AOTAutograd; search="off" is the fallback alone.
         rewrites = opts.search != "off" and (
             opts.rewrite_attention or opts.rewrite_linear_cross_entropy
@@ -272,7 +276,7 @@ def make_backend(
             gm.graph = original
             gm.recompile()
             retry = CompileSession(opts, chosen, observer)
-            retry.fingerprint = fingerprint
+            retry.fingerprint, retry.turned_off = fingerprint, verdicts
             retry.rewrites = {name: 0 for name in session.rewrites}
             retry.rewrite_error = f"{type(e).__name__}: {first}"
             if sessions is not None:

@@ -154,6 +154,7 @@ def test_a_graph_faster_without_the_lm_head_rewrite_gets_it_off_for_later_compil
         loss = torch.compile(model, backend=backend, options=opts)(*inputs)
         torch.testing.assert_close(loss, F.cross_entropy(model.head(inputs[0]), inputs[1]))
         assert sessions and not sessions[0].rewrites.get("linear_cross_entropy")
+        assert sessions[0].turned_off == {"rewrite_linear_cross_entropy": False}
     torch._dynamo.reset()
 
 

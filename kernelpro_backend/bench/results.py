@@ -28,6 +28,7 @@ class ModeResult:
     max_rel_err: float | None = None
     message: str = ""
     kernels: str = ""  # kernelpro: "used/found", its kernels in use of the subgraphs it cut
+    rewrites: str = ""  # kernelpro: the torch-level rewrites made (bench/runner.rewrites_made)
     # GPU memory one step allocates beyond what is resident before it (activations, logits,
     # gradients, workspaces; weights and optimizer state are the same in every mode): where a
     # fusion that never materialises a tensor shows. None off the GPU.

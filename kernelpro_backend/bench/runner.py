@@ -219,6 +219,22 @@ def kernels_used(sessions: list[Any] | None) -> str:
     return f"{sum(len(r.replaced) for r in reports)}/{sum(r.subgraphs for r in reports)}"
 
 
+def rewrites_made(sessions: list[Any] | None) -> str:
+    """The torch-level rewrites kernelpro's compiles made, summed over its graphs ("attention 4,
+    linear_cross_entropy 1"; "none"), and those a warm-up's verdict turned off ("" when not
+    kernelpro): a step's time and peak memory depend on them as much as on its kernels."""
+    if sessions is None:
+        return ""
+    made: dict[str, int] = {}
+    off: set[str] = set()
+    for s in sessions:
+        for name, count in s.rewrites.items():
+            made[name] = made.get(name, 0) + count
+        off.update(name for name, on in getattr(s, "turned_off", {}).items() if not on)
+    text = ", ".join(f"{name} {n}" for name, n in sorted(made.items()) if n) or "none"
+    return text + (f"; off by the warm-up's verdict: {', '.join(sorted(off))}" if off else "")
+
+
 def run_workload(workload: Workload, config: RunConfig) -> WorkloadResult:
     """Every mode of `config` on one workload: each compiles and is checked against eager
     (which runs first: it is the reference), then all are timed in interleaved rounds."""
@@ -240,7 +256,13 @@ def run_workload(workload: Workload, config: RunConfig) -> WorkloadResult:
             results.append(ModeResult(mode.name, FAILED, message=message))
             config.progress(f"[bench] {workload.name}: {mode.name} FAILED: {message[:200]}")
             continue
-        result = ModeResult(mode.name, OK, compile_s=compile_s, kernels=kernels_used(sessions))
+        result = ModeResult(
+            mode.name,
+            OK,
+            compile_s=compile_s,
+            kernels=kernels_used(sessions),
+            rewrites=rewrites_made(sessions),
+        )
         if mode.name == EAGER:
             reference = tensors
             result.max_abs_err = result.max_rel_err = 0.0

@@ -94,6 +94,16 @@ def host_bound(report: BenchReport) -> list[str]:
     return lines
 
 
+def rewrite_lines(report: BenchReport) -> list[str]:
+    """A line per kernelpro mode: the torch-level rewrites its graphs were compiled with."""
+    return [
+        f"{w.workload} / {m.mode}: {m.rewrites}"
+        for w in report.workloads
+        for m in w.modes
+        if m.rewrites
+    ]
+
+
 def problems(report: BenchReport) -> list[str]:
     """One line per mode that failed or differs from eager, with what went wrong."""
     return [
@@ -121,6 +131,9 @@ def format_console(report: BenchReport) -> str:
             "rounds spread: --rounds N for more):",
         ]
         out += ["  " + line for line in waiting]
+    made = rewrite_lines(report)
+    if made:
+        out += ["", "torch-level rewrites:", *("  " + line for line in made)]
     issues = problems(report)
     if issues:
         out += ["", "not ok:", *("  " + line for line in issues)]
@@ -151,6 +164,9 @@ def format_markdown(report: BenchReport) -> str:
     out += ["", "## Geometric means", ""] + [f"- {line}" for line in summary_lines(report)]
     out += ["", "## Modes", ""]
     out += [f"- `{name}`: {desc}" for name, desc in report.mode_descriptions.items()]
+    made = rewrite_lines(report)
+    if made:
+        out += ["", "## Torch-level rewrites", ""] + [f"- {_md_cell(line)}" for line in made]
     issues = problems(report)
     if issues:
         out += ["", "## Not ok", ""] + [f"- {_md_cell(line)}" for line in issues]

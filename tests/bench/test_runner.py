@@ -196,6 +196,23 @@ def test_kernels_used_counts_replaced_subgraphs_over_every_compile():
     assert kernels_used(None) == ""  # not kernelpro
 
 
+def test_rewrites_made_sums_every_graphs_rewrites_and_names_those_a_verdict_turned_off():
+    from types import SimpleNamespace
+
+    from kernelpro_backend.bench.runner import rewrites_made
+
+    first = SimpleNamespace(rewrites={"attention": 2, "linear_cross_entropy": 0}, turned_off={})
+    second = SimpleNamespace(
+        rewrites={"attention": 2}, turned_off={"rewrite_linear_cross_entropy": False}
+    )
+    assert rewrites_made([first]) == "attention 2"
+    assert rewrites_made([first, second]) == (
+        "attention 4; off by the warm-up's verdict: rewrite_linear_cross_entropy"
+    )
+    assert rewrites_made([SimpleNamespace(rewrites={}, turned_off={})]) == "none"
+    assert rewrites_made(None) == ""  # not kernelpro
+
+
 def test_the_lines_a_run_writes_as_it_goes_merge_into_its_final_results(tmp_path):
     """What `on_workload` hears, written as JSON lines, reads back (bench/merge.py) as exactly
     the run's final results."""

@@ -100,3 +100,22 @@ def test_a_step_whose_launches_take_most_of_it_is_called_host_bound():
     assert "host-bound (GPU-side gains" in tables.format_console(report)
     back = WorkloadResult.from_dict(json.loads(json.dumps(w.to_dict())))
     assert back.mode("kernelpro").launch_ms == 23.72
+
+
+def test_the_rewrites_each_kernelpro_mode_was_compiled_with_are_listed_and_kept():
+    modes = [
+        ModeResult("inductor", "ok", median_ms=6.0),
+        ModeResult(
+            "kernelpro", "ok", median_ms=5.0, rewrites="attention 4, linear_cross_entropy 1"
+        ),
+    ]
+    w = WorkloadResult("mini_gpt", "training", "bfloat16", "full", "builtin", modes)
+    report = BenchReport("cuda", "H100", {}, "full", [m.mode for m in modes], {}, [w])
+    text = tables.format_console(report)
+    assert (
+        "torch-level rewrites:\n  mini_gpt / kernelpro: attention 4, linear_cross_entropy 1" in text
+    )
+    assert "- mini_gpt / kernelpro: attention 4" in tables.format_markdown(report)
+    back = WorkloadResult.from_dict(json.loads(json.dumps(w.to_dict())))
+    assert back.mode("kernelpro").rewrites == "attention 4, linear_cross_entropy 1"
+    assert back.mode("inductor").rewrites == ""
