@@ -1,8 +1,10 @@
 """Bundles: cache entries packed in one archive to ship kernels to other machines.
 
 Owns: the bundle format (a tar, tar.gz or zip archive with `manifest.json` — format, schema,
-created, built_by (who made it: a claim, shown, never trusted), arch, and per entry its file,
-digest, key JSON and sha256 — plus one JSON entry file per kernel, binary fields base64, and
+created, built_by (who made it: a claim, shown, never trusted), arch, per entry its file,
+digest, key JSON and sha256, and `graph_verdicts`: the torch-level rewrites a warm-up measured
+slower on a whole graph, by graph fingerprint — plus one JSON entry file per kernel, binary
+fields base64, and
 optionally `signature.json`, whose format signing.py owns), writing it atomically, and reading
 it with every check: each entry's sha256 against the manifest, its own checksum, its key
 against the manifest's, a well-formed signature if there is one, and no file the manifest does
@@ -33,6 +35,62 @@ MANIFEST = "manifest.json"
 MAX_MEMBER_BYTES = 256 * 2**20  # a cubin is well under 1 MiB; anything this big is not ours
 MAX_BUNDLE_BYTES = 1024 * 2**20  # all members together, as read (a zip bomb stops here)
 MAX_MEMBERS = 100_000  # entries are one file each; a real bundle holds hundreds
+
+
+GRAPH_VERDICTS = "graph_verdicts"
+MAX_GRAPH_VERDICTS = 10_000
+# The options a graph verdict may carry: rewrites turned off, nothing else (a bundle cannot
+# turn anything on, or change any other option of the importing machine).
+VERDICT_OPTIONS = ("rewrite_linear_cross_entropy", "rewrite_attention")
+
+
+@dataclasses.dataclass(frozen=True)
+class GraphVerdict:
+    """Rewrites a warm-up measured slower on the graph `fingerprint` (backend.graph_fingerprint),
+    as {option: False}, with who measured it (`model`) and its figures (`why`)."""
+
+    fingerprint: str
+    options: dict[str, bool]
+    model: str = ""
+    why: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def read_graph_verdicts(manifest: dict[str, Any]) -> tuple[list[GraphVerdict], list[Refusal]]:
+    """The manifest's graph verdicts that are well formed (a 32-hex fingerprint and only
+    VERDICT_OPTIONS set to False; texts cut short), and a refusal for each of the others."""
+    listed = manifest.get(GRAPH_VERDICTS, [])
+    if not isinstance(listed, list):
+        return [], [Refusal(GRAPH_VERDICTS, "not a list")]
+    if len(listed) > MAX_GRAPH_VERDICTS:
+        return [], [Refusal(GRAPH_VERDICTS, f"more than {MAX_GRAPH_VERDICTS}; not ours")]
+    verdicts, refused = [], []
+    for item in listed:
+        fingerprint = item.get("fingerprint") if isinstance(item, dict) else None
+        options = item.get("options") if isinstance(item, dict) else None
+        name = f"graph {str(fingerprint)[:32]}"
+        if not isinstance(fingerprint, str) or not _is_hex(fingerprint, 32):
+            refused.append(Refusal(name, "malformed graph fingerprint"))
+        elif (
+            not isinstance(options, dict)
+            or not options
+            or any(k not in VERDICT_OPTIONS or v is not False for k, v in options.items())
+        ):
+            refused.append(
+                Refusal(name, f"a graph verdict may only turn off {', '.join(VERDICT_OPTIONS)}")
+            )
+        else:
+            model, why = item.get("model", ""), item.get("why", "")
+            verdicts.append(
+                GraphVerdict(fingerprint, dict(options), str(model)[:200], str(why)[:500])
+            )
+    return verdicts, refused
+
+
+def _is_hex(text: str, length: int) -> bool:
+    return len(text) == length and all(c in "0123456789abcdef" for c in text)
 
 
 class BundleError(ValueError):

@@ -127,6 +127,14 @@ class ContextVerdicts:
             return {}
         return {k: False for k, v in options.items() if k in self.GRAPH_OPTIONS and v is False}
 
+    def graph_verdicts(self) -> dict[str, dict[str, Any]]:
+        """{fingerprint: record} of the graphs with a rewrite turned off (what a bundle ships)."""
+        return {
+            name.removeprefix("graph:"): record
+            for name, record in self._load().items()
+            if name.startswith("graph:") and self.graph_options(name.removeprefix("graph:"))
+        }
+
     def set_graph_options(self, fingerprint: str, options: dict[str, bool], **record: Any) -> None:
         """Record (and write at once) options measured better for the graph `fingerprint`."""
         self._write(f"graph:{fingerprint}", {"options": options, **record})

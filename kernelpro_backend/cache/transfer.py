@@ -20,7 +20,17 @@ from pathlib import Path
 
 from ..version import __version__
 from .artifact import Entry, utc_now
-from .bundle import BUNDLE_FORMAT, MANIFEST, BundleError, Refusal, read_bundle, write_archive
+from .bundle import (
+    BUNDLE_FORMAT,
+    GRAPH_VERDICTS,
+    MANIFEST,
+    BundleError,
+    GraphVerdict,
+    Refusal,
+    read_bundle,
+    read_graph_verdicts,
+    write_archive,
+)
 from .signing import SIGNATURE, SignatureStatus, SigningKey, check, refusal, sign
 from .store import Admit, KernelCache, admitted
 from .toolchain import CACHE_SCHEMA_VERSION, current_arch, current_gpu, current_toolchain
@@ -35,6 +45,9 @@ class ImportReport:
     built_by: dict[str, str] = dataclasses.field(default_factory=dict)
     # The bundle's signature against the keys the caller trusts.
     signature: SignatureStatus = SignatureStatus("unsigned")
+    # Graph verdicts taken into the cache's context (rewrites a warm-up measured slower on a
+    # whole graph); those the cache had a verdict of its own for are not among them.
+    graph_verdicts: list[GraphVerdict] = dataclasses.field(default_factory=list)
 
 
 def built_by() -> dict[str, str]:
@@ -68,7 +81,9 @@ def export_bundle(
     With `key`, the bundle carries signature.json: an HMAC of the manifest's exact bytes.
     Kernels a warm-up measured slower inside their model, or holds until its in-context check
     judges them (cache/context.py), stay out: a team shipping the bundle ships what made its
-    steps faster, not what no step has vouched for (the importing cache could not know)."""
+    steps faster, not what no step has vouched for (the importing cache could not know). The
+    graphs a warm-up measured faster without a torch-level rewrite go too (GRAPH_VERDICTS), so
+    the importing machine compiles them as the warm-up's did."""
     chosen = [
         e
         for e in cache.entries()
@@ -103,6 +118,15 @@ def export_bundle(
         "built_by": built_by(),
         "arch": sorted({e.key.arch for e in chosen}),
         "entries": listed,
+        GRAPH_VERDICTS: [
+            GraphVerdict(
+                fingerprint,
+                cache.context.graph_options(fingerprint),
+                str(record.get("model", "")),
+                str(record.get("why", "")),
+            ).to_dict()
+            for fingerprint, record in sorted(cache.context.graph_verdicts().items())
+        ],
     }
     files[MANIFEST] = json.dumps(manifest, indent=1, sort_keys=True).encode()
     if key is not None:
@@ -146,4 +170,10 @@ def import_bundle(
             artifact = dataclasses.replace(found[0], provenance=made)
             cache.put(entry.key, artifact)
             imported.append(dataclasses.replace(entry, artifact=artifact))
-    return ImportReport(imported, refused, read_built_by(bundle.manifest), status)
+    verdicts, bad = read_graph_verdicts(bundle.manifest)
+    refused += bad
+    taken = [v for v in verdicts if not cache.context.graph_options(v.fingerprint)]
+    for v in taken:  # a verdict measured here stays: this machine's own timing
+        cache.context.set_graph_options(v.fingerprint, v.options, model=v.model, why=v.why,
+                                        origin="import")  # fmt: skip
+    return ImportReport(imported, refused, read_built_by(bundle.manifest), status, taken)

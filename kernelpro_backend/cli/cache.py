@@ -217,12 +217,14 @@ def _export(cache: KernelCache, args: argparse.Namespace, out: TextIO) -> int:
     except SigningKeyError as e:
         print(f"export refused: {e}", file=out)
         return 2
-    if not list_entries(cache, args.pattern, args.kind, args.arch)[0]:
+    verdicts = len(cache.context.graph_verdicts())
+    if not list_entries(cache, args.pattern, args.kind, args.arch)[0] and not verdicts:
         print(f"no entries match in {cache.directory}; {args.out} not written", file=out)
         return 1
     written = export_bundle(cache, args.out, args.pattern, args.kind, args.arch, key=key)
     signed = f", signed with key id {key.key_id}" if key else ""
-    print(f"wrote {len(written)} entries to {args.out}{signed}", file=out)
+    graphs = f" and {verdicts} graph verdict(s)" if verdicts else ""
+    print(f"wrote {len(written)} entries{graphs} to {args.out}{signed}", file=out)
     return 0
 
 
@@ -257,6 +259,10 @@ def _import(cache: KernelCache, args: argparse.Namespace, out: TextIO) -> int:
         rows = [(e.key.short(), e.artifact.pattern, e.artifact.shown_language,
                  e.artifact.provenance.where()) for e in report.imported]  # fmt: skip
         print(format_table(("KEY", "PATTERN", "LANG", "PROVED ON"), rows), file=out)
+    for v in report.graph_verdicts:
+        print(f"graph {v.fingerprint[:12]} ({v.model or 'a model'}): compiled with "
+              f"{', '.join(f'{k}={val}' for k, val in v.options.items())}, as the bundle's "
+              f"warm-up measured it faster ({v.why or 'no figures given'})", file=out)  # fmt: skip
     if report.refused:
         print(f"refused {len(report.refused)}:", file=out)
         print(format_table(("ENTRY", "REASON"), [(r.name, r.reason) for r in report.refused]),

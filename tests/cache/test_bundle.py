@@ -88,6 +88,56 @@ def test_kernels_a_warmup_still_holds_are_not_exported_until_settled(tmp_path, f
     assert len(export_bundle(src, tmp_path / "d.tar")) == 3
 
 
+LM_OFF = {"rewrite_linear_cross_entropy": False}
+
+
+def test_a_graphs_rewrite_verdict_travels_with_the_bundle_and_a_local_one_stays(tmp_path, filled):
+    """A warm-up that measured a graph faster without the LM-head rewrite ships that verdict:
+    the importing machine compiles that graph as the warm-up's did. A verdict the importing
+    cache measured itself is not replaced."""
+    src, _ = filled
+    src.context.set_graph_options("a" * 32, LM_OFF, model="GPT", why="5.2 ms against 4.9")
+    src.context.set_graph_options("b" * 32, LM_OFF, model="GPT", why="theirs")
+    export_bundle(src, tmp_path / "v.tar")
+    listed = read_bundle(tmp_path / "v.tar").manifest["graph_verdicts"]
+    assert [v["fingerprint"] for v in listed] == ["a" * 32, "b" * 32]
+    with KernelCache(tmp_path / "dst") as dst:
+        dst.context.set_graph_options("b" * 32, {"rewrite_attention": False}, why="ours")
+        report = import_bundle(dst, tmp_path / "v.tar", arch="sm_90")
+        assert [v.fingerprint for v in report.graph_verdicts] == ["a" * 32]
+        assert report.refused == []
+    with KernelCache(tmp_path / "dst") as again:  # written to disk, read by a later process
+        assert again.context.graph_options("a" * 32) == LM_OFF
+        assert again.context.graph_options("b" * 32) == {"rewrite_attention": False}
+
+
+@pytest.mark.parametrize(
+    "verdict, reason",
+    [
+        ({"fingerprint": "../" * 11, "options": LM_OFF}, "malformed graph fingerprint"),
+        ({"fingerprint": "c" * 32, "options": {"search": "on-miss"}}, "may only turn off"),
+        ({"fingerprint": "c" * 32, "options": {"rewrite_attention": True}}, "may only turn off"),
+        ({"fingerprint": "c" * 32, "options": {}}, "may only turn off"),
+        ("c" * 32, "malformed graph fingerprint"),
+    ],
+)
+def test_a_bundles_graph_verdict_can_only_turn_a_rewrite_off(tmp_path, filled, verdict, reason):
+    src, _ = filled
+    export_bundle(src, tmp_path / "v.tar")
+
+    def change(files):
+        manifest = json.loads(files["manifest.json"])
+        manifest["graph_verdicts"] = [verdict]
+        files["manifest.json"] = json.dumps(manifest).encode()
+
+    _rewrite(tmp_path / "v.tar", change)
+    with KernelCache(tmp_path / "dst") as dst:
+        report = import_bundle(dst, tmp_path / "v.tar", arch="sm_90")
+        assert report.graph_verdicts == [] and dst.context.graph_verdicts() == {}
+        assert [r.reason for r in report.refused if reason in r.reason], report.refused
+        assert len(report.imported) == 3  # the entries still come in
+
+
 def _rewrite(path, change):
     """Re-pack a tar bundle after `change(files)` edits its members in place."""
     files = tar_members(path)

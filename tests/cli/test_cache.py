@@ -94,6 +94,22 @@ def test_export_then_import_and_foreign_arch(cache_dir, tmp_path):
     assert "built for GPU arch sm_90, this cache is for sm_80" in text
 
 
+def test_a_warmups_graph_verdict_is_exported_even_alone_and_imported_with_its_figures(tmp_path):
+    src, dst = str(tmp_path / "src"), str(tmp_path / "dst")
+    with KernelCache(src) as cache:
+        off = {"rewrite_linear_cross_entropy": False}
+        cache.context.set_graph_options("d" * 32, off, model="GPT", why="5.2 ms against 4.9")
+    bundle = str(tmp_path / "v.tar.gz")
+    code, text = run_cache_cli("--cache-dir", src, "export", "--out", bundle)
+    assert code == 0 and "wrote 0 entries and 1 graph verdict(s)" in text, text
+    code, text = run_cache_cli("--cache-dir", dst, "import", bundle, "--arch", "sm_90")
+    assert code == 0, text
+    assert (
+        f"graph {'d' * 12} (GPT): compiled with rewrite_linear_cross_entropy=False, as the "
+        "bundle's warm-up measured it faster (5.2 ms against 4.9)" in text
+    )
+
+
 def test_verify_drops_entries_the_validator_rejects(cache_dir, tanh_sg, linear_sg):
     path, cache = cache_dir
     code, text = run_cache_cli("--cache-dir", path, "verify", "--integrity-only")
