@@ -92,6 +92,15 @@ class WorkloadResult:
             return None
         return b.median_ms / a.median_ms
 
+    def steady_speedup(self, mode: str, over: str) -> float | None:
+        """`speedup` from the back-to-back rates (`steady_ms`): what a training loop sees where
+        the host sets the step's time, which the event-timed medians show only in part."""
+        if self.speedup(mode, over) is None:
+            return None
+        a, b = self.mode(mode), self.mode(over)
+        assert a is not None and b is not None
+        return b.steady_ms / a.steady_ms if a.steady_ms and b.steady_ms else None
+
     def speedup_range(self, mode: str, over: str) -> tuple[float, float] | None:
         """The lowest and highest of the per-round speedups of `mode` over `over` (rounds are
         interleaved: round i timed both within moments of each other), or None. A mode whose
@@ -116,6 +125,7 @@ class WorkloadResult:
             entry["speedup_vs_eager"] = self.speedup(name, EAGER)
             entry["speedup_vs_inductor"] = self.speedup(name, INDUCTOR)
             entry["speedup_vs_inductor_range"] = self.speedup_range(name, INDUCTOR)
+            entry["steady_speedup_vs_inductor"] = self.steady_speedup(name, INDUCTOR)
             entry["sol_fraction"] = self.sol_fraction(name)
             peer = LIKE_FOR_LIKE.get(name)
             if peer is not None and self.speedup(name, peer) is not None:

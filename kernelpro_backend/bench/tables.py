@@ -87,9 +87,11 @@ def host_bound(report: BenchReport) -> list[str]:
             if m.launch_ms is None or m.launched_step_ms is None:
                 continue
             if timing.host_bound(m.launch_ms, m.launched_step_ms):
+                steady = w.steady_speedup(m.mode, INDUCTOR) if m.mode != INDUCTOR else None
+                rate = "" if steady is None else f"; back to back {steady:.2f}x vs inductor"
                 lines.append(
                     f"{w.workload} / {m.mode}: host-bound: launching a step takes "
-                    f"{m.launch_ms:.2f} of its {m.launched_step_ms:.2f} ms"
+                    f"{m.launch_ms:.2f} of its {m.launched_step_ms:.2f} ms{rate}"
                 )
     return lines
 
