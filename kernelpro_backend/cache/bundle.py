@@ -4,11 +4,10 @@ Owns: the bundle format (a tar, tar.gz or zip archive with `manifest.json` — f
 created, built_by (who made it: a claim, shown, never trusted), arch, per entry its file,
 digest, key JSON and sha256, and `graph_verdicts`: the torch-level rewrites a warm-up measured
 slower on a whole graph, by graph fingerprint — plus one JSON entry file per kernel, binary
-fields base64, and
-optionally `signature.json`, whose format signing.py owns), writing it atomically, and reading
-it with every check: each entry's sha256 against the manifest, its own checksum, its key
-against the manifest's, a well-formed signature if there is one, and no file the manifest does
-not list.
+fields base64, and optionally `signature.json`, whose format signing.py owns), writing it
+atomically, and reading it with every check: each entry's sha256 against the manifest, its own
+checksum, its key against the manifest's, a well-formed signature if there is one, no file the
+manifest does not list, and graph verdicts that can only turn a rewrite off.
 Must not: extract archives to disk (members are read into memory by name), unpickle anything,
 or touch a cache store (transfer.py exports to and imports from one).
 """
@@ -27,6 +26,7 @@ from typing import Any
 
 from ..paths import atomic_write
 from .artifact import CorruptEntry, Entry, decode_entry
+from .context import ContextVerdicts
 from .signing import SIGNATURE, parse_signature
 from .toolchain import CACHE_SCHEMA_VERSION, CacheKey
 
@@ -41,7 +41,7 @@ GRAPH_VERDICTS = "graph_verdicts"
 MAX_GRAPH_VERDICTS = 10_000
 # The options a graph verdict may carry: rewrites turned off, nothing else (a bundle cannot
 # turn anything on, or change any other option of the importing machine).
-VERDICT_OPTIONS = ("rewrite_linear_cross_entropy", "rewrite_attention")
+VERDICT_OPTIONS = ContextVerdicts.GRAPH_OPTIONS
 
 
 @dataclasses.dataclass(frozen=True)
