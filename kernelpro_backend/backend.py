@@ -30,6 +30,7 @@ from .fx_passes.attention_rewrite import rewrite_attention
 from .fx_passes.causal_mask import lower_triangular
 from .fx_passes.linear_ce_rewrite import drop_autograd_kernel, rewrite_linear_cross_entropy
 from .fx_passes.patterns import check_pattern_names
+from .fx_passes.torch_level import input_name
 from .guarded import ValueGuarded
 from .options import Options
 from .providers import KernelProvider
@@ -336,7 +337,7 @@ def _value_guarded(
         session.rewrites.update(torch_rewrites(plain, first.options))
         return _compile(session, plain, example_inputs, mode)
 
-    names = ", ".join(str(n.target) for n in relied)
+    names = ", ".join(input_name(n) for n in relied)
     return ValueGuarded(
         compiled,
         example_inputs,

@@ -20,6 +20,7 @@ import torch
 from . import text_table
 from .backend import make_backend, placeholder_values, torch_rewrites
 from .fx_passes import Subgraph
+from .fx_passes.torch_level import input_name
 from .options import Options
 
 log = logging.getLogger("kernelpro")
@@ -102,6 +103,7 @@ def find_subgraphs(
     train: bool | None = None,
     backend_options: Mapping[str, Any] | None = None,
     rewrites: dict[str, int] | None = None,
+    relied_on: list[str] | None = None,
     **compile_kwargs: Any,
 ) -> list[Subgraph]:
     """The subgraphs kernelpro cuts from one call of `model` (a copy: the model is untouched).
@@ -109,7 +111,9 @@ def find_subgraphs(
     graph; True/False forces the choice (False runs under `torch.no_grad()`).
     `backend_options` adds backend options (e.g. a precision); search stays off.
     `rewrites`: a dict to fill with the torch-level rewrites made first, as a compile makes
-    them (the options' `rewrite_*` say which); None: the graphs as written."""
+    them (the options' `rewrite_*` say which); None: the graphs as written. `relied_on`: a
+    list to fill with the inputs whose values a rewrite relied on (a buffer holding a causal
+    mask), as the model names them: a compile checks them at every call."""
     found: list[Subgraph] = []
 
     def observe(graph_kind: str, subgraphs: Sequence[Subgraph]) -> None:
@@ -121,8 +125,11 @@ def find_subgraphs(
     def backend(gm: torch.fx.GraphModule, inputs: Sequence[Any], **kwargs: Any) -> Any:
         if rewrites is not None:  # as a compile makes them (backend.torch_rewrites)
             values = placeholder_values(gm, inputs)
-            for name, n in torch_rewrites(gm, opts, values, []).items():
+            relied: list[torch.fx.Node] = []
+            for name, n in torch_rewrites(gm, opts, values, relied).items():
                 rewrites[name] = rewrites.get(name, 0) + n
+            if relied_on is not None:
+                relied_on.extend(input_name(node) for node in relied)
         return inner(gm, inputs, **kwargs)
 
     model = copy.deepcopy(model)
@@ -161,12 +168,17 @@ REWRITES = {
 
 
 def explain_model(
-    model: torch.nn.Module, *example_inputs: Any, **compile_kwargs: Any
+    model: torch.nn.Module,
+    *example_inputs: Any,
+    relied_on: list[str] | None = None,
+    **compile_kwargs: Any,
 ) -> tuple[list[SubgraphInfo], dict[str, int]]:
     """`explain` after the torch-level rewrites a compile makes: (the subgraphs, how many of
-    each rewrite were made)."""
+    each rewrite were made); `relied_on` as in `find_subgraphs`."""
     made: dict[str, int] = {}
-    found = find_subgraphs(model, *example_inputs, rewrites=made, **compile_kwargs)
+    found = find_subgraphs(
+        model, *example_inputs, rewrites=made, relied_on=relied_on, **compile_kwargs
+    )
     return [describe(s) for s in found], made
 
 

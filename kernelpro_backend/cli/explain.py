@@ -25,7 +25,8 @@ def run_explain(args: argparse.Namespace) -> int:
     from ..explain import REWRITES, explain_model, format_table
 
     model, inputs = model_and_inputs(args.target)
-    rows, rewrites = explain_model(model, *inputs)
+    relied: list[str] = []
+    rows, rewrites = explain_model(model, *inputs, relied_on=relied)
     print(format_table(rows))
     kinds: dict[str, int] = {}
     for r in rows:
@@ -34,4 +35,10 @@ def run_explain(args: argparse.Namespace) -> int:
     made = [f"  {n} x {REWRITES.get(name, name)}" for name, n in rewrites.items() if n]
     if made:
         print("torch-level rewrites made before the subgraphs were cut:", *made, sep="\n")
+    if relied:
+        print(
+            "relied on the values of (a causal mask read from a buffer, run as is_causal=True; "
+            "a compile checks each call that they did not change, and re-reads them if they "
+            "did): " + ", ".join(dict.fromkeys(relied))
+        )
     return 0

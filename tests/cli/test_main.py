@@ -94,3 +94,5 @@ def test_explain_shows_the_torch_level_rewrites_a_compile_makes(capsys):
     out = capsys.readouterr().out
     assert "torch-level rewrites made before the subgraphs were cut:" in out
     assert "2 x hand-written attention" in out and "1 x an LM head and its cross-entropy" in out
+    # the tiny GPT keeps its causal mask in a buffer per block: the rewrite relies on its values
+    assert "relied on the values of" in out and "blocks.0.mask, blocks.1.mask" in out, out

@@ -129,6 +129,7 @@ def test_training_through_it_matches_eager_and_a_changed_buffer_is_honoured(capl
         _check(compiled, module, 2)
         _check(compiled, module, 3)
     assert caplog.text.count("no longer hold the values relied on") == 1
+    assert "causal mask (mask) no longer hold" in caplog.text  # named as the module names it
 
 
 def test_a_buffer_rewritten_every_call_stops_being_relied_on(caplog, monkeypatch):
@@ -176,3 +177,23 @@ def test_two_instances_sharing_the_compiled_code_run_without_falling_back(caplog
             for compiled, module in zip(runs, (first, second), strict=True):
                 _check(compiled, module, seed)
     assert "since the graph was compiled" not in caplog.text
+
+
+def test_an_input_is_named_as_the_model_names_it():
+    from types import SimpleNamespace
+
+    import torch.fx as fx
+
+    from kernelpro_backend.fx_passes.torch_level import input_name
+
+    node = fx.Graph().placeholder("L_self_modules_a_buffers_m_")
+    assert input_name(node) == "L_self_modules_a_buffers_m_"  # no source recorded
+    cases = [
+        ("L['self']._modules['a']._buffers['m']", "a.m"),
+        (lambda: "L['self']._buffers['m']", "m"),  # a method in older torch, a property in newer
+    ]
+    for source, name in cases:
+        node.meta["grapharg"] = SimpleNamespace(source=SimpleNamespace(name=source))
+        assert input_name(node) == name
+    node.meta["grapharg"] = SimpleNamespace(source=SimpleNamespace(name="G['mask'][0]"))
+    assert input_name(node) == "G['mask'][0]"  # not an attribute path of the module: as is
