@@ -38,7 +38,7 @@ MAX_MEMBERS = 100_000  # entries are one file each; a real bundle holds hundreds
 
 
 GRAPH_VERDICTS = "graph_verdicts"
-MAX_GRAPH_VERDICTS = 10_000
+MAX_GRAPH_VERDICTS = 1_000  # a model has a handful of graphs
 # The options a graph verdict may carry: rewrites turned off, nothing else (a bundle cannot
 # turn anything on, or change any other option of the importing machine).
 VERDICT_OPTIONS = ContextVerdicts.GRAPH_OPTIONS

@@ -139,6 +139,16 @@ class ContextVerdicts:
         """Record (and write at once) options measured better for the graph `fingerprint`."""
         self._write(f"graph:{fingerprint}", {"options": options, **record})
 
+    def add_graph_options(
+        self, verdicts: Iterable[tuple[str, dict[str, bool], dict[str, Any]]]
+    ) -> None:
+        """`set_graph_options` for many graphs, (fingerprint, options, record) each, written
+        once (a bundle's verdicts: one write, not one per verdict)."""
+        records, now = self._load(), utc_now()
+        for fingerprint, options, record in verdicts:
+            records[f"graph:{fingerprint}"] = {"options": options, **record, "time": now}
+        self._save(records)
+
     def _write(self, name: str, record: dict[str, Any]) -> None:
         records = self._load()
         records[name] = {**record, "time": utc_now()}

@@ -173,7 +173,9 @@ def import_bundle(
     verdicts, bad = read_graph_verdicts(bundle.manifest)
     refused += bad
     taken = [v for v in verdicts if not cache.context.graph_options(v.fingerprint)]
-    for v in taken:  # a verdict measured here stays: this machine's own timing
-        cache.context.set_graph_options(v.fingerprint, v.options, model=v.model, why=v.why,
-                                        origin="import")  # fmt: skip
+    if taken:  # a verdict measured here stays: this machine's own timing
+        cache.context.add_graph_options(
+            (v.fingerprint, v.options, {"model": v.model, "why": v.why, "origin": "import"})
+            for v in taken
+        )
     return ImportReport(imported, refused, read_built_by(bundle.manifest), status, taken)

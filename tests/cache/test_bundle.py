@@ -138,6 +138,44 @@ def test_a_bundles_graph_verdict_can_only_turn_a_rewrite_off(tmp_path, filled, v
         assert len(report.imported) == 3  # the entries still come in
 
 
+def test_a_bundles_verdicts_are_written_at_once_and_too_many_are_refused(
+    tmp_path, filled, monkeypatch
+):
+    """Each verdict written alone would rewrite context.json once per verdict: a bundle's
+    thousand would write the growing file a thousand times. One write; past the cap, none."""
+    from kernelpro_backend.cache.bundle import MAX_GRAPH_VERDICTS
+    from kernelpro_backend.cache.context import ContextVerdicts
+
+    src, _ = filled
+    export_bundle(src, tmp_path / "v.tar")
+
+    def with_verdicts(count):
+        def change(files):
+            manifest = json.loads(files["manifest.json"])
+            manifest["graph_verdicts"] = [
+                {"fingerprint": f"{i:032x}", "options": LM_OFF} for i in range(count)
+            ]
+            files["manifest.json"] = json.dumps(manifest).encode()
+
+        return change
+
+    saves = []
+    real_save = ContextVerdicts._save
+    monkeypatch.setattr(
+        ContextVerdicts, "_save", lambda self, records: (saves.append(1), real_save(self, records))
+    )
+    _rewrite(tmp_path / "v.tar", with_verdicts(MAX_GRAPH_VERDICTS))
+    with KernelCache(tmp_path / "dst") as dst:
+        saves.clear()
+        report = import_bundle(dst, tmp_path / "v.tar", arch="sm_90")
+        assert len(report.graph_verdicts) == MAX_GRAPH_VERDICTS and len(saves) == 1
+    _rewrite(tmp_path / "v.tar", with_verdicts(MAX_GRAPH_VERDICTS + 1))
+    with KernelCache(tmp_path / "dst2") as dst:
+        report = import_bundle(dst, tmp_path / "v.tar", arch="sm_90")
+        assert report.graph_verdicts == [] and dst.context.graph_verdicts() == {}
+        assert any("not ours" in r.reason for r in report.refused)
+
+
 def _rewrite(path, change):
     """Re-pack a tar bundle after `change(files)` edits its members in place."""
     files = tar_members(path)
