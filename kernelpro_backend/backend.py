@@ -74,7 +74,7 @@ class CompileSession:
         self.fingerprint = ""  # the dynamo graph's (graph_fingerprint), before any rewrite
         self.rewrites: dict[str, int] = {}  # torch-level rewrites made: name -> chains
         # Rewrite options a warm-up's in-context check turned off for this graph (its verdict).
-        self.turned_off: dict[str, bool] = {}
+        self.turned_off: dict[str, Any] = {}
         # Why the rewritten graph did not compile (it was compiled as written), or None.
         self.rewrite_error: str | None = None
 
@@ -202,7 +202,7 @@ def graph_fingerprint(gm: fx.GraphModule, example_inputs: Sequence[Any]) -> str:
     return hashlib.sha256(f"{gm.code}\n{metas}".encode()).hexdigest()[:32]
 
 
-def _context_verdicts(opts: Options, provider: Any, fingerprint: str) -> dict[str, bool]:
+def _context_verdicts(opts: Options, provider: Any, fingerprint: str) -> dict[str, Any]:
     """The torch-level rewrites a warm-up measured slower on this very graph, as the options
     that turn them off (cache/context.py); {} when none, or no cache to ask."""
     cache = getattr(provider, "cache", None) or getattr(
@@ -217,7 +217,7 @@ def _context_verdicts(opts: Options, provider: Any, fingerprint: str) -> dict[st
         return {}
     if off:
         log.info("kernelpro: this graph's warm-up measured it faster with %s", off)
-    return off
+    return dict(off)
 
 
 def make_backend(
@@ -241,8 +241,7 @@ def make_backend(
         chosen = default_provider(opts, provider)
         fingerprint = graph_fingerprint(gm, example_inputs)
         verdicts = _context_verdicts(opts, chosen, fingerprint)
-        turned_off: dict[str, Any] = dict(verdicts)  # replace() takes them as Any
-        opts = dataclasses.replace(opts, **turned_off) if turned_off else opts
+        opts = dataclasses.replace(opts, **verdicts) if verdicts else opts
         session = CompileSession(opts, chosen, observer)
         session.fingerprint, session.turned_off = fingerprint, verdicts
         # The torch-level fusions, before AOTAutograd; search="off" is the fallback alone.

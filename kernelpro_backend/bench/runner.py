@@ -230,7 +230,7 @@ def rewrites_made(sessions: list[Any] | None) -> str:
     for s in sessions:
         for name, count in s.rewrites.items():
             made[name] = made.get(name, 0) + count
-        off.update(name for name, on in s.turned_off.items() if not on)
+        off.update(s.turned_off)  # {option: False}
     text = ", ".join(f"{name} {n}" for name, n in sorted(made.items()) if n) or "none"
     return text + (f"; off by the warm-up's verdict: {', '.join(sorted(off))}" if off else "")
 

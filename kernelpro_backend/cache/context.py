@@ -137,7 +137,7 @@ class ContextVerdicts:
 
     def set_graph_options(self, fingerprint: str, options: dict[str, bool], **record: Any) -> None:
         """Record (and write at once) options measured better for the graph `fingerprint`."""
-        self._write(f"graph:{fingerprint}", {"options": options, **record})
+        self.add_graph_options([(fingerprint, options, record)])
 
     def add_graph_options(
         self, verdicts: Iterable[tuple[str, dict[str, bool], dict[str, Any]]]
