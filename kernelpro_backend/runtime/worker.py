@@ -267,12 +267,13 @@ def _on_gpu(
 def _abandoned(timing: Timing, limit: float | None, describe: dict[str, Any]) -> EvalResult:
     """A candidate slower than the search's limit after its warm-up runs: recorded with that
     rough time (the tree learns it is slow) and marked unproved, so it is never a winner."""
+    runs = "first CUDA-graph replays" if timing.method.startswith("cuda_graph") else "warm-up runs"
     return EvalResult(
         EvalStatus.OK,
         median_ms=timing.median_ms,
         spread_ms=timing.spread_ms,
         times_ms=timing.times_ms,
-        message=f"abandoned: {timing.median_ms:.4g} ms in warm-up runs, over the "
+        message=f"abandoned: {timing.median_ms:.4g} ms in {runs}, over the "
         f"{limit:.4g} ms this search still needs; not proved",
         details={**describe, "abandoned": True, "timing_method": timing.method},
     )
