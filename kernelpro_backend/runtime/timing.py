@@ -140,7 +140,7 @@ def _time_cuda(
     if estimate_ms < LAUNCH_BOUND_MS:
         # These warm-up events bracket the host's launch as well (the GPU is idle between
         # calls): for a short kernel they measure the launch, not the kernel (on H100, 7 us
-        # GEMMs read 40-80 us), so the graph's replays decide whether to give up on it.
+        # GEMMs read 40-100 us), so the graph's replays decide whether to give up on it.
         try:
             return _time_cuda_graph(
                 fn, sets, device, budget_s, estimate_ms, flush, abandon_above_ms

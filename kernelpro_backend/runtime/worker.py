@@ -265,8 +265,9 @@ def _on_gpu(
 
 
 def _abandoned(timing: Timing, limit: float | None, describe: dict[str, Any]) -> EvalResult:
-    """A candidate slower than the search's limit after its warm-up runs: recorded with that
-    rough time (the tree learns it is slow) and marked unproved, so it is never a winner."""
+    """A candidate slower than the search's limit after its warm-up runs (a short kernel: its
+    first CUDA-graph replays): recorded with that rough time (the tree learns it is slow) and
+    marked unproved, so it is never a winner."""
     runs = "first CUDA-graph replays" if timing.method.startswith("cuda_graph") else "warm-up runs"
     return EvalResult(
         EvalStatus.OK,

@@ -1,9 +1,9 @@
 """On the GPU: a search gives up on a candidate by its kernel's time, not by its launch's.
 
 A short kernel's warm-up events bracket the host's launch too (the GPU idles between calls),
-so they read the launch: before the fix every 7 us GEMM of a search at 1024^3 read 40-80 us
-and was abandoned against a limit of 13 us, unmeasured (BENCHMARKS.md, "The search's give-up
-rule")."""
+so they read the launch: before the fix most 7 us GEMMs of a search at 1024^3 read 40-100 us
+and were given up against a limit of ~13 us, unmeasured (BENCHMARKS.md, "The search's give-up
+rule, on short kernels")."""
 
 import time
 
