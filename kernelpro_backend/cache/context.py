@@ -121,19 +121,24 @@ class ContextVerdicts:
 
     def graph_options(self, fingerprint: str) -> dict[str, bool]:
         """{option: False} for the rewrites that lost on the graph `fingerprint`."""
-        record = self._load().get(f"graph:{fingerprint}") or {}
-        options = record.get("options")
-        if not isinstance(options, dict):
-            return {}
-        return {k: False for k, v in options.items() if k in self.GRAPH_OPTIONS and v is False}
+        return self._turned_off(self._load().get(f"graph:{fingerprint}"))
 
     def graph_verdicts(self) -> dict[str, dict[str, Any]]:
-        """{fingerprint: record} of the graphs with a rewrite turned off (what a bundle ships)."""
-        return {
-            name.removeprefix("graph:"): record
-            for name, record in self._load().items()
-            if name.startswith("graph:") and self.graph_options(name.removeprefix("graph:"))
-        }
+        """{fingerprint: record} of the graphs with a rewrite turned off (what a bundle ships),
+        each record's "options" as `graph_options` reads them; one read of the file."""
+        verdicts = {}
+        for name, record in self._load().items():
+            off = self._turned_off(record) if name.startswith("graph:") else {}
+            if off:
+                verdicts[name.removeprefix("graph:")] = {**record, "options": off}
+        return verdicts
+
+    @classmethod
+    def _turned_off(cls, record: dict[str, Any] | None) -> dict[str, bool]:
+        options = (record or {}).get("options")
+        if not isinstance(options, dict):
+            return {}
+        return {k: False for k, v in options.items() if k in cls.GRAPH_OPTIONS and v is False}
 
     def set_graph_options(self, fingerprint: str, options: dict[str, bool], **record: Any) -> None:
         """Record (and write at once) options measured better for the graph `fingerprint`."""

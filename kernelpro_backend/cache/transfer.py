@@ -121,7 +121,7 @@ def export_bundle(
         GRAPH_VERDICTS: [
             GraphVerdict(
                 fingerprint,
-                cache.context.graph_options(fingerprint),
+                record["options"],
                 str(record.get("model", "")),
                 str(record.get("why", "")),
             ).to_dict()
@@ -172,7 +172,8 @@ def import_bundle(
             imported.append(dataclasses.replace(entry, artifact=artifact))
     verdicts, bad = read_graph_verdicts(bundle.manifest)
     refused += bad
-    taken = [v for v in verdicts if not cache.context.graph_options(v.fingerprint)]
+    own = cache.context.graph_verdicts()
+    taken = [v for v in verdicts if v.fingerprint not in own]
     if taken:  # a verdict measured here stays: this machine's own timing
         cache.context.add_graph_options(
             (v.fingerprint, v.options, {"model": v.model, "why": v.why, "origin": "import"})
