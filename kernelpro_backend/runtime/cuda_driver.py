@@ -1,8 +1,9 @@
 """Loading a cubin with the CUDA driver API and launching its kernels on torch's stream.
 
 Owns: `RawKernel` (one kernel launched with ctypes arguments where it is told to write: the
-package's own fixed kernels), `zeroed_word` (a counter for them), `smem_optin_limit`, `CudaKernel` (a callable over the subgraph inputs: cuModuleLoadData + cuModuleGetFunction
-at load, one resolved launch plan per input signature, fresh outputs per call, cuLaunchKernel on
+package's own fixed kernels), `zeroed_word` (a counter for them), `smem_optin_limit`,
+`CudaKernel` (a callable over the subgraph inputs: cuModuleLoadData + cuModuleGetFunction at
+load, one resolved launch plan per input signature, fresh outputs per call, cuLaunchKernel on
 torch's current stream, so CUDA-graph capture records it), the parameter-layout check against
 the cubin (cuFuncGetParamInfo, where the driver has it), the >48 KiB dynamic shared memory
 opt-in, and `load_cuda_source` / `load_cubin`: a candidate compiled now, or a cached cubin
