@@ -93,13 +93,17 @@ def entry(x, y):
         HEADER
         + "def entry(x, y):\n    return [launch(x, y, torch.empty_like(x), x.numel() // 2)]\n",
         "wrong",
-        "differs from the reference",
+        # The unwritten half is whatever the allocator hands back. On the GPU that is the NaN
+        # the evaluator poisoned it with. On the CPU, malloc may instead hand back a block that
+        # held a correct answer (the interpreter's copies), which passes the first comparison;
+        # the second run then gets other memory, and the determinism check rejects it.
+        "differs from the reference|non-deterministic",
     ),
     GamingCase(
         "reads_uninitialised_output",
         HEADER + "def entry(x, y):\n    return [torch.empty_like(x)]\n",
         "wrong",
-        "differs from the reference",
+        "differs from the reference|non-deterministic",  # as writes_half_the_output
     ),
     GamingCase(
         "computes_in_bfloat16",
