@@ -25,6 +25,9 @@ if TYPE_CHECKING:
     from .spec_view import KnobValue, SpecView
 
 MAX_TILE_ELEMENTS = 65536  # per program, in registers: 64 K 32-bit registers per SM
+# A split-K GEMM's float32 partials (SPLIT_K x its output): scratch the memory plan does not
+# count, within its margin (memory.CONTEXT_BYTES). A GEMM whose tiles fill the GPU needs none.
+SPLIT_K_PARTIAL_BYTES = 64 * 2**20
 _POW2 = tuple(2**i for i in range(17))
 _SPACE: dict[str, dict[str, tuple[KnobValue, ...]]] = {
     "gemm": {
@@ -33,7 +36,7 @@ _SPACE: dict[str, dict[str, tuple[KnobValue, ...]]] = {
         "BLOCK_K": (16, 32, 64, 128),
         "GROUP_M": (1, 4, 8, 16),
         "LOADS": ("pointer", "tma"),
-        "SPLIT_K": (1, 2, 4, 8),
+        "SPLIT_K": (1, 2, 4, 8, 16),
         "PERSISTENT": (False, True),
         # a persistent program's tile loop flattened with its K loop into one software
         # pipeline: the next tile's first loads are in flight during this tile's epilogue
@@ -287,16 +290,27 @@ def _validate_gemm(spec: SpecView, k: dict) -> None:
             f"not fit one SM's {SMEM_BYTES}; use SM_PROGRAMS=1 or fewer stages or smaller blocks"
         )
     if k["SPLIT_K"] > 1:
-        plain = not spec.ops and len(spec.stores) == 1 and spec.outputs[0][2] == "float32"
-        if not plain or k["PERSISTENT"]:
-            raise IllegalSpec(
-                f"SPLIT_K={k['SPLIT_K']} accumulates partial tiles atomically: only a plain fp32 "
-                "GEMM (no epilogue, one output, not persistent) can; use SPLIT_K=1"
-            )
-        if spec.param("k") < k["SPLIT_K"] * bk:
-            raise IllegalSpec(
-                f"SPLIT_K={k['SPLIT_K']} x BLOCK_K={bk} exceeds K={spec.param('k')}; use fewer splits"
-            )
+        _validate_split_k(spec, k)
+
+
+def _validate_split_k(spec: SpecView, k: dict) -> None:
+    split, bk = k["SPLIT_K"], k["BLOCK_K"]
+    if k["PERSISTENT"]:
+        raise IllegalSpec(
+            f"SPLIT_K={split} gives each program one tile's share of K; a persistent program "
+            "loops over whole tiles: use SPLIT_K=1 or PERSISTENT=False"
+        )
+    if spec.param("k") < split * bk:
+        raise IllegalSpec(
+            f"SPLIT_K={split} x BLOCK_K={bk} exceeds K={spec.param('k')}; use fewer splits"
+        )
+    partial = split * spec.param("batch") * spec.param("m") * spec.param("n") * 4
+    if partial > SPLIT_K_PARTIAL_BYTES:
+        raise IllegalSpec(
+            f"SPLIT_K={split} stores {partial / 2**20:.0f} MiB of float32 partials (the limit is "
+            f"{SPLIT_K_PARTIAL_BYTES // 2**20} MiB): split-K pays where the output is small next "
+            "to K; use fewer splits or SPLIT_K=1"
+        )
 
 
 def _validate_subtile(spec: SpecView, k: dict) -> None:
@@ -306,8 +320,6 @@ def _validate_subtile(spec: SpecView, k: dict) -> None:
     why = None
     if spec.reduced:
         why = "the epilogue's row reductions need the whole row of the tile at once"
-    elif k["SPLIT_K"] > 1:
-        why = "split-K adds partial tiles atomically, with no epilogue"
     elif k["BLOCK_N"] // parts < 16:
         why = f"BLOCK_N={k['BLOCK_N']} in {parts} slices is under 16 columns each"
     if why:

@@ -128,12 +128,16 @@ def render(spec: KernelSpec) -> RenderedKernel:
     # torch.library.wrap_triton to trace the launch into Inductor's graph (rewrite.py).
     host = [f"def {ENTRY}({', '.join([*ins, '_launch=_direct'])}):"]
     host.append(f"    device = {ins[0]}.device" if ins else "    device = torch.device('cuda')")
-    zero = spec.template == "gemm" and spec.knob("SPLIT_K") != 1  # partial tiles add atomically
     for i, (shape, stride, dt) in enumerate(spec.outputs):
         host.append(
             f"    {outs[i]} = torch.empty_strided({list(shape)}, {list(stride)}, dtype=torch.{dt}, device=device)"
-            + (".zero_()" if zero else "")
         )
+    split = spec.template == "gemm" and spec.knob("SPLIT_K") != 1
+    if split:  # the GEMM's partials, then a second kernel adds them and runs the epilogue
+        from .template_gemm import split_k_launch
+
+        scratch, combine_grid, combine_args = split_k_launch(spec)
+        host += scratch
     tma = spec.template == "gemm" and spec.knob("LOADS") == "tma"
     if tma:
         operands = sorted({spec.param("a")[0], spec.param("b")[0]})
@@ -151,9 +155,11 @@ def render(spec: KernelSpec) -> RenderedKernel:
         f"{k}={v if v == 'INTERPRET' else repr(v)}" for k, v in launch_knobs.items()
     )
     host.append(
-        f"    _launch(kernel)[grid]({', '.join(ins + outs)}, {knob_args}, "
-        f"num_warps={spec.knob('num_warps')}, num_stages={spec.knob('num_stages')})"
+        f"    _launch(kernel)[grid]({', '.join(ins + (['partials'] if split else outs))}, "
+        f"{knob_args}, num_warps={spec.knob('num_warps')}, num_stages={spec.knob('num_stages')})"
     )
+    if split:
+        host.append(f"    _launch(combine)[{combine_grid}]({combine_args})")
     host.append(f"    return [{', '.join(outs)}]")
     source = "\n".join(
         [

@@ -3,7 +3,9 @@ accumulator tile, and row reductions when the row fits one tile (BLOCK_N >= N).
 
 Owns: the Triton kernel - grouped (GROUP_M) tile order, optional persistent tile loop (FLATTEN:
 one software pipeline across its tiles),
-optional split-K with atomic accumulation, operands read through strides (a transposed weight
+optional split-K (SPLIT_K programs share a tile's K loop, each storing a float32 partial; a
+second kernel, `combine`, adds a tile's partials in a fixed order and runs the epilogue:
+deterministic, unlike atomics, and open to every epilogue), operands read through strides (a transposed weight
 is just other strides), fp32 accumulation, `tl.dot` input precision from the spec
 (float32 stays "ieee" unless the spec says tf32 / tf32x3; tf32 operands are rounded to nearest
 as cuBLAS does, not truncated as Triton's dot does), and the main loop's shape
@@ -246,9 +248,9 @@ def render_gemm(spec: KernelSpec) -> tuple[str, str]:
     split = int(spec.knob("SPLIT_K"))
     persistent = bool(spec.knob("PERSISTENT"))
     wide = max(m * sam, k * sak, n * sbn, k * sbk, batch * max(sab, sbb), m * n * batch) > 2**30
-    params = [f"in{i}" for i in range(len(spec.inputs))] + [
-        f"out{i}" for i in range(len(spec.outputs))
-    ]
+    ins = [f"in{i}" for i in range(len(spec.inputs))]
+    outs = [f"out{i}" for i in range(len(spec.outputs))]
+    params = [*ins, "partials"] if split > 1 else [*ins, *outs]
     lines = [
         "@triton.jit",
         f"def kernel({', '.join(params)}, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, "
@@ -283,14 +285,14 @@ def render_gemm(spec: KernelSpec) -> tuple[str, str]:
         lines.append("    tile = pid")
     body += [f"row_mask = rm < {m}", f"mask = row_mask & (rn < {n})"]
     em.indent = len(pad) // 4
-    if split > 1:
-        _, off, index, _ = spec.stores[0]
-        from . import index as ix
-
-        em.line(f"tl.atomic_add(out0 + {off} + {ix.render(index, coords)}, acc, mask=mask)")
+    _epilogue(spec, em, n, i64)
+    if split > 1:  # this kernel stores its partial; `combine` runs the epilogue
+        part = f"partials + pid_k * {batch * m * n} + {_partial_offset(spec)}"
+        body.append(f"tl.store({part}, acc, mask=mask)")
+        lines += [pad + b for b in body]
+        lines += ["", "", *_combine(spec, ins, outs, em.lines, i64)]
     else:
-        _epilogue(spec, em, n, i64)
-    lines += [pad + b for b in body] + em.lines
+        lines += [pad + b for b in body] + em.lines
     tiles = f"triton.cdiv({m}, {spec.knob('BLOCK_M')}) * triton.cdiv({n}, {spec.knob('BLOCK_N')})"
     grid = (
         f"(min({tiles}, {int(spec.knob('SM_PROGRAMS'))} * num_sms), {batch}, {split})"
@@ -298,3 +300,54 @@ def render_gemm(spec: KernelSpec) -> tuple[str, str]:
         else f"({tiles}, {batch}, {split})"
     )
     return "\n".join(em.helper_source() + lines), grid
+
+
+def _partial_offset(spec: KernelSpec) -> str:
+    """Where a tile element's float32 partial is within one split's (batch, M, N) block."""
+    m, n = spec.param("m"), spec.param("n")
+    batch = f"pid_b * {m * n} + " if len(spec.domain) == 3 else ""
+    return f"{batch}rm * {n} + rn"
+
+
+def _combine(
+    spec: KernelSpec, ins: list[str], outs: list[str], epilogue: list[str], i64: str
+) -> list[str]:
+    """The split-K second kernel: per output tile (same tiles and order as the first), the
+    SPLIT_K partials added in split order, then the spec's epilogue and stores."""
+    m, n, batch = (spec.param(x) for x in ("m", "n", "batch"))
+    return [
+        "@triton.jit",
+        f"def combine({', '.join([*ins, *outs, 'partials'])}, BLOCK_M: tl.constexpr, "
+        "BLOCK_N: tl.constexpr, GROUP_M: tl.constexpr, SPLIT_K: tl.constexpr):",
+        "    tile = tl.program_id(0)",
+        f"    pid_b = tl.program_id(1){i64}",
+        f"    num_pid_m = tl.cdiv({m}, BLOCK_M)",
+        f"    num_pid_n = tl.cdiv({n}, BLOCK_N)",
+        *["    " + x for x in tile_coords("tile", i64)],
+        f"    row_mask = rm < {m}",
+        f"    mask = row_mask & (rn < {n})",
+        f"    part = partials + {_partial_offset(spec)}",
+        "    acc = tl.load(part, mask=mask, other=0.0)",
+        "    for s in tl.static_range(1, SPLIT_K):  # in split order: the same sum every run",
+        f"        acc += tl.load(part + s * {batch * m * n}, mask=mask, other=0.0)",
+        *epilogue,
+    ]
+
+
+def split_k_launch(spec: KernelSpec) -> tuple[list[str], str, str]:
+    """For a SPLIT_K > 1 GEMM: (host lines allocating the partials, after `device` is
+    defined), the combine kernel's grid and its launch's arguments."""
+    m, n, batch = (int(spec.param(x)) for x in ("m", "n", "batch"))
+    split = int(spec.knob("SPLIT_K"))
+    scratch = [
+        f"    partials = torch.empty({split * batch * m * n}, dtype=torch.float32, device=device)"
+    ]
+    tiles = f"triton.cdiv({m}, {spec.knob('BLOCK_M')}) * triton.cdiv({n}, {spec.knob('BLOCK_N')})"
+    ins = [f"in{i}" for i in range(len(spec.inputs))]
+    outs = [f"out{i}" for i in range(len(spec.outputs))]
+    knobs = ", ".join(f"{k}={spec.knob(k)!r}" for k in ("BLOCK_M", "BLOCK_N", "GROUP_M", "SPLIT_K"))
+    args = (
+        f"{', '.join([*ins, *outs, 'partials'])}, {knobs}, "
+        f"num_warps={spec.knob('num_warps')}, num_stages=1"
+    )
+    return scratch, f"({tiles}, {batch})", args

@@ -51,8 +51,8 @@ def test_illegal_knobs_raise_one_error_type_with_the_limit(specs: dict[str, Kern
         gemm.with_knobs(BLOCK_M=48)
     with pytest.raises(IllegalSpec, match="do not exist"):
         gemm.with_knobs(ROWS=2)
-    with pytest.raises(IllegalSpec, match="SPLIT_K"):
-        gemm.with_knobs(SPLIT_K=2)  # this GEMM has a GELU epilogue
+    with pytest.raises(IllegalSpec, match="SPLIT_K=2 x BLOCK_K=32 exceeds K=33"):
+        gemm.with_knobs(SPLIT_K=2, BLOCK_K=32)
     norm = specs["reduction"]
     with pytest.raises(IllegalSpec, match="BLOCK_C=128 is wider than the 45 columns"):
         norm.with_knobs(BLOCK_C=128)
