@@ -3,7 +3,8 @@ configurations Inductor's max-autotune tries on CUDA, so the search and the GPU 
 (bench/gemm_sweep.py) can start from them.
 
 Owns: the tables below (edit them to change defaults), `gemm_default_knobs(spec)`,
-`inductor_candidates(spec)` and `seed_configs(spec)` (the few of them a search measures first).
+`inductor_candidates(spec)`, `split_k_config(spec, knobs)` and `seed_configs(spec)` (the few
+of them a search measures first).
 Must not: validate knobs (knobs.py does, through `KernelSpec.with_knobs`), render or measure.
 
 Defaults follow Inductor's H100 choices (torch/_inductor/template_heuristics/triton.py,
@@ -198,14 +199,47 @@ SEED_CONFIGS = 6
 SMALL_TILE = 64 * 64
 
 
+# A split-K seed gives each split at least this many K steps: fewer, and the partials' extra
+# trip through memory outweighs the programs it adds.
+SPLIT_K_MIN_STEPS = 4
+
+
+def split_k_config(spec: KernelSpec, knobs: dict[str, KnobValue]) -> dict[str, KnobValue] | None:
+    """`knobs` with K split over enough programs to fill the GPU, where its tiles leave more
+    than half the SMs idle and K is long (a weight gradient's token axis, a LoRA adapter's
+    update): the fewest splits (2-16) that give every SM a program, each split
+    SPLIT_K_MIN_STEPS K steps or more. None where the tiles fill the GPU or K is short."""
+    m, n, k = (int(spec.param(x)) for x in ("m", "n", "k"))
+    programs = (
+        math.ceil(m / int(knobs["BLOCK_M"]))
+        * math.ceil(n / int(knobs["BLOCK_N"]))
+        * int(spec.param("batch"))
+    )
+    steps = math.ceil(k / int(knobs["BLOCK_K"]))
+    if knobs["PERSISTENT"] or 2 * programs > NUM_SMS or steps < 2 * SPLIT_K_MIN_STEPS:
+        return None
+    split = 2
+    while split < 16 and programs * split < NUM_SMS and steps >= 2 * split * SPLIT_K_MIN_STEPS:
+        split *= 2
+    return dict(knobs, SPLIT_K=split)
+
+
 def seed_configs(spec: KernelSpec, limit: int = SEED_CONFIGS) -> list[dict[str, KnobValue]]:
-    """Up to `limit` of `inductor_candidates(spec)` other than the default: the first of each
-    tile shape (BLOCK_M, BLOCK_N, BLOCK_K) in Inductor's order, largest tile area first, a
-    shape that leaves SMs idle (as `gemm_default_knobs` counts) or is small where bigger ones fill the GPU
-    left out, and none of the default's shape (its neighbours are the search's first moves)."""
+    """Up to `limit` configurations: the default with K split (`split_k_config`) where its
+    tiles leave most SMs idle, then `inductor_candidates(spec)` other than the default: the
+    first of each tile shape (BLOCK_M, BLOCK_N, BLOCK_K) in Inductor's order, largest tile area
+    first, a shape that leaves SMs idle (as `gemm_default_knobs` counts) or is small where
+    bigger ones fill the GPU left out, and none of the default's shape (its neighbours are the
+    search's first moves)."""
     m, n = int(spec.param("m")), int(spec.param("n"))
     batch = int(spec.param("batch"))
     default, *rest = inductor_candidates(spec)
+    split = split_k_config(spec, default)
+    if split is not None:
+        try:
+            _with_any_knobs(spec).with_knobs(**split)
+        except IllegalSpec:
+            split = None
 
     def shape(k: dict[str, KnobValue]) -> tuple[int, int, int]:
         return int(k["BLOCK_M"]), int(k["BLOCK_N"]), int(k["BLOCK_K"])
@@ -225,4 +259,4 @@ def seed_configs(spec: KernelSpec, limit: int = SEED_CONFIGS) -> list[dict[str, 
         and not (many and int(k["BLOCK_M"]) * int(k["BLOCK_N"]) < SMALL_TILE)
     ]
     kept.sort(key=lambda k: -int(k["BLOCK_M"]) * int(k["BLOCK_N"]))  # stable: Inductor's order
-    return kept[:limit]
+    return ([split] if split is not None else []) + kept[: limit - (split is not None)]

@@ -103,3 +103,36 @@ def test_only_gemms_get_seed_configurations():
     )(a)
     (sg,) = find_subgraphs(gm, "inference")
     assert seed_configs(lower(sg)) == []
+
+
+@pytest.mark.parametrize(
+    ("m", "n", "k", "dtype", "split"),
+    [
+        (16, 4096, 16384, torch.bfloat16, 8),  # a LoRA update: 32 programs of 16x128
+        (512, 512, 8192, torch.bfloat16, 4),  # a small layer's weight gradient: 64 programs
+        (256, 256, 131072, torch.float32, 16),  # 16 programs, K long enough for 16 splits
+        (256, 256, 256, torch.float32, 2),  # 8 K steps of 32: two splits of 4
+        (256, 256, 128, torch.float32, None),  # K too short: 4 steps
+        (1024, 1024, 1024, torch.bfloat16, None),  # 256 programs fill the GPU
+        (4096, 4096, 4096, torch.bfloat16, None),  # persistent default
+    ],
+)
+def test_a_gemm_that_leaves_most_sms_idle_starts_with_k_split(m, n, k, dtype, split):
+    from kernelpro_backend.codegen import seed_configs
+    from kernelpro_backend.codegen.gemm_configs import SPLIT_K_MIN_STEPS
+
+    spec = _spec(m, n, k, dtype)
+    configs = seed_configs(spec)
+    splits = [c for c in configs if c.knob("SPLIT_K") > 1]
+    if split is None:
+        assert splits == []
+        return
+    assert splits == configs[:1]  # measured first, the default's tile with K split
+    first = configs[0]
+    assert dict(first.knobs) == dict(spec.knobs, SPLIT_K=split)
+    programs = -(-m // spec.knob("BLOCK_M")) * -(-n // spec.knob("BLOCK_N"))
+    assert 2 * programs <= NUM_SMS
+    assert k // (spec.knob("BLOCK_K") * split) >= SPLIT_K_MIN_STEPS
+    steps = k // spec.knob("BLOCK_K")
+    fewer = split // 2  # fewer splits would leave SMs idle, unless K could not be split more
+    assert programs * fewer < NUM_SMS or steps < 2 * split * SPLIT_K_MIN_STEPS
