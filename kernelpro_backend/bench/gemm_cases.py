@@ -4,7 +4,8 @@ to cover, each a small nn.Module whose GEMM subgraph the backend cuts.
 Owns: `Case`, `cases(tiny, problems)`. Groups: "square" (1k-8k plain matmuls in bf16, fp16,
 IEEE fp32 and tf32x3), "training" (a transformer MLP's forward, input-gradient and
 weight-gradient GEMMs and a QKV projection, bf16), "epilogue" (GEMM + two or more fused ops,
-bf16), "kernelbench" (the GEMM problems of a KernelBench directory, float32 as written, and
+bf16), "long_k" (small outputs over a long K: a small layer's and a LoRA adapter's weight
+gradients, a float32 256x256 output over K = 131072), "kernelbench" (the GEMM problems of a KernelBench directory, float32 as written, and
 some in bf16 and tf32x3).
 Must not: time or build anything.
 """
@@ -155,6 +156,22 @@ def _epilogue(s: int) -> list[Case]:
     ]  # fmt: skip
 
 
+def _long_k(s: int) -> list[Case]:
+    """GEMMs whose output is small next to K: one program per tile leaves most SMs idle
+    (the split-K seed's cases)."""
+    bf16 = torch.bfloat16
+    t, w, d, r = 8192 // s, 512 // s, 4096 // s, 16  # tokens, a small width, a wide one, rank
+    mn, k = 256 // s, 131072 // s
+    return [
+        Case(f"bf16 wgrad {w}x{t}->{w}", "long_k", "ieee",
+             _make(WeightGrad(), bf16, (t, w), (t, w))),
+        Case(f"bf16 lora wgrad {r}x{t}->{d}", "long_k", "ieee",
+             _make(WeightGrad(), bf16, (t, r), (t, d))),
+        Case(f"fp32 mm {mn}x{k}->{mn}", "long_k", "ieee",
+             _make(MatMul(k, mn), torch.float32, (mn, k))),
+    ]  # fmt: skip
+
+
 def _kernelbench(directory: Path) -> list[Case]:
     found = []
     for prefix, variants in KERNELBENCH:
@@ -175,7 +192,7 @@ def _kernelbench(directory: Path) -> list[Case]:
 def cases(tiny: bool, problems: str | None = None) -> list[Case]:
     """Every case; `tiny` divides sizes by 16 (the CPU smoke run, which has no KernelBench)."""
     s = 16 if tiny else 1
-    found = _square(s) + _training(s) + _epilogue(s)
+    found = _square(s) + _training(s) + _epilogue(s) + _long_k(s)
     if problems and not tiny:
         found += _kernelbench(Path(problems))
     return found

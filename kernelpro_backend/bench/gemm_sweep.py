@@ -32,7 +32,7 @@ import torch
 import torch.nn as nn
 
 from ..codegen import IllegalSpec, KernelSpec, alternatives, build
-from ..codegen.gemm_configs import fitted_knobs, operand_kind
+from ..codegen.gemm_configs import fitted_knobs, operand_kind, split_k_config
 from ..codegen.template_library import library_epilogue
 from ..explain import find_subgraphs
 from ..fx_passes import Subgraph
@@ -81,21 +81,25 @@ def label(knobs: dict, spec: KernelSpec | None = None) -> str:
     extras += (
         [f"epilogue/{knobs['EPILOGUE_SUBTILE']}"] if knobs.get("EPILOGUE_SUBTILE", 1) > 1 else []
     )
+    extras += [f"split-K {knobs['SPLIT_K']}"] if knobs.get("SPLIT_K", 1) > 1 else []
     return text + " " + "+".join(extras)
 
 
 def configs(
     spec: KernelSpec, limit: int, extra: Sequence[dict] = ()
 ) -> list[tuple[str, dict, KernelSpec]]:
-    """(kind, knobs, spec): the default, its sliced-epilogue, flattened-persistent, TMA and
+    """(kind, knobs, spec): the default, its split-K form where its tiles leave most SMs idle
+    (gemm_configs.split_k_config), its sliced-epilogue, flattened-persistent, TMA and
     persistent variants, then the sweep tiles, then the seed's library alternatives
     (template_library.py; no knobs). `extra`: knob changes over the default, timed first."""
     default = dict(spec.knobs)
     found: list[tuple[str, dict, KernelSpec]] = [("default", default, spec)]
     tma, persistent = dict(LOADS="tma"), dict(PERSISTENT=True)
     flat = dict(PERSISTENT=True, FLATTEN=True)
+    split = split_k_config(spec, default)
     variants = [
         *(dict(default, **e) for e in extra),
+        *([split] if split is not None else []),
         dict(default, EPILOGUE_SUBTILE=2),
         dict(default, EPILOGUE_SUBTILE=4),
         dict(default, **flat),

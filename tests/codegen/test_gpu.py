@@ -152,7 +152,7 @@ def test_gemm_sweep_runs_in_the_interpreter(tmp_path: os.PathLike) -> None:
     with open(os.path.join(tmp_path, "gpu_gemm_sweep.json")) as f:
         results = __import__("json").load(f)["results"]
     assert [c["case"].split()[0] for c in results[:5]] == ["bf16", "fp16", "fp32", "tf32", "tf32x3"]
-    assert {c["group"] for c in results} == {"square", "training", "epilogue"}
+    assert {c["group"] for c in results} == {"square", "training", "epilogue", "long_k"}
     assert all(r["status"] == "ok" for c in results for r in c["configs"])
     by_name = {c["case"].split()[0] + c["group"]: c for c in results}
     assert by_name["tf32x3square"]["precision"] == "tf32x3"
