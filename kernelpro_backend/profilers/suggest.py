@@ -36,16 +36,23 @@ def _pow2_floor(x: float) -> int:
     return n
 
 
+# A GEMM's tiles are made smaller down to this, then its K is split: a tile under 64 rows or
+# columns feeds the tensor cores too little per operand load (cuBLAS and CUTLASS split K
+# rather than shrink tiles for a small output over a long K).
+GEMM_TILE_FLOOR = 64
+
+
 def more_programs(knobs: Mapping[str, Any], grid: int, sm_count: int) -> dict[str, Any]:
     """Less work per program so that the grid reaches >= 2 waves of `sm_count` programs."""
     factor = max(2, _pow2_floor(2 * sm_count / max(grid, 1)))
     rows_key, rows = _knob(knobs, ROWS)
     if isinstance(rows, int) and rows > 1:
         return {rows_key: max(1, _pow2_floor(rows / factor))}
+    floor = GEMM_TILE_FLOOR if "BLOCK_K" in knobs else 16
     for tile in ("BLOCK_M", "BLOCK_N"):
         size = knobs.get(tile)
-        if isinstance(size, int) and size > 16:
-            return {tile: max(16, _pow2_floor(size / factor))}
+        if isinstance(size, int) and size > floor:
+            return {tile: max(floor, _pow2_floor(size / factor))}
     split_key, split = _knob(knobs, SPLIT)
     if isinstance(split, int) or "BLOCK_K" in knobs:
         return {split_key: min(16, max(2, (split or 1) * factor))}

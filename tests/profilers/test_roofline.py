@@ -103,6 +103,13 @@ def test_suggestions_use_the_knob_names_of_codegen_templates():
     assert fewer_registers({**rows, "num_warps": 8}) == {"BLOCK_C": 512}
     gemm = {"BLOCK_M": 16, "BLOCK_N": 16, "BLOCK_K": 64, "SPLIT_K": 1, "num_warps": 4}
     assert more_programs(gemm, grid=4, sm_count=132) == {"SPLIT_K": 16}
+    # a GEMM's tiles shrink to 64, then its K is split (tensor cores want 64-wide tiles)
+    wide = dict(gemm, BLOCK_M=128, BLOCK_N=128)
+    assert more_programs(wide, grid=16, sm_count=132) == {"BLOCK_M": 64}
+    assert more_programs(dict(wide, BLOCK_M=64), grid=32, sm_count=132) == {"BLOCK_N": 64}
+    assert more_programs(dict(wide, BLOCK_M=64, BLOCK_N=64), grid=64, sm_count=132) == {
+        "SPLIT_K": 4
+    }
     # 16-byte loads: each of 32 x num_warps threads needs 4 fp32 / 8 bf16 contiguous elements.
     assert wider_loads({"BLOCK_C": 256, "num_warps": 4}, 4) == {"num_warps": 2}
     assert wider_loads({"BLOCK_C": 64, "num_warps": 1}, 2) == {"BLOCK_C": 256}
