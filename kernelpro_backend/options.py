@@ -121,6 +121,10 @@ class Options:
     # `kernelpro cache verify` only re-checks timings.
     timing_s: float = 0.25
     check_timing_s: float = 0.05
+    # A search's timed runs of a candidate stop before `timing_s` once their median is settled
+    # (runtime/timing.py `settled`: its 95% interval within 0.375% either side, no drift).
+    # Off until measured on a GPU against full-budget timings.
+    timing_settle: bool = False
     # The worker pool is kept for the whole process (warm CUDA contexts, torch and Triton
     # imported) and shut down after this many idle seconds, or at exit.
     pool_idle_s: float = 300.0
@@ -253,6 +257,7 @@ def _resolved_type(name: str) -> Any:
         "llm_timeout_s": float,
         "timing_s": float,
         "check_timing_s": float,
+        "timing_settle": bool,
         "pool_idle_s": float,
         "progress": bool,
         "rewrite_attention": bool,

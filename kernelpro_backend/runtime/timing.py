@@ -3,9 +3,9 @@
 Owns: `Timing`, `time_kernel` (CUDA: median of event timings with an L2 flush before every
 call and input sets rotated, after warm-up; kernels under LAUNCH_BOUND_MS are timed by
 replaying a CUDA graph of many calls, sized and given up on by the replays' own times; CPU:
-time.perf_counter), `faster`, `launch_timing` (how long the host takes to launch a call
-against the call's end) and `host_bound` (the rule the warm-up's check and the bench both
-read it by).
+time.perf_counter; with `settle`, stopped early once the median is `settled`), `faster`,
+`launch_timing` (how long the host takes to launch a call against the call's end) and
+`host_bound` (the rule the warm-up's check and the bench both read it by).
 Must not: check results (validate.py does) or decide what is worth timing.
 """
 
@@ -31,6 +31,12 @@ MIN_REPS, MAX_REPS = 10, 500
 # Run-to-run drift (clocks, temperature) that one run's own spread does not show: the reported
 # spread is at least this fraction of the median.
 SPREAD_FLOOR = 0.015
+# With `settle`, timed runs go in batches of SETTLE_BATCH and stop before the budget once the
+# median is settled (`settled`): at least SETTLE_MIN_REPS runs, the median's 95% confidence
+# interval within SETTLE_FRACTION of it either side, and the two halves' medians as close (no
+# drift). SETTLE_FRACTION is a quarter of the spread floor that `faster` adds to any median.
+SETTLE_BATCH, SETTLE_MIN_REPS = 10, 20
+SETTLE_FRACTION = SPREAD_FLOOR / 4
 
 
 @dataclasses.dataclass(frozen=True)
@@ -68,6 +74,34 @@ def summarize(times_ms: Sequence[float], method: str) -> Timing:
     return Timing(median, spread, tuple(times_ms), method)
 
 
+def settled(times_ms: Sequence[float]) -> bool:
+    """Whether more runs would hardly move the median: the 95% confidence interval of the
+    median by order statistics (no assumption on the distribution: ranks n/2 -+ 0.98 sqrt(n))
+    lies within SETTLE_FRACTION of it on either side, and the medians of the first and second
+    halves of the runs, in order, differ by no more (clocks or temperature still moving)."""
+    n = len(times_ms)
+    if n < SETTLE_MIN_REPS:
+        return False
+    ordered = sorted(times_ms)
+    median = statistics.median(ordered)
+    reach = 0.98 * math.sqrt(n)
+    low = ordered[max(0, math.floor(n / 2 - reach))]
+    high = ordered[min(n - 1, math.ceil(n / 2 + reach))]
+    allowed = SETTLE_FRACTION * median
+    if median - low > allowed or high - median > allowed:
+        return False
+    first, second = times_ms[: n // 2], times_ms[n // 2 :]
+    return abs(statistics.median(first) - statistics.median(second)) <= allowed
+
+
+def _batches(reps: int, settle: bool) -> list[int]:
+    """Sizes of the batches `reps` timed runs are taken in: one batch, or SETTLE_BATCH runs at
+    a time when the timing may stop once `settled`."""
+    if not settle:
+        return [reps]
+    return [min(SETTLE_BATCH, reps - start) for start in range(0, reps, SETTLE_BATCH)]
+
+
 def _reps(estimate_ms: float, budget_s: float) -> int:
     return max(MIN_REPS, min(MAX_REPS, int(budget_s * 1e3 / max(estimate_ms, 1e-6))))
 
@@ -79,16 +113,18 @@ def time_kernel(
     budget_s: float = 0.25,
     l2_bytes: int = 50 * 2**20,
     abandon_above_ms: float | None = None,
+    settle: bool = False,
 ) -> Timing:
     """`abandon_above_ms`: a kernel whose warm-up runs already take longer than this is not
     timed further; its Timing is those runs, method "<method>-abandoned" (a search passes a
     multiple of its best time, so a clearly slower candidate costs a few runs, not a budget);
     a kernel under LAUNCH_BOUND_MS is judged by its first CUDA-graph replays instead, method
-    "cuda_graph-abandoned"."""
+    "cuda_graph-abandoned". `settle`: the timed runs stop before `budget_s` once their median
+    is `settled`."""
     with torch.no_grad():
         if device.type == "cuda":
-            return _time_cuda(fn, input_sets, device, budget_s, l2_bytes, abandon_above_ms)
-        return _time_cpu(fn, input_sets, budget_s, abandon_above_ms)
+            return _time_cuda(fn, input_sets, device, budget_s, l2_bytes, abandon_above_ms, settle)
+        return _time_cpu(fn, input_sets, budget_s, abandon_above_ms, settle)
 
 
 def _time_cpu(
@@ -96,6 +132,7 @@ def _time_cpu(
     sets: Sequence[Sequence[torch.Tensor]],
     budget_s: float,
     abandon_above_ms: float | None = None,
+    settle: bool = False,
 ) -> Timing:
     for k in range(2):
         fn(*sets[k % len(sets)])
@@ -104,12 +141,15 @@ def _time_cpu(
     estimate_ms = (time.perf_counter() - start) * 1e3
     if abandon_above_ms is not None and estimate_ms > abandon_above_ms:
         return summarize([estimate_ms], "perf_counter-abandoned")
-    times = []
-    for k in range(_reps(estimate_ms, budget_s)):
-        args = sets[k % len(sets)]
-        start = time.perf_counter()
-        fn(*args)
-        times.append((time.perf_counter() - start) * 1e3)
+    times: list[float] = []
+    for batch in _batches(_reps(estimate_ms, budget_s), settle):
+        for _ in range(batch):
+            args = sets[len(times) % len(sets)]
+            start = time.perf_counter()
+            fn(*args)
+            times.append((time.perf_counter() - start) * 1e3)
+        if settle and settled(times):
+            break
     return summarize(times, "perf_counter")
 
 
@@ -124,6 +164,7 @@ def _time_cuda(
     budget_s: float,
     l2_bytes: int,
     abandon_above_ms: float | None = None,
+    settle: bool = False,
 ) -> Timing:
     flush = torch.empty(2 * l2_bytes // 4, dtype=torch.int32, device=device)
     for k in range(3):
@@ -143,21 +184,26 @@ def _time_cuda(
         # GEMMs read 40-100 us), so the graph's replays decide whether to give up on it.
         try:
             return _time_cuda_graph(
-                fn, sets, device, budget_s, estimate_ms, flush, abandon_above_ms
+                fn, sets, device, budget_s, estimate_ms, flush, abandon_above_ms, settle
             )
         except Exception:  # not capturable (host sync, allocation pattern): time it with events
             torch.cuda.synchronize(device)
     elif abandon_above_ms is not None and estimate_ms > abandon_above_ms:
         return summarize(warm, "events-abandoned")
-    reps = _reps(estimate_ms + 0.05, budget_s)  # + the flush, about 35 us for 100 MB
-    starts, ends = _events(reps), _events(reps)
-    for k in range(reps):
-        flush.zero_()
-        starts[k].record()
-        fn(*sets[k % len(sets)])
-        ends[k].record()
-    torch.cuda.synchronize(device)
-    return summarize([s.elapsed_time(e) for s, e in zip(starts, ends, strict=True)], "events")
+    times: list[float] = []
+    # + the flush, about 35 us for 100 MB
+    for batch in _batches(_reps(estimate_ms + 0.05, budget_s), settle):
+        starts, ends = _events(batch), _events(batch)
+        for k in range(batch):
+            flush.zero_()
+            starts[k].record()
+            fn(*sets[(len(times) + k) % len(sets)])
+            ends[k].record()
+        torch.cuda.synchronize(device)
+        times += [s.elapsed_time(e) for s, e in zip(starts, ends, strict=True)]
+        if settle and settled(times):
+            break
+    return summarize(times, "events")
 
 
 def _time_cuda_graph(
@@ -168,6 +214,7 @@ def _time_cuda_graph(
     estimate_ms: float,
     flush: torch.Tensor,
     abandon_above_ms: float | None = None,
+    settle: bool = False,
 ) -> Timing:
     side = torch.cuda.Stream(device)
     side.wait_stream(torch.cuda.current_stream(device))
@@ -188,7 +235,11 @@ def _time_cuda_graph(
         first = _replays(graph, 3, calls, flush)
         if statistics.median(first) > abandon_above_ms:
             return summarize(first, "cuda_graph-abandoned")
-    times = _replays(graph, _reps(estimate_ms * calls + 0.05, budget_s), calls, flush)
+    times: list[float] = []
+    for batch in _batches(_reps(estimate_ms * calls + 0.05, budget_s), settle):
+        times += _replays(graph, batch, calls, flush)
+        if settle and settled(times):
+            break
     del graph
     return summarize(times, "cuda_graph")
 

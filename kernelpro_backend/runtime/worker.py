@@ -210,7 +210,7 @@ def _on_gpu(
             l2 = _l2_bytes(device)
             sets = _timing_sets(job, device, l2)
             timing: Timing = time_kernel(
-                kernel, sets, device, job.timing_budget_s, l2 or 1, abandon
+                kernel, sets, device, job.timing_budget_s, l2 or 1, abandon, job.timing_settle
             )
             del sets
     except Exception as e:

@@ -50,7 +50,10 @@ class PoolMeasurer:
             ceilings=ceilings,
         )
         self._base = dataclasses.replace(
-            self._base, timing_budget_s=options.timing_s, exact_reference=exact_reference
+            self._base,
+            timing_budget_s=options.timing_s,
+            timing_settle=options.timing_settle,
+            exact_reference=exact_reference,
         )
         self._tickets: dict[int, Hashable] = {}
 

@@ -63,3 +63,21 @@ def test_a_long_kernel_is_abandoned_by_its_warm_up_events():
     timing = time_kernel(lambda x: x @ x @ x, [[a]], DEVICE, budget_s=0.1, abandon_above_ms=0.01)
     assert timing.method == "events-abandoned"
     assert timing.median_ms > LAUNCH_BOUND_MS
+
+
+@pytest.mark.parametrize("kind", ["graph", "events"])
+def test_a_settled_timing_stops_early_near_the_full_budgets_median(kind):
+    """`settle`: both CUDA paths stop once the median is settled, and read what the whole
+    budget reads (within the spread floor `faster` adds anyway)."""
+    from kernelpro_backend.runtime.timing import SETTLE_MIN_REPS, SPREAD_FLOOR
+
+    if kind == "graph":
+        fn, sets = _short()
+    else:
+        a = torch.randn(4096, 4096, device=DEVICE)
+        fn, sets = (lambda x: x @ x), [[a]]
+    full = time_kernel(fn, sets, DEVICE, budget_s=0.25)
+    early = time_kernel(fn, sets, DEVICE, budget_s=0.25, settle=True)
+    assert early.method == full.method == ("cuda_graph" if kind == "graph" else "events")
+    assert SETTLE_MIN_REPS <= len(early.times_ms) < len(full.times_ms), (early, full)
+    assert abs(early.median_ms - full.median_ms) <= 2 * SPREAD_FLOOR * full.median_ms
