@@ -117,13 +117,9 @@ class Options:
     # Seconds one request of the LLM proposer may take: a ~4 K-token rewrite is ~60 s at ~70
     # tokens/s, so 180 s covers slow local servers (search/llm/client.py TIMEOUT_S).
     llm_timeout_s: float = 180.0
-    # Seconds of timed runs per candidate after its warm-up (the search), and per entry when
-    # `kernelpro cache verify` only re-checks timings.
+    # Timed seconds per search candidate (timing_settle: until settled), per `cache verify` entry.
     timing_s: float = 0.25
     check_timing_s: float = 0.05
-    # A search's timed runs of a candidate stop before `timing_s` once their median is settled
-    # (runtime/timing.py `settled`: its 95% interval within 0.375% either side, no drift).
-    # Off until measured on a GPU against full-budget timings.
     timing_settle: bool = False
     # The worker pool is kept for the whole process (warm CUDA contexts, torch and Triton
     # imported) and shut down after this many idle seconds, or at exit.
