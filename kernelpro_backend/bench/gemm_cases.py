@@ -5,7 +5,7 @@ Owns: `Case`, `cases(tiny, problems)`. Groups: "square" (1k-8k plain matmuls in 
 IEEE fp32 and tf32x3), "training" (a transformer MLP's forward, input-gradient and
 weight-gradient GEMMs and a QKV projection, bf16), "epilogue" (GEMM + two or more fused ops,
 bf16), "long_k" (small outputs over a long K: a small layer's and a LoRA adapter's weight
-gradients, a float32 256x256 output over K = 131072), "kernelbench" (the GEMM problems of a KernelBench directory, float32 as written, and
+gradients, a float32 256x256 output over K = 131072, a batch-1 decode step's projection), "kernelbench" (the GEMM problems of a KernelBench directory, float32 as written, and
 some in bf16 and tf32x3).
 Must not: time or build anything.
 """
@@ -158,7 +158,7 @@ def _epilogue(s: int) -> list[Case]:
 
 def _long_k(s: int) -> list[Case]:
     """GEMMs whose output is small next to K: one program per tile leaves most SMs idle
-    (the split-K seed's cases)."""
+    (the split-K seed's cases; a decode step's GEMV reads its weight at a quarter of the SMs)."""
     bf16 = torch.bfloat16
     t, w, d, r = 8192 // s, 512 // s, 4096 // s, 16  # tokens, a small width, a wide one, rank
     mn, k = 256 // s, 131072 // s
@@ -169,6 +169,8 @@ def _long_k(s: int) -> list[Case]:
              _make(WeightGrad(), bf16, (t, r), (t, d))),
         Case(f"fp32 mm {mn}x{k}->{mn}", "long_k", "ieee",
              _make(MatMul(k, mn), torch.float32, (mn, k))),
+        Case(f"bf16 decode 1x{d}->{d}", "long_k", "ieee",  # batch-1 inference: a GEMV
+             _make(nn.Linear(d, d, bias=False), bf16, (1, d))),
     ]  # fmt: skip
 
 
