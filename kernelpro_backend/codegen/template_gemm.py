@@ -2,14 +2,13 @@
 accumulator tile, and row reductions when the row fits one tile (BLOCK_N >= N).
 
 Owns: the Triton kernel - grouped (GROUP_M) tile order, optional persistent tile loop (FLATTEN:
-one software pipeline across its tiles),
-optional split-K (SPLIT_K programs share a tile's K loop, each storing a float32 partial; a
-second kernel, `combine`, adds a tile's partials in a fixed order and runs the epilogue:
-deterministic, unlike atomics, and open to every epilogue), operands read through strides (a transposed weight
-is just other strides), fp32 accumulation, `tl.dot` input precision from the spec
-(float32 stays "ieee" unless the spec says tf32 / tf32x3; tf32 operands are rounded to nearest
-as cuBLAS does, not truncated as Triton's dot does), and the main loop's shape
-specialisation: shapes are static in a spec, so an axis whose size the tile divides (M by
+one software pipeline across its tiles), optional split-K (SPLIT_K programs share a tile's K
+loop, each storing a float32 partial; a second kernel, `combine`, adds a tile's partials in a
+fixed order and runs the epilogue: deterministic, unlike atomics, and open to every epilogue),
+operands read through strides (a transposed weight is just other strides), fp32
+accumulation, `tl.dot` input precision from the spec (float32 stays "ieee" unless the spec
+says tf32 / tf32x3; tf32 operands are rounded to nearest as cuBLAS does, not truncated as
+Triton's dot does), and the main loop's shape specialisation: shapes are static in a spec, so an axis whose size the tile divides (M by
 BLOCK_M, N by BLOCK_N, K by BLOCK_K) loads without a mask, and operand pointers advance by
 BLOCK_K * stride per step instead of being recomputed.
 Must not: lower aten or launch anything.
@@ -293,7 +292,7 @@ def render_gemm(spec: KernelSpec) -> tuple[str, str]:
         lines += ["", "", *_combine(spec, ins, outs, em.lines, i64)]
     else:
         lines += [pad + b for b in body] + em.lines
-    tiles = f"triton.cdiv({m}, {spec.knob('BLOCK_M')}) * triton.cdiv({n}, {spec.knob('BLOCK_N')})"
+    tiles = _tile_count(spec)
     grid = (
         f"(min({tiles}, {int(spec.knob('SM_PROGRAMS'))} * num_sms), {batch}, {split})"
         if persistent
@@ -342,7 +341,6 @@ def split_k_launch(spec: KernelSpec) -> tuple[list[str], str, str]:
     scratch = [
         f"    partials = torch.empty({split * batch * m * n}, dtype=torch.float32, device=device)"
     ]
-    tiles = f"triton.cdiv({m}, {spec.knob('BLOCK_M')}) * triton.cdiv({n}, {spec.knob('BLOCK_N')})"
     ins = [f"in{i}" for i in range(len(spec.inputs))]
     outs = [f"out{i}" for i in range(len(spec.outputs))]
     knobs = ", ".join(f"{k}={spec.knob(k)!r}" for k in ("BLOCK_M", "BLOCK_N", "GROUP_M", "SPLIT_K"))
@@ -350,4 +348,10 @@ def split_k_launch(spec: KernelSpec) -> tuple[list[str], str, str]:
         f"{', '.join([*ins, *outs, 'partials'])}, {knobs}, "
         f"num_warps={spec.knob('num_warps')}, num_stages=1"
     )
-    return scratch, f"({tiles}, {batch})", args
+    return scratch, f"({_tile_count(spec)}, {batch})", args
+
+
+def _tile_count(spec: KernelSpec) -> str:
+    """The host expression for the number of output tiles of one batch."""
+    m, n = spec.param("m"), spec.param("n")
+    return f"triton.cdiv({m}, {spec.knob('BLOCK_M')}) * triton.cdiv({n}, {spec.knob('BLOCK_N')})"
