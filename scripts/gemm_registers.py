@@ -4,6 +4,7 @@ by Triton for an H100 target with 16-byte-aligned pointers (what the JIT assumes
 tensors; without it the loads are not pipelined), then `cuobjdump --dump-resource-usage`.
 
     PYTHONPATH=.:tests/codegen:tests python scripts/gemm_registers.py [--knobs '{"BLOCK_N": 128}']
+        [--shape 512,8192,512 --knobs '{"SPLIT_K": 4}']  # a split-K GEMM: both kernels
 
 Prints per epilogue and EPILOGUE_SUBTILE: registers per thread, stack bytes (spills), cp.async
 count (the pipelined main loop) and shared memory.
@@ -38,14 +39,18 @@ EPILOGUES = {
 POINTER = {"float32": "*fp32", "bfloat16": "*bf16", "float16": "*fp16"}
 
 
-def resources(spec) -> dict[str, int]:
+def resources(spec, name: str = "kernel") -> dict[str, int]:
+    """Resources of the module's @triton.jit `name` ("combine": a split-K GEMM's second
+    kernel, launched with one stage)."""
     path = module_file(render(spec).source)
     loader = importlib.util.spec_from_file_location(path.stem, path)
     module = importlib.util.module_from_spec(loader)
     loader.loader.exec_module(module)
-    fn, knobs = module.kernel, dict(spec.knobs)
+    fn, knobs = getattr(module, name), dict(spec.knobs)
     sig = {f"in{i}": POINTER[m[2]] for i, m in enumerate(spec.inputs)}
     sig |= {f"out{i}": POINTER[m[2]] for i, m in enumerate(spec.outputs)}
+    sig |= {"partials": "*fp32"}  # a split-K GEMM's float32 partials
+    sig = {a: t for a, t in sig.items() if a in fn.arg_names}
     const = {n: knobs.get(n, False) for n in fn.arg_names if n not in sig}
     sig |= dict.fromkeys(const, "constexpr")
     aligned = {
@@ -54,7 +59,8 @@ def resources(spec) -> dict[str, int]:
         if n in sig and sig[n][0] == "*"
     }
     source = triton.compiler.ASTSource(fn, sig, constexprs=const, attrs=aligned)
-    options = {"num_warps": knobs["num_warps"], "num_stages": knobs["num_stages"]}
+    stages = knobs["num_stages"] if name == "kernel" else 1
+    options = {"num_warps": knobs["num_warps"], "num_stages": stages}
     kernel = triton.compile(source, target=GPUTarget("cuda", 90, 32), options=options)
     tool = os.path.join(os.path.dirname(triton.__file__), "backends/nvidia/bin/cuobjdump")
     with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
@@ -75,20 +81,24 @@ def resources(spec) -> dict[str, int]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--knobs", default="{}", help="knobs over the seed's, as JSON")
+    parser.add_argument("--shape", default="8192,1024,4096", help="M,K,N")
     args = parser.parse_args()
-    m, k, n = 8192, 1024, 4096
+    m, k, n = (int(v) for v in args.shape.split(","))
     x, w, b = (torch.randn(*s, dtype=torch.bfloat16) for s in ((m, k), (k, n), (n,)))
-    print(f"{'epilogue':<18}{'knobs':<40}{'regs':>6}{'stack':>7}{'cp.async':>10}{'smem':>8}")
+    print(f"{'epilogue':<18}{'knobs':<48}{'regs':>6}{'stack':>7}{'cp.async':>10}{'smem':>8}")
     for name, fn in EPILOGUES.items():
         seed = lower(traced_subgraph(fn, (b, x, w), "gemm")).with_knobs(**json.loads(args.knobs))
         for parts in (1, 2, 4):
             spec = seed.with_knobs(EPILOGUE_SUBTILE=parts)
-            r = resources(spec)
             knobs = dict(spec.knobs)
+            split = knobs["SPLIT_K"]
             label = f"{knobs['BLOCK_M']}x{knobs['BLOCK_N']}x{knobs['BLOCK_K']} w{knobs['num_warps']} subtile {parts}"
-            print(
-                f"{name:<18}{label:<40}{r['registers']:>6}{r['stack']:>7}{r['cp_async']:>10}{r['shared']:>8}"
-            )
+            for kernel in ("kernel", "combine") if split > 1 else ("kernel",):
+                r = resources(spec, kernel)
+                what = label + (f" split {split} {kernel}" if split > 1 else "")
+                print(
+                    f"{name:<18}{what:<48}{r['registers']:>6}{r['stack']:>7}{r['cp_async']:>10}{r['shared']:>8}"
+                )
 
 
 if __name__ == "__main__":
