@@ -5,7 +5,8 @@ A "gemm" spec maps to template_cutlass.CutlassGemm when it is one 2-D 16-bit GEM
 is `act(A @ B (+ bias[n]))` or `A @ B (+ bias[n]) + C[m, n]` — act one of CUTLASS's (ReLU, erf
 or tanh GELU, SiLU, sigmoid, recognised by value: epilogue_eval.py), else any run of
 elementwise ops the evaluator knows, compiled into the kernel as a functor (`c_body`) — with
-the output contiguous, A [M, K] with K or M contiguous and B [K, N] with K or N contiguous
+the output the [M, N] result row after row (a contiguous [M, N], or a linear layer's [B, T, N]:
+template_library.dense_output), A [M, K] with K or M contiguous and B [K, N] with K or N contiguous
 (the forward's x @ W^T and the backward's dy @ W and dy^T @ x alike), contiguous extents and
 the other strides multiples of 8 elements (16-byte TMA rows). The knobs pick the schedule, the
 tile's N and the cluster's M; the tile's M and K stay 128 and 64 (the shapes that won on the
@@ -32,6 +33,7 @@ from typing import Any
 from .epilogue_eval import activation_of, is_function_of, unary_run
 from .optable_cuda import c_cast, c_expression, c_literal
 from .template_cutlass import ACTIVATIONS, DTYPES, CutlassGemm
+from .template_library import dense_output, view_as_output
 
 ENTRY = "entry"
 # The knobs (knobs.py takes them from here): ping-pong or cooperative warp groups, the tile's
@@ -82,8 +84,12 @@ def _per_column(loads: Sequence[Any], ref: tuple[str, int]) -> bool:
     return ref[0] == "L" and [tuple(i) for i in loads[ref[1]][2]] == [(1, 1)]
 
 
-def _per_element(loads: Sequence[Any], ref: tuple[str, int]) -> bool:
+def _per_element(loads: Sequence[Any], ref: tuple[str, int], m: int) -> bool:
+    """A load of one element per output element, rows contiguous (a one-row GEMM's is one
+    row: its index names no row)."""
     index = [tuple(i) for i in loads[ref[1]][2]] if ref[0] == "L" else []
+    if m == 1 and index == [(1, 1)]:
+        return True
     return len(index) == 2 and index[1] == (1, 1) and index[0][1] == 0
 
 
@@ -117,7 +123,7 @@ def _epilogue(spec: Any) -> tuple[str, int | None, int | None, str] | str:
     value = ("T", end - 1) if end > i else value
     if end < len(ops):
         other = _add_of(ops[end], value)
-        if other is None or not _per_element(loads, other):
+        if other is None or not _per_element(loads, other, int(spec.param("m"))):
             return f"epilogue op {ops[end][0]!r} is not a residual added last"
         if activation != "identity":
             return "an activation before the residual (CUTLASS adds C before it)"
@@ -128,9 +134,9 @@ def _epilogue(spec: Any) -> tuple[str, int | None, int | None, str] | str:
         value = ("T", last - 1) if last > end + 1 else value
     if len(spec.stores) != 1:
         return "more than one output"
-    ref, offset, index, predicate = spec.stores[0]
-    if _ref(ref) != value or offset != 0 or predicate or len(index) != 2:
-        return "the output is not the epilogue's last value in a plain 2-D store"
+    ref, _, _, _ = spec.stores[0]
+    if _ref(ref) != value:
+        return "the output is not the epilogue's last value"
     return activation, bias, residual, body
 
 
@@ -171,21 +177,21 @@ def _operands(spec: Any) -> Operands | str:
     b_major = "k" if sbk == 1 else "n" if sbn == 1 else None
     if a_major is None or b_major is None:
         return "A needs K or M contiguous and B K or N contiguous"
-    shape, stride, _ = spec.outputs[0]
-    if tuple(shape) != (spec.param("m"), spec.param("n")) or tuple(stride) != (shape[1], 1):
-        return "the output is not a contiguous [M, N]"
+    if not dense_output(spec):
+        return "the output is not the [M, N] result row after row (a contiguous [M, N] or [..., N])"
     bias_at = None if bias is None else (spec.loads[bias][0], spec.loads[bias][1])
     c_at = None
     if residual is not None:
         c_in, c_off, index = spec.loads[residual]
-        c_at = (c_in, c_off, tuple(index)[0][0])
+        rows = tuple(index)[0][0] if len(index) == 2 else spec.param("n")  # one row: any
+        c_at = (c_in, c_off, rows)
     return Operands(
         (a_in, a_off, sam if a_major == "k" else sak),
         (b_in, b_off, sbn if b_major == "k" else sbk),
         bias_at,
         c_at,
         activation,
-        stride[0],
+        spec.param("n"),
         body,
         a_major,
         b_major,
@@ -284,7 +290,8 @@ def render_cutlass(spec: Any) -> tuple[str, str]:
         "    # one op, traced into the graph as is (no Triton launch for _launch to wrap)",
         f"    a = {_view(ins[found.a[0]], (m, k), found.a[2], found.a[1], found.a_major == 'k')}",
         f"    b = {_view(ins[found.b[0]], (n, k), found.b[2], found.b[1], found.b_major == 'k')}",
-        f"    return [torch.ops.kernelpro.cutlass_gemm(a, b, {bias}, {c}, DIGEST)]",
+        f"    out = torch.ops.kernelpro.cutlass_gemm(a, b, {bias}, {c}, DIGEST)",
+        f"    return [{view_as_output(spec, 'out')}]",
         "",
     ]
     return "\n".join(lines), ENTRY

@@ -14,8 +14,9 @@ not a Triton launch): it runs behind kernelpro::launch; the tf32x3 form is Trito
 The rendered module has the generated modules' calling convention (`entry(*inputs, _launch=)`,
 loaded like the Triton ones); traced for inlining it records the library op itself.
 
-Owns: `library_epilogue(spec)` (which call a GEMM spec maps to, or None), `launches_only`
-and `render_library`.
+Owns: `library_epilogue(spec)` (which call a GEMM spec maps to, or None), `dense_output` and
+`view_as_output` (a library's [M, N] result as the spec's output), `launches_only` and
+`render_library`.
 Must not: choose knobs (it has none) or read fx.
 """
 
@@ -47,19 +48,44 @@ def library_epilogue(spec: Any) -> str | None:
     _, _, index = spec.loads[0]
     if [tuple(i) for i in index] != [(1, 1)]:  # the bias runs along n, contiguous
         return None
-    ((ref, offset, store_index, predicate),) = spec.stores
+    ((ref, offset, index, predicate),) = spec.stores
+    if _ref(ref) != ("T", 1):
+        return None
     shape, stride, _ = spec.outputs[0]
-    expected = [(stride[0], 0), (stride[1], 1)]
-    if (
-        _ref(ref) != ("T", 1)
-        or offset != 0
-        or predicate
-        or [tuple(i) for i in store_index] != expected
-    ):
-        return None
-    if tuple(shape) != (spec.param("m"), spec.param("n")):
-        return None
-    return "relu"
+    strided = (  # a 2-D [M, N] output of any strides: the result is copied into it
+        tuple(shape) == (spec.param("m"), spec.param("n"))
+        and offset == 0
+        and not predicate
+        and [tuple(i) for i in index] == [(stride[0], 0), (stride[1], 1)]
+    )
+    return "relu" if dense_output(spec) or strided else None
+
+
+def dense_output(spec: Any) -> bool:
+    """Whether the spec's one output holds the GEMM's M x N result row after row, whatever
+    its shape: one plain store at element m * N + n of a contiguous tensor of M * N elements
+    (a linear layer's [B, T, N] output is its [B * T, N] GEMM; a vector's [N] is one row).
+    A library result of shape [M, N] is then the output through `view`."""
+    if len(spec.stores) != 1:
+        return False
+    _, offset, index, predicate = spec.stores[0]
+    shape, stride, _ = spec.outputs[0]
+    m, n = int(spec.param("m")), int(spec.param("n"))
+    index = [tuple(i) for i in index]
+    rows = index == [(n, 0), (1, 1)] or (m == 1 and index == [(1, 1)])
+    size, dense = 1, True
+    for extent, step in reversed(list(zip(shape, stride, strict=True))):
+        dense = dense and (extent == 1 or step == size)
+        size *= extent
+    return offset == 0 and not predicate and rows and dense and size == m * n
+
+
+def view_as_output(spec: Any, value: str) -> str:
+    """`value` (an [M, N] tensor expression) as the spec's output, for `dense_output` specs."""
+    shape = tuple(spec.outputs[0][0])
+    if shape == (spec.param("m"), spec.param("n")):
+        return value
+    return f"{value}.view({list(shape)})"
 
 
 def launches_only(spec: Any) -> bool:
@@ -87,6 +113,20 @@ def render_library(spec: Any) -> tuple[str, str]:
     b_in, b_off, (_, sbk, sbn) = spec.param("b")
     bias_in, bias_off, _ = spec.loads[0]
     shape, stride, dtype = spec.outputs[0]
+    if dense_output(spec):  # [M, N] row after row: the result, viewed as the output's shape
+        store = [
+            f"    if out.stride() != {(n, 1)} or out.dtype != torch.{dtype}:",
+            f"        out = torch.empty(({m}, {n}), dtype=torch.{dtype}, device=out.device)"
+            ".copy_(out)",
+            f"    return [{view_as_output(spec, 'out')}]",
+        ]
+    else:  # another 2-D layout: copied into it
+        store = [
+            f"    if out.stride() != {tuple(stride)} or out.dtype != torch.{dtype}:",
+            f"        out = torch.empty_strided({list(shape)}, {list(stride)}, "
+            f"dtype=torch.{dtype}, device=out.device).copy_(out)",
+            "    return [out]",
+        ]
     ins = [f"in{i}" for i in range(len(spec.inputs))]
     lines = [
         "import torch",
@@ -98,10 +138,7 @@ def render_library(spec: Any) -> tuple[str, str]:
         f"    b = {_view(ins[b_in], (k, n), (sbk, sbn), b_off)}",
         f"    bias = {_view(ins[bias_in], (n,), (1,), bias_off)}",
         "    out = torch._addmm_activation(bias, a, b)",
-        f"    if out.stride() != {tuple(stride)} or out.dtype != torch.{dtype}:",
-        f"        out = torch.empty_strided({list(shape)}, {list(stride)}, dtype=torch.{dtype}, "
-        "device=out.device).copy_(out)",
-        "    return [out]",
+        *store,
         "",
     ]
     return "\n".join(lines), ENTRY

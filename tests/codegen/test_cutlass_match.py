@@ -272,3 +272,39 @@ def test_the_backward_gemms_with_transposed_operands_run_on_cutlass(monkeypatch)
         (want,) = sg.module()(*inputs)
         assert library.calls == 1
         torch.testing.assert_close(got.float(), want.float(), rtol=2e-2, atol=2e-2)
+
+
+@pytest.mark.parametrize("lead", [(2, 24), (), (1,)], ids=["batch-seq", "vector", "one-row"])
+@pytest.mark.parametrize("residual", [False, True], ids=["gelu", "residual"])
+def test_a_linear_on_activations_of_any_rank_runs_as_cutlass(lead, residual, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """A transformer's Linear sees [B, T, d] activations: the graph views them as the [B * T, d]
+    GEMM and its [B * T, N] result as [B, T, N] (the residual too). That output is the
+    kernel's, viewed; a vector input is the GEMM of one row."""
+    act = (lambda y, r: y + r) if residual else (lambda y, r: F.gelu(y))
+    model = _Linear(act).bfloat16()
+    x = torch.randn(*lead, K, dtype=torch.bfloat16)
+    r = torch.randn(*lead, N, dtype=torch.bfloat16)
+    (sg,) = [s for s in collect(model, (x, r), train=False) if s.kind == "gemm"]
+    seed = lower(sg)
+    assert tuple(seed.outputs[0][0]) == (*lead, N)
+    assert cutlass_problem(seed) is None, cutlass_problem(seed)
+    spec = cutlass_specs(seed)[0]
+    config = cutlass_gemm(spec)
+    assert config.activation == ("identity" if residual else "gelu") and config.source == residual
+    library = _Library(config.activation, True, residual)
+    monkeypatch.setattr(cutlass_op, "library_gemm", lambda source, **kw: library)
+    kernel = SpecKernel(spec, render(spec))
+    inputs = sg.make_inputs(0, "cpu")
+    (got,) = kernel(*inputs)
+    (want,) = sg.module()(*inputs)
+    assert library.calls == 1
+    assert got.shape == want.shape and got.stride() == want.stride()
+    torch.testing.assert_close(got.float(), want.float(), rtol=2e-2, atol=2e-2)
+
+
+def test_an_output_that_is_not_the_gemms_rows_in_order_is_refused() -> None:
+    model = _Linear(lambda y, r: F.gelu(y).transpose(0, 1).contiguous()).bfloat16()
+    x = torch.randn(2, 24, K, dtype=torch.bfloat16)
+    (sg,) = [s for s in collect(model, (x, x), train=False) if s.kind == "gemm"]
+    problem = cutlass_problem(lower(sg))
+    assert problem is not None and "row after row" in problem

@@ -37,7 +37,14 @@ def _addmm_relu(x, w, b):
 
 @pytest.mark.parametrize(
     ("fn", "shapes"),
-    [(_linear_relu, [(64, 32), (48, 32), (48,)]), (_addmm_relu, [(20, 12), (12, 40), (40,)])],
+    [
+        (_linear_relu, [(64, 32), (48, 32), (48,)]),
+        (_addmm_relu, [(20, 12), (12, 40), (40,)]),
+        # a Linear on a transformer's [B, T, d] activations: its [B * T, N] GEMM's output,
+        # viewed as [B, T, N]; and on one vector (M = 1, the output [N])
+        (_linear_relu, [(2, 8, 32), (48, 32), (48,)]),
+        (_linear_relu, [(32,), (48, 32), (48,)]),
+    ],
 )
 def test_a_bias_relu_gemm_runs_as_the_library_call(fn, shapes):
     sg, seed = _seed(fn, *(torch.randn(*s) for s in shapes))
@@ -258,3 +265,14 @@ def test_the_library_kernel_has_nothing_to_precompile():
     _, seed = _seed(_linear_relu, torch.randn(16, 8), torch.randn(24, 8), torch.randn(24))
     (alt,) = [a for a in alternatives(seed) if a.template == "gemm_library"]
     assert build_kernel(seed).precompiles and not build_kernel(alt).precompiles
+
+
+def test_an_output_that_is_not_the_gemms_rows_in_order_gets_no_library_call():
+    """A [B, T, N] output whose rows are not stored in order (transposed after the GEMM) is
+    not the library's [M, N] result seen through a view."""
+
+    def transposed(x, w, b):
+        return (F.relu(F.linear(x, w, b)).transpose(0, 1).contiguous(),)
+
+    _, seed = _seed(transposed, torch.randn(2, 8, 32), torch.randn(48, 32), torch.randn(48))
+    assert not [a for a in alternatives(seed) if a.template == "gemm_library"]
