@@ -47,13 +47,23 @@ class _Linear(torch.nn.Module):
         return self.epilogue(self.linear(x), r)
 
 
+@pytest.fixture(scope="module")
+def libraries(tmp_path_factory):  # type: ignore[no-untyped-def]
+    """One library folder for the module: a configuration built once serves both shapes."""
+    return tmp_path_factory.mktemp("cutlass-libraries")
+
+
+@pytest.mark.parametrize("lead", [(1000,), (4, 250)], ids=["2d", "batch-seq"])
 @pytest.mark.parametrize("epilogue", sorted(EPILOGUES))
-def test_a_real_graphs_gemm_runs_as_cutlass(epilogue: str, tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+def test_a_real_graphs_gemm_runs_as_cutlass(epilogue: str, lead, libraries, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """M = 1000 rows, not a multiple of the tile; as [1000, K] or a transformer's [4, 250, K]
+    activations (the output the kernel's [M, N] viewed as [4, 250, N])."""
+    tmp_path = libraries
     monkeypatch.setattr(cuda_host, "_LIBRARY_DIR", [tmp_path])
-    m, k, n = 1000, 512, 768  # M not a multiple of the tile
+    k, n = 512, 768
     model = _Linear(k, n, epilogue).cuda().bfloat16()
-    x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
-    r = torch.randn(m, n, device="cuda", dtype=torch.bfloat16)
+    x = torch.randn(*lead, k, device="cuda", dtype=torch.bfloat16)
+    r = torch.randn(*lead, n, device="cuda", dtype=torch.bfloat16)
     with torch.no_grad():
         (sg,) = [s for s in collect(model, (x, r), train=False) if s.kind == "gemm"]
         spec = cutlass_specs(lower(sg))[0]
