@@ -143,11 +143,11 @@ def find_subgraphs(
         options={**(backend_options or {}), "fallback": "eager", "search": "off"},
         **compile_kwargs,
     )
-    with torch.set_grad_enabled(train is not False):
-        out = compiled(*inputs)
-    leaves = [t for t in _tensors(out) if t.requires_grad and t.dtype.is_floating_point]
-    if leaves and train is not False:
-        torch.autograd.backward([t.float().sum() for t in leaves])
+    with torch.set_grad_enabled(train is not False):  # the backward too: a caller's no_grad
+        out = compiled(*inputs)  # would leave the losses below without a graph
+        leaves = [t for t in _tensors(out) if t.requires_grad and t.dtype.is_floating_point]
+        if leaves and train is not False:
+            torch.autograd.backward([t.float().sum() for t in leaves])
     return found
 
 

@@ -48,6 +48,20 @@ def test_explain_names_the_templates_a_search_measures(capsys):
     assert "templates" in capsys.readouterr().out.splitlines()[0]
 
 
+def test_explain_under_a_callers_no_grad_still_lists_the_backward():
+    """The graphs a training step compiles, also when explain is called inside no_grad (the
+    losses it differentiates are made with grad enabled, as the forward was); a Linear on one
+    vector lists its GEMM's library alternative (its 1-D output broke that matcher once)."""
+    from kernelpro_backend import explain
+
+    model = torch.nn.Sequential(torch.nn.Linear(16, 24), torch.nn.ReLU())
+    with torch.no_grad():
+        rows = explain(model, torch.randn(4, 16))
+        vector = explain(model, torch.randn(16), train=False)
+    assert {r.graph for r in rows} == {"forward", "backward"}
+    assert [r.templates for r in vector] == [("gemm", "gemm_library")]
+
+
 def test_explain_bad_target():
     proc = subprocess.run(
         [sys.executable, "-m", "kernelpro_backend.cli", "explain", "no_such_module:fn"],
