@@ -19,8 +19,10 @@ Must not: build subgraph modules or keys (subgraph.py does).
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Iterable
 
+import torch
 import torch.fx as fx
 
 from .ops import Role, op_name, reduction_signature, role, row_gather_signature
@@ -90,6 +92,35 @@ class _Partitioner:
                     return False
         return True
 
+    def _within_domain(self, members: list[fx.Node]) -> bool:
+        """Whether no pointwise output of `members` is larger than its anchor's output: the
+        kernel would have to broadcast its result to a larger tensor, which no template does,
+        and the lowering would refuse the whole group, GEMM included (a classifier's GEMM
+        with the average pool's backward broadcasting [N, C] to [N, C, H, W])."""
+        anchor = next((n for n in members if self.roles[n] in _ANCHORS), None)
+        domain = _numel(anchor)
+        if domain is None:
+            return True
+        return all((_numel(n) or 0) <= domain for n in members if self.roles[n] is Role.POINTWISE)
+
+    def _scalar_bridge(self, head: Group, node: fx.Node) -> bool:
+        """Whether `node` reaches group `head` (not anchored) only through scalars while both
+        hold tensors of other sizes: a scalar (a loss's gradient) scales tensors of every shape
+        in a backward graph, and joining them all would give one group two domains that no
+        template lowers (GPT's last LayerNorm backward took in the LM head's weight gradient
+        [V, d] times that scalar, beside its activations [T, d])."""
+        if head.anchor is not None or self.roles[node] is not Role.POINTWISE:
+            return False
+        links = [a for a in node.all_input_nodes if self.group_of.get(a) is head]
+        if not links or any((_numel(a) or 2) > 1 for a in links):
+            return False
+        size = _numel(node) or 0
+        return size > 1 and any(
+            (_numel(n) or 0) > 1 and (_numel(n) or 0) != size
+            for n in head.nodes
+            if self.roles[n] is Role.POINTWISE
+        )
+
     def _try_merge(self, groups: list[Group], node: fx.Node | None) -> Group | None:
         """Merge `groups` (and `node`) into the first group if legal; return it or None."""
         members = [m for g in groups for m in g.nodes]
@@ -99,7 +130,7 @@ class _Partitioner:
         if node is not None:
             members.append(node)
             mask |= 1 << self.index[node]
-        if not self._convex(members, mask):
+        if not self._within_domain(members) or not self._convex(members, mask):
             return None
         head = groups[0]
         for g in groups[1:]:
@@ -187,6 +218,8 @@ class _Partitioner:
             if head.anchor is Role.CONV and r is Role.REDUCTION:
                 continue
             if head.anchor is not None and op_name(node) in _NOT_IN_GEMM:
+                continue
+            if self._scalar_bridge(head, node):
                 continue
             merged = self._try_merge([head], node)
             if merged is None:
@@ -328,6 +361,14 @@ class _Partitioner:
                 groups.append(g)
         groups.sort(key=lambda g: self.index[g.nodes[0]])
         return groups
+
+
+def _numel(node: fx.Node | None) -> int | None:
+    """Elements of a node's tensor output; None when unknown or symbolic."""
+    val = node.meta.get("val") if node is not None else None
+    if not isinstance(val, torch.Tensor) or not all(isinstance(d, int) for d in val.shape):
+        return None
+    return math.prod(val.shape)
 
 
 def partition(graph: fx.Graph) -> list[Group]:

@@ -1,7 +1,9 @@
 """Coverage over the project's example models: how many subgraphs (forward and backward) lower
-to a template and match the reference. The floor is what this code achieves today (56 of 61,
-with the attention forward and backward); the ones left are convolutions (4, no template) and
-the conv net's GEMM whose epilogue broadcasts the GEMM output to a larger tensor (1)."""
+to a template and match the reference. Every one does but the convolutions (4, no template):
+54 of 58 today, with the attention forward and backward. (Before a GEMM's group stopped at its
+own output, the conv net's classifier GEMM took in the average pool's backward broadcast to
+[N, C, H, W] and could not lower: 56 of 61, the three groups that broadcast then fed being one
+now.)"""
 
 from __future__ import annotations
 
@@ -12,7 +14,7 @@ from harness import check, collect
 from kernelpro_backend import examples
 from kernelpro_backend.codegen import Unsupported
 
-FLOOR = 56  # subgraphs that lower and pass, out of 61
+FLOOR = 54  # subgraphs that lower and pass, out of 58
 
 
 def test_examples_coverage() -> None:
@@ -31,8 +33,8 @@ def test_examples_coverage() -> None:
     print(f"codegen coverage: {passed}/{total}\n{report}")
     assert passed >= FLOOR, f"{passed}/{total} lowered and matched; unsupported:\n{report}"
     assert passed / total >= 0.9, report
-    expected = ("convolutions have no template", "broadcast its result")
-    assert all(any(e in u for e in expected) for u in unsupported), report
+    assert len(unsupported) == 4, report
+    assert all("convolutions have no template" in u for u in unsupported), report
 
 
 def test_convolutions_are_unsupported_and_attention_lowers_both_ways() -> None:

@@ -1,0 +1,69 @@
+"""A group holds one domain: no output larger than its anchor's or its reductions' rows, and
+no two tensors of other sizes tied only by a scalar they both read. Either would make the
+lowering refuse the whole group (GPT's last LayerNorm backward, a classifier's GEMM with the
+average pool's backward), so the search never saw those subgraphs."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import torch
+from torch._inductor.decomposition import select_decomp_table
+from torch.fx.experimental.proxy_tensor import make_fx
+
+from kernelpro_backend.bench.workloads import WORKLOADS
+from kernelpro_backend.explain import find_subgraphs
+from kernelpro_backend.fx_passes import find_subgraphs as graph_subgraphs
+from kernelpro_backend.lowering import lower
+
+sys.path.insert(0, str(Path(__file__).parents[1] / "codegen"))
+from harness import check  # noqa: E402
+
+
+def _subgraphs(fn, *inputs):  # type: ignore[no-untyped-def]
+    gm = make_fx(fn, tracing_mode="fake", decomposition_table=select_decomp_table())(*inputs)
+    return graph_subgraphs(gm, "inference")
+
+
+def test_a_scalar_does_not_tie_tensors_of_two_sizes_into_one_group():
+    """s = g * c scales activations [T, d] (then centred along d) and a weight gradient
+    [V, d]: two groups, each of one domain, both lowered and matching."""
+
+    def fn(g, c, x, gw):  # type: ignore[no-untyped-def]
+        s = g * c
+        a = s * x
+        return a - a.mean(-1, keepdim=True), s * gw
+
+    inputs = (torch.randn(()), torch.randn(()), torch.randn(6, 24), torch.randn(40, 24))
+    sgs = _subgraphs(fn, *inputs)
+    sizes = [{m[0] for m in sg.output_meta} - {()} for sg in sgs]  # the scalar s may be one
+    assert sorted(map(sorted, sizes)) == [[(6, 24)], [(40, 24)]]
+    for seed, sg in enumerate(sgs):
+        check(sg, lower(sg), seed=seed)
+
+
+def test_a_gemm_keeps_no_epilogue_output_larger_than_its_own():
+    """An average pool's backward after a classifier's GEMM broadcasts [N, C] to [N, C, H, W]:
+    the GEMM's group stops at its own output, and the broadcast goes on in a group of its own."""
+
+    def fn(dy, w, x):  # type: ignore[no-untyped-def]
+        g = torch.mm(dy, w)  # [N, C]
+        pooled = (g[:, :, None, None] / 16.0).expand(-1, -1, 4, 4)
+        return (pooled * (x > 0),)
+
+    inputs = (torch.randn(4, 10), torch.randn(10, 8), torch.randn(4, 8, 4, 4))
+    sgs = _subgraphs(fn, *inputs)
+    gemm = next(sg for sg in sgs if sg.kind == "gemm")
+    assert [torch.Size(m[0]).numel() for m in gemm.output_meta] == [4 * 8]  # [N, C], viewed
+    for seed, sg in enumerate(sgs):
+        check(sg, lower(sg), seed=seed)
+
+
+def test_every_subgraph_of_the_hand_written_gpt_and_the_conv_net_lowers_but_convolutions():
+    for name in ("mini_gpt", "convnet"):
+        w = WORKLOADS[name](torch.device("cpu"), torch.float32, "tiny")
+        torch._dynamo.reset()
+        for sg in find_subgraphs(w.model, *w.inputs, rewrites={}):
+            if sg.kind != "conv":
+                lower(sg)  # raises Unsupported naming the output that does not fit
