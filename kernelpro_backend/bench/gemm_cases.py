@@ -1,12 +1,12 @@
 """The GEMM sweep's cases (bench/gemm_sweep.py runs them): what the [gemm] issue asks a sweep
 to cover, each a small nn.Module whose GEMM subgraph the backend cuts.
 
-Owns: `Case`, `cases(tiny, problems)`. Groups: "square" (1k-8k plain matmuls in bf16, fp16,
-IEEE fp32 and tf32x3), "training" (a transformer MLP's forward, input-gradient and
-weight-gradient GEMMs and a QKV projection, bf16), "epilogue" (GEMM + two or more fused ops,
-bf16), "long_k" (small outputs over a long K: a small layer's and a LoRA adapter's weight
-gradients, a float32 256x256 output over K = 131072, a batch-1 decode step's projection), "kernelbench" (the GEMM problems of a KernelBench directory, float32 as written, and
-some in bf16 and tf32x3).
+Owns: `Case`, `cases(tiny, problems)`. Groups: "square" (1k-8k plain matmuls in bf16, fp16, IEEE
+fp32 and tf32x3), "training" (a transformer MLP's forward, input-gradient and weight-gradient
+GEMMs and a QKV projection, bf16), "epilogue" (GEMM + two or more fused ops, bf16), "long_k"
+(small outputs over a long K: a small layer's and a LoRA adapter's weight gradients, a float32
+256x256 output over K = 131072, a batch-1 decode step's projection), "kernelbench" (the GEMM
+problems of a KernelBench directory, float32 as written, and some in bf16 and tf32x3).
 Must not: time or build anything.
 """
 

@@ -3,14 +3,14 @@ that calls it.
 
 A "gemm" spec maps to template_cutlass.CutlassGemm when it is one 2-D 16-bit GEMM whose output
 is `act(A @ B (+ bias[n]))` or `A @ B (+ bias[n]) + C[m, n]` — act one of CUTLASS's (ReLU, erf
-or tanh GELU, SiLU, sigmoid, recognised by value: epilogue_eval.py), else any run of
-elementwise ops the evaluator knows, compiled into the kernel as a functor (`c_body`) — with
-the output the [M, N] result row after row (a contiguous [M, N], or a linear layer's [B, T, N]:
-template_library.dense_output), A [M, K] with K or M contiguous and B [K, N] with K or N contiguous
-(the forward's x @ W^T and the backward's dy @ W and dy^T @ x alike), contiguous extents and
-the other strides multiples of 8 elements (16-byte TMA rows). The knobs pick the schedule, the
-tile's N and the cluster's M; the tile's M and K stay 128 and 64 (the shapes that won on the
-H100, BENCHMARKS.md).
+or tanh GELU, SiLU, sigmoid, recognised by value: epilogue_eval.py), else any run of elementwise
+ops the evaluator knows, compiled into the kernel as a functor (`c_body`) — with the output the
+[M, N] result row after row (a contiguous [M, N], or a linear layer's [B, T, N]:
+template_library.dense_output), A [M, K] with K or M contiguous and B [K, N] with K or N
+contiguous (the forward's x @ W^T and the backward's dy @ W and dy^T @ x alike), contiguous
+extents and the other strides multiples of 8 elements (16-byte TMA rows). The knobs pick the
+schedule, the tile's N and the cluster's M; the tile's M and K stay 128 and 64 (the shapes that
+won on the H100, BENCHMARKS.md).
 
 The rendered module embeds the CUDA C++ source and calls it through the custom op
 `kernelpro::cutlass_gemm` (cutlass_op.py: a shared library built by nvcc, loaded with

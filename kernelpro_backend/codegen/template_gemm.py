@@ -5,12 +5,12 @@ Owns: the Triton kernel - grouped (GROUP_M) tile order, optional persistent tile
 one software pipeline across its tiles), optional split-K (SPLIT_K programs share a tile's K
 loop, each storing a float32 partial; a second kernel, `combine`, adds a tile's partials in a
 fixed order and runs the epilogue: deterministic, unlike atomics, and open to every epilogue),
-operands read through strides (a transposed weight is just other strides), fp32
-accumulation, `tl.dot` input precision from the spec (float32 stays "ieee" unless the spec
-says tf32 / tf32x3; tf32 operands are rounded to nearest as cuBLAS does, not truncated as
-Triton's dot does), and the main loop's shape specialisation: shapes are static in a spec, so an axis whose size the tile divides (M by
-BLOCK_M, N by BLOCK_N, K by BLOCK_K) loads without a mask, and operand pointers advance by
-BLOCK_K * stride per step instead of being recomputed.
+operands read through strides (a transposed weight is just other strides), fp32 accumulation,
+`tl.dot` input precision from the spec (float32 stays "ieee" unless the spec says tf32 / tf32x3;
+tf32 operands are rounded to nearest as cuBLAS does, not truncated as Triton's dot does), and
+the main loop's shape specialisation: shapes are static in a spec, so an axis whose size the
+tile divides (M by BLOCK_M, N by BLOCK_N, K by BLOCK_K) loads without a mask, and operand
+pointers advance by BLOCK_K * stride per step instead of being recomputed.
 Must not: lower aten or launch anything.
 """
 

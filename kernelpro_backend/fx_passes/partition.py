@@ -8,7 +8,9 @@ Owns: the grouping rules -
   (c) attention ops alone,
   (d) pure pointwise chains;
 a reduction over a group's per-row results (the mean of a loss) starts a group of its own: it
-reduces other rows than the group's kernel, which cannot reduce across its programs.
+reduces other rows than the group's kernel, which cannot reduce across its programs. A group
+keeps one domain: no output larger than its anchor's, and no node tied to it only through a
+scalar while they hold tensors of other sizes (the lowering refuses a group of two domains).
 views and constants are pulled into the group that alone consumes them. A merge is taken only if
 the merged group stays convex (no path leaves it and comes back), so replacing any group by one
 op keeps the graph acyclic - the same condition `fuser_utils.validate_partition` checks, computed
