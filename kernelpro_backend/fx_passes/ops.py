@@ -1,13 +1,16 @@
 """Classification of aten graph nodes into the roles the partitioner fuses around.
 
 Owns: which aten/prims ops are anchors (GEMM, convolution), attention, reductions, pointwise,
-views, constant factories and row gathers, and what a reduction (or row gather) reduces over.
+views, constant factories and row gathers, and what a reduction (or row gather) reduces over;
+which views pick a part of a tensor (PART_VIEWS), which pointwise ops copy (COPIES), and a
+node's element count (`numel`).
 Must not: group nodes (partition.py does) or look at anything but one node.
 """
 
 from __future__ import annotations
 
 import enum
+import math
 import operator
 from collections.abc import Sequence
 
@@ -153,6 +156,19 @@ def _val(arg: object) -> torch.Tensor | None:
         if isinstance(val, torch.Tensor):
             return val
     return None
+
+
+# Views that pick a part of a tensor (not only lay it out again), and pointwise copies.
+PART_VIEWS = {"aten::select", "aten::slice", "aten::narrow", "aten::unbind", "aten::as_strided"}
+COPIES = {"aten::clone", "aten::_to_copy", "prims::convert_element_type"}
+
+
+def numel(node: fx.Node | None) -> int | None:
+    """Elements of a node's tensor output; None when unknown or symbolic."""
+    val = _val(node)
+    if val is None or not all(isinstance(d, int) for d in val.shape):
+        return None
+    return math.prod(val.shape)
 
 
 def tensor_inputs(node: fx.Node) -> list[fx.Node]:

@@ -21,13 +21,20 @@ Must not: build subgraph modules or keys (subgraph.py does).
 from __future__ import annotations
 
 import dataclasses
-import math
 from collections.abc import Iterable
 
-import torch
 import torch.fx as fx
 
-from .ops import Role, op_name, reduction_signature, role, row_gather_signature
+from .ops import (
+    COPIES,
+    PART_VIEWS,
+    Role,
+    numel,
+    op_name,
+    reduction_signature,
+    role,
+    row_gather_signature,
+)
 
 _ANCHORS = (Role.GEMM, Role.CONV)
 # Normalisations stay out of GEMM epilogues: a GEMM group may end in softmax/logsumexp-style row
@@ -100,10 +107,10 @@ class _Partitioner:
         and the lowering would refuse the whole group, GEMM included (a classifier's GEMM
         with the average pool's backward broadcasting [N, C] to [N, C, H, W])."""
         anchor = next((n for n in members if self.roles[n] in _ANCHORS), None)
-        domain = _numel(anchor)
+        domain = numel(anchor)
         if domain is None:
             return True
-        return all((_numel(n) or 0) <= domain for n in members if self.roles[n] is Role.POINTWISE)
+        return all((numel(n) or 0) <= domain for n in members if self.roles[n] is Role.POINTWISE)
 
     def _scalar_bridge(self, head: Group, node: fx.Node) -> bool:
         """Whether `node` reaches group `head` (not anchored) only through scalars while both
@@ -114,14 +121,29 @@ class _Partitioner:
         if head.anchor is not None or self.roles[node] is not Role.POINTWISE:
             return False
         links = [a for a in node.all_input_nodes if self.group_of.get(a) is head]
-        if not links or any((_numel(a) or 2) > 1 for a in links):
+        if not links or any((numel(a) or 2) > 1 for a in links):
             return False
-        size = _numel(node) or 0
+        size = numel(node) or 0
         return size > 1 and any(
-            (_numel(n) or 0) > 1 and (_numel(n) or 0) != size
+            (numel(n) or 0) > 1 and (numel(n) or 0) != size
             for n in head.nodes
             if self.roles[n] is Role.POINTWISE
         )
+
+    def _reads_a_part(self, head: Group, node: fx.Node) -> bool:
+        """Whether pointwise `node` computes on a part of GEMM group `head`'s output (a select,
+        slice or split of it, through any views): each part is read at its own index map, which
+        no epilogue lowers (a QKV GEMM with RoPE on q and k: "read at two different index
+        maps"). A copy of a part is a store at another place, which the GEMM template makes
+        (the QKV head split), so copies still join."""
+        if head.anchor is not Role.GEMM or op_name(node) in COPIES:
+            return False
+        for a in node.all_input_nodes:
+            while self.group_of.get(a) is head and self._is_view(a):
+                if self.roles[a] is Role.GETITEM or op_name(a) in PART_VIEWS:
+                    return True  # a split's piece, or a select / slice
+                a = a.all_input_nodes[0]
+        return False
 
     def _try_merge(self, groups: list[Group], node: fx.Node | None) -> Group | None:
         """Merge `groups` (and `node`) into the first group if legal; return it or None."""
@@ -221,7 +243,7 @@ class _Partitioner:
                 continue
             if head.anchor is not None and op_name(node) in _NOT_IN_GEMM:
                 continue
-            if self._scalar_bridge(head, node):
+            if self._scalar_bridge(head, node) or self._reads_a_part(head, node):
                 continue
             merged = self._try_merge([head], node)
             if merged is None:
@@ -334,13 +356,20 @@ class _Partitioner:
                 self.group_of[node] = dst
                 moved = True
 
+    def _is_view(self, node: fx.Node) -> bool:
+        """A view, or one output of a view that splits (split's getitems)."""
+        if self.roles[node] is Role.GETITEM:
+            src = node.args[0]
+            return isinstance(src, fx.Node) and self.roles[src] is Role.VIEW
+        return self.roles[node] is Role.VIEW
+
     def _trim_trailing_views(self, g: Group) -> None:
         """Views whose users all lie outside the group add nothing but a copy: leave them out."""
         changed = True
         while changed:
             changed = False
             for node in reversed(g.nodes):
-                if self.roles[node] is not Role.VIEW or len(g.nodes) == 1:
+                if not self._is_view(node) or len(g.nodes) == 1:
                     continue
                 if all(self.group_of.get(u) is not g for u in node.users):
                     g.nodes.remove(node)
@@ -363,14 +392,6 @@ class _Partitioner:
                 groups.append(g)
         groups.sort(key=lambda g: self.index[g.nodes[0]])
         return groups
-
-
-def _numel(node: fx.Node | None) -> int | None:
-    """Elements of a node's tensor output; None when unknown or symbolic."""
-    val = node.meta.get("val") if node is not None else None
-    if not isinstance(val, torch.Tensor) or not all(isinstance(d, int) for d in val.shape):
-        return None
-    return math.prod(val.shape)
 
 
 def partition(graph: fx.Graph) -> list[Group]:

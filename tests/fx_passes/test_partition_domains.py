@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import torch
+import torch.nn.functional as F
 from torch._inductor.decomposition import select_decomp_table
 from torch.fx.experimental.proxy_tensor import make_fx
 
@@ -67,3 +68,35 @@ def test_every_subgraph_of_the_hand_written_gpt_and_the_conv_net_lowers_but_conv
         for sg in find_subgraphs(w.model, *w.inputs, rewrites={}):
             if sg.kind != "conv":
                 lower(sg)  # raises Unsupported naming the output that does not fit
+
+
+class _QkvRope(torch.nn.Module):
+    """A Llama-style attention input: one QKV GEMM, q and k rotated (RoPE: x * cos plus the
+    rotated halves times sin), then attention."""
+
+    def __init__(self, d: int = 64, heads: int = 4, seq: int = 32) -> None:
+        super().__init__()
+        self.heads, self.qkv = heads, torch.nn.Linear(d, 3 * d, bias=False)
+        self.register_buffer("cos", torch.randn(seq, d // heads))
+        self.register_buffer("sin", torch.randn(seq, d // heads))
+
+    def rope(self, x: torch.Tensor) -> torch.Tensor:
+        x1, x2 = x.chunk(2, -1)
+        return x * self.cos + torch.cat([-x2, x1], -1) * self.sin
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, t, d = x.shape
+        q, k, v = self.qkv(x).view(b, t, 3, self.heads, d // self.heads).permute(2, 0, 3, 1, 4)
+        return F.scaled_dot_product_attention(self.rope(q), self.rope(k), v, is_causal=True)
+
+
+def test_a_qkv_gemm_with_rope_is_searchable_and_its_rope_goes_on_beside_it():
+    """RoPE reads q and k, parts of the GEMM's output, at index maps of their own (a select of
+    q, the rotated half of it): in the GEMM's group the lowering refused the group, QKV GEMM
+    included. The GEMM's group now stops where a part is computed on, so it lowers alone."""
+    sgs = find_subgraphs(_QkvRope(), torch.randn(2, 32, 64), train=False, rewrites={})
+    gemm = next(sg for sg in sgs if sg.kind == "gemm")
+    assert gemm.ops == ["mm"]
+    for seed, sg in enumerate(sgs):
+        if sg.kind != "attention":
+            check(sg, lower(sg), seed=seed)
