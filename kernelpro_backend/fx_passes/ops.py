@@ -2,7 +2,7 @@
 
 Owns: which aten/prims ops are anchors (GEMM, convolution), attention, reductions, pointwise,
 views, constant factories and row gathers, and what a reduction (or row gather) reduces over;
-which views pick a part of a tensor (PART_VIEWS), which pointwise ops copy (COPIES), and a
+which views move elements to other indices (REINDEXING_VIEWS), which pointwise ops copy (COPIES), and a
 node's element count (`numel`).
 Must not: group nodes (partition.py does) or look at anything but one node.
 """
@@ -158,8 +158,13 @@ def _val(arg: object) -> torch.Tensor | None:
     return None
 
 
-# Views that pick a part of a tensor (not only lay it out again), and pointwise copies.
-PART_VIEWS = {"aten::select", "aten::slice", "aten::narrow", "aten::unbind", "aten::as_strided"}
+# Views through which an element sits at another index than in their source: a part of it
+# (select, slice, narrow, unbind, as_strided) or its dims reordered (permute, transpose).
+# View/reshape/unsqueeze keep each element's linear index. And the pointwise ops that copy.
+REINDEXING_VIEWS = {
+    "aten::select", "aten::slice", "aten::narrow", "aten::unbind", "aten::as_strided",
+    "aten::permute", "aten::transpose",
+}  # fmt: skip
 COPIES = {"aten::clone", "aten::_to_copy", "prims::convert_element_type"}
 
 

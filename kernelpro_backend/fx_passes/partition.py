@@ -9,8 +9,9 @@ Owns: the grouping rules -
   (d) pure pointwise chains;
 a reduction over a group's per-row results (the mean of a loss) starts a group of its own: it
 reduces other rows than the group's kernel, which cannot reduce across its programs. A group
-keeps one domain: no output larger than its anchor's, and no node tied to it only through a
-scalar while they hold tensors of other sizes (the lowering refuses a group of two domains).
+keeps one domain: no output larger than its anchor's, no node tied to it only through a
+scalar while they hold tensors of other sizes, and no GEMM epilogue op on a select, split piece
+or permute of the GEMM's output (copies aside): the lowering refuses such a group whole.
 views and constants are pulled into the group that alone consumes them. A merge is taken only if
 the merged group stays convex (no path leaves it and comes back), so replacing any group by one
 op keeps the graph acyclic - the same condition `fuser_utils.validate_partition` checks, computed
@@ -27,7 +28,7 @@ import torch.fx as fx
 
 from .ops import (
     COPIES,
-    PART_VIEWS,
+    REINDEXING_VIEWS,
     Role,
     numel,
     op_name,
@@ -130,18 +131,17 @@ class _Partitioner:
             if self.roles[n] is Role.POINTWISE
         )
 
-    def _reads_a_part(self, head: Group, node: fx.Node) -> bool:
-        """Whether pointwise `node` computes on a part of GEMM group `head`'s output (a select,
-        slice or split of it, through any views): each part is read at its own index map, which
-        no epilogue lowers (a QKV GEMM with RoPE on q and k: "read at two different index
-        maps"). A copy of a part is a store at another place, which the GEMM template makes
-        (the QKV head split), so copies still join."""
+    def _reindexes(self, head: Group, node: fx.Node) -> bool:
+        """Whether pointwise `node` computes on GEMM group `head`'s output through a view that
+        moves elements (a select, split piece, permute): no epilogue lowers at another index
+        map than the GEMM's (RoPE on q and k; a residual added after a transpose). A copy is a
+        store elsewhere, which the template makes (the QKV head split): copies still join."""
         if head.anchor is not Role.GEMM or op_name(node) in COPIES:
             return False
         for a in node.all_input_nodes:
             while self.group_of.get(a) is head and self._is_view(a):
-                if self.roles[a] is Role.GETITEM or op_name(a) in PART_VIEWS:
-                    return True  # a split's piece, or a select / slice
+                if self.roles[a] is Role.GETITEM or op_name(a) in REINDEXING_VIEWS:
+                    return True  # a split's piece, a select, a permute, ...
                 a = a.all_input_nodes[0]
         return False
 
@@ -243,7 +243,7 @@ class _Partitioner:
                 continue
             if head.anchor is not None and op_name(node) in _NOT_IN_GEMM:
                 continue
-            if self._scalar_bridge(head, node) or self._reads_a_part(head, node):
+            if self._scalar_bridge(head, node) or self._reindexes(head, node):
                 continue
             merged = self._try_merge([head], node)
             if merged is None:

@@ -100,3 +100,15 @@ def test_a_qkv_gemm_with_rope_is_searchable_and_its_rope_goes_on_beside_it():
     for seed, sg in enumerate(sgs):
         if sg.kind != "attention":
             check(sg, lower(sg), seed=seed)
+
+
+def test_a_transformer_encoder_layer_lowers_in_inference():
+    """nn.TransformerEncoderLayer's out-projection adds its residual after transposing the
+    GEMM's [T*B, d] rows back to [B, T, d]: computed at another index map than the GEMM's, it
+    made the GEMM's group unlowerable. Every subgraph of the layer lowers and matches now."""
+    layer = torch.nn.TransformerEncoderLayer(64, 4, 128, batch_first=True, dropout=0.0)
+    sgs = find_subgraphs(layer, torch.randn(2, 32, 64), train=False, rewrites={})
+    assert any(sg.kind == "gemm" and sg.ops == ["addmm"] for sg in sgs)
+    for seed, sg in enumerate(sgs):
+        if sg.kind != "attention":
+            check(sg, lower(sg), seed=seed)
