@@ -139,7 +139,7 @@ class _Partitioner:
         if head.anchor is not Role.GEMM or op_name(node) in COPIES:
             return False
         for a in node.all_input_nodes:
-            while self.group_of.get(a) is head and self._is_view(a):
+            while self.group_of.get(a) is head and self._is_view(a) and a.all_input_nodes:
                 if self.roles[a] is Role.GETITEM or op_name(a) in REINDEXING_VIEWS:
                     return True  # a split's piece, a select, a permute, ...
                 a = a.all_input_nodes[0]
