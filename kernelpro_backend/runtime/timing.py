@@ -102,6 +102,17 @@ def _batches(reps: int, settle: bool) -> list[int]:
     return [min(SETTLE_BATCH, reps - start) for start in range(0, reps, SETTLE_BATCH)]
 
 
+def _runs(reps: int, settle: bool, batch: Callable[[int, int], list[float]]) -> list[float]:
+    """`reps` timed runs, `batch(first, n)` timing runs first..first+n-1; with `settle` in
+    batches, stopping once the runs so far are `settled`."""
+    times: list[float] = []
+    for n in _batches(reps, settle):
+        times += batch(len(times), n)
+        if settle and settled(times):
+            break
+    return times
+
+
 def _reps(estimate_ms: float, budget_s: float) -> int:
     return max(MIN_REPS, min(MAX_REPS, int(budget_s * 1e3 / max(estimate_ms, 1e-6))))
 
@@ -141,16 +152,17 @@ def _time_cpu(
     estimate_ms = (time.perf_counter() - start) * 1e3
     if abandon_above_ms is not None and estimate_ms > abandon_above_ms:
         return summarize([estimate_ms], "perf_counter-abandoned")
-    times: list[float] = []
-    for batch in _batches(_reps(estimate_ms, budget_s), settle):
-        for _ in range(batch):
-            args = sets[len(times) % len(sets)]
+
+    def batch(first: int, n: int) -> list[float]:
+        times = []
+        for k in range(first, first + n):
+            args = sets[k % len(sets)]
             start = time.perf_counter()
             fn(*args)
             times.append((time.perf_counter() - start) * 1e3)
-        if settle and settled(times):
-            break
-    return summarize(times, "perf_counter")
+        return times
+
+    return summarize(_runs(_reps(estimate_ms, budget_s), settle, batch), "perf_counter")
 
 
 def _events(n: int) -> list[torch.cuda.Event]:
@@ -190,20 +202,19 @@ def _time_cuda(
             torch.cuda.synchronize(device)
     elif abandon_above_ms is not None and estimate_ms > abandon_above_ms:
         return summarize(warm, "events-abandoned")
-    times: list[float] = []
-    # + the flush, about 35 us for 100 MB
-    for batch in _batches(_reps(estimate_ms + 0.05, budget_s), settle):
-        starts, ends = _events(batch), _events(batch)
-        for k in range(batch):
+
+    def batch(first: int, n: int) -> list[float]:
+        starts, ends = _events(n), _events(n)
+        for k in range(n):
             flush.zero_()
             starts[k].record()
-            fn(*sets[(len(times) + k) % len(sets)])
+            fn(*sets[(first + k) % len(sets)])
             ends[k].record()
         torch.cuda.synchronize(device)
-        times += [s.elapsed_time(e) for s, e in zip(starts, ends, strict=True)]
-        if settle and settled(times):
-            break
-    return summarize(times, "events")
+        return [s.elapsed_time(e) for s, e in zip(starts, ends, strict=True)]
+
+    reps = _reps(estimate_ms + 0.05, budget_s)  # + the flush, about 35 us for 100 MB
+    return summarize(_runs(reps, settle, batch), "events")
 
 
 def _time_cuda_graph(
@@ -235,13 +246,12 @@ def _time_cuda_graph(
         first = _replays(graph, 3, calls, flush)
         if statistics.median(first) > abandon_above_ms:
             return summarize(first, "cuda_graph-abandoned")
-    times: list[float] = []
-    for batch in _batches(_reps(estimate_ms * calls + 0.05, budget_s), settle):
-        times += _replays(graph, batch, calls, flush)
-        if settle and settled(times):
-            break
-    del graph
-    return summarize(times, "cuda_graph")
+
+    def batch(first: int, n: int) -> list[float]:
+        return _replays(graph, n, calls, flush)
+
+    reps = _reps(estimate_ms * calls + 0.05, budget_s)
+    return summarize(_runs(reps, settle, batch), "cuda_graph")  # the graph goes on return
 
 
 def _calls(per_call_ms: float) -> int:
