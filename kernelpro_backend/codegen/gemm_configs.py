@@ -209,19 +209,21 @@ def split_k_config(spec: KernelSpec, knobs: dict[str, KnobValue]) -> dict[str, K
     than half the SMs idle and K is long (a weight gradient's token axis, a LoRA adapter's
     update): the fewest splits (2-16) that give every SM a program, each split
     SPLIT_K_MIN_STEPS K steps or more. None where the tiles fill the GPU or K is short."""
-    m, n, k = (int(spec.param(x)) for x in ("m", "n", "k"))
-    programs = (
-        math.ceil(m / int(knobs["BLOCK_M"]))
-        * math.ceil(n / int(knobs["BLOCK_N"]))
-        * int(spec.param("batch"))
-    )
-    steps = math.ceil(k / int(knobs["BLOCK_K"]))
+    programs = _programs(spec, knobs)
+    steps = math.ceil(int(spec.param("k")) / int(knobs["BLOCK_K"]))
     if knobs["PERSISTENT"] or 2 * programs > NUM_SMS or steps < 2 * SPLIT_K_MIN_STEPS:
         return None
     split = 2
     while split < 16 and programs * split < NUM_SMS and steps >= 2 * split * SPLIT_K_MIN_STEPS:
         split *= 2
     return dict(knobs, SPLIT_K=split)
+
+
+def _programs(spec: KernelSpec, knobs: dict[str, KnobValue]) -> int:
+    """Programs of a one-tile-per-program grid: output tiles times batch."""
+    m, n = int(spec.param("m")), int(spec.param("n"))
+    tiles = math.ceil(m / int(knobs["BLOCK_M"])) * math.ceil(n / int(knobs["BLOCK_N"]))
+    return tiles * int(spec.param("batch"))
 
 
 def seed_configs(spec: KernelSpec, limit: int = SEED_CONFIGS) -> list[dict[str, KnobValue]]:
@@ -244,9 +246,6 @@ def seed_configs(spec: KernelSpec, limit: int = SEED_CONFIGS) -> list[dict[str, 
     def shape(k: dict[str, KnobValue]) -> tuple[int, int, int]:
         return int(k["BLOCK_M"]), int(k["BLOCK_N"]), int(k["BLOCK_K"])
 
-    def programs(k: dict[str, KnobValue]) -> int:
-        return math.ceil(m / int(k["BLOCK_M"])) * math.ceil(n / int(k["BLOCK_N"])) * batch
-
     firsts: dict[tuple[int, int, int], dict[str, KnobValue]] = {}
     for k in rest:
         firsts.setdefault(shape(k), k)
@@ -255,7 +254,7 @@ def seed_configs(spec: KernelSpec, limit: int = SEED_CONFIGS) -> list[dict[str, 
     kept = [
         k
         for k in firsts.values()
-        if programs(k) >= NUM_SMS * LARGEST_TILE_FILL
+        if _programs(spec, k) >= NUM_SMS * LARGEST_TILE_FILL
         and not (many and int(k["BLOCK_M"]) * int(k["BLOCK_N"]) < SMALL_TILE)
     ]
     kept.sort(key=lambda k: -int(k["BLOCK_M"]) * int(k["BLOCK_N"]))  # stable: Inductor's order
