@@ -207,17 +207,21 @@ def _config_row(row: dict, spec: KernelSpec, inputs: list, ref: object) -> None:
 
 
 def _search(sg: Subgraph, seconds: float, root: str) -> dict:
-    """The subgraph searched for `seconds` into a fresh cache (the built-in proposer, default
-    workers): the search's own side-by-side figures (its baselines, its best candidate)."""
+    """The subgraph searched for `seconds` (the built-in proposer, default workers) into the
+    sweep's own cache, empty at its start: the search's own side-by-side figures (its
+    baselines, its best candidate). One cache for the whole sweep, as one for a user's run:
+    its searches lease one worker pool (started once, not per case) and share the CUTLASS
+    libraries, built once per epilogue and dtype for every shape, and the search memory of
+    earlier cases' moves. Each case's subgraph is its own key: no case finds another's entry."""
     from ..options import Options
     from ..tuner.searcher import SubgraphSearcher
     from .search_report import summarize_logs
 
-    cache = os.path.join(root, f"search-{sg.key.digest[:12]}")
+    cache = os.path.join(root, "search-cache")
     searcher = SubgraphSearcher(Options(cache_dir=cache, budget_s=seconds, progress=False))
     t0 = time.time()
     artifact = searcher(sg)
-    rows = summarize_logs(sorted(Path(cache, "logs").glob("*.jsonl")))
+    rows = summarize_logs(sorted(Path(cache, "logs").glob(f"{sg.key.digest[:16]}*.jsonl")))
     found: dict = {"wall_s": round(time.time() - t0, 1), "skipped": searcher.skipped}
     if rows:
         r = rows[-1]
