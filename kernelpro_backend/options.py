@@ -120,7 +120,7 @@ class Options:
     # Timed seconds per search candidate (timing_settle: until settled), per `cache verify` entry.
     timing_s: float = 0.25
     check_timing_s: float = 0.05
-    timing_settle: bool = False
+    timing_settle: bool = True
     # The worker pool is kept for the whole process (warm CUDA contexts, torch and Triton
     # imported) and shut down after this many idle seconds, or at exit.
     pool_idle_s: float = 300.0
