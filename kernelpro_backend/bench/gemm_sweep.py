@@ -206,7 +206,7 @@ def _config_row(row: dict, spec: KernelSpec, inputs: list, ref: object) -> None:
     row["ms"] = bench(functools.partial(kernel, *inputs))
 
 
-def _search(sg: Subgraph, seconds: float, root: str) -> dict:
+def _search(sg: Subgraph, seconds: float, root: str) -> tuple[dict, Any]:
     """The subgraph searched for `seconds` (the built-in proposer, default workers) into the
     sweep's own cache, empty at its start: the search's own side-by-side figures (its
     baselines, its best candidate). One cache for the whole sweep, as one for a user's run:
@@ -229,7 +229,27 @@ def _search(sg: Subgraph, seconds: float, root: str) -> dict:
                                         "best_candidate_ms", "kept_kernel")})  # fmt: skip
     if artifact is not None:
         found["winner_ms"] = artifact.kernel_ms
-    return found
+    return found, artifact
+
+
+def _kept_row(sg: Subgraph, spec: KernelSpec, artifact: Any) -> dict:
+    """The kept kernel as a cache hit runs it (load_artifact), checked against the reference on
+    fresh inputs and timed by this sweep's own timer: its figure stands beside the sweep's
+    cuBLAS, eager and Inductor columns, one method for all (the search's figures are its own,
+    timed against its own baselines)."""
+    from ..tuner.artifacts import load_artifact
+
+    inputs = sg.make_inputs(2, DEVICE)
+    kernel = load_artifact(artifact)
+    with precision_mode(spec.precision):
+        ref = compute_reference(sg.module(), inputs)
+        outs = kernel(*inputs)
+        for i, got in enumerate(outs):
+            eager = ref.eager[i] if ref.eager is not None else None  # type: ignore[attr-defined]
+            rejection, _ = compare(i, got, ref.exact[i], eager)  # type: ignore[attr-defined]
+            if rejection is not None:
+                return {"kept_error": f"wrong: {rejection.message}"}
+        return {"kept_ms": bench(functools.partial(kernel, *inputs))}
 
 
 def run_case(
@@ -279,7 +299,9 @@ def run_case(
     del ref, inputs
     if search_s > 0 and DEVICE == "cuda" and time.time() < budget_end:
         try:
-            case["search"] = _search(sg, search_s, os.environ.get("OUT", "."))
+            case["search"], artifact = _search(sg, search_s, os.environ.get("OUT", "."))
+            if artifact is not None:
+                case["search"].update(_kept_row(sg, spec, artifact))
         except Exception as e:
             case["search"] = {"error": f"{type(e).__name__}: {str(e)[:300]}"}
     for base in ("cublas", "eager", "inductor", "max_autotune"):

@@ -1,6 +1,7 @@
-"""The GEMM sweep's summary: what a user gets after the search is the kept kernel against
-Inductor in the search's own pool, or the fallback at 1.00x — never a candidate that was
-measured faster but not kept."""
+"""The GEMM sweep's summary: what a user gets after the search is the kept kernel re-timed by
+the sweep's own timer against the sweep's Inductor (or, in older runs, both in the search's
+pool), or the fallback at 1.00x — never a candidate that was measured faster but not kept, and
+never a search's figure set against the sweep's baselines."""
 
 from __future__ import annotations
 
@@ -16,10 +17,33 @@ def _case(kept: bool, **search) -> dict:
     }  # fmt: skip
 
 
-def test_a_kept_kernel_is_reported_against_inductor_in_its_own_pool():
+def test_a_kept_kernel_without_a_sweep_timing_is_reported_against_inductor_in_its_own_pool():
     s = summary(_case(True, winner_ms=0.9))
     assert s["kept"] and s["after_x_inductor"] == round(1.08 / 0.9, 3)
-    assert "1.20x (kept)" in table(_meta(), [_case(True, winner_ms=0.9)])
+    assert s["after_timer"] == "search"
+    assert "1.20x (kept in search)" in table(_meta(), [_case(True, winner_ms=0.9)])
+
+
+def test_a_kept_kernel_retimed_by_the_sweep_stands_against_the_sweeps_inductor():
+    case = _case(True, winner_ms=0.9, kept_ms=1.0)
+    s = summary(case)
+    assert s["after_x_inductor"] == round(1.1 / 1.0, 3) and s["after_timer"] == "sweep"
+    assert s["x_inductor"] == round(1.1 / 1.0, 3)  # ours: the kept kernel, not the search's 0.9
+    assert "1.10x (kept)" in table(_meta(), [case])
+
+
+def test_the_searchs_own_figures_never_meet_the_sweeps_baselines():
+    s = summary(_case(False))
+    assert s["ours_ms"] == 1.2  # the seed: the search's 0.9 was timed in another pool
+    assert s["x_inductor"] == round(1.1 / 1.2, 3)
+    assert s["search_x_inductor"] == round(1.08 / 0.9, 3)  # beside its own baseline
+
+
+def test_a_kept_kernel_that_fails_its_recheck_is_shown_not_counted():
+    case = _case(True, winner_ms=0.9, kept_error="wrong: output 0 differs")
+    s = summary(case)
+    assert s["after_x_inductor"] == 1.0 and "kept_ms" not in s
+    assert "kept kernel wrong" in table(_meta(), [case])
 
 
 def test_a_faster_candidate_that_was_not_kept_leaves_the_fallback():
