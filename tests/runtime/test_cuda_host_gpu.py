@@ -3,6 +3,9 @@ matches PyTorch within bf16 rounding (against float64, no worse than eager's own
 
 from __future__ import annotations
 
+import os
+from concurrent.futures import ThreadPoolExecutor
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -23,13 +26,41 @@ pytestmark = [
 ]
 
 
-@pytest.mark.parametrize("schedule", ["pingpong", "cooperative"])
-@pytest.mark.parametrize("residual", [False, True])
-def test_matches_pytorch(schedule: str, residual: bool, tmp_path) -> None:
+SCHEDULES, LAYOUTS = ("pingpong", "cooperative"), (("k", "n"), ("m", "n"), ("m", "k"))
+
+
+def _epilogue_config(schedule: str, residual: bool) -> CutlassGemm:
     act = "identity" if residual else "gelu"
-    config = CutlassGemm(activation=act, bias=True, source=residual, schedule=schedule)
+    return CutlassGemm(activation=act, bias=True, source=residual, schedule=schedule)
+
+
+@pytest.fixture(scope="module")
+def library_dir(tmp_path_factory):  # type: ignore[no-untyped-def]
+    """Every library this module runs, built at once (one nvcc each, 1-2 minutes): built one
+    test at a time, the file took longer than a device call's limit. compile_library then
+    finds each one in this folder."""
+    folder = tmp_path_factory.mktemp("cutlass-host")
+    configs = [_epilogue_config(s, r) for s in SCHEDULES for r in (False, True)]
+    configs += [CutlassGemm(a_major=a, b_major=b) for a, b in LAYOUTS]
+
+    def build(config: CutlassGemm) -> None:  # nvcc's limit allows for the builds beside it
+        compile_library(
+            config.source_text(), "sm_90a", library_dir=folder, symbols=ENTRY_POINTS,
+            timeout_s=900,
+        )  # fmt: skip
+
+    at_once = max(1, min(len(configs), (os.cpu_count() or 2) // 2))
+    with ThreadPoolExecutor(at_once) as pool:
+        list(pool.map(build, configs))  # a failed build raises here, in every test's setup
+    return folder
+
+
+@pytest.mark.parametrize("schedule", SCHEDULES)
+@pytest.mark.parametrize("residual", [False, True])
+def test_matches_pytorch(schedule: str, residual: bool, library_dir) -> None:  # type: ignore[no-untyped-def]
+    config = _epilogue_config(schedule, residual)
     path = compile_library(
-        config.source_text(), "sm_90a", library_dir=tmp_path, symbols=ENTRY_POINTS
+        config.source_text(), "sm_90a", library_dir=library_dir, symbols=ENTRY_POINTS
     )
     m, k, n = 1000, 512, 768  # M not a multiple of the tile
     x = torch.randn(m, k, device="cuda").bfloat16()
@@ -45,13 +76,13 @@ def test_matches_pytorch(schedule: str, residual: bool, tmp_path) -> None:
     assert (got.double() - ref).abs().max() <= 2 * (eager.double() - ref).abs().max() + 1e-2
 
 
-@pytest.mark.parametrize(("a_major", "b_major"), [("k", "n"), ("m", "n"), ("m", "k")])
-def test_transposed_operands_match_pytorch(a_major: str, b_major: str, tmp_path) -> None:
+@pytest.mark.parametrize(("a_major", "b_major"), LAYOUTS)
+def test_transposed_operands_match_pytorch(a_major: str, b_major: str, library_dir) -> None:  # type: ignore[no-untyped-def]
     """The backward's GEMMs: dx = dy @ W (B with N contiguous) and dW = dy^T @ x (A with M
     contiguous), and the remaining combination, against float64."""
     config = CutlassGemm(a_major=a_major, b_major=b_major)
     path = compile_library(
-        config.source_text(), "sm_90a", library_dir=tmp_path, symbols=ENTRY_POINTS
+        config.source_text(), "sm_90a", library_dir=library_dir, symbols=ENTRY_POINTS
     )
     m, k, n = 1000, 512, 768
     a = torch.randn(m, k, device="cuda").bfloat16()
