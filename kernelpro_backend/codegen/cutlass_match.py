@@ -6,7 +6,7 @@ is `act(A @ B (+ bias[n]))` or `A @ B (+ bias[n]) + C[m, n]` — act one of CUTL
 or tanh GELU, SiLU, sigmoid, recognised by value: epilogue_eval.py), else any run of elementwise
 ops the evaluator knows, compiled into the kernel as a functor (`c_body`) — with the output the
 [M, N] result row after row (a contiguous [M, N], or a linear layer's [B, T, N]:
-template_library.dense_output), A [M, K] with K or M contiguous and B [K, N] with K or N
+gemm_output.dense_output), A [M, K] with K or M contiguous and B [K, N] with K or N
 contiguous (the forward's x @ W^T and the backward's dy @ W and dy^T @ x alike), contiguous
 extents and the other strides multiples of 8 elements (16-byte TMA rows). The knobs pick the
 schedule, the tile's N and the cluster's M; the tile's M and K stay 128 and 64 (the shapes that
@@ -31,9 +31,9 @@ from collections.abc import Sequence
 from typing import Any
 
 from .epilogue_eval import activation_of, is_function_of, unary_run
+from .gemm_output import dense_output, view_as_output
 from .optable_cuda import c_cast, c_expression, c_literal
 from .template_cutlass import ACTIVATIONS, DTYPES, CutlassGemm
-from .template_library import dense_output, view_as_output
 
 ENTRY = "entry"
 # The knobs (knobs.py takes them from here): ping-pong or cooperative warp groups, the tile's

@@ -14,8 +14,7 @@ not a Triton launch): it runs behind kernelpro::launch; the tf32x3 form is Trito
 The rendered module has the generated modules' calling convention (`entry(*inputs, _launch=)`,
 loaded like the Triton ones); traced for inlining it records the library op itself.
 
-Owns: `library_epilogue(spec)` (which call a GEMM spec maps to, or None), `dense_output` and
-`view_as_output` (a library's [M, N] result as the spec's output), `launches_only` and
+Owns: `library_epilogue(spec)` (which call a GEMM spec maps to, or None), `launches_only` and
 `render_library`.
 Must not: choose knobs (it has none) or read fx.
 """
@@ -23,6 +22,8 @@ Must not: choose knobs (it has none) or read fx.
 from __future__ import annotations
 
 from typing import Any
+
+from .gemm_output import dense_output, view_as_output
 
 ENTRY = "entry"
 
@@ -59,33 +60,6 @@ def library_epilogue(spec: Any) -> str | None:
         and [tuple(i) for i in index] == [(stride[0], 0), (stride[1], 1)]
     )
     return "relu" if dense_output(spec) or strided else None
-
-
-def dense_output(spec: Any) -> bool:
-    """Whether the spec's one output holds the GEMM's M x N result row after row, whatever
-    its shape: one plain store at element m * N + n of a contiguous tensor of M * N elements
-    (a linear layer's [B, T, N] output is its [B * T, N] GEMM; a vector's [N] is one row).
-    A library result of shape [M, N] is then the output through `view`."""
-    if len(spec.stores) != 1:
-        return False
-    _, offset, index, predicate = spec.stores[0]
-    shape, stride, _ = spec.outputs[0]
-    m, n = int(spec.param("m")), int(spec.param("n"))
-    index = [tuple(i) for i in index]
-    rows = index == [(n, 0), (1, 1)] or (m == 1 and index == [(1, 1)])
-    size, dense = 1, True
-    for extent, step in reversed(list(zip(shape, stride, strict=True))):
-        dense = dense and (extent == 1 or step == size)
-        size *= extent
-    return offset == 0 and not predicate and rows and dense and size == m * n
-
-
-def view_as_output(spec: Any, value: str) -> str:
-    """`value` (an [M, N] tensor expression) as the spec's output, for `dense_output` specs."""
-    shape = tuple(spec.outputs[0][0])
-    if shape == (spec.param("m"), spec.param("n")):
-        return value
-    return f"{value}.view({list(shape)})"
 
 
 def launches_only(spec: Any) -> bool:
