@@ -4,12 +4,16 @@ cuBLAS, Inductor, max-autotune, the template's seed, its configurations and a se
     OUT=/tmp/out python scripts/gpu_gemm_sweep.py [--group square] [--problems kb] \\
         [--autotune TEXT|all] [--search-s 30 --search-only TEXT|all] [--budget-s 560] \\
         [--config BLOCK_N=128,num_warps=4 ...]
+    python scripts/gpu_gemm_sweep.py --merge a.json b.json ... --out merged.json   # one table
 """
 
 import argparse
+import json
 import sys
+from pathlib import Path
 
 from kernelpro_backend.bench.gemm_sweep import sweep
+from kernelpro_backend.bench.gemm_table import merge, table
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -43,7 +47,16 @@ def main(argv: list[str] | None = None) -> int:
         help="also time the default configuration with these knobs changed (timed first; "
         "repeatable), e.g. BLOCK_N=128,num_warps=4,PERSISTENT=True",
     )  # fmt: skip
+    parser.add_argument("--merge", nargs="+", metavar="JSON", help="merge these runs, run none")
+    parser.add_argument("--out", help="with --merge: where the merged JSON goes")
     args = parser.parse_args(argv)
+    if args.merge:
+        merged = merge([json.loads(Path(p).read_text()) for p in args.merge])
+        if args.out:
+            with open(args.out, "w") as f:
+                json.dump(merged, f, indent=1)
+        print(table(merged["meta"], merged["results"]))
+        return 0
     return sweep(
         args.budget_s, args.max_configs, args.cpu_smoke, args.only, args.group, args.problems,
         args.autotune, args.search_s, args.search_only, [_knobs(c) for c in args.config],

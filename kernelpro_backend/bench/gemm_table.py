@@ -1,6 +1,7 @@
 """The GEMM sweep's summary table (bench/gemm_sweep.py writes the full rows as JSON).
 
-Owns: `summary(case)` (one case's headline figures) and `table(meta, results)`.
+Owns: `summary(case)` (one case's headline figures), `table(meta, results)` and
+`merge(runs)` (the sweeps of one machine, run one per GPU or call, as one run).
 Must not: measure anything.
 """
 
@@ -119,3 +120,27 @@ def table(meta: dict[str, Any], results: list[dict[str, Any]]) -> str:
         're-timed here x Inductor ("in search": both in the search\'s pool), or the fallback (1.00x)'
     )
     return "\n".join([title, format_table(head, rows), note])
+
+
+def merge(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """Several sweep runs ({"meta", "results"}) as one: every case once, a case a later run
+    measured replacing an earlier run's "skipped" or error row, the runs' metas kept. Runs of
+    different devices, torch or Triton versions are not one table: ValueError."""
+    if not runs:
+        raise ValueError("no sweep runs to merge")
+    keys = ("device", "torch", "triton")
+    first = runs[0]["meta"]
+    for run in runs[1:]:
+        differ = [k for k in keys if run["meta"].get(k) != first.get(k)]
+        if differ:
+            raise ValueError(f"runs differ in {', '.join(differ)}: not one table")
+    results: dict[str, dict[str, Any]] = {}
+    for run in runs:
+        for case in run["results"]:
+            kept = results.get(case["case"])
+            if kept is None or ("error" in kept and "error" not in case):
+                results[case["case"]] = case
+    meta = {k: first.get(k) for k in keys}
+    meta["date"] = " / ".join(sorted({str(r["meta"].get("date")) for r in runs}))
+    meta["runs"] = [r["meta"] for r in runs]
+    return {"meta": meta, "results": list(results.values())}

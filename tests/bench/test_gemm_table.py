@@ -5,7 +5,9 @@ never a search's figure set against the sweep's baselines."""
 
 from __future__ import annotations
 
-from kernelpro_backend.bench.gemm_table import summary, table
+import pytest
+
+from kernelpro_backend.bench.gemm_table import merge, summary, table
 
 
 def _case(kept: bool, **search) -> dict:
@@ -61,3 +63,24 @@ def test_a_case_without_a_search_has_no_after_search_figure():
 
 def _meta() -> dict:
     return {"device": "cpu", "torch": "x", "triton": "y", "date": "today"}
+
+
+def _run(date: str, *cases: dict, device: str = "H100") -> dict:
+    meta = {"device": device, "torch": "2.11", "triton": "3.6", "date": date}
+    return {"meta": meta, "results": list(cases)}
+
+
+def test_runs_merge_into_one_table_a_measured_case_replacing_a_skipped_one():
+    a = _case(True, winner_ms=0.9)
+    skipped = {"case": "fp16 mm 64^3", "group": "square", "error": "skipped (time budget)"}
+    b = dict(_case(False), case="fp16 mm 64^3")
+    merged = merge([_run("d1", a, skipped), _run("d2", b)])
+    assert [c["case"] for c in merged["results"]] == ["bf16 mm 64^3", "fp16 mm 64^3"]
+    assert "error" not in merged["results"][1] and merged["meta"]["date"] == "d1 / d2"
+    assert len(merged["meta"]["runs"]) == 2
+    assert "fp16 mm 64^3" in table(merged["meta"], merged["results"])
+
+
+def test_runs_of_different_devices_do_not_merge():
+    with pytest.raises(ValueError, match="device"):
+        merge([_run("d1", _case(False)), _run("d2", _case(False), device="H200")])
