@@ -47,10 +47,27 @@ class _Linear(torch.nn.Module):
         return self.epilogue(self.linear(x), r)
 
 
+def _spec(epilogue: str, lead: tuple[int, ...]):  # type: ignore[no-untyped-def]
+    """The model's GEMM subgraph (M = 1000 rows in all, K 512, N 768) and its first CUTLASS
+    spec."""
+    k, n = 512, 768
+    model = _Linear(k, n, epilogue).cuda().bfloat16()
+    x = torch.randn(*lead, k, device="cuda", dtype=torch.bfloat16)
+    r = torch.randn(*lead, n, device="cuda", dtype=torch.bfloat16)
+    with torch.no_grad():
+        (sg,) = [s for s in collect(model, (x, r), train=False) if s.kind == "gemm"]
+    return sg, cutlass_specs(lower(sg))[0]
+
+
 @pytest.fixture(scope="module")
 def libraries(tmp_path_factory):  # type: ignore[no-untyped-def]
-    """One library folder for the module: a configuration built once serves both shapes."""
-    return tmp_path_factory.mktemp("cutlass-libraries")
+    """One library folder for the module, every epilogue's library built in it at once (one
+    nvcc each, 1-2 minutes): a configuration built once serves both shapes."""
+    folder = tmp_path_factory.mktemp("cutlass-libraries")
+    specs = [_spec(epilogue, (1000,))[1] for epilogue in sorted(EPILOGUES)]
+    builds = CutlassBuilds(folder, len(specs))
+    assert builds.build(specs, timeout_s=900), builds.failed
+    return folder
 
 
 @pytest.mark.parametrize("lead", [(1000,), (4, 250)], ids=["2d", "batch-seq"])
@@ -60,13 +77,8 @@ def test_a_real_graphs_gemm_runs_as_cutlass(epilogue: str, lead, libraries, monk
     activations (the output the kernel's [M, N] viewed as [4, 250, N])."""
     tmp_path = libraries
     monkeypatch.setattr(cuda_host, "_LIBRARY_DIR", [tmp_path])
-    k, n = 512, 768
-    model = _Linear(k, n, epilogue).cuda().bfloat16()
-    x = torch.randn(*lead, k, device="cuda", dtype=torch.bfloat16)
-    r = torch.randn(*lead, n, device="cuda", dtype=torch.bfloat16)
+    sg, spec = _spec(epilogue, lead)
     with torch.no_grad():
-        (sg,) = [s for s in collect(model, (x, r), train=False) if s.kind == "gemm"]
-        spec = cutlass_specs(lower(sg))[0]
         builds = CutlassBuilds(tmp_path, 1)
         assert builds.build([spec], timeout_s=600), builds.failed
         inputs = sg.make_inputs(0, "cuda")
