@@ -176,6 +176,12 @@ def numel(node: fx.Node | None) -> int | None:
     return math.prod(val.shape)
 
 
+def reduced_numel(node: fx.Node) -> int | None:
+    """Elements a reduction reads (its input's); None when unknown or symbolic."""
+    sig = reduction_signature(node)
+    return math.prod(sig[0]) if sig is not None else None
+
+
 def tensor_inputs(node: fx.Node) -> list[fx.Node]:
     """The nodes this node reads (flattened over args and kwargs), in argument order."""
     return list(node.all_input_nodes)

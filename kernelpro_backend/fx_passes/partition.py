@@ -9,10 +9,10 @@ Owns: the grouping rules -
   (d) pure pointwise chains;
 a reduction over a group's per-row results (the mean of a loss) starts a group of its own: it
 reduces other rows than the group's kernel, which cannot reduce across its programs. A group
-keeps one domain: no output larger than its anchor's, no node tied to it only through a
-scalar while they hold tensors of other sizes, and no GEMM epilogue op on a select, split piece
-or permute of the GEMM's output (copies aside): the lowering refuses such a group whole.
-views and constants are pulled into the group that alone consumes them. A merge is taken only if
+keeps one domain: no output larger than its anchor's or what its reductions read, no node tied
+to it only through a scalar while they hold tensors of other sizes, and no GEMM epilogue op on
+a select, split piece or permute of the GEMM's output (copies aside): the lowering refuses such
+a group whole. Views and constants join the group that alone consumes them. A merge is taken if
 the merged group stays convex (no path leaves it and comes back), so replacing any group by one
 op keeps the graph acyclic - the same condition `fuser_utils.validate_partition` checks, computed
 here with ancestor bitsets so each test is O(group inputs) instead of a graph walk.
@@ -32,15 +32,15 @@ from .ops import (
     Role,
     numel,
     op_name,
+    reduced_numel,
     reduction_signature,
     role,
     row_gather_signature,
 )
 
 _ANCHORS = (Role.GEMM, Role.CONV)
-# Normalisations stay out of GEMM epilogues: a GEMM group may end in softmax/logsumexp-style row
-# reductions, but variance and reciprocal-root steps mark a norm chain, which gets its own
-# group (and its own template) - otherwise every Linear -> LayerNorm pair would become one.
+# Normalisations stay out of GEMM epilogues (which may end in softmax-style row reductions): their
+# variance and root steps mark a norm chain, grouped alone, or every Linear -> LayerNorm is one.
 _NOT_IN_GEMM = {
     "aten::mean",
     "aten::var_mean",
@@ -103,12 +103,14 @@ class _Partitioner:
         return True
 
     def _within_domain(self, members: list[fx.Node]) -> bool:
-        """Whether no pointwise output of `members` is larger than its anchor's output: the
-        kernel would have to broadcast its result to a larger tensor, which no template does,
-        and the lowering would refuse the whole group, GEMM included (a classifier's GEMM
-        with the average pool's backward broadcasting [N, C] to [N, C, H, W])."""
+        """Whether no pointwise output of `members` is larger than the group's domain (its
+        anchor's output; with no anchor, what its reductions read): the kernel would have to
+        broadcast its result to a larger tensor, which no template does, and the lowering would
+        refuse the whole group (a classifier's GEMM with the average pool's backward
+        broadcasting [N, C] to [N, C, H, W]; GroupNorm's backward, per-group sums and dx)."""
         anchor = next((n for n in members if self.roles[n] in _ANCHORS), None)
-        domain = numel(anchor)
+        read = [reduced_numel(n) or 0 for n in members if self.roles[n] is Role.REDUCTION]
+        domain = numel(anchor) if anchor is not None else max(read, default=0) or None
         if domain is None:
             return True
         return all((numel(n) or 0) <= domain for n in members if self.roles[n] is Role.POINTWISE)
@@ -345,13 +347,14 @@ class _Partitioner:
                     self.roles[n] not in (Role.VIEW, Role.GETITEM, Role.FACTORY) for n in rest
                 ):
                     continue
-                if not self._convex([*dst.nodes, node], dst.mask | bit):
+                joined = [*dst.nodes, node]
+                if not self._within_domain(joined) or not self._convex(joined, dst.mask | bit):
                     continue
                 if not self._convex(rest, src.mask & ~bit):
                     continue
                 src.nodes = rest
                 src.mask &= ~bit
-                dst.nodes = sorted([*dst.nodes, node], key=self.index.__getitem__)
+                dst.nodes = sorted(joined, key=self.index.__getitem__)
                 dst.mask |= bit
                 self.group_of[node] = dst
                 moved = True
@@ -385,11 +388,8 @@ class _Partitioner:
         groups: list[Group] = []
         for g in {id(g): g for g in self.group_of.values()}.values():
             self._trim_trailing_views(g)
-            compute = [
-                n for n in g.nodes if self.roles[n] not in (Role.VIEW, Role.FACTORY, Role.GETITEM)
-            ]
-            if compute:
-                groups.append(g)
+            if any(self.roles[n] not in (Role.VIEW, Role.FACTORY, Role.GETITEM) for n in g.nodes):
+                groups.append(g)  # a group of views and constants alone computes nothing
         groups.sort(key=lambda g: self.index[g.nodes[0]])
         return groups
 

@@ -112,3 +112,16 @@ def test_a_transformer_encoder_layer_lowers_in_inference():
     for seed, sg in enumerate(sgs):
         if sg.kind != "attention":
             check(sg, lower(sg), seed=seed)
+
+
+def test_a_group_norm_backward_keeps_its_per_group_sums_apart_from_dx():
+    """GroupNorm's backward sums per channel, then per group over the channels ([N, G, C/G]),
+    and computes dx over the whole input ([N, G, C/G, H*W]). Moved down to dx's group, the
+    sums made its domain what they read, smaller than dx: the lowering refused the group. Each
+    now keeps a domain of its own, and every subgraph lowers and matches."""
+    norm = torch.nn.GroupNorm(4, 16)
+    x = torch.randn(2, 16, 8, 8, requires_grad=True)
+    sgs = find_subgraphs(norm, x, train=True, rewrites={})
+    assert any(sg.graph == "backward" and sg.kind == "reduction" for sg in sgs)
+    for seed, sg in enumerate(sgs):
+        check(sg, lower(sg), seed=seed)
