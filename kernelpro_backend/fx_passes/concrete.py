@@ -26,9 +26,9 @@ import torch.fx as fx
 from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.fx.experimental.proxy_tensor import make_fx
 
+from .group import Group
 from .keys import KEY_SCHEMA_VERSION, device_capability
 from .ops import Role
-from .partition import Group
 from .subgraph import Subgraph, subgraph_of_group
 
 # The sizes of one call: per canonical input, (shape, stride, dtype) of a tensor or an int.

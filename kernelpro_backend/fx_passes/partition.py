@@ -12,33 +12,31 @@ reduces other rows than the group's kernel, which cannot reduce across its progr
 keeps one domain: no output larger than its anchor's or what its reductions read, no node tied
 to it only through a scalar while they hold tensors of other sizes, and no GEMM epilogue op on
 a select, split piece or permute of the GEMM's output (copies aside): the lowering refuses such
-a group whole. Views and constants join the group that alone consumes them. A merge is taken if
-the merged group stays convex (no path leaves it and comes back), so replacing any group by one
-op keeps the graph acyclic - the same condition `fuser_utils.validate_partition` checks, computed
-here with ancestor bitsets so each test is O(group inputs) instead of a graph walk.
+a group whole (domain_rules.py holds these rules). Views and constants join the group that
+alone consumes them. A merge is taken if the merged group stays convex (no path leaves it and
+comes back), so replacing any group by one op keeps the graph acyclic - the same condition
+`fuser_utils.validate_partition` checks, computed here with ancestor bitsets so each test is
+O(group inputs) instead of a graph walk.
 Must not: build subgraph modules or keys (subgraph.py does).
 """
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Iterable
 
 import torch.fx as fx
 
+from .domain_rules import ANCHORS as _ANCHORS
+from .domain_rules import DomainRules
+from .group import Group
 from .ops import (
-    COPIES,
-    REINDEXING_VIEWS,
     Role,
-    numel,
     op_name,
-    reduced_numel,
     reduction_signature,
     role,
     row_gather_signature,
 )
 
-_ANCHORS = (Role.GEMM, Role.CONV)
 # Normalisations stay out of GEMM epilogues (which may end in softmax-style row reductions): their
 # variance and root steps mark a norm chain, grouped alone, or every Linear -> LayerNorm is one.
 _NOT_IN_GEMM = {
@@ -57,29 +55,7 @@ _NOT_IN_GEMM = {
 MAX_GEMM_EPILOGUE_ROW = 256
 
 
-@dataclasses.dataclass
-class Group:
-    """A set of nodes that becomes one subgraph."""
-
-    nodes: list[fx.Node]
-    mask: int  # bitset of node indices
-    anchor: Role | None = None  # GEMM / CONV when the group holds one
-    attention: bool = False
-    row_signature: tuple[tuple[int, ...], tuple[int, ...]] | None = None
-    reductions: int = 0
-
-    @property
-    def kind(self) -> str:
-        if self.attention:
-            return "attention"
-        if self.anchor is not None:
-            return self.anchor.value
-        if any(role(n) is Role.REDUCTION for n in self.nodes):
-            return "reduction"
-        return "pointwise"
-
-
-class _Partitioner:
+class _Partitioner(DomainRules):
     def __init__(self, graph: fx.Graph) -> None:
         self.nodes = list(graph.nodes)
         self.index = {n: i for i, n in enumerate(self.nodes)}
@@ -102,52 +78,9 @@ class _Partitioner:
                     return False
         return True
 
-    def _within_domain(self, members: list[fx.Node]) -> bool:
-        """Whether no pointwise output of `members` is larger than the group's domain (its
-        anchor's output; with no anchor, what its reductions read): the kernel would have to
-        broadcast its result to a larger tensor, which no template does, and the lowering would
-        refuse the whole group (a classifier's GEMM with the average pool's backward
-        broadcasting [N, C] to [N, C, H, W]; GroupNorm's backward, per-group sums and dx)."""
-        anchor = next((n for n in members if self.roles[n] in _ANCHORS), None)
-        read = [reduced_numel(n) or 0 for n in members if self.roles[n] is Role.REDUCTION]
-        domain = numel(anchor) if anchor is not None else max(read, default=0) or None
-        if domain is None:
-            return True
-        return all((numel(n) or 0) <= domain for n in members if self.roles[n] is Role.POINTWISE)
-
-    def _scalar_bridge(self, head: Group, node: fx.Node) -> bool:
-        """Whether `node` reaches group `head` (not anchored) only through scalars while both
-        hold tensors of other sizes: a scalar (a loss's gradient) scales tensors of every shape
-        in a backward graph, and joining them all would give one group two domains that no
-        template lowers (GPT's last LayerNorm backward took in the LM head's weight gradient
-        [V, d] times that scalar, beside its activations [T, d])."""
-        if head.anchor is not None or self.roles[node] is not Role.POINTWISE:
-            return False
-        links = [a for a in node.all_input_nodes if self.group_of.get(a) is head]
-        if not links or any((numel(a) or 2) > 1 for a in links):
-            return False
-        size = numel(node) or 0
-        return size > 1 and any(
-            (numel(n) or 0) > 1 and (numel(n) or 0) != size
-            for n in head.nodes
-            if self.roles[n] is Role.POINTWISE
-        )
-
-    def _reindexes(self, head: Group, node: fx.Node) -> bool:
-        """Whether pointwise `node` computes on GEMM group `head`'s output through a view that
-        moves elements (a select, split piece, permute): no epilogue lowers at another index
-        map than the GEMM's (RoPE on q and k; a residual added after a transpose). A copy is a
-        store elsewhere, which the template makes (the QKV head split): copies still join."""
-        if head.anchor is not Role.GEMM or op_name(node) in COPIES:
-            return False
-        for a in node.all_input_nodes:
-            while self.group_of.get(a) is head and self._is_view(a) and a.all_input_nodes:
-                if self.roles[a] is Role.GETITEM or op_name(a) in REINDEXING_VIEWS:
-                    return True  # a split's piece, a select, a permute, ...
-                a = a.all_input_nodes[0]
-        return False
-
-    def _try_merge(self, groups: list[Group], node: fx.Node | None) -> Group | None:
+    def _try_merge(
+        self, groups: list[Group], node: fx.Node | None, read: bool = False
+    ) -> Group | None:
         """Merge `groups` (and `node`) into the first group if legal; return it or None."""
         members = [m for g in groups for m in g.nodes]
         mask = 0
@@ -156,7 +89,7 @@ class _Partitioner:
         if node is not None:
             members.append(node)
             mask |= 1 << self.index[node]
-        if not self._within_domain(members) or not self._convex(members, mask):
+        if not self._within_domain(members, read) or not self._convex(members, mask):
             return None
         head = groups[0]
         for g in groups[1:]:
@@ -247,7 +180,7 @@ class _Partitioner:
                 continue
             if self._scalar_bridge(head, node) or self._reindexes(head, node):
                 continue
-            merged = self._try_merge([head], node)
+            merged = self._try_merge([head], node, r is Role.POINTWISE)
             if merged is None:
                 continue
             if r is Role.REDUCTION:
@@ -348,7 +281,8 @@ class _Partitioner:
                 ):
                     continue
                 joined = [*dst.nodes, node]
-                if not self._within_domain(joined) or not self._convex(joined, dst.mask | bit):
+                fits = self._within_domain(joined, True)
+                if not fits or not self._convex(joined, dst.mask | bit):
                     continue
                 if not self._convex(rest, src.mask & ~bit):
                     continue
@@ -358,13 +292,6 @@ class _Partitioner:
                 dst.mask |= bit
                 self.group_of[node] = dst
                 moved = True
-
-    def _is_view(self, node: fx.Node) -> bool:
-        """A view, or one output of a view that splits (split's getitems)."""
-        if self.roles[node] is Role.GETITEM:
-            src = node.args[0]
-            return isinstance(src, fx.Node) and self.roles[src] is Role.VIEW
-        return self.roles[node] is Role.VIEW
 
     def _trim_trailing_views(self, g: Group) -> None:
         """Views whose users all lie outside the group add nothing but a copy: leave them out."""

@@ -17,6 +17,7 @@ from typing import Any
 import torch
 import torch.fx as fx
 
+from .group import Group
 from .keys import (
     SubgraphKey,
     canonical_order,
@@ -26,7 +27,7 @@ from .keys import (
     tensor_meta,
 )
 from .ops import Role, op_name, role
-from .partition import Group, partition
+from .partition import partition
 from .patterns import pattern_name
 
 TensorMeta = tuple[tuple[int, ...], tuple[int, ...], str]

@@ -18,8 +18,8 @@ from torch.fx.experimental.proxy_tensor import make_fx
 from kernelpro_backend.backend import make_backend
 from kernelpro_backend.codegen import KernelSpec
 from kernelpro_backend.fx_passes import Subgraph
+from kernelpro_backend.fx_passes.group import Group
 from kernelpro_backend.fx_passes.ops import Role
-from kernelpro_backend.fx_passes.partition import Group
 from kernelpro_backend.fx_passes.subgraph import subgraph_of_group
 from kernelpro_backend.lowering import lower
 from kernelpro_backend.runtime.spec_kernel import build_kernel
