@@ -230,14 +230,49 @@ class MapBuilder:
         return True
 
     def run(self, outputs: Sequence[fx.Node], anchor: fx.Node | None = None) -> dict[fx.Node, Map]:
+        """Seed the outputs' maps and propagate them to every node and input. An output that
+        is a permuted copy of a value no other output maps yet (the transposed copy of a norm's
+        output that nn.MultiheadAttention makes) waits for that value's map from the others,
+        then is stored through its views; laid over the domain itself it would be read at
+        two maps."""
+        deferred = [o for o in outputs if self._permuted_copy(o)]
         for o in outputs:
-            self.seed_output(o)
+            if o not in deferred:
+                self.seed_output(o)
+        done: set[fx.Node] = set()
+        self._propagate_all(anchor, done)
+        for o in deferred:
+            top, chain = view_chain(o)
+            if top in self.maps:
+                self._push(top, chain)
+            else:
+                self.seed_output(o)
+            self._propagate_all(anchor, done)
+        return self.maps
+
+    def _permuted_copy(self, out: fx.Node) -> bool:
+        top, chain = view_chain(out)
+        return (
+            bool(self.reduced)
+            and any(op_name(n) in PERMUTES for n in chain)
+            and math.prod(shape(top)) == math.prod(self.domain)
+        )
+
+    def _push(self, top: fx.Node, chain: Sequence[fx.Node]) -> None:
+        m = self.maps[top]
+        for node in chain:
+            m = forward_view_map(node, m, self.domain)
+            self.give(node, m)
+
+    def _propagate_all(self, anchor: fx.Node | None, done: set[fx.Node]) -> None:
+        """Propagate every mapped node not propagated yet, outputs first (reverse order)."""
         for n in reversed(self.nodes):
             m = self.maps.get(n)
-            if m is None or n is anchor or n in self.selections or is_view_of_input(n, self.inputs):
+            if m is None or n in done or n is anchor or n in self.selections:
                 continue
-            self._propagate(n, m)
-        return self.maps
+            done.add(n)
+            if not is_view_of_input(n, self.inputs):
+                self._propagate(n, m)
 
     def _propagate(self, n: fx.Node, m: Map) -> None:
         r, name = role(n), op_name(n)
