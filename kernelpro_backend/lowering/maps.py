@@ -223,10 +223,7 @@ class MapBuilder:
         top, chain = view_chain(out)
         if self.reduced or top not in self.maps or not any(op_name(n) in PERMUTES for n in chain):
             return False
-        m = self.maps[top]
-        for node in chain:
-            m = forward_view_map(node, m, self.domain)
-            self.give(node, m)
+        self._push(top, chain)
         return True
 
     def run(self, outputs: Sequence[fx.Node], anchor: fx.Node | None = None) -> dict[fx.Node, Map]:
@@ -259,6 +256,7 @@ class MapBuilder:
         )
 
     def _push(self, top: fx.Node, chain: Sequence[fx.Node]) -> None:
+        """`top`'s map pushed down a chain of views to the output at its end."""
         m = self.maps[top]
         for node in chain:
             m = forward_view_map(node, m, self.domain)
