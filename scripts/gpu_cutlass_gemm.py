@@ -42,6 +42,8 @@ SHAPES = [  # (schedule, tile, cluster)
     ("cooperative", (128, 256, 64), (1, 1)),
     ("cooperative", (128, 256, 64), (2, 1)),
     ("cooperative", (256, 128, 64), (1, 1)),
+    ("stream_k", (128, 128, 64), (1, 1)),
+    ("stream_k", (128, 256, 64), (1, 1)),
 ]
 
 

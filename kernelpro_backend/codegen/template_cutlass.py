@@ -4,7 +4,8 @@ warp-specialised main loop (ping-pong: one consumer warp group's epilogue runs w
 computes its next tile, the overlap a Triton tile cannot get), the epilogue fused by CUTLASS's
 epilogue visitor (bias, activation, source term). The activation is one of CUTLASS's functors,
 or "custom": C++ statements (`activation_body`, from cutlass_match.c_body) wrapped in a functor
-`KpAct` that CUTLASS applies element by element like its own.
+`KpAct` that CUTLASS applies element by element like its own. The "stream_k" schedule runs
+the cooperative kernel under CUTLASS's stream-K tile scheduler (deterministic reduction).
 
 Owns: `CutlassGemm` (the kernel's configuration: dtype, layouts, epilogue, tile, cluster,
 schedule, checked on construction) and its source. The source exports two C functions a host
@@ -45,7 +46,16 @@ SCHEDULES = {
         "cutlass::gemm::KernelTmaWarpSpecializedCooperative",
         "cutlass::epilogue::TmaWarpSpecializedCooperative",
     ),
+    # cooperative warp groups under the stream-K tile scheduler: the tiles of a last, partial
+    # wave are split along K over the SMs that would idle, their partial sums reduced in K order
+    # (CUTLASS's deterministic turnstile, so a run gives the same bits as the last)
+    "stream_k": (
+        "cutlass::gemm::KernelTmaWarpSpecializedCooperative",
+        "cutlass::epilogue::TmaWarpSpecializedCooperative",
+    ),
 }
+# The kernel's tile scheduler, after its collectives (none: CUTLASS's persistent default)
+TILE_SCHEDULERS = {"stream_k": ", cutlass::gemm::StreamKScheduler"}
 ENTRY_POINTS = ("kp_gemm_workspace", "kp_gemm_run")
 
 
@@ -85,10 +95,10 @@ class CutlassGemm:
             raise CutlassConfigError(
                 f"tile {self.tile}: M and N in 64/128/256, K in 32/64/128 (wgmma shapes)"
             )
-        if self.schedule == "cooperative" and m < 128:
+        if self.schedule in ("cooperative", "stream_k") and m < 128:
             raise CutlassConfigError(
-                f"the cooperative schedule splits tile M={m} over two warp groups: use M >= 128 "
-                "or the pingpong schedule"
+                f"the {self.schedule} schedule splits tile M={m} over two warp groups: use "
+                "M >= 128 or the pingpong schedule"
             )
         if self.a_major not in ("k", "m") or self.b_major not in ("k", "n"):
             raise CutlassConfigError(
@@ -128,6 +138,7 @@ class CutlassGemm:
             cluster=f"Shape<_{cm}, _{cn}, _1>",
             mainloop=mainloop,
             epilogue=epilogue,
+            scheduler=TILE_SCHEDULERS.get(self.schedule, ""),
             functor=_FUNCTOR.format(body=self.activation_body) if self.activation_body else "",
             layout_a="RowMajor;     // A [M, K], K"
             if self.a_major == "k"
@@ -221,7 +232,7 @@ using CollectiveMainloop = typename cutlass::gemm::collective::CollectiveBuilder
     {mainloop}>::CollectiveOp;
 
 using GemmKernel = cutlass::gemm::kernel::GemmUniversal<
-    Shape<int, int, int, int>, CollectiveMainloop, CollectiveEpilogue>;
+    Shape<int, int, int, int>, CollectiveMainloop, CollectiveEpilogue{scheduler}>;
 using Gemm = cutlass::gemm::device::GemmUniversalAdapter<GemmKernel>;
 
 static typename Gemm::Arguments make_args(

@@ -60,7 +60,8 @@ def test_builds_each_configuration_once_and_specs_become_ready() -> None:
     builds = _builds(nvcc)
     seed = lower(_gelu_subgraph())
     specs = cutlass_specs(seed)
-    assert builds.start(seed) == 6  # 8 combinations, less ping-pong x 256 (it spills)
+    assert builds.start(seed) == 8  # 12 combinations, less ping-pong x 256 (it spills) and
+    # stream-K x cluster 2 (not built)
     assert builds.start(seed) == 0  # queued already: not twice
     assert not any(builds.ready(s) for s in specs)  # still building
     assert builds.ready(seed)  # not a CUTLASS spec: always measurable
@@ -90,7 +91,7 @@ def test_a_failed_build_is_logged_and_never_ready(caplog: pytest.LogCaptureFixtu
     with caplog.at_level(logging.WARNING, logger="kernelpro.cutlass"):
         builds.start(seed)
         assert builds.wait(10)
-    assert len(builds.failed) == 6 and "no such template" in next(iter(builds.failed.values()))
+    assert len(builds.failed) == 8 and "no such template" in next(iter(builds.failed.values()))
     assert "failed to build" in caplog.text
     assert not builds.ready(cutlass_specs(seed)[0])
 
@@ -156,7 +157,7 @@ def test_waiting_for_one_gemms_builds_only() -> None:
     builds = _builds(nvcc, jobs=8)
     seed = lower(_gelu_subgraph())
     builds.start(seed)
-    assert builds.building(seed) == 6 and builds.running() == 6
+    assert builds.building(seed) == 8 and builds.running() == 8
     assert not builds.wait(0.05, seed)  # still building
     nvcc.release.set()
     assert builds.wait(10, seed) and builds.building(seed) == 0 and builds.running() == 0

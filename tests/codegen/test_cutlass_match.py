@@ -77,14 +77,14 @@ def test_epilogues_it_computes(case: str) -> None:
     seed, _ = _seed(fn, residual=residual, bias=bias)
     assert cutlass_problem(seed) is None
     specs = cutlass_specs(seed)
-    assert len(specs) == 6 and len(set(specs)) == 6
+    assert len(specs) == 8 and len(set(specs)) == 8  # 12 combinations, less 4 not built
     assert dict(specs[0].knobs) == {"CLUSTER_M": 1, "SCHEDULE": "pingpong", "TILE_N": 128}
     config = cutlass_gemm(specs[0])
     assert (config.activation, config.bias, config.source) == (act, bias, residual)
     assert config.tile == (128, 128, 64) and config.schedule == "pingpong"
     assert specs[0] in alternatives(seed)  # the search measures it beside the seed
-    assert knob_space(specs[0]) == {
-        "SCHEDULE": ("pingpong", "cooperative"),
+    assert knob_space(specs[0]) == {  # each knob's values legal with the others as they are
+        "SCHEDULE": ("pingpong", "cooperative", "stream_k"),
         "TILE_N": (128,),  # ping-pong x 256 spills: illegal
         "CLUSTER_M": (1, 2),
     }
@@ -92,6 +92,10 @@ def test_epilogues_it_computes(case: str) -> None:
         specs[0].with_knobs(TILE_N=256)
     big = cutlass_gemm(specs[0].with_knobs(SCHEDULE="cooperative", TILE_N=256, CLUSTER_M=2))
     assert big.tile == (128, 256, 64) and big.cluster == (2, 1) and big.schedule == "cooperative"
+    streamed = cutlass_gemm(specs[0].with_knobs(SCHEDULE="stream_k", TILE_N=256))
+    assert streamed.schedule == "stream_k" and streamed.cluster == (1, 1)
+    with pytest.raises(IllegalSpec, match="stream-K"):
+        specs[0].with_knobs(SCHEDULE="stream_k", CLUSTER_M=2)
 
 
 @pytest.mark.parametrize(

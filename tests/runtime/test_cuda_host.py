@@ -28,6 +28,10 @@ def test_the_source_says_what_was_asked() -> None:
     text = CutlassGemm(source=True, schedule="cooperative", cluster=(2, 1)).source_text()
     assert "LinCombEltAct" in text and "using ElementC = cutlass::bfloat16_t;" in text
     assert "beta = 1.0f" in text and "Cooperative" in text and "Shape<_2, _1, _1>" in text
+    assert "StreamKScheduler" not in text  # the persistent scheduler, CUTLASS's default
+    text = CutlassGemm(source=True, schedule="stream_k").source_text()
+    assert "CollectiveEpilogue, cutlass::gemm::StreamKScheduler>" in text
+    assert "KernelTmaWarpSpecializedCooperative" in text  # stream-K runs cooperative groups
 
 
 @pytest.mark.parametrize(
@@ -37,12 +41,20 @@ def test_the_source_says_what_was_asked() -> None:
         (dict(activation="mish"), "activation"),
         (dict(tile=(128, 96, 64)), "wgmma"),
         (dict(schedule="cooperative", tile=(64, 128, 64)), "pingpong"),
+        (dict(schedule="stream_k", tile=(64, 128, 64)), "pingpong"),
         (dict(cluster=(4, 1)), "cluster"),
     ],
 )
 def test_unbuildable_configurations_are_refused(change: dict, words: str) -> None:
     with pytest.raises(CutlassConfigError, match=words):
         CutlassGemm(**change)
+
+
+@needs_nvcc
+def test_the_stream_k_kernel_compiles_and_exports_the_entry_points(tmp_path):
+    source = CutlassGemm(bias=True, source=True, schedule="stream_k").source_text()
+    path = cuda_host.compile_library(source, "sm_90a", library_dir=tmp_path, symbols=ENTRY_POINTS)
+    assert path.is_file()
 
 
 @needs_nvcc

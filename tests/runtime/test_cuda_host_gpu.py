@@ -26,7 +26,7 @@ pytestmark = [
 ]
 
 
-SCHEDULES, LAYOUTS = ("pingpong", "cooperative"), (("k", "n"), ("m", "n"), ("m", "k"))
+SCHEDULES, LAYOUTS = ("pingpong", "cooperative", "stream_k"), (("k", "n"), ("m", "n"), ("m", "k"))
 
 
 def _epilogue_config(schedule: str, residual: bool) -> CutlassGemm:
