@@ -178,6 +178,19 @@ def _baselines(case: dict, sg: Subgraph, spec: KernelSpec, inputs: list, autotun
             case[f"{name}_error"] = f"{type(e).__name__}: {str(e)[:300]}"
 
 
+def _checked(outs: Sequence[torch.Tensor], ref: Any) -> tuple[str | None, float]:
+    """("wrong: ..." for the first output the reference rejects, or None; the worst error as a
+    fraction of the allowed one)."""
+    worst = 0.0
+    for i, got in enumerate(outs):
+        eager = ref.eager[i] if ref.eager is not None else None
+        rejection, ratio = compare(i, got, ref.exact[i], eager)
+        if rejection is not None:
+            return f"wrong: {rejection.message}", ratio
+        worst = max(worst, ratio)
+    return None, worst
+
+
 def _config_row(row: dict, spec: KernelSpec, inputs: list, ref: object) -> None:
     t0 = time.time()
     kernel = build(spec)
@@ -186,13 +199,9 @@ def _config_row(row: dict, spec: KernelSpec, inputs: list, ref: object) -> None:
         if DEVICE == "cuda":
             torch.cuda.synchronize()
     row["build_s"] = round(time.time() - t0, 2)
-    worst = 0.0
-    for i, got in enumerate(outs):
-        eager = ref.eager[i] if ref.eager is not None else None  # type: ignore[attr-defined]
-        rejection, ratio = compare(i, got, ref.exact[i], eager)  # type: ignore[attr-defined]
-        worst = max(worst, ratio)
-        if rejection is not None:
-            raise AssertionError(f"wrong: {rejection.message}")
+    wrong, worst = _checked(outs, ref)
+    if wrong:
+        raise AssertionError(wrong)
     row["error_ratio"] = round(worst, 4)  # worst error / allowed error
     # against float64: this kernel's largest error, and PyTorch eager's under the spec's policy
     # (IEEE float32 for ieee and tf32x3) on the same inputs
@@ -243,12 +252,9 @@ def _kept_row(sg: Subgraph, spec: KernelSpec, artifact: Any) -> dict:
     kernel = load_artifact(artifact)
     with precision_mode(spec.precision):
         ref = compute_reference(sg.module(), inputs)
-        outs = kernel(*inputs)
-        for i, got in enumerate(outs):
-            eager = ref.eager[i] if ref.eager is not None else None  # type: ignore[attr-defined]
-            rejection, _ = compare(i, got, ref.exact[i], eager)  # type: ignore[attr-defined]
-            if rejection is not None:
-                return {"kept_error": f"wrong: {rejection.message}"}
+        wrong, _ = _checked(kernel(*inputs), ref)
+        if wrong:
+            return {"kept_error": wrong}
         return {"kept_ms": bench(functools.partial(kernel, *inputs))}
 
 
