@@ -3,8 +3,8 @@ lowering would then refuse the group whole (partition.py applies them while it g
 
 Owns: `ANCHORS` and `DomainRules`, the mixin the partitioner inherits: `_within_domain` (no
 pointwise output larger than the group's domain), `_scalar_bridge` (no two sizes tied by a
-scalar alone), `_reindexes` (no GEMM epilogue at another index map than the GEMM's) and
-`_is_view`.
+scalar alone), `_reindexes` (no GEMM epilogue at another index map than the GEMM's, and no
+smaller value through such a view in any group) and `_is_view`.
 Must not: merge or place nodes (partition.py does).
 """
 
@@ -58,12 +58,19 @@ class DomainRules:
         )
 
     def _reindexes(self, head: Group, node: fx.Node) -> bool:
-        """Whether pointwise `node` computes on GEMM group `head`'s output through a view that
-        moves elements (a select, split piece, permute): no epilogue lowers at another index
-        map than the GEMM's (RoPE on q and k; a residual added after a transpose). A copy is a
-        store elsewhere, which the template makes (the QKV head split): copies still join."""
-        if head.anchor is not Role.GEMM or op_name(node) in COPIES:
+        """Whether pointwise `node` computes on group `head`'s values through a view that moves
+        elements (a select, split piece, permute), where the group cannot hold it: in a GEMM's
+        group always (no epilogue lowers at another index map than the GEMM's: RoPE on q and
+        k, a residual added after a transpose); in a group without an anchor when `node` is
+        smaller than the group's pointwise values (RoPE's backward negates half of a head's
+        gradient: a half-size output no domain maps). A copy is a store elsewhere, which
+        the template makes (the QKV head split): copies still join."""
+        if op_name(node) in COPIES or head.anchor is Role.CONV:
             return False
+        if head.anchor is None:
+            sizes = [numel(n) or 0 for n in head.nodes if self.roles[n] is Role.POINTWISE]
+            if (numel(node) or 0) >= max(sizes, default=0):
+                return False  # a piece smaller than the group's values only
         for a in node.all_input_nodes:
             while self.group_of.get(a) is head and self._is_view(a) and a.all_input_nodes:
                 if self.roles[a] is Role.GETITEM or op_name(a) in REINDEXING_VIEWS:

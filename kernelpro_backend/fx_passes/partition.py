@@ -10,13 +10,13 @@ Owns: the grouping rules -
 a reduction over a group's per-row results (the mean of a loss) starts a group of its own: it
 reduces other rows than the group's kernel, which cannot reduce across its programs. A group
 keeps one domain: no output larger than its anchor's or what its reductions read, no node tied
-to it only through a scalar while they hold tensors of other sizes, and no GEMM epilogue op on
-a select, split piece or permute of the GEMM's output (copies aside): the lowering refuses such
-a group whole (domain_rules.py holds these rules). Views and constants join the group that
-alone consumes them. A merge is taken if the merged group stays convex (no path leaves it and
-comes back), so replacing any group by one op keeps the graph acyclic - the same condition
-`fuser_utils.validate_partition` checks, computed here with ancestor bitsets so each test is
-O(group inputs) instead of a graph walk.
+to it only through a scalar while they hold tensors of other sizes, no GEMM epilogue op on a
+select, split piece or permute of the GEMM's output nor a smaller value through one in any
+group (copies aside): the lowering refuses such a group whole (domain_rules.py). Views and
+constants join the group that alone consumes them. A merge is taken if the merged group stays
+convex (no path leaves it and comes back), so replacing any group by one op keeps the graph
+acyclic - the same condition `fuser_utils.validate_partition` checks, computed here with
+ancestor bitsets so each test is O(group inputs) instead of a graph walk.
 Must not: build subgraph modules or keys (subgraph.py does).
 """
 
@@ -81,7 +81,8 @@ class _Partitioner(DomainRules):
     def _try_merge(
         self, groups: list[Group], node: fx.Node | None, read: bool = False
     ) -> Group | None:
-        """Merge `groups` (and `node`) into the first group if legal; return it or None."""
+        """Merge `groups` (and `node`) into the first group if legal (with `read`, within
+        what its reductions read too: domain_rules); return it or None."""
         members = [m for g in groups for m in g.nodes]
         mask = 0
         for g in groups:
