@@ -34,6 +34,10 @@ def lower(subgraph: Subgraph) -> KernelSpec:
         raise Unsupported("the subgraph has symbolic sizes; kernels are specialised to shapes")
     if subgraph.kind == "conv":
         raise Unsupported("convolutions have no template (left to cuDNN through the fallback)")
+    if not subgraph.input_meta:
+        # iota arithmetic (an MoE's expert indices): the fallback folds or computes it once,
+        # and a kernel with no input has no tensor to take its device from
+        raise Unsupported("the subgraph reads no tensor: a constant, left to the fallback")
     if subgraph.kind == "attention":
         att = attention_node(subgraph)
         backward = "backward" in op_name(att)
