@@ -2,8 +2,8 @@
 
 Owns: which aten/prims ops are anchors (GEMM, convolution), attention, reductions, pointwise,
 views, constant factories and row gathers, and what a reduction (or row gather) reduces over;
-which views move elements to other indices (REINDEXING_VIEWS), which pointwise ops copy (COPIES), and a
-node's element count (`numel`).
+which views move elements to other indices (REINDEXING_VIEWS), which pointwise ops copy
+(COPIES), a node's element count (`numel`) and a reduction's input's (`reduced_numel`).
 Must not: group nodes (partition.py does) or look at anything but one node.
 """
 

@@ -232,14 +232,14 @@ class MapBuilder:
         output that nn.MultiheadAttention makes) waits for that value's map from the others,
         then is stored through its views; laid over the domain itself it would be read at
         two maps."""
-        deferred = [o for o in outputs if self._permuted_copy(o)]
+        chains = {o: view_chain(o) for o in outputs}
+        deferred = {o: c for o, c in chains.items() if self._permuted_copy(*c)}
         for o in outputs:
             if o not in deferred:
                 self.seed_output(o)
         done: set[fx.Node] = set()
         self._propagate_all(anchor, done)
-        for o in deferred:
-            top, chain = view_chain(o)
+        for o, (top, chain) in deferred.items():
             if top in self.maps:
                 self._push(top, chain)
             else:
@@ -247,8 +247,9 @@ class MapBuilder:
             self._propagate_all(anchor, done)
         return self.maps
 
-    def _permuted_copy(self, out: fx.Node) -> bool:
-        top, chain = view_chain(out)
+    def _permuted_copy(self, top: fx.Node, chain: Sequence[fx.Node]) -> bool:
+        """Whether `chain` (from `top`, a value over the whole domain) permutes it, in a
+        domain with reduced dims (where seed_output would lay it over the domain itself)."""
         return (
             bool(self.reduced)
             and any(op_name(n) in PERMUTES for n in chain)
