@@ -30,8 +30,8 @@ KERNELBENCH = (
     ("L1_2_", (("fp32", "ieee"), ("fp32", "tf32x3"), ("bf16", "ieee"))),
     ("L1_8_", (("fp32", "ieee"), ("fp32", "tf32x3"))),
     ("L1_9_", (("fp32", "ieee"),)),
-    ("L2_9_", (("fp32", "ieee"), ("bf16", "ieee"))),
-    ("L2_59_", (("fp32", "ieee"), ("bf16", "ieee"))),
+    ("L2_9_", (("fp32", "ieee"), ("fp32", "tf32"), ("bf16", "ieee"))),
+    ("L2_59_", (("fp32", "ieee"), ("fp32", "tf32"), ("bf16", "ieee"))),
     ("L2_56_", (("fp32", "ieee"),)),
 )
 
@@ -147,6 +147,10 @@ def _epilogue(s: int) -> list[Case]:
     return [
         Case(f"bf16 linear+bias+gelu {t}x{d}->{h}", "epilogue", "ieee",
              _make(nn.Sequential(nn.Linear(d, h), nn.GELU()), bf16, (t, d))),
+        # float32 with TF32 allowed (torch.set_float32_matmul_precision("high")), as many
+        # float32 training scripts set it: against cuBLAS's TF32 GEMM and Inductor's epilogue
+        Case(f"tf32 linear+bias+gelu {t}x{d}->{h}", "epilogue", "tf32",
+             _make(nn.Sequential(nn.Linear(d, h), nn.GELU()), torch.float32, (t, d))),
         Case(f"bf16 linear+bias+residual {t}x{h}->{d}", "epilogue", "ieee",
              _make(LinearResidual(h, d), bf16, (t, h), (t, d))),
         Case(f"bf16 linear+bias+silu*2 {t}x{d}->{h}", "epilogue", "ieee",
@@ -186,7 +190,7 @@ def _kernelbench(directory: Path) -> list[Case]:
                 work = load_problem(path, torch.device(DEVICE), dtype)
                 return work.model, tuple(work.inputs)
 
-            name = f"{label if precision != 'tf32x3' else 'tf32x3'} {paths[0].stem}"
+            name = f"{label if precision == 'ieee' else precision} {paths[0].stem}"
             found.append(Case(name, "kernelbench", precision, make))
     return found
 

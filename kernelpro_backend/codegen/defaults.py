@@ -139,8 +139,8 @@ SPLIT_MIN_COLS = 32768
 
 
 def _library_alternatives(seed: KernelSpec) -> list[KernelSpec]:
-    """A GEMM whose epilogue cuBLASLt fuses (bias + ReLU), or a float32 GEMM under tf32x3,
-    as library calls (template_library.py)."""
+    """A GEMM whose epilogue cuBLASLt fuses (bias + ReLU), or a float32 GEMM under tf32x3 or
+    tf32, as library calls (template_library.py)."""
     from .template_library import library_epilogue
 
     if library_epilogue(seed) is None:

@@ -200,7 +200,7 @@ def validate(spec: SpecView) -> None:
         if spec.knobs or library_epilogue(spec) is None:
             raise IllegalSpec(
                 "gemm_library computes relu(a @ b + bias), or a float32 GEMM with an "
-                "elementwise epilogue under tf32x3, only, with no knobs"
+                "elementwise epilogue under tf32x3 or tf32, only, with no knobs"
             )
         return
     if not spec.knobs:
@@ -226,7 +226,7 @@ def validate(spec: SpecView) -> None:
         if library_epilogue(spec) is None:
             raise IllegalSpec(
                 "gemm_library computes relu(a @ b + bias), or a float32 GEMM with an "
-                "elementwise epilogue under tf32x3, only; this GEMM is neither"
+                "elementwise epilogue under tf32x3 or tf32, only; this GEMM is neither"
             )
     elif spec.template == "gemm_cutlass":
         from .cutlass_match import cutlass_problem

@@ -85,13 +85,19 @@ def _template_kernel(spec: KernelSpec) -> tuple[str, str, dict[str, int | str]]:
 
 
 def _render_library(spec: KernelSpec) -> RenderedKernel:
-    """A "gemm_library" spec: cuBLASLt's fused call, or the tf32x3 form's Triton kernels."""
+    """A "gemm_library" spec: cuBLASLt's fused call, or the tf32x3 or tf32 form's Triton
+    kernels."""
     from .template_library import library_epilogue, render_library
 
-    if library_epilogue(spec) == "tf32x3":
+    form = library_epilogue(spec)
+    if form == "tf32x3":
         from .template_tf32x3 import render_tf32x3
 
         source, name = render_tf32x3(spec, ENTRY), ENTRY
+    elif form == "tf32":
+        from .template_tf32 import render_tf32
+
+        source, name = render_tf32(spec, ENTRY), ENTRY
     else:
         source, name = render_library(spec)
     header = "\n".join(_header(spec)) + "\n"

@@ -7,9 +7,12 @@
   models use. Precision follows PyTorch's float32 matmul setting, as the fallback's GEMM does.
 - "tf32x3": a float32 GEMM under `precision="tf32x3"` (any elementwise epilogue) as three
   TF32 products with a two-level accumulation (template_tf32x3.py says why and how).
+- "tf32": a float32 GEMM under PyTorch's tf32 policy (any elementwise epilogue) as one TF32
+  product of operands rounded as cuBLAS rounds them (template_tf32.py).
 Either is an alternative of the GEMM's seed (defaults.alternatives), measured by the search like
 any candidate; it wins only where it is faster. The relu form cannot be inlined (a library call is
-not a Triton launch): it runs behind kernelpro::launch; the tf32x3 form is Triton launches only.
+not a Triton launch): it runs behind kernelpro::launch; the tf32x3 and tf32 forms are Triton
+launches only.
 
 The rendered module has the generated modules' calling convention (`entry(*inputs, _launch=)`,
 loaded like the Triton ones); traced for inlining it records the library op itself.
@@ -33,25 +36,33 @@ def _ref(arg: Any) -> tuple[str, int]:
 
 
 def library_epilogue(spec: Any) -> str | None:
-    """ "relu" when `spec` is a 2-D GEMM computing relu(acc + bias[n]) into one output;
-    "tf32x3" when it is a 2-D float32 GEMM under tf32x3 with an elementwise epilogue."""
+    """ "relu" when `spec` is a 2-D GEMM computing relu(acc + bias[n]) into one output (under
+    any precision but tf32x3); else "tf32x3" / "tf32" when it is a 2-D float32 GEMM under that
+    precision with an elementwise epilogue."""
     if spec.template not in ("gemm", "gemm_library") or spec.param("batch") != 1:
         return None
     if spec.precision == "tf32x3":
         return "tf32x3" if _float32_elementwise(spec) else None
+    if _bias_relu(spec):
+        return "relu"
+    return "tf32" if spec.precision == "tf32" and _float32_elementwise(spec) else None
+
+
+def _bias_relu(spec: Any) -> bool:
+    """relu(acc + bias[n]) into one 2-D output, dense or of any strides."""
     if len(spec.outputs) != 1 or len(spec.loads) != 1 or len(spec.ops) != 2:
-        return None
+        return False
     (add, add_args, _), (act, act_args, _) = spec.ops
     if add != "add" or sorted(_ref(a) for a in add_args) != [("A", 0), ("L", 0)]:
-        return None
+        return False
     if act != "relu" or [_ref(a) for a in act_args] != [("T", 0)]:
-        return None
+        return False
     _, _, index = spec.loads[0]
     if [tuple(i) for i in index] != [(1, 1)]:  # the bias runs along n, contiguous
-        return None
+        return False
     ((ref, offset, index, predicate),) = spec.stores
     if _ref(ref) != ("T", 1):
-        return None
+        return False
     shape, stride, _ = spec.outputs[0]
     strided = (  # a 2-D [M, N] output of any strides: the result is copied into it
         tuple(shape) == (spec.param("m"), spec.param("n"))
@@ -59,13 +70,13 @@ def library_epilogue(spec: Any) -> str | None:
         and not predicate
         and [tuple(i) for i in index] == [(stride[0], 0), (stride[1], 1)]
     )
-    return "relu" if dense_output(spec) or strided else None
+    return dense_output(spec) or strided
 
 
 def launches_only(spec: Any) -> bool:
-    """Whether the rendered module is Triton launches only (the tf32x3 form): it can be
-    precompiled and inlined like a generated module; a library call cannot."""
-    return library_epilogue(spec) == "tf32x3"
+    """Whether the rendered module is Triton launches only (the tf32x3 and tf32 forms): it can
+    be precompiled and inlined like a generated module; a library call cannot."""
+    return library_epilogue(spec) in ("tf32x3", "tf32")
 
 
 def _float32_elementwise(spec: Any) -> bool:
@@ -79,8 +90,8 @@ def _view(name: str, shape: tuple[int, ...], stride: tuple[int, ...], offset: in
 
 def render_library(spec: Any) -> tuple[str, str]:
     """(Python source, entry name) of the library call of a spec `library_epilogue` maps to
-    "relu" (render.py renders the "tf32x3" form with template_tf32x3)."""
-    if library_epilogue(spec) != "relu":  # the tf32x3 form: template_tf32x3.py
+    "relu" (render.py renders the "tf32x3" and "tf32" forms with their templates)."""
+    if library_epilogue(spec) != "relu":  # template_tf32x3.py, template_tf32.py
         raise ValueError(f"{spec.pattern or spec.template}: no library call computes this GEMM")
     m, n, k = spec.param("m"), spec.param("n"), spec.param("k")
     a_in, a_off, (_, sam, sak) = spec.param("a")

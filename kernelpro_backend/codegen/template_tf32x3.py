@@ -82,7 +82,8 @@ def _split(x_ptr, off, hi_ptr, lo_ptr, R, C, RP, CP, sxr, sxc, shr, shc, BLOCK: 
 
 # X is the operand split in registers ([P, K], any strides), Y the one read from shared memory
 # ([Q, K], K-major): acc[P, Q] = X @ Y^T, transposed at the end when X is B^T and Y is A.
-_MAIN_LOOP = """    pid = tl.program_id(0)
+# TILE_HEAD: the program's tile and the pointers of its first K step (template_tf32.py too).
+TILE_HEAD = """    pid = tl.program_id(0)
     num_pid_p = tl.cdiv(P, BLOCK_P)
     num_pid_q = tl.cdiv(Q, BLOCK_Q)
     group = pid // (GROUP_M * num_pid_q)
@@ -96,8 +97,9 @@ _MAIN_LOOP = """    pid = tl.program_id(0)
     ryq = tl.max_contiguous(tl.multiple_of((pid_q * BLOCK_Q + tl.arange(0, BLOCK_Q)) % Q, BLOCK_Q), BLOCK_Q)
     px = X_PTR + rxp.to(tl.int64)[:, None] * SXP + rk[None, :] * SXK
     ph = YH_PTR + ryq.to(tl.int64)[:, None] * SYH + rk[None, :]
-    pl = yl + ryq.to(tl.int64)[:, None] * KP + rk[None, :]
     acc = tl.zeros((BLOCK_P, BLOCK_Q), dtype=tl.float32)
+"""
+_LOOP = """    pl = yl + ryq.to(tl.int64)[:, None] * KP + rk[None, :]
     for kt in range(0, KP // BLOCK_K):
         if KP == K:
             x_h, x_l = _parts(tl.load(px))
@@ -115,14 +117,14 @@ _MAIN_LOOP = """    pid = tl.program_id(0)
         ph += BLOCK_K
         pl += BLOCK_K
 """
-_OUT_NORMAL = """    rm = (pid_p * BLOCK_P + tl.arange(0, BLOCK_P)[:, None]).to(tl.int64)
+OUT_NORMAL = """    rm = (pid_p * BLOCK_P + tl.arange(0, BLOCK_P)[:, None]).to(tl.int64)
     rn = (pid_q * BLOCK_Q + tl.arange(0, BLOCK_Q)[None, :]).to(tl.int64)
 """
-_OUT_SWAPPED = """    acc = tl.trans(acc)
+OUT_SWAPPED = """    acc = tl.trans(acc)
     rm = (pid_q * BLOCK_Q + tl.arange(0, BLOCK_Q)[:, None]).to(tl.int64)
     rn = (pid_p * BLOCK_P + tl.arange(0, BLOCK_P)[None, :]).to(tl.int64)
 """
-_MASKS = """    row_mask = rm < M
+MASKS = """    row_mask = rm < M
     mask = row_mask & (rn < N)
 """
 
@@ -159,12 +161,13 @@ def orientations(spec: Any) -> list[Orientation]:
     return sorted(out, key=lambda o: o.pass_elements(k))
 
 
-def _main_kernel(spec: Any, o: Orientation) -> str:
-    """The product kernel: the main loop above (X read where it lies, and Y when raw: inputs,
-    offsets and strides are constants of the kernel), then the spec's epilogue on the
-    accumulator (the GEMM template's Emitter: bias, activations, residuals, casts, several
-    outputs)."""
-    params = ["yh", "yl"] + [f"in{i}" for i in range(len(spec.inputs))]
+def product_kernel(spec: Any, o: Orientation, name: str, y_params: list[str], loop: str) -> str:
+    """A product kernel `name`: TILE_HEAD, then `loop` (which accumulates into `acc`), X read
+    where it lies (and Y when raw: inputs, offsets and strides are constants of the kernel),
+    then the spec's epilogue on the accumulator (the GEMM template's Emitter: bias,
+    activations, residuals, casts, several outputs). `y_params`: the kernel's workspace
+    arguments, first the one read as Y's (hi) part."""
+    params = y_params + [f"in{i}" for i in range(len(spec.inputs))]
     params += [f"out{j}" for j in range(len(spec.outputs))]
     em = Emitter(spec, ["rm", "rn"], [1], spec.param("n"), row_var="rm")
     em.local_memo[("A", 0)] = "acc"
@@ -172,19 +175,19 @@ def _main_kernel(spec: Any, o: Orientation) -> str:
         em.store(j, f"out{j}")
     head = [
         "@triton.jit",
-        f"def _mm3({', '.join(params)}, M: tl.constexpr, N: tl.constexpr, K: tl.constexpr, "
+        f"def {name}({', '.join(params)}, M: tl.constexpr, N: tl.constexpr, K: tl.constexpr, "
         "P: tl.constexpr, Q: tl.constexpr, KP: tl.constexpr, Y_TRUNC: tl.constexpr, "
         "BLOCK_P: tl.constexpr, BLOCK_Q: tl.constexpr, BLOCK_K: tl.constexpr, "
         "GROUP_M: tl.constexpr):",
     ]
     x_in, x_off, sxp, sxk, _ = o.x
     y_in, y_off, sy, _, _ = o.y
-    loop = _MAIN_LOOP.replace("X_PTR", f"(in{x_in} + {x_off})").replace("SXP", str(sxp))
-    loop = loop.replace("SXK", str(sxk))
-    loop = loop.replace("YH_PTR", f"(in{y_in} + {y_off})" if o.raw else "yh")
-    loop = loop.replace("SYH", str(sy) if o.raw else "KP")
-    out = _OUT_SWAPPED if o.swapped else _OUT_NORMAL
-    return "\n".join(head) + "\n" + loop + out + _MASKS + "\n".join(em.lines) + "\n"
+    body = (TILE_HEAD + loop).replace("X_PTR", f"(in{x_in} + {x_off})").replace("SXP", str(sxp))
+    body = body.replace("SXK", str(sxk))
+    body = body.replace("YH_PTR", f"(in{y_in} + {y_off})" if o.raw else y_params[0])
+    body = body.replace("SYH", str(sy) if o.raw else "KP")
+    out = OUT_SWAPPED if o.swapped else OUT_NORMAL
+    return "\n".join(head) + "\n" + body + out + MASKS + "\n".join(em.lines) + "\n"
 
 
 def render_tf32x3(spec: Any, entry: str, orientation: Orientation | None = None) -> str:
@@ -203,7 +206,7 @@ def render_tf32x3(spec: Any, entry: str, orientation: Orientation | None = None)
     lines = [
         *PRELUDE,
         _SPLIT,
-        _main_kernel(spec, o),
+        product_kernel(spec, o, "_mm3", ["yh", "yl"], _LOOP),
         "",
         f"def {entry}({', '.join([*ins, '_launch=_direct'])}):",
         "    # 3xTF32: a ~ a_hi + a_lo, b ~ b_hi + b_lo, each part exact in TF32 (template_tf32x3);",

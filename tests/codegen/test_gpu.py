@@ -163,6 +163,61 @@ def test_tf32x3_gemm_is_at_least_as_accurate_as_ieee_on_gpu(
     assert err <= ieee_err, (err, ieee_err)
 
 
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize(
+    ("m", "n", "k", "epilogue"),
+    [(1024, 768, 1000, False), (2048, 2048, 2048, False), (1024, 768, 1000, True)],
+)
+def test_tf32_form_rounds_as_cublas_on_gpu(m: int, n: int, k: int, epilogue: bool) -> None:
+    """The tf32 library form against float64, beside cuBLAS's TF32 GEMM (PyTorch's "high"
+    precision) on the same inputs: as accurate as cuBLAS (operands rounded to nearest, as it
+    rounds them), and clearly more accurate than the product of truncated operands (what
+    Triton's TF32 dot would compute from raw float32)."""
+    import dataclasses
+
+    sys.path.insert(0, os.path.dirname(__file__))
+    from harness import traced_subgraph
+
+    from kernelpro_backend.codegen import alternatives
+    from kernelpro_backend.codegen.template_library import library_epilogue
+    from kernelpro_backend.lowering import lower
+    from kernelpro_backend.runtime.spec_kernel import build_kernel
+
+    torch.manual_seed(0)
+    a = torch.randn(m, k, device="cuda")
+    b = torch.randn(n, k, device="cuda").t()  # nn.Linear's weight layout
+    bias = torch.randn(n, device="cuda")
+    if epilogue:
+        sg = traced_subgraph(lambda x, y, c: (F.gelu(torch.mm(x, y) + c),), (a, b, bias), "gemm")
+    else:
+        sg = traced_subgraph(lambda x, y: (torch.mm(x, y),), (a, b), "gemm")
+    seed = dataclasses.replace(lower(sg), precision="tf32")
+    (alt,) = [s for s in alternatives(seed) if s.template == "gemm_library"]
+    assert library_epilogue(alt) == "tf32"
+    inputs = sg.make_inputs(1, "cuda")  # in the subgraph's order, fresh values
+    (got,) = build_kernel(alt)(*inputs)
+    (exact,) = sg.module()(*[x.double() for x in inputs])
+    truncate = [
+        (x.view(torch.int32) & -8192).view(torch.float32) if x.dim() == 2 else x for x in inputs
+    ]
+    (truncated,) = sg.module()(*[x.double() for x in truncate])
+    old = torch.get_float32_matmul_precision()
+    torch.set_float32_matmul_precision("high")
+    try:
+        (cublas,) = sg.module()(*inputs)
+    finally:
+        torch.set_float32_matmul_precision(old)
+    err = float((got.double() - exact).abs().max())
+    cublas_err = float((cublas.double() - exact).abs().max())
+    truncated_err = float((truncated - exact).abs().max())
+    assert err <= 1.2 * cublas_err and err < 0.8 * truncated_err, (
+        err,
+        cublas_err,
+        truncated_err,
+    )
+
+
 def test_gemm_sweep_runs_in_the_interpreter(tmp_path: os.PathLike) -> None:
     """The H100 sweep's logic (capture, configs, correctness, table) at tiny sizes on the CPU."""
     env = dict(os.environ, OUT=str(tmp_path), PYTHONPATH=ROOT, TRITON_INTERPRET="1")

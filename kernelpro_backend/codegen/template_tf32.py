@@ -1,0 +1,113 @@
+"""A float32 GEMM under PyTorch's tf32 policy (`precision="tf32"`) on the TF32 tensor cores,
+with the spec's elementwise epilogue applied to the accumulator tile (the "tf32" form of
+"gemm_library"; template_library.py decides which specs get it).
+
+Why a form of its own: the GEMM template's tf32 path rounds both operand tiles in registers
+inside its main loop (cuBLAS rounds to nearest where Triton's dot truncates) and reads B
+row-major; on the H200 it ran at 0.21-0.35x of cuBLAS, 18% of TF32's speed of light, slower
+than the tf32x3 form's three products (BENCHMARKS.md, "The tf32 form"). Here the tf32x3 form's
+layout (template_tf32x3.py says why each choice) with one product:
+- Y, the operand the tensor cores read from shared memory, is rounded to TF32 and laid out
+  K-major ([Q, K], K padded with zeros to a multiple of BLOCK_K) by one pass over memory (read
+  once, written once). The tensor cores' truncation of a value exact in TF32 is exact;
+- X is loaded where it lies (any strides) and rounded in registers inside the main loop (the
+  dot takes its A operand from registers);
+- one TF32 product per K step into the float32 accumulator, as cuBLAS's.
+Rounding is to nearest, ties away from zero (`cvt.rna.tf32.f32`), as cuBLAS rounds under
+PyTorch's tf32 policy: the same values as the GEMM template's tf32 path and the validation's
+CPU reference (runtime/validate.round_to_tf32). Infinities stay infinite, NaN stays NaN; a
+finite value within half a TF32 step of float32's largest rounds to infinity, as cvt.rna does.
+Workspace: Y's bytes. Everything is a Triton launch or an `empty_strided`, so the module can
+be inlined like the generated ones.
+
+Owns: `render_tf32(spec, entry)`. Must not: decide which specs qualify (template_library).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from .prelude import PRELUDE
+from .template_tf32x3 import Orientation, orientations, product_kernel
+
+# The product kernel's tile (BLOCK_M, BLOCK_N, BLOCK_K, warps, stages, GROUP_M): the tf32x3
+# form's, one product a K step instead of three.
+TILE = (128, 128, 32, 8, 3, 8)
+ROUND_BLOCK = 64
+
+_ROUND = """
+@triton.jit
+def _rna(x):
+    # to the nearest TF32 (10 mantissa bits), ties away from zero, as cvt.rna.tf32.f32: the
+    # carry of +0x1000 runs into the exponent where it must; NaN kept (its payload could carry)
+    r = ((x.to(tl.int32, bitcast=True) + 0x1000) & -8192).to(tl.float32, bitcast=True)
+    return tl.where(x == x, r, x)
+
+
+@triton.jit
+def _round(x_ptr, off, y_ptr, R, C, RP, CP, sxr, sxc, syr, syc, BLOCK: tl.constexpr):
+    r = (tl.program_id(0) * BLOCK + tl.arange(0, BLOCK))[:, None].to(tl.int64)
+    c = (tl.program_id(1) * BLOCK + tl.arange(0, BLOCK))[None, :].to(tl.int64)
+    x = tl.load(x_ptr + off + r * sxr + c * sxc, mask=(r < R) & (c < C), other=0.0)
+    # the padding of K past the operand is written as zeros
+    tl.store(y_ptr + r * syr + c * syc, _rna(x), mask=(r < RP) & (c < CP))
+"""
+
+_LOOP = """    for kt in range(0, KP // BLOCK_K):
+        if KP == K:
+            x = _rna(tl.load(px))
+        else:
+            x = _rna(tl.load(px, mask=(kt * BLOCK_K + rk)[None, :] < K, other=0.0))
+        y = tl.load(ph)  # rounded, K-major, padded to a multiple of BLOCK_K: no mask
+        acc = tl.dot(x, tl.trans(y), acc, input_precision="tf32")
+        px += BLOCK_K * SXK
+        ph += BLOCK_K
+"""
+
+
+def orientation(spec: Any) -> Orientation:
+    """The orientation whose Y (the operand the rounding pass copies) has fewer rows; A in
+    registers on a tie. Y is never read raw: the tensor cores would truncate it."""
+    both = [dataclasses.replace(o, raw=False) for o in orientations(spec)]
+    return min(both, key=lambda o: (o.y[4], o.swapped))
+
+
+def render_tf32(spec: Any, entry: str, tile: tuple[int, ...] = TILE) -> str:
+    """The module of the tf32 form (`tile`: BLOCK_M, BLOCK_N, BLOCK_K, warps, stages,
+    GROUP_M)."""
+    bm, bn, bk, warps, stages, group_m = tile
+    o = orientation(spec)
+    m, n, k = spec.param("m"), spec.param("n"), spec.param("k")
+    kp = -(-k // bk) * bk  # Y's row length: K padded with zeros
+    y_in, y_off, sy, syk, q = o.y
+    p = o.x[4]
+    ins = [f"in{i}" for i in range(len(spec.inputs))]
+    outs = [f"out{j}" for j in range(len(spec.outputs))]
+    s = ROUND_BLOCK
+    tiles = f"triton.cdiv({p}, {bm}) * triton.cdiv({q}, {bn})"
+    lines = [
+        *PRELUDE,
+        _ROUND,
+        product_kernel(spec, o, "_mm", ["py"], _LOOP),
+        "",
+        f"def {entry}({', '.join([*ins, '_launch=_direct'])}):",
+        "    # TF32 tensor cores, operands rounded to nearest as cuBLAS's (template_tf32):",
+        f"    # {'B^T' if o.swapped else 'A'} inside the product kernel, "
+        f"{'A' if o.swapped else 'B^T'} by one pass here, into a K-major copy",
+        f"    dev = {ins[o.x[0]]}.device",
+        f"    py = torch.empty_strided(({q}, {kp}), ({kp}, 1), dtype=torch.float32, device=dev)",
+        f"    _launch(_round)[(triton.cdiv({kp}, {s}), triton.cdiv({q}, {s}))]("
+        f"{ins[y_in]}, {y_off}, py, {k}, {q}, {kp}, {q}, {syk}, {sy}, 1, {kp}, BLOCK={s})",
+        *(
+            f"    {o_} = torch.empty_strided({tuple(shape)}, {tuple(stride)}, "
+            f"dtype=torch.{dtype}, device=dev)"
+            for o_, (shape, stride, dtype) in zip(outs, spec.outputs, strict=True)
+        ),
+        f"    _launch(_mm)[({tiles},)](py, {', '.join([*ins, *outs])}, M={m}, N={n}, K={k}, "
+        f"P={p}, Q={q}, KP={kp}, Y_TRUNC=False, BLOCK_P={bm}, BLOCK_Q={bn}, BLOCK_K={bk}, "
+        f"GROUP_M={group_m}, num_warps={warps}, num_stages={stages})",
+        f"    return [{', '.join(outs)}]",
+        "",
+    ]
+    return "\n".join(lines)
