@@ -4,7 +4,8 @@ the largest difference from cuBLAS's result and from float64 (cuBLAS's own besid
 
     OUT=/tmp/out PYTHONPATH=.:scripts python scripts/gpu_tf32_tiles.py [--case 4096] ...
 
-Cases: 'N' (square, x @ w with w [K, N]) or 'MxNxK[:linear]' (x @ w.T, w [N, K]).
+Cases: 'N' (square, x @ w with w [K, N]) or 'MxNxK[:linear]' (x @ w.T, w [N, K]) or
+'MxNxK:gelu' (nn.Linear + GELU).
 Writes $OUT/gpu_tf32_tiles.json; prints one line per case and tile.
 """
 
@@ -32,7 +33,10 @@ def _case(text: str) -> tuple[torch.nn.Module, tuple[int, int, int], str]:
 
     size, _, layout = text.partition(":")
     m, n, k = (int(x) for x in size.split("x")) if "x" in size else (int(size),) * 3
-    model = MatMul(k, n) if layout != "linear" else _Linear(k, n)
+    if layout == "gelu":  # nn.Linear (bias) + GELU: the epilogue on the accumulator
+        model: torch.nn.Module = torch.nn.Sequential(torch.nn.Linear(k, n), torch.nn.GELU())
+    else:
+        model = MatMul(k, n) if layout != "linear" else _Linear(k, n)
     return model.cuda(), (m, n, k), layout or "mm"
 
 
@@ -77,7 +81,7 @@ def run(text: str) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--case", action="append", help="N or MxNxK[:linear] (repeatable)")
+    parser.add_argument("--case", action="append", help="N or MxNxK[:linear|:gelu] (repeatable)")
     args = parser.parse_args()
     rows = []
     for text in args.case or ["2048", "4096", "8192", "4096x4096x4096:linear"]:

@@ -245,11 +245,13 @@ def _kept_row(sg: Subgraph, spec: KernelSpec, artifact: Any) -> dict:
     """The kept kernel as a cache hit runs it (load_artifact), checked against the reference on
     fresh inputs and timed by this sweep's own timer: its figure stands beside the sweep's
     cuBLAS, eager and Inductor columns, one method for all (the search's figures are its own,
-    timed against its own baselines)."""
+    timed against its own baselines). An eager win (tuner/eager.py: cuBLAS's call beat the
+    Inductor fallback) runs the subgraph's own ATen ops, as a hit on it does."""
     from ..tuner.artifacts import load_artifact
+    from ..tuner.eager import eager_kernel, is_eager
 
     inputs = sg.make_inputs(2, DEVICE)
-    kernel = load_artifact(artifact)
+    kernel = eager_kernel(sg) if is_eager(artifact) else load_artifact(artifact)
     with precision_mode(spec.precision):
         ref = compute_reference(sg.module(), inputs)
         wrong, _ = _checked(kernel(*inputs), ref)

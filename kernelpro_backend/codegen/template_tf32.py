@@ -31,9 +31,11 @@ from typing import Any
 from .prelude import PRELUDE
 from .template_tf32x3 import Orientation, orientations, product_kernel
 
-# The product kernel's tile (BLOCK_M, BLOCK_N, BLOCK_K, warps, stages, GROUP_M): the tf32x3
-# form's, one product a K step instead of three.
-TILE = (128, 128, 32, 8, 3, 8)
+# The product kernel's tile (BLOCK_M, BLOCK_N, BLOCK_K, warps, stages, GROUP_M): the fastest
+# of six at 2048^3-8192^3 and 4096^3 with an nn.Linear weight (H200, scripts/gpu_tf32_tiles.py,
+# BENCHMARKS.md "The tf32 form"): 0.85-0.90x of cuBLAS's TF32 GEMM, where the tf32x3 form's
+# 128x128x32 ran 0.71-0.74x and BLOCK_K 64 (two stages fit) 0.45-0.48x.
+TILE = (128, 256, 32, 8, 3, 8)
 ROUND_BLOCK = 64
 
 _ROUND = """

@@ -4,6 +4,7 @@ a right kernel gets the sweep's own timing, a wrong one is reported, not timed."
 from __future__ import annotations
 
 import math
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -22,6 +23,9 @@ def linear_subgraph(monkeypatch):  # type: ignore[no-untyped-def]
     return sg, lower(sg)
 
 
+_TRITON = SimpleNamespace(language="triton")
+
+
 def _loads(monkeypatch, fn) -> None:  # type: ignore[no-untyped-def]
     monkeypatch.setattr(artifacts, "load_artifact", lambda artifact: CallableKernel("k", fn))
 
@@ -30,7 +34,7 @@ def test_a_right_kept_kernel_is_timed_by_the_sweep(linear_subgraph, monkeypatch)
     sg, spec = linear_subgraph
     module = sg.module()
     _loads(monkeypatch, lambda *inputs: [o.clone() for o in module(*inputs)])
-    row = gemm_sweep._kept_row(sg, spec, artifact=object())
+    row = gemm_sweep._kept_row(sg, spec, artifact=_TRITON)
     assert "kept_error" not in row and math.isnan(row["kept_ms"])  # NaN: CPU times mean nothing
 
 
@@ -38,5 +42,17 @@ def test_a_wrong_kept_kernel_is_reported_not_timed(linear_subgraph, monkeypatch)
     sg, spec = linear_subgraph
     module = sg.module()
     _loads(monkeypatch, lambda *inputs: [o + 1.0 for o in module(*inputs)])
-    row = gemm_sweep._kept_row(sg, spec, artifact=object())
+    row = gemm_sweep._kept_row(sg, spec, artifact=_TRITON)
     assert "kept_ms" not in row and row["kept_error"].startswith("wrong:")
+
+
+def test_an_eager_win_is_timed_as_the_subgraphs_own_ops(linear_subgraph, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """A search whose winner is the eager call (tuner/eager.py: no code, nothing to load) is
+    re-checked and re-timed as a hit on it runs: the subgraph's ATen ops."""
+    from kernelpro_backend.cache.artifact import KernelArtifact
+
+    sg, spec = linear_subgraph
+    monkeypatch.setattr(artifacts, "load_artifact", lambda artifact: pytest.fail("loaded"))
+    eager = KernelArtifact(language="aten", source="", entry="eager", kernel_ms=1.0)
+    row = gemm_sweep._kept_row(sg, spec, artifact=eager)
+    assert "kept_error" not in row and math.isnan(row["kept_ms"])
