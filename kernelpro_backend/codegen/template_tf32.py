@@ -29,7 +29,7 @@ import dataclasses
 from typing import Any
 
 from .prelude import PRELUDE
-from .template_tf32x3 import Orientation, orientations, product_kernel
+from .template_tf32x3 import Orientation, io_names, launch_lines, orientations, product_kernel
 
 # The product kernel's tile (BLOCK_M, BLOCK_N, BLOCK_K, warps, stages, GROUP_M): the fastest
 # of six at 2048^3-8192^3 and 4096^3 with an nn.Linear weight (H200, scripts/gpu_tf32_tiles.py,
@@ -78,16 +78,12 @@ def orientation(spec: Any) -> Orientation:
 def render_tf32(spec: Any, entry: str, tile: tuple[int, ...] = TILE) -> str:
     """The module of the tf32 form (`tile`: BLOCK_M, BLOCK_N, BLOCK_K, warps, stages,
     GROUP_M)."""
-    bm, bn, bk, warps, stages, group_m = tile
     o = orientation(spec)
-    m, n, k = spec.param("m"), spec.param("n"), spec.param("k")
-    kp = -(-k // bk) * bk  # Y's row length: K padded with zeros
+    k = spec.param("k")
+    kp = -(-k // tile[2]) * tile[2]  # Y's row length: K padded with zeros
     y_in, y_off, sy, syk, q = o.y
-    p = o.x[4]
-    ins = [f"in{i}" for i in range(len(spec.inputs))]
-    outs = [f"out{j}" for j in range(len(spec.outputs))]
+    ins, _ = io_names(spec)
     s = ROUND_BLOCK
-    tiles = f"triton.cdiv({p}, {bm}) * triton.cdiv({q}, {bn})"
     lines = [
         *PRELUDE,
         _ROUND,
@@ -101,15 +97,6 @@ def render_tf32(spec: Any, entry: str, tile: tuple[int, ...] = TILE) -> str:
         f"    py = torch.empty_strided(({q}, {kp}), ({kp}, 1), dtype=torch.float32, device=dev)",
         f"    _launch(_round)[(triton.cdiv({kp}, {s}), triton.cdiv({q}, {s}))]("
         f"{ins[y_in]}, {y_off}, py, {k}, {q}, {kp}, {q}, {syk}, {sy}, 1, {kp}, BLOCK={s})",
-        *(
-            f"    {o_} = torch.empty_strided({tuple(shape)}, {tuple(stride)}, "
-            f"dtype=torch.{dtype}, device=dev)"
-            for o_, (shape, stride, dtype) in zip(outs, spec.outputs, strict=True)
-        ),
-        f"    _launch(_mm)[({tiles},)](py, {', '.join([*ins, *outs])}, M={m}, N={n}, K={k}, "
-        f"P={p}, Q={q}, KP={kp}, Y_TRUNC=False, BLOCK_P={bm}, BLOCK_Q={bn}, BLOCK_K={bk}, "
-        f"GROUP_M={group_m}, num_warps={warps}, num_stages={stages})",
-        f"    return [{', '.join(outs)}]",
-        "",
+        *launch_lines(spec, o, "_mm", ["py"], kp, tile, "False"),
     ]
     return "\n".join(lines)

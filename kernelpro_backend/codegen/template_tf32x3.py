@@ -53,6 +53,7 @@ from .prelude import PRELUDE
 # operands pre-split, and again with A split in registers (A and B's two parts per stage; 4
 # stages ran no faster, BLOCK_K 64 fits 2 stages and ran 15% slower).
 BLOCK_M, BLOCK_N, BLOCK_K, WARPS, STAGES, GROUP_M = 128, 128, 32, 8, 3, 8
+TILE = (BLOCK_M, BLOCK_N, BLOCK_K, WARPS, STAGES, GROUP_M)
 SPLIT_BLOCK = 64
 
 _SPLIT = """
@@ -167,8 +168,8 @@ def product_kernel(spec: Any, o: Orientation, name: str, y_params: list[str], lo
     then the spec's epilogue on the accumulator (the GEMM template's Emitter: bias,
     activations, residuals, casts, several outputs). `y_params`: the kernel's workspace
     arguments, first the one read as Y's (hi) part."""
-    params = y_params + [f"in{i}" for i in range(len(spec.inputs))]
-    params += [f"out{j}" for j in range(len(spec.outputs))]
+    ins, outs = io_names(spec)
+    params = y_params + ins + outs
     em = Emitter(spec, ["rm", "rn"], [1], spec.param("n"), row_var="rm")
     em.local_memo[("A", 0)] = "acc"
     for j in range(len(spec.stores)):
@@ -190,17 +191,46 @@ def product_kernel(spec: Any, o: Orientation, name: str, y_params: list[str], lo
     return "\n".join(head) + "\n" + body + out + MASKS + "\n".join(em.lines) + "\n"
 
 
+def io_names(spec: Any) -> tuple[list[str], list[str]]:
+    """The entry's input and output names: in0.., out0.."""
+    return [f"in{i}" for i in range(len(spec.inputs))], [
+        f"out{j}" for j in range(len(spec.outputs))
+    ]
+
+
+def launch_lines(
+    spec: Any, o: Orientation, kernel: str, workspace: list[str], kp: int, tile: tuple, y_trunc: str
+) -> list[str]:
+    """The entry's last lines: the outputs allocated as the spec lays them out, `kernel` (a
+    `product_kernel`, its `workspace` arguments first) launched over its tiles, the outputs
+    returned. `tile`: BLOCK_M, BLOCK_N, BLOCK_K, warps, stages, GROUP_M."""
+    bm, bn, bk, warps, stages, group_m = tile
+    m, n, k = spec.param("m"), spec.param("n"), spec.param("k")
+    ins, outs = io_names(spec)
+    p, q = o.x[4], o.y[4]
+    return [
+        *(
+            f"    {o_} = torch.empty_strided({tuple(shape)}, {tuple(stride)}, "
+            f"dtype=torch.{dtype}, device=dev)"
+            for o_, (shape, stride, dtype) in zip(outs, spec.outputs, strict=True)
+        ),
+        f"    _launch({kernel})[(triton.cdiv({p}, {bm}) * triton.cdiv({q}, {bn}),)]("
+        f"{', '.join([*workspace, *ins, *outs])}, M={m}, N={n}, K={k}, P={p}, Q={q}, KP={kp}, "
+        f"Y_TRUNC={y_trunc}, BLOCK_P={bm}, BLOCK_Q={bn}, BLOCK_K={bk}, GROUP_M={group_m}, "
+        f"num_warps={warps}, num_stages={stages})",
+        f"    return [{', '.join(outs)}]",
+        "",
+    ]
+
+
 def render_tf32x3(spec: Any, entry: str, orientation: Orientation | None = None) -> str:
     """The module of the tf32x3 form (`orientation`: the cheaper of `orientations(spec)`)."""
     o = orientation or orientations(spec)[0]
-    m, n, k = spec.param("m"), spec.param("n"), spec.param("k")
+    k = spec.param("k")
     kp = -(-k // BLOCK_K) * BLOCK_K  # the parts' row length: K padded with zeros
     y_in, y_off, sy, syk, q = o.y
-    p = o.x[4]
-    ins = [f"in{i}" for i in range(len(spec.inputs))]
-    outs = [f"out{j}" for j in range(len(spec.outputs))]
+    ins, _ = io_names(spec)
     s = SPLIT_BLOCK
-    tiles = f"triton.cdiv({p}, {BLOCK_M}) * triton.cdiv({q}, {BLOCK_N})"
     new = "torch.empty_strided(({rows}, {kp}), ({kp}, 1), dtype=torch.float32, device=dev)"
     parts = "lo" if o.raw else "hi and lo"
     lines = [
@@ -223,16 +253,6 @@ def render_tf32x3(spec: Any, entry: str, orientation: Orientation | None = None)
         f"    _launch(_split)[(triton.cdiv({kp}, {s}), triton.cdiv({q}, {s}))]("
         f"{ins[y_in]}, {y_off}, yh, yl, {k}, {q}, {kp}, {q}, {syk}, {sy}, 1, {kp}, BLOCK={s}, "
         f"HI={not o.raw})",
-        *(
-            f"    {o_} = torch.empty_strided({tuple(shape)}, {tuple(stride)}, "
-            f"dtype=torch.{dtype}, device=dev)"
-            for o_, (shape, stride, dtype) in zip(outs, spec.outputs, strict=True)
-        ),
-        f"    _launch(_mm3)[({tiles},)](yh, yl, {', '.join([*ins, *outs])}, M={m}, "
-        f"N={n}, K={k}, P={p}, Q={q}, KP={kp}, Y_TRUNC=y_trunc, BLOCK_P={BLOCK_M}, "
-        f"BLOCK_Q={BLOCK_N}, BLOCK_K={BLOCK_K}, GROUP_M={GROUP_M}, num_warps={WARPS}, "
-        f"num_stages={STAGES})",
-        f"    return [{', '.join(outs)}]",
-        "",
+        *launch_lines(spec, o, "_mm3", ["yh", "yl"], kp, TILE, "y_trunc"),
     ]
     return "\n".join(lines)

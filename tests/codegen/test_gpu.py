@@ -119,6 +119,43 @@ def test_split_k_gemm_matches_and_is_bit_identical_run_to_run_on_gpu(loads: str)
     assert torch.equal(first, second)
 
 
+def _float32_gemm(m: int, n: int, k: int, epilogue: bool, precision: str):  # type: ignore[no-untyped-def]
+    """(subgraph, its library form under `precision`, fresh inputs, float64 result) of an
+    m x n x k float32 GEMM with nn.Linear's weight layout (with `epilogue`: bias + GELU on the
+    accumulator)."""
+    import dataclasses
+
+    sys.path.insert(0, os.path.dirname(__file__))
+    from harness import traced_subgraph
+
+    from kernelpro_backend.codegen import alternatives
+    from kernelpro_backend.lowering import lower
+
+    torch.manual_seed(0)
+    a = torch.randn(m, k, device="cuda")
+    b = torch.randn(n, k, device="cuda").t()  # nn.Linear's weight layout
+    bias = torch.randn(n, device="cuda")
+    if epilogue:
+        sg = traced_subgraph(lambda x, y, c: (F.gelu(torch.mm(x, y) + c),), (a, b, bias), "gemm")
+    else:
+        sg = traced_subgraph(lambda x, y: (torch.mm(x, y),), (a, b), "gemm")
+    seed = dataclasses.replace(lower(sg), precision=precision)
+    (alt,) = [s for s in alternatives(seed) if s.template == "gemm_library"]
+    inputs = sg.make_inputs(1, "cuda")  # in the subgraph's order, fresh values
+    (exact,) = sg.module()(*[x.double() for x in inputs])
+    return sg, alt, inputs, exact
+
+
+def _under(precision: str, fn):  # type: ignore[no-untyped-def]
+    """fn() with PyTorch's float32 matmul precision set to `precision`."""
+    old = torch.get_float32_matmul_precision()
+    torch.set_float32_matmul_precision(precision)
+    try:
+        return fn()
+    finally:
+        torch.set_float32_matmul_precision(old)
+
+
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 @pytest.mark.parametrize(
@@ -130,34 +167,11 @@ def test_tf32x3_gemm_is_at_least_as_accurate_as_ieee_on_gpu(
 ) -> None:
     """The tf32x3 library form against float64, beside IEEE cuBLAS on the same inputs (with
     `epilogue`: bias + GELU on the accumulator)."""
-    import dataclasses
-
-    sys.path.insert(0, os.path.dirname(__file__))
-    from harness import traced_subgraph
-
-    from kernelpro_backend.codegen import alternatives
-    from kernelpro_backend.lowering import lower
     from kernelpro_backend.runtime.spec_kernel import build_kernel
 
-    torch.manual_seed(0)
-    a = torch.randn(m, k, device="cuda")
-    b = torch.randn(n, k, device="cuda").t()  # nn.Linear's weight layout
-    bias = torch.randn(n, device="cuda")
-    if epilogue:
-        sg = traced_subgraph(lambda x, y, c: (F.gelu(torch.mm(x, y) + c),), (a, b, bias), "gemm")
-    else:
-        sg = traced_subgraph(lambda x, y: (torch.mm(x, y),), (a, b), "gemm")
-    seed = dataclasses.replace(lower(sg), precision="tf32x3")
-    (alt,) = [s for s in alternatives(seed) if s.template == "gemm_library"]
-    inputs = sg.make_inputs(1, "cuda")  # in the subgraph's order, fresh values
+    sg, alt, inputs, exact = _float32_gemm(m, n, k, epilogue, "tf32x3")
     (got,) = build_kernel(alt)(*inputs)
-    (exact,) = sg.module()(*[x.double() for x in inputs])
-    old = torch.get_float32_matmul_precision()
-    torch.set_float32_matmul_precision("highest")
-    try:
-        (ieee,) = sg.module()(*inputs)
-    finally:
-        torch.set_float32_matmul_precision(old)
+    (ieee,) = _under("highest", lambda: sg.module()(*inputs))
     err = float((got.double() - exact).abs().max())
     ieee_err = float((ieee.double() - exact).abs().max())
     assert err <= ieee_err, (err, ieee_err)
@@ -174,40 +188,17 @@ def test_tf32_form_rounds_as_cublas_on_gpu(m: int, n: int, k: int, epilogue: boo
     precision) on the same inputs: as accurate as cuBLAS (operands rounded to nearest, as it
     rounds them), and clearly more accurate than the product of truncated operands (what
     Triton's TF32 dot would compute from raw float32)."""
-    import dataclasses
-
-    sys.path.insert(0, os.path.dirname(__file__))
-    from harness import traced_subgraph
-
-    from kernelpro_backend.codegen import alternatives
     from kernelpro_backend.codegen.template_library import library_epilogue
-    from kernelpro_backend.lowering import lower
     from kernelpro_backend.runtime.spec_kernel import build_kernel
 
-    torch.manual_seed(0)
-    a = torch.randn(m, k, device="cuda")
-    b = torch.randn(n, k, device="cuda").t()  # nn.Linear's weight layout
-    bias = torch.randn(n, device="cuda")
-    if epilogue:
-        sg = traced_subgraph(lambda x, y, c: (F.gelu(torch.mm(x, y) + c),), (a, b, bias), "gemm")
-    else:
-        sg = traced_subgraph(lambda x, y: (torch.mm(x, y),), (a, b), "gemm")
-    seed = dataclasses.replace(lower(sg), precision="tf32")
-    (alt,) = [s for s in alternatives(seed) if s.template == "gemm_library"]
+    sg, alt, inputs, exact = _float32_gemm(m, n, k, epilogue, "tf32")
     assert library_epilogue(alt) == "tf32"
-    inputs = sg.make_inputs(1, "cuda")  # in the subgraph's order, fresh values
     (got,) = build_kernel(alt)(*inputs)
-    (exact,) = sg.module()(*[x.double() for x in inputs])
     truncate = [
         (x.view(torch.int32) & -8192).view(torch.float32) if x.dim() == 2 else x for x in inputs
     ]
     (truncated,) = sg.module()(*[x.double() for x in truncate])
-    old = torch.get_float32_matmul_precision()
-    torch.set_float32_matmul_precision("high")
-    try:
-        (cublas,) = sg.module()(*inputs)
-    finally:
-        torch.set_float32_matmul_precision(old)
+    (cublas,) = _under("high", lambda: sg.module()(*inputs))
     err = float((got.double() - exact).abs().max())
     cublas_err = float((cublas.double() - exact).abs().max())
     truncated_err = float((truncated - exact).abs().max())

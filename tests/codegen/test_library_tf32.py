@@ -149,36 +149,3 @@ def test_under_tf32_bias_relu_keeps_cublaslt_and_reductions_get_no_form():
     ieee = dataclasses.replace(seed, precision="ieee")
     assert library_epilogue(ieee) is None
 
-
-@pytest.mark.parametrize("fallback", ["inductor", "eager"])  # inlined, behind kernelpro::launch
-def test_a_model_trains_through_the_tf32_form_like_eager_under_tf32(fallback):
-    """Every elementwise GEMM of the step (forward, gradients) runs the form; the reference is
-    eager with every matrix product's operands rounded to TF32 (the GPU's tf32 policy; the
-    CPU's matmuls ignore it), so the two differ only where a GEMM with a reduction runs the
-    fallback's IEEE product and by float32 accumulation order."""
-    from test_library import _LibraryProvider
-
-    from kernelpro_backend import make_backend
-    from kernelpro_backend.runtime.validate import _Tf32OnCpu
-
-    torch.manual_seed(0)
-    model = torch.nn.Sequential(torch.nn.Linear(32, 48), torch.nn.GELU(), torch.nn.Linear(48, 8))
-    ref = torch.nn.Sequential(torch.nn.Linear(32, 48), torch.nn.GELU(), torch.nn.Linear(48, 8))
-    ref.load_state_dict(model.state_dict())
-    provider = _LibraryProvider()
-    torch._dynamo.reset()
-    compiled = torch.compile(
-        model,
-        backend=make_backend(provider=provider),
-        options={"fallback": fallback, "precision": "tf32"},
-    )
-    x = torch.randn(16, 32)
-    out = compiled(x)
-    out.square().sum().backward()
-    with _Tf32OnCpu():
-        want = ref(x)
-        want.square().sum().backward()
-    torch.testing.assert_close(out, want, rtol=1e-5, atol=1e-5)
-    for p, q in zip(model.parameters(), ref.parameters(), strict=True):
-        torch.testing.assert_close(p.grad, q.grad, rtol=1e-4, atol=1e-5)
-    assert provider.given == provider.elementwise_gemms >= 3
