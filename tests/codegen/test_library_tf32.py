@@ -148,4 +148,3 @@ def test_under_tf32_bias_relu_keeps_cublaslt_and_reductions_get_no_form():
     assert library_epilogue(seed) is None
     ieee = dataclasses.replace(seed, precision="ieee")
     assert library_epilogue(ieee) is None
-
