@@ -121,6 +121,9 @@ class Options:
     timing_s: float = 0.25
     check_timing_s: float = 0.05
     timing_settle: bool = True
+    # Seconds of untimed runs before a search candidate's timed ones: settled timings on an idle
+    # GPU read boost clocks (runtime/timing.py). 0 until the length that removes it is measured.
+    timing_heat_s: float = 0.0
     # The worker pool is kept for the whole process (warm CUDA contexts, torch and Triton
     # imported) and shut down after this many idle seconds, or at exit.
     pool_idle_s: float = 300.0
@@ -254,6 +257,7 @@ def _resolved_type(name: str) -> Any:
         "timing_s": float,
         "check_timing_s": float,
         "timing_settle": bool,
+        "timing_heat_s": float,
         "pool_idle_s": float,
         "progress": bool,
         "rewrite_attention": bool,

@@ -35,6 +35,7 @@ class Job:
     sol_ms: float | None = None  # set in the parent when ceilings were given; else the worker's
     timing_budget_s: float = 0.25  # time spent in timed runs (after warm-up), per candidate
     timing_settle: bool = False  # stop the timed runs once their median is settled (timing.py)
+    timing_heat_s: float = 0.0  # untimed runs for this long before the timed ones (timing.py)
     name: str = ""  # for messages and logs: pattern and key digest
     feedback: FeedbackPlan | None = None  # stage-2 profiling of an OK candidate (not baselines)
     # A search's best time so far times a margin: a candidate whose first runs are slower than

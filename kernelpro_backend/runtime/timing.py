@@ -3,7 +3,8 @@
 Owns: `Timing`, `time_kernel` (CUDA: median of event timings with an L2 flush before every
 call and input sets rotated, after warm-up; kernels under LAUNCH_BOUND_MS are timed by
 replaying a CUDA graph of many calls, sized and given up on by the replays' own times; CPU:
-time.perf_counter; with `settle`, stopped early once the median is `settled`), `faster`,
+time.perf_counter; with `settle`, stopped early once the median is `settled`; with `heat_s`,
+after that long of untimed runs), `faster`,
 `launch_timing` (how long the host takes to launch a call against the call's end) and
 `host_bound` (the rule the warm-up's check and the bench both read it by).
 Must not: check results (validate.py does) or decide what is worth timing.
@@ -37,6 +38,11 @@ SPREAD_FLOOR = 0.015
 # drift). SETTLE_FRACTION is a quarter of the spread floor that `faster` adds to any median.
 SETTLE_BATCH, SETTLE_MIN_REPS = 10, 20
 SETTLE_FRACTION = SPREAD_FLOOR / 4
+# A settled timing that starts on an idle GPU stops after a few milliseconds at boost clocks:
+# on the H200, cuBLAS bf16 GEMMs of 0.1-1.5 ms read 10-13% under the full budget's median and
+# under the same timing after a second of load (BENCHMARKS.md, "Settled timing reads boost
+# clocks"). `heat_s` runs the kernel untimed for that long first (time_kernel; Options.
+# timing_heat_s, 0 by default until its length is measured on the GPU).
 
 
 @dataclasses.dataclass(frozen=True)
@@ -102,9 +108,15 @@ def _batches(reps: int, settle: bool) -> list[int]:
     return [min(SETTLE_BATCH, reps - start) for start in range(0, reps, SETTLE_BATCH)]
 
 
-def _runs(reps: int, settle: bool, batch: Callable[[int, int], list[float]]) -> list[float]:
+def _runs(
+    reps: int, settle: bool, batch: Callable[[int, int], list[float]], heat_s: float = 0.0
+) -> list[float]:
     """`reps` timed runs, `batch(first, n)` timing runs first..first+n-1; with `settle` in
-    batches, stopping once the runs so far are `settled`."""
+    batches, stopping once the runs so far are `settled`. First, batches whose times are
+    dropped for `heat_s` seconds (each batch waits for its runs: the GPU is kept busy)."""
+    end = time.perf_counter() + heat_s
+    while time.perf_counter() < end:
+        batch(0, SETTLE_BATCH)
     times: list[float] = []
     for n in _batches(reps, settle):
         times += batch(len(times), n)
@@ -125,17 +137,21 @@ def time_kernel(
     l2_bytes: int = 50 * 2**20,
     abandon_above_ms: float | None = None,
     settle: bool = False,
+    heat_s: float = 0.0,
 ) -> Timing:
     """`abandon_above_ms`: a kernel whose warm-up runs already take longer than this is not
     timed further; its Timing is those runs, method "<method>-abandoned" (a search passes a
     multiple of its best time, so a clearly slower candidate costs a few runs, not a budget);
     a kernel under LAUNCH_BOUND_MS is judged by its first CUDA-graph replays instead, method
     "cuda_graph-abandoned". `settle`: the timed runs stop before `budget_s` once their median
-    is `settled`."""
+    is `settled`. `heat_s`: seconds of untimed runs before the timed ones (not counted in
+    `budget_s`)."""
     with torch.no_grad():
         if device.type == "cuda":
-            return _time_cuda(fn, input_sets, device, budget_s, l2_bytes, abandon_above_ms, settle)
-        return _time_cpu(fn, input_sets, budget_s, abandon_above_ms, settle)
+            return _time_cuda(
+                fn, input_sets, device, budget_s, l2_bytes, abandon_above_ms, settle, heat_s
+            )
+        return _time_cpu(fn, input_sets, budget_s, abandon_above_ms, settle, heat_s)
 
 
 def _time_cpu(
@@ -144,6 +160,7 @@ def _time_cpu(
     budget_s: float,
     abandon_above_ms: float | None = None,
     settle: bool = False,
+    heat_s: float = 0.0,
 ) -> Timing:
     for k in range(2):
         fn(*sets[k % len(sets)])
@@ -162,7 +179,7 @@ def _time_cpu(
             times.append((time.perf_counter() - start) * 1e3)
         return times
 
-    return summarize(_runs(_reps(estimate_ms, budget_s), settle, batch), "perf_counter")
+    return summarize(_runs(_reps(estimate_ms, budget_s), settle, batch, heat_s), "perf_counter")
 
 
 def _events(n: int) -> list[torch.cuda.Event]:
@@ -177,6 +194,7 @@ def _time_cuda(
     l2_bytes: int,
     abandon_above_ms: float | None = None,
     settle: bool = False,
+    heat_s: float = 0.0,
 ) -> Timing:
     flush = torch.empty(2 * l2_bytes // 4, dtype=torch.int32, device=device)
     for k in range(3):
@@ -196,7 +214,7 @@ def _time_cuda(
         # GEMMs read 40-100 us), so the graph's replays decide whether to give up on it.
         try:
             return _time_cuda_graph(
-                fn, sets, device, budget_s, estimate_ms, flush, abandon_above_ms, settle
+                fn, sets, device, budget_s, estimate_ms, flush, abandon_above_ms, settle, heat_s
             )
         except Exception:  # not capturable (host sync, allocation pattern): time it with events
             torch.cuda.synchronize(device)
@@ -214,7 +232,7 @@ def _time_cuda(
         return [s.elapsed_time(e) for s, e in zip(starts, ends, strict=True)]
 
     reps = _reps(estimate_ms + 0.05, budget_s)  # + the flush, about 35 us for 100 MB
-    return summarize(_runs(reps, settle, batch), "events")
+    return summarize(_runs(reps, settle, batch, heat_s), "events")
 
 
 def _time_cuda_graph(
@@ -226,6 +244,7 @@ def _time_cuda_graph(
     flush: torch.Tensor,
     abandon_above_ms: float | None = None,
     settle: bool = False,
+    heat_s: float = 0.0,
 ) -> Timing:
     side = torch.cuda.Stream(device)
     side.wait_stream(torch.cuda.current_stream(device))
@@ -251,7 +270,7 @@ def _time_cuda_graph(
         return _replays(graph, n, calls, flush)
 
     reps = _reps(estimate_ms * calls + 0.05, budget_s)
-    return summarize(_runs(reps, settle, batch), "cuda_graph")  # the graph goes on return
+    return summarize(_runs(reps, settle, batch, heat_s), "cuda_graph")  # the graph goes on return
 
 
 def _calls(per_call_ms: float) -> int:

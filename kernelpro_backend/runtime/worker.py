@@ -210,7 +210,14 @@ def _on_gpu(
             l2 = _l2_bytes(device)
             sets = _timing_sets(job, device, l2)
             timing: Timing = time_kernel(
-                kernel, sets, device, job.timing_budget_s, l2 or 1, abandon, job.timing_settle
+                kernel,
+                sets,
+                device,
+                job.timing_budget_s,
+                l2 or 1,
+                abandon,
+                job.timing_settle,
+                job.timing_heat_s,
             )
             del sets
     except Exception as e:

@@ -53,6 +53,7 @@ class PoolMeasurer:
             self._base,
             timing_budget_s=options.timing_s,
             timing_settle=options.timing_settle,
+            timing_heat_s=options.timing_heat_s,
             exact_reference=exact_reference,
         )
         self._tickets: dict[int, Hashable] = {}

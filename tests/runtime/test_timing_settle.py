@@ -91,3 +91,27 @@ def test_a_noisy_cpu_kernel_takes_its_whole_budget(monkeypatch):
     monkeypatch.setattr(timing.time, "perf_counter", _clock(runs))
     noisy = time_kernel(torch.relu, [[torch.randn(8)]], torch.device("cpu"), 0.1, settle=True)
     assert len(noisy.times_ms) == 100  # the budget's runs: never settled
+
+
+def test_heat_runs_the_kernel_untimed_first_and_drops_those_runs(monkeypatch):
+    """A kernel that runs fast while the GPU is cool (boost clocks) and slower once heated:
+    settled at once without heat, its median reads the cool time; after `heat_s` of untimed
+    runs the timed ones are all heated, and only they are reported."""
+
+    def kernel_and_clock():  # each call of the kernel advances the clock by its duration
+        now, runs = [0.0], iter([0.85] * 50 + [1.0] * 2000)  # 50 runs at boost clocks
+
+        def kernel(x):
+            now[0] += next(runs) / 1e3
+            return x
+
+        monkeypatch.setattr(timing.time, "perf_counter", lambda: now[0])
+        return kernel
+
+    x = torch.randn(8)
+    cpu = torch.device("cpu")
+    cool = time_kernel(kernel_and_clock(), [[x]], cpu, 0.1, settle=True)
+    assert cool.median_ms == pytest.approx(0.85) and len(cool.times_ms) == SETTLE_MIN_REPS
+    heated = time_kernel(kernel_and_clock(), [[x]], cpu, 0.1, settle=True, heat_s=0.06)
+    assert len(heated.times_ms) == SETTLE_MIN_REPS
+    assert all(t == pytest.approx(1.0) for t in heated.times_ms)

@@ -110,7 +110,7 @@ def test_the_measurer_asks_workers_for_feedback_and_ncu_only_below_the_best(tmp_
     (sg,) = subgraphs_of(lambda x: torch.softmax(x, -1), torch.randn(8, 40), train=False)
     options = Options.resolve(
         options={"search_tools": "ptxas,ncu", "cache_dir": str(tmp_path)},
-        environ={"KERNELPRO_NCU_RUN_TIMEOUT_S": "33"},
+        environ={"KERNELPRO_NCU_RUN_TIMEOUT_S": "33", "KERNELPRO_TIMING_HEAT_S": "0.05"},
     )
     ceilings = Ceilings("H100", 3.0e12, 60e12, 400e12, 800e12, 50 * 2**20)
     roof = Finding("roofline", "bottleneck", "memory-bound", None, Severity.LOW, "from the worker")
@@ -128,6 +128,8 @@ def test_the_measurer_asks_workers_for_feedback_and_ncu_only_below_the_best(tmp_
     plan = pool.jobs[0][0].feedback
     assert plan.tools == ("ptxas", "ncu") and plan.ncu_below_ms is None  # nothing to beat yet
     assert plan.ncu_run_timeout_s == 33.0  # the option reaches the worker's ncu run
+    job = pool.jobs[0][0]  # and the timing options the worker's time_kernel
+    assert (job.timing_settle, job.timing_heat_s) == (True, 0.05)
     work = SpeedOfLight.work(sg)
     assert plan.roofs == subgraph_roofs(work, ceilings, sg.precision)
     assert [r.findings for r in first] == [(roof,), (roof,)]  # the worker's roofline, not twice
