@@ -103,11 +103,10 @@ class Options:
     # and more when ncu may run (~20 s typical, retried on old ncu builds).
     job_timeout_s: float = 120.0
     ncu_timeout_s: float = 240.0
-    # Seconds one Nsight Compute run may take inside a job (it is retried with fewer metrics on
-    # old ncu builds, all within ncu_timeout_s; profilers/ncu.py NCU_RUN_TIMEOUT_S).
+    # Seconds one Nsight Compute run may take in a job (retried with fewer metrics on old ncu
+    # builds, all within ncu_timeout_s; profilers/ncu.py NCU_RUN_TIMEOUT_S).
     ncu_run_timeout_s: float = 120.0
-    # Seconds a worker may take to start: it imports torch (seconds) and, on a GPU, makes a
-    # CUDA context and warms Inductor up (runtime/pool.py START_TIMEOUT_S).
+    # Seconds a worker may take to start: torch's import, a CUDA context, Inductor's warm-up.
     worker_start_timeout_s: float = 180.0
     # Seconds nvcc may take on one CUDA candidate: CuTe GEMMs take 20-60 s (NVCC_TIMEOUT_S).
     nvcc_timeout_s: float = 90.0
@@ -117,12 +116,11 @@ class Options:
     # Seconds one request of the LLM proposer may take: a ~4 K-token rewrite is ~60 s at ~70
     # tokens/s, so 180 s covers slow local servers (search/llm/client.py TIMEOUT_S).
     llm_timeout_s: float = 180.0
-    # Timed seconds per search candidate (timing_settle: until settled), per `cache verify` entry.
+    # Timed seconds per search candidate (timing_settle: until settled), per `cache verify` entry;
+    # untimed seconds before (timing_heat_s: runtime/timing.py, boost clocks; 0 until measured).
     timing_s: float = 0.25
     check_timing_s: float = 0.05
     timing_settle: bool = True
-    # Seconds of untimed runs before a search candidate's timed ones: settled timings on an idle
-    # GPU read boost clocks (runtime/timing.py). 0 until the length that removes it is measured.
     timing_heat_s: float = 0.0
     # The worker pool is kept for the whole process (warm CUDA contexts, torch and Triton
     # imported) and shut down after this many idle seconds, or at exit.
