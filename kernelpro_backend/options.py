@@ -145,17 +145,15 @@ class Options:
     # bucket proved at its own size (as dynamic_shapes="transfer"), else the fallback — so a
     # loop over many sizes does not search at each. Empty: every size may be searched.
     compile_sizes: tuple[int, ...] = ()
-    # Attention written by hand (q @ k.T, scale, -inf mask, softmax, dropout(0), @ v) is
-    # rewritten into scaled_dot_product_attention before AOTAutograd, so it runs as fused
-    # attention forward and backward (fx_passes/attention_rewrite.py).
+    # Attention written by hand (q @ k.T, scale, -inf mask, softmax, dropout(0), @ v) becomes
+    # scaled_dot_product_attention before AOTAutograd (fx_passes/attention_rewrite.py).
     rewrite_attention: bool = True
     # An LM head and its cross-entropy (linear -> [view] -> [.float()] -> cross_entropy) become
     # one op that walks the tokens in chunks and never writes the [tokens, vocab] logits
     # (fx_passes/linear_ce_rewrite.py, linear_ce_op.py; README's option table has figures).
     rewrite_linear_cross_entropy: bool = True
     # Replay the compiled graphs as CUDA graphs (Inductor's cudagraph trees, as
-    # mode="reduce-overhead"): for steps whose host launches take as long as their GPU work
-    # (README's option table; BENCHMARKS.md, "One H100 alone"). Off, as in torch.compile.
+    # mode="reduce-overhead"), for host-bound steps (README's option table). Off by default.
     cuda_graphs: bool = False
     # Show a progress bar during searches.
     progress: bool = True
