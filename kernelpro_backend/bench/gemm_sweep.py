@@ -341,6 +341,12 @@ def sweep(
     cases that also get max-autotune and a `search_s` search ("all" for every case); `extra`:
     knob changes over each case's default configuration, timed first (legal ones)."""
     global DEVICE
+    out_dir = os.environ.get("OUT", ".")
+    stale = os.path.join(out_dir, "search-cache")
+    if search_only and os.path.isdir(stale) and os.listdir(stale):
+        print(f"gpu_gemm_sweep: {stale} holds an earlier sweep's searches, which this run "
+              "would report as its own; use a fresh OUT", file=sys.stderr)  # fmt: skip
+        return 2
     if cpu_smoke:
         DEVICE = gemm_cases.DEVICE = "cpu"
         os.environ["TRITON_INTERPRET"] = "1"
@@ -350,7 +356,6 @@ def sweep(
         return 2
     else:
         os.environ.pop("TRITON_INTERPRET", None)
-    out_dir = os.environ.get("OUT", ".")
     os.makedirs(out_dir, exist_ok=True)
     ceilings = None
     if DEVICE == "cuda":

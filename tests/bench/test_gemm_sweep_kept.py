@@ -56,3 +56,16 @@ def test_an_eager_win_is_timed_as_the_subgraphs_own_ops(linear_subgraph, monkeyp
     eager = KernelArtifact(language="aten", source="", entry="eager", kernel_ms=1.0)
     row = gemm_sweep._kept_row(sg, spec, artifact=eager)
     assert "kept_error" not in row and math.isnan(row["kept_ms"])
+
+
+def test_a_sweep_refuses_an_out_holding_an_earlier_sweeps_searches(
+    tmp_path, monkeypatch, capsys
+) -> None:  # type: ignore[no-untyped-def]
+    """One search cache per run: an earlier run's entries and logs would be reported as this
+    run's searches, so a searching sweep into the same OUT stops before any case."""
+    (tmp_path / "search-cache" / "logs").mkdir(parents=True)
+    monkeypatch.setenv("OUT", str(tmp_path))
+    monkeypatch.setattr(gemm_sweep, "run_case", lambda *a, **k: pytest.fail("a case ran"))
+    assert gemm_sweep.sweep(cpu_smoke=True, search_only=["all"]) == 2
+    assert "earlier sweep" in capsys.readouterr().err
+    assert not (tmp_path / "gpu_gemm_sweep.json").exists()
