@@ -21,6 +21,7 @@ from .cluster_rules import (
 )
 from .program_walk import FULL
 from .spec import KernelSpec
+from .spec_view import io_names
 
 
 def coords(spec: KernelSpec, rows: tuple[int, ...]) -> list[str]:
@@ -38,7 +39,7 @@ def coords(spec: KernelSpec, rows: tuple[int, ...]) -> list[str]:
 
 def header(spec: KernelSpec, shape: ClusterShape) -> str:
     outputs = [{"shape": list(s), "stride": list(st), "dtype": dt} for s, st, dt in spec.outputs]
-    args = [f"in{i}" for i in range(len(spec.inputs))] + [f"out{i}" for i in range(len(outputs))]
+    args = [name for names in io_names(spec) for name in names]
     doc = {
         "outputs": outputs,
         "grid": [shape.rows * shape.cluster],

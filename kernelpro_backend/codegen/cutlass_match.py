@@ -33,6 +33,7 @@ from typing import Any
 from .epilogue_eval import activation_of, is_function_of, unary_run
 from .gemm_output import dense_output, view_as_output
 from .optable_cuda import c_cast, c_expression, c_literal
+from .spec_view import io_names
 from .template_cutlass import ACTIVATIONS, DTYPES, CutlassGemm
 
 ENTRY = "entry"
@@ -282,7 +283,7 @@ def render_cutlass(spec: Any) -> tuple[str, str]:
     config, found = cutlass_gemm(spec), _operands(spec)
     assert not isinstance(found, str)
     m, n, k = spec.param("m"), spec.param("n"), spec.param("k")
-    ins = [f"in{i}" for i in range(len(spec.inputs))]
+    ins, _ = io_names(spec)
     bias = "None"
     if found.bias is not None:
         name = ins[found.bias[0]]

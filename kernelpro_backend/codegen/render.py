@@ -12,6 +12,7 @@ import json
 
 from .prelude import PRELUDE as _PRELUDE
 from .spec import KernelSpec, RenderedKernel
+from .spec_view import io_names
 
 ENTRY = "entry"
 
@@ -128,8 +129,7 @@ def render(spec: KernelSpec) -> RenderedKernel:
 
         return render_launches(spec, *render_attention_backward(spec))
     kernel, grid, launch_knobs = _template_kernel(spec)
-    ins = [f"in{i}" for i in range(len(spec.inputs))]
-    outs = [f"out{i}" for i in range(len(spec.outputs))]
+    ins, outs = io_names(spec)
     # `_launch` wraps each kernel before its launch: `_direct` calls it as is; the backend passes
     # torch.library.wrap_triton to trace the launch into Inductor's graph (rewrite.py).
     host = [f"def {ENTRY}({', '.join([*ins, '_launch=_direct'])}):"]
@@ -191,8 +191,7 @@ def render_launches(
     lines allocating temporaries (after the outputs, with `device` defined); each launch is
     (kernel name, grid expression, argument text, knobs and num_warps included), written as
     `_launch(kernel)[grid](args)` so a caller may pass its own launcher to `entry`."""
-    ins = [f"in{i}" for i in range(len(spec.inputs))]
-    outs = [f"out{i}" for i in range(len(spec.outputs))]
+    ins, outs = io_names(spec)
     host = [f"def {ENTRY}({', '.join([*ins, '_launch=_direct'])}):"]
     host.append(f"    device = {ins[0]}.device" if ins else "    device = torch.device('cuda')")
     for name, (shape, stride, dt) in zip(outs, spec.outputs, strict=True):

@@ -1,6 +1,6 @@
 """What knob rules read of a kernel spec: the `SpecView` protocol and the value aliases.
 
-Owns: `KnobValue`, `TensorMeta` and `SpecView`, the read-only face of `KernelSpec` that
+Owns: `KnobValue`, `TensorMeta`, `io_names` (a generated entry's argument names) and `SpecView`, the read-only face of `KernelSpec` that
 knobs.py validates and sizes. `KernelSpec` validates itself through knobs.py when it is built,
 so knobs.py must not import spec.py (not even for types: that is an import cycle); it reads
 specs through this protocol, which `KernelSpec` satisfies structurally.
@@ -46,3 +46,10 @@ class SpecView(Protocol):
     def with_knobs(self, **changes: KnobValue) -> SpecView:
         """A copy with some knobs changed; raises IllegalSpec for illegal values."""
         ...
+
+
+def io_names(spec: Any) -> tuple[list[str], list[str]]:
+    """The names a generated module gives a spec's inputs and outputs: in0.., out0.."""
+    return [f"in{i}" for i in range(len(spec.inputs))], [
+        f"out{i}" for i in range(len(spec.outputs))
+    ]

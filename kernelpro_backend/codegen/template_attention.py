@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from .knobs import next_pow2
 from .spec import KernelSpec
+from .spec_view import io_names
 
 LOG2E = 1.4426950408889634
 
@@ -26,9 +27,7 @@ def render_attention(spec: KernelSpec) -> tuple[str, str]:
     in_dtype = {"float32": "tl.float32", "bfloat16": "tl.bfloat16", "float16": "tl.float16"}[
         p["operand_dtype"]
     ]
-    params = [f"in{i}" for i in range(len(spec.inputs))] + [
-        f"out{i}" for i in range(len(spec.outputs))
-    ]
+    params = [name for names in io_names(spec) for name in names]
     hi = f"tl.minimum({sk}, (pid_m + 1) * BLOCK_M)" if p["causal"] else f"{sk}"
     causal = " & (rn[None, :] <= rm[:, None])" if p["causal"] else ""
     lines = [

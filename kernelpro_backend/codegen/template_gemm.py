@@ -20,6 +20,7 @@ from typing import NamedTuple
 
 from .emitter import Emitter
 from .spec import KernelSpec
+from .spec_view import io_names
 
 
 class EvenAxes(NamedTuple):
@@ -247,8 +248,7 @@ def render_gemm(spec: KernelSpec) -> tuple[str, str]:
     split = int(spec.knob("SPLIT_K"))
     persistent = bool(spec.knob("PERSISTENT"))
     wide = max(m * sam, k * sak, n * sbn, k * sbk, batch * max(sab, sbb), m * n * batch) > 2**30
-    ins = [f"in{i}" for i in range(len(spec.inputs))]
-    outs = [f"out{i}" for i in range(len(spec.outputs))]
+    ins, outs = io_names(spec)
     params = [*ins, "partials"] if split > 1 else [*ins, *outs]
     lines = [
         "@triton.jit",
@@ -341,8 +341,7 @@ def split_k_launch(spec: KernelSpec) -> tuple[list[str], str, str]:
     scratch = [
         f"    partials = torch.empty({split * batch * m * n}, dtype=torch.float32, device=device)"
     ]
-    ins = [f"in{i}" for i in range(len(spec.inputs))]
-    outs = [f"out{i}" for i in range(len(spec.outputs))]
+    ins, outs = io_names(spec)
     knobs = ", ".join(f"{k}={spec.knob(k)!r}" for k in ("BLOCK_M", "BLOCK_N", "GROUP_M", "SPLIT_K"))
     args = (
         f"{', '.join([*ins, *outs, 'partials'])}, {knobs}, "

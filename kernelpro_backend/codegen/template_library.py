@@ -27,6 +27,7 @@ from __future__ import annotations
 from typing import Any
 
 from .gemm_output import dense_output, view_as_output
+from .spec_view import io_names
 
 ENTRY = "entry"
 
@@ -112,7 +113,7 @@ def render_library(spec: Any) -> tuple[str, str]:
             f"dtype=torch.{dtype}, device=out.device).copy_(out)",
             "    return [out]",
         ]
-    ins = [f"in{i}" for i in range(len(spec.inputs))]
+    ins, _ = io_names(spec)
     lines = [
         "import torch",
         "",

@@ -19,6 +19,7 @@ from __future__ import annotations
 from .domain import extent, next_pow2, rows_cols
 from .emitter import REDUCTION_IDENTITY, Emitter
 from .spec import KernelSpec
+from .spec_view import io_names
 from .split_rules import chunk_columns, reductions_of
 
 
@@ -33,8 +34,7 @@ def render_split(spec: KernelSpec) -> tuple[str, list[str], list[tuple[str, str,
     reductions = reductions_of(spec)
     names = [f"d{k}" for k in range(len(spec.domain))]
     wide = ".to(tl.int64)" if _needs_int64(spec) else ""
-    ins = [f"in{i}" for i in range(len(spec.inputs))]
-    outs = [f"out{i}" for i in range(len(spec.outputs))]
+    ins, outs = io_names(spec)
     slot = f"(row * {split} + part_id) * {len(reductions)}"
 
     # 1: each program reduces its chunk of its row into one partial per reduction

@@ -21,6 +21,7 @@ from .emitter import ARG_EXTREME, FULL, REDUCTIONS, Emitter
 from .eviction import eviction_plan
 from .program_walk import ARG_REDUCTIONS, online_pairs, reduction_ready
 from .spec import KernelSpec
+from .spec_view import io_names
 
 _INT32_MAX = 2**31 - 1
 
@@ -93,9 +94,7 @@ def _render(spec: KernelSpec, eviction: dict[tuple[int, int], str]) -> tuple[str
     em = Emitter(spec, [f"d{k}" for k in range(len(spec.domain))], cols, n_cols, flat_col=flat)
     em.eviction = eviction
     wide = ".to(tl.int64)" if _needs_int64(spec) else ""
-    params = [f"in{i}" for i in range(len(spec.inputs))] + [
-        f"out{i}" for i in range(len(spec.outputs))
-    ]
+    params = [name for names in io_names(spec) for name in names]
     em.lines = []
     inner = _contiguous_rows(spec, rows)
     if inner:  # the rows' last dim is the domain's innermost: its own grid axis, no modulo

@@ -29,7 +29,8 @@ import dataclasses
 from typing import Any
 
 from .prelude import PRELUDE
-from .template_tf32x3 import Orientation, io_names, launch_lines, orientations, product_kernel
+from .spec_view import io_names
+from .template_tf32x3 import Orientation, launch_lines, orientations, product_kernel
 
 # The product kernel's tile (BLOCK_M, BLOCK_N, BLOCK_K, warps, stages, GROUP_M): the fastest
 # of six at 2048^3-8192^3 and 4096^3 with an nn.Linear weight (H200, scripts/gpu_tf32_tiles.py,

@@ -48,6 +48,7 @@ from typing import Any
 
 from .emitter import Emitter
 from .prelude import PRELUDE
+from .spec_view import io_names
 
 # The main kernel's tile: the fastest of the configurations measured at 2048-8192 with both
 # operands pre-split, and again with A split in registers (A and B's two parts per stage; 4
@@ -189,13 +190,6 @@ def product_kernel(spec: Any, o: Orientation, name: str, y_params: list[str], lo
     body = body.replace("SYH", str(sy) if o.raw else "KP")
     out = OUT_SWAPPED if o.swapped else OUT_NORMAL
     return "\n".join(head) + "\n" + body + out + MASKS + "\n".join(em.lines) + "\n"
-
-
-def io_names(spec: Any) -> tuple[list[str], list[str]]:
-    """The entry's input and output names: in0.., out0.."""
-    return [f"in{i}" for i in range(len(spec.inputs))], [
-        f"out{j}" for j in range(len(spec.outputs))
-    ]
 
 
 def launch_lines(
