@@ -9,7 +9,8 @@
   TF32 products with a two-level accumulation (template_tf32x3.py says why and how).
 - "tf32": a float32 GEMM under PyTorch's tf32 policy (any elementwise epilogue) as one TF32
   product of operands rounded as cuBLAS rounds them (template_tf32.py).
-Either is an alternative of the GEMM's seed (defaults.alternatives), measured by the search like
+Each is an alternative of the GEMM's seed (defaults.alternatives; one per seed, the relu form
+first), measured by the search like
 any candidate; it wins only where it is faster. The relu form cannot be inlined (a library call is
 not a Triton launch): it runs behind kernelpro::launch; the tf32x3 and tf32 forms are Triton
 launches only.

@@ -5,7 +5,7 @@ with the spec's elementwise epilogue applied to the accumulator tile (the "tf32"
 Why a form of its own: the GEMM template's tf32 path rounds both operand tiles in registers
 inside its main loop (cuBLAS rounds to nearest where Triton's dot truncates) and reads B
 row-major; on the H200 it ran at 0.21-0.35x of cuBLAS, 18% of TF32's speed of light, slower
-than the tf32x3 form's three products (BENCHMARKS.md, "The tf32 form"). Here the tf32x3 form's
+than the tf32x3 form's three products (BENCHMARKS.md, "the tf32 form"). Here the tf32x3 form's
 layout (template_tf32x3.py says why each choice) with one product:
 - Y, the operand the tensor cores read from shared memory, is rounded to TF32 and laid out
   K-major ([Q, K], K padded with zeros to a multiple of BLOCK_K) by one pass over memory (read
@@ -20,7 +20,8 @@ finite value within half a TF32 step of float32's largest rounds to infinity, as
 Workspace: Y's bytes. Everything is a Triton launch or an `empty_strided`, so the module can
 be inlined like the generated ones.
 
-Owns: `render_tf32(spec, entry)`. Must not: decide which specs qualify (template_library).
+Owns: `render_tf32(spec, entry)` and `orientation(spec)`. Must not: decide which specs qualify
+(template_library).
 """
 
 from __future__ import annotations

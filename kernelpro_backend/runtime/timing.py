@@ -114,9 +114,10 @@ def _runs(
     """`reps` timed runs, `batch(first, n)` timing runs first..first+n-1; with `settle` in
     batches, stopping once the runs so far are `settled`. First, batches whose times are
     dropped for `heat_s` seconds (each batch waits for its runs: the GPU is kept busy)."""
-    end = time.perf_counter() + heat_s
-    while time.perf_counter() < end:
-        batch(0, SETTLE_BATCH)
+    if heat_s > 0:
+        end = time.perf_counter() + heat_s
+        while time.perf_counter() < end:
+            batch(0, SETTLE_BATCH)
     times: list[float] = []
     for n in _batches(reps, settle):
         times += batch(len(times), n)
