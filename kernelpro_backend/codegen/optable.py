@@ -103,6 +103,10 @@ _BINARY = {
     "logical_or": "(({0} != 0) | ({1} != 0))",
     "leaky_relu": "tl.where({0} > 0, {0}, {0} * {1})",
     "pow_pos": "tl.exp2({1} * tl.log2({0}))",
+    # Triton's % is C's (the sign of the dividend, truncated quotient), on integers and floats,
+    # in the interpreter too (np.fmod): torch.fmod. torch.remainder takes the divisor's sign.
+    "fmod": "({0} % {1})",
+    "remainder": "tl.where(({0} % {1} != 0) & (({0} % {1} < 0) != ({1} < 0)), {0} % {1} + {1}, {0} % {1})",
 }
 
 

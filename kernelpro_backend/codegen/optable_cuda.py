@@ -118,6 +118,15 @@ def c_expression(op: str, args: list[str], arg_dtypes: list[str], out_dtype: str
         return f"({args[0]} ? ({t})({args[1]}) : ({t})({args[2]}))"
     if op == "fma":
         return f"fmaf({args[0]}, {args[1]}, {args[2]})"
+    if op in ("fmod", "remainder"):  # C's % and fmodf take the dividend's sign, as torch.fmod
+        fmod = (
+            f"fmodf({args[0]}, {args[1]})"
+            if "float" in (c_type(d) for d in arg_dtypes)
+            else f"({args[0]} % {args[1]})"
+        )
+        if op == "fmod":
+            return fmod
+        return f"({fmod} != 0 && (({fmod} < 0) != ({args[1]} < 0)) ? {fmod} + {args[1]} : {fmod})"
     if op == "cast":
         return c_cast(args[0], arg_dtypes[0], out_dtype)
     raise Unsupported(f"op {op!r} has no CUDA expression")

@@ -32,7 +32,7 @@ _UNARY = {
 }  # fmt: skip
 _BINARY = {
     "add", "sub", "mul", "div", "maximum", "minimum", "lt", "le", "gt", "ge", "eq", "ne",
-    "logical_and", "logical_or", "bitwise_and", "bitwise_or", "atan2",
+    "logical_and", "logical_or", "bitwise_and", "bitwise_or", "fmod", "remainder",
 }  # fmt: skip
 _IDENTITY = {"clone", "alias", "lift_fresh_copy", "detach", "positive"}
 REDUCE_OPS = ("sum", "max", "min", "gather")
