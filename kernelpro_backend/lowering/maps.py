@@ -203,9 +203,22 @@ class MapBuilder:
             return False
         if math.prod(src_shape) != math.prod(dom):
             return False
-        vmap = ix.reshape(ident, dom, virtual, dom)
+        known = self._known_map(src)
+        if known is None:  # the source laid over the domain
+            vmap = ix.reshape(ident, dom, virtual, dom)
+            known = ix.reshape(ident, dom, src_shape, dom)
+        elif chunk is not None:  # the chunked dim split into (chunk, position in it)
+            at = known[d]
+            vmap = [
+                *known[:d],
+                ix.floordiv(at, size, dom),
+                ix.modulo(at, size, dom),
+                *known[d + 1 :],
+            ]
+        else:
+            vmap = list(known)
         m = vmap[:d] + vmap[d + 1 :]
-        self.give(src, ix.reshape(ident, dom, src_shape, dom))
+        self.give(src, known)
         self.give(top, m)
         self.selections[top] = (src, vmap[d], j)
         for node in chain:
@@ -213,6 +226,18 @@ class MapBuilder:
             self.give(node, m)
         self.store_predicates[out] = (vmap[d], j)
         return True
+
+    def _known_map(self, node: fx.Node) -> Map | None:
+        """`node`'s map if it has one, or the map of a value that has one (the GEMM's
+        accumulator) pushed down the views to `node` (a head split's heads permuted before the
+        pick: q, k, v = qkv.view(B, N, 3, H, D).permute(2, 0, 3, 1, 4)); None otherwise."""
+        if node in self.maps:
+            return self.maps[node]
+        top, chain = view_chain(node)
+        if not chain or top not in self.maps:
+            return None
+        self._push(top, chain)
+        return self.maps[node]
 
     def _seed_permuted_view_of_known(self, out: fx.Node) -> bool:
         """An output that is a value with a map already given (a GEMM's accumulator tile) seen

@@ -32,6 +32,21 @@ class SplitHeads(nn.Module):
         return tuple(h * self.scale for h in heads) if self.scale else tuple(heads)
 
 
+class PermutedHeads(nn.Module):
+    """timm's and Swin's attention: qkv(x).reshape(B, N, 3, H, D).permute(2, 0, 3, 1, 4), the
+    heads picked from it, and k transposed for q @ k^T (matmul's expand and copy of each)."""
+
+    def __init__(self, d: int = 32, heads: int = 2) -> None:
+        super().__init__()
+        self.qkv, self.heads = nn.Linear(d, 3 * d), heads
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, n, d = x.shape
+        qkv = self.qkv(x).reshape(b, n, 3, self.heads, d // self.heads).permute(2, 0, 3, 1, 4)
+        q, k, v = qkv[0], qkv[1], qkv[2]
+        return ((q * 0.5) @ k.transpose(-2, -1)).softmax(dim=-1) @ v
+
+
 class ChunkOnly(nn.Module):
     """The chunks themselves, made contiguous (no head reshape)."""
 
@@ -57,6 +72,18 @@ def test_a_gemm_with_sliced_outputs_lowers_to_one_kernel(model, shape):
     spec = lower(sg)
     assert spec.template == "gemm" and len(spec.stores) == len(sg.outputs) > 1
     assert all(predicate for _, _, _, predicate in spec.stores)  # each slice where it lies
+    check(sg, spec)
+
+
+def test_heads_picked_from_a_permuted_qkv_are_stored_by_the_gemm():
+    """The picked heads' source is a permuted view of the GEMM's output: its map is the
+    accumulator's pushed through the views, not the domain laid over it as a reshape (which
+    read it at two maps and left the whole QKV GEMM to the fallback)."""
+    x = torch.randn(4, 16, 32)
+    found = find_subgraphs(PermutedHeads(), x, train=False)
+    (sg,) = [s for s in found if s.kind == "gemm" and s.pattern.startswith("addmm")]
+    spec = lower(sg)
+    assert spec.template == "gemm" and len(spec.stores) == len(sg.outputs) > 1
     check(sg, spec)
 
 
