@@ -186,7 +186,7 @@ class MapBuilder:
         The slice's map comes from the source laid over the domain, the output's from pushing
         it through the views; the store is limited to the domain points of the slice."""
         dom = self.domain
-        top, chain = view_chain(out)
+        top, chain = view_chain(out, self.inputs)
         if self.reduced or (not chain and split_chunk(out) is None):
             return False  # a bare picked slice is seed_output's own case
         ident = [ix.dim(k) for k in range(len(dom))]
@@ -233,7 +233,7 @@ class MapBuilder:
         pick: q, k, v = qkv.view(B, N, 3, H, D).permute(2, 0, 3, 1, 4)); None otherwise."""
         if node in self.maps:
             return self.maps[node]
-        top, chain = view_chain(node)
+        top, chain = view_chain(node, self.inputs)
         if not chain or top not in self.maps:
             return None
         self._push(top, chain)
@@ -245,7 +245,7 @@ class MapBuilder:
         bmm(p, v).view(B, H, T, D).transpose(1, 2).contiguous().view(B, T, H * D): the known
         map pushed through the views, so the store writes that layout directly. Chains without
         a permute are plain reshapes, which the generic cases below map."""
-        top, chain = view_chain(out)
+        top, chain = view_chain(out, self.inputs)
         if self.reduced or top not in self.maps or not any(op_name(n) in PERMUTES for n in chain):
             return False
         self._push(top, chain)
@@ -257,7 +257,7 @@ class MapBuilder:
         output that nn.MultiheadAttention makes) waits for that value's map from the others,
         then is stored through its views; laid over the domain itself it would be read at
         two maps."""
-        chains = {o: view_chain(o) for o in outputs}
+        chains = {o: view_chain(o, self.inputs) for o in outputs}
         deferred = {o: c for o, c in chains.items() if self._permuted_copy(*c)}
         for o in outputs:
             if o not in deferred:
@@ -267,10 +267,27 @@ class MapBuilder:
         for o, (top, chain) in deferred.items():
             if top in self.maps:
                 self._push(top, chain)
-            else:
+            elif not self._seed_before_permute(chain):
                 self.seed_output(o)
             self._propagate_all(anchor, done)
         return self.maps
+
+    def _seed_before_permute(self, chain: Sequence[fx.Node]) -> bool:
+        """A permuted copy whose value no other output maps (a residual add followed only by
+        the transposed copy, as an MLP-Mixer's token mixing makes around a LayerNorm): the
+        value just before the chain's first permute laid over the domain, then pushed down,
+        so the kernel computes in the domain's order and stores transposed. Laying the copy
+        itself over the domain would read the row reductions before it per column."""
+        first = next(i for i, n in enumerate(chain) if op_name(n) in PERMUTES)
+        if first == 0:
+            return False
+        pre = chain[first - 1]
+        if pre in self.maps or math.prod(shape(pre)) != math.prod(self.domain):
+            return False
+        ident = [ix.dim(k) for k in range(len(self.domain))]
+        self.give(pre, ix.reshape(ident, self.domain, shape(pre), self.domain))
+        self._push(pre, chain[first:])
+        return True
 
     def _permuted_copy(self, top: fx.Node, chain: Sequence[fx.Node]) -> bool:
         """Whether `chain` (from `top`, a value over the whole domain) permutes it, in a

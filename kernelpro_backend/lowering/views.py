@@ -9,7 +9,7 @@ Owns: those readers. Must not: give maps to nodes (maps.py does) or emit anythin
 from __future__ import annotations
 
 import operator
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from typing import Any
 
 import torch
@@ -77,14 +77,15 @@ def split_chunk(node: fx.Node) -> tuple[fx.Node, int, int, int] | None:
     return src, d, int(node.args[1]), size  # type: ignore[arg-type]
 
 
-def view_chain(out: fx.Node) -> tuple[fx.Node, list[fx.Node]]:
+def view_chain(out: fx.Node, stop: Collection[fx.Node] = ()) -> tuple[fx.Node, list[fx.Node]]:
     """The first node up the chain of reshapes/permutes (clone included), same-shape
     pointwise ops (followed through their first input) and expands to the same shape (what
     matmul's decomposition puts before a bmm operand's copy) that ends at `out`, and the
-    chain's nodes from it down to `out` (in order)."""
+    chain's nodes from it down to `out` (in order). The walk ends at a node of `stop` (a
+    subgraph's inputs: what computes them lies outside it)."""
     chain: list[fx.Node] = []
     node = out
-    while node.all_input_nodes:
+    while node.all_input_nodes and node not in stop:
         first = node.all_input_nodes[0]
         view = op_name(node) in RESHAPES or op_name(node) in PERMUTES
         # a same-shape pointwise op, or an expand to the shape it has

@@ -56,3 +56,36 @@ def test_every_subgraph_of_a_batch_first_decoder_layer_lowers_and_matches():
     for seed, sg in enumerate(find_subgraphs(layer, tgt, memory, train=True, rewrites={})):
         if sg.kind != "attention":
             check(sg, lower(sg), seed=seed)
+
+
+class _MixerBlock(torch.nn.Module):
+    """An MLP-Mixer block: token mixing (LayerNorm, an MLP across tokens between two
+    transposes, added back), then channel mixing (LayerNorm, an MLP, added back). The
+    backward's GEMM group of the channel MLP's first layer ends in the norm's dx plus the
+    residual's gradient, which leaves the group transposed (for the token mixing's
+    backward). The copy's chain starts at that sum, whose first operand is a subgraph input
+    (the pooling's gradient): the chain must stop there, not walk on into the graph beyond
+    it (it did, and the copy was laid over the domain and read the row sums per column)."""
+
+    def __init__(self, tokens: int = 16, d: int = 32) -> None:
+        super().__init__()
+        self.n1, self.n2 = torch.nn.LayerNorm(d), torch.nn.LayerNorm(d)
+        self.t1, self.t2 = torch.nn.Linear(tokens, 2 * tokens), torch.nn.Linear(2 * tokens, tokens)
+        self.c1, self.c2 = torch.nn.Linear(d, 2 * d), torch.nn.Linear(2 * d, d)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        gelu = torch.nn.functional.gelu
+        x = x + self.t2(gelu(self.t1(self.n1(x).transpose(1, 2)))).transpose(1, 2)
+        return (x + self.c2(gelu(self.c1(self.n2(x))))).mean(dim=1)  # a classifier's pooling
+
+
+@pytest.mark.parametrize("input_grad", [True, False])
+def test_every_subgraph_of_a_mixer_block_lowers_and_matches(input_grad: bool):
+    """With the input's gradient the residual sum is an output of its own and the copy takes
+    its map; without it the sum leaves only through the copy, and is laid over the domain
+    before the permute."""
+    x = torch.randn(4, 16, 32, requires_grad=input_grad)
+    sgs = find_subgraphs(_MixerBlock(), x, train=True, rewrites={})
+    assert any(sg.graph == "backward" and sg.kind == "gemm" for sg in sgs)
+    for seed, sg in enumerate(sgs):
+        check(sg, lower(sg), seed=seed)
