@@ -22,6 +22,7 @@ from .views import (
     PERMUTES,
     RESHAPES,
     Map,
+    computes,
     forward_view_map,
     permutation,
     picked_slice,
@@ -273,11 +274,9 @@ class MapBuilder:
         return self.maps
 
     def _seed_before_permute(self, chain: Sequence[fx.Node]) -> bool:
-        """A permuted copy whose value no other output maps (a residual add followed only by
-        the transposed copy, as an MLP-Mixer's token mixing makes around a LayerNorm): the
-        value just before the chain's first permute laid over the domain, then pushed down,
-        so the kernel computes in the domain's order and stores transposed. Laying the copy
-        itself over the domain would read the row reductions before it per column."""
+        """A permuted copy whose value no other output maps (an MLP-Mixer's residual sum
+        leaving only transposed): the value before the chain's first permute laid over the
+        domain, then pushed down (the copy itself laid there read the row sums per column)."""
         first = next(i for i, n in enumerate(chain) if op_name(n) in PERMUTES)
         if first == 0:
             return False
@@ -291,11 +290,14 @@ class MapBuilder:
 
     def _permuted_copy(self, top: fx.Node, chain: Sequence[fx.Node]) -> bool:
         """Whether `chain` (from `top`, a value over the whole domain) permutes it, in a
-        domain with reduced dims (where seed_output would lay it over the domain itself)."""
+        domain with reduced dims (where seed_output would lay it over the domain itself), and
+        carries a value the group computes (views of an input alone, as Swin's window
+        partition of a gradient, are laid over the domain: inputs are read at any map)."""
         return (
             bool(self.reduced)
             and any(op_name(n) in PERMUTES for n in chain)
             and math.prod(shape(top)) == math.prod(self.domain)
+            and (top not in self.inputs or any(computes(n) for n in chain))
         )
 
     def _push(self, top: fx.Node, chain: Sequence[fx.Node]) -> None:

@@ -1,7 +1,7 @@
 """Views in a subgraph as the index maps see them: the shape of a node's value, which ops are
 reshapes and permutes, slices picked from a computed value (unbind/select, equal split chunks),
-the chain of views (and same-shape ops) from a value to an output, and a map pushed forward
-through one view.
+the chain of views (and same-shape ops) from a value to an output (and whether a node of it
+computes), and a map pushed forward through one view.
 
 Owns: those readers. Must not: give maps to nodes (maps.py does) or emit anything.
 """
@@ -31,6 +31,12 @@ RESHAPES = {
     "aten::flatten",
 }
 PERMUTES = {"aten::permute", "aten::transpose", "aten::t"}
+
+
+def computes(n: fx.Node) -> bool:
+    """Whether a node of a view chain computes values (a same-shape pointwise op), rather than
+    viewing, copying or expanding them."""
+    return op_name(n) not in RESHAPES | PERMUTES | {"aten::expand"}
 
 
 def shape(node: fx.Node) -> tuple[int, ...]:
