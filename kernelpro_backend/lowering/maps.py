@@ -184,8 +184,8 @@ class MapBuilder:
         """An output that is one slice of a value covering the domain (a chunk of a split, or a
         selected index), seen through reshapes and permutes: the head split of a QKV
         projection, q/k/v = split(addmm(...)).view(B, S, H, D).transpose(1, 2).contiguous().
-        The slice's map comes from the source laid over the domain, the output's from pushing
-        it through the views; the store is limited to the domain points of the slice."""
+        The slice's map comes from the source's (known, or the source laid over the domain),
+        the output's from pushing it through the views; stores only the slice's points."""
         dom = self.domain
         top, chain = view_chain(out, self.inputs)
         if self.reduced or (not chain and split_chunk(out) is None):
