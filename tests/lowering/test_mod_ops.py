@@ -9,6 +9,7 @@ import torch
 from harness import check, decomposed_subgraph
 
 from kernelpro_backend.codegen.optable_cuda import c_expression
+from kernelpro_backend.runtime.cuda_compile import find_nvcc
 
 
 @pytest.mark.parametrize("op", [torch.fmod, torch.remainder])
@@ -67,3 +68,33 @@ def test_cuda_expressions_take_the_sign_torch_gives():
     assert c_expression("fmod", ["a", "b"], ["int32", "int32"], "int32") == "(a % b)"
     rem = c_expression("remainder", ["a", "b"], ["float32", "float32"], "float32")
     assert rem.startswith("(fmodf(a, b) != 0 && ((fmodf(a, b) < 0) != (b < 0))")
+
+
+def _mod_softmax(x):  # a long-row program with both ops: it gets the CUDA row alternative
+    return (torch.softmax(torch.remainder(x, 3.0) - torch.fmod(x, 2.0), dim=-1),)
+
+
+def test_a_row_program_with_mod_ops_matches_and_gets_the_cuda_row_alternative():
+    from harness import cluster_alternatives
+
+    from kernelpro_backend.lowering import lower
+
+    sg = decomposed_subgraph(_mod_softmax, torch.randn(3, 8192) * 5)
+    check(sg)
+    assert cluster_alternatives(lower(sg))
+
+
+@pytest.mark.skipif(find_nvcc() is None, reason="nvcc is not installed")
+def test_the_cuda_row_kernel_with_mod_ops_compiles_for_hopper(tmp_path):
+    from harness import cluster_alternatives
+
+    from kernelpro_backend.codegen import render
+    from kernelpro_backend.lowering import lower
+    from kernelpro_backend.runtime.cuda_compile import compile_cuda
+
+    sg = decomposed_subgraph(_mod_softmax, torch.randn(3, 8192))
+    for alt in cluster_alternatives(lower(sg)):
+        r = render(alt)
+        assert "fmodf(" in r.source
+        cubin = compile_cuda(r.source, "sm_90a", kernels=(r.entry,), cubin_dir=tmp_path)
+        assert cubin.data[:4] == b"\x7fELF"
