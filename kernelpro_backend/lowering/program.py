@@ -38,6 +38,25 @@ _IDENTITY = {"clone", "alias", "lift_fresh_copy", "detach", "positive"}
 REDUCE_OPS = ("sum", "max", "min", "gather")
 
 
+def _replayed_view(node: fx.Node, root: fx.Node) -> torch.Tensor:
+    """`node` (a chain of views of `root`) as a meta tensor: `root`'s shape and strides at
+    offset 0, the chain's view ops applied to it."""
+    chain = []
+    while node is not root:
+        chain.append(node)
+        node = node.all_input_nodes[0]
+    base = root.meta["val"]
+    t = torch.empty_strided(base.shape, base.stride(), dtype=base.dtype, device="meta")
+    for view in reversed(chain):
+        src = view.all_input_nodes[0]
+        args = [t if a is src else a for a in view.args]
+        try:
+            t = view.target(*args, **view.kwargs)  # type: ignore[operator]
+        except Exception as e:  # a view the input's strides do not allow
+            raise Unsupported(f"{view.name}: {view.target} of input {root.name}: {e}") from None
+    return t
+
+
 def dtype_name(node: fx.Node) -> str:
     val = node.meta.get("val")
     if isinstance(val, torch.Tensor):
@@ -65,10 +84,13 @@ class ProgramBuilder:
 
     # -- leaves --------------------------------------------------------------------------
     def load(self, node: fx.Node) -> Ref:
-        """Load of an input, or of a view of one, at the node's index map."""
+        """Load of an input, or of a view of one, at the node's index map. A view's strides
+        and offset are the input's replayed through the view ops, not the view's own record:
+        a graph pass may leave that stale (BERT's attention after SDPA's decomposition on the
+        CPU: its permuted output read with the strides of a contiguous one)."""
         root = root_input(node, self.input_set)
-        val, base = node.meta["val"], root.meta["val"]
-        offset = int(val.storage_offset()) - int(base.storage_offset())
+        val = _replayed_view(node, root)
+        offset = int(val.storage_offset())
         linear = ix.add(
             *(ix.scale(c, int(st)) for c, st in zip(self.maps[node], val.stride(), strict=True))
         )
