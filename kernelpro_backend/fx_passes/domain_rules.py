@@ -71,8 +71,15 @@ class DomainRules:
             sizes = [numel(n) or 0 for n in head.nodes if self.roles[n] is Role.POINTWISE]
             if (numel(node) or 0) >= max(sizes, default=0):
                 return False  # a piece smaller than the group's values only
+        # a reduction over a copy reduces the copied layout (CLIP's loss: cross-entropy over
+        # logits.t(), copied): that copy is a store, not a tile the template can reduce
+        through = COPIES if self.roles[node] is Role.REDUCTION else set()
         for a in node.all_input_nodes:
-            while self.group_of.get(a) is head and self._is_view(a) and a.all_input_nodes:
+            while (
+                self.group_of.get(a) is head
+                and a.all_input_nodes
+                and (self._is_view(a) or op_name(a) in through)
+            ):
                 if self.roles[a] is Role.GETITEM or op_name(a) in REINDEXING_VIEWS:
                     return True  # a split's piece, a select, a permute, ...
                 a = a.all_input_nodes[0]
