@@ -289,13 +289,12 @@ class MapBuilder:
         return True
 
     def _permuted_copy(self, top: fx.Node, chain: Sequence[fx.Node]) -> bool:
-        """Whether `chain` (from `top`, a value over the whole domain) permutes it, in a
-        domain with reduced dims (where seed_output would lay it over the domain itself), and
-        carries a value the group computes (views of an input alone, as Swin's window
-        partition of a gradient, are laid over the domain: inputs are read at any map)."""
+        """Whether `chain` (from `top`, a value over the whole domain) permutes it (seed_output
+        would lay the copy over the domain itself: a pixel shuffle's backward beside its other
+        outputs too) and carries a value the group computes (views of an input alone, as Swin's
+        window partition of a gradient, are laid over the domain: inputs are read at any map)."""
         return (
-            bool(self.reduced)
-            and any(op_name(n) in PERMUTES for n in chain)
+            any(op_name(n) in PERMUTES for n in chain)
             and math.prod(shape(top)) == math.prod(self.domain)
             and (top not in self.inputs or any(computes(n) for n in chain))
         )
