@@ -1,7 +1,7 @@
 """What knob rules read of a kernel spec: the `SpecView` protocol and the value aliases.
 
-Owns: `KnobValue`, `TensorMeta`, `io_names` (a generated entry's argument names) and `SpecView`, the read-only face of `KernelSpec` that
-knobs.py validates and sizes. `KernelSpec` validates itself through knobs.py when it is built,
+Owns: `KnobValue`, `TensorMeta`, `io_names` (a generated entry's argument names) and
+`SpecView`, the read-only face of `KernelSpec` that knobs.py validates and sizes. `KernelSpec` validates itself through knobs.py when it is built,
 so knobs.py must not import spec.py (not even for types: that is an import cycle); it reads
 specs through this protocol, which `KernelSpec` satisfies structurally.
 Must not: import spec.py or knobs.py.

@@ -53,8 +53,8 @@ from .spec_view import io_names
 # The main kernel's tile: the fastest of the configurations measured at 2048-8192 with both
 # operands pre-split, and again with A split in registers (A and B's two parts per stage; 4
 # stages ran no faster, BLOCK_K 64 fits 2 stages and ran 15% slower).
+# (read when rendering: scripts/gpu_tf32x3_tiles.py and gpu_tf32x3_template_ab.py set them)
 BLOCK_M, BLOCK_N, BLOCK_K, WARPS, STAGES, GROUP_M = 128, 128, 32, 8, 3, 8
-TILE = (BLOCK_M, BLOCK_N, BLOCK_K, WARPS, STAGES, GROUP_M)
 SPLIT_BLOCK = 64
 
 _SPLIT = """
@@ -247,6 +247,14 @@ def render_tf32x3(spec: Any, entry: str, orientation: Orientation | None = None)
         f"    _launch(_split)[(triton.cdiv({kp}, {s}), triton.cdiv({q}, {s}))]("
         f"{ins[y_in]}, {y_off}, yh, yl, {k}, {q}, {kp}, {q}, {syk}, {sy}, 1, {kp}, BLOCK={s}, "
         f"HI={not o.raw})",
-        *launch_lines(spec, o, "_mm3", ["yh", "yl"], kp, TILE, "y_trunc"),
+        *launch_lines(
+            spec,
+            o,
+            "_mm3",
+            ["yh", "yl"],
+            kp,
+            (BLOCK_M, BLOCK_N, BLOCK_K, WARPS, STAGES, GROUP_M),
+            "y_trunc",
+        ),
     ]
     return "\n".join(lines)

@@ -58,21 +58,21 @@ class DomainRules:
         )
 
     def _reindexes(self, head: Group, node: fx.Node) -> bool:
-        """Whether pointwise `node` computes on group `head`'s values through a view that moves
-        elements (a select, split piece, permute), where the group cannot hold it: in a GEMM's
-        group always (no epilogue lowers at another index map than the GEMM's: RoPE on q and
-        k, a residual added after a transpose); in a group without an anchor when `node` is
-        smaller than the group's pointwise values (RoPE's backward negates half of a head's
-        gradient: a half-size output no domain maps). A copy is a store elsewhere, which
-        the template makes (the QKV head split): copies still join."""
+        """Whether `node` (pointwise or a reduction) computes on group `head`'s values through
+        a view that moves elements (a select, split piece, permute), where the group cannot
+        hold it: in a GEMM's group always (no epilogue lowers at another index map than the
+        GEMM's: RoPE on q and k, a residual added after a transpose); in a group without an
+        anchor when `node` is smaller than the group's pointwise values (RoPE's backward
+        negates half of a head's gradient: a half-size output no domain maps). A copy is a
+        store elsewhere, which the template makes (the QKV head split): copies still join, but
+        a reduction over one reduces the copied layout."""
         if op_name(node) in COPIES or head.anchor is Role.CONV:
             return False
         if head.anchor is None:
             sizes = [numel(n) or 0 for n in head.nodes if self.roles[n] is Role.POINTWISE]
             if (numel(node) or 0) >= max(sizes, default=0):
                 return False  # a piece smaller than the group's values only
-        # a reduction over a copy reduces the copied layout (CLIP's loss: cross-entropy over
-        # logits.t(), copied): that copy is a store, not a tile the template can reduce
+        # CLIP's loss: cross-entropy over logits.t(), copied
         through = COPIES if self.roles[node] is Role.REDUCTION else set()
         for a in node.all_input_nodes:
             while (

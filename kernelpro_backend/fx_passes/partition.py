@@ -12,7 +12,8 @@ reduces other rows than the group's kernel, which cannot reduce across its progr
 keeps one domain: no output larger than its anchor's or what its reductions read, no node tied
 to it only through a scalar while they hold tensors of other sizes, no GEMM epilogue op on a
 select, split piece or permute of the GEMM's output nor a smaller value through one in any
-group (copies aside): the lowering refuses such a group whole (domain_rules.py). Views and
+group (copies aside, but not reductions over them): the lowering refuses such a group whole
+(domain_rules.py). Views and
 constants join the group that alone consumes them. A merge is taken if the merged group stays
 convex (no path leaves it and comes back), so replacing any group by one op keeps the graph
 acyclic - the same condition `fuser_utils.validate_partition` checks, computed here with

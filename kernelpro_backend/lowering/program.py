@@ -20,7 +20,7 @@ from ..codegen import index as ix
 from ..codegen.errors import Unsupported
 from ..codegen.optable import is_float
 from ..fx_passes.ops import Role, op_name, role
-from .maps import Map, is_view_of_input, reduction_parts, root_input, shape
+from .maps import Map, is_view_of_input, reduction_parts, shape
 
 Ref = tuple[str, Any]
 
@@ -38,14 +38,14 @@ _IDENTITY = {"clone", "alias", "lift_fresh_copy", "detach", "positive"}
 REDUCE_OPS = ("sum", "max", "min", "gather")
 
 
-def _replayed_view(node: fx.Node, root: fx.Node) -> torch.Tensor:
-    """`node` (a chain of views of `root`) as a meta tensor: `root`'s shape and strides at
-    offset 0, the chain's view ops applied to it."""
+def _replayed_view(node: fx.Node, inputs: set[fx.Node]) -> tuple[fx.Node, torch.Tensor]:
+    """(the subgraph input `node` views, `node` as a meta tensor: that input's shape and
+    strides at offset 0 with the chain's view ops applied to it)."""
     chain = []
-    while node is not root:
+    while node not in inputs:
         chain.append(node)
         node = node.all_input_nodes[0]
-    base = root.meta["val"]
+    root, base = node, node.meta["val"]
     t = torch.empty_strided(base.shape, base.stride(), dtype=base.dtype, device="meta")
     for view in reversed(chain):
         src = view.all_input_nodes[0]
@@ -54,7 +54,7 @@ def _replayed_view(node: fx.Node, root: fx.Node) -> torch.Tensor:
             t = view.target(*args, **view.kwargs)  # type: ignore[operator]
         except Exception as e:  # a view the input's strides do not allow
             raise Unsupported(f"{view.name}: {view.target} of input {root.name}: {e}") from None
-    return t
+    return root, t
 
 
 def dtype_name(node: fx.Node) -> str:
@@ -88,8 +88,7 @@ class ProgramBuilder:
         and offset are the input's replayed through the view ops, not the view's own record:
         a graph pass may leave that stale (BERT's attention after SDPA's decomposition on the
         CPU: its permuted output read with the strides of a contiguous one)."""
-        root = root_input(node, self.input_set)
-        val = _replayed_view(node, root)
+        root, val = _replayed_view(node, self.input_set)
         offset = int(val.storage_offset())
         linear = ix.add(
             *(ix.scale(c, int(st)) for c, st in zip(self.maps[node], val.stride(), strict=True))
