@@ -59,7 +59,7 @@ def _round(x_ptr, off, y_ptr, R, C, RP, CP, sxr, sxc, syr, syc, BLOCK: tl.conste
 """
 
 _LOOP = """    for kt in range(0, KP // BLOCK_K):
-        if KP == K:
+        if X_FULL:
             x = _rna(tl.load(px))
         else:
             x = _rna(tl.load(px, mask=(kt * BLOCK_K + rk)[None, :] < K, other=0.0))
@@ -72,8 +72,9 @@ _LOOP = """    for kt in range(0, KP // BLOCK_K):
 
 def orientation(spec: Any) -> Orientation:
     """The orientation whose Y (the operand the rounding pass copies) has fewer rows; A in
-    registers on a tie. Y is never read raw: the tensor cores would truncate it."""
-    both = [dataclasses.replace(o, raw=False) for o in orientations(spec)]
+    registers on a tie. Y is never read raw: the tensor cores would truncate it; X is read where
+    it lies (its padded copy is the tf32x3 form's, not measured here)."""
+    both = [dataclasses.replace(o, raw=False, x_pad=False) for o in orientations(spec)]
     return min(both, key=lambda o: (o.y[4], o.swapped))
 
 

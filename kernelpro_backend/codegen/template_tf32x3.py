@@ -79,6 +79,15 @@ def _split(x_ptr, off, hi_ptr, lo_ptr, R, C, RP, CP, sxr, sxc, shr, shc, BLOCK: 
     if HI:  # else the product kernel reads the operand itself as its hi part
         tl.store(hi_ptr + r * shr + c * shc, hi, mask=mask)
     tl.store(lo_ptr + r * shr + c * shc, lo, mask=mask)
+
+
+@triton.jit
+def _pad(x_ptr, off, y_ptr, R, C, RP, CP, sxr, sxc, syr, syc, BLOCK: tl.constexpr):
+    # X copied as it is into a K-major buffer, K padded with zeros (Orientation.x_pad)
+    r = (tl.program_id(0) * BLOCK + tl.arange(0, BLOCK))[:, None].to(tl.int64)
+    c = (tl.program_id(1) * BLOCK + tl.arange(0, BLOCK))[None, :].to(tl.int64)
+    x = tl.load(x_ptr + off + r * sxr + c * sxc, mask=(r < R) & (c < C), other=0.0)
+    tl.store(y_ptr + r * syr + c * syc, x, mask=(r < RP) & (c < CP))
 """
 
 
@@ -103,7 +112,7 @@ TILE_HEAD = """    pid = tl.program_id(0)
 """
 _LOOP = """    pl = yl + ryq.to(tl.int64)[:, None] * KP + rk[None, :]
     for kt in range(0, KP // BLOCK_K):
-        if KP == K:
+        if X_FULL:  # X's K is whole tiles (or X was copied padded): no mask
             x_h, x_l = _parts(tl.load(px))
         else:
             x_h, x_l = _parts(tl.load(px, mask=(kt * BLOCK_K + rk)[None, :] < K, other=0.0))
@@ -141,17 +150,35 @@ class Orientation:
     x: tuple[int, int, int, int, int]
     y: tuple[int, int, int, int, int]
     raw: bool
+    x_pad: bool = False
 
     def pass_elements(self, k: int) -> int:
-        """Elements the split pass moves: Y read, and its lo (and hi, unless raw) written."""
-        return self.y[4] * k * (2 if self.raw else 3)
+        """Elements the passes before the product move: Y read, and its lo (and hi, unless
+        raw) written; X read and written when it is copied padded."""
+        return self.y[4] * k * (2 if self.raw else 3) + (self.x[4] * k * 2 if self.x_pad else 0)
+
+
+def _aligned(x: tuple[int, int, int, int, int], k: int) -> bool:
+    """Whether X's tiles load unmasked and on 16 bytes: K whole tiles, the offset and every
+    non-unit stride a multiple of 4 floats, one unit stride (rows or K contiguous)."""
+    _, off, sp, sk, _ = x
+    strides = (sp, sk)
+    return (
+        k % BLOCK_K == 0
+        and off % 4 == 0
+        and 1 in strides
+        and all(s == 1 or s % 4 == 0 for s in strides)
+    )
 
 
 def orientations(spec: Any) -> list[Orientation]:
     """Both ways of computing the GEMM, the cheaper split pass first (the normal one on a tie):
     A in registers and B^T from shared memory, or B^T in registers and A from shared memory
     (the transposed product); Y is raw where it is K-major (unit K stride) with rows on 16
-    bytes and K a multiple of BLOCK_K (its loads are not masked)."""
+    bytes and K a multiple of BLOCK_K (its loads are not masked). X is copied K-major with K
+    padded (`x_pad`) where its loads would be masked (K not a multiple of BLOCK_K) or not on 16
+    bytes: KernelBench's 8205x2949 @ 2949x5921 read every X tile masked and misaligned
+    (1.68x IEEE cuBLAS on an H200 where aligned shapes reach 1.80-1.88x)."""
     m, n, k = spec.param("m"), spec.param("n"), spec.param("k")
     a_in, a_off, (_, sam, sak) = spec.param("a")
     b_in, b_off, (_, sbk, sbn) = spec.param("b")
@@ -159,7 +186,7 @@ def orientations(spec: Any) -> list[Orientation]:
     out = []
     for swapped, x, y in ((False, a, bt), (True, bt, a)):
         raw = y[3] == 1 and y[2] % 4 == 0 and y[1] % 4 == 0 and k % BLOCK_K == 0
-        out.append(Orientation(swapped, x, y, raw))
+        out.append(Orientation(swapped, x, y, raw, not _aligned(x, k)))
     return sorted(out, key=lambda o: o.pass_elements(k))
 
 
@@ -178,14 +205,17 @@ def product_kernel(spec: Any, o: Orientation, name: str, y_params: list[str], lo
     head = [
         "@triton.jit",
         f"def {name}({', '.join(params)}, M: tl.constexpr, N: tl.constexpr, K: tl.constexpr, "
-        "P: tl.constexpr, Q: tl.constexpr, KP: tl.constexpr, Y_TRUNC: tl.constexpr, "
+        "P: tl.constexpr, Q: tl.constexpr, KP: tl.constexpr, X_FULL: tl.constexpr, "
+        "Y_TRUNC: tl.constexpr, "
         "BLOCK_P: tl.constexpr, BLOCK_Q: tl.constexpr, BLOCK_K: tl.constexpr, "
         "GROUP_M: tl.constexpr):",
     ]
     x_in, x_off, sxp, sxk, _ = o.x
     y_in, y_off, sy, _, _ = o.y
-    body = (TILE_HEAD + loop).replace("X_PTR", f"(in{x_in} + {x_off})").replace("SXP", str(sxp))
-    body = body.replace("SXK", str(sxk))
+    # X where it lies, or its padded K-major copy (the workspace argument "xp")
+    x_ptr, x_rows, x_k = ("xp", "KP", "1") if o.x_pad else (f"(in{x_in} + {x_off})", sxp, sxk)
+    body = (TILE_HEAD + loop).replace("X_PTR", x_ptr).replace("SXP", str(x_rows))
+    body = body.replace("SXK", str(x_k))
     body = body.replace("YH_PTR", f"(in{y_in} + {y_off})" if o.raw else y_params[0])
     body = body.replace("SYH", str(sy) if o.raw else "KP")
     out = OUT_SWAPPED if o.swapped else OUT_NORMAL
@@ -210,6 +240,7 @@ def launch_lines(
         ),
         f"    _launch({kernel})[(triton.cdiv({p}, {bm}) * triton.cdiv({q}, {bn}),)]("
         f"{', '.join([*workspace, *ins, *outs])}, M={m}, N={n}, K={k}, P={p}, Q={q}, KP={kp}, "
+        f"X_FULL={kp == k or o.x_pad}, "
         f"Y_TRUNC={y_trunc}, BLOCK_P={bm}, BLOCK_Q={bn}, BLOCK_K={bk}, GROUP_M={group_m}, "
         f"num_warps={warps}, num_stages={stages})",
         f"    return [{', '.join(outs)}]",
@@ -227,10 +258,12 @@ def render_tf32x3(spec: Any, entry: str, orientation: Orientation | None = None)
     s = SPLIT_BLOCK
     new = "torch.empty_strided(({rows}, {kp}), ({kp}, 1), dtype=torch.float32, device=dev)"
     parts = "lo" if o.raw else "hi and lo"
+    workspace = ["yh", "yl", *(["xp"] if o.x_pad else [])]
+    x_in, x_off, sxp, sxk, p = o.x
     lines = [
         *PRELUDE,
         _SPLIT,
-        product_kernel(spec, o, "_mm3", ["yh", "yl"], _LOOP),
+        product_kernel(spec, o, "_mm3", workspace, _LOOP),
         "",
         f"def {entry}({', '.join([*ins, '_launch=_direct'])}):",
         "    # 3xTF32: a ~ a_hi + a_lo, b ~ b_hi + b_lo, each part exact in TF32 (template_tf32x3);",
@@ -247,11 +280,20 @@ def render_tf32x3(spec: Any, entry: str, orientation: Orientation | None = None)
         f"    _launch(_split)[(triton.cdiv({kp}, {s}), triton.cdiv({q}, {s}))]("
         f"{ins[y_in]}, {y_off}, yh, yl, {k}, {q}, {kp}, {q}, {syk}, {sy}, 1, {kp}, BLOCK={s}, "
         f"HI={not o.raw})",
+        *(
+            [
+                f"    xp = {new.format(rows=p, kp=kp)}  # X copied K-major, K padded",
+                f"    _launch(_pad)[(triton.cdiv({kp}, {s}), triton.cdiv({p}, {s}))]("
+                f"{ins[x_in]}, {x_off}, xp, {k}, {p}, {kp}, {p}, {sxk}, {sxp}, 1, {kp}, BLOCK={s})",
+            ]
+            if o.x_pad
+            else []
+        ),
         *launch_lines(
             spec,
             o,
             "_mm3",
-            ["yh", "yl"],
+            workspace,
             kp,
             (BLOCK_M, BLOCK_N, BLOCK_K, WARPS, STAGES, GROUP_M),
             "y_trunc",

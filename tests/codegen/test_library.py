@@ -136,6 +136,51 @@ def test_under_tf32x3_both_orientations_compute_the_gemm(layout, raw):
         assert float((got.double() - exact).abs().max()) < 1e-4, (layout, o)
 
 
+@pytest.mark.parametrize("layout", ["mm", "linear", "wgrad"])
+def test_under_tf32x3_an_x_with_a_ragged_k_is_copied_padded_and_computes_the_gemm(layout):
+    # K = 70 is not whole tiles of BLOCK_K: X's loads in the product kernel would all be
+    # masked (and its rows of 70 floats off 16 bytes), so X is copied K-major with K padded
+    # by a pass before the product (KernelBench L1_8's 8205x2949 @ 2949x5921)
+    from kernelpro_backend.codegen import template_tf32x3 as t3
+    from kernelpro_backend.codegen.spec import RenderedKernel
+    from kernelpro_backend.runtime.spec_kernel import build_kernel
+
+    fn = _LAYOUTS[layout][0]
+    shapes = {"mm": ((33, 70), (70, 20)), "linear": ((33, 70), (20, 70)),
+              "wgrad": ((70, 33), (70, 20))}[layout]  # fmt: skip
+    sg, seed = _seed(fn, *(torch.randn(*s) for s in shapes))
+    (alt,) = [
+        a
+        for a in alternatives(dataclasses.replace(seed, precision="tf32x3"))
+        if a.template == "gemm_library"
+    ]
+    both = t3.orientations(alt)
+    assert all(o.x_pad for o in both)  # padded whichever operand is X
+    for o in both:
+        source = t3.render_tf32x3(alt, "kernel", o)
+        assert "_launch(_pad)" in source and "X_FULL=True" in source
+        inputs = sg.make_inputs(1)
+        (got,) = build_kernel(alt, RenderedKernel("triton", source, "kernel"))(*inputs)
+        (exact,) = sg.module()(*[x.double() for x in inputs])
+        assert float((got.double() - exact).abs().max()) < 1e-4, (layout, o)
+
+
+def test_under_tf32x3_an_aligned_x_is_read_where_it_lies():
+    from kernelpro_backend.codegen import template_tf32x3 as t3
+
+    fn = _LAYOUTS["mm"][0]
+    _, seed = _seed(fn, torch.randn(40, 64), torch.randn(64, 56))
+    (alt,) = [
+        a
+        for a in alternatives(dataclasses.replace(seed, precision="tf32x3"))
+        if a.template == "gemm_library"
+    ]
+    for o in t3.orientations(alt):
+        assert not o.x_pad
+        source = t3.render_tf32x3(alt, "kernel", o)
+        assert "_launch(_pad)" not in source and "X_FULL=True" in source
+
+
 def _two_outputs(x, w, r):
     y = torch.mm(x, w)
     return (y + r, torch.sigmoid(y))
