@@ -60,7 +60,10 @@ DEFAULT_ORDER = [*OP_WORKLOADS, *TRAINING_WORKLOADS]
 def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--workload", action="append", choices=list(WORKLOADS))
-    parser.add_argument("--problems", help="also run a directory of KernelBench files")
+    parser.add_argument(
+        "--problems",
+        help="run a directory of KernelBench files (with --workload: after those workloads)",
+    )
     parser.add_argument("--modes", default=",".join(ALL_MODES))
     parser.add_argument("--search", action="store_true", help='kernelpro {"search": "on-miss"}')
     parser.add_argument("--budget-s", type=float, default=200.0)
@@ -132,7 +135,8 @@ def main() -> int:
         sol_fn=sol_fn,
         subgraph_fn=subgraph_fn,
     )
-    names = args.workload or DEFAULT_ORDER
+    # the built-in workloads by default, none when --problems is given (as `kernelpro bench`)
+    names = args.workload or ([] if args.problems else DEFAULT_ORDER)
     extra = problem_files(args.problems) if args.problems else []
     start = time.perf_counter()
     left: list[str] = []
@@ -147,9 +151,17 @@ def main() -> int:
         print(f"[gpu_bench] {name} done at {time.perf_counter() - start:.0f}s", file=sys.stderr)
         tables.write_json(report, out / "bench.json")  # after each workload: a kill loses one
     for path in extra:
+        if time.perf_counter() - start > args.budget_s:
+            left.append(f"kb:{path.stem}")
+            continue
         report.workloads += run_workloads(
             [(f"kb:{path.stem}", lambda p=path: load_problem(p, device))], config
         )
+        print(
+            f"[gpu_bench] kb:{path.stem} done at {time.perf_counter() - start:.0f}s",
+            file=sys.stderr,
+        )
+        tables.write_json(report, out / "bench.json")
     finish(report, out, left, args.budget_s)
     print(f"[gpu_bench] total {time.perf_counter() - start:.0f}s", file=sys.stderr)
     return 0
@@ -195,11 +207,13 @@ def finish(report: BenchReport, out: Path, left: list[str], budget_s: float) -> 
     _, plot_message = write_plots(report, out)
     text = tables.format_console(report)
     if left:
-        text += (
-            f"\n\nnot run (budget {budget_s:.0f}s spent): {', '.join(left)}; run them with\n"
-            "  kernelpro bench --size full --device cuda "
-            + " ".join(f"--workload {n}" for n in left)
-        )
+        names = [n for n in left if not n.startswith("kb:")]
+        text += f"\n\nnot run (budget {budget_s:.0f}s spent): {', '.join(left)}"
+        if names:
+            text += "; run the workloads with\n  kernelpro bench --size full --device cuda "
+            text += " ".join(f"--workload {n}" for n in names)
+        if len(names) < len(left):
+            text += "\n  (the problems: a directory of those files, passed as --problems)"
     (out / "bench.txt").write_text(text + "\n")
     print(plot_message, file=sys.stderr)
     print(text, flush=True)

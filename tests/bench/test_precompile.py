@@ -45,3 +45,44 @@ def test_no_rounds_is_an_error_as_in_the_cli(tmp_path: Path) -> None:
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 2 and "--rounds 0: need at least one round" in proc.stderr
     assert not (tmp_path / "bench.json").exists()
+
+
+_PROBLEM = '''import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def forward(self, x):
+        return torch.softmax(x, dim=-1)
+
+
+def get_inputs():
+    return [torch.randn(8, 64)]
+
+
+def get_init_inputs():
+    return []
+'''
+
+
+def test_problems_alone_run_only_the_problems_and_stop_at_the_budget(tmp_path: Path) -> None:
+    # as `kernelpro bench`: --problems without --workload runs no built-in workload (a GPU run
+    # of 2026-11-27 spent its device time on the built-in ops this way); a problem not started
+    # before --budget-s is listed as not run
+    problems = tmp_path / "kb"
+    problems.mkdir()
+    (problems / "L0_1_softmax.py").write_text(_PROBLEM)
+    (problems / "L0_2_softmax.py").write_text(_PROBLEM)
+    cmd = [sys.executable, str(ROOT / "scripts" / "gpu_bench.py"), "--device", "cpu"]
+    cmd += ["--size", "tiny", "--problems", str(problems), "--modes", "eager"]
+    for budget, names in (("300", ["kb:L0_1_softmax", "kb:L0_2_softmax"]), ("0", [])):
+        out = tmp_path / f"out{budget}"
+        env = dict(os.environ, OUT=str(out), PYTHONPATH=str(ROOT))
+        proc = subprocess.run(
+            [*cmd, "--budget-s", budget], env=env, capture_output=True, text=True, timeout=300
+        )
+        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+        report = json.loads((out / "bench.json").read_text())
+        assert [w["workload"] for w in report["workloads"]] == names
+        if not names:
+            assert "not run (budget 0s spent): kb:L0_1_softmax, kb:L0_2_softmax" in proc.stdout
