@@ -25,6 +25,7 @@ from .fx_passes import Subgraph, find_subgraphs
 from .fx_passes.concrete import ConcretizeError, hint_sizes, instance
 from .inline import InlineError, TraceableKernel, splice, trace_kernel
 from .kernel_op import KERNELS, RegisteredKernel
+from .lowering.split import split_refused
 from .providers import KernelProvider
 
 log = logging.getLogger("kernelpro")
@@ -203,7 +204,8 @@ def rewrite_graph(
     """Partition `gm`, ask `provider` for each subgraph, replace those that get a kernel.
     With `dynamic`, a symbolic subgraph whose hint sizes get a kernel goes behind a shape
     dispatcher (dispatch.py) whose miss path is the subgraph compiled by `fallback`."""
-    subgraphs = find_subgraphs(gm, graph_kind, precision_option)
+    # a group whose value is read at two index maps is cut where the parts lower
+    subgraphs = split_refused(find_subgraphs(gm, graph_kind, precision_option))
     if observer is not None:
         observer(graph_kind, subgraphs)
     report = RewriteReport(graph=graph_kind, subgraphs=len(subgraphs))

@@ -78,7 +78,9 @@ def _lower_rowwise(sg: Subgraph) -> dict[str, Any]:
         domain, reduced, template = shape(biggest), (), "pointwise"
     builder = MapBuilder(sg.nodes, sg.inputs, domain, reduced)
     maps = builder.run(sg.outputs)
-    prog = ProgramBuilder(sg.inputs, maps, builder.selections, builder.store_predicates)
+    prog = ProgramBuilder(
+        sg.inputs, maps, builder.selections, builder.store_predicates, builder.factory_reads
+    )
     for n in sg.nodes:
         prog.add_node(n)
     stores = tuple(prog.store(o) for o in sg.outputs)
@@ -124,7 +126,9 @@ def _lower_gemm(sg: Subgraph) -> dict[str, Any]:
     # maps leave out dims of extent 1 (an M or N of 1: matrix-vector products)
     if maps[mm] != [builder.unit_dims_dropped(i) for i in ident]:
         raise Unsupported(f"the GEMM output is read at {maps[mm]}, not tile by tile")
-    prog = ProgramBuilder(sg.inputs, maps, builder.selections, builder.store_predicates)
+    prog = ProgramBuilder(
+        sg.inputs, maps, builder.selections, builder.store_predicates, builder.factory_reads
+    )
     acc: tuple[str, Any] = ("A", 0)
     dt = str(mm.meta["val"].dtype).removeprefix("torch.")
     if bias is not None:

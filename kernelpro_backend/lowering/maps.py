@@ -16,7 +16,7 @@ import torch
 import torch.fx as fx
 
 from ..codegen import index as ix
-from ..codegen.errors import Unsupported
+from ..codegen.errors import TwoMaps, Unsupported
 from ..fx_passes.ops import Role, op_name, reduction_signature, role
 from .views import (
     PERMUTES,
@@ -24,6 +24,7 @@ from .views import (
     Map,
     computes,
     forward_view_map,
+    is_view_of_input,
     permutation,
     picked_slice,
     shape,
@@ -34,26 +35,11 @@ from .views import (
 # Reductions with two outputs, read through getitem: var_mean (var, mean), max/min over a dim
 # (values, indices).
 _TWO_OUTPUT_REDUCTIONS = ("aten::var_mean", "aten::max", "aten::min")
+INDEX_FACTORIES = ("prims::iota", "aten::arange")
 REDUCTIONS = {
     "aten::sum", "aten::mean", "aten::amax", "aten::amin", "aten::var_mean", "aten::var",
     "aten::std", "aten::argmax", "aten::argmin",
 }  # fmt: skip
-
-
-def is_view_of_input(node: fx.Node, inputs: set[fx.Node]) -> bool:
-    """A chain of views rooted at a subgraph input: loaded straight from the input's memory
-    with the strides its FakeTensor records."""
-    if node in inputs:
-        return True
-    if role(node) is not Role.VIEW or not node.all_input_nodes:
-        return False
-    return is_view_of_input(node.all_input_nodes[0], inputs)
-
-
-def root_input(node: fx.Node, inputs: set[fx.Node]) -> fx.Node:
-    while node not in inputs:
-        node = node.all_input_nodes[0]
-    return node
 
 
 def broadcast(m: Map, out_shape: Sequence[int], in_shape: Sequence[int]) -> Map:
@@ -124,6 +110,9 @@ class MapBuilder:
         self.domain = tuple(domain)
         self.reduced = tuple(reduced)
         self.maps: dict[fx.Node, Map] = {}
+        self.consumer: fx.Node | None = None  # the node propagating now
+        # views of an iota/arange: (the factory, its map under the view), each read evaluated
+        self.factory_reads: dict[fx.Node, tuple[fx.Node, Map]] = {}
         # outputs that pick one slice of a value (getitem of unbind, select): node ->
         # (source node, index of the picked coordinate, picked value); stored where it matches
         self.selections: dict[fx.Node, tuple[fx.Node, ix.Index, int]] = {}
@@ -137,12 +126,15 @@ class MapBuilder:
         if old is None:
             self.maps[node] = list(m)
         elif old != list(m):
-            raise Unsupported(
+            raise TwoMaps(
                 f"{node.name} is read at two different index maps ({old} vs {list(m)}); "
-                "no template recomputes a value at two layouts"
+                "no template recomputes a value at two layouts",
+                node,
+                self.consumer,
             )
 
     def seed_output(self, out: fx.Node) -> None:
+        self.consumer = None
         so, dom = shape(out), self.domain
         ident = [ix.dim(k) for k in range(len(dom))]
         picked = picked_slice(out)
@@ -318,6 +310,7 @@ class MapBuilder:
 
     def _propagate(self, n: fx.Node, m: Map) -> None:
         r, name = role(n), op_name(n)
+        self.consumer = n  # the reader a second map comes from (TwoMaps)
         if r is Role.GETITEM:
             src = n.args[0]
             if not isinstance(src, fx.Node) or op_name(src) not in _TWO_OUTPUT_REDUCTIONS:
@@ -336,6 +329,9 @@ class MapBuilder:
                 self.give(a, broadcast(m, out, shape(a)))
         elif r is Role.VIEW:
             src = n.all_input_nodes[0]
+            if op_name(src) in INDEX_FACTORIES:  # computed where read: any map (a one-hot's
+                self.factory_reads[n] = (src, self._view_source_map(n, src, m))  # two iotas)
+                return
             self.give(src, self._view_source_map(n, src, m))
         elif r is Role.ROW_GATHER:
             self._row_gather(n, m)

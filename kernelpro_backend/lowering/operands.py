@@ -14,7 +14,7 @@ import torch.fx as fx
 
 from ..codegen.errors import Unsupported
 from ..fx_passes import Subgraph
-from .maps import is_view_of_input, root_input
+from .views import is_view_of_input, root_input
 
 
 def operand(node: Any, sg: Subgraph) -> tuple[int, int, tuple[int, ...]]:

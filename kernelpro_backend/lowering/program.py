@@ -20,7 +20,8 @@ from ..codegen import index as ix
 from ..codegen.errors import Unsupported
 from ..codegen.optable import is_float
 from ..fx_passes.ops import Role, op_name, role
-from .maps import Map, is_view_of_input, reduction_parts, shape
+from .maps import Map, reduction_parts, shape
+from .views import is_view_of_input
 
 Ref = tuple[str, Any]
 
@@ -71,8 +72,10 @@ class ProgramBuilder:
         maps: dict[fx.Node, Map],
         selections: dict[fx.Node, tuple[fx.Node, ix.Index, int]] | None = None,
         store_predicates: dict[fx.Node, tuple[ix.Index, int]] | None = None,
+        factory_reads: dict[fx.Node, tuple[fx.Node, Map]] | None = None,
     ) -> None:
         self.selections = selections or {}
+        self.factory_reads = factory_reads or {}  # MapBuilder.factory_reads
         self.store_predicates = store_predicates or {}
         self.inputs = list(inputs)
         self.input_set = set(inputs)
@@ -125,7 +128,9 @@ class ProgramBuilder:
             self.refs[n] = self.ref(self.selections[n][0])
             return
         r = role(n)
-        if r is Role.VIEW:
+        if n in self.factory_reads:
+            self.refs[n] = self._factory(*self.factory_reads[n])
+        elif r is Role.VIEW:
             self.refs[n] = self.ref(n.all_input_nodes[0])
         elif r is Role.GETITEM:
             src = n.args[0]
@@ -146,25 +151,26 @@ class ProgramBuilder:
         else:
             raise Unsupported(f"no op-table entry for {op_name(n)}")
 
-    def _factory(self, n: fx.Node) -> Ref:
-        name = op_name(n)
+    def _factory(self, n: fx.Node, m: Map | None = None) -> Ref:
+        """`n`'s value at its map (`m`: at this one, for a view of it)."""
+        name, m = op_name(n), m or self.maps.get(n)
         if name == "aten::scalar_tensor" or name == "aten::full":
             value = n.args[0] if name == "aten::scalar_tensor" else n.args[1]
             return self.emit("cast", (("c", value), ("c", dtype_name(n))), dtype_name(n))
         if name in ("aten::zeros", "aten::ones"):
             value = 0 if name == "aten::zeros" else 1
             return self.emit("cast", (("c", value), ("c", dtype_name(n))), dtype_name(n))
-        if name == "prims::iota" and n in self.maps:
-            return self._iota(n, n.kwargs.get("start", 0), n.kwargs.get("step", 1))
-        if name == "aten::arange" and n in self.maps:  # (end) | (start, end) | (start, end, step)
+        if name == "prims::iota" and m:
+            return self._iota(n, m, n.kwargs.get("start", 0), n.kwargs.get("step", 1))
+        if name == "aten::arange" and m:  # (end) | (start, end) | (start, end, step)
             start, step = (0, 1) if len(n.args) == 1 else (n.args[0], (*n.args[2:3], 1)[0])
-            return self._iota(n, start, step)
+            return self._iota(n, m, start, step)
         raise Unsupported(f"factory {name} is not supported")
 
-    def _iota(self, n: fx.Node, start: Any, step: Any) -> Ref:
+    def _iota(self, n: fx.Node, m: Map, start: Any, step: Any) -> Ref:
         """start + step * (the element's index along the 1-D factory), integers computed as
         integers, then cast to the factory's dtype (exact where the dtype holds the values)."""
-        (index,) = self.maps[n]
+        (index,) = m
         if not isinstance(start, int) or not isinstance(step, int):
             raise Unsupported(f"{n.format_node()}: a range with a non-integer start or step")
         ref = self.emit("index", (("c", index),), "int64")

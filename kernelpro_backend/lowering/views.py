@@ -1,7 +1,8 @@
 """Views in a subgraph as the index maps see them: the shape of a node's value, which ops are
 reshapes and permutes, slices picked from a computed value (unbind/select, equal split chunks),
 the chain of views (and same-shape ops) from a value to an output (and whether a node of it
-computes), and a map pushed forward through one view.
+computes), a map pushed forward through one view, and whether a node is a chain of views of
+a subgraph input (loaded straight from its memory) and that input.
 
 Owns: those readers. Must not: give maps to nodes (maps.py does) or emit anything.
 """
@@ -125,3 +126,19 @@ def permutation(n: fx.Node, rank: int) -> list[int]:
         a, b = (int(x) % rank for x in n.args[1:3])  # type: ignore[call-overload,arg-type]
         perm[a], perm[b] = perm[b], perm[a]
     return perm
+
+
+def is_view_of_input(node: fx.Node, inputs: set[fx.Node]) -> bool:
+    """A chain of views rooted at a subgraph input: loaded straight from the input's memory
+    with the strides its FakeTensor records."""
+    if node in inputs:
+        return True
+    if role(node) is not Role.VIEW or not node.all_input_nodes:
+        return False
+    return is_view_of_input(node.all_input_nodes[0], inputs)
+
+
+def root_input(node: fx.Node, inputs: set[fx.Node]) -> fx.Node:
+    while node not in inputs:
+        node = node.all_input_nodes[0]
+    return node

@@ -1,0 +1,67 @@
+"""Cutting a subgraph in two where the lowering found one value read at two index maps.
+
+A group can be convex and still have no domain: CLIP's backward adds the gradient of the
+logits' cross-entropy to the transpose of the gradient of their transpose's, and both read the
+same one-hot term and row sums, once row by row and once column by column. No template computes
+one value at two layouts, so the lowering refuses the group whole (`TwoMaps`). Cut at the node
+whose read gave the second map: one part is that node with every member it depends on, and
+the other part is the rest, which then reads the first part's values as inputs, where any
+index map is a load.
+Both parts stay convex. The first is closed under the group's ancestors, so no path from the
+second leads back into it; the group was convex, so no path leaves the group and returns.
+
+Owns: `split_at(subgraph, consumer)`.
+Must not: lower (lowering/split.py decides where to cut and whether the parts lower).
+"""
+
+from __future__ import annotations
+
+import torch.fx as fx
+
+from .group import Group
+from .ops import Role, role
+from .subgraph import Subgraph, subgraph_of_group
+
+_NO_COMPUTE = (Role.VIEW, Role.GETITEM, Role.FACTORY)
+
+
+def _ancestors(node: fx.Node, members: set[fx.Node]) -> set[fx.Node]:
+    """`node` and every member it depends on through members."""
+    seen = {node}
+    stack = [node]
+    while stack:
+        for a in stack.pop().all_input_nodes:
+            if a in members and a not in seen:
+                seen.add(a)
+                stack.append(a)
+    return seen
+
+
+def split_at(subgraph: Subgraph, consumer: fx.Node) -> list[Subgraph] | None:
+    """The two parts of `subgraph` cut below `consumer`: `consumer` with the members it depends
+    on, then the rest (both in graph order), or None where a part would compute nothing or
+    the subgraph is not a GEMM, reduction or pointwise group."""
+    if subgraph.kind not in ("gemm", "reduction", "pointwise") or subgraph.symbolic:
+        return None
+    members = set(subgraph.nodes)
+    if consumer not in members:
+        return None
+    first = _ancestors(consumer, members)
+    # trailing views of the first part that only the rest reads go with the rest
+    for n in reversed(subgraph.nodes):
+        viewing = n in first and role(n) in (Role.VIEW, Role.GETITEM)
+        if viewing and not any(u in first for u in n.users):
+            first.discard(n)
+    parts = [
+        [n for n in subgraph.nodes if n in first],
+        [n for n in subgraph.nodes if n not in first],
+    ]
+    if any(all(role(n) in _NO_COMPUTE for n in part) for part in parts):
+        return None
+    out = []
+    for nodes in parts:
+        anchor = next((role(n) for n in nodes if role(n) is Role.GEMM), None)
+        group = Group(nodes=nodes, mask=0, anchor=anchor)
+        group.reductions = sum(role(n) is Role.REDUCTION for n in nodes)
+        out.append(subgraph_of_group(group, subgraph.graph, subgraph.precision))
+    return out

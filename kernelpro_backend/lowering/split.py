@@ -1,0 +1,73 @@
+"""Subgraphs the lowering refuses for one value read at two index maps, cut until their
+parts lower (fx_passes/split.py cuts; this module decides where and checks the parts).
+
+CLIP's backward (its symmetric cross-entropy's two gradients, one transposed, summed in one
+group) went whole to the fallback; cut below the transposed branch, both parts lower.
+
+Owns: `split_refused(subgraphs)`.
+Must not: change which groups the partitioner forms (domain_rules.py keeps the cases it can
+see from the graph alone out of a group in the first place).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+
+from ..codegen.errors import TwoMaps, Unsupported
+from ..fx_passes import Subgraph
+from ..fx_passes.split import split_at
+from .lower import lower
+
+log = logging.getLogger("kernelpro")
+
+# Cuts per subgraph: each adds a kernel boundary (a round trip through memory), so a group
+# that needs more is left whole to the fallback.
+MAX_CUTS = 3
+
+
+def split_refused(subgraphs: Sequence[Subgraph], cuts: int = MAX_CUTS) -> list[Subgraph]:
+    """`subgraphs` in order, each that the lowering refuses with `TwoMaps` replaced by its
+    parts when at most `cuts` cuts make every part lower; the rest unchanged."""
+    out: list[Subgraph] = []
+    for sg in subgraphs:
+        parts = _parts(sg, cuts)
+        if len(parts) > 1:
+            log.info(
+                "kernelpro: %s %s reads a value at two index maps: cut into %d subgraphs (%s)",
+                sg.graph,
+                sg.pattern,
+                len(parts),
+                ", ".join(p.pattern for p in parts),
+            )
+        out += parts
+    return out
+
+
+def _parts(sg: Subgraph, cuts: int) -> list[Subgraph]:
+    """`sg` alone when it lowers or cannot be cut, else its parts, all lowering."""
+    if sg.symbolic or sg.kind not in ("gemm", "reduction", "pointwise"):
+        return [sg]
+    try:
+        lower(sg)
+        return [sg]
+    except TwoMaps as e:
+        if cuts == 0 or e.consumer is None:
+            return [sg]
+        halves = split_at(sg, e.consumer)
+        if halves is None:
+            return [sg]
+        parts = [p for half in halves for p in _parts(half, cuts - 1)]
+        if len(parts) - 1 > cuts or not all(_lowers(p) for p in parts):
+            return [sg]
+        return parts
+    except Unsupported:
+        return [sg]
+
+
+def _lowers(sg: Subgraph) -> bool:
+    try:
+        lower(sg)
+    except Unsupported:
+        return False
+    return True

@@ -1,0 +1,94 @@
+"""A group whose value the lowering reads at two index maps is cut where its parts lower
+(fx_passes/split.py, lowering/split.py), and an iota read through two views is computed at
+each view's map. CLIP's symmetric cross-entropy (architectures/clip_loss.py) sums its logits'
+gradient with the transpose of its transposed logits' gradient in one backward group: that
+group went whole to the fallback."""
+
+from __future__ import annotations
+
+import pathlib
+
+import pytest
+import torch
+from harness import check, collect, traced_subgraph
+
+import kernelpro_backend.rewrite as rewrite
+from kernelpro_backend.bench.problems import load_problem_module
+from kernelpro_backend.codegen.errors import TwoMaps, Unsupported
+from kernelpro_backend.fx_passes.split import split_at
+from kernelpro_backend.lowering import lower
+from kernelpro_backend.lowering.split import split_refused
+
+CLIP = pathlib.Path(__file__).parent / "architectures" / "clip_loss.py"
+
+
+def _clip_subgraphs(split: bool, monkeypatch: pytest.MonkeyPatch) -> list:
+    if not split:
+        monkeypatch.setattr(rewrite, "split_refused", list)
+    module = load_problem_module(CLIP)
+    torch.manual_seed(0)
+    model = module.Model()
+    inputs = [x.requires_grad_() for x in module.get_inputs()]
+    return [sg for sg in collect(model, inputs, train=True) if sg.graph == "backward"]
+
+
+def _refusal(sg) -> Unsupported | None:
+    try:
+        lower(sg)
+    except Unsupported as e:
+        return e
+    return None
+
+
+def test_clips_backward_group_is_cut_in_two_parts_that_lower_and_match(monkeypatch):
+    whole = _clip_subgraphs(False, monkeypatch)
+    monkeypatch.undo()
+    refused = [sg for sg in whole if isinstance(_refusal(sg), TwoMaps)]
+    assert len(refused) == 1  # the two gradients' group, read row by row and column by column
+    cut = _clip_subgraphs(True, monkeypatch)
+    assert len(cut) == len(whole) + 1
+    assert not any(isinstance(_refusal(sg), TwoMaps) for sg in cut)
+    (group,) = refused
+    parts = split_refused([group])
+    assert len(parts) == 2
+    assert sorted(n.name for p in parts for n in p.nodes) == sorted(n.name for n in group.nodes)
+    for seed, part in enumerate(parts):
+        check(part, seed=seed)
+
+
+def test_the_first_part_holds_what_the_cut_node_depends_on_and_nothing_flows_back(monkeypatch):
+    whole = _clip_subgraphs(False, monkeypatch)
+    (group,) = [sg for sg in whole if isinstance(_refusal(sg), TwoMaps)]
+    error = _refusal(group)
+    assert isinstance(error, TwoMaps) and error.consumer in group.nodes
+    first, rest = split_at(group, error.consumer)
+    members = set(group.nodes)
+    assert set(first.nodes) | set(rest.nodes) == members
+    assert not set(first.nodes) & set(rest.nodes)
+    for n in first.nodes:  # closed under the group's producers
+        assert all(a in first.nodes for a in n.all_input_nodes if a in members)
+    # the rest reads the first part's values as inputs; the first reads nothing of the rest
+    assert not any(a in rest.nodes for n in first.nodes for a in n.all_input_nodes)
+    assert any(i in first.nodes for i in rest.inputs)
+
+
+def test_a_subgraph_that_lowers_is_not_cut_and_a_refusal_of_another_kind_stays_whole():
+    sg = traced_subgraph(lambda x: (torch.softmax(x, -1),), [torch.randn(8, 32)], "reduction")
+    assert split_refused([sg]) == [sg]
+    # a second-level reduction (the mean of a row sum) is refused, not for two maps
+    other = traced_subgraph(lambda x: (x.sum(-1).mean(),), [torch.randn(8, 32)], "reduction")
+    assert not isinstance(_refusal(other), TwoMaps)
+    assert split_refused([other]) == [other]
+
+
+def test_an_iota_read_through_two_views_is_computed_at_each_views_map():
+    # an identity mask from one arange seen as a column and as a row (CLIP's labels against
+    # the logits' columns): the arange has two index maps, each computed where it is read
+    def fn(x):
+        i = torch.arange(x.shape[0])
+        eye = i.unsqueeze(1) == i.unsqueeze(0)
+        return (torch.where(eye, x, 0.0).sum(-1), x * eye)
+
+    sg = traced_subgraph(fn, [torch.randn(16, 16)], "reduction")
+    assert sum(n.name.startswith(("arange", "iota")) for n in sg.nodes) == 1
+    check(sg)
