@@ -47,7 +47,7 @@ def test_no_rounds_is_an_error_as_in_the_cli(tmp_path: Path) -> None:
     assert not (tmp_path / "bench.json").exists()
 
 
-_PROBLEM = '''import torch
+_PROBLEM = """import torch
 import torch.nn as nn
 
 
@@ -62,7 +62,7 @@ def get_inputs():
 
 def get_init_inputs():
     return []
-'''
+"""
 
 
 def test_problems_alone_run_only_the_problems_and_stop_at_the_budget(tmp_path: Path) -> None:
