@@ -204,7 +204,7 @@ def rewrite_graph(
     """Partition `gm`, ask `provider` for each subgraph, replace those that get a kernel.
     With `dynamic`, a symbolic subgraph whose hint sizes get a kernel goes behind a shape
     dispatcher (dispatch.py) whose miss path is the subgraph compiled by `fallback`."""
-    # a group whose value is read at two index maps is cut where the parts lower
+    # a group that needs a value at two index maps is cut where its parts lower
     subgraphs = split_refused(find_subgraphs(gm, graph_kind, precision_option))
     if observer is not None:
         observer(graph_kind, subgraphs)

@@ -2,10 +2,10 @@
 
 Owns: `IllegalSpec` (a spec whose knob values cannot work: the message names the value, the
 limit and what to change, like Triton's OutOfResources), `Unsupported` (a subgraph no template
-covers: the message says why) and its case `TwoMaps` (a value read at two index maps, with the
-node that gave the second one, where lowering/split.py cuts the subgraph). The search skips
+covers: the message says why) and its case `MapConflict` (a value needed at an index map the kernel cannot give, with the
+node below which lowering/split.py cuts the subgraph). The search skips
 them; none means a bug.
-Must not: carry anything but a message (and TwoMaps's two nodes).
+Must not: carry anything but a message (and MapConflict's two nodes).
 """
 
 from __future__ import annotations
@@ -25,12 +25,13 @@ class Unsupported(Exception):
         self.reason = reason
 
 
-class TwoMaps(Unsupported):
-    """A value the subgraph computes (or reads) at two index maps, which no template does:
-    `node` the value, `consumer` the node whose read gave it the second map (None where the
-    map came from seeding an output)."""
+class MapConflict(Unsupported):
+    """A value the kernel would need at an index map it cannot give it: read at two maps (no
+    template computes one value at two layouts), or a row reduction's result read per column.
+    `node` is the value; `cut` the node whose part (it and what it depends on) would compute
+    apart from the rest (None where no cut helps)."""
 
-    def __init__(self, reason: str, node: Any, consumer: Any) -> None:
+    def __init__(self, reason: str, node: Any, cut: Any) -> None:
         super().__init__(reason)
         self.node = node
-        self.consumer = consumer
+        self.cut = cut

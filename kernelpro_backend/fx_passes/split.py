@@ -1,16 +1,17 @@
-"""Cutting a subgraph in two where the lowering found one value read at two index maps.
+"""Cutting a subgraph in two where the lowering found a value it cannot give one index map.
 
 A group can be convex and still have no domain: CLIP's backward adds the gradient of the
 logits' cross-entropy to the transpose of the gradient of their transpose's, and both read the
 same one-hot term and row sums, once row by row and once column by column. No template computes
-one value at two layouts, so the lowering refuses the group whole (`TwoMaps`). Cut at the node
-whose read gave the second map: one part is that node with every member it depends on, and
-the other part is the rest, which then reads the first part's values as inputs, where any
-index map is a load.
+one value at two layouts, so the lowering refuses the group whole (`MapConflict`); so it does a
+GCN's row sums read per column (D^-1/2 A D^-1/2). Cut below the node the error names (the read
+that gave the second map, or the reduction): one part is that node with every member it
+depends on, and the other part is the rest, which then reads the first part's values as
+inputs, where any index map is a load.
 Both parts stay convex. The first is closed under the group's ancestors, so no path from the
 second leads back into it; the group was convex, so no path leaves the group and returns.
 
-Owns: `split_at(subgraph, consumer)`.
+Owns: `split_at(subgraph, cut)`.
 Must not: lower (lowering/split.py decides where to cut and whether the parts lower).
 """
 
@@ -37,16 +38,16 @@ def _ancestors(node: fx.Node, members: set[fx.Node]) -> set[fx.Node]:
     return seen
 
 
-def split_at(subgraph: Subgraph, consumer: fx.Node) -> list[Subgraph] | None:
-    """The two parts of `subgraph` cut below `consumer`: `consumer` with the members it depends
+def split_at(subgraph: Subgraph, cut: fx.Node) -> list[Subgraph] | None:
+    """The two parts of `subgraph` cut below `cut`: `cut` with the members it depends
     on, then the rest (both in graph order), or None where a part would compute nothing or
     the subgraph is not a GEMM, reduction or pointwise group."""
     if subgraph.kind not in ("gemm", "reduction", "pointwise") or subgraph.symbolic:
         return None
     members = set(subgraph.nodes)
-    if consumer not in members:
+    if cut not in members:
         return None
-    first = _ancestors(consumer, members)
+    first = _ancestors(cut, members)
     # trailing views of the first part that only the rest reads go with the rest
     for n in reversed(subgraph.nodes):
         viewing = n in first and role(n) in (Role.VIEW, Role.GETITEM)

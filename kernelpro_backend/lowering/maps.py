@@ -16,7 +16,7 @@ import torch
 import torch.fx as fx
 
 from ..codegen import index as ix
-from ..codegen.errors import TwoMaps, Unsupported
+from ..codegen.errors import MapConflict, Unsupported
 from ..fx_passes.ops import Role, op_name, reduction_signature, role
 from .views import (
     PERMUTES,
@@ -126,7 +126,7 @@ class MapBuilder:
         if old is None:
             self.maps[node] = list(m)
         elif old != list(m):
-            raise TwoMaps(
+            raise MapConflict(
                 f"{node.name} is read at two different index maps ({old} vs {list(m)}); "
                 "no template recomputes a value at two layouts",
                 node,
@@ -310,7 +310,7 @@ class MapBuilder:
 
     def _propagate(self, n: fx.Node, m: Map) -> None:
         r, name = role(n), op_name(n)
-        self.consumer = n  # the reader a second map comes from (TwoMaps)
+        self.consumer = n  # the reader a second map comes from (MapConflict)
         if r is Role.GETITEM:
             src = n.args[0]
             if not isinstance(src, fx.Node) or op_name(src) not in _TWO_OUTPUT_REDUCTIONS:
@@ -366,8 +366,8 @@ class MapBuilder:
                 f"{n.name} reduces dims {rdims} of {xs}, not the kernel's reduced dims "
                 f"{self.reduced} of {self.domain} (a second-level reduction needs its own kernel)"
             )
-        if any(set(self.reduced) & ix.dims_of(e) for e in m):
-            raise Unsupported(f"the result of {n.name} is read per column, not per row")
+        if any(set(self.reduced) & ix.dims_of(e) for e in m):  # a kernel of its own
+            raise MapConflict(f"the result of {n.name} is read per column, not per row", n, n)
         res: Map = []
         kept = iter(m if not keep else [])
         for d in range(len(xs)):

@@ -1,8 +1,10 @@
-"""Subgraphs the lowering refuses for one value read at two index maps, cut until their
-parts lower (fx_passes/split.py cuts; this module decides where and checks the parts).
+"""Subgraphs the lowering refuses for a value it cannot give one index map (`MapConflict`:
+read at two maps, or a row reduction read per column), cut until their parts lower
+(fx_passes/split.py cuts where the error says; this module checks the parts).
 
 CLIP's backward (its symmetric cross-entropy's two gradients, one transposed, summed in one
-group) went whole to the fallback; cut below the transposed branch, both parts lower.
+group) and a GCN's normalised adjacency backward went whole to the fallback; cut, their parts
+lower.
 
 Owns: `split_refused(subgraphs)`.
 Must not: change which groups the partitioner forms (domain_rules.py keeps the cases it can
@@ -14,7 +16,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 
-from ..codegen.errors import TwoMaps, Unsupported
+from ..codegen.errors import MapConflict, Unsupported
 from ..fx_passes import Subgraph
 from ..fx_passes.split import split_at
 from .lower import lower
@@ -27,14 +29,14 @@ MAX_CUTS = 3
 
 
 def split_refused(subgraphs: Sequence[Subgraph], cuts: int = MAX_CUTS) -> list[Subgraph]:
-    """`subgraphs` in order, each that the lowering refuses with `TwoMaps` replaced by its
+    """`subgraphs` in order, each that the lowering refuses with `MapConflict` replaced by its
     parts when at most `cuts` cuts make every part lower; the rest unchanged."""
     out: list[Subgraph] = []
     for sg in subgraphs:
         parts = _parts(sg, cuts)
         if len(parts) > 1:
             log.info(
-                "kernelpro: %s %s reads a value at two index maps: cut into %d subgraphs (%s)",
+                "kernelpro: %s %s needs a value at two index maps: cut into %d subgraphs (%s)",
                 sg.graph,
                 sg.pattern,
                 len(parts),
@@ -51,10 +53,10 @@ def _parts(sg: Subgraph, cuts: int) -> list[Subgraph]:
     try:
         lower(sg)
         return [sg]
-    except TwoMaps as e:
-        if cuts == 0 or e.consumer is None:
+    except MapConflict as e:
+        if cuts == 0 or e.cut is None:
             return [sg]
-        halves = split_at(sg, e.consumer)
+        halves = split_at(sg, e.cut)
         if halves is None:
             return [sg]
         parts = [p for half in halves for p in _parts(half, cuts - 1)]

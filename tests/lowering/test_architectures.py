@@ -6,7 +6,9 @@ Found this way and fixed (2026-11-27): Swin's torch.roll needed fmod; its heads,
 a permuted QKV view, and an MLP-Mixer's transposed copy of a backward GEMM's residual sum
 were read at two index maps, which sent whole GEMM groups to the fallback; BERT's attention
 output was loaded through a view with stale strides, so its copy kernel computed wrong values
-(caught by the check, as the search's validation catches it)."""
+(caught by the check, as the search's validation catches it). CLIP's backward (two gradients of
+one value, one transposed, in one group) and a GCN's row sums read per column now lower as
+the parts of a cut group (lowering/split.py)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
-"""A group whose value the lowering reads at two index maps is cut where its parts lower
-(fx_passes/split.py, lowering/split.py), and an iota read through two views is computed at
-each view's map. CLIP's symmetric cross-entropy (architectures/clip_loss.py) sums its logits'
+"""A group that needs a value at two index maps (or a row sum per column) is cut where its
+parts lower (fx_passes/split.py, lowering/split.py), and an iota read through two views is
+computed at each view's map. CLIP's symmetric cross-entropy (architectures/clip_loss.py) sums its logits'
 gradient with the transpose of its transposed logits' gradient in one backward group: that
 group went whole to the fallback."""
 
@@ -14,7 +14,7 @@ from harness import check, collect, traced_subgraph
 
 import kernelpro_backend.rewrite as rewrite
 from kernelpro_backend.bench.problems import load_problem_module
-from kernelpro_backend.codegen.errors import TwoMaps, Unsupported
+from kernelpro_backend.codegen.errors import MapConflict, Unsupported
 from kernelpro_backend.fx_passes.split import split_at
 from kernelpro_backend.lowering import lower
 from kernelpro_backend.lowering.split import split_refused
@@ -43,11 +43,11 @@ def _refusal(sg) -> Unsupported | None:
 def test_clips_backward_group_is_cut_in_two_parts_that_lower_and_match(monkeypatch):
     whole = _clip_subgraphs(False, monkeypatch)
     monkeypatch.undo()
-    refused = [sg for sg in whole if isinstance(_refusal(sg), TwoMaps)]
+    refused = [sg for sg in whole if isinstance(_refusal(sg), MapConflict)]
     assert len(refused) == 1  # the two gradients' group, read row by row and column by column
     cut = _clip_subgraphs(True, monkeypatch)
     assert len(cut) == len(whole) + 1
-    assert not any(isinstance(_refusal(sg), TwoMaps) for sg in cut)
+    assert not any(isinstance(_refusal(sg), MapConflict) for sg in cut)
     (group,) = refused
     parts = split_refused([group])
     assert len(parts) == 2
@@ -58,10 +58,10 @@ def test_clips_backward_group_is_cut_in_two_parts_that_lower_and_match(monkeypat
 
 def test_the_first_part_holds_what_the_cut_node_depends_on_and_nothing_flows_back(monkeypatch):
     whole = _clip_subgraphs(False, monkeypatch)
-    (group,) = [sg for sg in whole if isinstance(_refusal(sg), TwoMaps)]
+    (group,) = [sg for sg in whole if isinstance(_refusal(sg), MapConflict)]
     error = _refusal(group)
-    assert isinstance(error, TwoMaps) and error.consumer in group.nodes
-    first, rest = split_at(group, error.consumer)
+    assert isinstance(error, MapConflict) and error.cut in group.nodes
+    first, rest = split_at(group, error.cut)
     members = set(group.nodes)
     assert set(first.nodes) | set(rest.nodes) == members
     assert not set(first.nodes) & set(rest.nodes)
@@ -77,7 +77,7 @@ def test_a_subgraph_that_lowers_is_not_cut_and_a_refusal_of_another_kind_stays_w
     assert split_refused([sg]) == [sg]
     # a second-level reduction (the mean of a row sum) is refused, not for two maps
     other = traced_subgraph(lambda x: (x.sum(-1).mean(),), [torch.randn(8, 32)], "reduction")
-    assert not isinstance(_refusal(other), TwoMaps)
+    assert not isinstance(_refusal(other), MapConflict)
     assert split_refused([other]) == [other]
 
 
@@ -92,3 +92,21 @@ def test_an_iota_read_through_two_views_is_computed_at_each_views_map():
     sg = traced_subgraph(fn, [torch.randn(16, 16)], "reduction")
     assert sum(n.name.startswith(("arange", "iota")) for n in sg.nodes) == 1
     check(sg)
+
+
+@pytest.mark.parametrize("both", [True, False], ids=["rows-and-columns", "columns"])
+def test_a_row_sum_read_per_column_is_cut_off_into_its_own_kernel(both):
+    # a GCN's symmetric normalisation D^-1/2 A D^-1/2: the row sums of A scale its rows and
+    # its columns (a value at two maps); scaled by columns alone, the reduction's result is
+    # read per column. A row kernel cannot read another row's sum: the sums compute apart
+    def fn(a):
+        d = a.sum(1).rsqrt()
+        return ((d[:, None] if both else 1.0) * a * d[None, :],)
+
+    sg = traced_subgraph(fn, [torch.rand(24, 24) + 0.5], "reduction")
+    assert isinstance(_refusal(sg), MapConflict)
+    parts = split_refused([sg])
+    assert len(parts) == 2
+    assert sorted(n.name for p in parts for n in p.nodes) == sorted(n.name for n in sg.nodes)
+    for seed, part in enumerate(parts):
+        check(part, seed=seed)
