@@ -1,10 +1,10 @@
-"""The two error types of code generation.
+"""The error types of code generation.
 
 Owns: `IllegalSpec` (a spec whose knob values cannot work: the message names the value, the
 limit and what to change, like Triton's OutOfResources), `Unsupported` (a subgraph no template
-covers: the message says why) and its case `MapConflict` (a value needed at an index map the kernel cannot give, with the
-node below which lowering/split.py cuts the subgraph). The search skips
-them; none means a bug.
+covers: the message says why) and its case `MapConflict` (a value needed at an index map the
+kernel cannot give, with the node below which lowering/split.py cuts the subgraph). The search
+skips them; none means a bug.
 Must not: carry anything but a message (and MapConflict's two nodes).
 """
 

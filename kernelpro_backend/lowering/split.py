@@ -65,11 +65,14 @@ def _parts(sg: Subgraph, cuts: int) -> list[Subgraph]:
         return parts
     except Unsupported:
         return [sg]
+    except Exception:  # a lowering bug: the subgraph stays whole, as the search would leave it
+        log.exception("kernelpro: lowering %s %s failed", sg.graph, sg.pattern)
+        return [sg]
 
 
 def _lowers(sg: Subgraph) -> bool:
     try:
         lower(sg)
-    except Unsupported:
+    except Exception:  # Unsupported, or a bug `_parts` logs when it meets the part itself
         return False
     return True

@@ -110,3 +110,19 @@ def test_a_row_sum_read_per_column_is_cut_off_into_its_own_kernel(both):
     assert sorted(n.name for p in parts for n in p.nodes) == sorted(n.name for n in sg.nodes)
     for seed, part in enumerate(parts):
         check(part, seed=seed)
+
+
+def test_a_lowering_bug_leaves_the_subgraph_whole_and_is_logged(monkeypatch, caplog):
+    # the cut runs on every compile before any search's guard: a crash in the lowering must
+    # not break the user's torch.compile, and must not pass silently
+    import kernelpro_backend.lowering.split as split
+
+    sg = traced_subgraph(lambda x: (torch.softmax(x, -1),), [torch.randn(8, 32)], "reduction")
+
+    def broken(_):
+        raise KeyError("a bug")
+
+    monkeypatch.setattr(split, "lower", broken)
+    with caplog.at_level("ERROR", logger="kernelpro"):
+        assert split_refused([sg]) == [sg]
+    assert "lowering inference softmax failed" in caplog.text
