@@ -63,6 +63,10 @@ class Emitter:
         self.flat_col = flat_col
         self._col_order = tuple(col_dims)
         self.n_cols = n_cols
+        # Row dims a program holds one value of (the row templates' `outer` grid axis): an
+        # address in these alone is one scalar pointer, loaded unmasked (its program exists
+        # only where it is valid)
+        self.scalar_dims: set[int] = set()
         self.lines: list[str] = []
         self.indent = 1
         self.global_memo: dict[Any, str] = {}
@@ -137,6 +141,8 @@ class Emitter:
         where = self.where(index) if coords is None else ix.render(index, list(coords))
         off = f"{offset} + " if offset else ""
         mask = mask if coords is not None else self.mask(self._index_level(index))
+        if coords is None and ix.dims_of(index) <= self.scalar_dims:
+            mask = None  # one scalar pointer: no block mask may go with it
         args = f"in{inp} + {off}{where}" + (f", mask={mask}, other=0" if mask else "")
         if coords is None and self.pass_loads and self._index_level(index) == FULL:
             self.pass_loads[-1].add(i)

@@ -98,6 +98,7 @@ def _render(spec: KernelSpec, eviction: dict[tuple[int, int], str]) -> tuple[str
     em.lines = []
     inner = _contiguous_rows(spec, rows)
     if inner:  # the rows' last dim is the domain's innermost: its own grid axis, no modulo
+        em.scalar_dims = set(rows[:-1])  # one `outer` per program
         n_outer = n_rows // inner
         head = [
             "@triton.jit",

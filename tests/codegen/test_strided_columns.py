@@ -33,3 +33,23 @@ def test_strided_columns_read_along_the_rows(fn, shape) -> None:  # type: ignore
         assert f"grid = (triton.cdiv({shape[2]}, {seed.knob('ROWS')}), {shape[0]})" in source
     check(sg, seed)
     check(sg, seed.with_knobs(ROWS=8, BLOCK_C=16, num_warps=1), seed=1)  # looped, short tail
+
+
+def test_a_value_per_outer_row_is_one_unmasked_scalar_load() -> None:
+    # a sum over a middle dim scaled per batch (an MoE's gates, a per-sample weight): the scale
+    # is indexed by `outer` alone, one scalar per program, and a block mask on a scalar
+    # pointer does not compile ("Mask argument cannot be block type if pointer argument is
+    # not a block"), so every candidate of such a subgraph failed
+    from harness import traced_subgraph
+
+    sg = traced_subgraph(
+        lambda x, s: ((x * s[:, None, None]).sum(1),),
+        [torch.randn(32, 4, 16), torch.randn(32)],
+        "reduction",
+    )
+    seed = lower(sg)
+    source = render(seed).source
+    assert "outer = tl.program_id(1)" in source
+    assert "tl.load(in0 + d0)" in source  # no mask (the inputs in canonical order)
+    check(sg, seed)
+    check(sg, seed.with_knobs(ROWS=8, BLOCK_C=2, num_warps=1), seed=1)
