@@ -268,12 +268,16 @@ class MapBuilder:
     def _seed_before_permute(self, chain: Sequence[fx.Node]) -> bool:
         """A permuted copy whose value no other output maps (an MLP-Mixer's residual sum
         leaving only transposed): the value before the chain's first permute laid over the
-        domain, then pushed down (the copy itself laid there read the row sums per column)."""
+        domain, then pushed down (the copy itself laid there read the row sums per column);
+        where an earlier output's chain laid that value already, pushed down from there."""
         first = next(i for i, n in enumerate(chain) if op_name(n) in PERMUTES)
         if first == 0:
             return False
         pre = chain[first - 1]
-        if pre in self.maps or math.prod(shape(pre)) != math.prod(self.domain):
+        if pre in self.maps:  # laid by an earlier output's chain (a soft Dice's two gradients
+            self._push(pre, chain[first:])  # of one permuted input): the same layout
+            return True
+        if math.prod(shape(pre)) != math.prod(self.domain):
             return False
         ident = [ix.dim(k) for k in range(len(self.domain))]
         self.give(pre, ix.reshape(ident, self.domain, shape(pre), self.domain))

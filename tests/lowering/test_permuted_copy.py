@@ -120,3 +120,20 @@ def test_every_forward_subgraph_of_a_contrastive_loss_lowers_and_matches():
             assert "reads no tensor" in str(e), f"{sg.pattern}: {e}"
             continue
         check(sg, spec, seed=seed)
+
+
+def test_two_outputs_from_one_permuted_input_view_share_its_layout() -> None:
+    # a soft-Dice loss's backward: two gradients computed elementwise from one NHWC -> NCHW
+    # view of the head's output leave the group channels-last. The first output laid the
+    # view before its permute over the domain; the second was laid over the domain itself,
+    # so the values they share were read at two index maps and the group went to the
+    # fallback. The second now follows the first's layout.
+    from harness import traced_subgraph
+
+    def fn(x, g):  # type: ignore[no-untyped-def]
+        v = x.view(2, 12, 12, 3).permute(0, 3, 1, 2)
+        return (-v * g + 1.0, torch.sigmoid(v) * g)
+
+    sg = traced_subgraph(fn, [torch.randn(288, 3), torch.randn(2, 3, 12, 12)], "pointwise")
+    assert all(o.meta["val"].stride() == (432, 1, 36, 3) for o in sg.outputs)
+    check(sg, lower(sg))
