@@ -27,7 +27,8 @@ class Unsupported(Exception):
 
 class MapConflict(Unsupported):
     """A value the kernel would need at an index map it cannot give it: read at two maps (no
-    template computes one value at two layouts), or a row reduction's result read per column.
+    template computes one value at two layouts), a row reduction's result read per column, or
+    an output that maps onto no point of the domain.
     `node` is the value; `cut` the node whose part (it and what it depends on) would compute
     apart from the rest (None where no cut helps)."""
 

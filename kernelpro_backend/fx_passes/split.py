@@ -4,10 +4,10 @@ A group can be convex and still have no domain: CLIP's backward adds the gradien
 logits' cross-entropy to the transpose of the gradient of their transpose's, and both read the
 same one-hot term and row sums, once row by row and once column by column. No template computes
 one value at two layouts, so the lowering refuses the group whole (`MapConflict`); so it does a
-GCN's row sums read per column (D^-1/2 A D^-1/2). Cut below the node the error names (the read
-that gave the second map, or the reduction): one part is that node with every member it
-depends on, and the other part is the rest, which then reads the first part's values as
-inputs, where any index map is a load.
+GCN's row sums read per column (D^-1/2 A D^-1/2), and an output off the group's domain. Cut
+below the node the error names (the read that gave the second map, the reduction, the
+output): one part is that node with every member it depends on, and the other part is the
+rest, which then reads the first part's values as inputs, where any index map is a load.
 Both parts stay convex. The first is closed under the group's ancestors, so no path from the
 second leads back into it; the group was convex, so no path leaves the group and returns.
 

@@ -170,7 +170,8 @@ class MapBuilder:
                 f"output {out.name} of shape {so} is larger than the domain {dom}: the kernel "
                 "would broadcast its result to a larger tensor, which no template does"
             )
-        raise Unsupported(f"output {out.name} of shape {so} does not map onto the domain {dom}")
+        msg = f"output {out.name} of shape {so} does not map onto the domain {dom}"
+        raise MapConflict(msg, out, out)  # cut off with what it needs, it may lower alone
 
     def _seed_picked_through_views(self, out: fx.Node) -> bool:
         """An output that is one slice of a value covering the domain (a chunk of a split, or a

@@ -1,10 +1,11 @@
 """Subgraphs the lowering refuses for a value it cannot give one index map (`MapConflict`:
-read at two maps, or a row reduction read per column), cut until their parts lower
-(fx_passes/split.py cuts where the error says; this module checks the parts).
+read at two maps, a row reduction read per column, an output off the domain), cut until their
+parts lower (fx_passes/split.py cuts where the error says; this module checks the parts).
 
 CLIP's backward (its symmetric cross-entropy's two gradients, one transposed, summed in one
-group) and a GCN's normalised adjacency backward went whole to the fallback; cut, their parts
-lower.
+group), a GCN's normalised adjacency backward and a VAE's backward (the KL term's latent
+gradients beside the reconstruction's row reduction) went whole to the fallback; cut, their
+parts lower.
 
 Owns: `split_refused(subgraphs)`.
 Must not: change which groups the partitioner forms (domain_rules.py keeps the cases it can

@@ -126,3 +126,19 @@ def test_a_lowering_bug_leaves_the_subgraph_whole_and_is_logged(monkeypatch, cap
     with caplog.at_level("ERROR", logger="kernelpro"):
         assert split_refused([sg]) == [sg]
     assert "lowering inference softmax failed" in caplog.text
+
+
+def test_an_output_off_the_domain_is_cut_off_with_what_it_depends_on():
+    # a VAE's backward joined the KL term's latent gradients [B, 6] to the reconstruction's
+    # row reduction over [B, 24]; the [B, 6] output maps onto no point of that domain, but
+    # cut off with its own producers it is a pointwise kernel of its own
+    def fn(x, z):
+        e = (x - x.amax(-1, keepdim=True)).exp()
+        return (e / e.sum(-1, keepdim=True), z * 2.0 + 1.0)
+
+    sg = traced_subgraph(fn, [torch.randn(16, 24), torch.randn(16, 6)], "reduction")
+    assert isinstance(_refusal(sg), MapConflict)
+    parts = split_refused([sg])
+    assert sorted(p.kind for p in parts) == ["pointwise", "reduction"]
+    for seed, part in enumerate(parts):
+        check(part, seed=seed)
