@@ -205,6 +205,8 @@ class Emitter:
         the row is a reduction more). An index outside the row loads nothing and gives 0.0,
         as the masked form does."""
         index, col_dim = self.value(args[1]), args[2][1]
+        if self.level(args[1]) == SCALAR:  # one index for every row (MoCo's positives at 0):
+            index = f"{index} + {self.row_var} * 0"  # a block, so its bounds mask is one too
         coords = list(self.coords)
         coords[col_dim] = f"({index})"
         ok = f"row_mask & ({index} >= 0) & ({index} < {self.spec.domain[col_dim]})"

@@ -108,6 +108,20 @@ def test_cross_entropy_variants(kwargs: dict) -> None:
     check(sg, spec.with_knobs(BLOCK_C=32, num_warps=1), seed=1)
 
 
+def test_one_target_for_every_row_is_gathered_as_a_block() -> None:
+    # MoCo's InfoNCE: the positive logit sits at column 0 of every row, so the target is a
+    # constant and the gather's index one scalar; its bounds check `row_mask & (0 >= 0)`
+    # mixed a Python bool into the block mask, which the interpreter refused
+    def fn(x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        t = torch.zeros(x.shape[0], dtype=torch.long)
+        return x.amax(-1, keepdim=True), x.gather(-1, t[:, None])
+
+    sg = traced_subgraph(fn, (torch.randn(8, 65),), "reduction")
+    spec = lower(sg)
+    check(sg, spec)
+    check(sg, spec.with_knobs(BLOCK_C=16, num_warps=1), seed=1)
+
+
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 def test_the_gather_is_exact_selection(dtype: torch.dtype) -> None:
     """The picked element bit for bit: signed zeros, infinities, tiny values (NaN stays NaN;
