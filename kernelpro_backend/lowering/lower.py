@@ -30,6 +30,11 @@ from .program import ProgramBuilder
 
 def lower(subgraph: Subgraph) -> KernelSpec:
     """The spec of the template that computes `subgraph`, with default knobs."""
+    if subgraph.tuple_output:
+        raise Unsupported(
+            "an output is a tuple (a multi-output op, such as chunk's split, used outside the "
+            "subgraph): no template stores one"
+        )
     if subgraph.symbolic:
         raise Unsupported("the subgraph has symbolic sizes; kernels are specialised to shapes")
     if subgraph.kind == "conv":
