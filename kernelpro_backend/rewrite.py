@@ -220,11 +220,11 @@ def rewrite_graph(
     for sg in subgraphs:
         if sg.symbolic:
             did = _dispatcher(sg, provider, fallback) if dynamic and sg.dynamic else None
-            if did is None and not sg.tuple_output:  # a tuple output is no size matter
-                report.symbolic += 1
-            elif did is not None:
+            if did is not None:
                 chosen.append((sg, did, None))
                 report.dispatched.append(did)
+            elif not sg.tuple_output:  # a tuple output is no matter of sizes
+                report.symbolic += 1
             continue
         if not sg.inputs:
             continue

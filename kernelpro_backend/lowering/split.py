@@ -34,10 +34,10 @@ def split_refused(subgraphs: Sequence[Subgraph], cuts: int = MAX_CUTS) -> list[S
     parts when at most `cuts` cuts make every part lower; the rest unchanged."""
     out: list[Subgraph] = []
     for sg in subgraphs:
-        parts = _parts(sg, cuts)
+        parts = _lowering_parts(sg, cuts) or [sg]
         if len(parts) > 1:
             log.info(
-                "kernelpro: %s %s needs a value at two index maps: cut into %d subgraphs (%s)",
+                "kernelpro: %s %s is no one kernel's domain: cut into %d subgraphs (%s)",
                 sg.graph,
                 sg.pattern,
                 len(parts),
@@ -47,33 +47,27 @@ def split_refused(subgraphs: Sequence[Subgraph], cuts: int = MAX_CUTS) -> list[S
     return out
 
 
-def _parts(sg: Subgraph, cuts: int) -> list[Subgraph]:
-    """`sg` alone when it lowers or cannot be cut, else its parts, all lowering."""
+def _lowering_parts(sg: Subgraph, cuts: int) -> list[Subgraph] | None:
+    """[`sg`] when it lowers, else its parts when at most `cuts` cuts make each of them lower
+    (each part lowered once), else None."""
     if sg.symbolic or sg.kind not in ("gemm", "reduction", "pointwise"):
-        return [sg]
+        return None
     try:
         lower(sg)
         return [sg]
     except MapConflict as e:
-        if cuts == 0 or e.cut is None:
-            return [sg]
-        halves = split_at(sg, e.cut)
+        halves = split_at(sg, e.cut) if cuts and e.cut is not None else None
         if halves is None:
-            return [sg]
-        parts = [p for half in halves for p in _parts(half, cuts - 1)]
-        if len(parts) - 1 > cuts or not all(_lowers(p) for p in parts):
-            return [sg]
-        return parts
+            return None
+        parts: list[Subgraph] = []
+        for half in halves:
+            got = _lowering_parts(half, cuts - 1)
+            if got is None:
+                return None
+            parts += got
+        return parts if len(parts) - 1 <= cuts else None
     except Unsupported:
-        return [sg]
+        return None
     except Exception:  # a lowering bug: the subgraph stays whole, as the search would leave it
         log.exception("kernelpro: lowering %s %s failed", sg.graph, sg.pattern)
-        return [sg]
-
-
-def _lowers(sg: Subgraph) -> bool:
-    try:
-        lower(sg)
-    except Exception:  # Unsupported, or a bug `_parts` logs when it meets the part itself
-        return False
-    return True
+        return None
