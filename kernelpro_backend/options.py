@@ -155,6 +155,9 @@ class Options:
     # Replay the compiled graphs as CUDA graphs (Inductor's cudagraph trees, as
     # mode="reduce-overhead"), for host-bound steps (README's option table). Off by default.
     cuda_graphs: bool = False
+    # Judge every compiled graph that installs kernels in context: its first calls take turns
+    # with and without them, and they stay only if the graph is faster with them (judged.py).
+    in_context: bool = True
     # Show a progress bar during searches.
     progress: bool = True
 
@@ -259,6 +262,7 @@ def _resolved_type(name: str) -> Any:
         "rewrite_attention": bool,
         "rewrite_linear_cross_entropy": bool,
         "cuda_graphs": bool,
+        "in_context": bool,
         "require_signed_bundles": bool,
         "cache_dir": (str, type(None)),
         "llm_model": (str, type(None)),
