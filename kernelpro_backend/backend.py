@@ -108,6 +108,7 @@ class CompileSession:
 
         def note(verdict: Any) -> None:
             report.in_context = "kept" if verdict.keep else "dropped"
+            report.verdict = verdict.record()
 
         key = graph_key(untouched.code, inputs, report.replaced)
         judging = Judging(
@@ -116,6 +117,7 @@ class CompileSession:
         report.in_context = "judging" if judging.known is None else (
             "kept" if judging.known.get("keep", True) else "dropped"
         )  # fmt: skip
+        report.verdict = judging.known
         return judging
 
 
@@ -192,17 +194,17 @@ def _compile_beside(compile_graph: Callable[[], Any]) -> Any:
     through the tracing context, which takes one report. The first stays; the second must match
     it, or the two graphs cannot stand in for each other."""
     context = torch._guards.TracingContext.try_get()
-    strides = getattr(context, "output_strides", None)
-    first = list(strides) if strides is not None else None
-    if strides is not None:
-        strides.clear()
+    strides: list[Any] | None = getattr(context, "output_strides", None)
+    if strides is None:
+        return compile_graph()
+    first = list(strides)
+    strides.clear()
     try:
         compiled = compile_graph()
-        if first is not None and list(strides) != first:
+        if strides != first:
             raise RuntimeError(f"output strides {list(strides)} against {first}")
     finally:
-        if strides is not None:
-            strides[:] = first
+        strides[:] = first
     return compiled
 
 

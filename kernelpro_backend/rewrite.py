@@ -44,6 +44,9 @@ class RewriteReport:
     # The in-context verdict on the graph with its kernels (judged.py): "" (none made),
     # "judging" (its first calls take turns), "kept" or "dropped".
     in_context: str = ""
+    verdict: dict[str, Any] | None = None  # its figures (judged.Verdict.record)
+    # kernel id -> (its ms, the fallback's ms) as its search timed them alone, where known
+    isolated: dict[str, tuple[float, float]] = dataclasses.field(default_factory=dict)
 
 
 def kernel_id(subgraph: Subgraph, kernel_name: str) -> str:
@@ -236,6 +239,10 @@ def rewrite_graph(
         if kernel is None:
             continue
         kid = kernel_id(sg, kernel.name)
+        alone = getattr(provider, "isolated_ms", None)
+        figures = alone(sg) if alone is not None else None
+        if figures is not None:
+            report.isolated[kid] = figures
         KERNELS.register(
             kid,
             RegisteredKernel(kernel=kernel, outputs=sg.output_meta, device_type=sg.device.type),

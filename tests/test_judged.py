@@ -129,6 +129,9 @@ class Scaled:
 
         return CallableKernel("counted", run)
 
+    def isolated_ms(self, subgraph):
+        return (0.5, 1.0)
+
 
 class Model(torch.nn.Module):
     def forward(self, x):
@@ -159,6 +162,8 @@ def test_compile_judges_and_later_compiles_reuse_the_verdict(tmp_path, kernel_ms
             torch.testing.assert_close(compiled(x), expected)
     [report] = [r for s in sessions for r in s.reports if r.replaced]
     assert report.in_context == ("kept" if kept else "dropped")
+    assert report.verdict is not None and report.verdict["keep"] is kept
+    assert set(report.isolated.values()) == {(0.5, 1.0)}
     recorded = [v for k, v in context._load().items() if k.startswith("judged:")]
     assert len(recorded) == 1 and recorded[0]["keep"] is kept
     before = provider.calls

@@ -46,6 +46,9 @@ class ModeResult:
     # step mean the host sets its time, and a GPU-side gain shows only in part.
     launch_ms: float | None = None
     launched_step_ms: float | None = None
+    # kernelpro: each compiled graph that got kernels, with its in-context verdict and each
+    # kernel's isolated figures (bench/runner.graph_verdicts): where a regret comes from
+    graphs: list[dict[str, Any]] = dataclasses.field(default_factory=list)
 
 
 def mode_from_dict(d: dict[str, Any]) -> ModeResult:

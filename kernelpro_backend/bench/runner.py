@@ -228,6 +228,23 @@ def kernels_used(sessions: list[Any] | None) -> str:
     return text + (f", {dropped} dropped in context" if dropped else "")
 
 
+def graph_verdicts(sessions: list[Any] | None) -> list[dict[str, Any]]:
+    """Each graph kernelpro compiled with kernels: its kind, in-context verdict and figures
+    (judged.py), and each kernel's isolated figures (ms alone, the fallback's ms alone)."""
+    return [
+        {
+            "graph": r.graph,
+            "kernels": len(r.replaced),
+            "in_context": r.in_context,
+            "verdict": r.verdict,
+            "isolated": {kid: list(ms) for kid, ms in r.isolated.items()},
+        }
+        for s in sessions or ()
+        for r in s.reports
+        if r.replaced
+    ]
+
+
 def settle_verdicts(step: Callable[[], None], sessions: list[Any] | None) -> int:
     """Run `step` until every graph kernelpro compiled has its in-context verdict (its first
     calls take turns with and without its kernels, judged.py), so timed rounds see the chosen
@@ -285,6 +302,7 @@ def run_workload(workload: Workload, config: RunConfig) -> WorkloadResult:
             compile_s=compile_s,
             kernels=kernels_used(sessions),
             rewrites=rewrites_made(sessions),
+            graphs=graph_verdicts(sessions),
         )
         if mode.name == EAGER:
             reference = tensors

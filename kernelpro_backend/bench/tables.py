@@ -106,6 +106,43 @@ def rewrite_lines(report: BenchReport) -> list[str]:
     ]
 
 
+# A kernelpro step this much slower than Inductor's is listed as a regret.
+REGRET = 0.02
+
+
+def _graph_line(graph: dict[str, Any]) -> str:
+    verdict = graph.get("verdict") or {}
+    line = f"{graph['graph']} graph, {graph['kernels']} kernel(s): in context "
+    if verdict:
+        line += (
+            f"{verdict.get('with_ms')} ms with them, {verdict.get('without_ms')} without "
+            f"({graph['in_context']}, faster in {verdict.get('wins')}/{verdict.get('rounds')})"
+        )
+    else:
+        line += graph.get("in_context") or "not judged"
+    alone = [f"{a:.4g} vs {b:.4g}" for a, b in graph.get("isolated", {}).values()]
+    return line + (f"; alone (kernel vs fallback ms): {', '.join(alone)}" if alone else "")
+
+
+def regret_lines(report: BenchReport) -> list[str]:
+    """Every workload where a kernelpro mode is slower than Inductor beyond REGRET, or where
+    an in-context verdict dropped kernels: each graph with kernels, its in-context figures and
+    its kernels' isolated ones (what won alone, and what the whole graph made of it)."""
+    out = []
+    for w in report.workloads:
+        inductor = next((m.median_ms for m in w.modes if m.mode == INDUCTOR), None)
+        for m in w.modes:
+            if not m.graphs or m.median_ms is None:
+                continue
+            slower = inductor is not None and m.median_ms > inductor * (1 + REGRET)
+            if not slower and all(g.get("in_context") != "dropped" for g in m.graphs):
+                continue
+            ratio = f"{inductor / m.median_ms:.2f}x Inductor" if inductor else "no Inductor"
+            out.append(f"{w.workload} / {m.mode}: {ratio}{' (slower)' if slower else ''}")
+            out += ["  " + _graph_line(g) for g in m.graphs]
+    return out
+
+
 def problems(report: BenchReport) -> list[str]:
     """One line per mode that failed or differs from eager, with what went wrong."""
     return [
@@ -136,6 +173,10 @@ def format_console(report: BenchReport) -> str:
     made = rewrite_lines(report)
     if made:
         out += ["", "torch-level rewrites:", *("  " + line for line in made)]
+    regrets = regret_lines(report)
+    if regrets:
+        out += ["", "in context (slower than Inductor, or kernels dropped):"]
+        out += ["  " + line for line in regrets]
     issues = problems(report)
     if issues:
         out += ["", "not ok:", *("  " + line for line in issues)]
@@ -169,6 +210,10 @@ def format_markdown(report: BenchReport) -> str:
     made = rewrite_lines(report)
     if made:
         out += ["", "## Torch-level rewrites", ""] + [f"- {_md_cell(line)}" for line in made]
+    regrets = regret_lines(report)
+    if regrets:
+        out += ["", "in context (slower than Inductor, or kernels dropped):"]
+        out += ["  " + line for line in regrets]
     issues = problems(report)
     if issues:
         out += ["", "## Not ok", ""] + [f"- {_md_cell(line)}" for line in issues]

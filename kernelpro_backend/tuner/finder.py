@@ -185,6 +185,15 @@ class KernelFinder:
             self.record_miss(key, subgraph, skipped)
         return artifact
 
+    def isolated_ms(self, subgraph: Subgraph) -> tuple[float, float] | None:
+        """(the kernel's ms, the fallback's) as its search measured them alone, in a worker, for
+        the artifact this finder serves `subgraph` (None when it has no such figures)."""
+        artifact = self._artifacts.get(self.cache.key_for(subgraph.key).digest)
+        if artifact is None or artifact.kernel_ms is None:
+            return None
+        fallback = artifact.baselines_ms.get(self.options.fallback)
+        return None if fallback is None else (artifact.kernel_ms, fallback)
+
     def use(
         self, subgraph: Subgraph, artifact: KernelArtifact | None, behind_op: bool = False
     ) -> Kernel | None:

@@ -125,3 +125,35 @@ def test_the_rewrites_each_kernelpro_mode_was_compiled_with_are_listed_and_kept(
     back = WorkloadResult.from_dict(json.loads(json.dumps(w.to_dict())))
     assert back.mode("kernelpro").rewrites == "attention 4, linear_cross_entropy 1"
     assert back.mode("inductor").rewrites == ""
+
+
+def test_regret_lists_slower_workloads_and_dropped_kernels_with_both_figures():
+    dropped = {
+        "graph": "inference",
+        "kernels": 1,
+        "in_context": "dropped",
+        "verdict": {"keep": False, "with_ms": 2.1, "without_ms": 2.0, "wins": 1, "rounds": 8},
+        "isolated": {"abc/k": [0.5, 0.8]},
+    }
+    kept = {**dropped, "in_context": "kept", "verdict": {**dropped["verdict"], "keep": True}}
+
+    def workload(name, kernelpro_ms, graphs):
+        modes = [
+            ModeResult("inductor", "ok", median_ms=1.0),
+            ModeResult("kernelpro", "ok", median_ms=kernelpro_ms, graphs=graphs),
+        ]
+        return WorkloadResult(name, "inference", "float32", "full", "kb", modes)
+
+    report = BenchReport(
+        "cuda", "H100", {}, "full", ["inductor", "kernelpro"], {},
+        [workload("slower", 1.05, [kept]), workload("dropped", 1.0, [dropped]),
+         workload("fine", 0.9, [kept]), workload("noise", 1.01, [kept])],
+    )  # fmt: skip
+    lines = tables.regret_lines(report)
+    assert lines[0] == "slower / kernelpro: 0.95x Inductor (slower)"
+    assert "in context 2.1 ms with them, 2.0 without (kept, faster in 1/8)" in lines[1]
+    assert "alone (kernel vs fallback ms): 0.5 vs 0.8" in lines[1]
+    assert lines[2] == "dropped / kernelpro: 1.00x Inductor"
+    assert "(dropped," in lines[3]
+    assert len(lines) == 4  # "fine" and "noise" (within REGRET) are not listed
+    assert "in context (slower than Inductor, or kernels dropped):" in tables.format_console(report)
