@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
+import json
 import os
 import sys
 import threading
@@ -162,6 +163,7 @@ def main() -> int:
             file=sys.stderr,
         )
         tables.write_json(report, out / "bench.json")
+    (out / "problems.json").write_text(json.dumps(tables.per_problem(report), indent=1) + "\n")
     finish(report, out, left, args.budget_s)
     print(f"[gpu_bench] total {time.perf_counter() - start:.0f}s", file=sys.stderr)
     return 0
@@ -203,6 +205,7 @@ def precompiled(
 def finish(report: BenchReport, out: Path, left: list[str], budget_s: float) -> None:
     """Write bench.json, bench.md, bench.txt and the plots; print the table."""
     tables.write_json(report, out / "bench.json")
+    (out / "problems.json").write_text(json.dumps(tables.per_problem(report), indent=1) + "\n")
     tables.write_markdown(report, out / "bench.md")
     _, plot_message = write_plots(report, out)
     text = tables.format_console(report)

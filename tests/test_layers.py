@@ -47,6 +47,7 @@ RANKS = {
     "rewrite": 5,
     "tuner": 6,  # the per-subgraph policy; composes cache, search, runtime
     "guarded": 6.5,  # a compiled graph called while the input values it relied on hold
+    "judged": 1,  # a compiled graph served with or without its kernels by their in-context verdict
     "backend": 7,
     "explain": 8,
     "incontext_steps": 7.4,  # compiling and timing variants of a step (alone or in turns)

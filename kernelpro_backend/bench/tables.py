@@ -143,6 +143,22 @@ def regret_lines(report: BenchReport) -> list[str]:
     return out
 
 
+def per_problem(report: BenchReport) -> dict[str, dict[str, Any]]:
+    """{workload: {"eager_ms", "inductor_ms", "kernelpro_ms", "ok", "kernels"}}: one line of
+    a run per problem, the form KernelBench runs are committed in (docs/gpu_runs/)."""
+    out = {}
+    for w in report.workloads:
+        ms = {m.mode: m for m in w.modes}
+        kernelpro = ms.get("kernelpro")
+        out[w.workload] = {
+            f"{mode}_ms": ms[mode].median_ms if mode in ms else None
+            for mode in ("eager", "inductor", "kernelpro")
+        }
+        out[w.workload]["ok"] = all(m.status == "ok" for m in w.modes)
+        out[w.workload]["kernels"] = kernelpro.kernels if kernelpro is not None else ""
+    return out
+
+
 def problems(report: BenchReport) -> list[str]:
     """One line per mode that failed or differs from eager, with what went wrong."""
     return [

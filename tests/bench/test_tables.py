@@ -157,3 +157,16 @@ def test_regret_lists_slower_workloads_and_dropped_kernels_with_both_figures():
     assert "(dropped," in lines[3]
     assert len(lines) == 4  # "fine" and "noise" (within REGRET) are not listed
     assert "in context (slower than Inductor, or kernels dropped):" in tables.format_console(report)
+
+
+def test_per_problem_is_the_committed_form():
+    rows = tables.per_problem(_report())
+    assert rows == {
+        "softmax": {
+            "eager_ms": 2.0,
+            "inductor_ms": 1.0,
+            "kernelpro_ms": 0.5,
+            "ok": False,  # kernelpro's output was wrong
+            "kernels": "",
+        }
+    }
