@@ -32,6 +32,7 @@ from .fx_passes.linear_ce_rewrite import drop_autograd_kernel, rewrite_linear_cr
 from .fx_passes.patterns import check_pattern_names
 from .fx_passes.torch_level import input_name
 from .guarded import ValueGuarded
+from .judged import Clock, Judging, default_clock, graph_key
 from .options import Options
 from .providers import KernelProvider
 from .rewrite import RewriteReport, SubgraphObserver, rewrite_graph
@@ -66,10 +67,12 @@ class CompileSession:
         options: Options,
         provider: KernelProvider,
         observer: SubgraphObserver | None = None,
+        clock: Clock | None = None,
     ) -> None:
         self.options = options
         self.provider = provider
         self.observer = observer
+        self.clock = clock  # times the in-context verdicts (None: CUDA events on CUDA graphs)
         self.reports: list[RewriteReport] = []
         self.fingerprint = ""  # the dynamo graph's (graph_fingerprint), before any rewrite
         self.rewrites: dict[str, int] = {}  # torch-level rewrites made: name -> chains
@@ -93,6 +96,27 @@ class CompileSession:
         )
         self.reports.append(report)
         return report
+
+    def judging(
+        self, untouched: fx.GraphModule, inputs: Sequence[Any], report: RewriteReport
+    ) -> Judging | None:
+        """The in-context verdict for a graph whose rewrite installed kernels (judged.py), or
+        None where none is made (the option is off, or the graph is not on a CUDA device)."""
+        clock = self.clock or default_clock(inputs)
+        if not self.options.in_context or clock is None:
+            return None
+
+        def note(verdict: Any) -> None:
+            report.in_context = "kept" if verdict.keep else "dropped"
+
+        key = graph_key(untouched.code, inputs, report.replaced)
+        judging = Judging(
+            key, report.replaced, _verdict_store(self.provider), clock, report.graph, note
+        )
+        report.in_context = "judging" if judging.known is None else (
+            "kept" if judging.known.get("keep", True) else "dropped"
+        )  # fmt: skip
+        return judging
 
 
 def _copy_graph(gm: fx.GraphModule) -> fx.GraphModule:
@@ -125,8 +149,17 @@ def _compile_inductor(
         report = session.rewrite(graph, kind)
         if not report.replaced:
             return compile_fx_inner(graph, inputs, **kwargs)
+        judging = session.judging(untouched, inputs, report)
+        if judging is not None and judging.runs_without():
+            return compile_fx_inner(untouched, inputs, **kwargs)
         try:
-            return compile_fx_inner(graph, inputs, **kwargs)
+            compiled = compile_fx_inner(graph, inputs, **kwargs)
+            if judging is None:
+                return compiled
+            return judging.wrap(
+                compiled,
+                lambda: _compile_beside(lambda: compile_fx_inner(untouched, inputs, **kwargs)),
+            )
         except Exception as e:
             # A bug to report, with this log: the user's compile goes on without it.
             session.reports.remove(report)
@@ -153,6 +186,26 @@ def _compile_inductor(
         )
 
 
+def _compile_beside(compile_graph: Callable[[], Any]) -> Any:
+    """A second compile of one graph in one AOTAutograd call (the fallback's own graph, to judge
+    the kernels' in context): Inductor reports each compile's output strides to AOTAutograd
+    through the tracing context, which takes one report. The first stays; the second must match
+    it, or the two graphs cannot stand in for each other."""
+    context = torch._guards.TracingContext.try_get()
+    strides = getattr(context, "output_strides", None)
+    first = list(strides) if strides is not None else None
+    if strides is not None:
+        strides.clear()
+    try:
+        compiled = compile_graph()
+        if first is not None and list(strides) != first:
+            raise RuntimeError(f"output strides {list(strides)} against {first}")
+    finally:
+        if strides is not None:
+            strides[:] = first
+    return compiled
+
+
 def _warn_compile_failed(kind: str, report: RewriteReport, error: Exception) -> None:
     how = "inlined" if report.inlined else "behind kernelpro::launch"
     then = "retrying with them behind kernelpro::launch" if report.inlined else (
@@ -177,8 +230,16 @@ def _compile_eager(
 
     def inner_compile(graph: fx.GraphModule, inputs: Sequence[Any], **kwargs: Any) -> Any:
         drop_autograd_kernel(graph)
-        session.rewrite(graph, _graph_kind(kwargs))
-        return make_boxed_func(graph.forward)
+        untouched = _copy_graph(graph)
+        report = session.rewrite(graph, _graph_kind(kwargs))
+        judging = session.judging(untouched, inputs, report) if report.replaced else None
+        if judging is None:
+            return make_boxed_func(graph.forward)
+        if judging.runs_without():
+            return make_boxed_func(untouched.forward)
+        return judging.wrap(
+            make_boxed_func(graph.forward), lambda: make_boxed_func(untouched.forward)
+        )
 
     # Inductor's front half — its pre-grad and joint-graph passes, decompositions and
     # partitioner — then the graphs run as ATen ops, so both fallbacks see the same subgraphs
@@ -202,16 +263,22 @@ def graph_fingerprint(gm: fx.GraphModule, example_inputs: Sequence[Any]) -> str:
     return hashlib.sha256(f"{gm.code}\n{metas}".encode()).hexdigest()[:32]
 
 
-def _context_verdicts(opts: Options, provider: Any, fingerprint: str) -> dict[str, Any]:
-    """The torch-level rewrites a warm-up measured slower on this very graph, as the options
-    that turn them off (cache/context.py); {} when none, or no cache to ask."""
+def _verdict_store(provider: Any) -> Any:
+    """The cache's in-context verdicts (cache/context.py) behind `provider`, or None."""
     cache = getattr(provider, "cache", None) or getattr(
         getattr(provider, "inner", None), "cache", None
     )
-    if cache is None or opts.search == "off":
+    return getattr(cache, "context", None)
+
+
+def _context_verdicts(opts: Options, provider: Any, fingerprint: str) -> dict[str, Any]:
+    """The torch-level rewrites a warm-up measured slower on this very graph, as the options
+    that turn them off (cache/context.py); {} when none, or no cache to ask."""
+    store = _verdict_store(provider)
+    if store is None or opts.search == "off":
         return {}
     try:
-        off = cache.context.graph_options(fingerprint)
+        off = store.graph_options(fingerprint)
     except OSError as e:
         log.warning("kernelpro: the warm-up's verdicts could not be read (%s); none applied", e)
         return {}
@@ -224,9 +291,11 @@ def make_backend(
     provider: KernelProvider | ProviderFactory | None = None,
     observer: SubgraphObserver | None = None,
     sessions: list[CompileSession] | None = None,
+    clock: Clock | None = None,
 ) -> Callable[..., Any]:
     """A backend callable with a given kernel provider (tests, explain, custom setups).
-    `sessions`, if given, collects each compile's session (what was replaced)."""
+    `sessions`, if given, collects each compile's session (what was replaced); `clock`, if
+    given, times the in-context verdicts on any device (tests)."""
 
     def backend(
         gm: fx.GraphModule,
@@ -242,7 +311,7 @@ def make_backend(
         fingerprint = graph_fingerprint(gm, example_inputs)
         verdicts = _context_verdicts(opts, chosen, fingerprint)
         opts = dataclasses.replace(opts, **verdicts) if verdicts else opts
-        session = CompileSession(opts, chosen, observer)
+        session = CompileSession(opts, chosen, observer, clock)
         session.fingerprint, session.turned_off = fingerprint, verdicts
         # The torch-level fusions, before AOTAutograd; search="off" is the fallback alone.
         rewrites = opts.search != "off" and (
@@ -275,7 +344,7 @@ def make_backend(
             )  # fmt: skip
             gm.graph = original
             gm.recompile()
-            retry = CompileSession(opts, chosen, observer)
+            retry = CompileSession(opts, chosen, observer, clock)
             retry.fingerprint, retry.turned_off = fingerprint, verdicts
             retry.rewrites = {name: 0 for name in session.rewrites}
             retry.rewrite_error = f"{type(e).__name__}: {first}"
@@ -331,7 +400,7 @@ def _value_guarded(
 
     def recompile() -> Callable[..., Any]:
         plain = fx.GraphModule(gm, fresh)
-        session = CompileSession(first.options, first.provider, first.observer)
+        session = CompileSession(first.options, first.provider, first.observer, first.clock)
         session.fingerprint = first.fingerprint
         session.rewrites.update(torch_rewrites(plain, first.options))
         return _compile(session, plain, example_inputs, mode)

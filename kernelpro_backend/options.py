@@ -157,6 +157,9 @@ class Options:
     # Replay the compiled graphs as CUDA graphs (Inductor's cudagraph trees, as
     # mode="reduce-overhead"), for host-bound steps (README's option table). Off by default.
     cuda_graphs: bool = False
+    # Judge every compiled graph that installs kernels in context: its first calls take turns
+    # with and without them, and they stay only if the graph is faster with them (judged.py).
+    in_context: bool = True
     # Show a progress bar during searches.
     progress: bool = True
 
@@ -177,8 +180,7 @@ class Options:
         names = cls.field_names()
         _warn_unknown_variables(environ, names)
         for name in names:
-            raw = environ.get(ENV_PREFIX + name.upper())
-            if raw is not None and raw != "":
+            if raw := environ.get(ENV_PREFIX + name.upper()):
                 values[name] = _parse(name, raw, source=ENV_PREFIX + name.upper())
         for name, value in (options or {}).items():
             if name not in names:
@@ -259,8 +261,7 @@ def _parse(name: str, raw: str, source: str) -> Any:
     return _coerce(name, raw, source)
 
 
-# Numbers that may be 0: no minimum gain; no CUTLASS builds (and no CUTLASS candidates).
-_ZERO_ALLOWED = ("min_gain_us", "cutlass_jobs")
+_ZERO_ALLOWED = ("min_gain_us", "cutlass_jobs")  # no minimum gain; no CUTLASS builds
 
 
 def _coerce(name: str, value: Any, source: str) -> Any:
@@ -297,8 +298,7 @@ def _coerce(name: str, value: Any, source: str) -> Any:
     return value
 
 
-# Upper bounds (README's option table): past them a value is a slip (milliseconds typed for
-# seconds, a count typed twice) that would start that many processes or hold a search for days.
+# Upper bounds (README's option table): past them a value is a slip (ms typed for s, a typo).
 _MAXIMA = {
     "max_trials": (10_000, "156 times the default 64; budget_s ends a search sooner"),
     "budget_s": (86_400, "a day of search per subgraph"),

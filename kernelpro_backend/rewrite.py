@@ -41,6 +41,9 @@ class RewriteReport:
     inlined: list[str] = dataclasses.field(default_factory=list)  # kernel ids traced in
     symbolic: int = 0  # subgraphs with symbolic sizes left to the fallback
     dispatched: list[str] = dataclasses.field(default_factory=list)  # behind a dispatcher
+    # The in-context verdict on the graph with its kernels (judged.py): "" (none made),
+    # "judging" (its first calls take turns), "kept" or "dropped".
+    in_context: str = ""
 
 
 def kernel_id(subgraph: Subgraph, kernel_name: str) -> str:

@@ -71,6 +71,8 @@ def warmup_options(options: dict[str, Any] | None, budget_s: float | None) -> di
     """A warm-up's backend options: `options` with search on a miss and the budget."""
     opts = dict(options or {})
     opts.setdefault("search", "on-miss")
+    # The warm-up judges its kernels in the whole step (incontext.py), not graph by graph.
+    opts["in_context"] = False
     if budget_s is not None:
         opts["budget_s"] = budget_s
     return opts

@@ -12,7 +12,7 @@ image); prints the table last. Modes run in the order --modes gives (eager first
 slowest compile last. $OUT/workloads.jsonl gets a line as each workload finishes, its final
 result (`kernelpro bench --merge` turns those of a cut run into a table).
 --precompile-limit-s compiles max-autotune (or the --precompile modes) of each workload in a
-child process first (scripts/precompile.py): a compile that outlives the limit costs that mode
+child process first (bench/precompile.py): a compile that outlives the limit costs that mode
 of that workload only, where --mode-limit-s ends the run.
 """
 
@@ -32,11 +32,11 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from precompile import precompile  # noqa: E402
 
 from kernelpro_backend.bench import tables  # noqa: E402
 from kernelpro_backend.bench.modes import ALL_MODES, MAX_AUTOTUNE, make_modes  # noqa: E402
 from kernelpro_backend.bench.plots import write_plots  # noqa: E402
+from kernelpro_backend.bench.precompile import precompile  # noqa: E402
 from kernelpro_backend.bench.problems import load_problem, problem_files  # noqa: E402
 from kernelpro_backend.bench.results import (  # noqa: E402
     FAILED,
@@ -171,7 +171,7 @@ def precompiled(
     config: RunConfig, name: str, args: argparse.Namespace, finished: Path
 ) -> RunConfig:
     """`config` for workload `name` after its --precompile modes compiled in a child process
-    (scripts/precompile.py: Inductor's caches filled, so the compile here is quick; the child's
+    (bench/precompile.py: Inductor's caches filled, so the compile here is quick; the child's
     seconds are added to the mode's compile time); a mode whose child ran out of time or
     failed is left out of this workload only, and recorded."""
     child_s: dict[str, float] = {}

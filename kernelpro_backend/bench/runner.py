@@ -24,6 +24,7 @@ from typing import Any
 
 import torch
 
+from ..judged import ROUNDS, WARMUP
 from ..runtime.timing import launch_timing, summarize
 from .compare import compare, named_tensors, needs_fp64
 from .modes import EAGER, KERNELPRO, Mode
@@ -41,6 +42,10 @@ from .timing import steady_ms, step_timing, time_first_call
 from .workload import Workload
 
 log = logging.getLogger("kernelpro.bench")
+
+# Steps that settle every in-context verdict: each graph's turns, and one more for a graph
+# first compiled in the second step (a backward compiled lazily).
+SETTLE_STEPS = 2 * (WARMUP + ROUNDS) + 2
 
 SolFn = Callable[[Workload], "float | None"]
 SubgraphFn = Callable[[Workload], "list[SubgraphPoint]"]
@@ -212,11 +217,28 @@ def _unwatched(workload: Workload, mode: str) -> AbstractContextManager[object]:
 
 def kernels_used(sessions: list[Any] | None) -> str:
     """ "used/found": subgraphs that run a kernelpro kernel, of those the backend cut ("" when
-    not kernelpro). A graph Inductor could not compile with our kernels is not counted."""
+    not kernelpro). A graph Inductor could not compile with our kernels is not counted, nor one
+    whose in-context verdict dropped them (then ", N dropped in context" follows)."""
     if sessions is None:
         return ""
     reports = [r for s in sessions for r in s.reports]
-    return f"{sum(len(r.replaced) for r in reports)}/{sum(r.subgraphs for r in reports)}"
+    used = sum(len(r.replaced) for r in reports if r.in_context != "dropped")
+    dropped = sum(len(r.replaced) for r in reports if r.in_context == "dropped")
+    text = f"{used}/{sum(r.subgraphs for r in reports)}"
+    return text + (f", {dropped} dropped in context" if dropped else "")
+
+
+def settle_verdicts(step: Callable[[], None], sessions: list[Any] | None) -> int:
+    """Run `step` until every graph kernelpro compiled has its in-context verdict (its first
+    calls take turns with and without its kernels, judged.py), so timed rounds see the chosen
+    variant; returns the steps run (at most SETTLE_STEPS)."""
+    runs = 0
+    while runs < SETTLE_STEPS and any(
+        r.in_context == "judging" for s in sessions or () for r in s.reports
+    ):
+        step()
+        runs += 1
+    return runs
 
 
 def rewrites_made(sessions: list[Any] | None) -> str:
@@ -256,6 +278,7 @@ def run_workload(workload: Workload, config: RunConfig) -> WorkloadResult:
             results.append(ModeResult(mode.name, FAILED, message=message))
             config.progress(f"[bench] {workload.name}: {mode.name} FAILED: {message[:200]}")
             continue
+        settle_verdicts(step, sessions)
         result = ModeResult(
             mode.name,
             OK,

@@ -13,7 +13,8 @@ GPT-2 small with 48 such kernels ran 0.95x Inductor, BENCHMARKS.md).
 
 Owns: `context.json` in the cache directory ({digest: record} for kernels, lost or held, and
 {"graph:<fingerprint>": {"options": ...}} for the torch-level rewrites a warm-up measured
-slower on one whole graph), read once per process and rewritten whole with paths.atomic_write.
+slower on one whole graph, {"judged:<key>": {"keep": ...}} for a compile's own verdict on a
+graph with its kernels, judged.py), read once per process and rewritten whole with paths.atomic_write.
 Must not: time anything or decide what lost (incontext.py does).
 """
 
@@ -153,6 +154,16 @@ class ContextVerdicts:
         for fingerprint, options, record in verdicts:
             records[f"graph:{fingerprint}"] = {"options": options, **record, "time": now}
         self._save(records)
+
+    # Compiles' own in-context verdicts (judged.py): {"judged:<graph key>": {"keep": ...}}.
+    def judged(self, key: str) -> dict[str, Any] | None:
+        """The verdict a compile recorded for the graph-with-kernels `key`, or None."""
+        record = self._load().get(f"judged:{key}")
+        return record if isinstance(record, dict) and "keep" in record else None
+
+    def set_judged(self, key: str, record: dict[str, Any]) -> None:
+        """Record (and write at once) a compile's verdict on the graph-with-kernels `key`."""
+        self._write(f"judged:{key}", record)
 
     def _write(self, name: str, record: dict[str, Any]) -> None:
         records = self._load()

@@ -210,10 +210,15 @@ def device_capability(device: torch.device) -> str:
     return device.type
 
 
-def precision_policy(option: str) -> str:
-    """The float32 matmul mode in force: the option if forced, else PyTorch's own setting."""
+def precision_policy(option: str, conv: bool = False) -> str:
+    """The float32 mode in force: the option if forced, else PyTorch's own setting: for a
+    convolution's subgraph cuDNN's (`torch.backends.cudnn.allow_tf32`, on by default), for any
+    other the float32 matmul precision. Inductor and eager run a user's float32 convolutions in
+    TF32 by default; a worker that timed them in IEEE float32 timed what the graph never runs."""
     if option != "auto":
         return option
+    if conv:
+        return "tf32" if torch.backends.cudnn.allow_tf32 else "ieee"
     if torch.get_float32_matmul_precision() == "highest":
         return "ieee"
     return "tf32"

@@ -281,5 +281,7 @@ def find_subgraphs(
     gm: fx.GraphModule, graph_kind: str, precision_option: str = "auto"
 ) -> list[Subgraph]:
     """Partition an aten graph (from AOTAutograd) into subgraphs, in graph order."""
-    precision = precision_policy(precision_option)
-    return [subgraph_of_group(g, graph_kind, precision) for g in partition(gm.graph)]
+    return [
+        subgraph_of_group(g, graph_kind, precision_policy(precision_option, conv=g.kind == "conv"))
+        for g in partition(gm.graph)
+    ]

@@ -11,6 +11,8 @@ import dataclasses
 import pickle
 from typing import Any
 
+import torch
+
 from ..profilers.ceilings import Ceilings
 from ..profilers.speed_of_light import SpeedOfLight, Work
 from .candidate import BaselineCandidate, Candidate, as_candidate
@@ -27,6 +29,9 @@ class Job:
     output_meta: tuple[TensorMeta, ...]
     int_ranges: tuple[tuple[int, int, int], ...] = ()  # (input index, low, high)
     precision: str = "ieee"  # float32 matmul policy: ieee | tf32 | tf32x3
+    # cuDNN's algorithm search in the user's process (torch.backends.cudnn.benchmark), for
+    # baselines run as the graph runs them
+    cudnn_benchmark: bool = False
     device: str = "cpu"
     trials: int = 3  # fresh random input sets the candidate must match the reference on
     seed: int = 0
@@ -75,6 +80,7 @@ class Job:
             output_meta=tuple(subgraph.output_meta),
             int_ranges=tuple(sorted((i, r.low, r.high) for i, r in subgraph.int_ranges.items())),
             precision=subgraph.precision,
+            cudnn_benchmark=torch.backends.cudnn.benchmark,
             device=str(subgraph.device),
             trials=trials,
             seed=seed,

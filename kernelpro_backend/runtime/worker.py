@@ -146,7 +146,7 @@ def _evaluate(job: Job, state: WorkerState, phases: Phases, gpu_lock: Any) -> Ev
     if device.type == "cuda" and device.index is not None:  # bare "cuda" is the current one
         torch.cuda.set_device(device)
     reference = pickle.loads(job.reference)
-    with precision_mode(job.precision):
+    with precision_mode(job.precision, job.cudnn_benchmark):
         try:
             with phases("load"):
                 kernel = load_kernel(

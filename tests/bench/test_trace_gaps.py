@@ -1,19 +1,11 @@
-"""scripts/trace_gaps.py on a small chrome trace: the GPU's idle gaps between kernels, which
+"""bench/trace_gaps.py on a small chrome trace: the GPU's idle gaps between kernels, which
 host op launched the kernel after each, and whether the host launched it late."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
-from pathlib import Path
 
-
-def _module():  # type: ignore[no-untyped-def]
-    path = Path(__file__).resolve().parents[2] / "scripts" / "trace_gaps.py"
-    spec = importlib.util.spec_from_file_location("trace_gaps", path)
-    module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
-    spec.loader.exec_module(module)  # type: ignore[union-attr]
-    return module
+from kernelpro_backend.bench import trace_gaps
 
 
 def _x(cat: str, name: str, ts: float, dur: float, corr: int | None = None) -> dict:
@@ -38,7 +30,7 @@ def test_gaps_name_the_late_launch_and_its_host_op(tmp_path, capsys) -> None:
     ]
     trace = tmp_path / "trace.json"
     trace.write_text(json.dumps({"traceEvents": events}))
-    module = _module()
+    module = trace_gaps
     rows, summary = module.gaps(str(trace), min_us=5.0)
     assert summary["kernels"] == 3 and summary["gpu_busy_us"] == 510
     assert summary["idle_inside_us"] == 108 and summary["host_before_first_kernel_us"] == 100

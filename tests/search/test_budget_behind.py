@@ -66,26 +66,3 @@ def test_a_search_slower_than_the_fallback_everywhere_stops_behind():
     out = optimize(FakeSubgraph(), space=space, measurer=measurer, budget=budget, progress=False)
     assert out.stop_reason == BEHIND
     assert out.trials < 64 and out.trials_saved == 64 - out.trials
-
-
-def test_the_replay_script_compares_today_s_rules_with_the_logged_ones(tmp_path, capsys):
-    """scripts/replay_stop_rules.py on a saved trajectory: the log's own rules (no "behind")
-    ran it to trial 40; today's stop it at the end of its first full window."""
-    import importlib.util
-    import json
-    from pathlib import Path
-
-    path = Path(__file__).resolve().parents[2] / "scripts" / "replay_stop_rules.py"
-    spec = importlib.util.spec_from_file_location("replay_stop_rules", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    budget = {"max_trials": 64, "max_seconds": 30.0, "plateau_trials": 8, "plateau_eps": 0.01}
-    rewards = [math.log(0.45 + 0.0015 * i) for i in range(40)]  # +2.7% per window of 8
-    t = {"key": "k", "pattern": "addmm", "budget": budget, "rewards": rewards}
-    t |= {"elapsed_s": [0.5 * (i + 1) for i in range(40)], "ended": "plateau", "winner": "eager"}
-    assert module.replay(t, behind_gap=None) == (40, None)
-    assert module.replay(t) == (9, BEHIND)
-    saved = tmp_path / "t.json"
-    saved.write_text(json.dumps([t]))
-    assert module.main([str(saved)]) == 0
-    assert "behind 31 trials earlier (-15.5 s)" in capsys.readouterr().out

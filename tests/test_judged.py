@@ -1,0 +1,223 @@
+"""The in-context verdict on every compile that installs kernels (judged.py), with a fake clock:
+the rule, the alternation, the release of the loser, and the verdict cached by graph key."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from kernelpro_backend import make_backend
+from kernelpro_backend.cache.context import ContextVerdicts
+from kernelpro_backend.judged import (
+    KEEP_SHARE,
+    MARGIN,
+    ROUNDS,
+    WARMUP,
+    JudgedGraph,
+    decide,
+    graph_key,
+)
+from kernelpro_backend.providers import CallableKernel
+
+
+def test_decide_keeps_only_beyond_noise():
+    assert decide([1.0] * 8, [2.0] * 8).keep
+    # faster by less than the margin: the fallback keeps the graph
+    assert not decide([1.0] * 8, [1.0 + MARGIN / 2] * 8).keep
+    # a median well ahead, but faster in too few pairs
+    few = int(KEEP_SHARE * 8) - 1
+    with_ms = [1.0] * few + [3.0] * (8 - few)
+    without = [2.0] * 8
+    verdict = decide(with_ms, without)
+    assert verdict.with_median < verdict.without_median * (1 - MARGIN)
+    assert verdict.wins == few and not verdict.keep
+    # slower: dropped
+    assert not decide([2.0] * 8, [1.0] * 8).keep
+
+
+class FakeClock:
+    """Each call's time is what the variant that ran said it took; `ready` False makes reads
+    wait until the verdict's last call blocks on them."""
+
+    def __init__(self, ready: bool = True) -> None:
+        self.last = 0.0
+        self.ready = ready
+        self.waited = 0
+
+    def start(self):
+        return None
+
+    def stop(self, token):
+        return self.last
+
+    def read(self, mark):
+        return mark if self.ready else None
+
+    def wait(self, mark):
+        self.waited += 1
+        return mark
+
+
+def _variants(clock: FakeClock, with_ms: float, without_ms: float, ran: list[str]):
+    def with_kernels(args):
+        clock.last = with_ms
+        ran.append("with")
+        return "with"
+
+    def without(args):
+        clock.last = without_ms
+        ran.append("without")
+        return "without"
+
+    return with_kernels, without
+
+
+@pytest.mark.parametrize("ready", [True, False])
+def test_alternates_then_keeps_the_faster(ready):
+    clock, ran, verdicts = FakeClock(ready), [], []
+    with_kernels, without = _variants(clock, 1.0, 2.0, ran)
+    graph = JudgedGraph(with_kernels, without, clock, verdicts.append)
+    calls = 2 * (WARMUP + ROUNDS)
+    for _ in range(calls):
+        assert not graph.settled
+        graph([])
+    assert graph.settled and len(verdicts) == 1 and verdicts[0].keep
+    # warm-up calls alternate, then A-B / B-A pairs: each variant ran equally often
+    assert ran[: 2 * WARMUP] == ["with", "without"] * WARMUP
+    assert ran[2 * WARMUP : 2 * WARMUP + 4] == ["with", "without", "without", "with"]
+    assert ran.count("with") == ran.count("without") == WARMUP + ROUNDS
+    # only the last timed call blocks, on whatever the device has not reached yet
+    assert clock.waited == (2 * ROUNDS if not ready else 1)
+    ran.clear()
+    assert [graph([]) for _ in range(3)] == ["with"] * 3 and ran == ["with"] * 3
+
+
+def test_slower_kernels_are_dropped_and_released():
+    clock, ran, verdicts = FakeClock(), [], []
+    with_kernels, without = _variants(clock, 2.0, 1.0, ran)
+    graph = JudgedGraph(with_kernels, without, clock, verdicts.append)
+    for _ in range(2 * (WARMUP + ROUNDS)):
+        graph([])
+    assert not verdicts[0].keep
+    assert graph([]) == "without"
+    assert graph._variants == [None, None]  # neither variant is held beside the chosen one
+
+
+def test_graph_key_names_code_layout_and_kernels():
+    x = torch.randn(4, 6)
+    base = graph_key("code", [x], ["k1"])
+    assert base == graph_key("code", [x.clone()], ["k1"])
+    assert base != graph_key("code2", [x], ["k1"])
+    assert base != graph_key("code", [x.t().contiguous().t()], ["k1"])  # other strides
+    assert base != graph_key("code", [x], ["k2"])
+
+
+class Scaled:
+    """A provider whose kernels run each subgraph's own reference and count their calls; its
+    `cache.context` keeps verdicts on disk as the real cache does."""
+
+    def __init__(self, context: ContextVerdicts) -> None:
+        self.calls = 0
+        self.cache = type("Cache", (), {"context": context})()
+
+    def find(self, subgraph):
+        module = subgraph.module()
+
+        def run(*args):
+            self.calls += 1
+            return module(*args)
+
+        return CallableKernel("counted", run)
+
+
+class Model(torch.nn.Module):
+    def forward(self, x):
+        return torch.softmax(x * 2.0, dim=-1) + 1
+
+
+@pytest.mark.parametrize("kernel_ms, kept", [(1.0, True), (3.0, False)])
+def test_compile_judges_and_later_compiles_reuse_the_verdict(tmp_path, kernel_ms, kept):
+    """A compile judges its graph on its first calls; the verdict goes to the cache; a new
+    compile of the same graph with the same kernels compiles only the winner."""
+    context = ContextVerdicts(tmp_path / "context.json")
+    provider = Scaled(context)
+
+    class Clock(FakeClock):
+        def stop(self, token):
+            return kernel_ms if provider.calls > self.seen else 2.0
+
+        def start(self):
+            self.seen = provider.calls
+
+    x = torch.randn(8, 16)
+    expected = Model()(x)
+    sessions: list = []
+    backend = make_backend(provider=provider, sessions=sessions, clock=Clock())
+    compiled = torch.compile(Model(), backend=backend, options={"fallback": "eager"})
+    with torch.no_grad():
+        for _ in range(2 * (WARMUP + ROUNDS)):
+            torch.testing.assert_close(compiled(x), expected)
+    [report] = [r for s in sessions for r in s.reports if r.replaced]
+    assert report.in_context == ("kept" if kept else "dropped")
+    recorded = [v for k, v in context._load().items() if k.startswith("judged:")]
+    assert len(recorded) == 1 and recorded[0]["keep"] is kept
+    before = provider.calls
+    with torch.no_grad():
+        compiled(x)
+    assert (provider.calls > before) is kept
+
+    # A fresh process's compile of the same graph reads the verdict: no more turns.
+    torch._dynamo.reset()
+    provider.calls = 0
+    again = Scaled(ContextVerdicts(tmp_path / "context.json"))
+    sessions.clear()
+    backend = make_backend(provider=again, sessions=sessions, clock=Clock())
+    with torch.no_grad():
+        torch.testing.assert_close(
+            torch.compile(Model(), backend=backend, options={"fallback": "eager"})(x), expected
+        )
+    assert (again.calls > 0) is kept
+    [report] = [r for s in sessions for r in s.reports if r.replaced]
+    assert report.in_context == ("kept" if kept else "dropped")
+
+
+def test_option_off_makes_no_verdict(tmp_path):
+    provider = Scaled(ContextVerdicts(tmp_path / "context.json"))
+    sessions: list = []
+    backend = make_backend(provider=provider, sessions=sessions, clock=FakeClock())
+    compiled = torch.compile(
+        Model(), backend=backend, options={"fallback": "eager", "in_context": False}
+    )
+    with torch.no_grad():
+        compiled(torch.randn(8, 16))
+        per_call = provider.calls
+        for _ in range(3):
+            compiled(torch.randn(8, 16))
+    assert per_call > 0 and provider.calls == 4 * per_call  # every call ran the kernels
+    assert all(r.in_context == "" for s in sessions for r in s.reports)
+
+
+def test_inductor_training_judges_forward_and_backward(tmp_path):
+    """Under the Inductor fallback, the forward and backward graphs of a training step are each
+    judged (both variants compiled by Inductor, called with AOTAutograd's boxed inputs); the
+    step matches eager throughout the turns and after."""
+    context = ContextVerdicts(tmp_path / "context.json")
+    provider = Scaled(context)
+    clock = FakeClock()  # every call "takes" 0 ms: equal, so the fallback keeps each graph
+    sessions: list = []
+    backend = make_backend(provider=provider, sessions=sessions, clock=clock)
+    model = torch.nn.Sequential(torch.nn.Linear(16, 16), torch.nn.LayerNorm(16))
+    compiled = torch.compile(model, backend=backend)
+    x = torch.randn(8, 16)
+    for _ in range(2 * (WARMUP + ROUNDS) + 1):
+        model.zero_grad()
+        compiled(x).square().sum().backward()
+        got = [p.grad.clone() for p in model.parameters()]
+        model.zero_grad()
+        model(x).square().sum().backward()
+        for a, b in zip(got, [p.grad for p in model.parameters()], strict=True):
+            torch.testing.assert_close(a, b)
+    judged = [r for s in sessions for r in s.reports if r.replaced]
+    assert {r.graph for r in judged} == {"forward", "backward"}
+    assert all(r.in_context == "dropped" for r in judged)
+    assert len([k for k in context._load() if k.startswith("judged:")]) == 2
