@@ -11,11 +11,13 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import functools
 import math
 import os
+import types
 import warnings
-from collections.abc import Mapping
-from typing import Any, Literal, get_args, get_origin
+from collections.abc import Iterable, Mapping
+from typing import Any, Literal, get_args, get_origin, get_type_hints
 
 Search = Literal["cache-only", "on-miss", "off"]
 Fallback = Literal["inductor", "eager"]
@@ -178,14 +180,11 @@ class Options:
         names = cls.field_names()
         _warn_unknown_variables(environ, names)
         for name in names:
-            raw = environ.get(ENV_PREFIX + name.upper())
-            if raw is not None and raw != "":
+            if raw := environ.get(ENV_PREFIX + name.upper()):
                 values[name] = _parse(name, raw, source=ENV_PREFIX + name.upper())
         for name, value in (options or {}).items():
             if name not in names:
-                raise OptionsError(
-                    f"unknown kernelpro option {name!r}; known options: {', '.join(names)}"
-                )
+                raise OptionsError(f"unknown kernelpro option {name!r}; known: {', '.join(names)}")
             values[name] = _coerce(name, value, source=f"options[{name!r}]")
         if mode is not None and mode not in _KNOWN_MODES:
             raise OptionsError(
@@ -223,56 +222,21 @@ OP_MIN_GAIN_US = 80.0
 INLINE_MIN_GAIN_US = 2.0
 
 # torch.compile's modes; kernelpro passes them to Inductor when Inductor is the fallback.
-_KNOWN_MODES = {
-    "default",
-    "reduce-overhead",
-    "max-autotune",
-    "max-autotune-no-cudagraphs",
-}
+_KNOWN_MODES = {"default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs"}
 
 
+@functools.cache
 def _resolved_type(name: str) -> Any:
-    hints = {
-        "search": Search,
-        "fallback": Fallback,
-        "precision": Precision,
-        "objective": Objective,
-        "proposer": Proposer,
-        "launch": Launch,
-        "distributed": Distributed,
-        "dynamic_shapes": DynamicShapes,
-        "distributed_timeout_s": float,
-        "budget_s": float,
-        "min_gain_us": float,
-        "max_trials": int,
-        "workers": int,
-        "job_timeout_s": float,
-        "ncu_timeout_s": float,
-        "worker_start_timeout_s": float,
-        "ncu_run_timeout_s": float,
-        "nvcc_timeout_s": float,
-        "cutlass_jobs": int,
-        "llm_timeout_s": float,
-        "timing_s": float,
-        "check_timing_s": float,
-        "timing_settle": bool,
-        "timing_heat_s": float,
-        "pool_idle_s": float,
-        "progress": bool,
-        "rewrite_attention": bool,
-        "rewrite_linear_cross_entropy": bool,
-        "cuda_graphs": bool,
-        "in_context": bool,
-        "require_signed_bundles": bool,
-        "cache_dir": (str, type(None)),
-        "llm_model": (str, type(None)),
-        "extra_cache_dirs": tuple,
-        "trusted_bundle_keys": tuple,
-        "search_patterns": tuple,
-        "search_tools": tuple,
-        "compile_sizes": tuple,
-    }
-    return hints[name]
+    """The field's type for the checks: Literal, bool, int, float, tuple or str (`X | None`)."""
+    hint = get_type_hints(Options)[name]
+    if get_origin(hint) is tuple:
+        return tuple
+    if isinstance(hint, types.UnionType):
+        return next(a for a in get_args(hint) if a is not type(None))
+    return hint
+
+
+_TRUE, _FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off")
 
 
 def _parse(name: str, raw: str, source: str) -> Any:
@@ -281,18 +245,13 @@ def _parse(name: str, raw: str, source: str) -> Any:
     if name == "min_gain_us" and raw.strip().lower() == "auto":
         return None
     if kind is bool:
-        low = raw.strip().lower()
-        if low in ("1", "true", "yes", "on"):
-            return True
-        if low in ("0", "false", "no", "off"):
-            return False
-        raise OptionsError(f"{source}={raw!r}: expected one of 1/0/true/false/yes/no/on/off")
+        if (low := raw.strip().lower()) not in _TRUE + _FALSE:
+            raise OptionsError(f"{source}={raw!r}: expected one of 1/0/true/false/yes/no/on/off")
+        return low in _TRUE
     if name == "compile_sizes":
         return _sizes(raw, source)
     if kind is tuple:
-        sep = "," if name in _NAME_LISTS else os.pathsep
-        parts = tuple(p.strip() for p in raw.split(sep) if p.strip())
-        return _tool_names(parts, source) if name == "search_tools" else parts
+        return _listed(name, raw, source)
     if kind in (int, float):
         try:
             number = kind(raw)
@@ -302,8 +261,7 @@ def _parse(name: str, raw: str, source: str) -> Any:
     return _coerce(name, raw, source)
 
 
-# Numbers that may be 0: no minimum gain; no CUTLASS builds (and no CUTLASS candidates).
-_ZERO_ALLOWED = ("min_gain_us", "cutlass_jobs")
+_ZERO_ALLOWED = ("min_gain_us", "cutlass_jobs")  # no minimum gain; no CUTLASS builds
 
 
 def _coerce(name: str, value: Any, source: str) -> Any:
@@ -311,8 +269,7 @@ def _coerce(name: str, value: Any, source: str) -> Any:
     if name == "min_gain_us" and value is None:
         return None  # auto: by launch path
     if get_origin(kind) is Literal:
-        allowed = get_args(kind)
-        if value not in allowed:
+        if value not in (allowed := get_args(kind)):
             raise OptionsError(f"{source}={value!r}: expected one of {list(allowed)}")
         return value
     if kind is bool:
@@ -328,21 +285,63 @@ def _coerce(name: str, value: Any, source: str) -> Any:
             raise OptionsError(f"{source}={value!r}: must be a finite number")
         if value < 0 or (value == 0 and name not in _ZERO_ALLOWED):
             raise OptionsError(f"{source}={value!r}: must be greater than 0")
+        if value > (top := _maximum(name))[0]:
+            raise OptionsError(f"{source}={value!r}: must be at most {top[0]} ({top[1]})")
         return kind(value)
     if name == "compile_sizes":
         return _sizes(value, source)
     if kind is tuple:
-        if isinstance(value, str) and name in _NAME_LISTS:
-            return _parse(name, value, source)  # "softmax,rms_norm", as in the environment
-        if isinstance(value, str):  # "a:b", as in the environment
-            return tuple(p.strip() for p in value.split(os.pathsep) if p.strip())
-        if not all(isinstance(v, str) for v in value):
-            what = _NAME_LISTS.get(name) or _PATH_LISTS.get(name, "directory paths")
-            raise OptionsError(f"{source}={value!r}: expected a list of {what}")
-        return _tool_names(tuple(value), source) if name == "search_tools" else tuple(value)
+        return _listed(name, value, source)
+    value = os.fspath(value) if name == "cache_dir" and isinstance(value, os.PathLike) else value
     if value is not None and not isinstance(value, str):
-        raise OptionsError(f"{source}={value!r}: expected {_TEXT.get(name, 'a string')}")
+        raise OptionsError(f"{source}={value!r}: expected {_WHAT.get(name, 'a string')}")
     return value
+
+
+# Upper bounds (README's option table): past them a value is a slip (ms typed for s, a typo).
+_MAXIMA = {
+    "max_trials": (10_000, "156 times the default 64; budget_s ends a search sooner"),
+    "budget_s": (86_400, "a day of search per subgraph"),
+    **dict.fromkeys(("timing_s", "check_timing_s", "timing_heat_s"), (60, "a minute of runs")),
+    "min_gain_us": (1_000_000, "a second per call; search='off' uses no kernel at all"),
+}
+
+
+def _maximum(name: str) -> tuple[int, str]:
+    """A number option's upper bound and why; any other timeout's is a week."""
+    if name in ("workers", "cutlass_jobs"):  # each keeps a CPU core busy; 8: the default's top
+        return max(8, os.cpu_count() or 1), "this machine's CPU count, or 8 if that is less"
+    return _MAXIMA.get(name, (7 * 86_400, "a week; a rank or tool silent that long is gone"))
+
+
+def _listed(name: str, value: Any, source: str) -> tuple[str, ...]:
+    """A tuple option from a list, or from one string as in the environment (names split at
+    ",", paths at os.pathsep); a path may be str or os.PathLike. Key files must exist (a trust
+    setting fails closed); a missing extra cache directory is warned about (a data dir)."""
+    paths, items = name not in _NAME_LISTS, value
+    if isinstance(value, str):
+        items = [p.strip() for p in value.split(os.pathsep if paths else ",") if p.strip()]
+    elif paths and isinstance(value, os.PathLike):
+        items = [value]
+    kinds = (str, os.PathLike) if paths else str
+    ok = isinstance(items, Iterable) and not isinstance(items, bytes)
+    got = [os.fspath(v) if isinstance(v, kinds) else None for v in (items if ok else [None])]
+    found = [v for v in got if isinstance(v, str)]
+    if len(found) != len(got):
+        what = _NAME_LISTS.get(name) or _WHAT[name]
+        raise OptionsError(f"{source}={value!r}: expected a list of {what}")
+    if name == "search_tools":
+        return _tool_names(tuple(found), source)
+    if name == "trusted_bundle_keys" and (gone := [k for k in found if not os.path.isfile(k)]):
+        raise OptionsError(
+            f"{source}: no key file at {', '.join(gone)}; a trusted key that cannot be read "
+            "fails closed: create it (head -c 32 /dev/urandom > KEY; chmod 600 KEY) or drop it"
+        )
+    for d in [d for d in found if name == "extra_cache_dirs"]:
+        if not os.path.exists(os.path.expanduser(d)):
+            warnings.warn(f"{source}: {d} does not exist; no kernel is read from it (the fallback "
+                          "runs where no other cache has one)", UserWarning, stacklevel=4)  # fmt: skip
+    return tuple(found)
 
 
 def _sizes(values: Any, source: str) -> tuple[int, ...]:
@@ -364,12 +363,11 @@ def _sizes(values: Any, source: str) -> tuple[int, ...]:
 # The stage-2 profiling tools `search_tools` may name: profilers/tools.py registers one tool of
 # each name (a test holds the two lists equal; options sits below profilers and imports none).
 PROFILING_TOOLS = ("energy", "ncu", "ptxas", "sass", "timeline")
-# What a text option holds, for its error message.
-_TEXT = {"cache_dir": "a directory path", "llm_model": "a model name (a string)"}
 # Tuple options whose string form is a ","-separated list of names, and what the names are.
 _NAME_LISTS = {"search_patterns": "pattern names", "search_tools": "profiling tool names"}
-# Tuple options of paths (os.pathsep-separated as strings) that are not directories.
-_PATH_LISTS = {"trusted_bundle_keys": "key file paths"}
+# What other options hold, for their error messages (path lists split at os.pathsep).
+_WHAT = {"cache_dir": "a directory path", "llm_model": "a model name (a string)",
+         "trusted_bundle_keys": "key file paths", "extra_cache_dirs": "directory paths"}  # fmt: skip
 
 
 # KERNELPRO_* variables that are not options but are read elsewhere (paths, build dirs).
@@ -394,11 +392,9 @@ def _tool_names(names: tuple[str, ...], source: str) -> tuple[str, ...]:
     """Registered stage-2 tool names, in order, once each; ("none",) means no tools."""
     if names in ((), ("none",)):
         return ()
-    known = sorted(PROFILING_TOOLS)
-    unknown = [n for n in names if n not in known]
-    if unknown:
+    if unknown := [n for n in names if n not in PROFILING_TOOLS]:
         raise OptionsError(
             f"{source}={names!r}: unknown profiling tools {unknown}; known: "
-            f"{', '.join(known)} (or 'none' for the roofline alone)"
+            f"{', '.join(sorted(PROFILING_TOOLS))} (or 'none' for the roofline alone)"
         )
     return tuple(dict.fromkeys(names))

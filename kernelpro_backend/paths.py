@@ -3,9 +3,10 @@
 Owns: the cache directory rule (an explicit directory, i.e. `Options.cache_dir` >
 $KERNELPRO_CACHE_DIR > ~/.cache/kernelpro), `CacheLayout`, the files beneath it, the private
 per-user directory generated modules are imported from, the repository's shipped `cache/`
-folder (`shipped_cache_dir`), and `atomic_write` (a temporary file in
-the same directory, fsync, os.replace: a reader or a crash sees the old file or the new one,
-never half of one).
+folder (`shipped_cache_dir`), the check that a directory holding code is private to this user
+(`private_dir`, `private_or_fresh`: generated modules, cubins, host libraries), and
+`atomic_write` (a temporary file in the same directory, fsync, os.replace: a reader or a crash
+sees the old file or the new one, never half of one).
 Must not: import anything of the package but version/options, read or parse the files it
 names, or change os.environ (workers get the layout as an argument).
 
@@ -13,8 +14,10 @@ Layout of a cache directory:
     kernels/                     the diskcache store of entries (cache/store.py)
     misses.jsonl                 the miss manifest (cache/misses.py)
     context.json                 kernels that lost inside their model (cache/context.py)
-    cubin/<2 hex>/<sha>.cubin    compiled CUDA sources (runtime/cuda_compile.py);
-                                 $KERNELPRO_CUBIN_DIR puts them elsewhere
+    cubin/<2 hex>/<sha>-<16 hex>.cubin  compiled CUDA sources (and host libraries, .so), named
+                                 by their content's sha256 beside the record <sha>.cubin.sha256
+                                 (runtime/built.py); directories 0700; $KERNELPRO_CUBIN_DIR
+                                 puts them elsewhere
     search_memory.jsonl          moves and their gains (search/memory.py)
     ceilings-<device>.json       the device's measured ceilings (profilers/ceilings.py)
     logs/<key>.jsonl             one search log per subgraph (tuner/searcher.py)
@@ -125,12 +128,13 @@ def atomic_write(path: PathLike, data: bytes | str, mode: int = 0o644) -> None:
 
 
 class UnsafeDirectory(PermissionError):
-    """A directory kernelpro would import code from is not private to this user."""
+    """A directory kernelpro would keep code in (generated modules, cubins, host libraries) is
+    not private to this user."""
 
 
 def unsafe_reason(directory: PathLike) -> str | None:
-    """Why `directory` must not hold code we import (another owner, a link, group or other
-    write permission), or None when it is ours alone."""
+    """Why `directory` must not hold code we import or load (another owner, a link, group or
+    other write permission), or None when it is ours alone."""
     try:
         st = os.lstat(directory)
     except OSError as e:
@@ -145,26 +149,41 @@ def unsafe_reason(directory: PathLike) -> str | None:
 
 
 def private_dir(directory: PathLike) -> Path:
-    """`directory`, created 0700 if missing; an existing one is used only if it passes
-    `unsafe_reason`. Raises UnsafeDirectory otherwise."""
+    """`directory`, created 0700 if missing (its parents as usual); an existing one is used
+    only if it passes `unsafe_reason`. Raises UnsafeDirectory otherwise, OSError when it cannot
+    be made."""
     path = Path(directory)
+    path.parent.mkdir(parents=True, exist_ok=True)
     with contextlib.suppress(FileExistsError):
         os.mkdir(path, 0o700)
     problem = unsafe_reason(path)
     if problem:
-        raise UnsafeDirectory(f"{path}: not used for generated code: {problem}")
+        raise UnsafeDirectory(f"{path}: not used for code kernelpro builds or imports: {problem}")
     return path
+
+
+_FRESH: dict[Path, Path] = {}  # a directory refused by private_or_fresh -> its stand-in
+
+
+def private_or_fresh(directory: PathLike, prefix: str) -> Path:
+    """`private_dir(directory)`, or where that fails (another user could write there, it cannot
+    be made) a fresh private directory, logged once and the same for the rest of the process,
+    so another local user cannot plant code where kernelpro looks for its own."""
+    path = Path(directory)
+    if path in _FRESH:
+        return _FRESH[path]
+    try:
+        return private_dir(path)
+    except OSError as e:
+        fresh = _FRESH[path] = Path(tempfile.mkdtemp(prefix=prefix))
+        log.warning("kernelpro: %s; using %s instead", e, fresh)
+        return fresh
 
 
 @functools.lru_cache(maxsize=1)
 def codegen_dir() -> Path:
     """The per-user directory generated modules are written to and imported from:
     $TMPDIR/kernelpro-codegen-<uid> if it is private to this user, else a fresh private
-    directory (logged once), so another local user cannot plant code there."""
+    directory (logged once)."""
     shared = Path(tempfile.gettempdir()) / f"kernelpro-codegen-{os.getuid()}"
-    try:
-        return private_dir(shared)
-    except UnsafeDirectory as e:
-        fresh = Path(tempfile.mkdtemp(prefix="kernelpro-codegen-"))
-        log.warning("kernelpro: %s; using %s instead", e, fresh)
-        return fresh
+    return private_or_fresh(shared, "kernelpro-codegen-")

@@ -162,11 +162,14 @@ def test_extra_cache_dirs_split_the_same_from_options_and_environment():
     assert from_env.extra_cache_dirs == from_options.extra_cache_dirs == ("/a", "/b")
 
 
-def test_bundle_signing_options_from_options_and_environment():
-    joined = os.pathsep.join(["/k/a", "/k/b"])
+def test_bundle_signing_options_from_options_and_environment(tmp_path):
+    for name in ("a", "b"):
+        (tmp_path / name).write_bytes(os.urandom(32))
+    joined = os.pathsep.join([str(tmp_path / "a"), str(tmp_path / "b")])
     env = {"KERNELPRO_TRUSTED_BUNDLE_KEYS": joined, "KERNELPRO_REQUIRE_SIGNED_BUNDLES": "yes"}
     from_env = Options.resolve(environ=env)
-    assert from_env.trusted_bundle_keys == ("/k/a", "/k/b") and from_env.require_signed_bundles
+    assert from_env.trusted_bundle_keys == (str(tmp_path / "a"), str(tmp_path / "b"))
+    assert from_env.require_signed_bundles
     defaults = Options.resolve(environ={})
     assert defaults.trusted_bundle_keys == () and defaults.require_signed_bundles is False
     from_options = Options.resolve(options={"trusted_bundle_keys": joined}, environ={})
@@ -281,3 +284,77 @@ def test_cutlass_jobs_may_be_zero_but_not_negative():
     assert Options.resolve(environ={"KERNELPRO_CUTLASS_JOBS": "0"}).cutlass_jobs == 0
     with pytest.raises(OptionsError, match="cutlass_jobs"):
         Options.resolve(options={"cutlass_jobs": -1}, environ={})
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "bound"),
+    [
+        ("workers", 10**9, max(8, os.cpu_count() or 1)),
+        ("cutlass_jobs", 10**6, max(8, os.cpu_count() or 1)),
+        ("max_trials", 10**7, 10_000),
+        ("budget_s", 10**6, 86_400),
+        ("timing_s", 250.0, 60),
+        ("distributed_timeout_s", 10**8, 7 * 86_400),
+    ],
+)
+def test_counts_and_seconds_have_an_upper_bound_named_in_the_error(name, value, bound):
+    """A billion workers would start a billion processes: refused, from options or the
+    environment alike, with the bound in the message; the bound itself is accepted."""
+    for kwargs in ({"options": {name: value}, "environ": {}},
+                   {"environ": {f"KERNELPRO_{name.upper()}": str(value)}}):  # fmt: skip
+        with pytest.raises(OptionsError, match=f"(?i){name}.*must be at most {bound} "):
+            Options.resolve(**kwargs)
+    assert getattr(Options.resolve(options={name: bound}, environ={}), name) == bound
+
+
+def test_the_worker_bound_follows_the_cpu_count_and_never_refuses_the_default(monkeypatch):
+    monkeypatch.setattr(os, "cpu_count", lambda: 64)
+    assert Options.resolve(options={"workers": 64}, environ={}).workers == 64
+    with pytest.raises(OptionsError, match="at most 64"):
+        Options.resolve(options={"workers": 65}, environ={})
+    monkeypatch.setattr(os, "cpu_count", lambda: 1)
+    assert Options.resolve(options={"workers": 8}, environ={}).workers == 8
+
+
+def test_path_options_take_path_objects_and_name_the_option_on_a_bad_type(tmp_path):
+    from pathlib import Path
+
+    key = tmp_path / "key"
+    key.write_bytes(os.urandom(32))
+    (tmp_path / "bundles").mkdir()
+    o = Options.resolve(
+        options={"cache_dir": tmp_path / "c", "extra_cache_dirs": tmp_path / "bundles",
+                 "trusted_bundle_keys": [key]},
+        environ={},
+    )  # fmt: skip
+    assert o.cache_dir == str(tmp_path / "c") and o.trusted_bundle_keys == (str(key),)
+    assert o.extra_cache_dirs == (str(tmp_path / "bundles"),)
+    o = Options.resolve(options={"extra_cache_dirs": [Path(tmp_path), str(tmp_path)]}, environ={})
+    assert o.extra_cache_dirs == (str(tmp_path), str(tmp_path))
+    for name, bad in (("extra_cache_dirs", 5), ("trusted_bundle_keys", [key, 5]),
+                      ("extra_cache_dirs", b"/tmp"), ("cache_dir", 3.5)):  # fmt: skip
+        with pytest.raises(OptionsError, match=f"options\\['{name}'\\]"):
+            Options.resolve(options={name: bad}, environ={})
+
+
+def test_a_missing_key_file_fails_closed_when_the_options_are_read(tmp_path):
+    """Before any device is looked at: the same error on a CPU as on a GPU."""
+    gone = str(tmp_path / "absent-key")
+    with pytest.raises(OptionsError, match="trusted_bundle_keys.*no key file at .*absent-key"):
+        Options.resolve(options={"trusted_bundle_keys": [gone]}, environ={})
+    with pytest.raises(OptionsError, match="KERNELPRO_TRUSTED_BUNDLE_KEYS.*absent-key"):
+        Options.resolve(environ={"KERNELPRO_TRUSTED_BUNDLE_KEYS": gone})
+    with pytest.raises(OptionsError, match="no key file"):  # a directory is not a key file
+        Options.resolve(options={"trusted_bundle_keys": [tmp_path]}, environ={})
+
+
+def test_a_missing_extra_cache_dir_is_one_warning_and_the_options_stand(tmp_path):
+    gone = str(tmp_path / "no-such-dir")
+    for kwargs in ({"options": {"extra_cache_dirs": [gone, str(tmp_path)]}, "environ": {}},
+                   {"environ": {"KERNELPRO_EXTRA_CACHE_DIRS": f"{gone}{os.pathsep}{tmp_path}"}}):  # fmt: skip
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            o = Options.resolve(**kwargs)
+        assert o.extra_cache_dirs == (gone, str(tmp_path))
+        messages = [str(w.message) for w in caught]
+        assert len(messages) == 1 and gone in messages[0] and "does not exist" in messages[0]

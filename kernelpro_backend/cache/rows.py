@@ -30,6 +30,10 @@ class CacheUnavailable(OSError):
     """The cache directory cannot be opened, or (read-only) written."""
 
 
+class CacheReadOnly(CacheUnavailable):
+    """A write to a cache this process can only read."""
+
+
 def check_database(directory: Path) -> str | None:
     """If `directory`'s cache.db exists but is not a SQLite file (or has stayed empty), move it
     (and its journal files) aside and return why; else None."""
@@ -78,7 +82,7 @@ def delete_rows(directory: Path, rowids: list[int]) -> None:
 
 class ReadOnlyStore:
     """`get` and `iterkeys` of a diskcache store that cannot be written; writes raise
-    `CacheUnavailable`. Values are fetched through JsonBytesDisk (no pickle, no file outside
+    `CacheReadOnly`. Values are fetched through JsonBytesDisk (no pickle, no file outside
     the directory)."""
 
     def __init__(self, directory: Path) -> None:
@@ -102,10 +106,10 @@ class ReadOnlyStore:
         return iter(row_keys(self.directory, immutable=True)[0])
 
     def set(self, *args: Any, **kwargs: Any) -> bool:
-        raise CacheUnavailable(f"the kernel cache in {self.directory} is read-only")
+        raise CacheReadOnly(f"the kernel cache in {self.directory} is read-only")
 
     def delete(self, *args: Any, **kwargs: Any) -> bool:
-        raise CacheUnavailable(f"the kernel cache in {self.directory} is read-only")
+        raise CacheReadOnly(f"the kernel cache in {self.directory} is read-only")
 
     def close(self) -> None:
         pass

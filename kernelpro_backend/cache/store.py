@@ -33,7 +33,14 @@ from .bundle import BundleError, read_bundle
 from .context import ContextVerdicts
 from .disk import JsonBytesDisk, UnsafeValue
 from .misses import MissManifest
-from .rows import CacheUnavailable, ReadOnlyStore, check_database, delete_rows, row_keys
+from .rows import (
+    CacheReadOnly,
+    CacheUnavailable,
+    ReadOnlyStore,
+    check_database,
+    delete_rows,
+    row_keys,
+)
 from .signing import SigningKey, check, refusal
 from .toolchain import CacheKey, Toolchain, cache_key, current_gpu, current_toolchain
 
@@ -165,7 +172,7 @@ class KernelCache:
         """Remove an entry by digest, or a corrupt row by the "row <rowid>" name scan gives."""
         if digest.startswith("row "):
             if self.read_only:
-                raise CacheUnavailable(f"the kernel cache in {self.directory} is read-only")
+                raise CacheReadOnly(f"the kernel cache in {self.directory} is read-only")
             delete_rows(self.layout.kernels, [int(digest[4:])])
             return True
         return bool(self._store.delete(digest, retry=True))

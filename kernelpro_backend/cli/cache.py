@@ -8,8 +8,12 @@ Must not: hold logic the library lacks (everything here calls store/bundle/maint
 from __future__ import annotations
 
 import argparse
+import errno
+import functools
 import json
+import sqlite3
 import sys
+from collections.abc import Callable
 from typing import TextIO
 
 from ..cache.bundle import BundleError
@@ -23,9 +27,10 @@ from ..cache.maintenance import (
     verify,
 )
 from ..cache.signing import SigningKeyError, load_key, load_keys
-from ..cache.store import KernelCache
+from ..cache.store import CacheReadOnly, CacheUnavailable, KernelCache
 from ..cache.transfer import export_bundle, import_bundle
-from ..options import Options
+from ..options import Options, OptionsError
+from ..paths import resolve_cache_dir
 from ..text_table import format_table
 from ..tuner.admit import admit
 from .misses import print_misses
@@ -106,6 +111,45 @@ def _filters(p: argparse.ArgumentParser) -> None:
     p.add_argument("--arch", help="only this GPU arch (e.g. sm_90)")
 
 
+def _one_line(run: Callable[..., int]) -> Callable[..., int]:
+    """The cache commands' boundary: a cache that cannot be opened, read or written (damaged,
+    a directory where a file should be, no permission, a full disk, read-only) or a bad option
+    ends the command in one line on stderr saying what is wrong and what to do, exit 1."""
+
+    @functools.wraps(run)
+    def guarded(args: argparse.Namespace, *rest: object, **kwargs: object) -> int:
+        try:
+            return run(args, *rest, **kwargs)
+        except (OSError, sqlite3.Error, OptionsError) as e:
+            line = f"kernelpro cache {args.cache_command}: {_trouble(e, args)}"
+            print(line.replace("\n", " "), file=sys.stderr)
+            return 1
+
+    return guarded
+
+
+def _trouble(e: Exception, args: argparse.Namespace) -> str:
+    """What is wrong, and what to do about it, for `_one_line`."""
+    where = resolve_cache_dir(args.cache_dir)
+    elsewhere = "or pass --cache-dir (or set KERNELPRO_CACHE_DIR to) another directory"
+    if isinstance(e, OptionsError):
+        return f"{e}"
+    if isinstance(e, CacheReadOnly):
+        return f"{e}; this command writes to it: run it as the cache's owner, {elsewhere}"
+    if isinstance(e, CacheUnavailable) and e.__cause__ is not None:
+        e = e.__cause__  # type: ignore[assignment]  # what _open met, without its advice
+    what = f"{type(e).__name__}: {e}"
+    if isinstance(e, OSError) and e.errno in (errno.ENOSPC, errno.EDQUOT):
+        return f"the disk of {e.filename or where} is full ({what}); free space, {elsewhere}"
+    if isinstance(e, OSError) and e.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+        return f"cannot write {e.filename or where} ({what}); fix its permissions, {elsewhere}"
+    return (
+        f"cannot use the kernel cache in {where} ({what}); check that its kernels/cache.db is "
+        f"a file (move a damaged one aside: the cache starts empty), {elsewhere}"
+    )
+
+
+@_one_line
 def run_cli(
     args: argparse.Namespace, validator: Validator | None = None, out: TextIO | None = None
 ) -> int:

@@ -7,8 +7,8 @@ the "a" suffix from sm_90 on so wgmma/TMA compile, CUTLASS/CuTe headers from the
 to their useful lines (nvcc runs still going when the process exits are killed; `nvcc_paused`
 stops them while something is timed), and the cubin cache (`compiled_path`, also for cuda_host.py's shared
 libraries): a cubin's name is the sha256 of source + arch + flags + compiler version, its
-directory `CacheLayout.cubin_root` (paths.py), written with `paths.atomic_write` so concurrent
-workers never read half a file.
+directory `CacheLayout.cubin_root` (paths.py; private to this user, else a fresh one), read and
+written through built.py, so a cubin is used only if this kernelpro built those very bytes.
 Must not: load or launch cubins (cuda_driver.py), parse launch headers (cuda_source.py), or
 choose where the cubin cache lives (the caller passes it; paths.py has the default).
 """
@@ -34,7 +34,8 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from ..paths import CacheLayout, atomic_write
+from ..paths import CacheLayout, private_or_fresh
+from .built import read_built, store_built
 from .errors import CandidateLoadError
 
 NVCC_TIMEOUT_S = 90.0  # CuTe GEMMs take 20-60 s; a worker job times out at the pool's limit
@@ -339,6 +340,7 @@ def compiled_path(
     parts = [source, arch, tool, *flags, f"cutlass {cutlass_version()}"]
     key = hashlib.sha256("\0".join(parts).encode()).hexdigest()
     base = Path(root) if root is not None else CacheLayout.of().cubin_root
+    base = private_or_fresh(base, "kernelpro-cubin-")  # nobody else may plant code there
     return CacheLayout(base.parent, base).cubin(key).with_suffix(suffix)
 
 
@@ -369,8 +371,9 @@ def compile_cuda(
             "NVRTC (pip install nvidia-cuda-nvrtc) next to cuda-python"
         )
     path = compiled_path(source, arch, tool, flags, cubin_dir, ".cubin")
-    if use_cache and path.is_file():
-        data, cached = path.read_bytes(), True
+    found = read_built(path) if use_cache else None
+    if found is not None:
+        (path, data), cached = found, True
     else:
         if nvcc is not None:
             data = run_nvcc(nvcc, source, flags, timeout_s)
@@ -385,7 +388,7 @@ def compile_cuda(
         )
     if use_cache and not cached:
         try:
-            atomic_write(path, data)
+            path = store_built(path, data)
         except OSError:  # a read-only cache only costs a recompile next time
             path = None  # type: ignore[assignment]
     return Cubin(data, arch, tool, tuple(flags), cached, path if use_cache else None)

@@ -3,12 +3,15 @@ compiled by nvcc into a shared library, cached on disk, loaded with ctypes, call
 tensors on the current stream.
 
 Owns: `compile_library` (nvcc -shared into the cubin cache, cuda_compile.compiled_path,
-written with `paths.atomic_write`), `library_path` (where a source's library is, built or
-not), `HostGemm` (the callable over `kp_gemm_run` of codegen/template_cutlass.py: checks
-operands, sizes the workspace once per shape, raises `CandidateLoadError`-family errors with
-the entry point's meaning of its return codes), `library_gemm` (the HostGemm of a source,
-built on first use, one per process and source; what a "gemm_cutlass" module calls) and
-`use_library_dir` (the process's library cache: a search worker's is its setup's cubin root).
+through built.py: a library is loaded only if its bytes hash to the digest recorded when this
+kernelpro built it; anything else found there, a planted library whose constructors would run
+on load included, is refused and built again), `library_path` (the cache name a source's
+library is recorded under) and `is_built`, `HostGemm` (the callable over `kp_gemm_run` of
+codegen/template_cutlass.py: checks operands, sizes the workspace once per shape, raises
+`CandidateLoadError`-family errors with the entry point's meaning of its return codes),
+`library_gemm` (the HostGemm of a source, built on first use, one per process and source; what
+a "gemm_cutlass" module calls) and `use_library_dir` (the process's library cache: a search
+worker's is its setup's cubin root).
 Must not: write sources (codegen does) or decide which subgraph runs it. Only sources rendered
 by kernelpro's own templates are compiled here: a shared library runs in the process that
 loads it, as the search's isolated workers do first.
@@ -25,7 +28,8 @@ from typing import Any
 
 import torch
 
-from ..paths import atomic_write
+from ..paths import CUBIN_DIR_ENV
+from .built import read_built, store_built
 from .cuda_compile import (
     NVCC_TIMEOUT_S,
     CudaCompileError,
@@ -62,7 +66,7 @@ def use_library_dir(directory: str | os.PathLike[str] | None) -> None:
 
 
 def library_path(source: str, arch: str, library_dir: str | os.PathLike[str] | None = None) -> Path:
-    """Where `source`'s library for `arch` is cached (whether or not it is built yet)."""
+    """The cache name `source`'s library for `arch` is recorded under (built.py), built or not."""
     nvcc = find_nvcc()
     if nvcc is None:
         raise CudaCompileError("no nvcc: a CUDA C++ kernel with a host entry point needs nvcc")
@@ -78,7 +82,7 @@ def library_gemm(source: str, *, bias: bool, source_term: bool) -> HostGemm:
     key = (source, _LIBRARY_DIR[0])
     if key not in _LOADED:  # checked before anything else: the timed call lands here
         arch = current_arch()
-        if not library_path(source, arch, key[1]).is_file():  # a cache whose libraries went
+        if not is_built(source, arch, key[1]):  # a cache whose libraries went
             log.warning(
                 "kernelpro: building the CUDA library of a CUTLASS GEMM kernel now (nvcc, "
                 "1-3 minutes, once per machine and cache)"
@@ -86,6 +90,11 @@ def library_gemm(source: str, *, bias: bool, source_term: bool) -> HostGemm:
         path = compile_library(source, arch, library_dir=key[1], symbols=_SYMBOLS)
         _LOADED[key] = HostGemm(path, bias=bias, source=source_term)
     return _LOADED[key]
+
+
+def is_built(source: str, arch: str, library_dir: str | os.PathLike[str] | None = None) -> bool:
+    """Whether `source`'s library for `arch` is built, by this kernelpro (built.py)."""
+    return read_built(library_path(source, arch, library_dir)) is not None
 
 
 def compile_library(
@@ -96,8 +105,9 @@ def compile_library(
     timeout_s: float = NVCC_TIMEOUT_S * 2,
     symbols: Sequence[str] = (),
 ) -> Path:
-    """The shared library of `source` for `arch` (e.g. "sm_90a"), from the cache or built now;
-    each of `symbols` must be exported (extern "C"). Raises CudaCompileError."""
+    """The shared library of `source` for `arch` (e.g. "sm_90a"), from the cache if this
+    kernelpro built it, else built now; each of `symbols` must be exported (extern "C"). Raises
+    CudaCompileError."""
     nvcc = find_nvcc()
     if nvcc is None:
         raise CudaCompileError(
@@ -108,10 +118,19 @@ def compile_library(
             "no CUTLASS headers: pip install nvidia-cutlass (or set CUTLASS_PATH)"
         )
     flags = library_flags(arch)
-    path = library_path(source, arch, library_dir)
-    if not path.is_file():
-        atomic_write(path, run_nvcc(nvcc, source, flags, timeout_s, output="kernel.so"))
-    missing = [s for s in symbols if s.encode() + b"\0" not in path.read_bytes()]
+    name = library_path(source, arch, library_dir)
+    found = read_built(name)
+    if found is None:
+        data = run_nvcc(nvcc, source, flags, timeout_s, output="kernel.so")
+        try:
+            found = store_built(name, data), data
+        except OSError as e:
+            raise CudaCompileError(
+                f"cannot keep the library in {name.parent} ({e}): set {CUBIN_DIR_ENV} to a "
+                "directory of your own"
+            ) from e
+    path, data = found
+    missing = [s for s in symbols if s.encode() + b"\0" not in data]
     if missing:
         raise CudaCompileError(
             f'symbol(s) {", ".join(missing)} not exported by the library: declare them extern "C"'

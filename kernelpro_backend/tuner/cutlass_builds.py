@@ -178,6 +178,6 @@ def _compile(source: str, arch: str, library_dir: Path | None) -> Path:
 
 
 def _is_built(source: str, arch: str, library_dir: Path | None) -> bool:
-    from ..runtime.cuda_host import library_path
+    from ..runtime.cuda_host import is_built
 
-    return library_path(source, arch, library_dir).is_file()
+    return is_built(source, arch, library_dir)

@@ -9,21 +9,26 @@ end early takes more (search times vary 3x beyond any estimate: plateaus, trial 
 without a store, a deterministic split balanced by estimated cost (`split`) — the owner
 resolves it (its entry, or its search),
 and the owners' results are exchanged as cache-entry bytes (the JSON that bundles carry, never
-pickle), checked and admitted on arrival like an import and stored in every rank's cache. Then
-every rank installs the same kernel for the same key, or all keep the fallback; no rank
-searches a key another rank owns. A failed exchange (a rank died, timed out or raised) leaves
+pickle), checked and admitted on arrival like an import. A received entry then takes the path of
+every entry made elsewhere (`KernelFinder.proved`): the sender's proof stands only where this
+rank can check it — the entry's checksum, and the toolchain (kernelpro's generator included)
+and GPU model it was proved on equal to this rank's, as for an entry of its own store — else it
+is re-proved on this rank's GPU before its first use; stored in every rank's cache once proved.
+The ranks then drop whatever any rank refused, so every rank installs the same kernel for the
+same key, or all keep the fallback; no rank searches a key another rank owns. A failed exchange (a rank died, timed out or raised) leaves
 the undecided keys on the fallback, recorded as misses.
 Must not: search or store by itself (KernelFinder does) or move bytes (exchange.py does).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 from collections.abc import Callable, Sequence
 
 from ..cache.artifact import CorruptEntry, KernelArtifact, decode_entry, encode_entry
-from ..cache.store import Admit, admitted
+from ..cache.store import Admit, Hit, admitted
 from ..fx_passes import Subgraph
 from ..profilers.speed_of_light import SpeedOfLight
 from ..providers import Kernel
@@ -86,7 +91,8 @@ class DistributedFinder:
         why = "not compiled on every rank"  # a key left undecided by a finished exchange
         try:
             owners, queue = self._owners(todo)
-            self._install(self._resolve_mine(todo, owners, queue), owners, set(queue))
+            arrived = self._install(self._resolve_mine(todo, owners, queue), owners, set(queue))
+            self.decided.update(self._agreed(arrived))
         except ExchangeFailed as e:
             log.warning("kernelpro: %s; %d subgraph(s) keep the fallback", e, len(todo))
             why = f"exchange failed ({e})"
@@ -153,16 +159,35 @@ class DistributedFinder:
         key = self.inner.cache.key_for(subgraph.key)
         return None if artifact is None else encode_entry(key, artifact).decode()
 
-    def _install(self, mine: bytes, owners: dict[str, int], claimed: set[str]) -> None:
+    def _install(
+        self, mine: bytes, owners: dict[str, int], claimed: set[str]
+    ) -> dict[str, tuple[KernelArtifact | None, bool]]:
+        """Each decided key's artifact as it arrived here, and whether its owner sent one."""
+        arrived = {}
         for rank, part in enumerate(self.exchange.all_gather(mine)):
             for digest, text in json.loads(part).items():
                 # Only the owner's word counts; a claimed key's owner is who claimed it (one).
                 if owners.get(digest) == rank or (digest in claimed and digest not in owners):
                     owners[digest] = rank
-                    self.decided[digest] = self._arrived(digest, text, rank)
+                    arrived[digest] = (self._arrived(digest, text, rank), text is not None)
+        return arrived
+
+    def _agreed(
+        self, arrived: dict[str, tuple[KernelArtifact | None, bool]]
+    ) -> dict[str, KernelArtifact | None]:
+        """The arrived artifacts less every key some rank refused (its check or its re-proof
+        failed there): one more all-gather, of those keys."""
+        refused = sorted(d for d, (artifact, sent) in arrived.items() if sent and artifact is None)
+        parts = self.exchange.all_gather(json.dumps(refused).encode())
+        dropped = set().union(*(json.loads(p) for p in parts)) - set(refused)
+        for digest in sorted(dropped & set(arrived)):
+            log.warning("kernelpro: %s was refused on another rank; the fallback runs on all",
+                        digest[:12])  # fmt: skip
+        return {d: None if d in dropped else a for d, (a, _) in arrived.items()}
 
     def _arrived(self, digest: str, text: str | None, rank: int) -> KernelArtifact | None:
-        """The owner's artifact, checked like an import (checksum, key, admitted code)."""
+        """The owner's artifact, checked like an import (checksum, key, admitted code); one
+        from another rank is then proved here like any entry made elsewhere."""
         if text is None:
             return None
         try:
@@ -176,10 +201,15 @@ class DistributedFinder:
         if artifact is None:
             log.warning("kernelpro: refusing rank %d's entry %s: %s", rank, digest[:12], problem)
             return None
-        if rank != self.exchange.rank:
-            self.inner.cache_op(
-                "store a shared kernel in", lambda: self.inner.cache.put(entry.key, artifact)
-            )
+        if rank == self.exchange.rank:
+            return artifact
+        entry = dataclasses.replace(entry, artifact=artifact)
+        hit = Hit(entry, f"rank {rank}", self.inner.cache.unproved(entry))
+        if hit.unproved is not None:
+            return self.inner.proved(entry.key, hit)  # re-proved here, stored if it passes
+        self.inner.cache_op(
+            "store a shared kernel in", lambda: self.inner.cache.put(entry.key, artifact)
+        )
         return artifact
 
     def find(self, subgraph: Subgraph) -> Kernel | None:

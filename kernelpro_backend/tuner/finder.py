@@ -213,6 +213,11 @@ class KernelFinder:
             return self._loaded[key.digest]
         return self._load(key, artifact, subgraph)
 
+    def proved(self, key: CacheKey, hit: Hit) -> KernelArtifact | None:
+        """The path of every entry made elsewhere (a bundle, an import, another rank): `hit`'s
+        artifact if it was proved on this toolchain and GPU model, else once re-proved here."""
+        return self._proved(key, hit)
+
     def _proved(self, key: CacheKey, hit: Hit) -> KernelArtifact | None:
         """The hit's artifact if it was proved on this machine, or once it is re-proved and
         re-timed here (then stored as this machine's); None when it cannot be."""

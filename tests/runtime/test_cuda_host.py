@@ -6,6 +6,10 @@ kernel before any CUDA call. (Running it needs a GPU: tests/runtime/test_cuda_ho
 
 from __future__ import annotations
 
+import ctypes
+import shutil
+import subprocess
+
 import pytest
 import torch
 
@@ -123,3 +127,56 @@ def test_a_transposed_layout_is_exported_and_its_strides_are_checked(tmp_path) -
         gemm(a, b.t().contiguous().t())
     with pytest.raises(CandidateLoadError, match="b's columns must be contiguous"):
         gemm(a.t().contiguous().t(), b)
+
+
+_EXPORTS = (
+    "int kp_gemm_run(void) { return 0; }\nunsigned long kp_gemm_workspace(void) { return 0; }\n"
+)
+_CONSTRUCTOR = """#include <stdio.h>
+__attribute__((constructor)) static void planted(void) {
+    FILE *f = fopen("%s", "w");
+    if (f) fclose(f);
+}
+"""
+
+
+def _shared_object(tmp_path, name: str, text: str) -> bytes:
+    source = tmp_path / f"{name}.c"
+    source.write_text(text)
+    out = tmp_path / f"{name}.so"
+    subprocess.run(["cc", "-shared", "-fPIC", "-o", str(out), str(source)], check=True)
+    return out.read_bytes()
+
+
+@pytest.mark.skipif(shutil.which("cc") is None, reason="needs a C compiler (cc)")
+def test_a_library_planted_at_the_cache_path_is_never_loaded(tmp_path, monkeypatch, caplog):
+    """The library's cache path is predictable; one put there whose constructor would run on
+    `ctypes.CDLL` is refused and the library built again: the constructor never runs."""
+    import logging
+
+    from kernelpro_backend.runtime import built
+
+    marker = tmp_path / "constructor-ran"
+    planted = _shared_object(tmp_path, "planted", _CONSTRUCTOR % marker + _EXPORTS)
+    ours = _shared_object(tmp_path, "ours", _EXPORTS)
+    monkeypatch.setattr(built, "_BUILT", {})
+    monkeypatch.setattr(cuda_host, "find_nvcc", lambda: "/opt/fake/nvcc")
+    monkeypatch.setattr(cuda_host, "nvcc_version", lambda nvcc: "nvcc fake")
+    monkeypatch.setattr(cuda_host, "cutlass_include_dirs", lambda: ["/opt/fake/cutlass"])
+    monkeypatch.setattr(cuda_host, "run_nvcc", lambda *args, **kwargs: ours)
+    source, library_dir = "// a CUTLASS GEMM", tmp_path / "cubin"
+    name = cuda_host.library_path(source, "sm_90a", library_dir)
+    name.parent.mkdir(parents=True)
+    name.write_bytes(planted)
+    with caplog.at_level(logging.WARNING, logger="kernelpro"):
+        assert not cuda_host.is_built(source, "sm_90a", library_dir)
+        path = cuda_host.compile_library(
+            source, "sm_90a", library_dir=library_dir, symbols=["kp_gemm_run"]
+        )
+    cuda_host.HostGemm(path, bias=False, source=False)  # ctypes.CDLL: constructors run here
+    assert not marker.exists()
+    assert "no record of building it" in caplog.text
+    assert path.read_bytes() == ours and cuda_host.is_built(source, "sm_90a", library_dir)
+    # The check is real: the planted library's constructor does run when it is loaded.
+    ctypes.CDLL(str(name))
+    assert marker.exists()
