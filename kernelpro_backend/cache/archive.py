@@ -59,7 +59,7 @@ def read_members(path: Path, budget: ReadBudget | None = None) -> dict[str, byte
     return files
 
 
-def _read_tar(stream: IO[bytes], files: dict[str, bytes], budget: ReadBudget) -> None:
+def _read_tar(stream: Any, files: dict[str, bytes], budget: ReadBudget) -> None:
     # Stream mode ("r|"): members are met in order and nothing is listed or sought first.
     capped: Any = CappedReader(stream, budget)
     with tarfile.open(fileobj=capped, mode="r|") as tf:
@@ -67,7 +67,7 @@ def _read_tar(stream: IO[bytes], files: dict[str, bytes], budget: ReadBudget) ->
             budget.member(member.name)
             if member.isfile():
                 _take(files, member.name, member.size, budget, lambda m=member: tf.extractfile(m))
-            tf.members = []  # a stream has no index to keep: memory stays flat per member
+            tf.members = []  # type: ignore[attr-defined]  # a stream has no index to keep: memory stays flat per member
 
 
 def _read_zip(raw: IO[bytes], files: dict[str, bytes], budget: ReadBudget) -> None:

@@ -17,7 +17,7 @@ import json
 import os
 import re
 import time
-from typing import Any, BinaryIO
+from typing import IO, Any
 
 MAX_JSON_DEPTH = 32  # our deepest document (an entry holding a spec) nests 7 levels
 MAX_MEMBERS = 20_000  # archive members of every kind; a real bundle holds hundreds
@@ -115,7 +115,7 @@ class CappedReader:
     """A read-only file object over `raw` that charges every byte it hands out to `budget`:
     a request past the budget's room is refused before anything is read."""
 
-    def __init__(self, raw: BinaryIO, budget: ReadBudget) -> None:
+    def __init__(self, raw: IO[bytes], budget: ReadBudget) -> None:
         self.raw, self.budget = raw, budget
 
     def read(self, size: int = -1) -> bytes:

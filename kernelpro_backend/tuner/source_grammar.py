@@ -205,11 +205,12 @@ class _Function:
                 raise self.fail(
                     node, f"a default that is not a literal: {ast.unparse(default)!r:.60}"
                 )
-        bound = [(n, n.id) for n in ast.walk(node) if isinstance(n, ast.Name)
-                 and isinstance(n.ctx, ast.Store)]  # fmt: skip
-        for where, name in [*bound, *((node, p.arg) for p in self.params)]:
+        bound: list[tuple[ast.AST, str]] = [(p, p.arg) for p in self.params]
+        bound += [(n, n.id) for n in ast.walk(node) if isinstance(n, ast.Name)
+                  and isinstance(n.ctx, ast.Store)]  # fmt: skip
+        for site, name in bound:
             if name in self.module.reserved or name.startswith("__"):
-                raise self.fail(where, f"binds {name!r}, the name of a module or builtin")
+                raise self.fail(site, f"binds {name!r}, the name of a module or builtin")
             self.locals.add(name)
         for stmt in node.body:
             self.visit(stmt)
