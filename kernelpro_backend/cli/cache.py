@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Sequence
 from typing import TextIO
 
 from ..cache.bundle import BundleError
@@ -22,12 +23,13 @@ from ..cache.maintenance import (
     prune,
     verify,
 )
+from ..cache.printable import printable
 from ..cache.signing import SigningKeyError, load_key, load_keys
 from ..cache.store import KernelCache
 from ..cache.transfer import export_bundle, import_bundle
 from ..options import Options
 from ..text_table import format_table
-from ..tuner.admit import admit
+from ..tuner.admit import admission_note, admit
 from .misses import print_misses
 
 
@@ -100,6 +102,13 @@ def add_cli(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser: 
     return p
 
 
+def _table(headers: tuple[str, ...], rows: Sequence[Sequence[object]]) -> str:
+    """format_table with every cell made printable: patterns, names, reasons and claims come
+    from caches and bundles made elsewhere (escape sequences must not reach the terminal)."""
+    return format_table(headers, [tuple(printable(c) if isinstance(c, str) else c for c in r)
+                                  for r in rows])  # fmt: skip
+
+
 def _filters(p: argparse.ArgumentParser) -> None:
     p.add_argument("--pattern", help="only this pattern (e.g. softmax, addmm+epilogue)")
     p.add_argument("--kind", help="only this kind (gemm, conv, attention, reduction, pointwise)")
@@ -151,7 +160,7 @@ def _ls(cache: KernelCache, args: argparse.Namespace, out: TextIO) -> int:
         for e in entries
     ]  # fmt: skip
     headers = ("KEY", "PATTERN", "KIND", "ARCH", "LANG", "MS", "SPEEDUP", "SOL", "PROVED", "DATE")
-    print(format_table(headers, rows), file=out)
+    print(_table(headers, rows), file=out)
     print(f"{len(rows)} entries in {cache.directory}", file=out)
     if any(r[8] == "no" for r in rows):
         print("PROVED no: made on another toolchain or GPU model, or imported; re-proved and "
@@ -187,7 +196,8 @@ def _show(cache: KernelCache, prefix: str, out: TextIO) -> int:
     found = find_entries(cache, prefix)
     if len(found) != 1:
         what = "no entry" if not found else f"{len(found)} entries"
-        print(f"{what} matching {prefix!r}; `kernelpro cache ls` lists the keys", file=out)
+        print(f"{what} matching {printable(repr(prefix))}; `kernelpro cache ls` lists the keys",
+              file=out)  # fmt: skip
         return 1
     e = found[0]
     a = e.artifact
@@ -204,10 +214,10 @@ def _show(cache: KernelCache, prefix: str, out: TextIO) -> int:
         ("sol_fraction", a.sol_fraction), ("search_log", a.provenance.search_log),
         ("created", a.provenance.created), ("sha256", e.sha256),
     ]  # fmt: skip
-    print(format_table(("FIELD", "VALUE"), rows), file=out)
+    print(_table(("FIELD", "VALUE"), rows), file=out)
     if a.spec_json:
-        print(f"\nspec: {a.spec_json}", file=out)
-    print(f"\nsource:\n{a.source}", file=out)
+        print(f"\nspec: {printable(a.spec_json)}", file=out)
+    print(f"\nsource:\n{printable(a.source, keep_newlines=True)}", file=out)
     return 0
 
 
@@ -241,31 +251,36 @@ def _import(cache: KernelCache, args: argparse.Namespace, out: TextIO) -> int:
         report = import_bundle(cache, args.file, arch=args.arch, admit=admit, keys=keys,
                                require_signature=required)  # fmt: skip
     except BundleError as e:
-        print(f"import refused: {e}", file=out)
+        print(f"import refused: {printable(e)}", file=out)
         return 1
-    maker = report.built_by
+    except Exception as e:  # a bundle is outside data: whatever it breaks ends in one line
+        print(f"import refused: {printable(args.file)}: {type(e).__name__}: "
+              f"{printable(e)[:300]}", file=out)  # fmt: skip
+        return 1
+    maker = {k: printable(v) for k, v in report.built_by.items()}
     if maker:
         print(f"bundle made by kernelpro {maker.get('kernelpro', '?')} on GPU "
               f"{maker.get('gpu', '?')}, {maker.get('created', '?')} (as it says)", file=out)  # fmt: skip
     else:
         print("bundle does not say who made it (made before kernelpro recorded it)", file=out)
     print(f"signature: {report.signature}", file=out)
-    print(f"imported {len(report.imported)} entries from {args.file}", file=out)
+    print(f"imported {len(report.imported)} entries from {printable(args.file)}", file=out)
     if report.imported:
-        print("each one's code was checked to be this kernelpro's own output; none has run "
-              "here yet. Each is re-proved against its PyTorch reference and re-timed against "
-              "the fallback on this GPU, in an isolated worker, before its first use (or now: "
+        print("CHECKED says what was checked of each entry's code; none has run here yet. "
+              "Each is re-proved against its PyTorch reference and re-timed against the "
+              "fallback on this GPU, in an isolated worker, before its first use (or now: "
               "`kernelpro cache verify --retime`):", file=out)  # fmt: skip
         rows = [(e.key.short(), e.artifact.pattern, e.artifact.shown_language,
-                 e.artifact.provenance.where()) for e in report.imported]  # fmt: skip
-        print(format_table(("KEY", "PATTERN", "LANG", "PROVED ON"), rows), file=out)
+                 e.artifact.provenance.where(), admission_note(e.artifact))
+                for e in report.imported]  # fmt: skip
+        print(_table(("KEY", "PATTERN", "LANG", "PROVED ON", "CHECKED"), rows), file=out)
     for v in report.graph_verdicts:
-        print(f"graph {v.fingerprint[:12]} ({v.model or 'a model'}): compiled with "
+        print(printable(f"graph {v.fingerprint[:12]} ({v.model or 'a model'}): compiled with "
               f"{', '.join(f'{k}={val}' for k, val in v.options.items())}, as the bundle's "
-              f"warm-up measured it faster ({v.why or 'no figures given'})", file=out)  # fmt: skip
+              f"warm-up measured it faster ({v.why or 'no figures given'})"), file=out)  # fmt: skip
     if report.refused:
         print(f"refused {len(report.refused)}:", file=out)
-        print(format_table(("ENTRY", "REASON"), [(r.name, r.reason) for r in report.refused]),
+        print(_table(("ENTRY", "REASON"), [(r.name, r.reason) for r in report.refused]),
               file=out)  # fmt: skip
     return 1 if report.refused else 0
 
@@ -304,7 +319,7 @@ def _verify(
     ]
     if rows:
         headers = ("KEY", "PATTERN", "LANG", "RESULT", "STORED_MS", "NOW_MS", "REASON")
-        print(format_table(headers, rows), file=out)
+        print(_table(headers, rows), file=out)
     verb = "verified (dry run: nothing deleted)" if dry_run else "verified"
     dropped = "would drop" if dry_run else "dropped"
     print(f"{verb}: kept {report.kept}, {dropped} {len(report.dropped)}, "
@@ -317,5 +332,5 @@ def _report(report: MaintenanceReport, verb: str, out: TextIO) -> int:
     print(f"{verb}: kept {report.kept}, {dropped} {len(report.dropped)}", file=out)
     if report.dropped:
         rows = [(d.digest[:12], d.pattern, d.reason) for d in report.dropped]
-        print(format_table(("KEY", "PATTERN", "REASON"), rows), file=out)
+        print(_table(("KEY", "PATTERN", "REASON"), rows), file=out)
     return 0
