@@ -62,7 +62,7 @@ def loads_bounded(data: bytes | str, what: str, max_bytes: int, depth: int = MAX
     try:
         return json.loads(text)
     except json.JSONDecodeError as e:
-        raise ValueError(f"{what} is not JSON ({e})") from None
+        raise ValueError(f"{what}: not JSON ({e})") from None
     except RecursionError:  # not reachable after the depth scan; kept as the last guard
         raise LimitExceeded(f"{what} nests too deeply to parse") from None
 
