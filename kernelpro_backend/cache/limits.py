@@ -19,11 +19,11 @@ import re
 import time
 from typing import IO, Any
 
-MAX_JSON_DEPTH = 32  # our deepest document (an entry holding a spec) nests 7 levels
-MAX_MEMBERS = 20_000  # archive members of every kind; a real bundle holds hundreds
+MAX_JSON_DEPTH = 32  # our deepest document, a KernelSpec, nests 7 levels
+MAX_MEMBERS = 10_000  # archive members of every kind; a real bundle holds hundreds
 MAX_MEMBER_BYTES = 16 * 2**20  # an entry is a few KB; a cubin (base64) well under 4 MiB
 MAX_BUNDLE_BYTES = 64 * 2**20  # all members, headers included, as read (decompressed)
-MAX_MANIFEST_BYTES = 16 * 2**20  # 20,000 listed entries at ~600 bytes each
+MAX_MANIFEST_BYTES = 16 * 2**20  # 10,000 listed entries at ~600 bytes each, and room
 MAX_SPEC_BYTES = 256 * 2**10  # a KernelSpec's JSON is a few KB
 MAX_LOG_BYTES = 256 * 2**20  # a search log of thousands of trials is tens of MB
 MAX_READ_S = 30.0  # one archive, read from a local disk: well under a second when honest
