@@ -316,3 +316,47 @@ def test_escape_sequences_from_a_bundle_are_printed_escaped(tmp_path, honest):
         assert "\x1b" not in text and "\x07" not in text and "\u202e" not in text
         assert "pointwise\\x1b]0;owned\\x07\\x1b[2J\\u202e" in text, text
     assert "re-rendered from its spec and identical" in texts[0]
+
+
+FREE_FORM = (
+    "import torch\nimport triton\nimport triton.language as tl\n\n\n@triton.jit\n"
+    "def scale(x_ptr, y_ptr, n, BLOCK: tl.constexpr = 128):\n"
+    "    i = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)\n"
+    "    tl.store(y_ptr + i, tl.load(x_ptr + i, mask=i < n) * 3.0 + 1.0, mask=i < n)\n\n\n"
+    "def entry(in0):\n    out0 = torch.empty_like(in0)\n"
+    "    scale[(triton.cdiv(in0.numel(), 128),)](in0, out0, in0.numel())\n    return [out0]\n"
+)
+
+
+def test_require_signed_bundles_keeps_unsigned_free_form_code_out(tmp_path, honest, caplog):
+    """A free-form source that fits the grammar is admitted (and says so); with
+    require_signed_bundles an unsigned bundle holding it is refused at import and skipped as
+    an extra cache dir: no free-form code the user did not sign reaches a worker."""
+    import argparse
+    import io
+    import logging
+
+    from kernelpro_backend.cli.cache import add_cli, run_cli
+
+    sg, artifact = honest
+    free = dataclasses.replace(artifact, source=FREE_FORM, entry="entry", spec_json=None)
+    key, bundle = _bundle_of(tmp_path, sg, free)
+    parser = argparse.ArgumentParser(prog="kernelpro")
+    add_cli(parser.add_subparsers(dest="command", required=True))
+
+    def run(*argv):
+        out = io.StringIO()
+        code = run_cli(parser.parse_args(["cache", *argv]), out=out)
+        return code, out.getvalue()
+
+    code, text = run("--cache-dir", str(tmp_path / "a"), "import", str(bundle), "--arch", key.arch)
+    assert code == 0 and "admitted by the source grammar; runs only in isolated workers" in text
+    code, text = run("--cache-dir", str(tmp_path / "b"), "import", str(bundle), "--arch",
+                     key.arch, "--require-signature")  # fmt: skip
+    assert code == 1 and "a verified signature is required" in text
+    with caplog.at_level(logging.WARNING, logger="kernelpro.cache"):
+        signed_only = KernelCache(str(tmp_path / "c"), (str(bundle.parent),), admit=admit,
+                                  require_signed=True)  # fmt: skip
+        assert signed_only.get(key) is None
+        assert KernelCache(str(tmp_path / "d"), (str(bundle.parent),), admit=admit).get(key)
+    assert "a verified signature is required" in caplog.text
