@@ -369,6 +369,8 @@ def worker_main(
     # references): expandable segments keep the freed memory usable for the next size.
     with contextlib.suppress(Exception):
         torch.cuda.memory._set_allocator_settings("expandable_segments:True")
+    # Paths are made absolute before the worker leaves the user's directory for its own.
+    setup = (setup or WorkerSetup(CacheLayout.of())).absolute()
     state = WorkerState(Path(tempfile.mkdtemp(prefix="kernelpro-worker-")), setup)
     enter_workdir(state.workdir)  # runtime/isolation.py: never the user's working directory
     gpu_lock = PoolGpuLock(conn) if serialize_gpu else None

@@ -58,3 +58,12 @@ def test_the_pool_starts_its_workers_isolated(monkeypatch):
     with pytest.raises(RuntimeError, match="not started"):
         pool_module.WorkerPool(workers=1)
     assert started == [Recording]
+
+
+def test_a_relative_cache_directory_stays_the_users_after_the_worker_moves(tmp_path, monkeypatch):
+    from kernelpro_backend.paths import CacheLayout
+    from kernelpro_backend.runtime.worker_setup import WorkerSetup
+
+    monkeypatch.chdir(tmp_path)
+    setup = WorkerSetup(CacheLayout.of("kp", environ={})).absolute()
+    assert setup.layout.root == tmp_path / "kp" and setup.layout.cubin_root == tmp_path / "kp/cubin"
