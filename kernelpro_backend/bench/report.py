@@ -5,6 +5,8 @@ Owns: parsing the log into searches (one per "start" event), the trial tree (par
 "parent"), and the page: each search's header and outcome, the tree as nested lists with the
 findings at each node (and which profiling tools ran or were skipped), and the best speedup
 over trials as an inline SVG chart.
+The log is read within limits (cache/limits.py: its size, each line's size and nesting depth);
+a line over one is skipped with the limit named, like a line that is not JSON.
 Must not: run or re-measure anything; no external JS or CSS.
 """
 
@@ -16,7 +18,11 @@ import json
 from pathlib import Path
 from typing import Any
 
+from ..cache.limits import MAX_LOG_BYTES, LimitExceeded, loads_bounded, read_text_bounded
+from ..cache.printable import printable
 from .svg import line_chart
+
+MAX_LINE_BYTES = 16 * 2**20  # one event: a trial with its candidate's source and findings
 
 
 class ReportError(ValueError):
@@ -42,10 +48,10 @@ def parse_log(text: str) -> ParsedLog:
     for number, line in enumerate(text.splitlines(), start=1):
         if not line.strip():
             continue
-        try:
-            event = json.loads(line)
-        except json.JSONDecodeError as e:
-            skipped.append(f"line {number}: not JSON ({e.msg})")  # e.g. a cut-off last line
+        try:  # a log may come from elsewhere: each line within the size and depth limits
+            event = loads_bounded(line, f"line {number}", MAX_LINE_BYTES)
+        except ValueError as e:  # not JSON (e.g. a cut-off last line), too long or too deep
+            skipped.append(printable(str(e))[:200])
             continue
         kind = event.get("event") if isinstance(event, dict) else None
         if kind == "start" or (kind in ("trial", "end") and not searches):
@@ -233,9 +239,11 @@ def write_report(log_path: str | Path, out_path: str | Path) -> str:
     """Render `log_path` to `out_path`; returns a one-line summary."""
     path = Path(log_path)
     try:
-        text = path.read_text()
+        text = read_text_bounded(path, MAX_LOG_BYTES, "search log")
     except OSError as e:
         raise ReportError(f"cannot read search log {path}: {e.strerror}") from None
+    except LimitExceeded as e:
+        raise ReportError(str(e)) from None
     parsed = parse_log(text)
     if not parsed.searches:
         raise ReportError(

@@ -8,20 +8,21 @@ Must not: run searches or time anything (the searches wrote what it reads).
 
 from __future__ import annotations
 
-import json
 import statistics
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+from ..cache.limits import MAX_LOG_BYTES, loads_bounded, read_text_bounded
+
 
 def _events(path: Path) -> list[dict[str, Any]]:
     out = []
-    for line in path.read_text().splitlines():
+    for line in read_text_bounded(path, MAX_LOG_BYTES, "search log").splitlines():
         try:
-            out.append(json.loads(line))
-        except json.JSONDecodeError:
-            continue  # a line cut by a crash: the rest of the log still counts
+            out.append(loads_bounded(line, "a log line", MAX_LOG_BYTES))
+        except ValueError:
+            continue  # a line cut by a crash (or over a limit): the rest of the log still counts
     return out
 
 

@@ -6,8 +6,9 @@ one canonical JSON document (binary fields base64) carrying the cache key, the a
 sha256 over both. The same bytes are stored in the disk cache and shipped in bundles.
 Must not: compile, load or run kernels (loaders do), or read or write files.
 
-Nothing here is ever unpickled: decoding is `json.loads` plus type checks, and a document that
-does not check out raises `CorruptEntry` naming what is wrong.
+Nothing here is ever unpickled: decoding is `json.loads` (after the size and nesting limits of
+limits.py) plus type checks, and a document that does not check out raises `CorruptEntry`
+naming what is wrong.
 """
 
 from __future__ import annotations
@@ -19,6 +20,8 @@ import hashlib
 import json
 from typing import Any
 
+from . import limits
+from .limits import loads_bounded
 from .toolchain import CACHE_SCHEMA_VERSION, CacheKey, Toolchain, current_gpu, current_toolchain
 
 ENTRY_FORMAT = "kernelpro-entry"
@@ -207,8 +210,8 @@ def encode_entry(key: CacheKey, artifact: KernelArtifact) -> bytes:
 def decode_entry(data: bytes) -> Entry:
     """Parse and verify an entry; raises CorruptEntry saying what is wrong."""
     try:
-        doc = json.loads(data.decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        doc = loads_bounded(data, "the entry", limits.MAX_MEMBER_BYTES)
+    except ValueError as e:  # LimitExceeded too: over the size or nesting limit
         raise CorruptEntry(f"unparsable entry ({e})") from None
     if not isinstance(doc, dict) or doc.get("format") != ENTRY_FORMAT:
         raise CorruptEntry(f"not a kernelpro entry (format is not {ENTRY_FORMAT!r})")

@@ -8,6 +8,9 @@ fields base64, and optionally `signature.json`, whose format signing.py owns), w
 atomically, and reading it with every check: each entry's sha256 against the manifest, its own
 checksum, its key against the manifest's, a well-formed signature if there is one, no file the
 manifest does not list, and graph verdicts that can only turn a rewrite off.
+Reading is bounded (limits.py): archive.py reads the members within the member, byte and time
+limits; the manifest is refused over MAX_MANIFEST_BYTES or nested past MAX_JSON_DEPTH before it
+is parsed; an entry is checked the same way by artifact.decode_entry.
 Must not: extract archives to disk (members are read into memory by name), unpickle anything,
 or touch a cache store (transfer.py exports to and imports from one).
 """
@@ -17,7 +20,6 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import io
-import json
 import os
 import tarfile
 import zipfile
@@ -25,16 +27,15 @@ from pathlib import Path
 from typing import Any
 
 from ..paths import atomic_write
+from .archive import ArchiveError, read_members
 from .artifact import CorruptEntry, Entry, decode_entry
 from .context import ContextVerdicts
+from .limits import MAX_MANIFEST_BYTES, LimitExceeded, loads_bounded
 from .signing import SIGNATURE, parse_signature
 from .toolchain import CACHE_SCHEMA_VERSION, CacheKey
 
 BUNDLE_FORMAT = "kernelpro-bundle"
 MANIFEST = "manifest.json"
-MAX_MEMBER_BYTES = 256 * 2**20  # a cubin is well under 1 MiB; anything this big is not ours
-MAX_BUNDLE_BYTES = 1024 * 2**20  # all members together, as read (a zip bomb stops here)
-MAX_MEMBERS = 100_000  # entries are one file each; a real bundle holds hundreds
 
 
 GRAPH_VERDICTS = "graph_verdicts"
@@ -121,17 +122,20 @@ class Bundle:
 
 def read_bundle(path: str | os.PathLike[str]) -> Bundle:
     """Read and verify a bundle; entries that fail a check are in `refused`, never in `entries`."""
-    files = _read_archive(Path(path))
+    try:
+        files = read_members(Path(path))
+    except ArchiveError as e:
+        raise BundleError(f"{path}: {e}") from None
     if MANIFEST not in files:
         raise BundleError(f"{path}: no {MANIFEST}; not a kernelpro bundle")
     manifest_bytes = files.pop(MANIFEST)
     signature = _read_signature(path, files.pop(SIGNATURE, None))
     try:
-        manifest = json.loads(manifest_bytes.decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        manifest = loads_bounded(manifest_bytes, MANIFEST, MAX_MANIFEST_BYTES)
+    except LimitExceeded as e:
+        raise BundleError(f"{path}: {e}") from None
+    except ValueError as e:
         raise BundleError(f"{path}: unparsable {MANIFEST} ({e})") from None
-    except RecursionError:
-        raise BundleError(f"{path}: {MANIFEST} is nested too deeply to be ours") from None
     if not isinstance(manifest, dict) or manifest.get("format") != BUNDLE_FORMAT:
         raise BundleError(f"{path}: {MANIFEST} is not a {BUNDLE_FORMAT} manifest")
     if manifest.get("schema") != CACHE_SCHEMA_VERSION:
@@ -195,61 +199,11 @@ def _check_listed(item: Any, files: dict[str, bytes]) -> tuple[Entry | None, str
         listed_key = CacheKey.from_dict(item.get("key"))
     except CorruptEntry as e:
         return None, str(e), label
-    except RecursionError:
-        return None, "nested too deeply to be ours", label
     except (KeyError, TypeError, ValueError) as e:
         return None, f"malformed key in {MANIFEST} ({e})", label
     if listed_key != entry.key or item.get("digest") != entry.key.digest:
         return None, f"{MANIFEST} key differs from the entry's own key", label
     return entry, None, label
-
-
-def _read_archive(path: Path) -> dict[str, bytes]:
-    """Regular-file members by name, read into memory (never extracted), within the caps on
-    each member, on all of them together and on their number; a name twice is refused."""
-    files: dict[str, bytes] = {}
-    try:
-        if zipfile.is_zipfile(path):
-            with zipfile.ZipFile(path) as zf:
-                for info in zf.infolist():
-                    if not info.is_dir():
-                        _take(path, files, info.filename, info.file_size, lambda i=info: zf.open(i))
-        else:
-            with tarfile.open(path, "r:*") as tf:
-                for member in tf:  # lazily: a million headers are not listed first
-                    if member.isfile():
-                        _take(path, files, member.name, member.size,
-                              lambda m=member: tf.extractfile(m))  # fmt: skip
-    except (OSError, EOFError, tarfile.TarError, zipfile.BadZipFile) as e:
-        raise BundleError(f"{path}: cannot read archive ({e})") from None
-    return files
-
-
-def _take(path: Path, files: dict[str, bytes], name: str, size: int, open_member: Any) -> None:
-    """Read one member into `files`, never more than the caps allow (a member's stated size
-    is not trusted: at most one byte past the cap is read)."""
-    if name in files:
-        raise BundleError(f"{path}: member {name} appears twice")
-    if len(files) >= MAX_MEMBERS:
-        raise BundleError(f"{path}: more than {MAX_MEMBERS} members; not a kernelpro bundle")
-    _limit(path, name, size)
-    total = sum(len(d) for d in files.values())
-    room = min(MAX_MEMBER_BYTES, MAX_BUNDLE_BYTES - total)
-    f = open_member()
-    if f is None:
-        return
-    with f:
-        data = f.read(room + 1)
-    if len(data) > room:
-        raise BundleError(
-            f"{path}: members add up to more than {MAX_BUNDLE_BYTES} bytes (at {name})"
-        )
-    files[name] = data
-
-
-def _limit(path: Path, name: str, size: int) -> None:
-    if size > MAX_MEMBER_BYTES:
-        raise BundleError(f"{path}: member {name} is {size} bytes, over {MAX_MEMBER_BYTES}")
 
 
 def write_archive(out: Path, files: dict[str, bytes]) -> None:

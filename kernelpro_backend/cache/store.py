@@ -33,6 +33,7 @@ from .bundle import BundleError, read_bundle
 from .context import ContextVerdicts
 from .disk import JsonBytesDisk, UnsafeValue
 from .misses import MissManifest
+from .printable import printable
 from .rows import (
     CacheReadOnly,
     CacheUnavailable,
@@ -293,37 +294,41 @@ class KernelCache:
         if self._extra is None:
             self._extra = {}
             for bundle_path in _bundle_files(self.extra_dirs):
+                # The one boundary between a bundle's bytes and the user's compile: whatever
+                # reading, checking or admitting them raises skips the bundle, with one warning
+                # naming it and the reason (printable: both come from outside), and the
+                # fallback runs for what it would have held.
                 try:
-                    bundle = read_bundle(bundle_path)
-                except BundleError as e:
-                    log.warning("kernelpro cache: skipping bundle %s: %s", bundle_path, e)
+                    found = self._read_extra(bundle_path)
+                except Exception as e:
+                    reason = str(e) if isinstance(e, BundleError) else f"{type(e).__name__}: {e}"
+                    log.warning("kernelpro cache: skipping bundle %s: %s",
+                                printable(bundle_path), printable(reason)[:500])  # fmt: skip
                     continue
-                except Exception as e:  # a bundle must never fail the user's compile
-                    log.warning(
-                        "kernelpro cache: skipping bundle %s: reading it raised %s: %s",
-                        bundle_path,
-                        type(e).__name__,
-                        e,
-                    )
-                    continue
-                problem = refusal(check(bundle, self.trusted_keys), self.require_signed)
-                if problem:
-                    log.warning("kernelpro cache: skipping bundle %s: %s", bundle_path, problem)
-                    continue
-                for entry in bundle.entries:
-                    artifact, problem = admitted(self.admit, entry.artifact)
-                    if artifact is None:
-                        log.warning(
-                            "kernelpro cache: not using %s %s from %s: %s",
-                            entry.artifact.pattern or "an entry",
-                            entry.key.short(),
-                            bundle_path,
-                            problem,
-                        )
-                        continue
-                    entry = dataclasses.replace(entry, artifact=artifact)
+                for entry in found:
                     self._extra.setdefault(entry.key.digest, (entry, bundle_path))
         return self._extra
+
+    def _read_extra(self, bundle_path: Path) -> list[Entry]:
+        """The bundle's entries that are admitted here (a refused one: a warning each)."""
+        bundle = read_bundle(bundle_path)
+        problem = refusal(check(bundle, self.trusted_keys), self.require_signed)
+        if problem:
+            raise BundleError(problem)
+        found = []
+        for entry in bundle.entries:
+            artifact, problem = admitted(self.admit, entry.artifact)
+            if artifact is None:
+                log.warning(
+                    "kernelpro cache: not using %s %s from %s: %s",
+                    printable(entry.artifact.pattern or "an entry"),
+                    entry.key.short(),
+                    printable(bundle_path),
+                    printable(problem)[:500],
+                )
+                continue
+            found.append(dataclasses.replace(entry, artifact=artifact))
+        return found
 
 
 def foreign_reason(found: CacheKey, wanted: CacheKey) -> str | None:

@@ -13,7 +13,7 @@ import functools
 import json
 import sqlite3
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TextIO
 
 from ..cache.bundle import BundleError
@@ -26,13 +26,14 @@ from ..cache.maintenance import (
     prune,
     verify,
 )
+from ..cache.printable import printable
 from ..cache.signing import SigningKeyError, load_key, load_keys
 from ..cache.store import CacheReadOnly, CacheUnavailable, KernelCache
 from ..cache.transfer import export_bundle, import_bundle
 from ..options import Options, OptionsError
 from ..paths import resolve_cache_dir
 from ..text_table import format_table
-from ..tuner.admit import admit
+from ..tuner.admit import admission_note, admit
 from .misses import print_misses
 
 
@@ -103,6 +104,13 @@ def add_cli(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser: 
     )
     p.set_defaults(func=run_cli)
     return p
+
+
+def _table(headers: tuple[str, ...], rows: Sequence[Sequence[object]]) -> str:
+    """format_table with every cell made printable: patterns, names, reasons and claims come
+    from caches and bundles made elsewhere (escape sequences must not reach the terminal)."""
+    return format_table(headers, [tuple(printable(c) if isinstance(c, str) else c for c in r)
+                                  for r in rows])  # fmt: skip
 
 
 def _filters(p: argparse.ArgumentParser) -> None:
@@ -195,7 +203,7 @@ def _ls(cache: KernelCache, args: argparse.Namespace, out: TextIO) -> int:
         for e in entries
     ]  # fmt: skip
     headers = ("KEY", "PATTERN", "KIND", "ARCH", "LANG", "MS", "SPEEDUP", "SOL", "PROVED", "DATE")
-    print(format_table(headers, rows), file=out)
+    print(_table(headers, rows), file=out)
     print(f"{len(rows)} entries in {cache.directory}", file=out)
     if any(r[8] == "no" for r in rows):
         print("PROVED no: made on another toolchain or GPU model, or imported; re-proved and "
@@ -231,7 +239,8 @@ def _show(cache: KernelCache, prefix: str, out: TextIO) -> int:
     found = find_entries(cache, prefix)
     if len(found) != 1:
         what = "no entry" if not found else f"{len(found)} entries"
-        print(f"{what} matching {prefix!r}; `kernelpro cache ls` lists the keys", file=out)
+        print(f"{what} matching {printable(repr(prefix))}; `kernelpro cache ls` lists the keys",
+              file=out)  # fmt: skip
         return 1
     e = found[0]
     a = e.artifact
@@ -248,10 +257,10 @@ def _show(cache: KernelCache, prefix: str, out: TextIO) -> int:
         ("sol_fraction", a.sol_fraction), ("search_log", a.provenance.search_log),
         ("created", a.provenance.created), ("sha256", e.sha256),
     ]  # fmt: skip
-    print(format_table(("FIELD", "VALUE"), rows), file=out)
+    print(_table(("FIELD", "VALUE"), rows), file=out)
     if a.spec_json:
-        print(f"\nspec: {a.spec_json}", file=out)
-    print(f"\nsource:\n{a.source}", file=out)
+        print(f"\nspec: {printable(a.spec_json)}", file=out)
+    print(f"\nsource:\n{printable(a.source, keep_newlines=True)}", file=out)
     return 0
 
 
@@ -285,31 +294,44 @@ def _import(cache: KernelCache, args: argparse.Namespace, out: TextIO) -> int:
         report = import_bundle(cache, args.file, arch=args.arch, admit=admit, keys=keys,
                                require_signature=required)  # fmt: skip
     except BundleError as e:
-        print(f"import refused: {e}", file=out)
+        print(f"import refused: {printable(e)}", file=out)
         return 1
-    maker = report.built_by
+    except (CacheUnavailable, sqlite3.Error, OptionsError):
+        raise  # the cache itself or an option, not the bundle: `_one_line` says what to do
+    except OSError as e:
+        if e.errno not in (errno.ENOSPC, errno.EDQUOT, errno.EACCES, errno.EPERM, errno.EROFS):
+            print(f"import refused: {printable(args.file)}: {type(e).__name__}: "
+                  f"{printable(e)[:300]}", file=out)  # fmt: skip
+            return 1
+        raise  # a full, read-only or forbidden disk: `_one_line` says what to do
+    except Exception as e:  # a bundle is outside data: whatever it breaks ends in one line
+        print(f"import refused: {printable(args.file)}: {type(e).__name__}: "
+              f"{printable(e)[:300]}", file=out)  # fmt: skip
+        return 1
+    maker = {k: printable(v) for k, v in report.built_by.items()}
     if maker:
         print(f"bundle made by kernelpro {maker.get('kernelpro', '?')} on GPU "
               f"{maker.get('gpu', '?')}, {maker.get('created', '?')} (as it says)", file=out)  # fmt: skip
     else:
         print("bundle does not say who made it (made before kernelpro recorded it)", file=out)
     print(f"signature: {report.signature}", file=out)
-    print(f"imported {len(report.imported)} entries from {args.file}", file=out)
+    print(f"imported {len(report.imported)} entries from {printable(args.file)}", file=out)
     if report.imported:
-        print("each one's code was checked to be this kernelpro's own output; none has run "
-              "here yet. Each is re-proved against its PyTorch reference and re-timed against "
-              "the fallback on this GPU, in an isolated worker, before its first use (or now: "
+        print("CHECKED says what was checked of each entry's code; none has run here yet. "
+              "Each is re-proved against its PyTorch reference and re-timed against the "
+              "fallback on this GPU, in an isolated worker, before its first use (or now: "
               "`kernelpro cache verify --retime`):", file=out)  # fmt: skip
         rows = [(e.key.short(), e.artifact.pattern, e.artifact.shown_language,
-                 e.artifact.provenance.where()) for e in report.imported]  # fmt: skip
-        print(format_table(("KEY", "PATTERN", "LANG", "PROVED ON"), rows), file=out)
+                 e.artifact.provenance.where(), admission_note(e.artifact))
+                for e in report.imported]  # fmt: skip
+        print(_table(("KEY", "PATTERN", "LANG", "PROVED ON", "CHECKED"), rows), file=out)
     for v in report.graph_verdicts:
-        print(f"graph {v.fingerprint[:12]} ({v.model or 'a model'}): compiled with "
+        print(printable(f"graph {v.fingerprint[:12]} ({v.model or 'a model'}): compiled with "
               f"{', '.join(f'{k}={val}' for k, val in v.options.items())}, as the bundle's "
-              f"warm-up measured it faster ({v.why or 'no figures given'})", file=out)  # fmt: skip
+              f"warm-up measured it faster ({v.why or 'no figures given'})"), file=out)  # fmt: skip
     if report.refused:
         print(f"refused {len(report.refused)}:", file=out)
-        print(format_table(("ENTRY", "REASON"), [(r.name, r.reason) for r in report.refused]),
+        print(_table(("ENTRY", "REASON"), [(r.name, r.reason) for r in report.refused]),
               file=out)  # fmt: skip
     return 1 if report.refused else 0
 
@@ -348,7 +370,7 @@ def _verify(
     ]
     if rows:
         headers = ("KEY", "PATTERN", "LANG", "RESULT", "STORED_MS", "NOW_MS", "REASON")
-        print(format_table(headers, rows), file=out)
+        print(_table(headers, rows), file=out)
     verb = "verified (dry run: nothing deleted)" if dry_run else "verified"
     dropped = "would drop" if dry_run else "dropped"
     print(f"{verb}: kept {report.kept}, {dropped} {len(report.dropped)}, "
@@ -361,5 +383,5 @@ def _report(report: MaintenanceReport, verb: str, out: TextIO) -> int:
     print(f"{verb}: kept {report.kept}, {dropped} {len(report.dropped)}", file=out)
     if report.dropped:
         rows = [(d.digest[:12], d.pattern, d.reason) for d in report.dropped]
-        print(format_table(("KEY", "PATTERN", "REASON"), rows), file=out)
+        print(_table(("KEY", "PATTERN", "REASON"), rows), file=out)
     return 0

@@ -1,7 +1,8 @@
 """A pool of worker processes that evaluate candidates, isolated from the caller.
 
 Owns: `WorkerPool`: spawning workers (multiprocessing "spawn", one CUDA context each, started
-with the caller's `WorkerSetup`: cache layout and compile limit), dispatching jobs, the start and
+with the caller's `WorkerSetup`: cache layout and compile limit; with an allow-listed
+environment, isolation.py), dispatching jobs, the start and
 per-job timeouts, and replacing a worker that died (segfault, illegal
 address, os._exit) or hung, so that the caller and the other workers carry on.
 Must not: look inside jobs or results beyond their status (worker.py evaluates).
@@ -21,6 +22,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..paths import CacheLayout
+from .isolation import IsolatedProcess
 from .job import Job
 from .result import EvalResult, EvalStatus
 from .worker import worker_main
@@ -64,7 +66,9 @@ class _Worker:
 
     def start(self) -> None:
         self.conn, child = self.ctx.Pipe(duplex=True)
-        self.process = self.ctx.Process(
+        # Started with the allow-listed environment only (runtime/isolation.py): a worker
+        # runs code from outside, which must not read the user's secrets.
+        self.process = IsolatedProcess(
             target=worker_main, args=(child, self.serialize_gpu, self.setup), daemon=True
         )
         with _main_module_hidden():

@@ -30,6 +30,7 @@ from ..profilers.findings import Finding
 from .candidate import BaselineCandidate, CandidateLoadError, load_kernel
 from .cuda_host import use_library_dir
 from .gpu_lock import PoolGpuLock, holding_gpu
+from .isolation import enter_workdir
 from .job import Job
 from .phases import Phases
 from .precision import precision_mode
@@ -368,7 +369,10 @@ def worker_main(
     # references): expandable segments keep the freed memory usable for the next size.
     with contextlib.suppress(Exception):
         torch.cuda.memory._set_allocator_settings("expandable_segments:True")
+    # Paths are made absolute before the worker leaves the user's directory for its own.
+    setup = (setup or WorkerSetup(CacheLayout.of())).absolute()
     state = WorkerState(Path(tempfile.mkdtemp(prefix="kernelpro-worker-")), setup)
+    enter_workdir(state.workdir)  # runtime/isolation.py: never the user's working directory
     gpu_lock = PoolGpuLock(conn) if serialize_gpu else None
     _warm_inductor()
     conn.send(("ready", os.getpid()))

@@ -24,6 +24,11 @@ class WorkerSetup:
     layout: CacheLayout
     nvcc_timeout_s: float = NVCC_TIMEOUT_S
 
+    def absolute(self) -> WorkerSetup:
+        """The same setup with its paths absolute (a worker works in a directory of its own)."""
+        layout = CacheLayout(self.layout.root.absolute(), self.layout.cubin_root.absolute())
+        return dataclasses.replace(self, layout=layout)
+
     @classmethod
     def of(cls, options: Options) -> WorkerSetup:
         return cls(CacheLayout.of(options.cache_dir), options.nvcc_timeout_s)

@@ -11,29 +11,34 @@ admitted only when what it would run is this kernelpro's own output or device co
   a model survives a kernelpro upgrade;
 - a CUDA entry: its stored cubin (device code, loaded through the driver; the loader parses the
   launch header, no host code of the entry runs);
-- free-form Triton source (no spec): only a module that passes `triton_source_problem`'s
-  allow-list — which no host launcher passes, so such entries are refused with that reason.
+- free-form Triton source (no spec): only a module made of the forms kernelpro's own codegen
+  writes (tuner/source_grammar.py: a positive grammar, not a deny-list); it still is Python, so
+  it runs first in an isolated worker (runtime/isolation.py: no inherited secrets, a fresh
+  working directory) and is proved there before the user's process loads it;
 - an eager ATen entry (tuner/eager.py): no code at all; it runs the subgraph's own ops.
 Everything else is refused, with the reason, before any of its code runs.
 
-Owns: `admit(artifact) -> reason | artifact to load instead | None` (None: as it is) and
-`triton_source_problem(source) -> reason | None`.
+The spec is parsed within limits (cache/limits.py: size, nesting depth) and nothing it holds
+can raise out of `admit`: whatever breaks is the reason it is refused.
+
+Owns: `admit(artifact) -> reason | artifact to load instead | None` (None: as it is),
+`triton_source_problem(source, entry) -> reason | None` and `admission_note(artifact)` (what
+was checked, for the import's output).
 Must not: load, run or store kernels.
 """
 
 from __future__ import annotations
 
-import ast
 import dataclasses
-import json
 import re
 from typing import Any
 
 from ..cache.artifact import KernelArtifact
+from ..cache.limits import MAX_SPEC_BYTES, LimitExceeded, loads_bounded
 from ..version import generator_version
+from .source_grammar import source_problem
 
 _TOKEN = re.compile(r"[A-Za-z0-9_.+\-]*")
-_IMPORTS = {"triton", "triton.language", "math"}
 
 
 def admit(artifact: KernelArtifact) -> str | KernelArtifact | None:
@@ -51,14 +56,19 @@ def admit(artifact: KernelArtifact) -> str | KernelArtifact | None:
     if artifact.language != "triton":
         return f"{artifact.language!r} kernels from outside are never run"
     if artifact.spec_json is None:
-        problem = triton_source_problem(artifact.source)
+        problem = triton_source_problem(artifact.source, artifact.entry)
         return f"free-form Triton source refused: {problem}" if problem else None
-    return _spec_problem(artifact)
+    try:
+        return _spec_problem(artifact)
+    except Exception as e:  # the spec came from outside: whatever it breaks refuses it
+        return f"its KernelSpec could not be checked ({type(e).__name__}: {str(e)[:200]})"
 
 
 def _spec_problem(artifact: KernelArtifact) -> str | KernelArtifact | None:
     try:
-        raw = json.loads(artifact.spec_json or "")
+        raw = loads_bounded(artifact.spec_json or "", "its KernelSpec", MAX_SPEC_BYTES)
+    except LimitExceeded as e:
+        return str(e)
     except ValueError as e:
         return f"its KernelSpec is not JSON: {e}"
     odd = _odd_string(raw)
@@ -94,65 +104,20 @@ def _odd_string(value: Any) -> str | None:
     return None
 
 
-def triton_source_problem(source: str) -> str | None:
-    """None when `source` holds only imports of triton / triton.language / math, constants and
-    `@triton.jit` functions whose decorators, defaults and annotations are plain names or
-    constants (nothing of it runs at import); else the first thing that is not."""
-    try:
-        tree = ast.parse(source)
-    except SyntaxError as e:
-        return f"does not parse: {e.msg} (line {e.lineno})"
-    for node in tree.body:
-        problem = _top_level_problem(node)
-        if problem:
-            return f"line {getattr(node, 'lineno', '?')}: {problem}"
-    return None
+def triton_source_problem(source: str, entry: str | None = None) -> str | None:
+    """None when `source` fits the grammar of the modules kernelpro emits
+    (tuner/source_grammar.py); else the first thing that does not, with its line."""
+    return source_problem(source, entry)
 
 
-def _top_level_problem(node: ast.stmt) -> str | None:
-    if isinstance(node, ast.Import):
-        bad = [a.name for a in node.names if a.name not in _IMPORTS]
-        return f"imports {', '.join(bad)}" if bad else None
-    if isinstance(node, ast.ImportFrom):
-        whole = f"{node.module}.{node.names[0].name}" if node.module else ""
-        ok = node.level == 0 and (node.module in _IMPORTS or whole in _IMPORTS)
-        return None if ok else f"imports from {node.module}"
-    if isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant):
-        return None  # a docstring
-    if isinstance(node, ast.Assign) and _constant(node.value):
-        return (
-            None
-            if all(isinstance(t, ast.Name) for t in node.targets)
-            else "assigns to more than names"
-        )
-    if isinstance(node, ast.FunctionDef):
-        return _jit_function_problem(node)
-    return f"{type(node).__name__} at top level (only imports, constants and @triton.jit functions)"
-
-
-def _jit_function_problem(node: ast.FunctionDef) -> str | None:
-    if [ast.unparse(d) for d in node.decorator_list] != ["triton.jit"]:
-        return f"function {node.name} is not decorated with exactly @triton.jit"
-    arguments = node.args
-    for default in [*arguments.defaults, *arguments.kw_defaults]:
-        if default is not None and not _constant(default):
-            return f"function {node.name} has a default that is not a constant"
-    for arg in [*arguments.posonlyargs, *arguments.args, *arguments.kwonlyargs]:
-        if arg.annotation is not None and ast.unparse(arg.annotation) not in (
-            "tl.constexpr",
-            "triton.language.constexpr",
-        ):
-            return (
-                f"function {node.name} annotates {arg.arg} with something other than tl.constexpr"
-            )
-    if node.returns is not None:
-        return f"function {node.name} has a return annotation"
-    return None
-
-
-def _constant(node: ast.expr) -> bool:
-    if isinstance(node, ast.Constant):
-        return True
-    if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
-        return isinstance(node.operand, ast.Constant)
-    return False
+def admission_note(artifact: KernelArtifact) -> str:
+    """What was checked of an admitted entry, in the words `kernelpro cache import` prints."""
+    if artifact.language == "aten":
+        return "eager ATen: no code, the subgraph's own ops"
+    if artifact.language == "cuda":
+        return "a cubin: device code, loaded through the driver"
+    if artifact.spec_json is None:
+        return "admitted by the source grammar; runs only in isolated workers until proved"
+    if artifact.provenance.toolchain.generator != generator_version():
+        return "re-rendered from its spec by this kernelpro (its stored source is not used)"
+    return "re-rendered from its spec and identical"
