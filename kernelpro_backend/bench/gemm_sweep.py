@@ -1,8 +1,8 @@
 """The codegen GEMM template against cuBLAS and Inductor on real subgraphs, over its default
 knobs and Inductor's H100 tile configurations, all timed in one run.
 
-    OUT=/tmp/out python -m kernelpro_backend.bench gemm-sweep [--budget-s 210] [--max-configs 14]
-    python -m kernelpro_backend.bench gemm-sweep --cpu-smoke   # tiny sizes, Triton interpreter
+    OUT=/tmp/out python -m kernelpro_backend.cli.sweeps gemm-sweep [--budget-s 210] [--max-configs 14]
+    python -m kernelpro_backend.cli.sweeps gemm-sweep --cpu-smoke   # tiny sizes, Triton interpreter
 
 Each case compiles a small nn.Module through the kernelpro backend (fallback eager, search off)
 and takes its GEMM subgraph. Every configuration is built, checked against the float64
@@ -335,7 +335,7 @@ def sweep(
     search_only: Sequence[str] = (),
     extra: Sequence[dict] = (),
 ) -> int:
-    """Run the sweep (bench/__main__.py parses its arguments) and write
+    """Run the sweep (cli/sweeps.py parses its arguments) and write
     $OUT/gpu_gemm_sweep.json; returns the exit code. `only`/`groups` select cases by name or
     group (a case either selects runs); `autotune` and `search_only` name (substrings of) the
     cases that also get max-autotune and a `search_s` search ("all" for every case); `extra`:

@@ -16,7 +16,6 @@ bench times the mode afterwards, in its own process).
 
 from __future__ import annotations
 
-import argparse
 import os
 import signal
 import subprocess
@@ -53,26 +52,23 @@ def precompile(
     return seconds, None
 
 
-def main() -> int:
+def main(argv: list[str]) -> int:
+    """The child: `WORKLOAD MODE --size S --dtype D --device DEV`, as `precompile` starts it (an
+    internal protocol: no argument parsing beyond it)."""
     import torch
 
     from .modes import make_modes
     from .runner import prepare_mode
     from .workloads import DTYPES, WORKLOADS
 
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("workload", choices=list(WORKLOADS))
-    p.add_argument("mode")
-    p.add_argument("--size", default="full")
-    p.add_argument("--dtype", default="auto")
-    p.add_argument("--device", default="cuda")
-    a = p.parse_args()
-    dtype = None if a.dtype == "auto" else DTYPES[a.dtype]
-    workload = WORKLOADS[a.workload](torch.device(a.device), dtype, a.size)
-    (found,) = [m for m in make_modes([a.mode]) if m.name == a.mode]
+    name, mode, *rest = argv
+    flags = dict(zip(rest[::2], rest[1::2], strict=True))
+    dtype = None if flags["--dtype"] == "auto" else DTYPES[flags["--dtype"]]
+    workload = WORKLOADS[name](torch.device(flags["--device"]), dtype, flags["--size"])
+    (found,) = [m for m in make_modes([mode]) if m.name == mode]
     prepare_mode(workload, found)  # compiles the step and runs it once
     return 0
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(main(sys.argv[1:]))

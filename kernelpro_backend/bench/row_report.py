@@ -1,6 +1,6 @@
 """The row sweep's report: several runs' JSON merged, checked against the [rows] targets, plotted.
 
-    python -m kernelpro_backend.bench row-report OUT_DIR run1/gpu_row_sweep.json run2/gpu_row_sweep.json
+    python -m kernelpro_backend.cli.sweeps row-report OUT_DIR run1/gpu_row_sweep.json run2/gpu_row_sweep.json
 
 A full sweep (every row length x dtype x pass x op, with max-autotune) does not fit one GPU
 call, so its runs are merged: a case (op, pass, dtype, rows, cols) measured in several runs is

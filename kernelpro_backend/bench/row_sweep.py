@@ -1,6 +1,6 @@
 """The row family over row length: eager, Inductor and kernelpro's row candidates, one run.
 
-    OUT=/tmp/out python -m kernelpro_backend.bench row-sweep [--budget-s 300] [--only softmax]
+    OUT=/tmp/out python -m kernelpro_backend.cli.sweeps row-sweep [--budget-s 300] [--only softmax]
 
 Each case compiles a small module (softmax, log-softmax, LayerNorm, RMSNorm, cross-entropy;
 forward, or forward and backward) through the kernelpro backend (fallback eager, search off)

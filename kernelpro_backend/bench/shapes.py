@@ -6,7 +6,7 @@ schedule from the same weights under one `torch.compile`: the first shape compil
 the first change recompiles with symbolic sizes (torch.compile's `automatic_dynamic_shapes`),
 and from then on kernelpro serves each size through its shape dispatchers (dispatch.py). The
 first pass over the schedule compiles; timed rounds follow (a warm-up over the same shapes,
-`python -m kernelpro_backend.bench shapes`, fills kernelpro's cache before). Reported per mode: step time per shape, the
+`python -m kernelpro_backend.cli.sweeps shapes`, fills kernelpro's cache before). Reported per mode: step time per shape, the
 compiles dynamo made (a recompilation storm shows here), peak memory, and for kernelpro the
 share of symbolic-subgraph calls served by a kernel, the subgraphs replaced, dispatched or left
 to the fallback.

@@ -2,8 +2,8 @@
 where today's rules stop each search against the rules its log ran under, and the trials and
 seconds that saves.
 
-    python -m kernelpro_backend.bench.stop_replay CACHE_DIR/logs ... [--save trajectories.json]
-    python -m kernelpro_backend.bench.stop_replay trajectories.json
+    python -m kernelpro_backend.cli.sweeps stop-replay CACHE_DIR/logs ... [--save trajectories.json]
+    python -m kernelpro_backend.cli.sweeps stop-replay trajectories.json
 
 A search log (one JSON line per event, `CACHE_DIR/logs/<key>.jsonl`) gives each trial's
 status, reward and elapsed time in completion order, the budget and how the search ended; the
@@ -16,10 +16,8 @@ Owns: the replay of logged trajectories. Must not: run a search or change the bu
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
-import sys
 from pathlib import Path
 
 from kernelpro_backend.search.budget import Budget, BudgetTracker
@@ -60,19 +58,16 @@ def _elapsed(t: dict, trial: int) -> float:
     return float(t["elapsed_s"][trial - 1] or 0.0) if trial else 0.0
 
 
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("sources", nargs="+", help="search log directories or a saved JSON")
-    p.add_argument("--save", help="write the trajectories here")
-    a = p.parse_args(argv)
+def replay_report(sources: list[Path], save: str | None = None) -> int:
+    """Print each search's end under the rules it ran with and under today's."""
     found: list[dict] = []
-    for source in map(Path, a.sources):
+    for source in sources:
         if source.is_dir():
             found += [trajectory(log) for log in sorted(source.glob("*.jsonl"))]
         else:
             found += json.loads(source.read_text())
-    if a.save:
-        Path(a.save).write_text(json.dumps(found, indent=0))
+    if save:
+        Path(save).write_text(json.dumps(found, indent=0))
     print(f"{'key':<14}{'pattern':<22}{'trials':>7}{'best':>7}  {'ended':<11}{'winner':<10}now")
     total_trials = total_s = 0.0
     for t in found:
@@ -95,7 +90,3 @@ def main(argv: list[str] | None = None) -> int:
         f"{total_s:.1f} s earlier"
     )
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -4,7 +4,7 @@ and total GPU time per step in each mode, largest differences first, plus each m
 per profiled step. For gaps the bench cannot explain (MoE: kernelpro's fallback 0.89x Inductor
 with do_bench, 1.00x by wall clock).
 
-    OUT=/tmp/out python -m kernelpro_backend.bench trace --workload moe [--modes inductor,kernelpro]
+    OUT=/tmp/out python -m kernelpro_backend.cli.sweeps trace --workload moe [--modes inductor,kernelpro]
 
 Owns: `trace_modes` (profiling, per-kernel table, chrome traces) and its console table.
 Must not: time steps its own way (bench/timing.py's clock wraps the profiled steps).
@@ -85,7 +85,7 @@ def format_table(result: dict[str, Any], cuda: bool, limit: int = 40) -> str:
 def run_trace(
     workload: str, modes: str = "inductor,kernelpro", steps: int = 5, device: str = "cuda"
 ) -> int:
-    """Trace `modes` of `workload` (bench/__main__.py parses its arguments), write
+    """Trace `modes` of `workload` (cli/sweeps.py parses its arguments), write
     $OUT/trace_<workload>.json and print the table; returns the exit code."""
     args = types.SimpleNamespace(workload=workload, modes=modes, steps=steps, device=device)
     out = Path(os.environ.get("OUT", "out"))

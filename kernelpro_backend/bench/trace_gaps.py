@@ -3,7 +3,7 @@ torch.profiler chrome trace, each with the host op that launched the kernel afte
 innermost CPU op around its launch call) and whether the launch came after the GPU went idle
 (the host was late) or before it (something else held the GPU back).
 
-    python -m kernelpro_backend.bench.trace_gaps trace.json [--top 12] [--min-us 5]
+    python -m kernelpro_backend.cli.sweeps trace-gaps trace.json [--top 12] [--min-us 5]
 
 Owns: reading a chrome trace's kernels and launches into gaps. Must not: profile or time anything
 itself (the caller traces a step with torch.profiler).
@@ -11,9 +11,7 @@ itself (the caller traces a step with torch.profiler).
 
 from __future__ import annotations
 
-import argparse
 import json
-import sys
 
 
 def _events(path: str) -> list[dict]:
@@ -66,20 +64,3 @@ def gaps(path: str, min_us: float) -> tuple[list[dict], dict]:
         "compiled_regions": len(steps),
     }
     return out, summary
-
-
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("trace")
-    p.add_argument("--top", type=int, default=12)
-    p.add_argument("--min-us", type=float, default=5.0)
-    a = p.parse_args(argv)
-    rows, summary = gaps(a.trace, a.min_us)
-    print(json.dumps(summary))
-    for row in sorted(rows, key=lambda r: -r["idle_us"])[: a.top]:
-        print(json.dumps(row))
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -21,5 +21,5 @@ def test_the_replay_compares_today_s_rules_with_the_logged_ones(tmp_path, capsys
     assert stop_replay.replay(t) == (9, BEHIND)
     saved = tmp_path / "t.json"
     saved.write_text(json.dumps([t]))
-    assert stop_replay.main([str(saved)]) == 0
+    assert stop_replay.replay_report([saved]) == 0
     assert "behind 31 trials earlier (-15.5 s)" in capsys.readouterr().out

@@ -37,5 +37,7 @@ def test_gaps_name_the_late_launch_and_its_host_op(tmp_path, capsys) -> None:
     (gap,) = rows
     assert gap["idle_us"] == 108 and gap["next"] == "scale" and gap["after"] == "rows"
     assert gap["launched_us_after_idle"] == 100 and gap["launched_by"] == "aten::mul"
-    assert module.main([str(trace)]) == 0
+    from kernelpro_backend.cli.sweeps import main
+
+    assert main(["trace-gaps", str(trace)]) == 0
     assert '"idle_us": 108' in capsys.readouterr().out

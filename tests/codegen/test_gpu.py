@@ -213,7 +213,7 @@ def test_gemm_sweep_runs_in_the_interpreter(tmp_path: os.PathLike) -> None:
     """The H100 sweep's logic (capture, configs, correctness, table) at tiny sizes on the CPU."""
     env = dict(os.environ, OUT=str(tmp_path), PYTHONPATH=ROOT, TRITON_INTERPRET="1")
     proc = subprocess.run(
-        [sys.executable, "-m", "kernelpro_backend.bench", "gemm-sweep", "--cpu-smoke", "--max-configs", "2"],
+        [sys.executable, "-m", "kernelpro_backend.cli.sweeps", "gemm-sweep", "--cpu-smoke", "--max-configs", "2"],
         env=env, capture_output=True, text=True, timeout=300,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]

@@ -1,11 +1,11 @@
-"""bench/__main__.py: the sweeps' command lines parse their knob overrides into what the sweeps
+"""cli/sweeps.py: the sweeps' command lines parse their knob overrides into what the sweeps
 take (the gemm sweep's dict, the row sweep's sorted pairs) and refuse an unknown sweep."""
 
 from __future__ import annotations
 
 import pytest
 
-from kernelpro_backend.bench.__main__ import _gemm_knobs, _row_knobs, main
+from kernelpro_backend.cli.sweeps import _gemm_knobs, _row_knobs, main
 
 
 def test_knob_overrides_parse_to_typed_values() -> None:

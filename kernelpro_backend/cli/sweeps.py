@@ -1,20 +1,20 @@
-"""`python -m kernelpro_backend.bench SWEEP ...`: the command lines of the sweeps bench/ holds,
+"""`python -m kernelpro_backend.cli.sweeps SWEEP ...`: the command lines of bench/'s sweeps,
 for the device machine (each writes its JSON under $OUT when set) or, where said, the CPU.
 
-    OUT=/tmp/out python -m kernelpro_backend.bench gemm-sweep [--group square] [--problems kb] \\
+    OUT=/tmp/out python -m kernelpro_backend.cli.sweeps gemm-sweep [--group square] [--problems kb] \\
         [--autotune TEXT|all] [--search-s 30 --search-only TEXT|all] [--budget-s 560] \\
         [--config BLOCK_N=128,num_warps=4 ...]
-    python -m kernelpro_backend.bench gemm-sweep --cpu-smoke   # tiny sizes, Triton interpreter
-    python -m kernelpro_backend.bench gemm-sweep --merge a.json b.json --out merged.json
-    OUT=/tmp/out python -m kernelpro_backend.bench row-sweep [--budget-s 300] \\
+    python -m kernelpro_backend.cli.sweeps gemm-sweep --cpu-smoke   # tiny sizes, Triton interpreter
+    python -m kernelpro_backend.cli.sweeps gemm-sweep --merge a.json b.json --out merged.json
+    OUT=/tmp/out python -m kernelpro_backend.cli.sweeps row-sweep [--budget-s 300] \\
         [--only "softmax fwd"] [--sizes 4096x65536 | full] [--autotune] [--ring] \\
         [--clusters ring] [--seed "num_warps=32"]
-    python -m kernelpro_backend.bench row-report OUT_DIR RUN.json [RUN.json ...]   # CPU
-    OUT=/tmp/out python -m kernelpro_backend.bench shapes [--schedule mini_gpt_lengths] \\
+    python -m kernelpro_backend.cli.sweeps row-report OUT_DIR RUN.json [RUN.json ...]   # CPU
+    OUT=/tmp/out python -m kernelpro_backend.cli.sweeps shapes [--schedule mini_gpt_lengths] \\
         [--warmup-budget-s 20 --patterns softmax,cross_entropy] [--rounds 3] [--tiny] \\
         [--cache-dir DIR [--warmup-only]]   # a warm-up in one run, the timed modes in another
-    OUT=/tmp/out python -m kernelpro_backend.bench trace --workload moe [--modes inductor,kernelpro]
-    python -m kernelpro_backend.bench search-report --problems DIR --budget-s 30 --out out/
+    OUT=/tmp/out python -m kernelpro_backend.cli.sweeps trace --workload moe [--modes inductor,kernelpro]
+    python -m kernelpro_backend.cli.sweeps search-report --problems DIR --budget-s 30 --out out/
 
 Owns: each sweep's arguments, the loops that string a sweep's steps together, what they print.
 Must not: time, search or report anything its own way (gemm_sweep, row_sweep, row_report,
@@ -82,8 +82,8 @@ def _gemm_args(p: argparse.ArgumentParser) -> None:
 def gemm_sweep(a: argparse.Namespace) -> int:
     """cuBLAS, Inductor, max-autotune, the template's seed, its configurations and a search, per
     GEMM case (cases in gemm_cases.py); or merge earlier runs into one table."""
-    from .gemm_sweep import sweep
-    from .gemm_table import merge, table
+    from ..bench.gemm_sweep import sweep
+    from ..bench.gemm_table import merge, table
 
     if a.merge:
         merged = merge([json.loads(Path(p).read_text()) for p in a.merge])
@@ -129,7 +129,7 @@ def _row_args(p: argparse.ArgumentParser) -> None:
 def row_sweep(a: argparse.Namespace) -> int:
     """Eager, Inductor and kernelpro's row candidates side by side, per row op and size; several
     runs (a full sweep does not fit one device call) merge with `row-report`."""
-    from .row_sweep import FULL_SIZES, SIZES, SweepSpace, sweep
+    from ..bench.row_sweep import FULL_SIZES, SIZES, SweepSpace, sweep
 
     if a.sizes == ["full"]:
         sizes = FULL_SIZES
@@ -147,7 +147,7 @@ def _row_report_args(p: argparse.ArgumentParser) -> None:
 
 def row_report(a: argparse.Namespace) -> int:
     """Merge row-sweep runs, check the [rows] targets, plot one SVG per op, pass and dtype."""
-    from .row_report import write_report
+    from ..bench.row_report import write_report
 
     found = write_report([json.loads(Path(p).read_text()) for p in a.runs], a.out_dir)
     median = found["median_shipped_roof_fraction"]
@@ -164,7 +164,7 @@ def row_report(a: argparse.Namespace) -> int:
 
 
 def _shapes_args(p: argparse.ArgumentParser) -> None:
-    from .shapes import SCHEDULES
+    from ..bench.shapes import SCHEDULES
 
     p.add_argument("--schedule", nargs="*", default=sorted(SCHEDULES))
     p.add_argument("--warmup-budget-s", type=float, default=0.0, help="0: no warm-up")
@@ -180,8 +180,8 @@ def shapes(a: argparse.Namespace) -> int:
     optional warm-up over the same shapes), side by side."""
     import torch
 
+    from ..bench.shapes import SCHEDULES, run_schedule, table
     from ..warmup import warmup
-    from .shapes import SCHEDULES, run_schedule, table
 
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     options = {"cache_dir": a.cache_dir or tempfile.mkdtemp(prefix="kernelpro-shapes-")}
@@ -207,7 +207,7 @@ def shapes(a: argparse.Namespace) -> int:
 
 
 def _trace_args(p: argparse.ArgumentParser) -> None:
-    from .workloads import WORKLOADS
+    from ..bench.workloads import WORKLOADS
 
     p.add_argument("--workload", required=True, choices=list(WORKLOADS))
     p.add_argument("--modes", default="inductor,kernelpro")
@@ -217,7 +217,7 @@ def _trace_args(p: argparse.ArgumentParser) -> None:
 
 def trace(a: argparse.Namespace) -> int:
     """What differs between two modes' training steps, kernel by kernel."""
-    from .trace import run_trace
+    from ..bench.trace import run_trace
 
     return run_trace(a.workload, a.modes, a.steps, a.device)
 
@@ -236,7 +236,7 @@ def _write_search_report(out: Path, walls: dict[str, float]) -> dict:
     by its time limit still leaves one)."""
     import torch
 
-    from .search_report import report, summarize_logs
+    from ..bench.search_report import report, summarize_logs
 
     logs = sorted((out / "cache" / "logs").glob("*.jsonl"), key=lambda p: p.stat().st_mtime)
     data = report(summarize_logs(logs))
@@ -251,11 +251,11 @@ def search_report(a: argparse.Namespace) -> int:
     then report trials, depth, fixed costs and where a trial's time goes."""
     import torch
 
+    from ..bench.problems import load_problem, problem_files
+    from ..bench.search_report import table
+    from ..bench.workloads import WORKLOADS
     from ..tuner.searcher import release_gpu_memory
     from ..warmup import warmup
-    from .problems import load_problem, problem_files
-    from .search_report import table
-    from .workloads import WORKLOADS
 
     out = Path(a.out)
     options: dict[str, Any] = {"cache_dir": str(out / "cache"), "progress": False}
@@ -292,6 +292,35 @@ def search_report(a: argparse.Namespace) -> int:
     return 0
 
 
+def _stop_replay_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("sources", nargs="+", help="search log directories or a saved JSON")
+    p.add_argument("--save", help="write the trajectories here")
+
+
+def stop_replay(a: argparse.Namespace) -> int:
+    """Replay recorded searches under today's stop rules (CPU)."""
+    from ..bench.stop_replay import replay_report
+
+    return replay_report([Path(s) for s in a.sources], a.save)
+
+
+def _trace_gaps_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("trace")
+    p.add_argument("--top", type=int, default=12)
+    p.add_argument("--min-us", type=float, default=5.0)
+
+
+def trace_gaps(a: argparse.Namespace) -> int:
+    """The GPU's idle gaps inside a profiler trace's compiled regions (CPU)."""
+    from ..bench.trace_gaps import gaps
+
+    rows, summary = gaps(a.trace, a.min_us)
+    print(json.dumps(summary))
+    for row in sorted(rows, key=lambda r: -r["idle_us"])[: a.top]:
+        print(json.dumps(row))
+    return 0
+
+
 SWEEPS: dict[str, tuple[Callable[[argparse.ArgumentParser], None], Callable[..., int]]] = {
     "gemm-sweep": (_gemm_args, gemm_sweep),
     "row-sweep": (_row_args, row_sweep),
@@ -299,12 +328,14 @@ SWEEPS: dict[str, tuple[Callable[[argparse.ArgumentParser], None], Callable[...,
     "shapes": (_shapes_args, shapes),
     "trace": (_trace_args, trace),
     "search-report": (_search_report_args, search_report),
+    "stop-replay": (_stop_replay_args, stop_replay),
+    "trace-gaps": (_trace_gaps_args, trace_gaps),
 }
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m kernelpro_backend.bench", description=__doc__.split("\n\n")[0]
+        prog="python -m kernelpro_backend.cli.sweeps", description=__doc__.split("\n\n")[0]
     )
     sub = parser.add_subparsers(dest="sweep", required=True)
     for name, (add_args, run) in SWEEPS.items():
