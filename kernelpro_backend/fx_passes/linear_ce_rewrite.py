@@ -113,7 +113,11 @@ def _walk(logits: fx.Node, ce: fx.Node) -> _Chain | str:
     chain = _Chain(node, steps[::-1])
     if len(node.users) > 1:
         chain.shared = node
-        chain.others = [u.name for u in node.users if u is not user]
+        chain.others = [
+            "the graph's output (returned)" if u.op == "output" else u.name
+            for u in node.users
+            if u is not user
+        ]
     # The LM head behind the shared logits (any number of users from here on).
     while node.target not in _LINEARS and _step(node) is not None:
         node = node.args[0]  # type: ignore[assignment]
