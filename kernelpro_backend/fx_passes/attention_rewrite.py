@@ -146,7 +146,9 @@ def _strip_probs(node: fx.Node, user: fx.Node, chain: _Chain) -> fx.Node | None:
         else:
             return None
         if not _only_user(node, user) and chain.reason is None:
-            chain.reason = f"{node.name} has another user: {_others(node, user)}"
+            chain.reason = (
+                f"the attention weights ({node.name}) have another user: {_others(node, user)}"
+            )
         chain.nodes.append(node)
         user, node = node, node.args[0]  # type: ignore[assignment]
         if not isinstance(node, fx.Node):
@@ -178,7 +180,7 @@ def _peel_mask(node: fx.Node, chain: _Chain) -> fx.Node | None:
     if is_add:
         a, b = node.args
         for scores, bias in ((a, b), (b, a)):
-            if _is(scores, _MATMULS) or _is_scaled(scores):
+            if _is(_past_casts(scores), _MATMULS) or _is_scaled(_past_casts(scores)):
                 v = example_value(bias)
                 if isinstance(v, torch.Tensor) and v.dtype.is_floating_point:
                     chain.bias = bias  # type: ignore[assignment]
@@ -187,6 +189,23 @@ def _peel_mask(node: fx.Node, chain: _Chain) -> fx.Node | None:
         chain.reason = f"{node.name} adds what is not a floating-point mask tensor"
         return None
     return node
+
+
+def _past_casts(node: Any) -> Any:
+    """`node` past the dtype casts in front of it."""
+    while isinstance(node, fx.Node) and _cast(node) is not None:
+        node = node.args[0]
+    return node
+
+
+def _peel_casts(node: fx.Node, chain: _Chain) -> fx.Node | None:
+    """The scores before a cast (`w.float()` before the mask is added), its dtype recorded."""
+    cast = _cast(node)
+    if cast is None or not isinstance(node.args[0], fx.Node):
+        return node
+    chain.casts.append(cast)
+    chain.nodes.append(node)
+    return node.args[0]
 
 
 def _is_scaled(node: Any) -> bool:
@@ -236,7 +255,8 @@ def _match(out: fx.Node) -> Match | str | None:
     user = softmax
     # Scale and mask in either order: scale then mask (nanoGPT), mask then scale.
     current = scores
-    for peel in (_peel_mask, _peel_scale, _peel_mask):
+    peels = (_peel_casts, _peel_mask, _peel_casts, _peel_scale, _peel_casts, _peel_mask)
+    for peel in (*peels, _peel_casts):
         if not _only_user(current, user):
             return f"{current.name} has another user: {_others(current, user)}"
         nxt = peel(current, chain)
