@@ -119,6 +119,9 @@ def test_the_rewritten_forms_compute_what_eager_does_within_bf16(form):
     assert out.dtype == ref.dtype == BF16
     (out.float() ** 2).sum().backward()
     (ref.float() ** 2).sum().backward()
-    for got, want in [(out, ref), *((a.grad, b.grad) for a, b in zip(ins[:3], ref_ins[:3]))]:
+    for got, want in [
+        (out, ref),
+        *((a.grad, b.grad) for a, b in zip(ins[:3], ref_ins[:3], strict=True)),
+    ]:
         error = (got.float() - want.float()).norm() / want.float().norm()
         assert error <= 2 * eps, (form, float(error))

@@ -9,6 +9,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+import kernelpro_backend.cross_entropy_op as cross_entropy_op
 import kernelpro_backend.linear_ce_op as linear_ce_op
 from kernelpro_backend import make_backend
 from kernelpro_backend.bench import models
@@ -248,3 +249,43 @@ def test_a_hand_written_gpt_trains_through_both_rewrites_like_eager():
         torch.testing.assert_close(p.grad, q.grad, rtol=1e-4, atol=1e-5, msg=name)
     assert "sdpa" in seen and "sdpa_backward" in seen
     assert not any("rowreduce" in s and "bmm" in s for s in seen)  # no score matrix left
+
+
+@pytest.mark.parametrize("spelling", ["nanogpt", "logits_returned"])
+def test_under_autocast_the_ops_compute_as_autocast_does(spelling, monkeypatch):
+    """Autocast entered around the compiled model (dynamo's graph has no autocast node): the
+    chunked op gets the hidden states and the weight cast to bf16, as autocast casts the
+    linear's, so its GEMMs are bf16 ones and its loss float32 from bf16 logits; the fused op
+    reads the bf16 logits. Loss and gradients as eager's under autocast, within bf16's
+    rounding (2 eps relative in norm: the loss's gradient is rounded once where eager rounds
+    it once too, after other float32 arithmetic)."""
+    eps = torch.finfo(torch.bfloat16).eps
+    torch.manual_seed(0)
+    model, ref = Head(spelling), Head(spelling)
+    ref.load_state_dict(model.state_dict())
+    sessions: list = []
+    torch._dynamo.reset()
+    compiled = torch.compile(
+        model,
+        backend=make_backend(provider=NullProvider(), sessions=sessions),
+        options={"fallback": "eager"},
+    )
+    (h, t), (h_ref, _) = _inputs(spelling), _inputs(spelling)
+    seen: list[torch.dtype] = []  # the dtype the ops' GEMM / row kernels get
+    for module, name in ((linear_ce_op, "_logits"), (cross_entropy_op, "forward_rows")):
+        real = getattr(module, name)
+        monkeypatch.setattr(
+            module, name, lambda x, *a, real=real: seen.append(x.dtype) or real(x, *a)
+        )
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        out, ref_out = compiled(h, t), ref(h_ref, t)
+    assert seen and set(seen) == {torch.bfloat16}
+    assert _loss(out).dtype == _loss(ref_out).dtype == torch.float32
+    _loss(out).backward()
+    _loss(ref_out).backward()
+    assert abs(_loss(out).item() - _loss(ref_out).item()) <= eps * abs(_loss(ref_out).item())
+    pairs = [(h.grad, h_ref.grad), (model.head.weight.grad, ref.head.weight.grad)]
+    for got, want in pairs:
+        assert got.dtype == want.dtype == torch.float32
+        assert (got - want).norm() <= 2 * eps * want.norm()
+    assert sessions[0].rewrites["linear_cross_entropy"] == 1
