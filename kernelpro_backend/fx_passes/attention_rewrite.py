@@ -23,9 +23,10 @@ autocast or not) and repeat k and v for grouped-query attention (`repeat_kv`: ex
 reshape, which stays: SDPA gets the repeated k and v, so its kernels are those of multi-head
 attention). Casts between softmax and `@ v` are exact to drop when SDPA's output dtype (the
 autocast dtype under autocast, which casts SDPA's inputs, else q's) is the chain's and no cast
-or softmax dtype is coarser than it. One difference remains: a query row whose every key is
-masked by an additive mask of float32's minimum, which autocast rounds to bf16's -inf, gets
-SDPA's 0 where eager averages v (rows of padding: no loss reads them).
+or softmax dtype is coarser than it. A float32 additive mask under bf16 autocast is clamped to
+bf16's range first (attention_dtypes.finite_mask says why). One difference remains, under float16 autocast:
+a query row whose every key is masked by float32's minimum (rounded to float16's -inf) gets
+SDPA's 0 where eager averages v (rows of padding).
 Every matmul reading a softmax gets a `ChainNote` (what it became, or why not) for explain.
 
 Owns: `rewrite_attention(gm, values, relied_on, notes) -> int` (chains rewritten).
@@ -43,6 +44,7 @@ import torch
 import torch.fx as fx
 import torch.nn.functional as F
 
+from .attention_dtypes import cast_dtype, dtype_reason, finite_mask, past_casts
 from .causal_mask import causal_buffer
 from .torch_level import (
     ChainNote,
@@ -61,7 +63,6 @@ _DIVS = {operator.truediv, torch.div, "div"}
 _ADDS = {operator.add, torch.add, "add"}
 _SOFTMAX = {F.softmax, torch.softmax, torch.Tensor.softmax, "softmax"}
 _DROPOUT = {F.dropout, torch.dropout}
-_CASTS = {"float": torch.float32, "half": torch.float16, "bfloat16": torch.bfloat16}
 NAME = "attention"
 
 
@@ -114,19 +115,6 @@ def _softmax_input(node: fx.Node, chain: _Chain) -> fx.Node | None:
     return scores
 
 
-def _cast(node: fx.Node) -> torch.dtype | None:
-    """The dtype a `.to(dtype)`, `.type(dtype)`, `.float()`, `.half()` or `.bfloat16()` casts
-    to (a `.to(other.dtype)` reaches dynamo's graph as a dtype), or None."""
-    if node.op != "call_method":
-        return None
-    if node.target in _CASTS and len(node.args) == 1 and not node.kwargs:
-        return _CASTS[str(node.target)]
-    if node.target in ("to", "type") and len(node.args) + len(node.kwargs) == 2:
-        to = node.args[1] if len(node.args) == 2 else node.kwargs.get("dtype")
-        return to if isinstance(to, torch.dtype) and to.is_floating_point else None
-    return None
-
-
 def _strip_probs(node: fx.Node, user: fx.Node, chain: _Chain) -> fx.Node | None:
     """The softmax behind `@ v`'s first operand, past casts and a dropout (p=0, or eval
     mode), or None when there is none. A step that makes the chain inexact sets `chain.reason`
@@ -136,7 +124,7 @@ def _strip_probs(node: fx.Node, user: fx.Node, chain: _Chain) -> fx.Node | None:
             if not _only_user(node, user) and chain.reason is None:
                 chain.reason = f"the attention weights have another user: {_others(node, user)}"
             return node
-        cast = _cast(node)
+        cast = cast_dtype(node)
         if _is(node, _DROPOUT) and isinstance(node.args[0], fx.Node):
             p, training = arg(node, 1, "p", 0.5), arg(node, 2, "training", True)
             if p != 0.0 and training is not False and chain.reason is None:
@@ -180,7 +168,7 @@ def _peel_mask(node: fx.Node, chain: _Chain) -> fx.Node | None:
     if is_add:
         a, b = node.args
         for scores, bias in ((a, b), (b, a)):
-            if _is(_past_casts(scores), _MATMULS) or _is_scaled(_past_casts(scores)):
+            if _is(past_casts(scores), _MATMULS) or _is_scaled(past_casts(scores)):
                 v = example_value(bias)
                 if isinstance(v, torch.Tensor) and v.dtype.is_floating_point:
                     chain.bias = bias  # type: ignore[assignment]
@@ -191,16 +179,9 @@ def _peel_mask(node: fx.Node, chain: _Chain) -> fx.Node | None:
     return node
 
 
-def _past_casts(node: Any) -> Any:
-    """`node` past the dtype casts in front of it."""
-    while isinstance(node, fx.Node) and _cast(node) is not None:
-        node = node.args[0]
-    return node
-
-
 def _peel_casts(node: fx.Node, chain: _Chain) -> fx.Node | None:
     """The scores before a cast (`w.float()` before the mask is added), its dtype recorded."""
-    cast = _cast(node)
+    cast = cast_dtype(node)
     if cast is None or not isinstance(node.args[0], fx.Node):
         return node
     chain.casts.append(cast)
@@ -278,31 +259,6 @@ def _match(out: fx.Node) -> Match | str | None:
     return chain, q, kt, v
 
 
-def _dtype_reason(
-    chain: _Chain, q: fx.Node, kt: fx.Node, v: fx.Node, out: fx.Node, amp: dict[str, Any]
-) -> str | None:
-    """Why SDPA would not give the chain's output dtype, or round coarser than a cast of the
-    chain (None: it gives it)."""
-    vals = [example_value(n) for n in (q, kt, v, out)]
-    if not all(isinstance(x, torch.Tensor) for x in vals):
-        return "no example values"
-    qv, kv, vv, ov = vals
-    device = qv.device.type
-    if device in amp:  # autocast casts SDPA's floating inputs (CPU and CUDA lists)
-        got = amp[device]
-    elif qv.dtype == kv.dtype == vv.dtype:
-        got = qv.dtype
-    else:
-        return f"q, k and v differ in dtype ({qv.dtype}, {kv.dtype}, {vv.dtype})"
-    if got != ov.dtype:
-        return f"SDPA would return {got}, the chain returns {ov.dtype}"
-    eps = torch.finfo(got).eps
-    coarse = [c for c in chain.casts if torch.finfo(c).eps > eps]
-    if coarse:
-        return f"the weights are rounded to {coarse[0]}, coarser than the output's {got}"
-    return None
-
-
 def _untransposed(graph: fx.Graph, kt: fx.Node) -> fx.Node:
     """k from the `k.transpose(-2, -1)` the scores read (a transpose of its own otherwise)."""
     ndim = _ndim(kt)
@@ -358,7 +314,8 @@ def rewrite_attention(
     for out in list(gm.graph.nodes):
         found = _match(out) if out.op in ("call_function", "call_method") else None
         if isinstance(found, tuple):
-            why = _dtype_reason(*found, out, amp[out])
+            chain, q, kt, v = found
+            why = dtype_reason(chain.casts, q, kt, v, out, amp[out])
             found = why if why is not None else found
         if isinstance(found, str):
             note(notes, NAME, out, None, found)
@@ -379,7 +336,7 @@ def rewrite_attention(
             elif chain.mask is not None:
                 kwargs["attn_mask"] = _keep(graph, chain.mask)
             elif chain.bias is not None:
-                kwargs["attn_mask"] = chain.bias
+                kwargs["attn_mask"] = finite_mask(graph, chain.bias, q, amp[out])
             sdpa = graph.call_function(F.scaled_dot_product_attention, (q, k, v), kwargs)
         # From `@ v` back to `q @ kT`, then what only they read (a bypassed transpose, `~x`).
         mask = [chain.mask] if chain.mask is not None else []
