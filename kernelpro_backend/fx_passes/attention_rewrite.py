@@ -23,10 +23,10 @@ autocast or not) and repeat k and v for grouped-query attention (`repeat_kv`: ex
 reshape, which stays: SDPA gets the repeated k and v, so its kernels are those of multi-head
 attention). Casts between softmax and `@ v` are exact to drop when SDPA's output dtype (the
 autocast dtype under autocast, which casts SDPA's inputs, else q's) is the chain's and no cast
-or softmax dtype is coarser than it. A float32 additive mask under bf16 autocast is clamped to
-bf16's range first (attention_dtypes.finite_mask says why). One difference remains, under float16 autocast:
-a query row whose every key is masked by float32's minimum (rounded to float16's -inf) gets
-SDPA's 0 where eager averages v (rows of padding).
+or softmax dtype is coarser than it (attention_dtypes.py). A float32 additive mask under bf16
+autocast is clamped to bf16's range first (`finite_mask` says why). One difference remains,
+under float16 autocast: a query row whose every key is masked by float32's minimum (rounded to
+float16's -inf) gets SDPA's 0 where eager averages v (rows of padding).
 Every matmul reading a softmax gets a `ChainNote` (what it became, or why not) for explain.
 
 Owns: `rewrite_attention(gm, values, relied_on, notes) -> int` (chains rewritten).
