@@ -23,6 +23,7 @@ import torch
 import torch.fx as fx
 
 from . import (
+    cross_entropy_op,  # noqa: F401  (registers kernelpro::cross_entropy)
     cutlass_op,  # noqa: F401  (registers kernelpro::cutlass_gemm)
     linear_ce_op,  # noqa: F401  (registers kernelpro::linear_cross_entropy)
 )
@@ -30,7 +31,7 @@ from .fx_passes.attention_rewrite import rewrite_attention
 from .fx_passes.causal_mask import lower_triangular
 from .fx_passes.linear_ce_rewrite import drop_autograd_kernel, rewrite_linear_cross_entropy
 from .fx_passes.patterns import check_pattern_names
-from .fx_passes.torch_level import input_name
+from .fx_passes.torch_level import ChainNote, input_name
 from .guarded import ValueGuarded
 from .judged import Clock, Judging, default_clock, graph_key
 from .options import Options
@@ -362,16 +363,18 @@ def torch_rewrites(
     opts: Options,
     values: Mapping[fx.Node, Any] | None = None,
     relied: list[fx.Node] | None = None,
+    notes: list[ChainNote] | None = None,
 ) -> dict[str, int]:
     """The torch-level rewrites the options allow, made on a Dynamo graph in place (before
     AOTAutograd), in the order a compile makes them: {rewrite: how many}. With the
     placeholders' compile-time `values`, a rewrite may rely on them (a buffer holding a causal
-    mask); it names those placeholders in `relied`, whose values the caller must guard."""
+    mask); it names those placeholders in `relied`, whose values the caller must guard.
+    `notes` collects each candidate chain, made or refused with its reason (explain)."""
     made = {}
     if opts.rewrite_attention:
-        made["attention"] = rewrite_attention(gm, values, relied)
+        made["attention"] = rewrite_attention(gm, values, relied, notes)
     if opts.rewrite_linear_cross_entropy:
-        made["linear_cross_entropy"] = rewrite_linear_cross_entropy(gm)
+        made["linear_cross_entropy"] = rewrite_linear_cross_entropy(gm, notes)
     return made
 
 

@@ -3,7 +3,10 @@
 Owns: running a model once (and its backward when it trains) under a recording backend with the
 eager fallback, and presenting the subgraphs as rows or a table; `explain_model` also applies
 the torch-level rewrites a real compile makes (hand-written attention -> SDPA, an LM head and
-its loss -> the chunked op) and counts them, so the rows are the subgraphs a compile sees.
+its loss -> the chunked or fused op) and counts them, so the rows are the subgraphs a compile
+sees, and can collect each candidate chain the rewrites looked at (`ChainNote`: made, or
+refused with the reason) and the graph breaks dynamo made in the model's code (`GraphBreak`:
+the cause and where, from the reasons dynamo records while it compiles: no second trace).
 Must not: search, cache or change the caller's model (it works on a copy).
 """
 
@@ -12,6 +15,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import logging
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -20,7 +24,7 @@ import torch
 from . import text_table
 from .backend import make_backend, placeholder_values, torch_rewrites
 from .fx_passes import Subgraph
-from .fx_passes.torch_level import input_name
+from .fx_passes.torch_level import ChainNote, input_name
 from .options import Options
 
 log = logging.getLogger("kernelpro")
@@ -104,6 +108,8 @@ def find_subgraphs(
     backend_options: Mapping[str, Any] | None = None,
     rewrites: dict[str, int] | None = None,
     relied_on: list[str] | None = None,
+    notes: list[ChainNote] | None = None,
+    breaks: list[GraphBreak] | None = None,
     **compile_kwargs: Any,
 ) -> list[Subgraph]:
     """The subgraphs kernelpro cuts from one call of `model` (a copy: the model is untouched).
@@ -113,7 +119,8 @@ def find_subgraphs(
     `rewrites`: a dict to fill with the torch-level rewrites made first, as a compile makes
     them (the options' `rewrite_*` say which); None: the graphs as written. `relied_on`: a
     list to fill with the inputs whose values a rewrite relied on (a buffer holding a causal
-    mask), as the model names them: a compile checks them at every call."""
+    mask), as the model names them: a compile checks them at every call. `notes`: a list to
+    fill with the chains the rewrites looked at; `breaks`: with the graph breaks dynamo made."""
     found: list[Subgraph] = []
 
     def observe(graph_kind: str, subgraphs: Sequence[Subgraph]) -> None:
@@ -123,10 +130,12 @@ def find_subgraphs(
     opts = Options.resolve(options=backend_options)
 
     def backend(gm: torch.fx.GraphModule, inputs: Sequence[Any], **kwargs: Any) -> Any:
+        if breaks is not None:
+            _graph_break(gm, breaks)
         if rewrites is not None:  # as a compile makes them (backend.torch_rewrites)
             values = placeholder_values(gm, inputs)
             relied: list[torch.fx.Node] = []
-            for name, n in torch_rewrites(gm, opts, values, relied).items():
+            for name, n in torch_rewrites(gm, opts, values, relied, notes).items():
                 rewrites[name] = rewrites.get(name, 0) + n
             if relied_on is not None:
                 relied_on.extend(input_name(node) for node in relied)
@@ -143,12 +152,54 @@ def find_subgraphs(
         options={**(backend_options or {}), "fallback": "eager", "search": "off"},
         **compile_kwargs,
     )
+    from torch._dynamo.utils import counters
+
+    before = dict(counters["graph_break"])
     with torch.set_grad_enabled(train is not False):  # the backward too: a caller's no_grad
         out = compiled(*inputs)  # would leave the losses below without a graph
         leaves = [t for t in _tensors(out) if t.requires_grad and t.dtype.is_floating_point]
         if leaves and train is not False:
             torch.autograd.backward([t.float().sum() for t in leaves])
+    if breaks is not None:  # breaks that ended no graph (nothing traced before them)
+        seen = {b.cause for b in breaks}
+        for message, n in counters["graph_break"].items():
+            if n > before.get(message, 0) and _cause(message) not in seen:
+                breaks.append(GraphBreak(_cause(message), ""))
     return found
+
+
+@dataclasses.dataclass(frozen=True)
+class GraphBreak:
+    """A graph break dynamo made in the model's code: why (its first lines) and where
+    ("file.py:12 in forward", when dynamo recorded it)."""
+
+    cause: str
+    where: str
+
+
+def _cause(message: str) -> str:
+    """Dynamo's break message in one line: its title and its explanation."""
+    lines = [line.strip() for line in message.strip().splitlines() if line.strip()]
+    title = lines[0] if lines else "unknown"
+    why = next(
+        (ln.removeprefix("Explanation:").strip() for ln in lines if ln.startswith("Explanation:")),
+        "",
+    )
+    return re.sub(r"\s+", " ", f"{title}: {why}" if why else title)[:300]
+
+
+def _graph_break(gm: torch.fx.GraphModule, breaks: list[GraphBreak]) -> None:
+    """The break that ended this graph, if one did (dynamo's `compile_subgraph_reason`)."""
+    reason = getattr(gm, "compile_subgraph_reason", None)
+    if reason is None or not getattr(reason, "graph_break", False):
+        return
+    stack = list(getattr(reason, "user_stack", None) or [])
+    where = (
+        f"{stack[-1].filename.rsplit('/', 1)[-1]}:{stack[-1].lineno} in {stack[-1].name}"
+        if stack
+        else ""
+    )
+    breaks.append(GraphBreak(_cause(str(reason.reason)), where))
 
 
 def explain(
@@ -163,7 +214,7 @@ def explain(
 REWRITES = {
     "attention": "hand-written attention (matmul, scale, mask, softmax, matmul) -> SDPA",
     "linear_cross_entropy": "an LM head and its cross-entropy -> one chunked op that never "
-    "writes the whole logits",
+    "writes the whole logits, or (logits kept) a cross-entropy op that reads them once",
 }
 
 
@@ -171,13 +222,21 @@ def explain_model(
     model: torch.nn.Module,
     *example_inputs: Any,
     relied_on: list[str] | None = None,
+    notes: list[ChainNote] | None = None,
+    breaks: list[GraphBreak] | None = None,
     **compile_kwargs: Any,
 ) -> tuple[list[SubgraphInfo], dict[str, int]]:
     """`explain` after the torch-level rewrites a compile makes: (the subgraphs, how many of
-    each rewrite were made); `relied_on` as in `find_subgraphs`."""
+    each rewrite were made); `relied_on`, `notes` and `breaks` as in `find_subgraphs`."""
     made: dict[str, int] = {}
     found = find_subgraphs(
-        model, *example_inputs, rewrites=made, relied_on=relied_on, **compile_kwargs
+        model,
+        *example_inputs,
+        rewrites=made,
+        relied_on=relied_on,
+        notes=notes,
+        breaks=breaks,
+        **compile_kwargs,
     )
     return [describe(s) for s in found], made
 
@@ -195,3 +254,18 @@ def _tensors(obj: Any) -> list[torch.Tensor]:
 def format_table(rows: Sequence[SubgraphInfo]) -> str:
     header = ["graph", "kind", "pattern", "templates", "ops", "inputs", "key"]
     return text_table.format_table(header, [r.row() for r in rows], rule=True)
+
+
+def format_notes(notes: Sequence[ChainNote]) -> str:
+    """The chains the torch-level rewrites looked at, one line each: made or refused, why."""
+    lines = []
+    for n in notes:
+        what = f"-> {n.made}" if n.made is not None else f"left as written: {n.reason}"
+        lines.append(
+            f"  {n.rewrite} at {n.node}" + (f" ({n.where})" if n.where else "") + f": {what}"
+        )
+    return "\n".join(lines)
+
+
+def format_breaks(breaks: Sequence[GraphBreak]) -> str:
+    return "\n".join(f"  {b.where or '(no location)'}: {b.cause}" for b in breaks)

@@ -43,6 +43,8 @@ RANKS = {
     "linear_ce_rows_cuda": 4.5,  # a CUDA row kernel built and loaded through runtime
     "linear_ce_rows": 4.6,  # the row kernels' entry: CUDA where it runs, else Triton; ATen twin
     "linear_ce_op": 4.7,  # a custom op of plain torch (the chunked LM head + loss)
+    "cross_entropy_rows": 4.6,  # the row kernels of the loss on kept logits (Triton; ATen)
+    "cross_entropy_op": 4.7,  # a custom op of plain torch (that loss, forward and backward)
     "search": 5,
     "rewrite": 5,
     "tuner": 6,  # the per-subgraph policy; composes cache, search, runtime

@@ -22,11 +22,13 @@ def add_cli(subparsers: Any) -> None:
 
 
 def run_explain(args: argparse.Namespace) -> int:
-    from ..explain import REWRITES, explain_model, format_table
+    from ..explain import REWRITES, explain_model, format_breaks, format_notes, format_table
 
     model, inputs = model_and_inputs(args.target)
     relied: list[str] = []
-    rows, rewrites = explain_model(model, *inputs, relied_on=relied)
+    notes: list[Any] = []
+    breaks: list[Any] = []
+    rows, rewrites = explain_model(model, *inputs, relied_on=relied, notes=notes, breaks=breaks)
     print(format_table(rows))
     kinds: dict[str, int] = {}
     for r in rows:
@@ -35,6 +37,15 @@ def run_explain(args: argparse.Namespace) -> int:
     made = [f"  {n} x {REWRITES.get(name, name)}" for name, n in rewrites.items() if n]
     if made:
         print("torch-level rewrites made before the subgraphs were cut:", *made, sep="\n")
+    if notes:
+        print("chains the torch-level rewrites looked at:", format_notes(notes), sep="\n")
+    if breaks:
+        print(
+            f"{len(breaks)} graph break(s) in the model's code (each splits the graphs kernelpro "
+            "sees; a chain cut by one cannot be rewritten):",
+            format_breaks(breaks),
+            sep="\n",
+        )
     if relied:
         print(
             "relied on the values of (a causal mask read from a buffer, run as is_causal=True; "

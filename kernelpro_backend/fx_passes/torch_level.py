@@ -1,7 +1,9 @@
 """Helpers of the torch-level rewrites (dynamo's graph, before AOTAutograd).
 
 Owns: reading a node's example value and arguments by position or name, `input_name` (a graph
-input as the user's model names it), `replace_chain`
+input as the user's model names it), `autocast_dtypes` (the autocast state each node runs
+under: the caller's, changed by the graph's own autocast regions), `ChainNote` (a candidate
+chain a rewrite made or refused, and why, for explain), `replace_chain`
 (a chain's result replaced by a new node, the chain's now-unused nodes erased) and
 `finish_rewrite` (a rewritten graph checked, recompiled and logged).
 Must not: match anything itself (attention_rewrite.py and linear_ce_rewrite.py do).
@@ -12,8 +14,10 @@ from __future__ import annotations
 import logging
 import re
 from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import Any
 
+import torch
 import torch.fx as fx
 
 log = logging.getLogger("kernelpro")
@@ -47,6 +51,56 @@ def input_name(node: fx.Node) -> str:
 def arg(node: fx.Node, i: int, name: str, default: Any = None) -> Any:
     """Argument `i` of a call, passed by position or by `name`."""
     return node.args[i] if len(node.args) > i else node.kwargs.get(name, default)
+
+
+@dataclass(frozen=True)
+class ChainNote:
+    """A chain a torch-level rewrite looked at: what it became (`made`) or why it was left as
+    written (`reason`), with the node it ends in and where the model's source wrote that."""
+
+    rewrite: str  # "attention" | "linear_cross_entropy"
+    node: str  # the chain's last node, as dynamo named it
+    made: str | None = None
+    reason: str | None = None
+    where: str = ""  # "modeling_llama.py:208", from the node's stack trace
+
+
+def note(
+    notes: list[ChainNote] | None, rewrite: str, node: fx.Node, made: str | None, reason: str | None
+) -> None:
+    """Append a ChainNote for `node` to `notes` (when the caller collects them)."""
+    if notes is None:
+        return
+    trace = node.meta.get("stack_trace") or ""
+    found = re.findall(r'File "([^"]+)", line (\d+)', trace)
+    where = f"{found[-1][0].rsplit('/', 1)[-1]}:{found[-1][1]}" if found else ""
+    notes.append(ChainNote(rewrite, node.name, made, reason, where))
+
+
+_AUTOCAST_DEVICES = ("cuda", "cpu")
+
+
+def autocast_dtypes(graph: fx.Graph) -> dict[fx.Node, dict[str, torch.dtype]]:
+    """For each node, {device type: dtype} of the autocast regions it runs in: those the caller
+    entered (dynamo guards on them, so they hold whenever the graph runs), then the graph's own
+    `_enter_autocast` / `_exit_autocast` pairs."""
+    ambient = {
+        d: torch.get_autocast_dtype(d) for d in _AUTOCAST_DEVICES if torch.is_autocast_enabled(d)
+    }
+    stack, out = [ambient], {}
+    for node in graph.nodes:
+        if node.op == "call_function" and node.target is torch.amp.autocast_mode._enter_autocast:
+            device, dtype, enabled = (list(node.args) + [None, None, True])[:3]
+            state = dict(stack[-1])
+            if enabled:
+                state[device] = dtype if dtype is not None else torch.get_autocast_dtype(device)
+            else:
+                state.pop(device, None)
+            stack.append(state)
+        elif node.target is torch.amp.autocast_mode._exit_autocast and len(stack) > 1:
+            stack.pop()
+        out[node] = stack[-1]
+    return out
 
 
 def replace_chain(graph: fx.Graph, result: fx.Node, new: fx.Node, chain: Iterable[fx.Node]) -> None:

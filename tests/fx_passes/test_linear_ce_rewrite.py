@@ -9,10 +9,12 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+import kernelpro_backend.cross_entropy_op as cross_entropy_op
 import kernelpro_backend.linear_ce_op as linear_ce_op
 from kernelpro_backend import make_backend
 from kernelpro_backend.bench import models
 from kernelpro_backend.fx_passes.linear_ce_rewrite import rewrite_linear_cross_entropy
+from kernelpro_backend.fx_passes.torch_level import ChainNote
 from kernelpro_backend.providers import NullProvider
 
 D, V = 16, 50
@@ -33,18 +35,46 @@ class Head(torch.nn.Module):
             return F.cross_entropy(logits.view(-1, logits.size(-1)).float(), t.view(-1))
         if s == "bias_sum_ignore":
             return F.cross_entropy(self.head(h).float(), t, ignore_index=7, reduction="sum")
-        if s == "label_smoothing":
-            return F.cross_entropy(self.head(h), t, label_smoothing=0.1)
+        if s == "shift_sliced":  # the older HF shift: logits[..., :-1, :], labels[..., 1:]
+            shifted = self.head(h)[..., :-1, :].contiguous()
+            return F.cross_entropy(shifted.view(-1, V).float(), t[..., 1:].contiguous().view(-1))
+        if s == "shift_padded_sum":  # HF 5's: labels padded and sliced, a sum over the items
+            labels = F.pad(t, (0, 1), value=-100)[..., 1:].contiguous()
+            loss = F.cross_entropy(
+                self.head(h).float().view(-1, V), labels.view(-1), reduction="sum"
+            )
+            return loss / (labels != -100).sum()
         if s == "logits_kept":
             logits = self.head(h)
             return F.cross_entropy(logits, t) + logits.mean()
+        if s == "logits_returned":  # a causal LM's output: the loss and the logits
+            logits = self.head(h)
+            return F.cross_entropy(logits.float().view(-1, V), t.view(-1)), logits
+        if s == "slice_after_view":  # the rows sliced after the flattening
+            return F.cross_entropy(self.head(h).view(-1, V)[:-1].float(), t.view(-1)[1:])
+        if s == "label_smoothing":
+            return F.cross_entropy(self.head(h), t, label_smoothing=0.1)
         if s == "no_reduction":
             return F.cross_entropy(self.head(h), t, reduction="none").mean()
+        if s == "class_weights":
+            return F.cross_entropy(self.head(h), t, weight=torch.ones(V, device=h.device))
+        if s == "soft_targets":
+            return F.cross_entropy(self.head(h), F.one_hot(t, V).float())
+        if s == "not_a_head":
+            return F.cross_entropy(torch.tanh(self.head(h)) * 30.0, t)
         raise AssertionError(s)
 
 
-REWRITTEN = ["plain", "nanogpt", "bias_sum_ignore"]
-KEPT = ["label_smoothing", "logits_kept", "no_reduction"]
+CHUNKED = ["plain", "nanogpt", "bias_sum_ignore", "shift_sliced", "shift_padded_sum"]
+FUSED = ["logits_kept", "logits_returned", "slice_after_view"]
+KEPT = {
+    "label_smoothing": "label smoothing 0.1",
+    "no_reduction": "reduction 'none'",
+    "class_weights": "class weights",
+    "soft_targets": "targets are not class indices",
+    "not_a_head": "the logits do not come from a linear layer",
+}
+THREE_D = {"nanogpt", "shift_sliced", "shift_padded_sum", "logits_returned", "slice_after_view"}
 
 
 @pytest.fixture(autouse=True)
@@ -54,40 +84,62 @@ def _small_chunks(monkeypatch):
 
 def _inputs(spelling, seed=0):
     g = torch.Generator().manual_seed(seed)
-    shape = (3, 7) if spelling == "nanogpt" else (21,)
+    shape = (3, 7) if spelling in THREE_D else (21,)
     h = torch.randn(*shape, D, generator=g, requires_grad=True)
     t = torch.randint(0, V, shape, generator=g)
     t.view(-1)[2] = 7  # the ignored class where ignore_index=7
+    if spelling in CHUNKED + FUSED and spelling != "bias_sum_ignore":
+        t.view(-1)[4] = -100  # ignored by the others
     return h, t
 
 
-def _count(module, spelling) -> int:
-    counts = []
+def _notes(module, spelling) -> list[ChainNote]:
+    notes: list[ChainNote] = []
 
     def backend(gm, example_inputs):
-        counts.append(rewrite_linear_cross_entropy(gm))
+        rewrite_linear_cross_entropy(gm, notes)
         return gm.forward
 
     torch._dynamo.reset()
     torch.compile(module, backend=backend)(*_inputs(spelling))
-    return sum(counts)
+    return notes
 
 
-@pytest.mark.parametrize("spelling", REWRITTEN)
+@pytest.mark.parametrize("spelling", CHUNKED)
 def test_lm_head_spellings_become_the_chunked_op(spelling):
-    assert _count(Head(spelling), spelling) == 1
+    (got,) = _notes(Head(spelling), spelling)
+    assert got.made is not None and got.made.startswith("kernelpro::linear_cross_entropy")
 
 
-@pytest.mark.parametrize("spelling", KEPT)
-def test_inexact_losses_are_left_alone(spelling):
-    assert _count(Head(spelling), spelling) == 0
+@pytest.mark.parametrize("spelling", FUSED)
+def test_logits_kept_or_sliced_after_a_view_keep_the_linear_and_fuse_the_loss(spelling):
+    (got,) = _notes(Head(spelling), spelling)
+    assert got.made is not None and "kernelpro::cross_entropy" in got.made
+    if spelling != "slice_after_view":
+        assert "the logits have another user" in got.made
 
 
-# Every spelling under the eager fallback, one under Inductor (its CPU compile takes seconds).
+@pytest.mark.parametrize("spelling", sorted(KEPT))
+def test_inexact_losses_are_left_alone_with_their_reason(spelling):
+    (got,) = _notes(Head(spelling), spelling)
+    assert got.made is None and got.reason is not None and got.reason.startswith(KEPT[spelling])
+
+
+def _loss(out):
+    return out[0] if isinstance(out, tuple) else out
+
+
+# Every spelling under the eager fallback, one of each op under Inductor (its CPU compile takes
+# seconds).
 @pytest.mark.parametrize(
-    ("spelling", "fallback"), [*((s, "eager") for s in REWRITTEN), ("nanogpt", "inductor")]
+    ("spelling", "fallback"),
+    [
+        *((s, "eager") for s in CHUNKED + FUSED),
+        ("nanogpt", "inductor"),
+        ("logits_returned", "inductor"),
+    ],
 )
-def test_training_through_the_chunked_op_matches_eager(spelling, fallback):
+def test_training_through_the_ops_matches_eager(spelling, fallback):
     torch.manual_seed(0)
     model, ref = Head(spelling), Head(spelling)
     ref.load_state_dict(model.state_dict())
@@ -101,18 +153,24 @@ def test_training_through_the_chunked_op_matches_eager(spelling, fallback):
     compiled(*_inputs(spelling, seed=1))  # compiled here; the call below runs what was compiled
     model.zero_grad()
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
-        loss = compiled(h, t)
-    ref_loss = ref(h_ref, t)
-    torch.testing.assert_close(loss, ref_loss, rtol=1e-5, atol=1e-5)
-    loss.backward()
-    ref_loss.backward()
+        out = compiled(h, t)
+        _loss(out).backward()
+    ref_out = ref(h_ref, t)
+    _loss(ref_out).backward()
+    torch.testing.assert_close(_loss(out), _loss(ref_out), rtol=1e-5, atol=1e-5)
+    if isinstance(out, tuple):
+        torch.testing.assert_close(out[1], ref_out[1], rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(h.grad, h_ref.grad, rtol=1e-4, atol=1e-6)
     for p, q in zip(model.parameters(), ref.parameters(), strict=True):
         torch.testing.assert_close(p.grad, q.grad, rtol=1e-4, atol=1e-6)
     # The compiled forward calls the op's twin without an autograd kernel (drop_autograd_kernel)
     ran = {event.key for event in prof.key_averages()}
-    assert "kernelpro::linear_cross_entropy_inner" in ran
-    assert "kernelpro::linear_cross_entropy" not in ran
+    op = "linear_cross_entropy" if spelling in CHUNKED else "cross_entropy"
+    assert f"kernelpro::{op}_inner" in ran
+    assert f"kernelpro::{op}" not in ran
+    if op == "cross_entropy":
+        assert "kernelpro::cross_entropy_backward" in ran
+        assert "aten::_log_softmax" not in ran  # no log-softmax, forward or backward
 
 
 def test_hidden_states_without_grad_cost_no_dx_and_the_head_still_trains():
@@ -191,3 +249,43 @@ def test_a_hand_written_gpt_trains_through_both_rewrites_like_eager():
         torch.testing.assert_close(p.grad, q.grad, rtol=1e-4, atol=1e-5, msg=name)
     assert "sdpa" in seen and "sdpa_backward" in seen
     assert not any("rowreduce" in s and "bmm" in s for s in seen)  # no score matrix left
+
+
+@pytest.mark.parametrize("spelling", ["nanogpt", "logits_returned"])
+def test_under_autocast_the_ops_compute_as_autocast_does(spelling, monkeypatch):
+    """Autocast entered around the compiled model (dynamo's graph has no autocast node): the
+    chunked op gets the hidden states and the weight cast to bf16, as autocast casts the
+    linear's, so its GEMMs are bf16 ones and its loss float32 from bf16 logits; the fused op
+    reads the bf16 logits. Loss and gradients as eager's under autocast, within bf16's
+    rounding (2 eps relative in norm: the loss's gradient is rounded once where eager rounds
+    it once too, after other float32 arithmetic)."""
+    eps = torch.finfo(torch.bfloat16).eps
+    torch.manual_seed(0)
+    model, ref = Head(spelling), Head(spelling)
+    ref.load_state_dict(model.state_dict())
+    sessions: list = []
+    torch._dynamo.reset()
+    compiled = torch.compile(
+        model,
+        backend=make_backend(provider=NullProvider(), sessions=sessions),
+        options={"fallback": "eager"},
+    )
+    (h, t), (h_ref, _) = _inputs(spelling), _inputs(spelling)
+    seen: list[torch.dtype] = []  # the dtype the ops' GEMM / row kernels get
+    for module, name in ((linear_ce_op, "_logits"), (cross_entropy_op, "forward_rows")):
+        real = getattr(module, name)
+        monkeypatch.setattr(
+            module, name, lambda x, *a, real=real: seen.append(x.dtype) or real(x, *a)
+        )
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        out, ref_out = compiled(h, t), ref(h_ref, t)
+    assert seen and set(seen) == {torch.bfloat16}
+    assert _loss(out).dtype == _loss(ref_out).dtype == torch.float32
+    _loss(out).backward()
+    _loss(ref_out).backward()
+    assert abs(_loss(out).item() - _loss(ref_out).item()) <= eps * abs(_loss(ref_out).item())
+    pairs = [(h.grad, h_ref.grad), (model.head.weight.grad, ref.head.weight.grad)]
+    for got, want in pairs:
+        assert got.dtype == want.dtype == torch.float32
+        assert (got - want).norm() <= 2 * eps * want.norm()
+    assert sessions[0].rewrites["linear_cross_entropy"] == 1

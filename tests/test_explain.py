@@ -1,0 +1,45 @@
+"""`explain_model` tells what the torch-level rewrites did with each chain they looked at (a
+refused one with its reason) and the graph breaks dynamo made in the model's code, with their
+cause and where — from the compile explain runs anyway, not a second trace."""
+
+from __future__ import annotations
+
+import logging
+
+import torch
+import torch.nn.functional as F
+
+from kernelpro_backend.explain import GraphBreak, explain_model, format_breaks, format_notes
+
+
+class Breaks(torch.nn.Module):
+    """An LM head whose loss has class weights, then a call dynamo cannot trace."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.head = torch.nn.Linear(8, 20)
+
+    def forward(self, h, t):
+        loss = F.cross_entropy(self.head(h), t, weight=torch.ones(20))
+        print("loss computed")  # a graph break, as a logging call in a model's code is
+        logging.getLogger("explain-test").warning("careful")  # one that ends no graph
+        return loss * 2
+
+
+def test_explain_reports_refused_chains_and_graph_breaks_with_their_cause(capsys):
+    notes: list = []
+    breaks: list[GraphBreak] = []
+    h, t = torch.randn(6, 8), torch.randint(0, 20, (6,))
+    explain_model(Breaks(), h, t, notes=notes, breaks=breaks)
+    (loss,) = notes
+    assert loss.made is None and loss.reason == "class weights"
+    assert loss.where.startswith("test_explain.py:")
+    printed = [b for b in breaks if "print" in b.cause]
+    assert (
+        printed
+        and printed[0].where.startswith("test_explain.py:")
+        and "in forward" in printed[0].where
+    )
+    assert any("logging" in b.cause.lower() for b in breaks), breaks
+    text = format_notes(notes) + "\n" + format_breaks(breaks)
+    assert "left as written: class weights" in text and "print" in text
