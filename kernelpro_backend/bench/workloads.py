@@ -2,7 +2,8 @@
 
 Owns: one function per workload, `(device, dtype, size) -> Workload`, with its shapes at
 "tiny" (CPU tests, milliseconds per step) and "full" (GPU, sizes people train at), the
-`WORKLOADS` registry the CLI picks from, the `DTYPES` it names, and `workload_builders` (names and
+`WORKLOADS` registry the CLI picks from (with the real-model corpus of bench/library/, run
+only when named), the `DTYPES` it names, and `workload_builders` (names and
 a KernelBench directory -> what `runner.run_workloads` builds one at a time).
 Must not: time, compile or compare anything.
 
@@ -20,6 +21,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from . import models
+from .library import LIBRARY, LIBRARY_WORKLOADS  # imports no library: its factories do
 from .problems import PROBLEM_PREFIX, load_problem, problem_files
 from .workload import Workload, WorkloadFactory, check_size, resolve_dtype
 
@@ -220,9 +222,14 @@ WORKLOADS: dict[str, WorkloadFactory] = {
     "cross_entropy": cross_entropy,
     "gemm_bias_gelu": gemm_bias_gelu,
     "attention": attention,
+    # The real-model corpus (bench/library/: transformers and torchvision, the `models` extra),
+    # run only when named: "all" and the defaults are the built-in workloads above.
+    **LIBRARY,
 }
 TRAINING_WORKLOADS = ("gpt_block", "mlp", "convnet", "moe", "lm_head", "mini_gpt", "gpt2_small")
-OP_WORKLOADS = tuple(name for name in WORKLOADS if name not in TRAINING_WORKLOADS)
+OP_WORKLOADS = tuple(
+    name for name in WORKLOADS if name not in TRAINING_WORKLOADS + LIBRARY_WORKLOADS
+)
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
@@ -233,12 +240,13 @@ def workload_builders(
     dtype: torch.dtype | None,
     size: str,
 ) -> list[tuple[str, Callable[[], Workload]]]:
-    """(name, build) of the named built-in workloads ("all" for all; none named: all, or none
-    when a problems directory is given), then of each problem file. Raises ValueError for an
-    unknown name, ProblemError for a bad directory."""
+    """(name, build) of the named workloads ("all" for all the built-in ones, not the library
+    corpus; none named: all, or none when a problems directory is given), then of each problem
+    file. Raises ValueError for an unknown name, ProblemError for a bad directory."""
     chosen = list(names or ([] if problems else ["all"]))
     if "all" in chosen:
-        chosen = list(WORKLOADS)
+        at = chosen.index("all")
+        chosen[at : at + 1] = [n for n in WORKLOADS if n not in LIBRARY]
     unknown = [n for n in chosen if n not in WORKLOADS]
     if unknown:
         raise ValueError(f"unknown workload(s) {unknown}; known: {', '.join(WORKLOADS)}")

@@ -1,0 +1,149 @@
+"""The corpus's language models from `transformers`: BERT, T5, Qwen2 and GPT-NeoX (Pythia)
+training steps as their users write them.
+
+Owns: one factory per model, `(device, dtype, size) -> Workload`, with the published
+configuration of a real checkpoint at "full" (random weights: nothing is downloaded) and a
+2-layer, width-64 one at "tiny" (CPU tests), and the inputs and `labels=` its users pass.
+Must not: import `transformers` at import time (a factory imports it, so the bench imports
+without the extra), download anything, or time and compare (the runner does).
+
+Each step: the library model called with `labels=` under bf16 autocast on CUDA (float32 weights,
+fused AdamW), returning what it returns (loss, logits, ...); the bench's loss is `.loss`.
+Dropout is 0: the bench checks every mode's first step against eager, and a compiled graph
+draws other random masks than eager (Pythia and Qwen2 train without dropout anyway).
+Peak memory at "full" (estimated for the eager step, H100, weights + AdamW state included) is
+in each factory's docstring; all stay under half of an 80 GB card.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from ..workload import Workload, check_size
+from .step import LibraryStep, adamw, autocast_dtype, autocast_for, require, returned_loss, seeded
+
+# The tiny shapes every text model shares: 2 layers, width 64, sequence 32, batch 2.
+TINY = dict(b=2, t=32, d=64, layers=2, heads=4, ffn=128, vocab=256)
+
+
+def _workload(
+    name: str,
+    model: torch.nn.Module,
+    inputs: dict[str, torch.Tensor],
+    device: torch.device,
+    dtype: torch.dtype,
+    size: str,
+) -> Workload:
+    step = LibraryStep(model, tuple(inputs), device, autocast_for(dtype))
+    return Workload(
+        name, step, tuple(inputs.values()), dtype, size, returned_loss, adamw, source="library"
+    )
+
+
+def _ids(vocab: int, *shape: int, device: torch.device) -> torch.Tensor:
+    return torch.randint(0, vocab, shape, device=device)
+
+
+def hf_bert(device: torch.device, dtype: torch.dtype | None, size: str) -> Workload:
+    """BERT-base masked-LM training step (BertForMaskedLM, labels on 15% of the tokens, the rest
+    -100): batch 32 x sequence 512, vocabulary 30522; ~14 GB peak at "full"."""
+    check_size(size)
+    tf = require("transformers")
+    dt = autocast_dtype(device, dtype)
+    p: dict[str, Any] = (
+        dict(TINY, heads=2)
+        if size == "tiny"
+        else dict(b=32, t=512, d=768, layers=12, heads=12, ffn=3072, vocab=30522)
+    )
+    config = tf.BertConfig(
+        vocab_size=p["vocab"], hidden_size=p["d"], num_hidden_layers=p["layers"],
+        num_attention_heads=p["heads"], intermediate_size=p["ffn"],
+        max_position_embeddings=max(512, p["t"]),
+        hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0,
+    )  # fmt: skip
+    with seeded(device):
+        model = tf.BertForMaskedLM(config)
+        ids = _ids(p["vocab"], p["b"], p["t"], device=device)
+        masked = torch.rand(p["b"], p["t"], device=device) < 0.15
+        masked[:, 0] = True  # at least one label per row
+        labels = torch.where(masked, ids, torch.full_like(ids, -100))
+        ids = torch.where(masked, torch.full_like(ids, 103), ids)  # [MASK], as the collator does
+    return _workload("hf_bert", model, dict(input_ids=ids, labels=labels), device, dt, size)
+
+
+def hf_t5(device: torch.device, dtype: torch.dtype | None, size: str) -> Workload:
+    """Flan-T5-base training step (T5ForConditionalGeneration: gated-GELU, untied head, relative
+    position bias): batch 8, 1024 input and 256 target tokens, vocabulary 32128; ~22 GB peak."""
+    check_size(size)
+    tf = require("transformers")
+    dt = autocast_dtype(device, dtype)
+    p: dict[str, Any] = (
+        dict(TINY, target=16)
+        if size == "tiny"
+        else dict(b=8, t=1024, target=256, d=768, layers=12, heads=12, ffn=2048, vocab=32128)
+    )
+    config = tf.T5Config(
+        vocab_size=p["vocab"], d_model=p["d"], d_kv=p["d"] // p["heads"], d_ff=p["ffn"],
+        num_layers=p["layers"], num_decoder_layers=p["layers"], num_heads=p["heads"],
+        feed_forward_proj="gated-gelu", tie_word_embeddings=False, dropout_rate=0.0,
+        use_cache=False, decoder_start_token_id=0, pad_token_id=0,
+    )  # fmt: skip
+    with seeded(device):
+        model = tf.T5ForConditionalGeneration(config)
+        ids = _ids(p["vocab"], p["b"], p["t"], device=device)
+        labels = _ids(p["vocab"], p["b"], p["target"], device=device)
+    return _workload("hf_t5", model, dict(input_ids=ids, labels=labels), device, dt, size)
+
+
+def _causal_lm(
+    name: str, model_cls: str, config: Any, p: dict[str, Any], device: torch.device,
+    dtype: torch.dtype, size: str,
+) -> Workload:  # fmt: skip
+    tf = require("transformers")
+    with seeded(device):
+        model = getattr(tf, model_cls)(config)
+        ids = _ids(p["vocab"], p["b"], p["t"], device=device)
+    # labels=input_ids: the model shifts them itself, as its users rely on.
+    return _workload(name, model, dict(input_ids=ids, labels=ids), device, dtype, size)
+
+
+def hf_qwen2(device: torch.device, dtype: torch.dtype | None, size: str) -> Workload:
+    """Qwen2-0.5B training step (Qwen2ForCausalLM: GQA 14/2 heads, RoPE, RMSNorm, SwiGLU, tied
+    embeddings): batch 4 x sequence 2048, vocabulary 151936; ~38 GB peak at "full"."""
+    check_size(size)
+    tf = require("transformers")
+    dt = autocast_dtype(device, dtype)
+    p: dict[str, Any] = (
+        dict(TINY, kv=2)
+        if size == "tiny"
+        else dict(b=4, t=2048, d=896, layers=24, heads=14, kv=2, ffn=4864, vocab=151936)
+    )
+    config = tf.Qwen2Config(
+        vocab_size=p["vocab"], hidden_size=p["d"], intermediate_size=p["ffn"],
+        num_hidden_layers=p["layers"], num_attention_heads=p["heads"],
+        num_key_value_heads=p["kv"], max_position_embeddings=32768, rope_theta=1e6, rms_norm_eps=1e-6,
+        tie_word_embeddings=True, use_cache=False,
+    )  # fmt: skip
+    return _causal_lm("hf_qwen2", "Qwen2ForCausalLM", config, p, device, dt, size)
+
+
+def hf_gpt_neox(device: torch.device, dtype: torch.dtype | None, size: str) -> Workload:
+    """Pythia-410M training step (GPTNeoXForCausalLM: parallel residual, partial rotary 25%,
+    LayerNorm, GELU): batch 8 x sequence 2048, vocabulary 50304; ~33 GB peak at "full"."""
+    check_size(size)
+    tf = require("transformers")
+    dt = autocast_dtype(device, dtype)
+    p: dict[str, Any] = (
+        TINY
+        if size == "tiny"
+        else dict(b=8, t=2048, d=1024, layers=24, heads=16, ffn=4096, vocab=50304)
+    )
+    config = tf.GPTNeoXConfig(
+        vocab_size=p["vocab"], hidden_size=p["d"], num_hidden_layers=p["layers"],
+        num_attention_heads=p["heads"], intermediate_size=p["ffn"], rotary_pct=0.25,
+        max_position_embeddings=2048, use_parallel_residual=True, tie_word_embeddings=False,
+        hidden_dropout=0.0, attention_dropout=0.0, use_cache=False,
+    )  # fmt: skip
+    return _causal_lm("hf_gpt_neox", "GPTNeoXForCausalLM", config, p, device, dt, size)
