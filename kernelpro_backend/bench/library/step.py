@@ -54,7 +54,7 @@ class LibraryStep(nn.Module):
     def forward(self, *inputs: Any) -> Any:
         if len(inputs) != len(self.names):
             raise TypeError(f"expected the inputs {self.names}, got {len(inputs)} values")
-        kwargs = dict(zip(self.names, inputs))
+        kwargs = dict(zip(self.names, inputs, strict=False))  # lengths checked above
         if self.autocast is None:
             return self.model(**kwargs)
         with torch.autocast(self.device_type, dtype=self.autocast):

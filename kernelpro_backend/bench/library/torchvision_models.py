@@ -23,7 +23,12 @@ CLASSES = {"tiny": 10, "full": 1000}
 
 
 def _cnn(
-    name: str, builder: str, device: torch.device, dtype: torch.dtype | None, size: str, **kw: object
+    name: str,
+    builder: str,
+    device: torch.device,
+    dtype: torch.dtype | None,
+    size: str,
+    **kw: object,
 ) -> Workload:
     check_size(size)
     models = require("torchvision.models")
