@@ -11,8 +11,8 @@ Each step: the library model called with `labels=` under bf16 autocast on CUDA (
 fused AdamW), returning what it returns (loss, logits, ...); the bench's loss is `.loss`.
 Dropout is 0: the bench checks every mode's first step against eager, and a compiled graph
 draws other random masks than eager (Pythia and Qwen2 train without dropout anyway).
-Peak memory at "full" (estimated for the eager step, H100, weights + AdamW state included) is
-in each factory's docstring; all stay under half of an 80 GB card.
+Peak memory at "full" (each factory's docstring): the eager bf16 step's, weights and AdamW state
+included, estimated with fake tensors and torch's MemTracker (CPU autocast standing in for CUDA's).
 """
 
 from __future__ import annotations
@@ -48,7 +48,7 @@ def _ids(vocab: int, *shape: int, device: torch.device) -> torch.Tensor:
 
 def hf_bert(device: torch.device, dtype: torch.dtype | None, size: str) -> Workload:
     """BERT-base masked-LM training step (BertForMaskedLM, labels on 15% of the tokens, the rest
-    -100): batch 32 x sequence 512, vocabulary 30522; ~14 GB peak at "full"."""
+    -100): batch 32 x sequence 512, vocabulary 30522; peak ~14 GiB at "full"."""
     check_size(size)
     tf = require("transformers")
     dt = autocast_dtype(device, dtype)
@@ -75,7 +75,7 @@ def hf_bert(device: torch.device, dtype: torch.dtype | None, size: str) -> Workl
 
 def hf_t5(device: torch.device, dtype: torch.dtype | None, size: str) -> Workload:
     """Flan-T5-base training step (T5ForConditionalGeneration: gated-GELU, untied head, relative
-    position bias): batch 8, 1024 input and 256 target tokens, vocabulary 32128; ~22 GB peak."""
+    position bias): batch 8, 1024 input and 256 target tokens, vocabulary 32128; peak ~16 GiB."""
     check_size(size)
     tf = require("transformers")
     dt = autocast_dtype(device, dtype)
@@ -111,7 +111,7 @@ def _causal_lm(
 
 def hf_qwen2(device: torch.device, dtype: torch.dtype | None, size: str) -> Workload:
     """Qwen2-0.5B training step (Qwen2ForCausalLM: GQA 14/2 heads, RoPE, RMSNorm, SwiGLU, tied
-    embeddings): batch 4 x sequence 2048, vocabulary 151936; ~38 GB peak at "full"."""
+    embeddings): batch 4 x sequence 2048, vocabulary 151936; peak ~36 GiB at "full"."""
     check_size(size)
     tf = require("transformers")
     dt = autocast_dtype(device, dtype)
@@ -131,7 +131,7 @@ def hf_qwen2(device: torch.device, dtype: torch.dtype | None, size: str) -> Work
 
 def hf_gpt_neox(device: torch.device, dtype: torch.dtype | None, size: str) -> Workload:
     """Pythia-410M training step (GPTNeoXForCausalLM: parallel residual, partial rotary 25%,
-    LayerNorm, GELU): batch 8 x sequence 2048, vocabulary 50304; ~33 GB peak at "full"."""
+    LayerNorm, GELU): batch 8 x sequence 2048, vocabulary 50304; peak ~32 GiB at "full"."""
     check_size(size)
     tf = require("transformers")
     dt = autocast_dtype(device, dtype)

@@ -48,20 +48,21 @@ def _cnn(
 
 
 def tv_resnet50(device: torch.device, dtype: torch.dtype | None, size: str) -> Workload:
-    """ResNet-50 training step (torchvision, float32, TF32 convs): batch 128 of 224x224 images;
-    ~23 GB peak at "full"."""
+    """ResNet-50 training step (torchvision, float32, TF32 convs): batch 128 of 224x224 images
+    (peak not measured: ~15-20 GiB by the usual ~0.1 GiB per float32 image)."""
     return _cnn("tv_resnet50", "resnet50", device, dtype, size)
 
 
 def tv_mobilenet_v3(device: torch.device, dtype: torch.dtype | None, size: str) -> Workload:
     """MobileNetV3-Large training step (torchvision, float32: depthwise convs, hardswish,
-    squeeze-excitation): batch 128 of 224x224 images; ~12 GB peak at "full"."""
+    squeeze-excitation): batch 128 of 224x224 images (peak not measured)."""
     return _cnn("tv_mobilenet_v3", "mobilenet_v3_large", device, dtype, size, dropout=0.0)
 
 
 def tv_efficientnet_b0(device: torch.device, dtype: torch.dtype | None, size: str) -> Workload:
     """EfficientNet-B0 training step (torchvision, float32: depthwise convs, SiLU,
-    squeeze-excitation; stochastic depth off): batch 128 of 224x224 images; ~19 GB peak."""
+    squeeze-excitation; stochastic depth off): batch 128 of 224x224 images (peak not
+    measured)."""
     return _cnn(
         "tv_efficientnet_b0", "efficientnet_b0", device, dtype, size,
         dropout=0.0, stochastic_depth_prob=0.0,

@@ -40,7 +40,7 @@ def _classifier(
 
 def hf_vit(device: torch.device, dtype: torch.dtype | None, size: str) -> Workload:
     """ViT-B/16 training step (ViTForImageClassification): batch 128 of 224x224 images (197
-    tokens each), width 768, 12 layers; ~16 GB peak at "full"."""
+    tokens each), width 768, 12 layers; peak ~10 GiB at "full" (estimated as in text.py)."""
     check_size(size)
     tf = require("transformers")
     tiny = size == "tiny"
@@ -59,7 +59,8 @@ def hf_vit(device: torch.device, dtype: torch.dtype | None, size: str) -> Worklo
 
 def hf_convnext(device: torch.device, dtype: torch.dtype | None, size: str) -> Workload:
     """ConvNeXt-T training step (ConvNextForImageClassification: depthwise 7x7 convs, LayerNorm,
-    GELU MLPs, layer scale): batch 128 of 224x224 images; ~20 GB peak at "full"."""
+    GELU MLPs, layer scale): batch 128 of 224x224 images; peak not estimated (fake tensors
+    cannot build it), ~15 GiB by analogy."""
     check_size(size)
     tf = require("transformers")
     tiny = size == "tiny"
@@ -78,7 +79,7 @@ def hf_convnext(device: torch.device, dtype: torch.dtype | None, size: str) -> W
 
 def hf_swin(device: torch.device, dtype: torch.dtype | None, size: str) -> Workload:
     """Swin-T training step (SwinForImageClassification: shifted 7x7 windows, relative position
-    bias, patch merging): batch 128 of 224x224 images; ~22 GB peak at "full"."""
+    bias, patch merging): batch 128 of 224x224 images; peak ~8 GiB at "full"."""
     check_size(size)
     tf = require("transformers")
     tiny = size == "tiny"
