@@ -28,8 +28,9 @@ def require(package: str) -> ModuleType:
     try:
         return importlib.import_module(package)
     except ImportError as e:
+        name = package.partition(".")[0]
         raise ImportError(
-            f"this workload needs the `{package.partition('.')[0]}` package, which is not importable here ({e}); "
+            f"this workload needs the `{name}` package, which is not importable here ({e}); "
             f"install the corpus's packages with `{INSTALL_HINT}`"
         ) from e
 

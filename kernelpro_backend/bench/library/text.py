@@ -123,8 +123,8 @@ def hf_qwen2(device: torch.device, dtype: torch.dtype | None, size: str) -> Work
     config = tf.Qwen2Config(
         vocab_size=p["vocab"], hidden_size=p["d"], intermediate_size=p["ffn"],
         num_hidden_layers=p["layers"], num_attention_heads=p["heads"],
-        num_key_value_heads=p["kv"], max_position_embeddings=32768, rope_theta=1e6, rms_norm_eps=1e-6,
-        tie_word_embeddings=True, use_cache=False,
+        num_key_value_heads=p["kv"], max_position_embeddings=32768, rope_theta=1e6,
+        rms_norm_eps=1e-6, tie_word_embeddings=True, use_cache=False,
     )  # fmt: skip
     return _causal_lm("hf_qwen2", "Qwen2ForCausalLM", config, p, device, dt, size)
 
