@@ -28,7 +28,7 @@ class ModeResult:
     max_rel_err: float | None = None
     message: str = ""
     kernels: str = ""  # kernelpro: "used/found", its kernels in use of the subgraphs it cut
-    rewrites: str = ""  # kernelpro: the torch-level rewrites made (bench/runner.rewrites_made)
+    rewrites: str = ""  # kernelpro: the torch-level rewrites made (bench/sessions.rewrites_made)
     # GPU memory one step allocates beyond what is resident before it (activations, logits,
     # gradients, workspaces; weights and optimizer state are the same in every mode): where a
     # fusion that never materialises a tensor shows. None off the GPU.
@@ -47,7 +47,7 @@ class ModeResult:
     launch_ms: float | None = None
     launched_step_ms: float | None = None
     # kernelpro: each compiled graph that got kernels, with its in-context verdict and each
-    # kernel's isolated figures (bench/runner.graph_verdicts): where a regret comes from
+    # kernel's isolated figures (bench/sessions.graph_verdicts): where a regret comes from
     graphs: list[dict[str, Any]] = dataclasses.field(default_factory=list)
 
 

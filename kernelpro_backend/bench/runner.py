@@ -24,7 +24,6 @@ from typing import Any
 
 import torch
 
-from ..judged import ROUNDS, WARMUP
 from ..runtime.timing import launch_timing, summarize
 from .compare import compare, named_tensors, needs_fp64
 from .modes import EAGER, KERNELPRO, Mode
@@ -38,14 +37,11 @@ from .results import (
     SubgraphPoint,
     WorkloadResult,
 )
+from .sessions import graph_verdicts, kernels_used, rewrites_made, settle_verdicts
 from .timing import steady_ms, step_timing, time_first_call
 from .workload import Workload
 
 log = logging.getLogger("kernelpro.bench")
-
-# Steps that settle every in-context verdict: each graph's turns, and one more for a graph
-# first compiled in the second step (a backward compiled lazily).
-SETTLE_STEPS = 2 * (WARMUP + ROUNDS) + 2
 
 SolFn = Callable[[Workload], "float | None"]
 SubgraphFn = Callable[[Workload], "list[SubgraphPoint]"]
@@ -97,6 +93,18 @@ def fp64_reference(workload: Workload) -> dict[str, torch.Tensor]:
         for v in workload.inputs
     )
     return _run_eagerly(workload, model, inputs)
+
+
+def _fp64_or_none(workload: Workload) -> tuple[dict[str, torch.Tensor] | None, str]:
+    """The float64 reference, or (None, why) when it does not fit the device: a whole
+    library model's step in float64 (SDPA's math path materialising every attention matrix)
+    can need 100+ GiB; the modes are then checked against eager alone."""
+    try:
+        return fp64_reference(workload), ""
+    except torch.OutOfMemoryError as e:
+        log.warning("%s: the float64 reference does not fit (%s)", workload.name, str(e)[:200])
+        _release(workload.device)
+        return None, " (no float64 reference: out of memory)"
 
 
 def prepare_mode(
@@ -215,65 +223,6 @@ def _unwatched(workload: Workload, mode: str) -> AbstractContextManager[object]:
     return contextlib.nullcontext()
 
 
-def kernels_used(sessions: list[Any] | None) -> str:
-    """ "used/found": subgraphs that run a kernelpro kernel, of those the backend cut ("" when
-    not kernelpro). A graph Inductor could not compile with our kernels is not counted, nor one
-    whose in-context verdict dropped them (then ", N dropped in context" follows)."""
-    if sessions is None:
-        return ""
-    reports = [r for s in sessions for r in s.reports]
-    used = sum(len(r.replaced) for r in reports if r.in_context != "dropped")
-    dropped = sum(len(r.replaced) for r in reports if r.in_context == "dropped")
-    text = f"{used}/{sum(r.subgraphs for r in reports)}"
-    return text + (f", {dropped} dropped in context" if dropped else "")
-
-
-def graph_verdicts(sessions: list[Any] | None) -> list[dict[str, Any]]:
-    """Each graph kernelpro compiled with kernels: its kind, in-context verdict and figures
-    (judged.py), and each kernel's isolated figures (ms alone, the fallback's ms alone)."""
-    return [
-        {
-            "graph": r.graph,
-            "kernels": len(r.replaced),
-            "in_context": r.in_context,
-            "verdict": r.verdict,
-            "isolated": {kid: list(ms) for kid, ms in r.isolated.items()},
-        }
-        for s in sessions or ()
-        for r in s.reports
-        if r.replaced
-    ]
-
-
-def settle_verdicts(step: Callable[[], None], sessions: list[Any] | None) -> int:
-    """Run `step` until every graph kernelpro compiled has its in-context verdict (its first
-    calls take turns with and without its kernels, judged.py), so timed rounds see the chosen
-    variant; returns the steps run (at most SETTLE_STEPS)."""
-    runs = 0
-    while runs < SETTLE_STEPS and any(
-        r.in_context == "judging" for s in sessions or () for r in s.reports
-    ):
-        step()
-        runs += 1
-    return runs
-
-
-def rewrites_made(sessions: list[Any] | None) -> str:
-    """The torch-level rewrites kernelpro's compiles made, summed over its graphs ("attention 4,
-    linear_cross_entropy 1"; "none"), and those a warm-up's verdict turned off ("" when not
-    kernelpro): a step's time and peak memory depend on them as much as on its kernels."""
-    if sessions is None:
-        return ""
-    made: dict[str, int] = {}
-    off: set[str] = set()
-    for s in sessions:
-        for name, count in s.rewrites.items():
-            made[name] = made.get(name, 0) + count
-        off.update(s.turned_off)  # {option: False}
-    text = ", ".join(f"{name} {n}" for name, n in sorted(made.items()) if n) or "none"
-    return text + (f"; off by the warm-up's verdict: {', '.join(sorted(off))}" if off else "")
-
-
 def run_workload(workload: Workload, config: RunConfig) -> WorkloadResult:
     """Every mode of `config` on one workload: each compiles and is checked against eager
     (which runs first: it is the reference), then all are timed in interleaved rounds."""
@@ -281,6 +230,7 @@ def run_workload(workload: Workload, config: RunConfig) -> WorkloadResult:
     steps: dict[str, Callable[[], None]] = {}
     reference: dict[str, torch.Tensor] | None = None
     fp64: dict[str, torch.Tensor] | None = None
+    no_fp64 = ""  # why the float64 reference could not be run, once it could not
     _release(workload.device)
     for mode in config.modes:
         config.progress(f"[bench] {workload.name}: {mode.name} ...")
@@ -310,12 +260,12 @@ def run_workload(workload: Workload, config: RunConfig) -> WorkloadResult:
         elif reference is None:
             result.status, result.message = UNCHECKED, "eager failed, so nothing to check against"
         else:
-            if fp64 is None and needs_fp64(tensors, reference):
-                fp64 = fp64_reference(workload)
+            if fp64 is None and not no_fp64 and needs_fp64(tensors, reference):
+                fp64, no_fp64 = _fp64_or_none(workload)
             check = compare(tensors, reference, fp64)
             result.max_abs_err, result.max_rel_err = check.max_abs_err, check.max_rel_err
             if not check.ok:
-                result.status, result.message = WRONG, check.describe()
+                result.status, result.message = WRONG, check.describe() + no_fp64
         del tensors
         results.append(result)
         steps[mode.name] = step

@@ -185,7 +185,7 @@ def test_modes_are_timed_in_interleaved_rounds_after_all_compiled():
 def test_kernels_used_counts_replaced_subgraphs_over_every_compile():
     from types import SimpleNamespace
 
-    from kernelpro_backend.bench.runner import kernels_used
+    from kernelpro_backend.bench.sessions import kernels_used
     from kernelpro_backend.rewrite import RewriteReport
 
     forward = RewriteReport("forward", subgraphs=5, replaced=["a/k1", "b/k2"])
@@ -199,7 +199,7 @@ def test_kernels_used_counts_replaced_subgraphs_over_every_compile():
 def test_rewrites_made_sums_every_graphs_rewrites_and_names_those_a_verdict_turned_off():
     from types import SimpleNamespace
 
-    from kernelpro_backend.bench.runner import rewrites_made
+    from kernelpro_backend.bench.sessions import rewrites_made
 
     first = SimpleNamespace(rewrites={"attention": 2, "linear_cross_entropy": 0}, turned_off={})
     second = SimpleNamespace(
@@ -320,3 +320,20 @@ def test_a_mode_replays_cuda_graphs_by_its_mode_or_kernelpros_option(monkeypatch
     assert opted.graphed
     monkeypatch.setenv("KERNELPRO_CUDA_GRAPHS", "1")
     assert plain.graphed and not make_modes([modes.INDUCTOR])[1].graphed
+
+
+def test_a_float64_reference_that_does_not_fit_leaves_the_check_to_eager(monkeypatch):
+    """A library model's float64 step can need 100+ GiB: out of memory there ends neither the
+    run nor the check; a mismatch says the reference was missing."""
+    from kernelpro_backend.bench import runner
+
+    def no_room(workload):
+        raise torch.OutOfMemoryError("CUDA out of memory (test)")
+
+    monkeypatch.setattr(runner, "fp64_reference", no_room)
+    monkeypatch.setattr(runner, "needs_fp64", lambda tensors, reference: True)
+    backend = aot_autograd(fw_compiler=_identity, bw_compiler=_scale_outputs(1.01))
+    result = run_workload(WORKLOADS["mlp"](CPU, None, "tiny"), _config(Mode("badgrad", backend)))
+    bad = result.mode("badgrad")
+    assert bad is not None and bad.status == "wrong"
+    assert bad.message.endswith("(no float64 reference: out of memory)")
