@@ -160,9 +160,17 @@ class _FakeProcess:
         pass
 
 
-def test_the_worker_start_arguments_carry_the_layout(tmp_path, monkeypatch):
+def _fake_start(monkeypatch) -> _FakeContext:
+    """multiprocessing's context and the isolated worker process faked: what each worker would
+    be started with is recorded, nothing starts."""
     ctx = _FakeContext()
     monkeypatch.setattr(pool_module.mp, "get_context", lambda method: ctx)
+    monkeypatch.setattr(pool_module, "IsolatedProcess", ctx.Process)
+    return ctx
+
+
+def test_the_worker_start_arguments_carry_the_layout(tmp_path, monkeypatch):
+    ctx = _fake_start(monkeypatch)
     setup = WorkerSetup(CacheLayout.of(tmp_path / "chosen", {}), nvcc_timeout_s=12.0)
     pool = WorkerPool(workers=2, setup=setup, start_timeout_s=9.0)
     assert pool.start_timeout_s == 9.0
@@ -172,8 +180,7 @@ def test_the_worker_start_arguments_carry_the_layout(tmp_path, monkeypatch):
 
 
 def test_a_pool_without_setup_uses_this_process_layout(tmp_path, monkeypatch):
-    ctx = _FakeContext()
-    monkeypatch.setattr(pool_module.mp, "get_context", lambda method: ctx)
+    ctx = _fake_start(monkeypatch)
     monkeypatch.setenv("KERNELPRO_CACHE_DIR", str(tmp_path / "env"))
     monkeypatch.delenv("KERNELPRO_CUBIN_DIR", raising=False)
     WorkerPool(workers=1).close()
