@@ -4,12 +4,12 @@ kernel, instead of running behind the opaque kernelpro::launch (~80 us of host t
 
 `cutlass_gemm(a, b, bias, c, digest)`: D [M, N] = act(a [M, K] @ b [N, K]^T (+ bias) (+ c)),
 rows contiguous, through the shared library of the CUDA C++ source registered under `digest`
-(runtime/cuda_host.library_gemm builds or loads it). A generated module registers its source
+(runtime/cuda/host.library_gemm builds or loads it). A generated module registers its source
 when it is imported (`register`), before any graph can hold a call to it: the backend loads a
 kernel's module to trace it.
 
 Owns: the op, its fake (shape) implementation, `register(source) -> digest`.
-Must not: render sources (codegen/cutlass_match.py does) or compile them (runtime/cuda_host.py).
+Must not: render sources (codegen/cutlass_match.py does) or compile them (runtime/cuda/host.py).
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import hashlib
 import torch
 
 from .fast_op import fast_op
-from .runtime.cuda_host import library_gemm
+from .runtime.cuda.host import library_gemm
 
 _SOURCES: dict[str, str] = {}
 

@@ -26,7 +26,7 @@ from .backend import make_backend
 from .fx_passes import Subgraph
 from .options import Options
 from .providers import Kernel
-from .runtime.cuda_compile import nvcc_paused
+from .runtime.cuda.compile import nvcc_paused
 from .runtime.timing import launch_timing
 
 log = logging.getLogger("kernelpro")

@@ -16,7 +16,7 @@ Layout of a cache directory:
     context.json                 kernels that lost inside their model (cache/context.py)
     cubin/<2 hex>/<sha>-<16 hex>.cubin  compiled CUDA sources (and host libraries, .so), named
                                  by their content's sha256 beside the record <sha>.cubin.sha256
-                                 (runtime/built.py); directories 0700; $KERNELPRO_CUBIN_DIR
+                                 (runtime/cuda/built.py); directories 0700; $KERNELPRO_CUBIN_DIR
                                  puts them elsewhere
     search_memory.jsonl          moves and their gains (search/memory.py)
     ceilings-<device>.json       the device's measured ceilings (profilers/ceilings.py)

@@ -11,7 +11,7 @@ __version__ = "0.1.0"
 # The code that turns a cache entry into a running kernel: the spec's builder and templates, and
 # the loaders of stored sources and cubins. An entry stored by another version of it is proved
 # again before it runs (cache.store.KernelCache.unproved).
-_GENERATOR = ("codegen", "runtime/cuda_driver.py", "tuner/artifacts.py")
+_GENERATOR = ("codegen", "runtime/cuda/driver.py", "tuner/artifacts.py")
 
 
 @functools.lru_cache(maxsize=1)

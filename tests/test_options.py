@@ -240,7 +240,7 @@ def test_every_timeout_is_an_option_from_the_environment_or_options(name):
 def test_the_timeouts_defaults_are_the_modules_constants():
     from kernelpro_backend.profilers.ncu import NCU_RUN_TIMEOUT_S
     from kernelpro_backend.profilers.target import ProfileTarget
-    from kernelpro_backend.runtime.cuda_compile import NVCC_TIMEOUT_S
+    from kernelpro_backend.runtime.cuda.compile import NVCC_TIMEOUT_S
     from kernelpro_backend.runtime.feedback import FeedbackPlan
     from kernelpro_backend.runtime.pool import START_TIMEOUT_S
     from kernelpro_backend.search.llm.client import TIMEOUT_S

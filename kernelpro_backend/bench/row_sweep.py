@@ -170,8 +170,8 @@ def candidates(seed: KernelSpec, space: SweepSpace = SweepSpace()) -> list[tuple
 
 def precompile(specs: list[KernelSpec]) -> None:
     """nvcc for every CUDA candidate at once (16 cores), into the shared cubin cache."""
-    from ..runtime.cuda_compile import compile_cuda
-    from ..runtime.cuda_driver import current_arch
+    from ..runtime.cuda.compile import compile_cuda
+    from ..runtime.cuda.driver import current_arch
 
     arch = current_arch()
     rendered = [render(s) for s in specs if s.template == "row_cluster"]

@@ -19,7 +19,7 @@ ctypes), which traces into Inductor's graph as one node.
 Owns: `cutlass_problem(spec)` (why a spec cannot be this GEMM, or None), `cutlass_gemm(spec)`
 (its `CutlassGemm`), `cutlass_specs(seed)` (the seed as every legal configuration), `c_body`,
 `render_cutlass(spec)` and `host_surcharge_ms` (its host path's cost in the winner's margin).
-Must not: compile, load or launch (runtime/cuda_host.py), or decide which configurations are
+Must not: compile, load or launch (runtime/cuda/host.py), or decide which configurations are
 built before a search (tuner/cutlass_builds.py).
 """
 

@@ -116,6 +116,6 @@ class KernelSpec:
 
 @dataclasses.dataclass(frozen=True)
 class RenderedKernel:
-    language: str  # "triton", or "cuda" (a kernelpro-launch source: runtime/cuda_source.py)
+    language: str  # "triton", or "cuda" (a kernelpro-launch source: runtime/cuda/source.py)
     source: str  # a Python module defining `entry(*inputs) -> list[Tensor]`
     entry: str

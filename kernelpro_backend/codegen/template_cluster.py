@@ -1,7 +1,7 @@
 """The row-resident CUDA C++ template ("row_cluster"): a row program kept on chip.
 
 Owns: rendering a row program (the same loads/ops/stores a "row_reduction" spec holds) as one
-CUDA kernel with a `kernelpro-launch` header (runtime/cuda_source.py). CLUSTER CTAs (a
+CUDA kernel with a `kernelpro-launch` header (runtime/cuda/source.py). CLUSTER CTAs (a
 thread-block cluster) share a row; each thread reads its vectors of every input the
 reductions need once, into registers, or by cp.async into shared memory (HOLD=shared; split:
 its first half of vectors in registers, the rest in shared memory); each wave of reductions is folded per thread, then across

@@ -9,7 +9,7 @@ the cooperative kernel under CUTLASS's stream-K tile scheduler (deterministic re
 
 Owns: `CutlassGemm` (the kernel's configuration: dtype, layouts, epilogue, tile, cluster,
 schedule, checked on construction) and its source. The source exports two C functions a host
-loads from a shared library (runtime/cuda_host.py): `kp_gemm_workspace(m, n, k, sm_count)` and
+loads from a shared library (runtime/cuda/host.py): `kp_gemm_workspace(m, n, k, sm_count)` and
 `kp_gemm_run(a, b, bias, c, d, m, n, k, lda, ldb, ldc, ldd, workspace, sm_count, stream)`,
 0 when it ran, 1 when the problem does not fit the kernel (alignment, sizes), 2/3 when
 CUTLASS failed to initialise or launch, and `kp_gemm_layout()` (which operand dims are
@@ -17,7 +17,7 @@ contiguous). Operands: A [M, K] with K contiguous (row-major, `a_major="k"`) or 
 transposed activation of a backward dW = dy^T @ x), lda the other dim's stride; B [N, K] with
 K contiguous (a Linear's weight as stored) or N (the weight in a backward dx = dy @ W), ldb
 likewise; C and D [M, N] row-major (ldc, ldd); bias [N].
-Must not: compile, load or launch (runtime/cuda_host.py), or know aten (lowering decides when
+Must not: compile, load or launch (runtime/cuda/host.py), or know aten (lowering decides when
 a subgraph is this GEMM).
 """
 

@@ -40,7 +40,7 @@ class SourceCandidate:
     canonical order and returns the outputs in canonical order, as fresh tensors.
     For "cuda", `source` is CUDA C++ with `extern "C" __global__` kernels and one
     `/* kernelpro-launch {...} */` header saying how to launch them, and `entry` names the
-    first kernel launched: the contract is in cuda_source.py. A cached CUDA kernel carries its
+    first kernel launched: the contract is in cuda/source.py. A cached CUDA kernel carries its
     stored `cubin` (and the `arch` it was built for): the worker loads exactly those bytes, as
     a cache hit does, instead of compiling the source."""
 
@@ -121,7 +121,7 @@ def load_kernel(
 ) -> KernelFn:
     """The candidate as a callable. Raises CandidateLoadError when it cannot be built.
     `cubin_dir`, `nvcc_timeout_s`: where a CUDA candidate's cubin is cached and how long its
-    compile may take (None: cuda_compile's defaults)."""
+    compile may take (None: cuda/compile.py's defaults)."""
     if isinstance(candidate, BaselineCandidate):
         if candidate.name == "eager":
             return reference
@@ -131,7 +131,7 @@ def load_kernel(
     if candidate.language == "triton":
         return _load_python_module(candidate, workdir)
     # Imported here: the driver API bindings are needed only for CUDA candidates.
-    from .cuda_driver import load_cubin, load_cuda_source
+    from .cuda.driver import load_cubin, load_cuda_source
 
     if candidate.cubin is not None:
         return load_cubin(candidate.source, candidate.entry, candidate.cubin, candidate.arch)

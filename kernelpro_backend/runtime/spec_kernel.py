@@ -26,7 +26,7 @@ def build_kernel(
 ) -> SpecKernel | CudaSpecKernel:
     """The kernel of `spec` (`rendered`: a stored source instead of today's rendering)."""
     from ..codegen import build
-    from .cuda_driver import load_cuda_source
+    from .cuda.driver import load_cuda_source
 
     load = functools.partial(load_cuda_source, cubin_dir=cubin_dir, timeout_s=nvcc_timeout_s)
     return build(spec, rendered, load_cuda=load)

@@ -28,7 +28,7 @@ from ..fx_passes.subgraph import IntRange, random_inputs
 from ..paths import CacheLayout
 from ..profilers.findings import Finding
 from .candidate import BaselineCandidate, CandidateLoadError, load_kernel
-from .cuda_host import use_library_dir
+from .cuda.host import use_library_dir
 from .gpu_lock import PoolGpuLock, holding_gpu
 from .isolation import enter_workdir
 from .job import Job
@@ -98,7 +98,7 @@ def _failure(error: BaseException, stage: str) -> EvalResult:
     tail = "".join(traceback.format_exception(error)[-6:])[-3000:]
     first = str(error).strip().splitlines()[0] if str(error).strip() else ""
     details = {"stage": stage, "traceback": tail, "fatal": is_fatal(error)}
-    log = getattr(error, "log", None)  # a compiler's trimmed output (cuda_compile.py)
+    log = getattr(error, "log", None)  # a compiler's trimmed output (cuda/compile.py)
     if isinstance(log, str) and log:
         details["compiler_log"] = log
     return EvalResult(

@@ -14,7 +14,7 @@ import dataclasses
 
 from ..options import Options
 from ..paths import CacheLayout
-from .cuda_compile import NVCC_TIMEOUT_S
+from .cuda.compile import NVCC_TIMEOUT_S
 
 
 @dataclasses.dataclass(frozen=True)

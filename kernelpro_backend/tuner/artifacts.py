@@ -33,7 +33,7 @@ def load_artifact(artifact: KernelArtifact) -> Kernel:
     kernels load their stored cubin through the driver API. No nvcc is needed."""
     digest = hashlib.sha256(artifact.source.encode()).hexdigest()[:12]
     if artifact.language == "cuda":
-        from ..runtime.cuda_driver import load_cubin
+        from ..runtime.cuda.driver import load_cubin
 
         if artifact.binary is None:
             raise ValueError(
@@ -96,7 +96,7 @@ def winner_fields(
             "entry": winner.entry,
         }
         if winner.language == "cuda":
-            from ..runtime.cuda_driver import cubin_artifact_fields
+            from ..runtime.cuda.driver import cubin_artifact_fields
 
             fields.update(cubin_artifact_fields(winner.source, winner.entry, device, cubin_dir))
         return fields
@@ -110,7 +110,7 @@ def winner_fields(
         "spec_json": winner.to_json(),
     }
     if rendered.language == "cuda":  # a CUDA template: the cubin is stored, as for free-form
-        from ..runtime.cuda_driver import cubin_artifact_fields
+        from ..runtime.cuda.driver import cubin_artifact_fields
 
         fields.update(cubin_artifact_fields(rendered.source, rendered.entry, device, cubin_dir))
     return fields

@@ -39,7 +39,7 @@ def _default_arch() -> str | None:
 
 
 def _toolchain_problem() -> str | None:
-    from ..runtime.cuda_compile import cutlass_include_dirs, find_nvcc
+    from ..runtime.cuda.compile import cutlass_include_dirs, find_nvcc
 
     if find_nvcc() is None:
         return "no nvcc on PATH or under CUDA_HOME"
@@ -172,12 +172,12 @@ def _sources(seed: Any) -> set[str]:
 
 
 def _compile(source: str, arch: str, library_dir: Path | None) -> Path:
-    from ..runtime.cuda_host import compile_library
+    from ..runtime.cuda.host import compile_library
 
     return compile_library(source, arch, library_dir=library_dir, timeout_s=BUILD_TIMEOUT_S)
 
 
 def _is_built(source: str, arch: str, library_dir: Path | None) -> bool:
-    from ..runtime.cuda_host import is_built
+    from ..runtime.cuda.host import is_built
 
     return is_built(source, arch, library_dir)

@@ -25,7 +25,7 @@ from ..cache.toolchain import CacheKey
 from ..fx_passes import Subgraph
 from ..options import Options
 from ..providers import Kernel
-from ..runtime.cuda_host import use_library_dir
+from ..runtime.cuda.host import use_library_dir
 from .admit import admit
 from .artifacts import Loader, load_artifact, surcharge_ms
 from .eager import eager_kernel, is_eager

@@ -27,7 +27,7 @@ from ..paths import CacheLayout
 from ..profilers.ceilings import Ceilings
 from ..profilers.speed_of_light import SpeedOfLight
 from ..runtime.candidate import BaselineCandidate
-from ..runtime.cuda_host import use_library_dir
+from ..runtime.cuda.host import use_library_dir
 from ..runtime.job import Job
 from ..runtime.memory import Footprint, MemoryPlan, gpu_free_bytes, plan_memory
 from ..runtime.shared_pool import lease_pool, prestart_pool

@@ -23,7 +23,7 @@ from ..cache.maintenance import ValidatorUnavailable, Verdict
 from ..cache.toolchain import Toolchain, current_arch, current_gpu, current_toolchain
 from ..fx_passes.rebuild import RebuildError, rebuild_subgraph
 from ..paths import CacheLayout
-from ..runtime.cuda_compile import NVCC_TIMEOUT_S
+from ..runtime.cuda.compile import NVCC_TIMEOUT_S
 from ..runtime.job import Job
 from ..runtime.pool import START_TIMEOUT_S
 from ..runtime.result import EvalResult

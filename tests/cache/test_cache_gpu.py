@@ -93,7 +93,7 @@ def _load_cubin(cubin: bytes, kernel: str) -> None:
     """Load a cubin and find its kernel through the driver API (no compiler involved)."""
     import ctypes
 
-    from kernelpro_backend.runtime.cuda_driver import driver_api
+    from kernelpro_backend.runtime.cuda.driver import driver_api
 
     drv = driver_api()
     (err,) = drv.cuInit(0)

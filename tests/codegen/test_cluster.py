@@ -22,9 +22,9 @@ from kernelpro_backend.examples import RMSNorm
 from kernelpro_backend.lowering import lower
 from kernelpro_backend.runtime import candidate as candidate_module
 from kernelpro_backend.runtime.candidate import SourceCandidate, SpecCandidate
-from kernelpro_backend.runtime.cuda_compile import find_nvcc
-from kernelpro_backend.runtime.cuda_plan import resolve
-from kernelpro_backend.runtime.cuda_source import TensorMeta, parse_launch
+from kernelpro_backend.runtime.cuda.compile import find_nvcc
+from kernelpro_backend.runtime.cuda.plan import resolve
+from kernelpro_backend.runtime.cuda.source import TensorMeta, parse_launch
 from kernelpro_backend.tuner.artifacts import artifact_candidate
 
 
@@ -229,7 +229,7 @@ def test_header_launches_one_cluster_per_row(long_rows):
 
 @pytest.mark.skipif(find_nvcc() is None, reason="nvcc is not installed")
 def test_sources_compile_with_nvcc_for_hopper(long_rows, tmp_path):
-    from kernelpro_backend.runtime.cuda_compile import compile_cuda
+    from kernelpro_backend.runtime.cuda.compile import compile_cuda
 
     compiled = 0
     for _, seed in long_rows[:6]:
@@ -298,7 +298,7 @@ def test_three_long_rows_too_many_for_registers_are_held_in_shared_memory(tmp_pa
     assert len(shape.resident) == 3
     assert shape.shared_offsets()[1] == 3 * 2**19 // 16 * 2 <= SHARED_LIMIT
     if find_nvcc() is not None:
-        from kernelpro_backend.runtime.cuda_compile import compile_cuda
+        from kernelpro_backend.runtime.cuda.compile import compile_cuda
 
         r = render(alt)
         cubin = compile_cuda(r.source, "sm_90a", kernels=(r.entry,), cubin_dir=tmp_path)
@@ -331,7 +331,7 @@ def test_long_programs_holding_several_rows_start_in_shared_memory_at_four_warps
                 elif total > SHARED_LIMIT // 2:
                     assert alt.knob("CLUSTER") == 16
                 if find_nvcc() is not None and ("compiled", n) not in seen:
-                    from kernelpro_backend.runtime.cuda_compile import compile_cuda
+                    from kernelpro_backend.runtime.cuda.compile import compile_cuda
 
                     r = render(alt)
                     cubin = compile_cuda(r.source, "sm_90a", kernels=(r.entry,), cubin_dir=tmp_path)
@@ -372,7 +372,7 @@ def test_norms_over_several_dims_run_row_resident(tmp_path):
     with pytest.raises(IllegalSpec, match="walks the row with strides"):
         dataclasses.replace(refused[0], template="row_cluster", knobs=alt.knobs)
     if find_nvcc() is not None:
-        from kernelpro_backend.runtime.cuda_compile import compile_cuda
+        from kernelpro_backend.runtime.cuda.compile import compile_cuda
 
         for spec in (alt, cluster_alternatives(instance[0][1])[0]):
             r = render(spec)

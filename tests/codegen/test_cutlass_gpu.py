@@ -13,9 +13,9 @@ from harness import collect
 from kernelpro_backend.codegen.build import SpecKernel
 from kernelpro_backend.codegen.cutlass_match import cutlass_specs
 from kernelpro_backend.lowering import lower
-from kernelpro_backend.runtime import cuda_host
 from kernelpro_backend.runtime.compare import compare
-from kernelpro_backend.runtime.cuda_compile import cutlass_include_dirs, find_nvcc
+from kernelpro_backend.runtime.cuda import host as cuda_host
+from kernelpro_backend.runtime.cuda.compile import cutlass_include_dirs, find_nvcc
 from kernelpro_backend.runtime.validate import compute_reference
 from kernelpro_backend.tuner.cutlass_builds import CutlassBuilds
 

@@ -43,7 +43,7 @@ def test_a_causal_mask_from_two_ranges_in_a_softmax(tmp_path) -> None:
     along the rows, one along the columns, both computed; the row-resident alternative (rows
     of 1024 or more) takes the row's part from its coordinates and the column's as its column."""
     from kernelpro_backend.codegen import render
-    from kernelpro_backend.runtime.cuda_compile import compile_cuda, find_nvcc
+    from kernelpro_backend.runtime.cuda.compile import compile_cuda, find_nvcc
 
     def fn(s: torch.Tensor) -> torch.Tensor:
         t = s.shape[-1]

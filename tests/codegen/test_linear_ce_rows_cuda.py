@@ -11,7 +11,7 @@ import torch
 
 from kernelpro_backend import linear_ce_rows_cuda as cuda_rows
 from kernelpro_backend.linear_ce_rows import cross_entropy_rows, rows_aten
-from kernelpro_backend.runtime.cuda_compile import compile_cuda, find_nvcc
+from kernelpro_backend.runtime.cuda.compile import compile_cuda, find_nvcc
 
 needs_nvcc = pytest.mark.skipif(find_nvcc() is None, reason="nvcc is not installed here")
 gpu = pytest.mark.gpu

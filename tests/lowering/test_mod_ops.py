@@ -9,7 +9,7 @@ import torch
 from harness import check, decomposed_subgraph
 
 from kernelpro_backend.codegen.optable_cuda import c_expression
-from kernelpro_backend.runtime.cuda_compile import find_nvcc
+from kernelpro_backend.runtime.cuda.compile import find_nvcc
 
 
 @pytest.mark.parametrize("op", [torch.fmod, torch.remainder])
@@ -90,7 +90,7 @@ def test_the_cuda_row_kernel_with_mod_ops_compiles_for_hopper(tmp_path):
 
     from kernelpro_backend.codegen import render
     from kernelpro_backend.lowering import lower
-    from kernelpro_backend.runtime.cuda_compile import compile_cuda
+    from kernelpro_backend.runtime.cuda.compile import compile_cuda
 
     sg = decomposed_subgraph(_mod_softmax, torch.randn(3, 8192))
     for alt in cluster_alternatives(lower(sg)):

@@ -1,4 +1,4 @@
-"""CUDA C++ candidates written to the contract of kernelpro_backend/runtime/cuda_source.py:
+"""CUDA C++ candidates written to the contract of kernelpro_backend/runtime/cuda/source.py:
 correct ones (vector add, row softmax), broken ones (does not compile, wrong launch header) and
 hostile ones (out-of-bounds write, endless loop). Shared by the CPU and GPU tests
 (test_cuda_candidates.py, test_cuda_candidates_gpu.py)."""

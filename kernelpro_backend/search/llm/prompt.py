@@ -17,7 +17,7 @@ from typing import Any
 
 from ...profilers.findings import Finding
 from ...runtime.candidate import SourceCandidate
-from ...runtime.cuda_source import CONTRACT
+from ...runtime.cuda.source import CONTRACT
 from ..proposer import ProposalRequest
 
 log = logging.getLogger(__name__)

@@ -4,7 +4,7 @@ Owns: `TensorMeta` (what an expression sees of a tensor), `Expr` (one expression
 checked when made) and the evaluator: numbers, + - * / // % << >>, unary minus, cdiv/min/max,
 `inK`/`outK` with .shape[i], .stride(i), .numel(), .ndim, .dtype. Nothing else evaluates:
 no builtins, no attribute beyond those, no imports, so a header cannot run code.
-Must not: know the header's keys (cuda_source.py) or touch a device.
+Must not: know the header's keys (source.py) or touch a device.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import math
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from .errors import CandidateLoadError
+from ..errors import CandidateLoadError
 
 
 class LaunchSpecError(CandidateLoadError):

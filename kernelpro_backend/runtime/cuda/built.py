@@ -1,7 +1,7 @@
 """What this kernelpro built into the cubin cache, known by content: cubins and host libraries.
 
 Owns: `store_built(path, data)`: `data`, built now for the cache name `path`
-(cuda_compile.compiled_path), is written under a name of its own sha256 beside it, in a
+(compile.compiled_path), is written under a name of its own sha256 beside it, in a
 directory private to this user (paths.private_dir), then the record `<path>.sha256` that names
 the digest; this process remembers the digest too. `read_built(path)`: the file and bytes the
 digest recorded when this process, or this kernelpro in the record it wrote in a directory only
@@ -12,7 +12,7 @@ other code) is never returned: the caller builds again.
 Content-named files never change once written: a library is loaded from exactly the bytes
 checked, and processes building one source at once each leave a record naming a file that
 matches it.
-Must not: compile, load, or choose where the cache lives (cuda_compile.py and paths.py do).
+Must not: compile, load, or choose where the cache lives (compile.py and paths.py do).
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ import logging
 import re
 from pathlib import Path
 
-from ..paths import atomic_write, private_dir, unsafe_reason
+from ...paths import atomic_write, private_dir, unsafe_reason
 
 log = logging.getLogger("kernelpro")
 

@@ -19,18 +19,13 @@ from cuda_sources import (
 from runtime_helpers import subgraphs_of
 
 from kernelpro_backend.cache import KernelArtifact, KernelCache, cache_key
-from kernelpro_backend.runtime import (
-    EvalStatus,
-    Job,
-    SourceCandidate,
-    WorkerPool,
-    cuda_compile,
-    cuda_driver,
-)
+from kernelpro_backend.runtime import EvalStatus, Job, SourceCandidate, WorkerPool
 from kernelpro_backend.runtime.candidate import load_kernel
-from kernelpro_backend.runtime.cuda_compile import compile_cuda, cutlass_include_dirs, nvrtc_version
-from kernelpro_backend.runtime.cuda_driver import CudaKernel, current_arch, load_cuda_source
-from kernelpro_backend.runtime.cuda_source import parse_launch
+from kernelpro_backend.runtime.cuda import compile as cuda_compile
+from kernelpro_backend.runtime.cuda import driver as cuda_driver
+from kernelpro_backend.runtime.cuda.compile import compile_cuda, cutlass_include_dirs, nvrtc_version
+from kernelpro_backend.runtime.cuda.driver import CudaKernel, current_arch, load_cuda_source
+from kernelpro_backend.runtime.cuda.source import parse_launch
 from kernelpro_backend.tuner import load_artifact, winner_fields
 from kernelpro_backend.tuner.artifacts import artifact_candidate
 

@@ -8,7 +8,7 @@ torch's current stream, so CUDA-graph capture records it), the parameter-layout 
 the cubin (cuFuncGetParamInfo, where the driver has it), the >48 KiB dynamic shared memory
 opt-in, and `load_cuda_source` / `load_cubin`: a candidate compiled now, or a cached cubin
 loaded without any compiler.
-Must not: compile (cuda_compile.py) or parse launch headers (cuda_source.py).
+Must not: compile (compile.py) or parse launch headers (source.py).
 
 Errors: a launch the device refuses for its configuration (too many threads, registers or
 shared memory; wrong parameter layout) raises LaunchSpecError, which the evaluator reports as
@@ -27,10 +27,10 @@ from typing import Any
 
 import torch
 
-from .cuda_compile import NVCC_TIMEOUT_S, arch_for_capability, compile_cuda
-from .cuda_plan import ResolvedLaunch, contiguous_strides, resolve
-from .cuda_source import LaunchSpec, LaunchSpecError, TensorMeta, parse_launch
-from .errors import CandidateLoadError
+from ..errors import CandidateLoadError
+from .compile import NVCC_TIMEOUT_S, arch_for_capability, compile_cuda
+from .plan import ResolvedLaunch, contiguous_strides, resolve
+from .source import LaunchSpec, LaunchSpecError, TensorMeta, parse_launch
 
 _CTYPES: dict[str, Any] = {
     "i32": ctypes.c_int32,

@@ -17,8 +17,9 @@ from cuda_sources import (
 )
 
 from kernelpro_backend.cache import KernelArtifact, KernelCache, cache_key
-from kernelpro_backend.runtime import EvalStatus, Job, SourceCandidate, cuda_driver
-from kernelpro_backend.runtime.cuda_compile import (
+from kernelpro_backend.runtime import EvalStatus, Job, SourceCandidate
+from kernelpro_backend.runtime.cuda import driver as cuda_driver
+from kernelpro_backend.runtime.cuda.compile import (
     LOG_LINES,
     CudaCompileError,
     arch_for_capability,
@@ -27,8 +28,8 @@ from kernelpro_backend.runtime.cuda_compile import (
     find_nvcc,
     trim_log,
 )
-from kernelpro_backend.runtime.cuda_plan import resolve
-from kernelpro_backend.runtime.cuda_source import LaunchSpecError, TensorMeta, parse_launch
+from kernelpro_backend.runtime.cuda.plan import resolve
+from kernelpro_backend.runtime.cuda.source import LaunchSpecError, TensorMeta, parse_launch
 from kernelpro_backend.runtime.worker import WorkerState, evaluate_job
 from kernelpro_backend.tuner import load_artifact, winner_fields
 
@@ -77,7 +78,7 @@ def test_row_softmax_header_reads_strides_of_inputs_and_outputs():
 
 
 def test_contract_text_carries_its_example_and_every_key():
-    from kernelpro_backend.runtime.cuda_source import CONTRACT
+    from kernelpro_backend.runtime.cuda.source import CONTRACT
 
     for word in ("kernelpro-launch", '"outputs"', '"scratch"', '"launches"', '{"i64": expr}'):
         assert word in CONTRACT
@@ -433,7 +434,7 @@ def test_nvcc_still_running_at_exit_is_killed_with_its_children(tmp_path):
     import threading
     import time
 
-    from kernelpro_backend.runtime import cuda_compile
+    from kernelpro_backend.runtime.cuda import compile as cuda_compile
 
     fake = tmp_path / "nvcc"
     child = tmp_path / "child.pid"

@@ -1,4 +1,4 @@
-"""runtime.cuda_compile.nvcc_paused: nvcc runs stopped while something is timed (the warm-up's
+"""runtime.cuda.compile.nvcc_paused: nvcc runs stopped while something is timed (the warm-up's
 in-context check beside background CUTLASS builds), new runs not held back, and a run's timeout
 counting only the time it could run. A fake nvcc (a shell script) stands in for the compiler."""
 
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from kernelpro_backend.runtime import cuda_compile
+from kernelpro_backend.runtime.cuda import compile as cuda_compile
 
 pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="job control and /proc: Linux")
 

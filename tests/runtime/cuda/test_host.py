@@ -14,8 +14,8 @@ import pytest
 import torch
 
 from kernelpro_backend.codegen.template_cutlass import ENTRY_POINTS, CutlassConfigError, CutlassGemm
-from kernelpro_backend.runtime import cuda_host
-from kernelpro_backend.runtime.cuda_compile import cutlass_include_dirs, find_nvcc
+from kernelpro_backend.runtime.cuda import host as cuda_host
+from kernelpro_backend.runtime.cuda.compile import cutlass_include_dirs, find_nvcc
 from kernelpro_backend.runtime.errors import CandidateLoadError
 
 needs_nvcc = pytest.mark.skipif(
@@ -97,7 +97,8 @@ def test_a_library_built_at_first_use_says_so(monkeypatch, caplog, tmp_path):
     before its re-proof) is built on its first call: minutes inside a forward, so it warns."""
     import logging
 
-    from kernelpro_backend.runtime import cuda_driver, cuda_host
+    from kernelpro_backend.runtime.cuda import driver as cuda_driver
+    from kernelpro_backend.runtime.cuda import host as cuda_host
 
     built = []
     monkeypatch.setattr(cuda_driver, "current_arch", lambda: "sm_90a")
@@ -154,7 +155,7 @@ def test_a_library_planted_at_the_cache_path_is_never_loaded(tmp_path, monkeypat
     `ctypes.CDLL` is refused and the library built again: the constructor never runs."""
     import logging
 
-    from kernelpro_backend.runtime import built
+    from kernelpro_backend.runtime.cuda import built
 
     marker = tmp_path / "constructor-ran"
     planted = _shared_object(tmp_path, "planted", _CONSTRUCTOR % marker + _EXPORTS)

@@ -5,11 +5,11 @@ Owns: finding a compiler (nvcc from $CUDA_HOME/bin or PATH, else NVRTC through c
 the "a" suffix from sm_90 on so wgmma/TMA compile, CUTLASS/CuTe headers from the
 `nvidia-cutlass` wheel or $CUTLASS_PATH), running nvcc (`run_nvcc`), trimming compiler logs
 to their useful lines (nvcc runs still going when the process exits are killed; `nvcc_paused`
-stops them while something is timed), and the cubin cache (`compiled_path`, also for cuda_host.py's shared
+stops them while something is timed), and the cubin cache (`compiled_path`, also for host.py's shared
 libraries): a cubin's name is the sha256 of source + arch + flags + compiler version, its
 directory `CacheLayout.cubin_root` (paths.py; private to this user, else a fresh one), read and
 written through built.py, so a cubin is used only if this kernelpro built those very bytes.
-Must not: load or launch cubins (cuda_driver.py), parse launch headers (cuda_source.py), or
+Must not: load or launch cubins (driver.py), parse launch headers (source.py), or
 choose where the cubin cache lives (the caller passes it; paths.py has the default).
 """
 
@@ -34,9 +34,9 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from ..paths import CacheLayout, private_or_fresh
+from ...paths import CacheLayout, private_or_fresh
+from ..errors import CandidateLoadError
 from .built import read_built, store_built
-from .errors import CandidateLoadError
 
 NVCC_TIMEOUT_S = 90.0  # CuTe GEMMs take 20-60 s; a worker job times out at the pool's limit
 LOG_LINES = 40  # lines of compiler output kept in an error

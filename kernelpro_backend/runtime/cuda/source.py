@@ -2,8 +2,8 @@
 
 Owns: parsing the launch header of `SourceCandidate(language="cuda", source, entry)` into a
 `LaunchSpec`, and the small expression language the header is written in.
-Must not: resolve it for concrete shapes (cuda_plan.py), compile (cuda_compile.py), load or
-launch (cuda_driver.py) anything.
+Must not: resolve it for concrete shapes (plan.py), compile (compile.py), load or
+launch (driver.py) anything.
 
 The contract (what a proposer writes)
 -------------------------------------
@@ -53,7 +53,7 @@ import json
 import re
 from typing import Any
 
-from .cuda_expr import Expr, LaunchSpecError, TensorMeta
+from .expr import Expr, LaunchSpecError, TensorMeta
 
 __all__ = ["CONTRACT", "Expr", "LaunchSpec", "LaunchSpecError", "TensorMeta", "parse_launch"]
 
@@ -192,7 +192,7 @@ def parse_launch(source: str, entry: str) -> LaunchSpec:
     if len(headers) != 1:
         raise LaunchSpecError(
             f"a CUDA candidate needs exactly one /* {HEADER} {{...}} */ comment, found "
-            f"{len(headers)}; see kernelpro_backend/runtime/cuda_source.py for the format"
+            f"{len(headers)}; see kernelpro_backend/runtime/cuda/source.py for the format"
         )
     return launch_from_dict(_load_object(headers[0]), entry)
 

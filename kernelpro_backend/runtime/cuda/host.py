@@ -2,7 +2,7 @@
 compiled by nvcc into a shared library, cached on disk, loaded with ctypes, called on torch
 tensors on the current stream.
 
-Owns: `compile_library` (nvcc -shared into the cubin cache, cuda_compile.compiled_path,
+Owns: `compile_library` (nvcc -shared into the cubin cache, compile.compiled_path,
 through built.py: a library is loaded only if its bytes hash to the digest recorded when this
 kernelpro built it; anything else found there, a planted library whose constructors would run
 on load included, is refused and built again), `library_path` (the cache name a source's
@@ -28,9 +28,10 @@ from typing import Any
 
 import torch
 
-from ..paths import CUBIN_DIR_ENV
+from ...paths import CUBIN_DIR_ENV
+from ..errors import CandidateLoadError
 from .built import read_built, store_built
-from .cuda_compile import (
+from .compile import (
     NVCC_TIMEOUT_S,
     CudaCompileError,
     compiled_path,
@@ -39,7 +40,6 @@ from .cuda_compile import (
     nvcc_version,
     run_nvcc,
 )
-from .errors import CandidateLoadError
 
 RUN_ERRORS = {
     1: "the problem does not fit this kernel (alignment: rows of 16 bytes; sizes)",
@@ -77,7 +77,7 @@ def library_path(source: str, arch: str, library_dir: str | os.PathLike[str] | N
 def library_gemm(source: str, *, bias: bool, source_term: bool) -> HostGemm:
     """The HostGemm of a template_cutlass source on the current GPU, its library built now if
     the cache lacks it (minutes: searches propose only built ones, tuner/cutlass_builds.py)."""
-    from .cuda_driver import current_arch
+    from .driver import current_arch
 
     key = (source, _LIBRARY_DIR[0])
     if key not in _LOADED:  # checked before anything else: the timed call lands here

@@ -4,7 +4,7 @@ Owns: `resolve(spec, inputs) -> ResolvedLaunch`: output layouts, scratch sizes, 
 launch the grid, block, dynamic shared memory and argument values, with the limits checked
 (grid and block sizes, scalar ranges, known tensor names). Pure Python over tensor metadata, so
 the driver can cache one resolution per input signature and tests run without a GPU.
-Must not: parse the header (cuda_source.py) or touch a device (cuda_driver.py).
+Must not: parse the header (source.py) or touch a device (driver.py).
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import dataclasses
 import math
 from collections.abc import Sequence
 
-from .cuda_source import (
+from .source import (
     DTYPES,
     MAX_BLOCK_THREADS,
     MAX_GRID,

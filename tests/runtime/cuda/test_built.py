@@ -2,7 +2,7 @@
 bytes hash to the digest recorded when this kernelpro built it, in a directory only this user
 can write; a file put there otherwise (no record, other bytes, a shared directory) is refused
 and built again. Cubins read back by compile_cuda follow the same rule (the host libraries'
-planted-library test is in test_cuda_host.py)."""
+planted-library test is in test_host.py)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,8 @@ import stat
 import pytest
 
 from kernelpro_backend import paths
-from kernelpro_backend.runtime import built, cuda_compile
+from kernelpro_backend.runtime.cuda import built
+from kernelpro_backend.runtime.cuda import compile as cuda_compile
 
 
 @pytest.fixture

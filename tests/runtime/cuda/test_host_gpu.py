@@ -11,8 +11,8 @@ import torch
 import torch.nn.functional as F
 
 from kernelpro_backend.codegen.template_cutlass import ENTRY_POINTS, CutlassGemm
-from kernelpro_backend.runtime.cuda_compile import cutlass_include_dirs, find_nvcc
-from kernelpro_backend.runtime.cuda_host import HostGemm, compile_library
+from kernelpro_backend.runtime.cuda.compile import cutlass_include_dirs, find_nvcc
+from kernelpro_backend.runtime.cuda.host import HostGemm, compile_library
 
 pytestmark = [
     pytest.mark.gpu,
