@@ -33,7 +33,7 @@ import torch.nn as nn
 
 from ..codegen import IllegalSpec, KernelSpec, alternatives, build
 from ..codegen.gemm_configs import fitted_knobs, operand_kind, split_k_config
-from ..codegen.template_library import library_epilogue
+from ..codegen.templates.library import library_epilogue
 from ..explain import find_subgraphs
 from ..fx_passes import Subgraph
 from ..lowering import lower
@@ -89,9 +89,9 @@ def configs(
     spec: KernelSpec, limit: int, extra: Sequence[dict] = ()
 ) -> list[tuple[str, dict, KernelSpec]]:
     """(kind, knobs, spec): the default, its split-K form where its tiles leave most SMs idle
-    (gemm_configs.split_k_config), its sliced-epilogue, flattened-persistent, TMA and
-    persistent variants, then the sweep tiles, then the seed's library alternatives
-    (template_library.py; no knobs). `extra`: knob changes over the default, timed first."""
+    (gemm_configs.split_k_config), its sliced-epilogue, flattened-persistent, TMA and persistent
+    variants, the sweep tiles, the seed's library alternatives (codegen/templates/library.py; no
+    knobs). `extra`: knob changes over the default, timed first."""
     default = dict(spec.knobs)
     found: list[tuple[str, dict, KernelSpec]] = [("default", default, spec)]
     tma, persistent = dict(LOADS="tma"), dict(PERSISTENT=True)

@@ -5,7 +5,7 @@
 Each case compiles a small module (softmax, log-softmax, LayerNorm, RMSNorm, cross-entropy;
 forward, or forward and backward) through the kernelpro backend (fallback eager, search off)
 and takes its largest row subgraph of the chosen graph. Its candidates are the lowered Triton
-seed and the row-resident CUDA kernel (template_cluster.py) at every legal cluster size and
+seed and the row-resident CUDA kernel (codegen/templates/cluster.py) at every legal cluster size and
 warp count at the widest vector: every one is built, checked against the subgraph's reference
 (runtime/compare.py's tolerance) and timed (median ms) beside eager (the subgraph module) and
 Inductor (torch.compile of it); one whose warm-up runs take 1.5x the best time so far keeps

@@ -89,9 +89,9 @@ class SpecKernel:
     @property
     def precompiles(self) -> bool:
         """Whether the module has Triton kernels to compile ahead and nothing else to run: a
-        library call's entry would run the call (template_library.launches_only)."""
+        library call's entry would run the call (templates/library.launches_only)."""
         if self.spec.template == "gemm_library":
-            from .template_library import launches_only
+            from .templates.library import launches_only
 
             return launches_only(self.spec)
         if self.spec.template == "gemm_cutlass":  # a shared library's call, no Triton kernel

@@ -1,9 +1,9 @@
-"""The frame of a row-resident CUDA kernel (template_cluster.py) around its body.
+"""The frame of a row-resident CUDA kernel (templates/cluster.py) around its body.
 
 Owns: the `kernelpro-launch` header (one cluster of CTAs per row), the row coordinates each
 CTA derives from its block index, the tensors read or written a vector at a time (whose
 alignment the kernel checks before taking its vector body) and the launch bounds' CTAs per SM.
-Must not: emit the body (template_cluster.py) or decide legality (cluster_rules.py).
+Must not: emit the body (templates/cluster.py) or decide legality (cluster_rules.py).
 """
 
 from __future__ import annotations

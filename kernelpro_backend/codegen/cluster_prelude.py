@@ -1,4 +1,4 @@
-"""The device helpers every row-resident CUDA kernel starts with (template_cluster.py).
+"""The device helpers every row-resident CUDA kernel starts with (templates/cluster.py).
 
 Owns: the C++ text: NaN-propagating max/min, the reduction functors, 16-byte vector loads and
 stores with bf16/fp16 conversion, the warp -> block reduction (every thread gets the block's

@@ -4,11 +4,11 @@ Owns: `cluster_problem(spec, knobs)`: why a spec cannot take the "row_cluster" t
 these knobs (None when it can), and `ClusterShape`: rows, columns, CTAs per row (a thread-block
 cluster), threads, vector width, and where each thread holds its values (HOLD: registers,
 shared memory, or half in each) with their registers and shared memory.
-The kernel (template_cluster.py) keeps a whole row on chip: a cluster of CLUSTER CTAs splits
+The kernel (templates/cluster.py) keeps a whole row on chip: a cluster of CLUSTER CTAs splits
 the row, each thread holds its share of every input the row's reductions read, the reductions
 go warp -> block -> cluster (distributed shared memory), and the outputs are written from
 chip: one read and one write of memory, at any row length a cluster holds.
-Must not: render source (template_cluster.py) or import spec.py (knobs.py calls this).
+Must not: render source (templates/cluster.py) or import spec.py (knobs.py calls this).
 """
 
 from __future__ import annotations

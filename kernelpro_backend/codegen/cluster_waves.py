@@ -1,10 +1,10 @@
-"""The reductions of a row-resident CUDA kernel (template_cluster.py): one wave at a time.
+"""The reductions of a row-resident CUDA kernel (templates/cluster.py): one wave at a time.
 
 Owns: `reduce_wave` (fold a wave of reductions over a thread's values, then warp -> block ->
 cluster, with a softmax's max and sum of exp as one (max, sum) exchange under ONLINE=pair) and
 `pair_wave` (which pairs a wave may fold together). Both take the kernel body being emitted
-(template_cluster._Body: its lines, memos and loops) as their first argument.
-Must not: decide legality (cluster_rules.py) or emit loads and stores (template_cluster.py).
+(templates/cluster._Body: its lines, memos and loops) as their first argument.
+Must not: decide legality (cluster_rules.py) or emit loads and stores (templates/cluster.py).
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Which GEMM specs the CUTLASS 3 kernel computes ("gemm_cutlass"), its knobs, and the module
 that calls it.
 
-A "gemm" spec maps to template_cutlass.CutlassGemm when it is one 2-D 16-bit GEMM whose output
+A "gemm" spec maps to templates/cutlass.CutlassGemm when it is one 2-D 16-bit GEMM whose output
 is `act(A @ B (+ bias[n]))` or `A @ B (+ bias[n]) + C[m, n]` — act one of CUTLASS's (ReLU, erf
 or tanh GELU, SiLU, sigmoid, recognised by value: epilogue_eval.py), else any run of elementwise
 ops the evaluator knows, compiled into the kernel as a functor (`c_body`) — with the output the
@@ -34,7 +34,7 @@ from .epilogue_eval import activation_of, is_function_of, unary_run
 from .gemm_output import dense_output, view_as_output
 from .optable_cuda import c_cast, c_expression, c_literal
 from .spec_view import io_names
-from .template_cutlass import ACTIVATIONS, DTYPES, CutlassGemm
+from .templates.cutlass import ACTIVATIONS, DTYPES, CutlassGemm
 
 ENTRY = "entry"
 # The knobs (knobs.py takes them from here): ping-pong or cooperative warp groups (the latter

@@ -64,7 +64,7 @@ def _reread_knobs(spec: KernelSpec, knobs: dict[str, KnobValue]) -> dict[str, Kn
     """Looped rows that a later loop reads again: REREAD_WARPS warps, one 16-byte access a
     thread a step (4096 float32 or 8192 bf16/fp16 columns)."""
     from .cluster_rules import FLOATS
-    from .template_rowwise import rereads_rows
+    from .templates.rowwise import rereads_rows
 
     try:
         reread = rereads_rows(dataclasses.replace(spec, knobs=tuple(sorted(knobs.items()))))
@@ -112,14 +112,14 @@ def _default_attention_backward(spec: KernelSpec) -> tuple[tuple[str, KnobValue]
 # (up to 1.3x slower at 32 warps in bf16).
 LOOP_BLOCK_C = 4096
 REREAD_WARPS = 32
-# Rows at least this long may also run row-resident (template_cluster.py); shorter ones fit a
+# Rows at least this long may also run row-resident (templates/cluster.py); shorter ones fit a
 # Triton program's registers whole.
 CLUSTER_MIN_COLS = 1024
 # Columns per step where a reduction's columns are strided and its rows contiguous: 32 rows x
-# 64 columns a tile, each warp reading 32 consecutive rows of a column (template_rowwise.py
+# 64 columns a tile, each warp reading 32 consecutive rows of a column (templates/rowwise.py
 # gives such rows their own grid axis so Triton lays the tile out along them).
 STRIDED_BLOCK_C = 64
-# Split rows (template_rowsplit.py) where the rows are fewer than half this many programs:
+# Split rows (templates/rowsplit.py) where the rows are fewer than half this many programs:
 # two per SM of an H100 (132 SMs); each program steps through its chunk SPLIT_BLOCK_C columns
 # at a time (the row template's looped block).
 SPLIT_PROGRAMS = 264
@@ -140,8 +140,8 @@ SPLIT_MIN_COLS = 32768
 
 def _library_alternatives(seed: KernelSpec) -> list[KernelSpec]:
     """A GEMM whose epilogue cuBLASLt fuses (bias + ReLU), or a float32 GEMM under tf32x3 or
-    tf32, as library calls (template_library.py)."""
-    from .template_library import library_epilogue
+    tf32, as library calls (templates/library.py)."""
+    from .templates.library import library_epilogue
 
     if library_epilogue(seed) is None:
         return []
@@ -190,7 +190,7 @@ def seed_configs(seed: KernelSpec) -> list[KernelSpec]:
 
 def _split_alternatives(seed: KernelSpec) -> list[KernelSpec]:
     """Few long rows (a loss's mean over every element: one row) as split rows
-    (template_rowsplit.py): SPLIT programs a row, about SPLIT_PROGRAMS in all, BLOCK_C columns
+    (templates/rowsplit.py): SPLIT programs a row, about SPLIT_PROGRAMS in all, BLOCK_C columns
     a step; none where the rows alone fill the GPU or the program is not a one-wave reduction
     to per-row outputs."""
     from .split_rules import split_problem
@@ -223,7 +223,7 @@ def _cluster_alternatives(seed: KernelSpec) -> list[KernelSpec]:
         pair_reductions,
         resident_loads,
     )
-    from .template_cluster import render_cluster
+    from .templates.cluster import render_cluster
 
     online = "pair" if pair_reductions(seed, cols) else "wave"
     # (HOLD, warps in the order tried, the most shared memory a CTA may take)

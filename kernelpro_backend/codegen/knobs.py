@@ -76,9 +76,9 @@ _SPACE: dict[str, dict[str, tuple[KnobValue, ...]]] = {
     },
 }
 _SPACE["pointwise"] = {k: v for k, v in _SPACE["row_reduction"].items() if k != "ONLINE"}
-# The row-resident CUDA kernel (template_cluster.py): CTAs per row, elements per vector access
+# The row-resident CUDA kernel (templates/cluster.py): CTAs per row, elements per vector access
 # and warps per CTA; cluster_rules.py says which combinations fit a row.
-_SPACE["gemm_library"] = {}  # a library call: nothing to tune (template_library.py)
+_SPACE["gemm_library"] = {}  # a library call: nothing to tune (templates/library.py)
 _SPACE["gemm_cutlass"] = CUTLASS_SPACE  # the CUTLASS 3 GEMM (cutlass_match.py)
 _SPACE["row_cluster"] = {
     "CLUSTER": (1, 2, 4, 8, 16),
@@ -93,7 +93,7 @@ _SPACE["row_cluster"] = {
     "HOLD": ("registers", "shared", "split"),
 }
 
-# Split rows (template_rowsplit.py): programs per row, columns per step of each program's chunk
+# Split rows (templates/rowsplit.py): programs per row, columns per step of each program's chunk
 _SPACE["row_split"] = {
     "SPLIT": _POW2[1:11],
     "BLOCK_C": _POW2,
@@ -195,7 +195,7 @@ def knob_space(spec: SpecView) -> dict[str, tuple[KnobValue, ...]]:
 
 def validate(spec: SpecView) -> None:
     if spec.template == "gemm_library":  # no knobs; legal only for the GEMMs it computes
-        from .template_library import library_epilogue
+        from .templates.library import library_epilogue
 
         if spec.knobs or library_epilogue(spec) is None:
             raise IllegalSpec(
@@ -221,7 +221,7 @@ def validate(spec: SpecView) -> None:
     elif spec.template == "attention_backward":
         validate_attention_backward(spec, knobs)
     elif spec.template == "gemm_library":
-        from .template_library import library_epilogue
+        from .templates.library import library_epilogue
 
         if library_epilogue(spec) is None:
             raise IllegalSpec(

@@ -4,7 +4,7 @@ Owns: the C type of each torch dtype name as a kernel computes it (floats in flo
 are widened on load and rounded on store, as the Triton table does), C literals, and the
 mapping from IR op names (program.py's closed set) to C expressions. Maximum and minimum
 propagate NaN, as torch's do; exp, log, tanh and erf are the accurate CUDA math functions.
-Must not: know about loops, masks or templates (template_cluster.py does).
+Must not: know about loops, masks or templates (templates/cluster.py does).
 """
 
 from __future__ import annotations

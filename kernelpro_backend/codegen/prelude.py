@@ -1,4 +1,4 @@
-"""The lines every generated Triton module starts with (render.py, template_tf32x3.py).
+"""The lines every generated Triton module starts with (render.py, templates/tf32x3.py).
 
 Owns: `PRELUDE`: the imports, `INTERPRET` (Triton's CPU interpreter, where tests widen dot
 operands) and `_direct`, the default launcher. Must not: import anything of the package.

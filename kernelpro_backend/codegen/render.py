@@ -64,12 +64,12 @@ _TMA_HELPERS = [
 def _template_kernel(spec: KernelSpec) -> tuple[str, str, dict[str, int | str]]:
     """The template's @triton.jit source, its grid expression and the knobs its launch passes."""
     if spec.template in ("pointwise", "row_reduction"):
-        from .template_rowwise import render_rowwise
+        from .templates.rowwise import render_rowwise
 
         kernel, grid = render_rowwise(spec)
         launch_knobs = {"ROWS": spec.knob("ROWS"), "BLOCK_C": spec.knob("BLOCK_C")}
     elif spec.template == "gemm":
-        from .template_gemm import render_gemm
+        from .templates.gemm import render_gemm
 
         kernel, grid = render_gemm(spec)
         launch_knobs = {
@@ -77,7 +77,7 @@ def _template_kernel(spec: KernelSpec) -> tuple[str, str, dict[str, int | str]]:
         }
         launch_knobs["INTERPRET"] = "INTERPRET"
     else:
-        from .template_attention import render_attention
+        from .templates.attention import render_attention
 
         kernel, grid = render_attention(spec)
         launch_knobs = {"BLOCK_M": spec.knob("BLOCK_M"), "BLOCK_N": spec.knob("BLOCK_N")}
@@ -88,15 +88,15 @@ def _template_kernel(spec: KernelSpec) -> tuple[str, str, dict[str, int | str]]:
 def _render_library(spec: KernelSpec) -> RenderedKernel:
     """A "gemm_library" spec: cuBLASLt's fused call, or the tf32x3 or tf32 form's Triton
     kernels."""
-    from .template_library import library_epilogue, render_library
+    from .templates.library import library_epilogue, render_library
 
     form = library_epilogue(spec)
     if form == "tf32x3":
-        from .template_tf32x3 import render_tf32x3
+        from .templates.tf32x3 import render_tf32x3
 
         source, name = render_tf32x3(spec, ENTRY), ENTRY
     elif form == "tf32":
-        from .template_tf32 import render_tf32
+        from .templates.tf32 import render_tf32
 
         source, name = render_tf32(spec, ENTRY), ENTRY
     else:
@@ -108,14 +108,14 @@ def _render_library(spec: KernelSpec) -> RenderedKernel:
 def render(spec: KernelSpec) -> RenderedKernel:
     """The spec's Triton module: `entry(*inputs)` returns the outputs in canonical order."""
     if spec.template == "row_cluster":
-        from .template_cluster import render_cluster
+        from .templates.cluster import render_cluster
 
         source, name = render_cluster(spec)
         return RenderedKernel(language="cuda", source=_cuda_header(spec) + source, entry=name)
     if spec.template == "gemm_library":
         return _render_library(spec)
     if spec.template == "row_split":
-        from .template_rowsplit import render_split
+        from .templates.rowsplit import render_split
 
         return render_launches(spec, *render_split(spec))
     if spec.template == "gemm_cutlass":
@@ -125,7 +125,7 @@ def render(spec: KernelSpec) -> RenderedKernel:
         header = "\n".join(_header(spec)) + "\n"
         return RenderedKernel(language="triton", source=header + source, entry=name)
     if spec.template == "attention_backward":
-        from .template_attention_bwd import render_attention_backward
+        from .templates.attention_bwd import render_attention_backward
 
         return render_launches(spec, *render_attention_backward(spec))
     kernel, grid, launch_knobs = _template_kernel(spec)
@@ -140,7 +140,7 @@ def render(spec: KernelSpec) -> RenderedKernel:
         )
     split = spec.template == "gemm" and spec.knob("SPLIT_K") != 1
     if split:  # the GEMM's partials, then a second kernel adds them and runs the epilogue
-        from .template_gemm import split_k_launch
+        from .templates.gemm import split_k_launch
 
         scratch, combine_grid, combine_args = split_k_launch(spec)
         host += scratch

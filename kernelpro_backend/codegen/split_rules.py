@@ -1,8 +1,8 @@
-"""Which row programs run as split rows (template_rowsplit.py): the legality knobs.py checks.
+"""Which row programs run as split rows (templates/rowsplit.py): the legality knobs.py checks.
 
 Owns: `split_problem(spec)` (why a program cannot run split, or None), `validate_split` (its
 knobs) and `chunk_columns`.
-Must not: render source (template_rowsplit.py) or import spec.py (knobs.py calls this).
+Must not: render source (templates/rowsplit.py) or import spec.py (knobs.py calls this).
 """
 
 from __future__ import annotations

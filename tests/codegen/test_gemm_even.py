@@ -12,7 +12,7 @@ import torch.nn.functional as F
 from harness import check, traced_subgraph
 
 from kernelpro_backend.codegen import build, knob_space, render
-from kernelpro_backend.codegen.template_gemm import EvenAxes, even_axes
+from kernelpro_backend.codegen.templates.gemm import EvenAxes, even_axes
 from kernelpro_backend.lowering import lower
 from kernelpro_backend.runtime.precision import precision_mode
 from kernelpro_backend.runtime.validate import compute_reference, round_to_tf32

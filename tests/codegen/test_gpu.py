@@ -188,7 +188,7 @@ def test_tf32_form_rounds_as_cublas_on_gpu(m: int, n: int, k: int, epilogue: boo
     precision) on the same inputs: as accurate as cuBLAS (operands rounded to nearest, as it
     rounds them), and clearly more accurate than the product of truncated operands (what
     Triton's TF32 dot would compute from raw float32)."""
-    from kernelpro_backend.codegen.template_library import library_epilogue
+    from kernelpro_backend.codegen.templates.library import library_epilogue
     from kernelpro_backend.runtime.spec_kernel import build_kernel
 
     sg, alt, inputs, exact = _float32_gemm(m, n, k, epilogue, "tf32")

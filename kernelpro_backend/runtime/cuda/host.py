@@ -7,7 +7,7 @@ through built.py: a library is loaded only if its bytes hash to the digest recor
 kernelpro built it; anything else found there, a planted library whose constructors would run
 on load included, is refused and built again), `library_path` (the cache name a source's
 library is recorded under) and `is_built`, `HostGemm` (the callable over `kp_gemm_run` of
-codegen/template_cutlass.py: checks operands, sizes the workspace once per shape, raises
+codegen/templates/cutlass.py: checks operands, sizes the workspace once per shape, raises
 `CandidateLoadError`-family errors with the entry point's meaning of its return codes),
 `library_gemm` (the HostGemm of a source, built on first use, one per process and source; what
 a "gemm_cutlass" module calls) and `use_library_dir` (the process's library cache: a search
@@ -75,8 +75,9 @@ def library_path(source: str, arch: str, library_dir: str | os.PathLike[str] | N
 
 
 def library_gemm(source: str, *, bias: bool, source_term: bool) -> HostGemm:
-    """The HostGemm of a template_cutlass source on the current GPU, its library built now if
-    the cache lacks it (minutes: searches propose only built ones, tuner/cutlass_builds.py)."""
+    """The HostGemm of a codegen/templates/cutlass.py source on the current GPU, its library
+    built now if the cache lacks it (minutes: searches propose only built ones,
+    tuner/cutlass_builds.py)."""
     from .driver import current_arch
 
     key = (source, _LIBRARY_DIR[0])
@@ -151,7 +152,7 @@ def _leading(t: torch.Tensor, name: str, rows: bool) -> int:
 
 
 class HostGemm:
-    """D = act(A @ B^T (+ bias) (+ C)) through a library built from template_cutlass.py."""
+    """D = act(A @ B^T (+ bias) (+ C)) through a library built from codegen/templates/cutlass.py."""
 
     def __init__(self, library: Path, *, bias: bool, source: bool) -> None:
         self.library = ctypes.CDLL(str(library))

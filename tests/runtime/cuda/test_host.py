@@ -13,7 +13,11 @@ import subprocess
 import pytest
 import torch
 
-from kernelpro_backend.codegen.template_cutlass import ENTRY_POINTS, CutlassConfigError, CutlassGemm
+from kernelpro_backend.codegen.templates.cutlass import (
+    ENTRY_POINTS,
+    CutlassConfigError,
+    CutlassGemm,
+)
 from kernelpro_backend.runtime.cuda import host as cuda_host
 from kernelpro_backend.runtime.cuda.compile import cutlass_include_dirs, find_nvcc
 from kernelpro_backend.runtime.errors import CandidateLoadError

@@ -10,7 +10,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from kernelpro_backend.codegen.template_cutlass import ENTRY_POINTS, CutlassGemm
+from kernelpro_backend.codegen.templates.cutlass import ENTRY_POINTS, CutlassGemm
 from kernelpro_backend.runtime.cuda.compile import cutlass_include_dirs, find_nvcc
 from kernelpro_backend.runtime.cuda.host import HostGemm, compile_library
 

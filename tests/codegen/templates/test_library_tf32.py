@@ -1,4 +1,4 @@
-"""The tf32 form of the GEMM library template (template_tf32.py): a float32 GEMM with an
+"""The tf32 form of the GEMM library template (codegen/templates/tf32.py): a float32 GEMM with an
 elementwise epilogue under PyTorch's tf32 policy as one TF32 product of operands rounded to
 nearest (as cuBLAS rounds them), one operand rounded by a pass into a K-major copy, the other in
 registers. Checked here under the Triton interpreter against the product of the rounded
@@ -16,8 +16,8 @@ from torch.fx.experimental.proxy_tensor import make_fx
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from kernelpro_backend.codegen import alternatives, knob_space, render
-from kernelpro_backend.codegen import template_tf32 as t1
-from kernelpro_backend.codegen.template_library import library_epilogue
+from kernelpro_backend.codegen.templates import tf32 as t1
+from kernelpro_backend.codegen.templates.library import library_epilogue
 from kernelpro_backend.fx_passes import find_subgraphs
 from kernelpro_backend.lowering import lower
 from kernelpro_backend.runtime.spec_kernel import build_kernel

@@ -18,9 +18,9 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from .emitter import Emitter
-from .spec import KernelSpec
-from .spec_view import io_names
+from ..emitter import Emitter
+from ..spec import KernelSpec
+from ..spec_view import io_names
 
 
 class EvenAxes(NamedTuple):
@@ -150,7 +150,9 @@ def tf32_rounding() -> list[str]:
     4574). Rounded values have those bits zero already, so the hardware keeps them exactly.
     The interpreter has no PTX: there the same rounding is done with integer ops."""
     asm = '"cvt.rna.tf32.f32 $0, $1;", "=r,r"'
-    lines = ["    # tf32 as PyTorch's (rounded, not truncated); see template_gemm.tf32_rounding"]
+    lines = [
+        "    # tf32 as PyTorch's (rounded, not truncated); see codegen/templates/gemm.tf32_rounding"
+    ]
     lines.append("    if INTERPRET:")
     for x in ("a", "b"):
         lines.append(

@@ -15,13 +15,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from . import index as ix
-from .domain import extent, rows_cols
-from .emitter import ARG_EXTREME, FULL, REDUCTIONS, Emitter
-from .eviction import eviction_plan
-from .program_walk import ARG_REDUCTIONS, online_pairs, reduction_ready
-from .spec import KernelSpec
-from .spec_view import io_names
+from .. import index as ix
+from ..domain import extent, rows_cols
+from ..emitter import ARG_EXTREME, FULL, REDUCTIONS, Emitter
+from ..eviction import eviction_plan
+from ..program_walk import ARG_REDUCTIONS, online_pairs, reduction_ready
+from ..spec import KernelSpec
+from ..spec_view import io_names
 
 _INT32_MAX = 2**31 - 1
 

@@ -18,8 +18,8 @@ Must not: lower aten or run anything.
 
 from __future__ import annotations
 
-from .knobs import next_pow2
-from .spec import KernelSpec
+from ..knobs import next_pow2
+from ..spec import KernelSpec
 
 LOG2E = 1.4426950408889634
 _TL = {"float32": "tl.float32", "bfloat16": "tl.bfloat16", "float16": "tl.float16"}

@@ -18,10 +18,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from . import index as ix
-from .cluster_frame import coords, header, min_blocks, vector_pointers
-from .cluster_prelude import PRELUDE
-from .cluster_rules import (
+from .. import index as ix
+from ..cluster_frame import coords, header, min_blocks, vector_pointers
+from ..cluster_prelude import PRELUDE
+from ..cluster_rules import (
     FLOATS,
     REDUCTIONS,
     ClusterShape,
@@ -32,10 +32,10 @@ from .cluster_rules import (
     split_index,
     walks_row,
 )
-from .cluster_waves import pair_wave, reduce_wave
-from .domain import rows_cols
-from .errors import Unsupported
-from .optable_cuda import (
+from ..cluster_waves import pair_wave, reduce_wave
+from ..domain import rows_cols
+from ..errors import Unsupported
+from ..optable_cuda import (
     POINTER_TYPES,
     c_expression,
     c_literal,
@@ -43,8 +43,8 @@ from .optable_cuda import (
     c_store_value,
     c_type,
 )
-from .program_walk import INDEX, needed_refs, reduction_ready, ref_dtype, ref_levels
-from .spec import KernelSpec
+from ..program_walk import INDEX, needed_refs, reduction_ready, ref_dtype, ref_levels
+from ..spec import KernelSpec
 
 SCALAR, ROW, FULL = 0, 1, 2
 _APPROX = {"exp": "kp_exp({0})", "div": "kp_div({0}, {1})"}  # cluster_prelude.py

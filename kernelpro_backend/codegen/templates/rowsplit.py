@@ -16,17 +16,17 @@ Must not: decide when a split pays (defaults.alternatives proposes it, the searc
 
 from __future__ import annotations
 
-from .domain import extent, next_pow2, rows_cols
-from .emitter import REDUCTION_IDENTITY, Emitter
-from .spec import KernelSpec
-from .spec_view import io_names
-from .split_rules import chunk_columns, reductions_of
+from ..domain import extent, next_pow2, rows_cols
+from ..emitter import REDUCTION_IDENTITY, Emitter
+from ..spec import KernelSpec
+from ..spec_view import io_names
+from ..split_rules import chunk_columns, reductions_of
 
 
 def render_split(spec: KernelSpec) -> tuple[str, list[str], list[tuple[str, str, str]]]:
     """(the two kernels' source, host lines allocating the partials, the two launches) for
     render.render_launches."""
-    from .template_rowwise import _column_pass, _coord_lines, _needs_int64, row_values, rows_head
+    from .rowwise import _column_pass, _coord_lines, _needs_int64, row_values, rows_head
 
     rows, cols = rows_cols(spec)
     n_rows, n_cols = extent(spec, rows), extent(spec, cols)

@@ -1,5 +1,5 @@
-"""Split rows ("row_split", template_rowsplit.py): a reduction over few long rows run by SPLIT
-programs a row and a combining kernel, checked under Triton's interpreter against the
+"""Split rows ("row_split", codegen/templates/rowsplit.py): a reduction over few long rows run
+by SPLIT programs a row and a combining kernel, checked under Triton's interpreter against the
 reference subgraph; which programs it takes, and when defaults.alternatives proposes it."""
 
 from __future__ import annotations

@@ -6,9 +6,9 @@
   into one 2-D output. GELU is left out: cuBLASLt's is the tanh approximation, not the erf GELU
   models use. Precision follows PyTorch's float32 matmul setting, as the fallback's GEMM does.
 - "tf32x3": a float32 GEMM under `precision="tf32x3"` (any elementwise epilogue) as three
-  TF32 products with a two-level accumulation (template_tf32x3.py says why and how).
+  TF32 products with a two-level accumulation (tf32x3.py says why and how).
 - "tf32": a float32 GEMM under PyTorch's tf32 policy (any elementwise epilogue) as one TF32
-  product of operands rounded as cuBLAS rounds them (template_tf32.py).
+  product of operands rounded as cuBLAS rounds them (tf32.py).
 Each is an alternative of the GEMM's seed (defaults.alternatives; one per seed, the relu form
 first), measured by the search like
 any candidate; it wins only where it is faster. The relu form cannot be inlined (a library call is
@@ -27,8 +27,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from .gemm_output import dense_output, view_as_output
-from .spec_view import io_names
+from ..gemm_output import dense_output, view_as_output
+from ..spec_view import io_names
 
 ENTRY = "entry"
 
@@ -93,7 +93,7 @@ def _view(name: str, shape: tuple[int, ...], stride: tuple[int, ...], offset: in
 def render_library(spec: Any) -> tuple[str, str]:
     """(Python source, entry name) of the library call of a spec `library_epilogue` maps to
     "relu" (render.py renders the "tf32x3" and "tf32" forms with their templates)."""
-    if library_epilogue(spec) != "relu":  # template_tf32x3.py, template_tf32.py
+    if library_epilogue(spec) != "relu":  # tf32x3.py, tf32.py
         raise ValueError(f"{spec.pattern or spec.template}: no library call computes this GEMM")
     m, n, k = spec.param("m"), spec.param("n"), spec.param("k")
     a_in, a_off, (_, sam, sak) = spec.param("a")

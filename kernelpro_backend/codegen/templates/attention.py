@@ -10,9 +10,9 @@ Must not: lower aten or launch anything.
 
 from __future__ import annotations
 
-from .knobs import next_pow2
-from .spec import KernelSpec
-from .spec_view import io_names
+from ..knobs import next_pow2
+from ..spec import KernelSpec
+from ..spec_view import io_names
 
 LOG2E = 1.4426950408889634
 

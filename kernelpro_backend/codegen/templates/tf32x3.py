@@ -1,6 +1,6 @@
 """A float32 GEMM under `precision="tf32x3"` as three TF32 tensor-core products, with the
 spec's elementwise epilogue applied to the accumulator tile (the "tf32x3" form of
-"gemm_library"; template_library.py decides which specs get it).
+"gemm_library"; library.py decides which specs get it).
 
 Why this shape (H100, BENCHMARKS.md "GEMM sweep"): Triton's own `input_precision="tf32x3"`
 splits the operands inside the main loop and ran at 0.6-0.8x IEEE cuBLAS. Three cuBLAS TF32
@@ -38,7 +38,7 @@ Workspace: Y's bytes (lo), twice them when Y is not raw. Everything is a Triton 
 the kernels).
 
 Owns: `render_tf32x3(spec, entry, orientation)` and `orientations(spec)`. Must not: decide which
-specs qualify (template_library).
+specs qualify (library.py).
 """
 
 from __future__ import annotations
@@ -46,9 +46,9 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from .emitter import Emitter
-from .prelude import PRELUDE
-from .spec_view import io_names
+from ..emitter import Emitter
+from ..prelude import PRELUDE
+from ..spec_view import io_names
 
 # The main kernel's tile: the fastest of the configurations measured at 2048-8192 with both
 # operands pre-split, and again with A split in registers (A and B's two parts per stage; 4
@@ -93,7 +93,7 @@ def _pad(x_ptr, off, y_ptr, R, C, RP, CP, sxr, sxc, syr, syc, BLOCK: tl.constexp
 
 # X is the operand split in registers ([P, K], any strides), Y the one read from shared memory
 # ([Q, K], K-major): acc[P, Q] = X @ Y^T, transposed at the end when X is B^T and Y is A.
-# TILE_HEAD: the program's tile and the pointers of its first K step (template_tf32.py too).
+# TILE_HEAD: the program's tile and the pointers of its first K step (tf32.py too).
 TILE_HEAD = """    pid = tl.program_id(0)
     num_pid_p = tl.cdiv(P, BLOCK_P)
     num_pid_q = tl.cdiv(Q, BLOCK_Q)
@@ -266,7 +266,7 @@ def render_tf32x3(spec: Any, entry: str, orientation: Orientation | None = None)
         product_kernel(spec, o, "_mm3", workspace, _LOOP),
         "",
         f"def {entry}({', '.join([*ins, '_launch=_direct'])}):",
-        "    # 3xTF32: a ~ a_hi + a_lo, b ~ b_hi + b_lo, each part exact in TF32 (template_tf32x3);",
+        "    # 3xTF32: a ~ a_hi + a_lo, b ~ b_hi + b_lo, each part exact in TF32 (templates/tf32x3.py);",
         f"    # {'B^T' if o.swapped else 'A'} is split inside the product kernel, "
         f"{'A' if o.swapped else 'B^T'}'s {parts} here",
         f"    dev = {ins[o.x[0]]}.device",

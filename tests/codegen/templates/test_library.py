@@ -112,8 +112,8 @@ def test_under_tf32x3_both_orientations_compute_the_gemm(layout, raw):
     # (B^T in registers, A from shared memory); the shared-memory operand is read where it lies
     # as its own hi part when it is K-major (its split pass writes lo only), truncated in the
     # kernel under the interpreter (on Hopper the tensor cores truncate it)
-    from kernelpro_backend.codegen import template_tf32x3 as t3
     from kernelpro_backend.codegen.spec import RenderedKernel
+    from kernelpro_backend.codegen.templates import tf32x3 as t3
     from kernelpro_backend.runtime.spec_kernel import build_kernel
 
     fn, a_shape, b_shape = _LAYOUTS[layout]
@@ -141,8 +141,8 @@ def test_under_tf32x3_an_x_with_a_ragged_k_is_copied_padded_and_computes_the_gem
     # K = 70 is not whole tiles of BLOCK_K: X's loads in the product kernel would all be
     # masked (and its rows of 70 floats off 16 bytes), so X is copied K-major with K padded
     # by a pass before the product (KernelBench L1_8's 8205x2949 @ 2949x5921)
-    from kernelpro_backend.codegen import template_tf32x3 as t3
     from kernelpro_backend.codegen.spec import RenderedKernel
+    from kernelpro_backend.codegen.templates import tf32x3 as t3
     from kernelpro_backend.runtime.spec_kernel import build_kernel
 
     fn = _LAYOUTS[layout][0]
@@ -166,7 +166,7 @@ def test_under_tf32x3_an_x_with_a_ragged_k_is_copied_padded_and_computes_the_gem
 
 
 def test_under_tf32x3_an_aligned_x_is_read_where_it_lies():
-    from kernelpro_backend.codegen import template_tf32x3 as t3
+    from kernelpro_backend.codegen.templates import tf32x3 as t3
 
     fn = _LAYOUTS["mm"][0]
     _, seed = _seed(fn, torch.randn(40, 64), torch.randn(64, 56))

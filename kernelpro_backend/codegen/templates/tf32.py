@@ -1,12 +1,12 @@
 """A float32 GEMM under PyTorch's tf32 policy (`precision="tf32"`) on the TF32 tensor cores,
 with the spec's elementwise epilogue applied to the accumulator tile (the "tf32" form of
-"gemm_library"; template_library.py decides which specs get it).
+"gemm_library"; library.py decides which specs get it).
 
 Why a form of its own: the GEMM template's tf32 path rounds both operand tiles in registers
 inside its main loop (cuBLAS rounds to nearest where Triton's dot truncates) and reads B
 row-major; on the H200 it ran at 0.21-0.35x of cuBLAS, 18% of TF32's speed of light, slower
 than the tf32x3 form's three products (BENCHMARKS.md, "the tf32 form"). Here the tf32x3 form's
-layout (template_tf32x3.py says why each choice) with one product:
+layout (tf32x3.py says why each choice) with one product:
 - Y, the operand the tensor cores read from shared memory, is rounded to TF32 and laid out
   K-major ([Q, K], K padded with zeros to a multiple of BLOCK_K) by one pass over memory (read
   once, written once). The tensor cores' truncation of a value exact in TF32 is exact;
@@ -21,7 +21,7 @@ Workspace: Y's bytes. Everything is a Triton launch or an `empty_strided`, so th
 be inlined like the generated ones.
 
 Owns: `render_tf32(spec, entry)` and `orientation(spec)`. Must not: decide which specs qualify
-(template_library).
+(library.py).
 """
 
 from __future__ import annotations
@@ -29,9 +29,9 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from .prelude import PRELUDE
-from .spec_view import io_names
-from .template_tf32x3 import Orientation, launch_lines, orientations, product_kernel
+from ..prelude import PRELUDE
+from ..spec_view import io_names
+from .tf32x3 import Orientation, launch_lines, orientations, product_kernel
 
 # The product kernel's tile (BLOCK_M, BLOCK_N, BLOCK_K, warps, stages, GROUP_M): the fastest
 # of six at 2048^3-8192^3 and 4096^3 with an nn.Linear weight (H200, scripts/gpu_tf32_tiles.py,
@@ -93,7 +93,7 @@ def render_tf32(spec: Any, entry: str, tile: tuple[int, ...] = TILE) -> str:
         product_kernel(spec, o, "_mm", ["py"], _LOOP),
         "",
         f"def {entry}({', '.join([*ins, '_launch=_direct'])}):",
-        "    # TF32 tensor cores, operands rounded to nearest as cuBLAS's (template_tf32):",
+        "    # TF32 tensor cores, operands rounded to nearest as cuBLAS's (templates/tf32.py):",
         f"    # {'B^T' if o.swapped else 'A'} inside the product kernel, "
         f"{'A' if o.swapped else 'B^T'} by one pass here, into a K-major copy",
         f"    dev = {ins[o.x[0]]}.device",
