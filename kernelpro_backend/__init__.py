@@ -6,9 +6,9 @@ model = torch.compile(model, backend="kernelpro")
 from __future__ import annotations
 
 from .backend import make_backend
-from .dispatch import dispatch_stats
 from .explain import SubgraphInfo, explain
 from .options import Options, OptionsError
+from .rewrite.dispatch import dispatch_stats
 from .version import __version__
 
 __all__ = [

@@ -32,11 +32,11 @@ from .fx_passes.causal_mask import lower_triangular
 from .fx_passes.linear_ce_rewrite import drop_autograd_kernel, rewrite_linear_cross_entropy
 from .fx_passes.patterns import check_pattern_names
 from .fx_passes.torch_level import ChainNote, input_name
-from .guarded import ValueGuarded
-from .judged import Clock, Judging, default_clock, graph_key
 from .options import Options
-from .providers import KernelProvider
-from .rewrite import RewriteReport, SubgraphObserver, rewrite_graph
+from .rewrite.graph import RewriteReport, SubgraphObserver, rewrite_graph
+from .rewrite.guarded import ValueGuarded
+from .rewrite.judged import Clock, Judging, default_clock, graph_key
+from .rewrite.providers import KernelProvider
 from .tuner import default_provider
 
 log = logging.getLogger("kernelpro")
@@ -101,8 +101,8 @@ class CompileSession:
     def judging(
         self, untouched: fx.GraphModule, inputs: Sequence[Any], report: RewriteReport
     ) -> Judging | None:
-        """The in-context verdict for a graph whose rewrite installed kernels (judged.py), or
-        None where none is made (the option is off, or the graph is not on a CUDA device)."""
+        """The in-context verdict for a graph whose rewrite installed kernels (rewrite/judged.py),
+        or None where none is made (the option is off, or the graph is not on a CUDA device)."""
         clock = self.clock or default_clock(inputs)
         if not self.options.in_context or clock is None:
             return None

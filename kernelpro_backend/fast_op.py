@@ -8,7 +8,7 @@ host time per call of the LM-head op inside a compiled training step (cProfile; 
 op's host path, ..."), and every replaced subgraph's launch paid a wrapper too. Here the body is the one kernel of every
 backend (CompositeExplicitAutograd), the fake implementation is the Meta/fake kernel, and an
 autograd formula, where one is given, is `torch.library.register_autograd`'s. The outputs'
-freshness, which custom_op checks on every call, is each op's own contract (kernel_op.conform,
+freshness, which custom_op checks on every call, is each op's own contract (rewrite/launch.conform,
 the LM-head op's fresh empty tensors). An op without a formula (launch, dispatch, cutlass_gemm:
 they run inside graphs AOTAutograd has already differentiated) has no autograd kernel: called
 with grad mode on and inputs that require grad, PyTorch's autograd fallback warns ("an autograd

@@ -25,7 +25,7 @@ import torch
 from .backend import make_backend
 from .fx_passes import Subgraph
 from .options import Options
-from .providers import Kernel
+from .rewrite.providers import Kernel
 from .runtime.cuda.compile import nvcc_paused
 from .runtime.timing import launch_timing
 

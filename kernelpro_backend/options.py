@@ -135,10 +135,10 @@ class Options:
     # search takes (its subgraphs x budget_s); a rank gone that long is taken as dead.
     distributed_timeout_s: float = 3600.0
     # Subgraphs with symbolic sizes (recompiled with dynamic sizes after a shape change):
-    # "dispatch" serves them per concrete size through a shape dispatcher (kernels keyed,
-    # proved and cached per size, else the subgraph compiled once with dynamic sizes;
-    # dispatch.py); "transfer" also gives a size with no entry, under search="cache-only", its
-    # power-of-two bucket's winner once proved at its own size; "off": the fallback.
+    # "dispatch" serves them per concrete size through a shape dispatcher (kernels keyed, proved and
+    # cached per size, else the subgraph compiled once with dynamic sizes; rewrite/dispatch.py);
+    # "transfer" also gives a size with no entry, under search="cache-only", its power-of-two
+    # bucket's winner once proved at its own size; "off": the fallback.
     dynamic_shapes: DynamicShapes = "dispatch"
     # Sizes of a dynamic dimension worth a kernel of their own, like vLLM's `compile_sizes`
     # (e.g. the batch sizes a server sees most): under search="on-miss", a shape dispatcher
@@ -158,7 +158,7 @@ class Options:
     # mode="reduce-overhead"), for host-bound steps (README's option table). Off by default.
     cuda_graphs: bool = False
     # Judge every compiled graph that installs kernels in context: its first calls take turns
-    # with and without them, and they stay only if the graph is faster with them (judged.py).
+    # with and without them, and they stay only if the graph is faster with them (rewrite/judged).
     in_context: bool = True
     # Show a progress bar during searches.
     progress: bool = True

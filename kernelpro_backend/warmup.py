@@ -26,7 +26,7 @@ from .backend import make_backend
 from .fx_passes import Subgraph
 from .fx_passes.patterns import check_pattern_names
 from .options import Options
-from .providers import Kernel, KernelProvider
+from .rewrite.providers import Kernel, KernelProvider
 from .warmup_rows import WarmupRow, _Recording
 
 log = logging.getLogger("kernelpro")
@@ -120,7 +120,7 @@ def warmup(
     with static sizes (`dynamic=False`), so a model compiled with `dynamic=False` finds a
     kernel per shape; then all shapes run in order through one compile, as a training loop
     meets them: torch.compile recompiles with symbolic sizes at the first change, and each
-    size's instance of every symbolic subgraph is searched (dispatch.py). Pass the shapes in
+    size's instance of every symbolic subgraph is searched (rewrite/dispatch.py). Pass the shapes in
     the order training meets them (the last, shorter batch last).
     `release_workers`: shut the worker pool down at the end (a caller warming several models
     keeps it and calls `tuner.searcher.release_gpu_memory()` itself).
@@ -161,7 +161,7 @@ def warmup(
         step(inputs, dynamic=dynamic)
     if len(shapes) > 1:
         # Then the shapes in order, as a training loop meets them: torch.compile recompiles
-        # with symbolic sizes, and each size's instance is searched (dispatch.py).
+        # with symbolic sizes, and each size's instance is searched (rewrite/dispatch.py).
         torch._dynamo.reset()
         for inputs in shapes:
             recording.shape = _shape_label(inputs)

@@ -17,7 +17,7 @@ from typing import Any
 import torch
 
 from .fx_passes import Subgraph
-from .providers import Kernel, KernelProvider
+from .rewrite.providers import Kernel, KernelProvider
 
 log = logging.getLogger("kernelpro")
 
@@ -96,7 +96,7 @@ class _Recording:
         return bool(known is not None and known(family))
 
     def find_dynamic(self, subgraph: Subgraph) -> Kernel | None:
-        """An instance of a symbolic subgraph, met by its shape dispatcher (dispatch.py)."""
+        """An instance of a symbolic subgraph, met by its shape dispatcher (rewrite/dispatch.py)."""
         return self._record(subgraph, getattr(self.inner, "find_dynamic", self.inner.find))
 
     def _uncached(self, subgraph: Subgraph) -> str | None:

@@ -8,7 +8,7 @@ from helpers import train
 
 from kernelpro_backend import examples, make_backend
 from kernelpro_backend.backend import CompileSession
-from kernelpro_backend.providers import ReferenceProvider
+from kernelpro_backend.rewrite.providers import ReferenceProvider
 
 pytestmark = pytest.mark.gpu
 

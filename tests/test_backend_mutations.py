@@ -13,8 +13,8 @@ import torch._inductor.compile_fx as compile_fx
 
 from kernelpro_backend import make_backend
 from kernelpro_backend.backend import CompileSession
-from kernelpro_backend.providers import CallableKernel
-from kernelpro_backend.rewrite import stable_topological_order
+from kernelpro_backend.rewrite.graph import stable_topological_order
+from kernelpro_backend.rewrite.providers import CallableKernel
 
 
 class _LinearBatchNorm(torch.nn.Module):

@@ -33,12 +33,8 @@ RANKS = {
     "codegen": 3,  # KernelSpec -> source; no fx
     "profilers": 3,  # tools, roofline, speed of light; runs nothing of ours
     "cache": 3,  # storage: no policy, no CLI
-    "providers": 3,  # the kernel-provider protocol
-    "inline": 3,
     "lowering": 4,  # fx -> KernelSpec
     "runtime": 4,  # isolated workers: compile, validate, time, feedback
-    "kernel_op": 4,
-    "dispatch": 4,
     "cutlass_op": 5,  # a custom op over runtime's CUTLASS library call
     "linear_ce_rows_cuda": 4.5,  # a CUDA row kernel built and loaded through runtime
     "linear_ce_rows": 4.6,  # the row kernels' entry: CUDA where it runs, else Triton; ATen twin
@@ -46,10 +42,8 @@ RANKS = {
     "cross_entropy_rows": 4.6,  # the row kernels of the loss on kept logits (Triton; ATen)
     "cross_entropy_op": 4.7,  # a custom op of plain torch (that loss, forward and backward)
     "search": 5,
-    "rewrite": 5,
+    "rewrite": 5,  # kernels into aten graphs: launch op, inline, shape dispatch, guards; providers
     "tuner": 6,  # the per-subgraph policy; composes cache, search, runtime
-    "guarded": 6.5,  # a compiled graph called while the input values it relied on hold
-    "judged": 1,  # a compiled graph served with or without its kernels by their in-context verdict
     "backend": 7,
     "explain": 8,
     "incontext_steps": 7.4,  # compiling and timing variants of a step (alone or in turns)

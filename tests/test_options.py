@@ -8,7 +8,7 @@ from kernelpro_backend.cli.main import main
 from kernelpro_backend.explain import find_subgraphs
 from kernelpro_backend.fx_passes.patterns import check_pattern_names, is_pattern_name
 from kernelpro_backend.options import Options, OptionsError
-from kernelpro_backend.providers import NullProvider
+from kernelpro_backend.rewrite.providers import NullProvider
 
 
 def test_defaults():

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from kernelpro_backend import make_backend
-from kernelpro_backend.providers import ReferenceProvider
+from kernelpro_backend.rewrite.providers import ReferenceProvider
 from kernelpro_backend.warmup import warmup
 
 
@@ -37,7 +37,7 @@ def test_every_shape_is_searched_with_static_sizes():
 
 
 def test_a_symbolic_graph_says_how_to_keep_kernels_per_shape(caplog):
-    import kernelpro_backend.rewrite as rewrite
+    import kernelpro_backend.rewrite.graph as rewrite
 
     rewrite._warned_symbolic = False
     compiled = torch.compile(
@@ -87,7 +87,7 @@ def _reference_search(found: dict):
         )  # fmt: skip
 
     def load(artifact):
-        from kernelpro_backend.providers import CallableKernel
+        from kernelpro_backend.rewrite.providers import CallableKernel
 
         return CallableKernel("reference", found[artifact.launch["digest"]][0])
 
@@ -109,7 +109,7 @@ def _finder(tmp_path, search_on_miss: bool, searcher=None, loader=None):
 
 
 def test_a_warmup_over_lengths_serves_a_training_loop_that_meets_them(tmp_path):
-    from kernelpro_backend.dispatch import DISPATCHERS, dispatch_stats
+    from kernelpro_backend.rewrite.dispatch import DISPATCHERS, dispatch_stats
 
     found: dict = {}
     search, load = _reference_search(found)
@@ -165,7 +165,7 @@ def test_a_loop_whose_first_change_is_to_an_unwarmed_length_still_gets_the_warme
     """The symbolic graph is compiled at the length that changed first (200, never warmed): the
     cache knows other lengths of its subgraphs, so they go behind dispatchers anyway and the
     warmed lengths (128, 256) run their kernels; 200 runs the fallback."""
-    from kernelpro_backend.dispatch import DISPATCHERS
+    from kernelpro_backend.rewrite.dispatch import DISPATCHERS
 
     found: dict = {}
     search, load = _reference_search(found)

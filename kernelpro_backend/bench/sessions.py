@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from ..judged import ROUNDS, WARMUP
+from ..rewrite.judged import ROUNDS, WARMUP
 
 # Steps that settle every in-context verdict: each graph's turns, and one more for a graph
 # first compiled in the second step (a backward compiled lazily).
@@ -33,7 +33,7 @@ def kernels_used(sessions: list[Any] | None) -> str:
 
 def graph_verdicts(sessions: list[Any] | None) -> list[dict[str, Any]]:
     """Each graph kernelpro compiled with kernels: its kind, in-context verdict and figures
-    (judged.py), and each kernel's isolated figures (ms alone, the fallback's ms alone)."""
+    (rewrite/judged.py), and each kernel's isolated figures (ms alone, the fallback's ms alone)."""
     return [
         {
             "graph": r.graph,
@@ -50,8 +50,8 @@ def graph_verdicts(sessions: list[Any] | None) -> list[dict[str, Any]]:
 
 def settle_verdicts(step: Callable[[], None], sessions: list[Any] | None) -> int:
     """Run `step` until every graph kernelpro compiled has its in-context verdict (its first
-    calls take turns with and without its kernels, judged.py), so timed rounds see the chosen
-    variant; returns the steps run (at most SETTLE_STEPS)."""
+    calls take turns with and without its kernels, rewrite/judged.py), so timed rounds see the
+    chosen variant; returns the steps run (at most SETTLE_STEPS)."""
     runs = 0
     while runs < SETTLE_STEPS and any(
         r.in_context == "judging" for s in sessions or () for r in s.reports

@@ -4,7 +4,7 @@ A schedule is a model and the inputs of each step: sequence lengths that vary (p
 longest of each batch), a batch that varies, a short last batch. Each mode trains the same
 schedule from the same weights under one `torch.compile`: the first shape compiles static,
 the first change recompiles with symbolic sizes (torch.compile's `automatic_dynamic_shapes`),
-and from then on kernelpro serves each size through its shape dispatchers (dispatch.py). The
+and from then on kernelpro serves each size through its shape dispatchers (rewrite/dispatch.py). The
 first pass over the schedule compiles; timed rounds follow (a warm-up over the same shapes,
 `python -m kernelpro_backend.cli.sweeps shapes`, fills kernelpro's cache before). Reported per mode: step time per shape, the
 compiles dynamo made (a recompilation storm shows here), peak memory, and for kernelpro the
@@ -28,8 +28,8 @@ import torch
 import torch.nn as nn
 
 from ..backend import CompileSession, make_backend
-from ..dispatch import dispatch_stats
-from ..providers import KernelProvider
+from ..rewrite.dispatch import dispatch_stats
+from ..rewrite.providers import KernelProvider
 from . import models
 
 Inputs = tuple[Any, ...]

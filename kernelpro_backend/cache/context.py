@@ -14,7 +14,8 @@ GPT-2 small with 48 such kernels ran 0.95x Inductor, BENCHMARKS.md).
 Owns: `context.json` in the cache directory ({digest: record} for kernels, lost or held, and
 {"graph:<fingerprint>": {"options": ...}} for the torch-level rewrites a warm-up measured
 slower on one whole graph, {"judged:<key>": {"keep": ...}} for a compile's own verdict on a
-graph with its kernels, judged.py), read once per process and rewritten whole with paths.atomic_write.
+graph with its kernels, rewrite/judged.py), read once per process and rewritten whole with
+paths.atomic_write.
 Must not: time anything or decide what lost (incontext.py does).
 """
 
@@ -155,7 +156,7 @@ class ContextVerdicts:
             records[f"graph:{fingerprint}"] = {"options": options, **record, "time": now}
         self._save(records)
 
-    # Compiles' own in-context verdicts (judged.py): {"judged:<graph key>": {"keep": ...}}.
+    # Compiles' own in-context verdicts (rewrite/judged.py): {"judged:<graph key>": {"keep": ...}}.
     def judged(self, key: str) -> dict[str, Any] | None:
         """The verdict a compile recorded for the graph-with-kernels `key`, or None."""
         record = self._load().get(f"judged:{key}")

@@ -112,7 +112,7 @@ class SpecKernel:
     def traceable(self) -> Callable[..., Sequence[torch.Tensor]]:
         """The entry with every launch wrapped by `torch.library.wrap_triton`, so that tracing
         it (make_fx under functionalization) records the kernels as graph nodes that Inductor
-        launches from its own generated code (rewrite.py inlines them)."""
+        launches from its own generated code (rewrite/graph.py inlines them)."""
         from torch.library import wrap_triton
 
         return functools.partial(self._entry, _launch=wrap_triton)

@@ -131,7 +131,7 @@ def render(spec: KernelSpec) -> RenderedKernel:
     kernel, grid, launch_knobs = _template_kernel(spec)
     ins, outs = io_names(spec)
     # `_launch` wraps each kernel before its launch: `_direct` calls it as is; the backend passes
-    # torch.library.wrap_triton to trace the launch into Inductor's graph (rewrite.py).
+    # torch.library.wrap_triton to trace the launch into Inductor's graph (rewrite/graph.py).
     host = [f"def {ENTRY}({', '.join([*ins, '_launch=_direct'])}):"]
     host.append(f"    device = {ins[0]}.device" if ins else "    device = torch.device('cuda')")
     for i, (shape, stride, dt) in enumerate(spec.outputs):

@@ -14,7 +14,7 @@ absent: scale 1), the mask is a boolean `masked_fill` with -inf (passed as SDPA'
 `attn_mask`, True = attend) or an additive float mask, dropout has p == 0, and softmax runs over
 the last dim. A mask built in the graph as `torch.tril(torch.ones(L, S))`-style over a square
 score becomes `is_causal=True`; so does a mask read from a buffer whose values are causal when
-the graph is compiled (causal_mask.py), under a runtime check the backend adds (guarded.py:
+the graph is compiled (causal_mask.py), under a runtime check the backend adds (rewrite/guarded.py:
 its values can change between calls); any other mask read from a buffer stays an `attn_mask`.
 
 Libraries write the softmax with a dtype and a cast back (Hugging Face's eager attention:
@@ -308,7 +308,7 @@ def rewrite_attention(
     With `values` (the compile-time value of each placeholder), a mask read from a buffer that
     holds a causal mask becomes `is_causal=True` too, and that placeholder goes into
     `relied_on`: the caller must check at runtime that its values have not changed
-    (guarded.py). `notes` collects each matmul reading a softmax: rewritten, or why not."""
+    (rewrite/guarded.py). `notes` collects each matmul reading a softmax: rewritten, or why not."""
     done = 0
     amp = autocast_dtypes(gm.graph)
     for out in list(gm.graph.nodes):

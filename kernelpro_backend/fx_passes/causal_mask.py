@@ -7,12 +7,13 @@ with `is_causal=True` it skips the tiles above the diagonal (about half of them)
 kernelpro's attention templates take it. But a buffer's values can change after the graph is
 compiled (an in-place write, `load_state_dict`, a DDP broadcast), and Dynamo does not guard on
 them: the rewrite that relies on the values is only sound with a runtime check, which the
-backend adds (guarded.py) for each buffer this module names.
+backend adds (rewrite/guarded.py) for each buffer this module names.
 
 Owns: `causal_buffer(drop, values) -> placeholder | None` (the graph pattern and the value
 check at compile time), `lower_triangular(t) -> bool` (the value check, also run again at
 runtime when the buffer changed).
-Must not: rewrite the graph (attention_rewrite.py does) or check at runtime (guarded.py does).
+Must not: rewrite the graph (attention_rewrite.py does) or check at runtime (rewrite/guarded.py
+does).
 """
 
 from __future__ import annotations

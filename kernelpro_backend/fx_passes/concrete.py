@@ -9,7 +9,7 @@ its canonical inputs and outputs map onto the symbolic subgraph's calling conven
 Owns: `SymbolicKey` (the subgraph's structure with sizes as canonically named symbols — stable
 across runs and processes), `hint_sizes` (the sizes the symbolic graph was traced at),
 `concretize` (the static instance at given sizes) and `Instance`.
-Must not: look kernels up or launch them (dispatch.py and the providers do).
+Must not: look kernels up or launch them (rewrite/dispatch.py and the providers do).
 """
 
 from __future__ import annotations

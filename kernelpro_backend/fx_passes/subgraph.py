@@ -94,7 +94,7 @@ class Subgraph:
     @property
     def dynamic(self) -> bool:
         """Symbolic sizes, served per concrete size through the shape dispatcher
-        (fx_passes/concrete.py, dispatch.py); tuple outputs cannot be."""
+        (fx_passes/concrete.py, rewrite/dispatch.py); tuple outputs cannot be."""
         return self.symbolic and not self.tuple_output and bool(self.inputs)
 
     @property

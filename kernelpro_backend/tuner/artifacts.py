@@ -18,7 +18,7 @@ from typing import Any
 import torch
 
 from ..cache.artifact import KernelArtifact
-from ..providers import CallableKernel, Kernel
+from ..rewrite.providers import CallableKernel, Kernel
 from ..runtime.candidate import BaselineCandidate, Candidate, SourceCandidate, SpecCandidate
 
 # Turns a cached artifact into a callable kernel (inputs/outputs in canonical order). May raise

@@ -31,7 +31,7 @@ from ..cache.artifact import CorruptEntry, KernelArtifact, decode_entry, encode_
 from ..cache.store import Admit, Hit, admitted
 from ..fx_passes import Subgraph
 from ..profilers.speed_of_light import SpeedOfLight
-from ..providers import Kernel
+from ..rewrite.providers import Kernel
 from .admit import admit
 from .exchange import Exchange, ExchangeFailed
 from .finder import KernelFinder
@@ -228,8 +228,8 @@ class DistributedFinder:
         return self.inner.use(subgraph, self.decided[digest])
 
     def find_dynamic(self, subgraph: Subgraph) -> Kernel | None:
-        """The agreed kernel of a symbolic subgraph's instance (dispatch.py). Instances at the
-        compile-time sizes were agreed in `prepare`; sizes first seen at run time cannot be
+        """The agreed kernel of a symbolic subgraph's instance (rewrite/dispatch.py). Instances at
+        the compile-time sizes were agreed in `prepare`; sizes first seen at run time cannot be
         (each rank meets them alone, mid-step): they run the fallback, recorded as misses."""
         digest = self._digest(subgraph)
         if digest not in self.decided:

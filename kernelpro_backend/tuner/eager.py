@@ -21,7 +21,7 @@ from collections.abc import Mapping
 from ..cache.artifact import KernelArtifact, Provenance
 from ..fx_passes import Subgraph
 from ..options import Options
-from ..providers import CallableKernel, Kernel
+from ..rewrite.providers import CallableKernel, Kernel
 from ..runtime.result import EvalResult
 from ..search.rewards import faster_beyond_spread
 

@@ -24,7 +24,7 @@ from ..cache.store import Hit, KernelCache
 from ..cache.toolchain import CacheKey
 from ..fx_passes import Subgraph
 from ..options import Options
-from ..providers import Kernel
+from ..rewrite.providers import Kernel
 from ..runtime.cuda.host import use_library_dir
 from .admit import admit
 from .artifacts import Loader, load_artifact, surcharge_ms
@@ -107,7 +107,7 @@ class KernelFinder:
         return self.use(subgraph, self.resolve(subgraph))
 
     def find_dynamic(self, subgraph: Subgraph) -> Kernel | None:
-        """The same policy for the static instance of a symbolic subgraph (dispatch.py): its
+        """The same policy for the static instance of a symbolic subgraph (rewrite/dispatch.py): its
         kernel always runs behind an opaque op, so it must pay off on that launch path."""
         if self.options.search == "off" or subgraph.symbolic:
             return None

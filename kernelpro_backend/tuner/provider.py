@@ -15,7 +15,7 @@ import torch
 
 from ..cache.store import CacheUnavailable
 from ..options import Options
-from ..providers import KernelProvider, NullProvider
+from ..rewrite.providers import KernelProvider, NullProvider
 from .finder import KernelFinder
 
 log = logging.getLogger("kernelpro.cache")

@@ -11,7 +11,7 @@ import torch
 
 from kernelpro_backend.bench import gemm_sweep
 from kernelpro_backend.lowering import lower
-from kernelpro_backend.providers import CallableKernel
+from kernelpro_backend.rewrite.providers import CallableKernel
 from kernelpro_backend.tuner import artifacts
 
 

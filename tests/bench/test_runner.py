@@ -186,7 +186,7 @@ def test_kernels_used_counts_replaced_subgraphs_over_every_compile():
     from types import SimpleNamespace
 
     from kernelpro_backend.bench.sessions import kernels_used
-    from kernelpro_backend.rewrite import RewriteReport
+    from kernelpro_backend.rewrite.graph import RewriteReport
 
     forward = RewriteReport("forward", subgraphs=5, replaced=["a/k1", "b/k2"])
     backward = RewriteReport("backward", subgraphs=7, replaced=["c/k3"])

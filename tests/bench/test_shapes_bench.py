@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from kernelpro_backend.bench.shapes import SCHEDULES, run_schedule, table
-from kernelpro_backend.providers import ReferenceProvider
+from kernelpro_backend.rewrite.providers import ReferenceProvider
 
 
 @pytest.mark.parametrize("name", sorted(SCHEDULES))

@@ -11,7 +11,7 @@ from torch.fx.experimental.proxy_tensor import make_fx
 
 from kernelpro_backend.cache import KernelArtifact, Provenance, Toolchain, current_toolchain
 from kernelpro_backend.fx_passes import Subgraph, find_subgraphs
-from kernelpro_backend.providers import CallableKernel, Kernel
+from kernelpro_backend.rewrite.providers import CallableKernel, Kernel
 
 
 def linear_softmax(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor) -> torch.Tensor:

@@ -116,7 +116,7 @@ def test_triton_cubin_survives_a_bundle_and_a_hit_computes_the_subgraph(tmp_path
     from graphs import scaled_tanh, trace
 
     from kernelpro_backend.cache import KernelCache, export_bundle, import_bundle
-    from kernelpro_backend.providers import CallableKernel
+    from kernelpro_backend.rewrite.providers import CallableKernel
 
     x = torch.randn(4096, 1024, device="cuda")
     (sg,) = trace(scaled_tanh, x)

@@ -25,7 +25,7 @@ from kernelpro_backend.cache import store as store_module
 from kernelpro_backend.cache.bundle import BundleError
 from kernelpro_backend.cache.rows import CacheUnavailable
 from kernelpro_backend.options import Options
-from kernelpro_backend.providers import NullProvider
+from kernelpro_backend.rewrite.providers import NullProvider
 from kernelpro_backend.tuner import provider as provider_module
 from kernelpro_backend.tuner.finder import KernelFinder
 

@@ -22,8 +22,8 @@ from kernelpro_backend.codegen.cutlass_match import (
     cutlass_problem,
     cutlass_specs,
 )
-from kernelpro_backend.inline import trace_kernel
 from kernelpro_backend.lowering import lower
+from kernelpro_backend.rewrite.inline import trace_kernel
 from kernelpro_backend.tuner.artifacts import surcharge_ms
 
 M, K, N = 48, 32, 64

@@ -13,7 +13,7 @@ from kernelpro_backend.codegen import Unsupported
 from kernelpro_backend.fx_passes import Subgraph
 from kernelpro_backend.fx_passes.concrete import free_symbols, instance, sizes_at
 from kernelpro_backend.lowering import lower
-from kernelpro_backend.providers import NullProvider
+from kernelpro_backend.rewrite.providers import NullProvider
 
 SEQ = 9  # the length the symbolic graph is compiled at
 

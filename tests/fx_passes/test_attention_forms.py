@@ -13,7 +13,7 @@ import torch.nn.functional as F
 from kernelpro_backend import make_backend
 from kernelpro_backend.fx_passes.attention_rewrite import rewrite_attention
 from kernelpro_backend.fx_passes.torch_level import ChainNote
-from kernelpro_backend.providers import NullProvider
+from kernelpro_backend.rewrite.providers import NullProvider
 
 B, H, KV, T, D = 2, 4, 2, 8, 16
 BF16 = torch.bfloat16

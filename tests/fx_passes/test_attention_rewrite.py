@@ -13,7 +13,7 @@ import torch.nn.functional as F
 
 from kernelpro_backend import make_backend
 from kernelpro_backend.fx_passes.attention_rewrite import rewrite_attention
-from kernelpro_backend.providers import NullProvider
+from kernelpro_backend.rewrite.providers import NullProvider
 
 B, H, T, D = 2, 2, 8, 16
 

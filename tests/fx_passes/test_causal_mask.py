@@ -12,10 +12,11 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from kernelpro_backend import guarded, make_backend
+from kernelpro_backend import make_backend
 from kernelpro_backend.fx_passes.attention_rewrite import rewrite_attention
 from kernelpro_backend.fx_passes.causal_mask import lower_triangular
-from kernelpro_backend.providers import NullProvider
+from kernelpro_backend.rewrite import guarded
+from kernelpro_backend.rewrite.providers import NullProvider
 
 B, H, T, D, N = 2, 2, 8, 16, 12  # N: the buffer's size (block size), T <= N
 

@@ -14,7 +14,7 @@ import torch
 
 from kernelpro_backend import make_backend
 from kernelpro_backend.explain import explain_model
-from kernelpro_backend.providers import NullProvider
+from kernelpro_backend.rewrite.providers import NullProvider
 
 transformers = pytest.importorskip("transformers")
 

@@ -15,7 +15,7 @@ from kernelpro_backend import make_backend
 from kernelpro_backend.bench import models
 from kernelpro_backend.fx_passes.linear_ce_rewrite import rewrite_linear_cross_entropy
 from kernelpro_backend.fx_passes.torch_level import ChainNote
-from kernelpro_backend.providers import NullProvider
+from kernelpro_backend.rewrite.providers import NullProvider
 
 D, V = 16, 50
 

@@ -146,7 +146,7 @@ def test_roles_of_gathers() -> None:
 
 def test_fused_groups_are_convex_and_rebuild_to_the_same_key() -> None:
     graphs: list[torch.fx.GraphModule] = []
-    from kernelpro_backend import rewrite
+    from kernelpro_backend.rewrite import graph as rewrite
 
     original = rewrite.find_subgraphs
 

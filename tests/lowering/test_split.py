@@ -12,7 +12,7 @@ import pytest
 import torch
 from harness import check, collect, traced_subgraph
 
-import kernelpro_backend.rewrite as rewrite
+import kernelpro_backend.rewrite.graph as rewrite
 from kernelpro_backend.bench.problems import load_problem_module
 from kernelpro_backend.codegen.errors import MapConflict, Unsupported
 from kernelpro_backend.fx_passes.split import split_at

@@ -23,7 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "cache"))
 from kernelpro_backend import make_backend  # noqa: E402
 from kernelpro_backend.cache import KernelArtifact, KernelCache, cache_key  # noqa: E402
 from kernelpro_backend.options import Options  # noqa: E402
-from kernelpro_backend.providers import CallableKernel  # noqa: E402
+from kernelpro_backend.rewrite.providers import CallableKernel  # noqa: E402
 from kernelpro_backend.tuner import KernelFinder  # noqa: E402
 from kernelpro_backend.tuner.distributed import DistributedFinder  # noqa: E402
 from kernelpro_backend.tuner.exchange import Exchange  # noqa: E402

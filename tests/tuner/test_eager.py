@@ -8,8 +8,8 @@ from __future__ import annotations
 import torch
 
 from kernelpro_backend.cache.artifact import KernelArtifact
-from kernelpro_backend.inline import TraceableKernel
 from kernelpro_backend.options import OP_MIN_GAIN_US, Options
+from kernelpro_backend.rewrite.inline import TraceableKernel
 from kernelpro_backend.runtime.candidate import BaselineCandidate
 from kernelpro_backend.runtime.result import EvalResult, EvalStatus
 from kernelpro_backend.tuner import KernelFinder, artifact_candidate

@@ -9,7 +9,7 @@ import torch
 
 from kernelpro_backend import make_backend
 from kernelpro_backend.backend import CompileSession
-from kernelpro_backend.dispatch import DISPATCHERS, dispatch_stats
+from kernelpro_backend.rewrite.dispatch import DISPATCHERS, dispatch_stats
 
 pytestmark = pytest.mark.gpu
 

@@ -13,7 +13,7 @@ routed once; later calls of the same sizes cost a dictionary lookup.
 Owns: the `kernelpro::dispatch` custom op (its fake implementation runs the symbolic reference
 on fake tensors, so output sizes follow the inputs' symbols), `ShapeDispatcher`, its routes and
 call counts, and the process registry of dispatchers.
-Must not: search, cache or compile kernels (providers do), or edit graphs (rewrite.py does).
+Must not: search, cache or compile kernels (providers do), or edit graphs (graph.py does).
 """
 
 from __future__ import annotations
@@ -26,9 +26,9 @@ from typing import Any
 
 import torch
 
-from .fast_op import fast_op
-from .fx_passes import Subgraph
-from .fx_passes.concrete import (
+from ..fast_op import fast_op
+from ..fx_passes import Subgraph
+from ..fx_passes.concrete import (
     CallSizes,
     ConcretizeError,
     call_sizes,

@@ -8,8 +8,8 @@ import torch
 
 from kernelpro_backend import make_backend
 from kernelpro_backend.backend import CompileSession
-from kernelpro_backend.judged import ROUNDS, WARMUP, DeviceClock, JudgedGraph
-from kernelpro_backend.providers import CallableKernel
+from kernelpro_backend.rewrite.judged import ROUNDS, WARMUP, DeviceClock, JudgedGraph
+from kernelpro_backend.rewrite.providers import CallableKernel
 
 pytestmark = pytest.mark.gpu
 

@@ -1,5 +1,6 @@
-"""The in-context verdict on every compile that installs kernels (judged.py), with a fake clock:
-the rule, the alternation, the release of the loser, and the verdict cached by graph key."""
+"""The in-context verdict on every compile that installs kernels (rewrite/judged.py), with a fake
+clock: the rule, the alternation, the release of the loser, and the verdict cached by graph
+key."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import torch
 
 from kernelpro_backend import make_backend
 from kernelpro_backend.cache.context import ContextVerdicts
-from kernelpro_backend.judged import (
+from kernelpro_backend.rewrite.judged import (
     KEEP_SHARE,
     MARGIN,
     ROUNDS,
@@ -17,7 +18,7 @@ from kernelpro_backend.judged import (
     decide,
     graph_key,
 )
-from kernelpro_backend.providers import CallableKernel
+from kernelpro_backend.rewrite.providers import CallableKernel
 
 
 def test_decide_keeps_only_beyond_noise():

@@ -3,7 +3,7 @@
 Owns: tracing a traceable kernel (its launches wrapped by `torch.library.wrap_triton`) under
 functionalization into FX nodes (`aten.empty_strided`, `triton_kernel_wrapper_functional`), and
 splicing those nodes into the graph in place of one subgraph.
-Must not: choose kernels or partition graphs (rewrite.py does).
+Must not: choose kernels or partition graphs (graph.py does).
 
 Why: a kernel behind the opaque `kernelpro::launch` op costs about 80 us of host time per call
 (custom-op dispatch plus Triton's Python launcher; BENCHMARKS.md), more than most fused kernels
@@ -20,7 +20,7 @@ from typing import Any, Protocol, runtime_checkable
 import torch
 import torch.fx as fx
 
-from .fx_passes import Subgraph
+from ..fx_passes import Subgraph
 
 # The higher-order op a traced Triton launch becomes; Inductor lowers it to a kernel call.
 _TRITON_HOP = "triton_kernel_wrapper_functional"

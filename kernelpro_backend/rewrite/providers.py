@@ -17,7 +17,7 @@ from typing import Generic, Protocol, TypeVar, runtime_checkable
 
 import torch
 
-from .fx_passes import Subgraph
+from ..fx_passes import Subgraph
 
 
 @runtime_checkable
@@ -33,7 +33,7 @@ class Kernel(Protocol):
 class KernelProvider(Protocol):
     """Returns a kernel for a subgraph, or None to leave it to the fallback. A provider may
     also have `prepare(subgraphs)`, called with all of a graph's subgraphs before their
-    `find`s (rewrite.rewrite_graph), to decide for them together, and `prestart()`, called by
+    `find`s (graph.rewrite_graph), to decide for them together, and `prestart()`, called by
     a warm-up before it traces the model, to start what its searches will need."""
 
     def find(self, subgraph: Subgraph) -> Kernel | None: ...

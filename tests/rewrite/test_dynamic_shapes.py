@@ -9,11 +9,11 @@ import torch
 
 from kernelpro_backend import make_backend
 from kernelpro_backend.backend import CompileSession
-from kernelpro_backend.dispatch import DISPATCHERS, dispatch_stats
 from kernelpro_backend.fx_passes import Subgraph
 from kernelpro_backend.fx_passes.concrete import hint_sizes, instance, symbolic_key
 from kernelpro_backend.options import Options
-from kernelpro_backend.providers import ReferenceProvider
+from kernelpro_backend.rewrite.dispatch import DISPATCHERS, dispatch_stats
+from kernelpro_backend.rewrite.providers import ReferenceProvider
 from kernelpro_backend.tuner.finder import KernelFinder
 
 

@@ -1,4 +1,5 @@
-"""Inlining: generated kernels traced into the aten graph as Triton launch nodes (inline.py).
+"""Inlining: generated kernels traced into the aten graph as Triton launch nodes
+(rewrite/inline.py).
 
 Tracing needs real `@triton.jit` functions, so the CPU test runs in a subprocess without
 Triton's interpreter: it checks the spliced graph's structure (launch nodes in place of the
@@ -22,7 +23,7 @@ from torch._inductor.decomposition import select_decomp_table
 
 from kernelpro_backend import examples, make_backend
 from kernelpro_backend.fx_passes import Subgraph
-from kernelpro_backend.rewrite import RewriteReport, rewrite_graph
+from kernelpro_backend.rewrite.graph import RewriteReport, rewrite_graph
 
 _STRUCTURE = r"""
 import json, torch
@@ -32,7 +33,7 @@ from torch._inductor.decomposition import select_decomp_table
 from kernelpro_backend import examples, make_backend
 from kernelpro_backend.codegen import Unsupported, build
 from kernelpro_backend.lowering import lower
-from kernelpro_backend.rewrite import rewrite_graph
+from kernelpro_backend.rewrite.graph import rewrite_graph
 
 class Rowwise:
     def find(self, sg):

@@ -8,8 +8,8 @@ from helpers import train
 
 from kernelpro_backend import examples, make_backend
 from kernelpro_backend.backend import CompileSession
-from kernelpro_backend.kernel_op import KERNELS
-from kernelpro_backend.providers import CallableKernel, ReferenceProvider
+from kernelpro_backend.rewrite.launch import KERNELS
+from kernelpro_backend.rewrite.providers import CallableKernel, ReferenceProvider
 
 
 def _calls(sessions):

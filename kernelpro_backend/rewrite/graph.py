@@ -20,12 +20,12 @@ import torch
 import torch.fx as fx
 from torch._subclasses.fake_tensor import unset_fake_temporarily
 
+from ..fx_passes import Subgraph, find_subgraphs
+from ..fx_passes.concrete import ConcretizeError, hint_sizes, instance
+from ..lowering.split import split_refused
 from .dispatch import DISPATCHERS, ShapeDispatcher
-from .fx_passes import Subgraph, find_subgraphs
-from .fx_passes.concrete import ConcretizeError, hint_sizes, instance
 from .inline import InlineError, TraceableKernel, splice, trace_kernel
-from .kernel_op import KERNELS, RegisteredKernel
-from .lowering.split import split_refused
+from .launch import KERNELS, RegisteredKernel
 from .providers import KernelProvider
 
 log = logging.getLogger("kernelpro")

@@ -3,7 +3,7 @@
 Owns: `torch.ops.kernelpro.launch(kernel_id, inputs) -> outputs`, a `torch.library` custom op
 with a fake implementation (so Inductor and AOTAutograd treat it as a black box), and the
 in-process registry that maps kernel ids to kernels and their output metadata.
-Must not: choose kernels or edit graphs (rewrite.py does).
+Must not: choose kernels or edit graphs (graph.py does).
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import dataclasses
 
 import torch
 
-from .fast_op import fast_op
+from ..fast_op import fast_op
 from .providers import Kernel, Registry, TensorMeta, conform
 
 
