@@ -22,16 +22,16 @@ from typing import Any
 import torch
 import torch.fx as fx
 
-from . import (
-    cross_entropy_op,  # noqa: F401  (registers kernelpro::cross_entropy)
-    cutlass_op,  # noqa: F401  (registers kernelpro::cutlass_gemm)
-    linear_ce_op,  # noqa: F401  (registers kernelpro::linear_cross_entropy)
-)
 from .fx_passes.attention_rewrite import rewrite_attention
 from .fx_passes.causal_mask import lower_triangular
 from .fx_passes.linear_ce_rewrite import drop_autograd_kernel, rewrite_linear_cross_entropy
 from .fx_passes.patterns import check_pattern_names
 from .fx_passes.torch_level import ChainNote, input_name
+from .ops import (
+    cross_entropy,  # noqa: F401  (registers kernelpro::cross_entropy)
+    cutlass_gemm,  # noqa: F401  (registers kernelpro::cutlass_gemm)
+    linear_ce,  # noqa: F401  (registers kernelpro::linear_cross_entropy)
+)
 from .options import Options
 from .rewrite.graph import RewriteReport, SubgraphObserver, rewrite_graph
 from .rewrite.guarded import ValueGuarded

@@ -152,7 +152,7 @@ class Options:
     rewrite_attention: bool = True
     # An LM head and its cross-entropy (linear -> [view] -> [.float()] -> cross_entropy) become
     # one op that walks the tokens in chunks and never writes the [tokens, vocab] logits
-    # (fx_passes/linear_ce_rewrite.py, linear_ce_op.py; README's option table has figures).
+    # (fx_passes/linear_ce_rewrite.py, ops/linear_ce.py; README's option table has figures).
     rewrite_linear_cross_entropy: bool = True
     # Replay the compiled graphs as CUDA graphs (Inductor's cudagraph trees, as
     # mode="reduce-overhead"), for host-bound steps (README's option table). Off by default.

@@ -27,7 +27,6 @@ RANKS = {
     "text_table": 0,
     "options": 0,
     "paths": 1,
-    "fast_op": 1,  # registers the package's custom operators with the dispatcher
     # graphs, and what works on a subgraph without running anything
     "fx_passes": 2,
     "codegen": 3,  # KernelSpec -> source; no fx
@@ -35,12 +34,7 @@ RANKS = {
     "cache": 3,  # storage: no policy, no CLI
     "lowering": 4,  # fx -> KernelSpec
     "runtime": 4,  # isolated workers: compile, validate, time, feedback
-    "cutlass_op": 5,  # a custom op over runtime's CUTLASS library call
-    "linear_ce_rows_cuda": 4.5,  # a CUDA row kernel built and loaded through runtime
-    "linear_ce_rows": 4.6,  # the row kernels' entry: CUDA where it runs, else Triton; ATen twin
-    "linear_ce_op": 4.7,  # a custom op of plain torch (the chunked LM head + loss)
-    "cross_entropy_rows": 4.6,  # the row kernels of the loss on kept logits (Triton; ATen)
-    "cross_entropy_op": 4.7,  # a custom op of plain torch (that loss, forward and backward)
+    "ops": 4.5,  # custom ops that compute (LM head + loss, CUTLASS GEMM) over runtime; fast_op
     "search": 5,
     "rewrite": 5,  # kernels into aten graphs: launch op, inline, shape dispatch, guards; providers
     "tuner": 6,  # the per-subgraph policy; composes cache, search, runtime

@@ -13,7 +13,7 @@ schedule, the tile's N and the cluster's M; the tile's M and K stay 128 and 64 (
 won on the H100, BENCHMARKS.md).
 
 The rendered module embeds the CUDA C++ source and calls it through the custom op
-`kernelpro::cutlass_gemm` (cutlass_op.py: a shared library built by nvcc, loaded with
+`kernelpro::cutlass_gemm` (ops/cutlass_gemm.py: a shared library built by nvcc, loaded with
 ctypes), which traces into Inductor's graph as one node.
 
 Owns: `cutlass_problem(spec)` (why a spec cannot be this GEMM, or None), `cutlass_gemm(spec)`
@@ -292,7 +292,7 @@ def render_cutlass(spec: Any) -> tuple[str, str]:
     lines = [
         "import torch",
         "",
-        "from kernelpro_backend.cutlass_op import register  # and kernelpro::cutlass_gemm",
+        "from kernelpro_backend.ops.cutlass_gemm import register  # and kernelpro::cutlass_gemm",
         "",
         f"SOURCE = {config.source_text()!r}",
         "DIGEST = register(SOURCE)",

@@ -5,13 +5,13 @@ vocab] logits, a float32 copy, a log-softmax saved for the backward and their gr
 vocabulary 32k and 8k tokens, gigabytes per step. Matched at the torch level (dynamo's graph),
 from the loss back to the linear through views, `.contiguous()`, an upcast to float32 and
 slices of the token dims (the shift of `logits[..., :-1, :]`), the chain becomes
-- when nothing else reads the logits: `kernelpro::linear_cross_entropy` (linear_ce_op.py),
+- when nothing else reads the logits: `kernelpro::linear_cross_entropy` (ops/linear_ce.py),
   which walks the tokens in chunks and computes the loss and the gradients of h, W and b
   without the logits; under autocast its inputs are cast to autocast's dtype first, as
   autocast casts the linear's, so the GEMMs and the float32 loss are those of eager;
 - when the logits have another user (a model returning them beside the loss, as Hugging Face's
   causal LMs do) or a shift the chunks cannot take: the linear stays, writing the logits once in
-  its dtype, and the loss becomes `kernelpro::cross_entropy` (cross_entropy_op.py), which reads
+  its dtype, and the loss becomes `kernelpro::cross_entropy` (ops/cross_entropy.py), which reads
   them once in the forward (saving a float32 log-sum-exp per row) and writes their gradient once
   in the backward: no float32 copy, no log-softmax.
 The labels' side (HF's `pad(labels, (0, 1), value=-100)[..., 1:]`) is any tensor; a division of

@@ -26,7 +26,6 @@ from typing import Any
 
 import torch
 
-from ..fast_op import fast_op
 from ..fx_passes import Subgraph
 from ..fx_passes.concrete import (
     CallSizes,
@@ -37,6 +36,7 @@ from ..fx_passes.concrete import (
     symbol_dims,
     symbolic_key,
 )
+from ..ops.fast_op import fast_op
 from .providers import Kernel, Registry, TensorMeta, conform
 
 log = logging.getLogger("kernelpro")

@@ -24,7 +24,7 @@ from ..fx_passes import Subgraph
 
 # The higher-order op a traced Triton launch becomes; Inductor lowers it to a kernel call.
 _TRITON_HOP = "triton_kernel_wrapper_functional"
-# kernelpro's own ops a traced kernel may call (cutlass_op.py), by name: registered on import
+# kernelpro's own ops a traced kernel may call (ops/cutlass_gemm.py), by name: registered on import
 _KERNEL_OPS = {"kernelpro.cutlass_gemm.default"}
 
 

@@ -12,7 +12,7 @@ import dataclasses
 
 import torch
 
-from ..fast_op import fast_op
+from ..ops.fast_op import fast_op
 from .providers import Kernel, Registry, TensorMeta, conform
 
 

@@ -140,7 +140,7 @@ class _Module:
                     raise _refuse(node, f"imports {ast.unparse(node)!r:.80} (only triton, "
                                   "triton.language as tl, torch, math, os)")  # fmt: skip
         elif isinstance(node, ast.ImportFrom):
-            if node.module == "kernelpro_backend.cutlass_op":
+            if node.module == "kernelpro_backend.ops.cutlass_gemm":
                 raise _refuse(node, "a CUTLASS module registers C++ host code; it is admitted "
                               "only as a spec-built entry, re-rendered here")  # fmt: skip
             raise _refuse(node, f"imports from {node.module!r:.60} (only `import` of triton, "

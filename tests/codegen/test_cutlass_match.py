@@ -12,7 +12,6 @@ import torch
 import torch.nn.functional as F
 from harness import collect, traced_subgraph
 
-from kernelpro_backend import cutlass_op
 from kernelpro_backend.cache.artifact import KernelArtifact
 from kernelpro_backend.codegen import IllegalSpec, alternatives, knob_space, render
 from kernelpro_backend.codegen.build import SpecKernel
@@ -23,6 +22,7 @@ from kernelpro_backend.codegen.cutlass_match import (
     cutlass_specs,
 )
 from kernelpro_backend.lowering import lower
+from kernelpro_backend.ops import cutlass_gemm as cutlass_op
 from kernelpro_backend.rewrite.inline import trace_kernel
 from kernelpro_backend.tuner.artifacts import surcharge_ms
 

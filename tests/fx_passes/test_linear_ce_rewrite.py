@@ -9,8 +9,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-import kernelpro_backend.cross_entropy_op as cross_entropy_op
-import kernelpro_backend.linear_ce_op as linear_ce_op
+import kernelpro_backend.ops.cross_entropy as cross_entropy_op
+import kernelpro_backend.ops.linear_ce as linear_ce_op
 from kernelpro_backend import make_backend
 from kernelpro_backend.bench import models
 from kernelpro_backend.fx_passes.linear_ce_rewrite import rewrite_linear_cross_entropy

@@ -10,7 +10,7 @@ from torch._dynamo.utils import counters
 
 from kernelpro_backend import make_backend
 from kernelpro_backend.bench import models
-from kernelpro_backend.linear_ce_op import linear_cross_entropy
+from kernelpro_backend.ops.linear_ce import linear_cross_entropy
 
 pytestmark = pytest.mark.gpu
 

@@ -136,7 +136,7 @@ DEFINITION_TIME = {
     "shadow_module": (_host("torch = 3\nreturn [in0]"), "binds 'torch'"),
     "dunder_name": (_host("__builtins__\nreturn [in0]"), "__builtins__"),
     "cutlass_register": (
-        "from kernelpro_backend.cutlass_op import register\nSOURCE = 'int x;'\n",
+        "from kernelpro_backend.ops.cutlass_gemm import register\nSOURCE = 'int x;'\n",
         "CUTLASS module",
     ),
 }

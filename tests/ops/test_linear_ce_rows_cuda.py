@@ -9,8 +9,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from kernelpro_backend import linear_ce_rows_cuda as cuda_rows
-from kernelpro_backend.linear_ce_rows import cross_entropy_rows, rows_aten
+from kernelpro_backend.ops import linear_ce_rows_cuda as cuda_rows
+from kernelpro_backend.ops.linear_ce_rows import cross_entropy_rows, rows_aten
 from kernelpro_backend.runtime.cuda.compile import compile_cuda, find_nvcc
 
 needs_nvcc = pytest.mark.skipif(find_nvcc() is None, reason="nvcc is not installed here")
@@ -122,7 +122,7 @@ def test_a_strided_view_of_the_rows_goes_to_the_triton_kernel():
 @pytest.mark.parametrize("mean", [True, False])
 @pytest.mark.parametrize("loss_dtype", [torch.float32, torch.bfloat16])
 def test_the_last_chunks_launch_finishes_the_loss_as_the_finishing_kernel_does(mean, loss_dtype):
-    from kernelpro_backend.linear_ce_rows import Finish, finish
+    from kernelpro_backend.ops.linear_ce_rows import Finish, finish
 
     logits, target = _case(1000, 4096, torch.bfloat16, seed=3)
     losses = torch.empty(1000, device="cuda")
@@ -147,7 +147,7 @@ def test_the_last_chunks_launch_finishes_the_loss_as_the_finishing_kernel_does(m
 @gpu
 @needs_hopper
 def test_under_a_capture_with_no_counter_yet_the_caller_finishes():
-    from kernelpro_backend.linear_ce_rows import Finish
+    from kernelpro_backend.ops.linear_ce_rows import Finish
 
     logits, target = _case(8, 1024, torch.bfloat16, seed=4)
     losses = torch.empty(8, device="cuda")
@@ -171,7 +171,7 @@ def test_the_launch_passes_the_kernels_parameters_in_order(monkeypatch, finishin
     import ctypes
     from types import SimpleNamespace
 
-    from kernelpro_backend.linear_ce_rows import Finish
+    from kernelpro_backend.ops.linear_ce_rows import Finish
 
     launched = []
     fake = SimpleNamespace(device=0, launch=lambda *a: launched.append(a))

@@ -19,7 +19,7 @@ run: the caller then runs the Triton kernel), `run(...)` (its arguments), `count
 per-stream word the finishing launches count their blocks on); compiled once per
 process (nvcc, else NVRTC; the cubin cached on disk by runtime/cuda/compile.py), loaded and
 launched per device by runtime/cuda/driver.RawKernel.
-Must not: choose chunks or compute logits (linear_ce_op.py does).
+Must not: choose chunks or compute logits (linear_ce.py does).
 """
 
 from __future__ import annotations
@@ -260,7 +260,7 @@ def _capability(device: int) -> tuple[int, int]:
 def _room(device: int) -> int:
     """Bytes of a row that fit in shared memory `MIN_BLOCKS_PER_SM` times on one SM."""
     per_sm = torch.cuda.get_device_properties(device).shared_memory_per_multiprocessor
-    from .runtime.cuda.driver import smem_optin_limit
+    from ..runtime.cuda.driver import smem_optin_limit
 
     return min(per_sm // MIN_BLOCKS_PER_SM, smem_optin_limit(device)) - STATIC_SMEM
 
@@ -272,8 +272,8 @@ _lock = threading.Lock()
 @functools.cache
 def _kernel(device: int, fp16: bool) -> Any:
     """The kernel loaded on `device`, compiled on first use."""
-    from .runtime.cuda.compile import arch_for_capability, compile_cuda
-    from .runtime.cuda.driver import RawKernel
+    from ..runtime.cuda.compile import arch_for_capability, compile_cuda
+    from ..runtime.cuda.driver import RawKernel
 
     arch = arch_for_capability(*torch.cuda.get_device_capability(device))
     log.info("compiling the CUDA cross-entropy row kernel for %s (once; the cubin is cached)", arch)
@@ -307,7 +307,7 @@ def counter(device: int, stream: int) -> int | None:
     of graphs captured on one stream must not run at once on two streams."""
     found = _COUNTERS.get((device, stream))
     if found is None and not torch.cuda.is_current_stream_capturing():
-        from .runtime.cuda.driver import zeroed_word
+        from ..runtime.cuda.driver import zeroed_word
 
         found = _COUNTERS[(device, stream)] = zeroed_word(device, stream)
     return found

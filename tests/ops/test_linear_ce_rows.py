@@ -8,8 +8,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from kernelpro_backend.linear_ce_op import linear_cross_entropy
-from kernelpro_backend.linear_ce_rows import cross_entropy_rows, finish, rows_aten
+from kernelpro_backend.ops.linear_ce import linear_cross_entropy
+from kernelpro_backend.ops.linear_ce_rows import cross_entropy_rows, finish, rows_aten
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
@@ -34,7 +34,7 @@ def test_the_row_kernel_matches_its_aten_twin(cols, dtype):
 
 
 def test_the_op_through_the_row_kernel_matches_pytorch(monkeypatch):
-    import kernelpro_backend.linear_ce_op as op
+    import kernelpro_backend.ops.linear_ce as op
 
     monkeypatch.setattr(op, "CHUNK_ELEMENTS", 7 * 300)  # several chunks and a short tail
     g = torch.Generator().manual_seed(1)

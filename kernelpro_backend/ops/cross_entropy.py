@@ -103,6 +103,6 @@ def _backward(ctx, grad_loss, _lse, _factor):  # type: ignore[no-untyped-def]
 cross_entropy.register_autograd(_backward, setup_context=_setup)
 
 # Twins without an autograd kernel, for graphs AOTAutograd has already differentiated (see
-# linear_ce_op.py: the autograd kernel's Python runs per call even with grad mode off).
+# linear_ce.py: the autograd kernel's Python runs per call even with grad mode off).
 cross_entropy_inner = fast_op("kernelpro::cross_entropy_inner")(cross_entropy._init_fn)
 cross_entropy_inner.register_fake(_fake)

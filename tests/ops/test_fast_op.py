@@ -1,4 +1,4 @@
-"""fast_op.py: an operator registered with the dispatcher directly behaves as the custom_op it
+"""ops/fast_op.py: an operator registered with the dispatcher directly behaves as the custom_op it
 replaces — called eagerly, traced with its fake implementation, differentiated through its
 registered formula, and compiled."""
 
@@ -8,7 +8,7 @@ import pytest
 import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
 
-from kernelpro_backend.fast_op import fast_op
+from kernelpro_backend.ops.fast_op import fast_op
 
 calls = {"body": 0, "fake": 0}
 

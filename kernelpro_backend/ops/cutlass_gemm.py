@@ -18,8 +18,8 @@ import hashlib
 
 import torch
 
+from ..runtime.cuda.host import library_gemm
 from .fast_op import fast_op
-from .runtime.cuda.host import library_gemm
 
 _SOURCES: dict[str, str] = {}
 

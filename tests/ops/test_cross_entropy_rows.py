@@ -9,8 +9,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-import kernelpro_backend.cross_entropy_op  # noqa: F401  (registers the ops)
-import kernelpro_backend.cross_entropy_rows as rows
+import kernelpro_backend.ops.cross_entropy  # noqa: F401  (registers the ops)
+import kernelpro_backend.ops.cross_entropy_rows as rows
 
 
 def _case(dtype: torch.dtype, cols: int, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:

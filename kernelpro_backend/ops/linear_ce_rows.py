@@ -20,7 +20,7 @@ kernel runs), the
 Triton kernel (made on first use, per interpreter mode: TRITON_INTERPRET is read when a JIT
 function is created) and its ATen twin; `finish` (the loss and the mean's factor from the
 per-row losses, one kernel) and `Finish` (the same asked of the CUDA row kernel's last launch).
-Must not: compute the logits or the weight gradients (linear_ce_op.py does).
+Must not: compute the logits or the weight gradients (linear_ce.py does).
 """
 
 from __future__ import annotations
