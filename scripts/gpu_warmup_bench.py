@@ -31,7 +31,7 @@ def warm_one(
     import torch
 
     from kernelpro_backend.bench.workloads import WORKLOADS
-    from kernelpro_backend.warmup import warmup
+    from kernelpro_backend.warmup.offline import warmup
 
     w = WORKLOADS[name](torch.device("cuda"), None, "full")
     t0 = time.time()

@@ -14,7 +14,7 @@ from kernelpro_backend import examples, make_backend
 from kernelpro_backend.backend import CompileSession
 from kernelpro_backend.cache import KernelCache, export_bundle, import_bundle
 from kernelpro_backend.options import Options
-from kernelpro_backend.warmup import warmup
+from kernelpro_backend.warmup.offline import warmup
 
 pytestmark = pytest.mark.gpu
 

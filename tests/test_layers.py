@@ -40,10 +40,7 @@ RANKS = {
     "tuner": 6,  # the per-subgraph policy; composes cache, search, runtime
     "backend": 7,
     "explain": 8,
-    "incontext_steps": 7.4,  # compiling and timing variants of a step (alone or in turns)
-    "incontext": 7.5,  # the warm-up's verdicts on its kernels inside the step
-    "warmup_rows": 7.8,  # the warm-up's provider wrapper: its rows, holds, search share
-    "warmup": 8,
+    "warmup": 8,  # the offline warm-up, its rows, the in-context check of a step
     "examples": 8,
     "demo": 9,
     "bench": 9,

@@ -12,7 +12,7 @@ share of symbolic-subgraph calls served by a kernel, the subgraphs replaced, dis
 to the fallback.
 
 Owns: `SCHEDULES`, `run_schedule`, its rows and table.
-Must not: search by itself (warmup.py does) or decide what kernels run (the backend does).
+Must not: search by itself (warmup/offline.py does) or decide what kernels run (the backend does).
 """
 
 from __future__ import annotations

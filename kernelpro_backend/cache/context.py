@@ -4,9 +4,9 @@ ones a warm-up found but has not yet checked in their model.
 A kernel wins its subgraph's search alone, against the fallback compiling that subgraph alone;
 in the whole graph the split can cost more than it saves (Inductor no longer fuses across the
 subgraph's edges, tensors it kept in registers go to memory). The warm-up's in-context check
-(incontext.py) times the model's step with and without each kernel and records here the ones that
-lost, with its figures; the finder then runs the fallback for them and does not search them
-again. A kernel a warm-up finds is *held* until its check settles it: a warm-up cut short
+(warmup/incontext.py) times the model's step with and without each kernel and records here the
+ones that lost, with its figures; the finder then runs the fallback for them and does not search
+them again. A kernel a warm-up finds is *held* until its check settles it: a warm-up cut short
 before its check (a deadline, a crash) leaves kernels no step has vouched for, and a later
 compile runs the fallback for them rather than kernels that won only alone (on an H200,
 GPT-2 small with 48 such kernels ran 0.95x Inductor, BENCHMARKS.md).
@@ -16,7 +16,7 @@ Owns: `context.json` in the cache directory ({digest: record} for kernels, lost 
 slower on one whole graph, {"judged:<key>": {"keep": ...}} for a compile's own verdict on a
 graph with its kernels, rewrite/judged.py), read once per process and rewritten whole with
 paths.atomic_write.
-Must not: time anything or decide what lost (incontext.py does).
+Must not: time anything or decide what lost (warmup/incontext.py does).
 """
 
 from __future__ import annotations

@@ -181,7 +181,7 @@ def shapes(a: argparse.Namespace) -> int:
     import torch
 
     from ..bench.shapes import SCHEDULES, run_schedule, table
-    from ..warmup import warmup
+    from ..warmup.offline import warmup
 
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     options = {"cache_dir": a.cache_dir or tempfile.mkdtemp(prefix="kernelpro-shapes-")}
@@ -255,7 +255,7 @@ def search_report(a: argparse.Namespace) -> int:
     from ..bench.search_report import table
     from ..bench.workloads import WORKLOADS
     from ..tuner.searcher import release_gpu_memory
-    from ..warmup import warmup
+    from ..warmup.offline import warmup
 
     out = Path(a.out)
     options: dict[str, Any] = {"cache_dir": str(out / "cache"), "progress": False}

@@ -84,7 +84,7 @@ def add_cli(subparsers: Any) -> None:
 def run_warmup(args: argparse.Namespace) -> int:
     if args.nproc and args.nproc > 1 and "LOCAL_RANK" not in os.environ:
         return _launch(args.nproc)
-    from ..warmup import search_provider, warmup, warmup_options
+    from ..warmup.offline import search_provider, warmup, warmup_options
 
     rank = _join_process_group()
     log.info("kernelpro warmup: rank %d in its process group, pool starting", rank)

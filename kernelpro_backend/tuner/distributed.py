@@ -62,7 +62,7 @@ class DistributedFinder:
     """A KernelFinder whose misses are split across ranks and whose winners are shared."""
 
     # `prepare` is a collective: a warm-up finds the whole step's subgraphs first, so that the
-    # ranks agree on them in one round (warmup.py)
+    # ranks agree on them in one round (warmup/offline.py)
     agrees_across_ranks = True
 
     def __init__(self, inner: KernelFinder, exchange: Exchange, admit: Admit = admit) -> None:

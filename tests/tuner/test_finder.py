@@ -328,7 +328,7 @@ def test_a_warmup_holds_what_it_finds_and_stops_searching_past_its_share(cache, 
 
     from graphs import tanh_subgraph
 
-    from kernelpro_backend.warmup import _Recording
+    from kernelpro_backend.warmup.offline import _Recording
 
     searched = []
 
@@ -351,7 +351,7 @@ def test_a_warmup_holds_what_it_finds_and_stops_searching_past_its_share(cache, 
 def test_a_warmup_does_not_hold_what_the_cache_had_before_it(cache, tanh_sg):
     """A kernel another warm-up's check already passed keeps its standing: this warm-up's
     check judges it too, but a cut-short run must not take it from the other model."""
-    from kernelpro_backend.warmup import _Recording
+    from kernelpro_backend.warmup.offline import _Recording
 
     key = cache.key_for(tanh_sg.key)
     cache.put(key, python_artifact())

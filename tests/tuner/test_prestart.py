@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from kernelpro_backend.options import Options
-from kernelpro_backend.warmup import warmup
+from kernelpro_backend.warmup.offline import warmup
 
 
 class _Provider:
@@ -110,7 +110,7 @@ def test_the_cli_boots_the_workers_before_it_builds_the_model(monkeypatch, tmp_p
     imports the target and builds the model, and warms the model with that provider."""
     import sys
 
-    import kernelpro_backend.warmup as warmup_module
+    import kernelpro_backend.warmup.offline as warmup_module
     from kernelpro_backend.cli.main import main
 
     events: list[str] = []
@@ -197,7 +197,7 @@ def test_a_single_process_warmup_does_not_look_for_the_steps_subgraphs_first():
 def test_a_warmup_ends_after_the_cutlass_builds_it_started(monkeypatch):
     """Libraries still building when the last search ended are waited for: the next run's
     searches and hits find them built (a warm-up is offline work)."""
-    import kernelpro_backend.warmup as warmup_module
+    import kernelpro_backend.warmup.offline as warmup_module
 
     waited: list = []
 

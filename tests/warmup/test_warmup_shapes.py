@@ -11,7 +11,7 @@ import torch
 
 from kernelpro_backend import make_backend
 from kernelpro_backend.rewrite.providers import ReferenceProvider
-from kernelpro_backend.warmup import warmup
+from kernelpro_backend.warmup.offline import warmup
 
 
 class Net(torch.nn.Module):

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from kernelpro_backend.cache.context import ContextVerdicts
-from kernelpro_backend.incontext import decide
+from kernelpro_backend.warmup.incontext import decide
 
 
 def timer(times: dict[frozenset[str], float]):  # type: ignore[no-untyped-def]
@@ -130,10 +130,10 @@ def test_a_graph_faster_without_the_lm_head_rewrite_gets_it_off_for_later_compil
     import torch
     import torch.nn.functional as F
 
-    from kernelpro_backend import incontext, incontext_steps
     from kernelpro_backend.backend import make_backend
     from kernelpro_backend.bench import models
     from kernelpro_backend.cache import KernelCache
+    from kernelpro_backend.warmup import incontext, incontext_steps
 
     def made_up_time(model, backend, opts, loss_fn, inputs):  # type: ignore[no-untyped-def]
         torch._dynamo.reset()
@@ -217,9 +217,9 @@ def test_a_check_releases_what_the_warmup_held_and_one_out_of_time_keeps_it_held
 
     import torch
 
-    from kernelpro_backend import incontext, incontext_steps
     from kernelpro_backend.bench import models
     from kernelpro_backend.cache import KernelCache
+    from kernelpro_backend.warmup import incontext, incontext_steps
 
     timed: list[int] = []
 
@@ -250,7 +250,7 @@ def test_a_check_releases_what_the_warmup_held_and_one_out_of_time_keeps_it_held
 
 
 def test_kernels_that_raise_the_steps_peak_memory_go():
-    from kernelpro_backend.incontext import peak_verdict
+    from kernelpro_backend.warmup.incontext import peak_verdict
 
     mib = 2**20
     assert "492 MiB with them against 397 alone" in peak_verdict(492 * mib, 397 * mib)
@@ -259,14 +259,14 @@ def test_kernels_that_raise_the_steps_peak_memory_go():
 
 
 def test_two_variants_compiled_side_by_side_each_run_their_own_code(monkeypatch):
-    """incontext_steps.time_rounds: two copies of a model compiled with different backends
+    """warmup/incontext_steps.time_rounds: two copies of a model compiled with different backends
     take turns in every round, each running its own compiled code (Dynamo keeps both)."""
     import copy
 
     import torch
 
-    from kernelpro_backend import incontext_steps
-    from kernelpro_backend.incontext_steps import _Stepper, time_rounds
+    from kernelpro_backend.warmup import incontext_steps
+    from kernelpro_backend.warmup.incontext_steps import _Stepper, time_rounds
 
     monkeypatch.setattr(incontext_steps, "ROUND_MS", 0.001)
     ran = {"a": 0, "b": 0}
@@ -318,8 +318,8 @@ def test_the_kernels_against_none_are_decided_on_timings_taken_in_turns(tmp_path
     rounds), not from compiles timed minutes apart; a kernel no faster goes."""
     import torch
 
-    from kernelpro_backend import incontext
     from kernelpro_backend.cache import KernelCache
+    from kernelpro_backend.warmup import incontext
 
     with_kernel = [10.0, 10.1, 10.0, 10.2, 10.1, 10.0, 10.3, 10.0]
     without = [9.6, 9.7, 9.6, 9.8, 9.7, 9.6, 9.9, 9.6]
@@ -338,8 +338,8 @@ def test_the_lm_head_rewrite_is_judged_on_and_off_in_turns(tmp_path):
 
     import torch
 
-    from kernelpro_backend import incontext
     from kernelpro_backend.cache import KernelCache
+    from kernelpro_backend.warmup import incontext
 
     steps = _InTurns([[[6.0] * 8], [[10.0] * 8, [9.0] * 8]])
     steps.served = {}  # the step used no kernel: one variant in the first run
@@ -371,8 +371,8 @@ def test_the_lm_head_rewrite_goes_only_when_faster_without_it_in_most_rounds(
 
     import torch
 
-    from kernelpro_backend import incontext
     from kernelpro_backend.cache import KernelCache
+    from kernelpro_backend.warmup import incontext
 
     on_rounds = [5.89, 6.1, 6.0, 6.2, 5.95, 6.3, 5.9, 6.6]
     steps = _InTurns([[[6.0] * 8], [on_rounds, off_rounds]])
@@ -396,7 +396,7 @@ def test_no_peak_memory_is_judged_when_the_step_replays_cuda_graphs(monkeypatch,
     variants' peaks are not kept, and the memory rule has nothing to send kernels away for."""
     import torch
 
-    from kernelpro_backend import incontext_steps
+    from kernelpro_backend.warmup import incontext_steps
 
     monkeypatch.setattr(incontext_steps, "time_step", lambda *args: (10.0, 7))
     steps = incontext_steps.StepVariants(
@@ -407,7 +407,7 @@ def test_no_peak_memory_is_judged_when_the_step_replays_cuda_graphs(monkeypatch,
 
 
 def test_a_host_bound_step_gets_the_cuda_graphs_hint():
-    from kernelpro_backend.incontext import host_bound_line
+    from kernelpro_backend.warmup.incontext import host_bound_line
 
     line = host_bound_line((23.7, 24.3), graphed=False)  # GPT-2 small under kernelpro, H100
     assert line is not None and "launching it takes 23.7 of its 24.3 ms" in line
@@ -423,8 +423,8 @@ def test_the_check_reports_whether_the_step_it_keeps_is_host_bound(tmp_path, hos
     kernel lost, so the step without it)."""
     import torch
 
-    from kernelpro_backend import incontext
     from kernelpro_backend.cache import KernelCache
+    from kernelpro_backend.warmup import incontext
 
     steps = _InTurns([[[10.0] * 8, [9.6] * 8]])
     steps.host = {(frozenset(steps.served), False): host, (frozenset(), False): (1.0, 10.0)}
@@ -437,9 +437,9 @@ def test_the_check_reports_whether_the_step_it_keeps_is_host_bound(tmp_path, hos
 def test_under_cuda_graphs_the_report_says_so_after_its_verdicts(tmp_path, monkeypatch):
     import torch
 
-    from kernelpro_backend import incontext, incontext_steps
     from kernelpro_backend.bench import models
     from kernelpro_backend.cache import KernelCache
+    from kernelpro_backend.warmup import incontext, incontext_steps
 
     monkeypatch.setattr(incontext_steps, "time_step", lambda *args: (10.0, 0))
     model = models.LMHeadLoss(16, 50)
@@ -452,11 +452,11 @@ def test_under_cuda_graphs_the_report_says_so_after_its_verdicts(tmp_path, monke
 
 
 def test_the_check_times_its_rounds_with_nvcc_paused(monkeypatch):
-    """incontext_steps.time_rounds: the warm-up and launch-timing steps first (a first call may
-    compile), then the timed rounds inside the pause."""
+    """warmup/incontext_steps.time_rounds: the warm-up and launch-timing steps first (a first
+    call may compile), then the timed rounds inside the pause."""
     import contextlib
 
-    from kernelpro_backend import incontext_steps
+    from kernelpro_backend.warmup import incontext_steps
 
     events: list[str] = []
 

@@ -33,8 +33,8 @@ from typing import Any
 
 import torch
 
+from ..runtime.timing import host_bound
 from .incontext_steps import PAIRED_ROUNDS, OutOfTime, StepVariants
-from .runtime.timing import host_bound
 
 log = logging.getLogger("kernelpro")
 

@@ -16,8 +16,8 @@ from typing import Any
 
 import torch
 
-from .fx_passes import Subgraph
-from .rewrite.providers import Kernel, KernelProvider
+from ..fx_passes import Subgraph
+from ..rewrite.providers import Kernel, KernelProvider
 
 log = logging.getLogger("kernelpro")
 

@@ -6,7 +6,7 @@ import logging
 import time
 from types import SimpleNamespace
 
-from kernelpro_backend import warmup as warmup_module
+from kernelpro_backend.warmup import offline as warmup_module
 
 
 class _Builds:

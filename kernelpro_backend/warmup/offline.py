@@ -22,12 +22,12 @@ from typing import Any
 
 import torch
 
-from .backend import make_backend
-from .fx_passes import Subgraph
-from .fx_passes.patterns import check_pattern_names
-from .options import Options
-from .rewrite.providers import Kernel, KernelProvider
-from .warmup_rows import WarmupRow, _Recording
+from ..backend import make_backend
+from ..fx_passes import Subgraph
+from ..fx_passes.patterns import check_pattern_names
+from ..options import Options
+from ..rewrite.providers import Kernel, KernelProvider
+from .rows import WarmupRow, _Recording
 
 log = logging.getLogger("kernelpro")
 
@@ -89,7 +89,7 @@ def search_provider(options: dict[str, Any]) -> KernelProvider:
             "kernelpro warmup searches kernels on a CUDA GPU and none is visible here; "
             "run it on the machine (or the same GPU model) the model will train on"
         )
-    from .tuner import default_provider
+    from ..tuner import default_provider
 
     provider = default_provider(resolved)
     start = getattr(provider, "prestart", None)
@@ -168,7 +168,7 @@ def warmup(
             step(inputs, dynamic=None)
     _finish_builds(provider, recording.search_until)
     if release_workers and torch.cuda.is_available():
-        from .tuner.searcher import release_gpu_memory
+        from ..tuner.searcher import release_gpu_memory
 
         release_gpu_memory()
     context = (
@@ -193,8 +193,8 @@ def _check_context(
         return []
     if len(shapes) > 1 or ranks_agree:
         return ["in context: not checked (several shapes, or several ranks)"]
+    from ..tuner import default_provider
     from .incontext import check_in_context
-    from .tuner import default_provider
 
     finder = default_provider(Options.resolve(options={**opts, "search": "cache-only"}))
     if getattr(finder, "cache", None) is None:

@@ -22,12 +22,12 @@ from typing import Any
 
 import torch
 
-from .backend import make_backend
-from .fx_passes import Subgraph
-from .options import Options
-from .rewrite.providers import Kernel
-from .runtime.cuda.compile import nvcc_paused
-from .runtime.timing import launch_timing
+from ..backend import make_backend
+from ..fx_passes import Subgraph
+from ..options import Options
+from ..rewrite.providers import Kernel
+from ..runtime.cuda.compile import nvcc_paused
+from ..runtime.timing import launch_timing
 
 log = logging.getLogger("kernelpro")
 

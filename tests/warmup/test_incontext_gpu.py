@@ -7,10 +7,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from kernelpro_backend import incontext, incontext_steps
 from kernelpro_backend.backend import make_backend
 from kernelpro_backend.bench.workloads import WORKLOADS
 from kernelpro_backend.cache import KernelCache
+from kernelpro_backend.warmup import incontext, incontext_steps
 
 pytestmark = pytest.mark.gpu
 
