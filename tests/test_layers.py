@@ -42,8 +42,7 @@ RANKS = {
     "explain": 8,
     "warmup": 8,  # the offline warm-up, its rows, the in-context check of a step
     "examples": 8,
-    "demo": 9,
-    "bench": 9,
+    "bench": 9,  # workloads, side-by-side runs (the demo among them), reports
     "cli": 10,
     "__init__": 11,
 }

@@ -28,6 +28,6 @@ def _positive(text: str) -> int:
 
 
 def run_demo(args: argparse.Namespace) -> int:
-    from ..demo import run_demo as demo
+    from ..bench.demo import run_demo as demo
 
     return demo(steps=args.steps)

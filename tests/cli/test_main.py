@@ -74,7 +74,7 @@ def test_explain_bad_target():
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the CPU-only demo")
 def test_demo_on_cpu_says_search_needs_a_gpu_and_claims_no_speedup(capsys):
     """Without a GPU nothing is replaced, so the demo must not print a speedup for kernelpro."""
-    from kernelpro_backend.demo import run_demo
+    from kernelpro_backend.bench.demo import run_demo
 
     assert run_demo(steps=2) == 0  # 0: kernelpro's first loss matched eager's
     out = capsys.readouterr().out

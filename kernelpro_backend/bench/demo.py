@@ -15,9 +15,9 @@ from typing import Any
 
 import torch
 
-from . import examples
-from .backend import CompileSession, make_backend
-from .paths import shipped_cache_dir
+from .. import examples
+from ..backend import CompileSession, make_backend
+from ..paths import shipped_cache_dir
 
 
 def _step_fn(model: torch.nn.Module, compiled: Callable, x: torch.Tensor) -> Callable[[], float]:
