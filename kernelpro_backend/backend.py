@@ -35,9 +35,10 @@ from .ops import (
 from .options import Options
 from .rewrite.graph import RewriteReport, SubgraphObserver, rewrite_graph
 from .rewrite.guarded import ValueGuarded
-from .rewrite.judged import Clock, Judging, default_clock, graph_key
+from .rewrite.judged import Clock, Judging, compile_beside, default_clock, judge
 from .rewrite.providers import KernelProvider
 from .tuner import default_provider
+from .tuner.verdicts import graph_options_off, verdict_store
 
 log = logging.getLogger("kernelpro")
 
@@ -107,19 +108,7 @@ class CompileSession:
         if not self.options.in_context or clock is None:
             return None
 
-        def note(verdict: Any) -> None:
-            report.in_context = "kept" if verdict.keep else "dropped"
-            report.verdict = verdict.record()
-
-        key = graph_key(untouched.code, inputs, report.replaced)
-        judging = Judging(
-            key, report.replaced, _verdict_store(self.provider), clock, report.graph, note
-        )
-        report.in_context = "judging" if judging.known is None else (
-            "kept" if judging.known.get("keep", True) else "dropped"
-        )  # fmt: skip
-        report.verdict = judging.known
-        return judging
+        return judge(report, untouched.code, inputs, verdict_store(self.provider), clock)
 
 
 def _copy_graph(gm: fx.GraphModule) -> fx.GraphModule:
@@ -161,7 +150,7 @@ def _compile_inductor(
                 return compiled
             return judging.wrap(
                 compiled,
-                lambda: _compile_beside(lambda: compile_fx_inner(untouched, inputs, **kwargs)),
+                lambda: compile_beside(lambda: compile_fx_inner(untouched, inputs, **kwargs)),
             )
         except Exception as e:
             # A bug to report, with this log: the user's compile goes on without it.
@@ -187,26 +176,6 @@ def _compile_inductor(
         return compile_fx(  # type: ignore[return-value]
             gm, list(example_inputs), inner_compile=inner_compile, config_patches=patches or None
         )
-
-
-def _compile_beside(compile_graph: Callable[[], Any]) -> Any:
-    """A second compile of one graph in one AOTAutograd call (the fallback's own graph, to judge
-    the kernels' in context): Inductor reports each compile's output strides to AOTAutograd
-    through the tracing context, which takes one report. The first stays; the second must match
-    it, or the two graphs cannot stand in for each other."""
-    context = torch._guards.TracingContext.try_get()
-    strides: list[Any] | None = getattr(context, "output_strides", None)
-    if strides is None:
-        return compile_graph()
-    first = list(strides)
-    strides.clear()
-    try:
-        compiled = compile_graph()
-        if strides != first:
-            raise RuntimeError(f"output strides {list(strides)} against {first}")
-    finally:
-        strides[:] = first
-    return compiled
 
 
 def _warn_compile_failed(kind: str, report: RewriteReport, error: Exception) -> None:
@@ -266,30 +235,6 @@ def graph_fingerprint(gm: fx.GraphModule, example_inputs: Sequence[Any]) -> str:
     return hashlib.sha256(f"{gm.code}\n{metas}".encode()).hexdigest()[:32]
 
 
-def _verdict_store(provider: Any) -> Any:
-    """The cache's in-context verdicts (cache/context.py) behind `provider`, or None."""
-    cache = getattr(provider, "cache", None) or getattr(
-        getattr(provider, "inner", None), "cache", None
-    )
-    return getattr(cache, "context", None)
-
-
-def _context_verdicts(opts: Options, provider: Any, fingerprint: str) -> dict[str, Any]:
-    """The torch-level rewrites a warm-up measured slower on this very graph, as the options
-    that turn them off (cache/context.py); {} when none, or no cache to ask."""
-    store = _verdict_store(provider)
-    if store is None or opts.search == "off":
-        return {}
-    try:
-        off = store.graph_options(fingerprint)
-    except OSError as e:
-        log.warning("kernelpro: the warm-up's verdicts could not be read (%s); none applied", e)
-        return {}
-    if off:
-        log.info("kernelpro: this graph's warm-up measured it faster with %s", off)
-    return dict(off)
-
-
 def make_backend(
     provider: KernelProvider | ProviderFactory | None = None,
     observer: SubgraphObserver | None = None,
@@ -312,7 +257,7 @@ def make_backend(
             _warn_no_cuda_once()
         chosen = default_provider(opts, provider)
         fingerprint = graph_fingerprint(gm, example_inputs)
-        verdicts = _context_verdicts(opts, chosen, fingerprint)
+        verdicts = graph_options_off(opts, chosen, fingerprint)
         opts = dataclasses.replace(opts, **verdicts) if verdicts else opts
         session = CompileSession(opts, chosen, observer, clock)
         session.fingerprint, session.turned_off = fingerprint, verdicts

@@ -313,3 +313,47 @@ def default_clock(inputs: Sequence[Any]) -> Clock | None:
     are only installed on CUDA devices."""
     cuda = any(isinstance(x, torch.Tensor) and x.device.type == "cuda" for x in inputs)
     return DeviceClock() if cuda else None
+
+
+def judge(
+    report: Any,
+    code: str,
+    inputs: Sequence[Any],
+    store: VerdictStore | None,
+    clock: Clock,
+) -> Judging:
+    """The judgement of one rewritten graph (`report`: rewrite/graph.py's RewriteReport, whose
+    `in_context` and `verdict` it keeps current), keyed by the graph's code as the fallback
+    would compile it, its inputs and its kernels."""
+
+    def note(verdict: Verdict) -> None:
+        report.in_context = "kept" if verdict.keep else "dropped"
+        report.verdict = verdict.record()
+
+    key = graph_key(code, inputs, report.replaced)
+    judging = Judging(key, report.replaced, store, clock, report.graph, note)
+    report.in_context = "judging" if judging.known is None else (
+        "kept" if judging.known.get("keep", True) else "dropped"
+    )  # fmt: skip
+    report.verdict = judging.known
+    return judging
+
+
+def compile_beside(compile_graph: Callable[[], Any]) -> Any:
+    """A second compile of one graph in one AOTAutograd call (the fallback's own graph, to judge
+    the kernels' in context): Inductor reports each compile's output strides to AOTAutograd
+    through the tracing context, which takes one report. The first stays; the second must match
+    it, or the two graphs cannot stand in for each other."""
+    context = torch._guards.TracingContext.try_get()
+    strides: list[Any] | None = getattr(context, "output_strides", None)
+    if strides is None:
+        return compile_graph()
+    first = list(strides)
+    strides.clear()
+    try:
+        compiled = compile_graph()
+        if strides != first:
+            raise RuntimeError(f"output strides {list(strides)} against {first}")
+    finally:
+        strides[:] = first
+    return compiled
