@@ -35,7 +35,14 @@ from .ops import (
 from .options import Options
 from .rewrite.graph import RewriteReport, SubgraphObserver, rewrite_graph
 from .rewrite.guarded import ValueGuarded
-from .rewrite.judged import Clock, Judging, compile_beside, default_clock, judge
+from .rewrite.judged import (
+    Clock,
+    Judging,
+    compile_beside,
+    default_clock,
+    judge,
+    symbolic,
+)
 from .rewrite.providers import KernelProvider
 from .tuner import default_provider
 from .tuner.verdicts import graph_options_off, verdict_store
@@ -105,7 +112,7 @@ class CompileSession:
         """The in-context verdict for a graph whose rewrite installed kernels (rewrite/judged.py),
         or None where none is made (the option is off, or the graph is not on a CUDA device)."""
         clock = self.clock or default_clock(inputs)
-        if not self.options.in_context or clock is None:
+        if not self.options.in_context or clock is None or symbolic(inputs):
             return None
 
         return judge(report, untouched.code, inputs, verdict_store(self.provider), clock)

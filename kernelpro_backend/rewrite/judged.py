@@ -308,6 +308,17 @@ class Judging:
             self._store.set_judged(self.key, record)
 
 
+def symbolic(inputs: Sequence[Any]) -> bool:
+    """Whether a graph's inputs have symbolic sizes: its calls then come at different sizes, and
+    two calls' times say nothing of the two variants (each size's kernel was proved and timed
+    at that size behind its shape dispatcher, rewrite/dispatch.py)."""
+    return any(
+        isinstance(x, torch.SymInt)
+        or (isinstance(x, torch.Tensor) and any(isinstance(d, torch.SymInt) for d in x.shape))
+        for x in inputs
+    )
+
+
 def default_clock(inputs: Sequence[Any]) -> Clock | None:
     """Device events for a graph with CUDA inputs; None (no judgement) for any other: kernels
     are only installed on CUDA devices."""

@@ -17,6 +17,7 @@ from kernelpro_backend.rewrite.judged import (
     JudgedGraph,
     decide,
     graph_key,
+    symbolic,
 )
 from kernelpro_backend.rewrite.providers import CallableKernel
 
@@ -227,3 +228,17 @@ def test_inductor_training_judges_forward_and_backward(tmp_path):
     assert {r.graph for r in judged} == {"forward", "backward"}
     assert all(r.in_context == "dropped" for r in judged)
     assert len([k for k in context._load() if k.startswith("judged:")]) == 2
+
+
+def test_a_graph_with_symbolic_sizes_is_not_judged(tmp_path):
+    """Its calls come at different sizes: two calls' times compare nothing."""
+    provider = Scaled(ContextVerdicts(tmp_path / "context.json"))
+    sessions: list = []
+    backend = make_backend(provider=provider, sessions=sessions, clock=FakeClock())
+    compiled = torch.compile(Model(), backend=backend, options={"fallback": "eager"}, dynamic=True)
+    with torch.no_grad():
+        for n in (8, 12, 8):
+            x = torch.randn(n, 16)
+            torch.testing.assert_close(compiled(x), Model()(x))
+    assert sessions and all(r.in_context == "" for s in sessions for r in s.reports)
+    assert not symbolic([torch.randn(2)])
