@@ -6,10 +6,19 @@ from __future__ import annotations
 
 import logging
 
+import pytest
 import torch
 import torch.nn.functional as F
 
 from kernelpro_backend.explain import GraphBreak, explain_model, format_breaks, format_notes
+from kernelpro_backend.fx_passes import linear_ce_rewrite
+
+
+@pytest.fixture(autouse=True)
+def _fuse_any_width(monkeypatch):
+    """The kept-logits loss at these tests' small vocabularies (the rewrite's width gate,
+    FUSED_MIN_COLUMNS, is measured at real ones)."""
+    monkeypatch.setattr(linear_ce_rewrite, "FUSED_MIN_COLUMNS", 0)
 
 
 class Breaks(torch.nn.Module):

@@ -217,8 +217,27 @@ def _rewrite_one(
     if why_not is None:
         _chunked(graph, ce, chain, target, ignore, reduction, gemm)
         return "kernelpro::linear_cross_entropy (chunked: no logits)", None
+    columns = _columns(chain.source)
+    if columns < FUSED_MIN_COLUMNS:
+        return None, (
+            f"{why_not}, and its {columns} columns are fewer than {FUSED_MIN_COLUMNS}, where "
+            "Inductor's own loss is faster than kernelpro::cross_entropy"
+        )
     _fused(graph, ce, chain, target, ignore, reduction)
     return f"the linear, then kernelpro::cross_entropy ({why_not})", None
+
+
+# kernelpro::cross_entropy on kept bf16 logits, forward + backward against Inductor's compiled
+# F.cross_entropy(logits.float()) (one H100, 2026-12-06, BENCHMARKS.md "Loss on kept logits"):
+# 0.83x at 8192 x 32000, 0.79x at 1337 x 50257, 1.82x at 8192 x 128256 (at the DRAM roof).
+# Its row kernels are not tuned for narrower rows yet: below this width the rewrite leaves the
+# loss to the fallback.
+FUSED_MIN_COLUMNS = 65536
+
+
+def _columns(logits: fx.Node) -> int:
+    value = example_value(logits)
+    return int(value.shape[-1]) if isinstance(value, torch.Tensor) and value.dim() else 0
 
 
 def _chunked(

@@ -13,11 +13,19 @@ import kernelpro_backend.ops.cross_entropy as cross_entropy_op
 import kernelpro_backend.ops.linear_ce as linear_ce_op
 from kernelpro_backend import make_backend
 from kernelpro_backend.bench import models
+from kernelpro_backend.fx_passes import linear_ce_rewrite
 from kernelpro_backend.fx_passes.linear_ce_rewrite import rewrite_linear_cross_entropy
 from kernelpro_backend.fx_passes.torch_level import ChainNote
 from kernelpro_backend.rewrite.providers import NullProvider
 
 D, V = 16, 50
+
+
+@pytest.fixture(autouse=True)
+def _fuse_any_width(monkeypatch):
+    """The kept-logits loss at these tests' small vocabularies (the rewrite's width gate,
+    FUSED_MIN_COLUMNS, is measured at real ones)."""
+    monkeypatch.setattr(linear_ce_rewrite, "FUSED_MIN_COLUMNS", 0)
 
 
 class Head(torch.nn.Module):
@@ -289,3 +297,14 @@ def test_under_autocast_the_ops_compute_as_autocast_does(spelling, monkeypatch):
         assert got.dtype == want.dtype == torch.float32
         assert (got - want).norm() <= 2 * eps * want.norm()
     assert sessions[0].rewrites["linear_cross_entropy"] == 1
+
+
+def test_kept_logits_narrower_than_the_gate_keep_inductors_loss(monkeypatch):
+    """Below FUSED_MIN_COLUMNS (measured: kernelpro::cross_entropy 0.79-0.83x of Inductor at
+    32000-50257 columns) the chain is left as written, with the width in its reason."""
+    monkeypatch.setattr(linear_ce_rewrite, "FUSED_MIN_COLUMNS", V + 1)
+    for spelling in FUSED:
+        (got,) = _notes(Head(spelling), spelling)
+        assert got.made is None and f"{V} columns are fewer than {V + 1}" in got.reason
+    (chunked,) = _notes(Head("nanogpt"), "nanogpt")  # no logits kept: no gate
+    assert chunked.made is not None
