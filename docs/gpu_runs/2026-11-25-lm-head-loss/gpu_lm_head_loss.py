@@ -1,7 +1,7 @@
 """LM head + cross-entropy training step on the GPU (8192 tokens x 1024 -> 32000, bf16): eager,
 Inductor and kernelpro with the chunked linear+cross-entropy rewrite; step time and peak memory,
 each mode twice. `--variants` also times the fused op's chunk sizes
-(kernelpro_backend.linear_ce_op.CHUNK_ELEMENTS) before a last Inductor run, and `--profile`
+(kernelpro_backend.ops.linear_ce.CHUNK_ELEMENTS) before a last Inductor run, and `--profile`
 prints the CUDA kernels of one step per mode (and writes its trace under $OUT).
 
 PYTHONPATH=.:docs/gpu_runs/common python docs/gpu_runs/2026-11-25-lm-head-loss/gpu_lm_head_loss.py [--variants [--chunks 27 28] [--rounds 3]]
@@ -17,7 +17,7 @@ import time
 import torch
 from scripts_common import measure_step
 
-import kernelpro_backend.linear_ce_op as op
+import kernelpro_backend.ops.linear_ce as op
 from kernelpro_backend import make_backend
 from kernelpro_backend.bench import models
 

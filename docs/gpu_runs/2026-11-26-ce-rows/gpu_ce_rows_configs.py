@@ -21,7 +21,7 @@ import torch
 import torch.nn.functional as F
 from triton.testing import do_bench
 
-from kernelpro_backend.linear_ce_rows import REREAD_HINTS, _kernel
+from kernelpro_backend.ops.linear_ce_rows import REREAD_HINTS, _kernel
 
 SHAPES = ((2097, 32000), (8192, 32000), (1337, 50257), (523, 128256))
 

@@ -16,7 +16,7 @@ import triton
 import triton.language as tl
 from triton.testing import do_bench
 
-from kernelpro_backend.linear_ce_rows import REREAD_HINTS, _kernel, rows_aten
+from kernelpro_backend.ops.linear_ce_rows import REREAD_HINTS, _kernel, rows_aten
 
 
 @triton.jit

@@ -14,8 +14,8 @@ import functools
 import torch
 from triton.testing import do_bench
 
-from kernelpro_backend import linear_ce_rows_cuda as cuda_rows
-from kernelpro_backend.linear_ce_rows import REREAD_HINTS, _kernel, rows_aten
+from kernelpro_backend.ops import linear_ce_rows_cuda as cuda_rows
+from kernelpro_backend.ops.linear_ce_rows import REREAD_HINTS, _kernel, rows_aten
 
 SHAPES = ("4194x32000", "3998x32000", "2048x32000", "2605x50304", "2048x65536")
 

@@ -23,9 +23,9 @@ from scripts_common import ACTIVATIONS, median_ms
 
 from kernelpro_backend.bench.gemm_sweep import gemm_subgraph
 from kernelpro_backend.codegen import build
-from kernelpro_backend.codegen.template_cutlass import ENTRY_POINTS, CutlassGemm
+from kernelpro_backend.codegen.templates.cutlass import ENTRY_POINTS, CutlassGemm
 from kernelpro_backend.lowering import lower
-from kernelpro_backend.runtime.cuda_host import HostGemm, compile_library
+from kernelpro_backend.runtime.cuda.host import HostGemm, compile_library
 
 # (name, M, K, N, activation, bias, residual)
 CASES = [

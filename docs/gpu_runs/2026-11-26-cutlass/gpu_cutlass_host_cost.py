@@ -21,7 +21,7 @@ from kernelpro_backend.codegen import build
 from kernelpro_backend.codegen.cutlass_match import cutlass_specs
 from kernelpro_backend.lowering import lower
 from kernelpro_backend.paths import CacheLayout
-from kernelpro_backend.runtime.cuda_host import use_library_dir
+from kernelpro_backend.runtime.cuda.host import use_library_dir
 from kernelpro_backend.tuner.cutlass_builds import CutlassBuilds
 
 CALLS = 2000

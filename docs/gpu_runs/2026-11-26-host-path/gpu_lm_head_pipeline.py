@@ -23,7 +23,7 @@ from collections.abc import Callable
 import torch
 from triton.testing import do_bench
 
-import kernelpro_backend.linear_ce_op as op
+import kernelpro_backend.ops.linear_ce as op
 from kernelpro_backend.bench import modes, runner, workloads
 from kernelpro_backend.bench.trace_gaps import gaps
 

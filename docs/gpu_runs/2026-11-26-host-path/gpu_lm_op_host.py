@@ -19,10 +19,10 @@ import torch
 import torch.nn.functional as F
 from scripts_common import mode_step
 
-from kernelpro_backend import linear_ce_op as op
-from kernelpro_backend import linear_ce_rows_cuda as cuda_rows
 from kernelpro_backend.bench.workloads import WORKLOADS
-from kernelpro_backend.linear_ce_rows import REREAD_HINTS, _kernel, cross_entropy_rows, finish
+from kernelpro_backend.ops import linear_ce as op
+from kernelpro_backend.ops import linear_ce_rows_cuda as cuda_rows
+from kernelpro_backend.ops.linear_ce_rows import REREAD_HINTS, _kernel, cross_entropy_rows, finish
 
 
 def host_us(fn: Callable[[], object], calls: int = 300) -> float:

@@ -16,7 +16,7 @@ from collections.abc import Callable
 import torch
 import torch.nn.functional as F
 
-from kernelpro_backend.linear_ce_rows import cross_entropy_rows
+from kernelpro_backend.ops.linear_ce_rows import cross_entropy_rows
 
 
 def host_us(fn: Callable[[], object], pre: Callable[[], object] | None = None, n: int = 30) -> str:

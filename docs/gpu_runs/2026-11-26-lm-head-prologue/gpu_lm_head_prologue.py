@@ -22,7 +22,7 @@ import triton.language as tl
 from grouped_order import grouped_tile
 from scripts_common import median_ms
 
-from kernelpro_backend.linear_ce_rows import cross_entropy_rows
+from kernelpro_backend.ops.linear_ce_rows import cross_entropy_rows
 
 
 @triton.jit

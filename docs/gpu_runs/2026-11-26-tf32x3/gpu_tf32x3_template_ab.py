@@ -17,7 +17,7 @@ import sys
 
 from tf32x3_common import measure, named_case, report
 
-import kernelpro_backend.codegen.template_tf32x3 as t3
+import kernelpro_backend.codegen.templates.tf32x3 as t3
 from kernelpro_backend.codegen import build
 
 STAGES = t3.STAGES  # the template's own depth

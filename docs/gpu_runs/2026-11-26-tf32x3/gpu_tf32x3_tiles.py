@@ -13,7 +13,7 @@ import sys
 
 from tf32x3_common import gemm_case, measure, report
 
-import kernelpro_backend.codegen.template_tf32x3 as t3
+import kernelpro_backend.codegen.templates.tf32x3 as t3
 from kernelpro_backend.codegen import build
 
 # (BLOCK_M, BLOCK_N, BLOCK_K, warps, stages); the first is the template's own

@@ -16,10 +16,10 @@ from collections.abc import Callable
 
 import torch
 
-from kernelpro_backend import linear_ce_op  # noqa: F401  (registers the ops)
-from kernelpro_backend import linear_ce_rows_cuda as rows_cuda
 from kernelpro_backend.bench.modes import ensure_kernelpro_registered, make_modes
 from kernelpro_backend.bench.workloads import WORKLOADS
+from kernelpro_backend.ops import linear_ce as linear_ce_op  # noqa: F401  (registers the ops)
+from kernelpro_backend.ops import linear_ce_rows_cuda as rows_cuda
 
 _COUNTER = rows_cuda.counter
 VARIANTS = ("old", "new", "inner")

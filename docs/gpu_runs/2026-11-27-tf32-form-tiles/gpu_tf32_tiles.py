@@ -44,7 +44,7 @@ def run(text: str) -> dict:
     from kernelpro_backend.bench.gemm_sweep import gemm_subgraph
     from kernelpro_backend.codegen import alternatives
     from kernelpro_backend.codegen.spec import RenderedKernel
-    from kernelpro_backend.codegen.template_tf32 import render_tf32
+    from kernelpro_backend.codegen.templates.tf32 import render_tf32
     from kernelpro_backend.lowering import lower
     from kernelpro_backend.runtime.spec_kernel import build_kernel
 
