@@ -82,6 +82,9 @@ class CompileSession:
         self.provider = provider
         self.observer = observer
         self.clock = clock  # times the in-context verdicts (None: CUDA events on CUDA graphs)
+        # Inductor replays the graphs as CUDA graphs (cuda_graphs, mode="reduce-overhead"): no
+        # in-context verdict, which would record both variants' graphs (not checked on a GPU)
+        self.replayed = False
         self.reports: list[RewriteReport] = []
         self.fingerprint = ""  # the dynamo graph's (graph_fingerprint), before any rewrite
         self.rewrites: dict[str, int] = {}  # torch-level rewrites made: name -> chains
@@ -112,7 +115,7 @@ class CompileSession:
         """The in-context verdict for a graph whose rewrite installed kernels (rewrite/judged.py),
         or None where none is made (the option is off, or the graph is not on a CUDA device)."""
         clock = self.clock or default_clock(inputs)
-        if not self.options.in_context or clock is None or symbolic(inputs):
+        if not self.options.in_context or clock is None or symbolic(inputs) or self.replayed:
             return None
 
         return judge(report, untouched.code, inputs, verdict_store(self.provider), clock)
@@ -177,6 +180,7 @@ def _compile_inductor(
     patches = dict(list_mode_options(mode)) if mode and mode != "default" else {}
     if session.options.cuda_graphs:
         patches["triton.cudagraphs"] = True
+    session.replayed = bool(patches.get("triton.cudagraphs"))
     # AOTAutograd's cache would hand back a compiled graph without calling inner_compile, so the
     # rewrite (and the kernel registry it fills) would be skipped: keep it off for our graphs.
     with torch._functorch.config.patch(enable_autograd_cache=False):

@@ -242,3 +242,18 @@ def test_a_graph_with_symbolic_sizes_is_not_judged(tmp_path):
             torch.testing.assert_close(compiled(x), Model()(x))
     assert sessions and all(r.in_context == "" for s in sessions for r in s.reports)
     assert not symbolic([torch.randn(2)])
+
+
+def test_graphs_replayed_as_cuda_graphs_are_not_judged(tmp_path):
+    """Under Inductor's CUDA graphs (mode="reduce-overhead", cuda_graphs) both variants would
+    be recorded: no verdict is made there."""
+    provider = Scaled(ContextVerdicts(tmp_path / "context.json"))
+    sessions: list = []
+    backend = make_backend(provider=provider, sessions=sessions, clock=FakeClock())
+    compiled = torch.compile(Model(), backend=backend, options={"cuda_graphs": True})
+    x = torch.randn(8, 16)
+    with torch.no_grad():
+        torch.testing.assert_close(compiled(x), Model()(x))
+    reports = [r for s in sessions for r in s.reports if r.replaced]
+    assert reports and all(r.in_context == "" for r in reports)
+    assert all(s.replayed for s in sessions)
