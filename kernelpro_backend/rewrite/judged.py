@@ -236,15 +236,18 @@ class VerdictStore(Protocol):
 
 def graph_key(code: str, inputs: Sequence[Any], kernels: Sequence[str]) -> str:
     """The identity of one aten graph with one set of kernels, across processes: its code as
-    the fallback would compile it, its inputs' shapes, strides, dtypes and devices, and the
-    kernels' ids (a new kernel for one of its subgraphs is judged again)."""
+    the fallback would compile it, its inputs' shapes, strides, dtypes and devices, the GPU
+    model it runs on (a cache directory shared by two machines), and the kernels' ids (a new
+    kernel for one of its subgraphs is judged again)."""
     metas = [
         (tuple(map(str, x.shape)), tuple(map(str, x.stride())), str(x.dtype), x.device.type)
         if isinstance(x, torch.Tensor)
         else type(x).__name__
         for x in inputs
     ]
-    text = f"{code}\n{metas}\n{sorted(kernels)}"
+    cuda = [x.device for x in inputs if isinstance(x, torch.Tensor) and x.device.type == "cuda"]
+    gpu = torch.cuda.get_device_name(cuda[0]) if cuda else ""
+    text = f"{code}\n{metas}\n{gpu}\n{sorted(kernels)}"
     return hashlib.sha256(text.encode()).hexdigest()[:32]
 
 
