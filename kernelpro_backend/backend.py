@@ -82,9 +82,7 @@ class CompileSession:
         self.provider = provider
         self.observer = observer
         self.clock = clock  # times the in-context verdicts (None: CUDA events on CUDA graphs)
-        # Inductor replays the graphs as CUDA graphs (cuda_graphs, mode="reduce-overhead"): no
-        # in-context verdict, which would record both variants' graphs (not checked on a GPU)
-        self.replayed = False
+        self.replayed = False  # replayed as CUDA graphs: no verdict (both would be recorded)
         self.reports: list[RewriteReport] = []
         self.fingerprint = ""  # the dynamo graph's (graph_fingerprint), before any rewrite
         self.rewrites: dict[str, int] = {}  # torch-level rewrites made: name -> chains
@@ -113,11 +111,10 @@ class CompileSession:
         self, untouched: fx.GraphModule, inputs: Sequence[Any], report: RewriteReport
     ) -> Judging | None:
         """The in-context verdict for a graph whose rewrite installed kernels (rewrite/judged.py),
-        or None where none is made (the option is off, or the graph is not on a CUDA device)."""
+        or None where none is made (option off, no CUDA inputs, symbolic sizes, CUDA graphs)."""
         clock = self.clock or default_clock(inputs)
         if not self.options.in_context or clock is None or symbolic(inputs) or self.replayed:
             return None
-
         return judge(report, untouched.code, inputs, verdict_store(self.provider), clock)
 
 
