@@ -22,11 +22,11 @@ from typing import Any
 import torch
 import torch.fx as fx
 
-from .fx_passes.attention_rewrite import rewrite_attention
 from .fx_passes.causal_mask import lower_triangular
-from .fx_passes.linear_ce_rewrite import drop_autograd_kernel, rewrite_linear_cross_entropy
+from .fx_passes.linear_ce_rewrite import drop_autograd_kernel
 from .fx_passes.patterns import check_pattern_names
-from .fx_passes.torch_level import ChainNote, input_name
+from .fx_passes.torch_level import input_name
+from .fx_passes.torch_rewrites import placeholder_values, placeholders, torch_rewrites
 from .ops import (
     cross_entropy,  # noqa: F401  (registers kernelpro::cross_entropy)
     cutlass_gemm,  # noqa: F401  (registers kernelpro::cutlass_gemm)
@@ -311,36 +311,6 @@ def make_backend(
     return backend
 
 
-def torch_rewrites(
-    gm: fx.GraphModule,
-    opts: Options,
-    values: Mapping[fx.Node, Any] | None = None,
-    relied: list[fx.Node] | None = None,
-    notes: list[ChainNote] | None = None,
-) -> dict[str, int]:
-    """The torch-level rewrites the options allow, made on a Dynamo graph in place (before
-    AOTAutograd), in the order a compile makes them: {rewrite: how many}. With the
-    placeholders' compile-time `values`, a rewrite may rely on them (a buffer holding a causal
-    mask); it names those placeholders in `relied`, whose values the caller must guard.
-    `notes` collects each candidate chain, made or refused with its reason (explain)."""
-    made = {}
-    if opts.rewrite_attention:
-        made["attention"] = rewrite_attention(gm, values, relied, notes)
-    if opts.rewrite_linear_cross_entropy:
-        made["linear_cross_entropy"] = rewrite_linear_cross_entropy(gm, notes)
-    return made
-
-
-def _placeholders(gm: fx.GraphModule) -> list[fx.Node]:
-    return [n for n in gm.graph.nodes if n.op == "placeholder"]
-
-
-def placeholder_values(gm: fx.GraphModule, example_inputs: Sequence[Any]) -> dict[fx.Node, Any]:
-    """Each placeholder of a Dynamo graph with the input the backend was given for it (what
-    `torch_rewrites` may rely on)."""
-    return dict(zip(_placeholders(gm), example_inputs, strict=False))
-
-
 def _value_guarded(
     compiled: Callable[..., Any],
     gm: fx.GraphModule,
@@ -353,7 +323,7 @@ def _value_guarded(
     """`compiled`, called only while the inputs a rewrite relied on hold their values; else
     the graph as rewritten without relying on any value (compiled when first needed, with the
     first compile's options and provider)."""
-    index = {node: i for i, node in enumerate(_placeholders(gm))}
+    index = {node: i for i, node in enumerate(placeholders(gm))}
     fresh = _graph_copy(original)
 
     def recompile() -> Callable[..., Any]:

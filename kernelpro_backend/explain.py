@@ -22,9 +22,10 @@ from typing import Any
 import torch
 
 from . import text_table
-from .backend import make_backend, placeholder_values, torch_rewrites
+from .backend import make_backend
 from .fx_passes import Subgraph
 from .fx_passes.torch_level import ChainNote, input_name
+from .fx_passes.torch_rewrites import placeholder_values, torch_rewrites
 from .options import Options
 
 log = logging.getLogger("kernelpro")
@@ -213,6 +214,8 @@ def explain(
 # What each torch-level rewrite turns into, for the explain printout.
 REWRITES = {
     "attention": "hand-written attention (matmul, scale, mask, softmax, matmul) -> SDPA",
+    "attention_mask": "an SDPA mask built from positions alone (a constant) -> no mask when it "
+    "attends everywhere, `is_causal=True` when causal",
     "linear_cross_entropy": "an LM head and its cross-entropy -> one chunked op that never "
     "writes the whole logits, or (logits kept) a cross-entropy op that reads them once",
 }
