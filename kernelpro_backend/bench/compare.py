@@ -15,7 +15,7 @@ cuDNN runs with another TF32 algorithm (PyTorch's default allows TF32 convs), is
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 
 import torch
 import torch.utils._pytree as pytree
@@ -74,15 +74,25 @@ class Comparison:
         return "; ".join(m.describe() for m in self.mismatches[:3])
 
 
+ERROR_CHUNK = 2**26  # elements per float64 slice: a few 512 MiB temporaries, not the whole output's
+
+
+def _diffs(a: torch.Tensor, b: torch.Tensor) -> Iterator[torch.Tensor]:
+    """|a - b| in float64, one slice at a time (a vocabulary-wide logits tensor is 10 GiB in
+    float64)."""
+    x, y = a.reshape(-1), b.reshape(-1)
+    for i in range(0, x.numel(), ERROR_CHUNK):
+        yield (x[i : i + ERROR_CHUNK].double() - y[i : i + ERROR_CHUNK].double()).abs()
+
+
 def _rmse(a: torch.Tensor, b: torch.Tensor) -> float:
-    return float((a.double() - b.double()).pow(2).mean().sqrt()) if a.numel() else 0.0
+    if not a.numel():
+        return 0.0
+    return (sum(float(d.square().sum()) for d in _diffs(a, b)) / a.numel()) ** 0.5
 
 
 def _max_err(a: torch.Tensor, b: torch.Tensor) -> float:
-    return float((a.double() - b.double()).abs().max()) if a.numel() else 0.0
-
-
-ERROR_CHUNK = 2**26  # elements per float64 slice: a few 512 MiB temporaries, not the whole output's
+    return max(float(d.max()) for d in _diffs(a, b)) if a.numel() else 0.0
 
 
 def _errors(actual: torch.Tensor, expected: torch.Tensor) -> tuple[float, float]:

@@ -95,16 +95,35 @@ def fp64_reference(workload: Workload) -> dict[str, torch.Tensor]:
     return _run_eagerly(workload, model, inputs)
 
 
+def fp32_reference(workload: Workload) -> dict[str, torch.Tensor] | None:
+    """The step without its autocast (a corpus step's `autocast` attribute; its weights are
+    float32 already), or None for a step that has none: a reference far finer than a bf16
+    step's, where the float64 one does not fit."""
+    model = workload.fresh_model()
+    if getattr(model, "autocast", None) is None:
+        return None
+    model.autocast = None
+    return _run_eagerly(workload, model, workload.inputs)
+
+
 def _fp64_or_none(workload: Workload) -> tuple[dict[str, torch.Tensor] | None, str]:
     """The float64 reference, or (None, why) when it does not fit the device: a whole
     library model's step in float64 (SDPA's math path materialising every attention matrix)
-    can need 100+ GiB; the modes are then checked against eager alone."""
+    can need 100+ GiB. A step under autocast is then checked against its float32 run (the
+    same rule: no less accurate than eager against it); others against eager alone."""
     try:
         return fp64_reference(workload), ""
     except torch.OutOfMemoryError as e:
         log.warning("%s: the float64 reference does not fit (%s)", workload.name, str(e)[:200])
         _release(workload.device)
-        return None, " (no float64 reference: out of memory)"
+    try:
+        fp32 = fp32_reference(workload)
+    except torch.OutOfMemoryError:
+        fp32 = None
+        _release(workload.device)
+    if fp32 is not None:
+        return fp32, " (reference: the step in float32 without autocast; float64 did not fit)"
+    return None, " (no float64 reference: out of memory)"
 
 
 def prepare_mode(
