@@ -48,8 +48,11 @@ _CASES = {  # name: (fn, shapes, what is padded)
     # batched, every dim odd, M odd on a row-major A (left as it is)
     "bmm": (lambda a, b: (torch.bmm(a, b),), [(3, 5, 13), (3, 13, 7)], (5, 8, 16)),
     # a bias (an epilogue load) and an activation, N odd
-    "bias": (lambda x, w, b: (torch.relu(F.linear(x, w, b)) * 0.5,),
-             [(6, 16), (31, 16), (31,)], (6, 32, 16)),  # fmt: skip
+    "bias": (
+        lambda x, w, b: (torch.relu(F.linear(x, w, b)) * 0.5,),
+        [(6, 16), (31, 16), (31,)],
+        (6, 32, 16),
+    ),  # fmt: skip
 }
 
 
@@ -142,3 +145,64 @@ def test_the_search_measures_the_padded_candidate_and_logs_its_win(tmp_path):
     events = [json.loads(line) for line in log.read_text().splitlines()]
     (won,) = [e for e in events if e.get("id") == events[-1]["winner"]]
     assert won["candidate"]["note"] == "gemm_padded: pads N 1001->1008; copies B"
+
+
+class _PaddedProvider:
+    """Every GEMM subgraph that gets a padded candidate runs it (as a search it won would)."""
+
+    def __init__(self):
+        self.replaced, self.calls = [], 0
+
+    def find(self, subgraph):
+        if subgraph.kind != "gemm":
+            return None
+        found = _padded(lower(subgraph))
+        if not found:
+            return None
+        self.replaced.append((subgraph.graph, found[0]))
+        kernel = build_kernel(found[0])
+
+        def run(*inputs):
+            self.calls += 1
+            return kernel(*inputs)
+
+        run.name = kernel.name  # a plain callable: it runs behind kernelpro::launch
+        return run
+
+
+def test_an_lm_head_trains_like_eager_with_its_three_gemms_padded():
+    # forward x @ W^T (N odd), dgrad dY @ W (K odd), wgrad dY^T @ X (M odd), under autocast
+    from kernelpro_backend import make_backend
+
+    class Head(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.proj = torch.nn.Linear(16, 1001, bias=False)
+
+        def forward(self, x):
+            with torch.autocast("cpu", dtype=BF16):
+                return self.proj(x)
+
+    torch.manual_seed(0)
+    ref, model = Head(), Head()
+    model.load_state_dict(ref.state_dict())
+    x, g = torch.randn(2, 8, 16, dtype=BF16), torch.randn(2, 8, 1001, dtype=BF16)
+    provider = _PaddedProvider()
+    torch._dynamo.reset()
+    fn = torch.compile(model, backend=make_backend(provider), options={"fallback": "eager"})
+    outs = []
+    for m, f in ((ref, ref), (model, fn)):
+        xi = x.clone().requires_grad_()
+        y = f(xi)
+        y.backward(g)
+        outs.append((y, xi.grad, m.proj.weight.grad))
+    notes = sorted((graph, padded_plan(s).note()) for graph, s in provider.replaced)
+    assert notes == [
+        ("backward", "pads K 1001->1008; copies A+B"),
+        ("backward", "pads M 1001->1008; copies A"),
+        ("forward", "pads N 1001->1008; copies B"),
+    ]
+    assert provider.calls == 3  # each ran once, in place of its subgraph
+    for got, want in zip(outs[1], outs[0], strict=True):
+        assert got.dtype == want.dtype and got.stride() == want.stride()
+        torch.testing.assert_close(got.float(), want.float(), rtol=1.6e-2, atol=1.6e-2)
