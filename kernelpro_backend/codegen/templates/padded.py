@@ -23,7 +23,9 @@ through masks) and the fallback; it wins only where it is faster.
 Offered only where something is unaligned (`padded_problem` says why not otherwise), for
 16-bit operands, and float32 ones under the tf32 policy (the library's fast float32 GEMM is a
 TF32 one; an IEEE float32 GEMM runs on FMA units, where alignment matters little).
-Runs behind kernelpro::launch (library calls are not Triton launches; not inlined).
+Runs behind kernelpro::launch (library calls are not Triton launches; not inlined). An entry
+from outside is admitted only through its spec, re-rendered here (tuner/admit.py): as free
+source the grammar refuses its torch calls.
 
 Owns: `ALIGN_BYTES`, `PaddedPlan` / `padded_plan(spec)`, `padded_problem(spec)`,
 `spec_note(spec)` (the padding, for the search log) and `render_padded(spec)`.

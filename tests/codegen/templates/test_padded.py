@@ -126,11 +126,13 @@ class _FastPadded:
 
 
 def test_the_search_measures_the_padded_candidate_and_logs_its_win(tmp_path):
+    from kernelpro_backend.explain import templates_of
     from kernelpro_backend.search import Budget, codegen_space, optimize
 
     x, w = torch.randn(2, 4, 16, dtype=BF16), torch.randn(1001, 16, dtype=BF16)
     sg, _ = _seed(lambda x, w: (F.linear(x, w),), x, w)
     assert "gemm_padded" in [c.template for c in codegen_space().initial(sg)]
+    assert "gemm_padded" in templates_of(sg)  # `kernelpro explain` lists it as a candidate
     measurer, log = _FastPadded(), tmp_path / "search.jsonl"
     outcome = optimize(
         sg,
