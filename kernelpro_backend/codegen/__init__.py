@@ -3,7 +3,7 @@
 Public API: `KernelSpec`, `RenderedKernel`, `IllegalSpec`, `Unsupported`, `KnobRole`,
 `knob_roles(spec)`, `knob_space(spec)`, `render(spec)`, `build(spec)`, `alternatives(seed)`,
 `seed_configs(seed)`,
-`host_surcharge_ms(spec, gpu_ms)`.
+`host_surcharge_ms(spec, gpu_ms)`, `spec_note(spec)`.
 Must not: read fx graphs (lowering/ turns a subgraph into a `KernelSpec` and imports this
 package, never the other way), measure, search or cache (runtime/, search/ and cache own those).
 """
@@ -15,6 +15,7 @@ from .errors import IllegalSpec, Unsupported
 from .knobs import KnobRole, knob_roles, knob_space
 from .render import render
 from .spec import CUDA_TEMPLATES, KernelSpec, RenderedKernel
+from .templates.padded import spec_note
 
 __all__ = [
     "CUDA_TEMPLATES",
@@ -31,4 +32,5 @@ __all__ = [
     "knob_space",
     "render",
     "seed_configs",
+    "spec_note",
 ]

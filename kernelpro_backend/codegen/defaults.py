@@ -37,7 +37,13 @@ def default_knobs(spec: KernelSpec) -> tuple[tuple[str, KnobValue], ...]:
         )
     elif spec.template == "attention_backward":
         return _default_attention_backward(spec)
-    elif spec.template in ("row_cluster", "row_split", "gemm_library", "gemm_cutlass"):
+    elif spec.template in (
+        "row_cluster",
+        "row_split",
+        "gemm_library",
+        "gemm_padded",
+        "gemm_cutlass",
+    ):
         raise IllegalSpec(f"a {spec.template} spec comes from alternatives(seed), with its knobs")
     else:
         rows, cols = rows_cols(spec)
@@ -148,10 +154,24 @@ def _library_alternatives(seed: KernelSpec) -> list[KernelSpec]:
     return [dataclasses.replace(seed, template="gemm_library", knobs=())]
 
 
+def _padded_alternatives(seed: KernelSpec) -> list[KernelSpec]:
+    """A GEMM that breaks 16-byte alignment (an LM head's vocabulary of 50257) as the
+    library's aligned GEMM on zero-padded operands (templates/padded.py); none where it is
+    aligned or its epilogue has no torch form there."""
+    from .templates.padded import padded_problem
+
+    why = padded_problem(seed)
+    if why is not None:
+        log.debug("no gemm_padded alternative for %s: %s", seed.pattern, why)
+        return []
+    return [dataclasses.replace(seed, template="gemm_padded", knobs=())]
+
+
 def alternatives(seed: KernelSpec) -> list[KernelSpec]:
     """Other templates for the same program, each at its default knobs: the search measures
     them beside the seed. A GEMM with a bias + ReLU epilogue may run as cuBLASLt's fused call
-    ("gemm_library"); a 16-bit one whose epilogue CUTLASS's visitor computes, as the CUTLASS 3
+    ("gemm_library"); an unaligned one as the library's aligned GEMM on padded operands
+    ("gemm_padded"); a 16-bit one whose epilogue CUTLASS's visitor computes, as the CUTLASS 3
     warp-specialised GEMM ("gemm_cutlass", cutlass_match.py). A long row program may run row-resident as CUDA C++ ("row_cluster"):
     the widest vectors, then the fewest warps, then the fewest CTAs per row that hold the row
     with at most 64 values per thread, a softmax's statistics in one (max, sum) exchange
@@ -165,7 +185,7 @@ def alternatives(seed: KernelSpec) -> list[KernelSpec]:
     if seed.template == "gemm":
         from .cutlass_match import cutlass_specs
 
-        return _library_alternatives(seed) + cutlass_specs(seed)[:1]
+        return _library_alternatives(seed) + _padded_alternatives(seed) + cutlass_specs(seed)[:1]
     if seed.template != "row_reduction":
         return []
     return _cluster_alternatives(seed) + _split_alternatives(seed)

@@ -79,6 +79,7 @@ _SPACE["pointwise"] = {k: v for k, v in _SPACE["row_reduction"].items() if k != 
 # The row-resident CUDA kernel (templates/cluster.py): CTAs per row, elements per vector access
 # and warps per CTA; cluster_rules.py says which combinations fit a row.
 _SPACE["gemm_library"] = {}  # a library call: nothing to tune (templates/library.py)
+_SPACE["gemm_padded"] = {}  # the library's aligned GEMM on padded operands (templates/padded.py)
 _SPACE["gemm_cutlass"] = CUTLASS_SPACE  # the CUTLASS 3 GEMM (cutlass_match.py)
 _SPACE["row_cluster"] = {
     "CLUSTER": (1, 2, 4, 8, 16),
@@ -202,6 +203,13 @@ def validate(spec: SpecView) -> None:
                 "gemm_library computes relu(a @ b + bias), or a float32 GEMM with an "
                 "elementwise epilogue under tf32x3 or tf32, only, with no knobs"
             )
+        return
+    if spec.template == "gemm_padded":  # no knobs; legal only for an unaligned GEMM
+        from .templates.padded import padded_problem
+
+        why = "it takes no knobs" if spec.knobs else padded_problem(spec)
+        if why:
+            raise IllegalSpec(f"gemm_padded cannot compute this GEMM: {why}")
         return
     if not spec.knobs:
         return

@@ -87,11 +87,15 @@ def _template_kernel(spec: KernelSpec) -> tuple[str, str, dict[str, int | str]]:
 
 def _render_library(spec: KernelSpec) -> RenderedKernel:
     """A "gemm_library" spec: cuBLASLt's fused call, or the tf32x3 or tf32 form's Triton
-    kernels."""
+    kernels; a "gemm_padded" one: the library's aligned GEMM on padded operands."""
     from .templates.library import library_epilogue, render_library
 
-    form = library_epilogue(spec)
-    if form == "tf32x3":
+    form = library_epilogue(spec) if spec.template == "gemm_library" else "padded"
+    if form == "padded":
+        from .templates.padded import render_padded
+
+        source, name = render_padded(spec)
+    elif form == "tf32x3":
         from .templates.tf32x3 import render_tf32x3
 
         source, name = render_tf32x3(spec, ENTRY), ENTRY
@@ -112,7 +116,7 @@ def render(spec: KernelSpec) -> RenderedKernel:
 
         source, name = render_cluster(spec)
         return RenderedKernel(language="cuda", source=_cuda_header(spec) + source, entry=name)
-    if spec.template == "gemm_library":
+    if spec.template in ("gemm_library", "gemm_padded"):
         return _render_library(spec)
     if spec.template == "row_split":
         from .templates.rowsplit import render_split

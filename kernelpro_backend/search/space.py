@@ -183,7 +183,11 @@ class CodegenSpace:
     def describe(self, candidate: Hashable) -> dict[str, Any]:
         if self._is_spec(candidate):
             spec: Any = candidate
-            return {"template": spec.template, "knobs": dict(spec.knobs), "digest": spec.digest}
+            out = {"template": spec.template, "knobs": dict(spec.knobs), "digest": spec.digest}
+            note = getattr(self.codegen, "note", None)  # what the knobs do not show (padding)
+            if note is not None and note(spec):
+                out["note"] = note(spec)
+            return out
         source = getattr(candidate, "source", "")
         return {
             "language": getattr(candidate, "language", type(candidate).__name__),
@@ -207,5 +211,6 @@ def codegen_space(ready: Callable[[Any], bool] | None = None) -> CodegenSpace:
         alternatives=codegen.alternatives,
         seed_configs=codegen.seed_configs,
         host_surcharge_ms=codegen.host_surcharge_ms,
+        note=codegen.spec_note,
     )
     return CodegenSpace(codegen=contract, illegal=codegen.IllegalSpec, ready=ready)
