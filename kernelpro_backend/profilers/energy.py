@@ -20,10 +20,10 @@ from .findings import Bottleneck, Finding, Severity
 from .target import ProfileTarget
 
 TOOL = "energy"
-# The counter (mJ since the driver loaded) moves in steps every ~20-100 ms: a reading spans at
-# least MIN_SECONDS and at least two of those steps, counted from step to step, so neither end
-# of the window loses up to a step's energy (at 100 ms steps and 0.2 s, that would be +-50%).
-MIN_SECONDS = 0.3
+# The counter (mJ since the driver loaded) moves in steps every ~20-100 ms: a reading counts
+# from one step to another at least MIN_SECONDS later, so neither end of the window loses up
+# to a step's energy (at 100 ms steps over 0.2 s counted from the loop's start: up to -50%).
+MIN_SECONDS = 0.2
 MAX_SECONDS = 2.0  # a counter that has not stepped twice by then: the whole window, unaligned
 BATCH_SECONDS = 0.005  # calls run (and waited for) between two reads of the counter
 
@@ -92,9 +92,9 @@ def measure_loop(
     clock: Callable[[], float] = time.perf_counter,
 ) -> EnergyReading | None:
     """Joules per call of `run` (runs a batch of calls, waits for them, returns how many) run
-    over and over for at least `min_s`, counted from the counter's first step to its last
-    (calls counted between the same two reads); past `max_s` with fewer than two steps, the
-    whole window. None: the counter cannot be read, went backwards (a driver reload; the
+    over and over, counted from the counter's first step to its first step at least `min_s`
+    later (calls counted between the same two reads: exact to a batch at either end); past
+    `max_s` with fewer than two steps, the whole window, marked unaligned. None: the counter cannot be read, went backwards (a driver reload; the
     64-bit mJ counter itself wraps after 584 million years) or never moved."""
     idle_w = meter.power_w()
     start_mj = last = meter.energy_mj()
@@ -110,7 +110,7 @@ def measure_loop(
         if mj != last:
             edges.append((calls, mj, now))
             last = mj
-        if (now - start >= min_s and len(edges) >= 2) or now - start >= max_s:
+        if (len(edges) >= 2 and edges[-1][2] - edges[0][2] >= min_s) or now - start >= max_s:
             break
     if len(edges) >= 2:
         (c0, e0, t0), (c1, e1, t1) = edges[0], edges[-1]
