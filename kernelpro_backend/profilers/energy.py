@@ -97,9 +97,10 @@ def measure_loop(
     `max_s` with fewer than two steps, the whole window, marked unaligned. None: the counter cannot be read, went backwards (a driver reload; the
     64-bit mJ counter itself wraps after 584 million years) or never moved."""
     idle_w = meter.power_w()
-    start_mj = last = meter.energy_mj()
+    start_mj = meter.energy_mj()
     if start_mj is None:
         return None
+    last = start_mj
     start, calls = clock(), 0
     edges: list[tuple[int, int, float]] = []  # (calls done, counter, time) at each step seen
     while True:

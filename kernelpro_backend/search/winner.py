@@ -47,6 +47,9 @@ class Choice:
     why: dict[str, Any] = dataclasses.field(default_factory=dict)
 
 
+Entry = tuple[Hashable | str, int | None, EvalResult]  # (candidate or baseline name, node, result)
+
+
 def fastest_baseline(baselines: Mapping[str, EvalResult]) -> tuple[str, EvalResult] | None:
     ok = [(r.median_ms, name, r) for name, r in baselines.items() if r.ok and r.median_ms]
     if not ok:
@@ -102,15 +105,12 @@ def choose_winner(
         name = "inductor" if "inductor" in baselines or not baselines else next(iter(baselines))
         return Choice(name, None, baselines.get(name), best)
     if objective == "energy":
-        eligible = [(m.candidate, m.node_id, m.result) for m in ok if wins(m)]
+        eligible: list[Entry] = [(m.candidate, m.node_id, m.result) for m in ok if wins(m)]
         if base is not None:
             eligible.append((base[0], None, base[1]))
         pick, why = energy_pick((first.candidate, first.node_id, first.result), eligible)
         return Choice(pick[0], pick[1], pick[2], best, why)
     return Choice(first.candidate, first.node_id, first.result, best)
-
-
-Entry = tuple[Hashable | str, int | None, EvalResult]  # (candidate or baseline name, node, result)
 
 
 def energy_pick(
