@@ -126,6 +126,7 @@ def merge_reports(
         mode_descriptions=_descriptions(described),
         workloads=list(merged.values()),
         roofs=dict(roofs) if roofs else next((dict(r.roofs) for r in reports if r.roofs), {}),
+        power=dict(last.power),
     )
 
 

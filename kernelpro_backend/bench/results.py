@@ -46,6 +46,11 @@ class ModeResult:
     # step mean the host sets its time, and a GPU-side gain shows only in part.
     launch_ms: float | None = None
     launched_step_ms: float | None = None
+    # On the GPU: joules per step (per call for inference) from NVML's energy counter, steps
+    # run back to back (bench/timing.step_energy), and the board's idle draw read before them
+    # (W; what a step's time costs even with nothing running). None where not measured.
+    step_j: float | None = None
+    idle_w: float | None = None
     # kernelpro: each compiled graph that got kernels, with its in-context verdict and each
     # kernel's isolated figures (bench/sessions.graph_verdicts): where a regret comes from
     graphs: list[dict[str, Any]] = dataclasses.field(default_factory=list)
@@ -171,6 +176,9 @@ class BenchReport:
     # the device's measured ceilings, for the roofline chart: dram_tb_per_s, fp32_tflops,
     # tf32_tflops, bf16_tflops (empty on the CPU, which has no measured roofs)
     roofs: dict[str, float] = dataclasses.field(default_factory=dict)
+    # the GPU's power limit as NVML reports it (profilers/energy.PowerCap.to_dict: enforced_w,
+    # default_w, capped, note); empty where it cannot be read
+    power: dict[str, Any] = dataclasses.field(default_factory=dict)
 
     def geomean_speedup(self, mode: str, over: str) -> float | None:
         """Geometric mean over the workloads where both modes ran and matched eager."""
@@ -186,6 +194,7 @@ class BenchReport:
             "modes": self.modes,
             "mode_descriptions": self.mode_descriptions,
             "roofs": self.roofs,
+            "power": self.power,
             "workloads": [w.to_dict() for w in self.workloads],
             "geomean_speedup_vs_eager": {m: self.geomean_speedup(m, EAGER) for m in self.modes},
             "geomean_speedup_vs_inductor": {
@@ -206,4 +215,5 @@ class BenchReport:
             mode_descriptions=dict(d.get("mode_descriptions", {})),
             workloads=[WorkloadResult.from_dict(w) for w in d["workloads"]],
             roofs=dict(d.get("roofs") or {}),
+            power=dict(d.get("power") or {}),
         )

@@ -2,11 +2,11 @@
 
 Owns: the per-mode procedure (fresh weights, first call timed as compile + warm-up, outputs
 and gradients kept for the check; then every mode's step timed in interleaved rounds, the
-median of its round medians; `torch._dynamo.reset()` around each workload), the float64
+median of its round medians, and on the GPU its joules per step; `torch._dynamo.reset()` around each workload), the float64
 reference run for low-precision mismatches, and collecting `WorkloadResult`s, each handed to
 `RunConfig.on_workload` as soon as it is final (a run cut short keeps the finished workloads;
 there are no provisional results).
-`new_report` starts the report of a run (device, versions, modes).
+`new_report` starts the report of a run (device, versions, modes, the GPU's power limit).
 Must not: parse arguments or render tables.
 """
 
@@ -24,6 +24,7 @@ from typing import Any
 
 import torch
 
+from ..profilers.energy import NvmlMeter, power_cap
 from ..runtime.timing import launch_timing, summarize
 from .compare import compare, named_tensors, needs_fp64
 from .modes import EAGER, KERNELPRO, Mode
@@ -38,7 +39,7 @@ from .results import (
     WorkloadResult,
 )
 from .sessions import graph_verdicts, kernels_used, rewrites_made, settle_verdicts
-from .timing import steady_ms, step_timing, time_first_call
+from .timing import steady_ms, step_energy, step_timing, time_first_call
 from .workload import Workload
 
 log = logging.getLogger("kernelpro.bench")
@@ -307,6 +308,10 @@ def run_workload(workload: Workload, config: RunConfig) -> WorkloadResult:
             result.launch_ms, result.launched_step_ms = launch_timing(
                 steps[result.mode], workload.device
             )
+        if result.mode in steps and result.mode not in errors and result.median_ms:
+            energy = step_energy(steps[result.mode], workload.device, result.median_ms)
+            if energy is not None:
+                result.step_j, result.idle_w = energy.joules_per_call, energy.idle_watts
     del steps
     _release(workload.device)
     return WorkloadResult(
@@ -364,4 +369,13 @@ def new_report(device: torch.device, size: str, modes: list[Mode]) -> BenchRepor
         size=size,
         modes=[m.name for m in modes],
         mode_descriptions={m.name: m.describe() for m in modes},
+        power=_power(device),
     )
+
+
+def _power(device: torch.device) -> dict[str, Any]:
+    """The GPU's power limit for the report's header (read, never set); {} where unknown."""
+    if device.type != "cuda":
+        return {}
+    cap = power_cap(NvmlMeter.open(device.index or 0))
+    return cap.to_dict() if cap is not None else {}

@@ -1,6 +1,7 @@
 """A bench report as text: the console table, the markdown file and the JSON file.
 
-Owns: formatting numbers, the row layout shared by the console and markdown tables, the
+Owns: formatting numbers, the row layout shared by the console and markdown tables (a J/step
+column where joules per step were measured; the power limit under the title), the
 geometric-mean summary, and writing the JSON/markdown files and the JSON-lines file of a run
 in progress (`append_jsonl`: one line per finished workload, its final result).
 Must not: run anything or change results.
@@ -34,7 +35,28 @@ def _vs_inductor(w: WorkloadResult, mode: str) -> str:
     return text if spread is None else f"{text} [{spread[0]:.2f}-{spread[1]:.2f}]"
 
 
+ENERGY_COLUMN = "J/step"  # only in reports where some mode's joules per step were measured
+
+
+def _has_energy(report: BenchReport) -> bool:
+    return any(m.step_j is not None for w in report.workloads for m in w.modes)
+
+
+def header(report: BenchReport) -> tuple[str, ...]:
+    """HEADER, with ENERGY_COLUMN after `steady ms` when the report has joules per step."""
+    if not _has_energy(report):
+        return HEADER
+    at = HEADER.index("steady ms") + 1
+    return (*HEADER[:at], ENERGY_COLUMN, *HEADER[at:])
+
+
+def power_line(report: BenchReport) -> str:
+    """The GPU's power limit ("power-capped: ..." below its default), or "" if not read."""
+    return str(report.power.get("note", ""))
+
+
 def rows(report: BenchReport) -> list[tuple[str, ...]]:
+    energy = _has_energy(report)
     out: list[tuple[str, ...]] = []
     for w in report.workloads:
         for m in w.modes:
@@ -50,6 +72,7 @@ def rows(report: BenchReport) -> list[tuple[str, ...]]:
                     _num(w.speedup(m.mode, EAGER), ".2f", "x"),
                     _vs_inductor(w, m.mode),
                     _num(m.steady_ms, ".4g"),
+                    *((_num(m.step_j, ".4g"),) if energy else ()),
                     _num(None if sol is None else 100 * sol, ".1f", "%"),
                     _num(m.step_peak_mib, ".0f"),
                     _num(m.compile_s, ".1f"),
@@ -171,14 +194,16 @@ def problems(report: BenchReport) -> list[str]:
 
 
 def format_console(report: BenchReport) -> str:
-    table = [HEADER, *rows(report)]
-    widths = [max(len(r[i]) for r in table) for i in range(len(HEADER))]
+    head = header(report)
+    table = [head, *rows(report)]
+    widths = [max(len(r[i]) for r in table) for i in range(len(head))]
     lines = [
         "  ".join(cell.ljust(w) for cell, w in zip(r, widths, strict=True)).rstrip() for r in table
     ]
     lines.insert(1, "  ".join("-" * w for w in widths))
     title = f"kernelpro bench on {report.device_name} ({report.device}), size {report.size}"
-    out = [title, "", *lines, "", *summary_lines(report)]
+    power = power_line(report)
+    out = [title, *([power] if power else []), "", *lines, "", *summary_lines(report)]
     waiting = host_bound(report)
     if waiting:
         out += [
@@ -209,16 +234,23 @@ def format_markdown(report: BenchReport) -> str:
     out = [
         "# kernelpro bench",
         "",
-        f"Device: {report.device_name} ({report.device}); size: {report.size}; {versions}.",
+        f"Device: {report.device_name} ({report.device}); size: {report.size}; {versions}."
+        + (f" {power_line(report)}." if power_line(report) else ""),
         "Times are medians (GPU: `triton.testing.do_bench`; CPU: `time.perf_counter`); speedups "
         "count only modes whose outputs (and gradients) match eager; `vs inductor [a-b]`: "
         "the lowest and highest speedup over the interleaved rounds, each of which times every "
         "mode back to back (b under 1: slower in every round). `steady ms` (training "
         "steps on the GPU): wall time per step of steps run back to back, the rate a training "
-        "loop runs at — the host's where it issues a step slower than the GPU runs it.",
+        "loop runs at — the host's where it issues a step slower than the GPU runs it."
+        + (
+            f" `{ENERGY_COLUMN}`: joules per step (NVML's energy counter, steps run back to "
+            "back, idle draw included)."
+            if _has_energy(report)
+            else ""
+        ),
         "",
-        "| " + " | ".join(HEADER) + " |",
-        "|" + "|".join("---" for _ in HEADER) + "|",
+        "| " + " | ".join(header(report)) + " |",
+        "|" + "|".join("---" for _ in header(report)) + "|",
     ]
     out += ["| " + " | ".join(_md_cell(c) for c in r) + " |" for r in rows(report)]
     out += ["", "## Geometric means", ""] + [f"- {line}" for line in summary_lines(report)]

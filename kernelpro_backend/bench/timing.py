@@ -2,8 +2,9 @@
 repeated runs, on the GPU with `triton.testing.do_bench` (CUDA events, L2 flushed between
 runs), on the CPU with `time.perf_counter`; the statistics are runtime/timing.py's `summarize`.
 
-Owns: the step timer (`step_timing`), the steady rate of steps run back to back (`steady_ms`)
-and the first-call (compile + warm-up) clock.
+Owns: the step timer (`step_timing`), the steady rate of steps run back to back (`steady_ms`),
+the joules a step uses on the GPU (`step_energy`: profilers/energy.py's meter and loop) and
+the first-call (compile + warm-up) clock.
 Must not: compile or compare anything, or time kernels (runtime/timing.py's `time_kernel`
 does, for the subgraphs of the roofline chart too): a step runs many kernels, Python and the
 optimizer, so it is timed as the user runs it, without CUDA-graph replay.
@@ -17,6 +18,7 @@ from typing import TypeVar
 
 import torch
 
+from ..profilers.energy import EnergyMeter, EnergyReading, NvmlMeter, measure_loop
 from ..runtime.timing import Timing, summarize
 
 T = TypeVar("T")
@@ -74,3 +76,29 @@ def steady_ms(
         step()
     synchronize(device)
     return (time.perf_counter() - start) * 1e3 / count
+
+
+def step_energy(
+    step: Callable[[], None],
+    device: torch.device,
+    step_ms: float,
+    meter: EnergyMeter | None = None,
+) -> EnergyReading | None:
+    """Joules per step of `step` run back to back (batches of about 5 ms of steps, each waited
+    for), from the GPU's energy counter; None off CUDA or without NVML. `step_ms`: a first
+    timing, to size the batches."""
+    if device.type != "cuda":
+        return None
+    meter = meter or NvmlMeter.open(device.index or 0)
+    if meter is None:
+        return None
+    batch = max(1, int(5.0 / max(step_ms, 1e-3)))
+
+    def run() -> int:
+        for _ in range(batch):
+            step()
+        synchronize(device)
+        return batch
+
+    run()  # the GPU busy and its clocks up before the counter is read
+    return measure_loop(run, meter)

@@ -305,38 +305,6 @@ def _replays(
     return [s.elapsed_time(e) / calls for s, e in zip(starts, ends, strict=True)]
 
 
-def measure_energy_j(
-    fn: Callable[..., Any], inputs: Sequence[torch.Tensor], device: torch.device, min_s: float = 0.5
-) -> float | None:
-    """Joules per call from NVML's energy counter (mJ since driver load), looping the kernel
-    for at least `min_s` between reads (the counter updates every ~20-100 ms). None when NVML
-    is unavailable."""
-    if device.type != "cuda":
-        return None
-    try:
-        import pynvml
-
-        pynvml.nvmlInit()
-        uuid = str(torch.cuda.get_device_properties(device).uuid)
-        try:
-            handle = pynvml.nvmlDeviceGetHandleByUUID(("GPU-" + uuid).encode())
-        except pynvml.NVMLError:
-            handle = pynvml.nvmlDeviceGetHandleByIndex(device.index or 0)
-        torch.cuda.synchronize(device)
-        before = pynvml.nvmlDeviceGetTotalEnergyConsumption(handle)
-        start, calls = time.perf_counter(), 0
-        with torch.no_grad():
-            while time.perf_counter() - start < min_s:
-                for _ in range(32):
-                    fn(*inputs)
-                calls += 32
-                torch.cuda.synchronize(device)
-        after = pynvml.nvmlDeviceGetTotalEnergyConsumption(handle)
-        return (after - before) / 1e3 / calls
-    except Exception:
-        return None
-
-
 def launch_timing(
     fn: Callable[[], object], device: torch.device, reps: int = 5
 ) -> tuple[float, float]:

@@ -26,9 +26,11 @@ import torch
 
 from ..fx_passes.subgraph import IntRange, random_inputs
 from ..paths import CacheLayout
+from ..profilers.energy import EnergyReading
 from ..profilers.findings import Finding
 from .candidate import BaselineCandidate, CandidateLoadError, load_kernel
 from .cuda.host import use_library_dir
+from .energy import kernel_energy
 from .gpu_lock import PoolGpuLock, holding_gpu
 from .isolation import enter_workdir
 from .job import Job
@@ -36,7 +38,7 @@ from .phases import Phases
 from .precision import precision_mode
 from .precompile import precompile
 from .result import EvalResult, EvalStatus
-from .timing import Timing, measure_energy_j, time_kernel
+from .timing import Timing, time_kernel
 from .validate import validate
 from .worker_setup import WorkerSetup
 
@@ -239,10 +241,12 @@ def _on_gpu(
     try:
         sol_ms = state.sol_ms(job, device)
         with phases("energy"):
-            energy = _energy(job, kernel, device) if job.measure_energy else None
+            energy = _energy(job, kernel, device, timing) if job.measure_energy else None
     except Exception as e:
         return _failure(e, "timing")
     details = {**describe, **details, "timing_method": timing.method}
+    if energy is not None:
+        details["energy"] = energy.to_dict()
     if sol_ms is not None and timing.median_ms + timing.spread_ms < SOL_MARGIN * sol_ms:
         message = (
             f"measured {timing.median_ms:.4g} ms (spread {timing.spread_ms:.2g}) is faster than "
@@ -265,7 +269,7 @@ def _on_gpu(
         times_ms=timing.times_ms,
         sol_ms=sol_ms,
         sol_fraction=min(1.0, sol_ms / timing.median_ms) if sol_ms else None,
-        energy_j=energy,
+        energy_j=energy.joules_per_call if energy is not None else None,
         message=f"ok: {timing.median_ms:.4g} ms +- {timing.spread_ms:.2g} ({timing.method})",
         details=details,
         findings=findings,
@@ -288,9 +292,8 @@ def _abandoned(timing: Timing, limit: float | None, describe: dict[str, Any]) ->
     )
 
 
-def _energy(job: Job, kernel: Any, device: torch.device) -> float | None:
-    inputs = _timing_sets(job, device, 0)[0]
-    return measure_energy_j(kernel, inputs, device)
+def _energy(job: Job, kernel: Any, device: torch.device, timing: Timing) -> EnergyReading | None:
+    return kernel_energy(kernel, _timing_sets(job, device, 0)[0], device, timing)
 
 
 def _feedback(

@@ -1,7 +1,9 @@
 """The search log (JSON lines, format in COMMON.md: start / trial / end events) and the progress
 line on stderr.
 
-Owns: writing those events and that line.
+Owns: writing those events and that line, and the fields they carry beside the search's own:
+a trial's stage-2 tools and joules, the baselines' joules, a proposer's counters, the account
+of an objective-"energy" choice.
 Must not: decide anything; `kernelpro report` (bench) renders the log.
 """
 
@@ -12,6 +14,8 @@ import json
 import os
 from pathlib import Path
 from typing import Any, TextIO
+
+from ..runtime.result import EvalResult
 
 
 class SearchLog:
@@ -73,3 +77,55 @@ class ProgressLine:
             return
         self.stream.write(f"  {message}\n")
         self.stream.flush()
+
+
+def trial_fields(result: EvalResult) -> dict[str, Any]:
+    """Which stage-2 tools ran on the candidate and why the others did not, when the measurer
+    says (the worker's feedback puts them in details)."""
+    keys = ("tools_run", "tools_skipped", "feedback_error", "energy")
+    out = {k: result.details[k] for k in keys if k in result.details}
+    return out if result.energy_j is None else {**out, "energy_j": result.energy_j}
+
+
+def baseline_energies(baselines: dict[str, EvalResult]) -> dict[str, Any]:
+    """The baselines' joules per call, when measured (objective "energy")."""
+    found = {k: v.energy_j for k, v in baselines.items() if v.energy_j is not None}
+    return {"baseline_energy_j": found} if found else {}
+
+
+def proposer_stats(proposer: object) -> dict[str, Any] | None:
+    """A proposer's counters, if it keeps any (the LLM proposer: requests, tokens, latency)."""
+    stats = getattr(proposer, "stats", None)
+    return dict(stats()) if callable(stats) else None
+
+
+def stats_delta(
+    before: dict[str, Any] | None, after: dict[str, Any] | None
+) -> dict[str, Any] | None:
+    """What one search added to the counters (a proposer may serve several searches)."""
+    if after is None:
+        return None
+    return {
+        k: v - before.get(k, 0) if before and _number(v) and _number(before.get(k, 0)) else v
+        for k, v in after.items()
+    }
+
+
+def _number(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def energy_note(why: dict[str, Any]) -> str:
+    """The progress line's account of an objective-"energy" choice (`Choice.why`): the winner's
+    joules and time against the fastest candidate's."""
+    won, fastest = why.get("winner") or {}, why.get("fastest") or {}
+    if not won.get("j") or not fastest.get("j") or not fastest.get("ms"):
+        return f"; energy: {why['rule']}" if why.get("rule") else ""
+    if won.get("node") == fastest.get("node"):
+        return f"; energy: the fastest, {won['j'] * 1e3:.4g} mJ/call ({why['rule']})"
+    saved = 1 - won["j"] / fastest["j"]
+    slower = (won["ms"] or 0.0) / fastest["ms"] - 1
+    return (
+        f"; energy: {won['j'] * 1e3:.4g} mJ/call, {100 * saved:.1f}% fewer joules than the "
+        f"fastest at {100 * slower:+.1f}% time"
+    )

@@ -18,7 +18,15 @@ from typing import Any, TextIO
 
 from ..runtime.result import EvalResult
 from .budget import EXHAUSTED, Budget, BudgetTracker
-from .log import ProgressLine, SearchLog
+from .log import (
+    ProgressLine,
+    SearchLog,
+    baseline_energies,
+    energy_note,
+    proposer_stats,
+    stats_delta,
+    trial_fields,
+)
 from .measure import AsyncMeasurer, Batched, Measurer
 from .memory import SearchMemory
 from .proposer import Proposer
@@ -79,13 +87,15 @@ def optimize(
     stream: TextIO | None = None,
     tree_out: list[SearchTree] | None = None,
     fixed_s: dict[str, float] | None = None,
+    header: dict[str, Any] | None = None,
 ) -> SearchOutcome:
     """Search `subgraph` for a kernel faster than its fallback within `budget`.
 
     Up to `batch_size` candidates are in flight at once: with an AsyncMeasurer (`submit`/
     `collect`) a new one starts as soon as one finishes; a plain Measurer measures them in
     batches. The budget's wall time starts after the baselines; `fixed_s` (costs paid before
-    the search, e.g. the pool's start) is logged with the baselines' own time.
+    the search, e.g. the pool's start) is logged with the baselines' own time; `header`'s
+    fields (the device's power cap) go into the log's start event.
     `tree_out`, if given, receives the SearchTree (for inspection and tests)."""
     if objective not in OBJECTIVES:
         raise ValueError(f"unknown objective {objective!r}; use one of {OBJECTIVES}")
@@ -105,9 +115,8 @@ def optimize(
     search.baselines = dict(async_measurer.baselines(subgraph))
     fixed["baselines"] = round(clock() - started, 3)
     fixed.update(_baseline_phases(search.baselines))
-    search.start(
-        seed, params, objective, fixed, tree_out, (stream or sys.stderr) if progress else None
-    )
+    stream = (stream or sys.stderr) if progress else None
+    search.start(seed, params, objective, fixed, tree_out, stream, header or {})
     search.min_gain_ms = min_gain_ms
     reason = search.run(max(1, batch_size))
     return search.finish(reason, objective, min_gain_ms)
@@ -131,7 +140,7 @@ class _Search:
         self.proposer, self.budget, self.memory, self.log = proposer, budget, memory, log
         self.clock = clock
         self.digest = _digest(subgraph)
-        self.proposer_before = _proposer_stats(proposer)
+        self.proposer_before = proposer_stats(proposer)
         self.baselines: dict[str, EvalResult] = {}
         self.measured: list[Measured] = []
         self.in_flight: dict[int, int] = {}  # ticket -> node id
@@ -147,6 +156,7 @@ class _Search:
         fixed: dict[str, float],
         tree_out: list[SearchTree] | None,
         stream: TextIO | None,
+        header: dict[str, Any],
     ) -> None:
         base = fastest_baseline(self.baselines)
         self.reference_ms = base[1].median_ms if base else None
@@ -181,6 +191,8 @@ class _Search:
             seed=seed,
             proposer=self.proposer.name,
             fixed_s=fixed,
+            **baseline_energies(self.baselines),
+            **header,
         )
 
     def run(self, capacity: int) -> str:
@@ -273,7 +285,7 @@ class _Search:
             message=result.message,
             phase_s=phases,
             elapsed_s=round(self.tracker.elapsed(), 3),
-            **_profiling(result),
+            **trial_fields(result),
         )
         rate = self.tracker.trials / max(self.tracker.elapsed(), 1e-9)
         self.line.update(
@@ -317,11 +329,13 @@ class _Search:
             search_s=round(search_s, 3),
             trials_per_s=round(tracker.trials / search_s, 3) if search_s > 0 else None,
             phase_s={k: round(v, 3) for k, v in self.phase_totals.items()},
-            proposer_stats=_stats_delta(self.proposer_before, _proposer_stats(self.proposer)),
+            proposer_stats=stats_delta(self.proposer_before, proposer_stats(self.proposer)),
+            **({"energy_choice": choice.why} if choice.why else {}),
         )
         won = "fallback" if outcome.uses_fallback else f"kernel #{choice.node_id}"
         text = f"{reason}: {won} wins ({choice.winner if outcome.uses_fallback else ''})"
-        self.line.finish(text.replace(" ()", "") + (f"; {why}" if why else ""))
+        text = text.replace(" ()", "") + energy_note(choice.why)
+        self.line.finish(text + (f"; {why}" if why else ""))
         return outcome
 
 
@@ -348,35 +362,6 @@ def _why_few(reason: str, trials: int, budget: Budget, measured: list[Measured])
         f"{reason} after 1 trial: it took {total:.1f} s of the {budget.max_seconds:g} s budget, "
         f"most of it in {slowest[0]} ({float(slowest[1]):.1f} s)"
     )
-
-
-def _profiling(result: EvalResult) -> dict[str, Any]:
-    """Which stage-2 tools ran on the candidate and why the others did not, when the measurer
-    says (the worker's feedback puts them in details)."""
-    keys = ("tools_run", "tools_skipped", "feedback_error")
-    return {k: result.details[k] for k in keys if k in result.details}
-
-
-def _proposer_stats(proposer: Proposer) -> dict[str, Any] | None:
-    """A proposer's counters, if it keeps any (the LLM proposer: requests, tokens, latency)."""
-    stats = getattr(proposer, "stats", None)
-    return dict(stats()) if callable(stats) else None
-
-
-def _stats_delta(
-    before: dict[str, Any] | None, after: dict[str, Any] | None
-) -> dict[str, Any] | None:
-    """What one search added to the counters (a proposer may serve several searches)."""
-    if after is None:
-        return None
-    return {
-        k: v - before.get(k, 0) if before and _number(v) and _number(before.get(k, 0)) else v
-        for k, v in after.items()
-    }
-
-
-def _number(v: Any) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool)
 
 
 def out_of_memory(result: EvalResult) -> bool:

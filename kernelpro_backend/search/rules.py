@@ -2,8 +2,9 @@
 
 Owns: `RuleProposer`. In order of trust: the findings' own `suggestion`s (a tool that saw spills
 knows what to change), then rules by cause (register spills, occupancy limited by shared memory)
-and by bottleneck class (memory/latency/compute/under-utilised), then one-knob steps to the
-neighbouring legal values around a working candidate. Search memory's prior of each move is added
+and by bottleneck class (memory/latency/compute/under-utilised), under objective "energy" the
+moves that tend to save joules at nearly the same time (ENERGY_RULES), then one-knob steps to
+the neighbouring legal values around a working candidate. Search memory's prior of each move is added
 to its score, so moves that worked on the same kind of subgraph come first.
 Must not: measure, or read anything but typed findings.
 """
@@ -41,6 +42,13 @@ BY_CLASS: dict[Bottleneck, tuple[Rule, ...]] = {
 # and spills grow), so the warps go to 8 rather than down.
 SPILL_RULES: tuple[Rule, ...] = (("subtile", UP), ("tile", DOWN), ("warps", 8))
 SHARED_MEMORY_RULES: tuple[Rule, ...] = (("stages", DOWN),)
+# Objective "energy" (search/winner.py chooses among candidates within 2% of the fastest): fewer
+# warps and fewer pipeline stages keep fewer units and buffers busy for the same bytes; fewer
+# CTAs per row (a smaller cluster, fewer splits) means fewer partial results exchanged and
+# fewer barriers; larger tiles reuse each byte loaded more, so fewer bytes cross DRAM and L2
+# (data movement costs more energy than the math). The measurement decides; these are only
+# proposed, and only under that objective.
+ENERGY_RULES: tuple[Rule, ...] = (("warps", DOWN), ("stages", DOWN), ("split", DOWN), ("tile", UP))
 
 # float32 matmul modes allowed by a subgraph's precision policy, slowest (most exact) first.
 ALLOWED_PRECISIONS = {
@@ -64,10 +72,12 @@ class RuleProposer:
         allowed_precisions: Sequence[str] | None = None,
         memory_weight: float = MEMORY_WEIGHT,
         neighbours: bool = True,
+        objective: str = "time",
     ) -> None:
         self.allowed_precisions = tuple(allowed_precisions) if allowed_precisions else None
         self.memory_weight = memory_weight
         self.neighbours = neighbours
+        self.objective = objective
 
     def propose(self, request: ProposalRequest) -> list[Proposal]:
         space, parent = request.space, request.candidate
@@ -107,6 +117,10 @@ class RuleProposer:
                 for role, target in rules:
                     for knob, value in _apply_rule(role, target, values, current, roles, allowed):
                         add({knob: value}, reason, RULE)
+            if self.objective == "energy":
+                for role, target in ENERGY_RULES:
+                    for knob, value in _apply_rule(role, target, values, current, roles, allowed):
+                        add({knob: value}, "objective:energy", RULE)
             if self.neighbours:
                 # Interleaved across knobs (first step of every knob, then the second, ...): one
                 # knob whose every other value fails must not close the node (dead-end rule)

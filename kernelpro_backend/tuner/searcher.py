@@ -1,8 +1,9 @@
 """Searching one subgraph on a cache miss: lowering, memory plan, pool lease, search, winner.
 
 Owns: `SubgraphSearcher` (subgraph -> proved winner as a `KernelArtifact`, or None when the
-fallback stays fastest, no template covers the subgraph, or it cannot fit on the GPU) and
-`make_proposer` (the proposer `options.proposer` names).
+fallback stays fastest, no template covers the subgraph, or it cannot fit on the GPU),
+`make_proposer` (the proposer `options.proposer` names) and `power_header` (the power cap the
+search log records).
 Must not: read or write the cache (finder.py does), or compile, validate and time candidates
 itself (the pool's workers do, through measurer.py).
 """
@@ -10,6 +11,7 @@ itself (the pool's workers do, through measurer.py).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 import time
 from collections.abc import Mapping, Sequence
@@ -25,6 +27,7 @@ from ..lowering import lower
 from ..options import Options
 from ..paths import CacheLayout
 from ..profilers.ceilings import Ceilings
+from ..profilers.energy import NvmlMeter, power_cap
 from ..profilers.speed_of_light import SpeedOfLight
 from ..runtime.candidate import BaselineCandidate
 from ..runtime.cuda.host import use_library_dir
@@ -64,9 +67,9 @@ def make_proposer(options: Options, environ: Mapping[str, str] | None = None) ->
             options.llm_model,
             environ,
             client_options={"timeout_s": options.llm_timeout_s},
-            fallback=RuleProposer(),
+            fallback=RuleProposer(objective=options.objective),
         )
-    return RuleProposer()
+    return RuleProposer(objective=options.objective)
 
 
 class SubgraphSearcher:
@@ -239,8 +242,18 @@ class SubgraphSearcher:
                 min_gain_ms=options.op_min_gain_ms() if subgraph.family else options.min_gain_ms(),
                 batch_size=plan.concurrent,
                 fixed_s=fixed,
+                header=power_header(str(subgraph.device)),
             )
         return _artifact(outcome, subgraph, log_path, self.layout.cubin_root, self.options)
+
+
+@functools.cache
+def power_header(device: str) -> dict[str, Any]:
+    """The device's enforced power limit beside its default, for the search log's start event
+    (read, never set; once per process); {} off CUDA or without NVML."""
+    dev = torch.device(device)
+    cap = power_cap(NvmlMeter.open(dev.index or 0)) if dev.type == "cuda" else None
+    return {"power_cap": cap.to_dict()} if cap is not None else {}
 
 
 # The share of the budget and trials a search gets at a new size of a symbolic subgraph whose

@@ -1,5 +1,7 @@
 import json
 
+import pytest
+
 from kernelpro_backend.bench import tables
 from kernelpro_backend.bench.results import BenchReport, ModeResult, WorkloadResult
 
@@ -170,3 +172,53 @@ def test_per_problem_is_the_committed_form():
             "kernels": "",
         }
     }
+
+
+def test_joules_per_step_are_a_column_only_where_measured_and_the_power_cap_a_header():
+    r = _report()
+    assert tables.ENERGY_COLUMN not in tables.format_console(r)
+    assert "power" not in tables.format_console(r) and "power" not in tables.format_markdown(r)
+    r.workloads[0].modes[1].step_j = 0.0421
+    r.power = {"enforced_w": 450.0, "default_w": 700.0, "capped": True,
+               "note": "power-capped: 450 W enforced of 700 W"}  # fmt: skip
+    head = tables.header(r)
+    assert head[head.index("steady ms") + 1] == "J/step"
+    console = tables.format_console(r)
+    assert console.splitlines()[1] == "power-capped: 450 W enforced of 700 W"
+    md = tables.format_markdown(r)
+    assert "| inductor | ok | 1 | 2.00x | 1.00x | - | 0.0421 | 25.0% |" in md
+    assert "| eager | ok | 2 | 1.00x | 0.50x | - | - | 12.5% |" in md
+    assert "power-capped: 450 W enforced of 700 W." in md
+    back = BenchReport.from_dict(json.loads(json.dumps(r.to_dict())))
+    assert back.power == r.power and back.workloads[0].modes[1].step_j == 0.0421
+
+
+def test_step_energy_runs_steps_back_to_back_under_the_meter(monkeypatch):
+    import torch
+
+    from kernelpro_backend.bench import timing
+
+    clock = [0.0]
+
+    class Meter:  # 200 W; the counter steps every 50 ms
+        def energy_mj(self):
+            return int(clock[0] / 0.05 + 1e-9) * 10_000
+
+        def power_w(self):
+            return 50.0
+
+        def limits_w(self):
+            return (700.0, 700.0)
+
+    steps = []
+
+    def step():
+        steps.append(1)
+        clock[0] += 0.002  # 2 ms a step
+
+    monkeypatch.setattr(timing, "synchronize", lambda device: None)
+    monkeypatch.setattr("kernelpro_backend.profilers.energy.time.perf_counter", lambda: clock[0])
+    assert timing.step_energy(step, torch.device("cpu"), 2.0, Meter()) is None
+    reading = timing.step_energy(step, torch.device("cuda"), 2.0, Meter())
+    assert reading is not None and reading.joules_per_call == pytest.approx(0.4, rel=0.03)
+    assert reading.idle_watts == 50.0 and len(steps) > 100

@@ -195,3 +195,51 @@ def test_search_log_and_progress_line(tmp_path):
     assert end["winner"] == (out.winner_id if not out.uses_fallback else out.winner)
     text = stream.getvalue()
     assert "\r" in text and "trial 7/7" in text and text.endswith("\n")
+
+
+def test_energy_search_logs_joules_the_choice_and_the_power_cap(tmp_path):
+    def landscape(k):
+        return {1: 0.9, 2: 0.91}.get(k["num_warps"], 1.5)
+
+    def energy(k):
+        return {1: 2.0, 2: 1.0}.get(k["num_warps"], 3.0)
+
+    log_path, stream = tmp_path / "search.jsonl", io.StringIO()
+    cap = {"enforced_w": 450.0, "default_w": 700.0, "capped": True, "note": "power-capped"}
+    out = optimize(
+        FakeSubgraph(),
+        space=SyntheticSpace({"num_warps": (1, 2, 4)}, [{"num_warps": 4}]),
+        measurer=SyntheticMeasurer(landscape, energy=energy),
+        budget=Budget(max_trials=10, max_seconds=1e9, **NO_EARLY_STOP),
+        objective="energy",
+        log_path=str(log_path),
+        stream=stream,
+        header={"power_cap": cap},
+    )
+    assert dict(out.winner.knobs) == {"num_warps": 2}  # 1.1% slower, half the joules
+    events = [json.loads(line) for line in log_path.read_text().splitlines()]
+    start, trials, end = events[0], events[1:-1], events[-1]
+    assert start["objective"] == "energy" and start["power_cap"] == cap
+    assert sorted(t["energy_j"] for t in trials) == [1.0, 2.0, 3.0]
+    choice = end["energy_choice"]
+    assert choice["winner"] == {"node": out.winner_id, "ms": 0.91, "j": 1.0}
+    assert choice["fastest"]["ms"] == 0.9 and choice["fastest"]["j"] == 2.0
+    assert "energy: 1000 mJ/call, 50.0% fewer joules than the fastest at +1.1% time" in (
+        stream.getvalue()
+    )
+
+
+def test_time_search_logs_no_energy_choice(tmp_path):
+    space, measurer = bowl_search_parts()
+    log_path = tmp_path / "search.jsonl"
+    optimize(
+        FakeSubgraph(),
+        space=space,
+        measurer=measurer,
+        budget=Budget(max_trials=5, max_seconds=1e9, **NO_EARLY_STOP),
+        log_path=str(log_path),
+        progress=False,
+    )
+    events = [json.loads(line) for line in log_path.read_text().splitlines()]
+    assert "energy_choice" not in events[-1] and "power_cap" not in events[0]
+    assert not any("energy_j" in e for e in events[1:-1])

@@ -151,3 +151,24 @@ def test_memory_prior_reorders_moves():
     assert plain[0] == "block_m:down"  # neighbours in knob-name order when nothing is known
     remembered = moves(request([], prior=lambda m: 0.3 if m == "vector_width:up" else 0.0))
     assert remembered[0] == "vector_width:up"
+
+
+def test_energy_moves_are_proposed_only_under_the_energy_objective():
+    req = request([roofline(Bottleneck.MEMORY)])
+    energy = [p for p in RuleProposer(objective="energy").propose(req)]
+    tagged = [p.move for p in energy if p.reason == "objective:energy"]
+    # fewer warps and stages, fewer splits (a smaller cluster), larger tiles
+    assert tagged == [
+        "num_warps:down",
+        "num_stages:down",
+        "split_k:down",
+        "block_m:up",
+        "block_n:up",
+    ]
+    # ranked with the rules, ahead of the one-knob neighbours
+    first_neighbour = next(i for i, p in enumerate(energy) if p.reason == "neighbour")
+    assert all(energy.index(p) < first_neighbour for p in energy if p.reason == "objective:energy")
+    assert not any(p.reason == "objective:energy" for p in RuleProposer().propose(req))
+    # a failed candidate gets no energy moves (nothing was measured to save on)
+    failed = request(status=EvalStatus.COMPILE_ERROR)
+    assert not RuleProposer(objective="energy").propose(failed)

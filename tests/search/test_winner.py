@@ -1,4 +1,5 @@
-"""Rewards, the tie rule, winner choice and budget validation."""
+"""Rewards, the tie rule, winner choice (objective "energy": tolerance, noise, ties, reasons)
+and budget validation."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from kernelpro_backend.runtime.result import EvalResult, EvalStatus
 from kernelpro_backend.search import Budget, Measured, RewardModel, choose_winner
 from kernelpro_backend.search.budget import BudgetTracker
 from kernelpro_backend.search.rewards import faster_beyond_spread, tied
+from kernelpro_backend.search.winner import ENERGY_NOISE, ENERGY_TIME_TOLERANCE, energy_pick
 
 
 def ok(ms, spread=0.01, energy=None):
@@ -155,3 +157,80 @@ def test_the_codegen_space_charges_cutlass_specs_by_their_gpu_time():
     assert host_surcharge_ms(Spec(), HOST_US / 1e3) == 0.0
     Spec.template = "gemm"
     assert host_surcharge_ms(Spec(), 0.001) == 0.0
+
+
+# ---- objective "energy": tolerance, noise, ties, the fallback, the reasons -------------------
+
+
+def energy_case(*entries, baselines=None):
+    """Measured kernels (name, ms, J) with a small spread, against Inductor at 2 ms."""
+    measured = [Measured(i, name, ok(ms, 0.001, j)) for i, (name, ms, j) in enumerate(entries, 1)]
+    base = baselines if baselines is not None else {"inductor": ok(2.0, 0.001, 10.0)}
+    return measured, base
+
+
+def test_energy_takes_a_candidate_at_the_time_tolerance_but_not_past_it():
+    assert ENERGY_TIME_TOLERANCE == 0.02
+    at_edge = energy_case(("fast", 1.000, 1.0), ("frugal", 1.020, 0.5))
+    assert choose_winner(*at_edge, "energy").winner == "frugal"
+    past = energy_case(("fast", 1.000, 1.0), ("frugal", 1.0201, 0.5))
+    choice = choose_winner(*past, "energy")
+    assert choice.winner == "fast" and choice.why["rule"] == "fastest: none saves more"
+
+
+def test_energy_needs_a_saving_beyond_the_noise_to_trade_time():
+    assert ENERGY_NOISE == 0.02
+    inside = energy_case(("fast", 1.00, 1.000), ("frugal", 1.01, 0.981))  # 1.9% fewer J
+    assert choose_winner(*inside, "energy").winner == "fast"
+    beyond = energy_case(("fast", 1.00, 1.000), ("frugal", 1.01, 0.979))  # 2.1% fewer J
+    assert choose_winner(*beyond, "energy").winner == "frugal"
+
+
+def test_energy_ties_within_the_noise_go_to_the_faster_then_the_lower_node():
+    # b and c save > 2% and are within 2% of each other's joules: the faster of them, c
+    tied = energy_case(("fast", 1.000, 1.0), ("b", 1.015, 0.90), ("c", 1.010, 0.91))
+    assert choose_winner(*tied, "energy").winner == "c"
+    same = energy_case(("fast", 1.000, 1.0), ("b", 1.010, 0.90), ("c", 1.010, 0.90))
+    assert choose_winner(*same, "energy").node_id == 2
+    # d saves more than 2% beyond c: fewest joules wins even though c is faster
+    apart = energy_case(("fast", 1.000, 1.0), ("c", 1.005, 0.95), ("d", 1.015, 0.80))
+    assert choose_winner(*apart, "energy").winner == "d"
+
+
+def test_energy_without_a_figure_for_the_fastest_keeps_it():
+    no_j = energy_case(("fast", 1.00, None), ("frugal", 1.01, 0.1))
+    choice = choose_winner(*no_j, "energy")
+    assert choice.winner == "fast" and choice.why["rule"] == "no joule figure for the fastest"
+    unmeasured = energy_case(("fast", 1.00, 1.0), ("other", 1.01, None))
+    assert choose_winner(*unmeasured, "energy").winner == "fast"
+
+
+def test_energy_may_keep_the_fallback_when_it_is_as_fast_and_uses_fewer_joules():
+    # the kernel beats Inductor beyond both spreads (1.00 vs 1.015 ms, spreads 0.001) and
+    # by min_gain 0; Inductor is within 2% of it and uses 10% fewer joules
+    close = energy_case(("fast", 1.00, 1.0), baselines={"inductor": ok(1.015, 0.001, 0.9)})
+    assert choose_winner(*close, "time").winner == "fast"
+    choice = choose_winner(*close, "energy")
+    assert choice.winner == "inductor" and choice.node_id is None
+    assert choice.best is not None and choice.best.candidate == "fast"
+    assert choice.why["winner"] == {"node": "inductor", "ms": 1.015, "j": 0.9}
+
+
+def test_objective_time_ignores_joules_and_gives_no_reasons():
+    case = energy_case(("fast", 1.00, 9.0), ("frugal", 1.001, 0.1))
+    choice = choose_winner(*case, "time")
+    assert choice.winner == "fast" and choice.why == {}
+
+
+def test_energy_reasons_name_the_winner_and_the_fastest():
+    case = energy_case(("fast", 1.00, 1.0), ("frugal", 1.01, 0.8))
+    why = choose_winner(*case, "energy").why
+    assert why["rule"] == "fewest joules within the time tolerance"
+    assert why["winner"] == {"node": 2, "ms": 1.01, "j": 0.8}
+    assert why["fastest"] == {"node": 1, "ms": 1.0, "j": 1.0}
+    assert why["tolerance"] == ENERGY_TIME_TOLERANCE and why["noise"] == ENERGY_NOISE
+    # a wider tolerance is a parameter of the rule itself
+    pick, _ = energy_pick(
+        (1, 1, ok(1.0, 0.001, 1.0)), [(2, 2, ok(1.04, 0.001, 0.5))], tolerance=0.05
+    )
+    assert pick[0] == 2
