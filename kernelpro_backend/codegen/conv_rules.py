@@ -22,7 +22,7 @@ from .errors import IllegalSpec
 if TYPE_CHECKING:
     from .spec_view import KnobValue, SpecView
 
-CONV_TEMPLATES = ("conv", "conv_depthwise")
+CONV_TEMPLATES = ("conv", "conv_depthwise", "conv_backward")
 CONV_SPACE: dict[str, dict[str, tuple[KnobValue, ...]]] = {
     "conv": {
         "BLOCK_M": (16, 32, 64, 128, 256),  # output pixels (N*OH*OW) per program
@@ -38,7 +38,25 @@ CONV_SPACE: dict[str, dict[str, tuple[KnobValue, ...]]] = {
         "num_warps": (1, 2, 4, 8),
         "num_stages": (1, 2),
     },
+    # templates/conv_bwd.py: the input gradient (BLOCK_*: input pixels, input channels of a
+    # group, output channels a step) and the weight gradient (WG_BLOCK_*: output channels,
+    # (input channel, kh, kw) columns, output pixels a step, SPLIT_K programs sharing them)
+    "conv_backward": {
+        "BLOCK_M": (16, 32, 64, 128, 256),
+        "BLOCK_N": (16, 32, 64, 128, 256),
+        "BLOCK_K": (16, 32, 64, 128),
+        "GROUP_M": (1, 4, 8, 16),
+        "WG_BLOCK_M": (16, 32, 64, 128),
+        "WG_BLOCK_N": (16, 32, 64, 128),
+        "WG_BLOCK_K": (16, 32, 64, 128),
+        "SPLIT_K": (1, 2, 4, 8, 16, 32, 64, 128),
+        "num_warps": (2, 4, 8),
+        "num_stages": (1, 2, 3, 4, 5),
+    },
 }
+# Programs a split weight gradient aims at: two an SM of an H100 (132 SMs).
+WGRAD_PROGRAMS = 264
+WGRAD_PARTIAL_BYTES = 64 * 2**20  # float32 partials of a split weight gradient, at most
 MAX_DIRECT_TILE = 16384  # a depthwise program's fp32 accumulator: 64 registers a thread at 8 warps
 
 
@@ -55,17 +73,58 @@ def _elt_bytes(spec: SpecView) -> int:
     return 4 if spec.param("operand_dtype") == "float32" else 2
 
 
+def backward_sizes(spec: SpecView) -> dict[str, int]:
+    """The two GEMMs of a conv backward: dgrad's rows (N*H*W), columns (C_in/groups) and
+    channel steps (C_out/groups), wgrad's rows (C_out/groups), columns (C_in/groups*KH*KW) and
+    reduction (N*OH*OW)."""
+    n, c_in, h, w = spec.param("x_shape")
+    kh, kw = spec.param("kernel")
+    oh, ow = spec.param("out_hw")
+    groups = spec.param("groups")
+    cig, cog = c_in // groups, spec.param("c_out") // groups
+    return dict(dm=n * h * w, dn=cig, dk=cog, wm=cog, wn=cig * kh * kw, wk=n * oh * ow)
+
+
 def validate_conv(spec: SpecView, k: dict) -> None:
     if spec.template == "conv_depthwise":
         _validate_depthwise(spec, k)
         return
-    bm, bn, bk, stages = k["BLOCK_M"], k["BLOCK_N"], k["BLOCK_K"], k["num_stages"]
+    if spec.template == "conv_backward":
+        s = backward_sizes(spec)
+        _validate_tile(spec, k, "", (s["dm"], s["dn"], s["dk"]))
+        wg = {**k, **{x: k[f"WG_{x}"] for x in ("BLOCK_M", "BLOCK_N", "BLOCK_K")}}
+        _validate_tile(spec, wg, "WG_", (s["wm"], s["wn"], s["wk"]))
+        _validate_split(spec, k, s)
+        return
     m, n, _ = gemm_sizes(spec)
-    c_in_group = spec.param("x_shape")[1] // spec.param("groups")
+    _validate_tile(spec, k, "", (m, n, spec.param("x_shape")[1] // spec.param("groups")))
+
+
+def _validate_split(spec: SpecView, k: dict, s: dict[str, int]) -> None:
+    split = k["SPLIT_K"]
+    if split > 1 and s["wk"] < split * k["WG_BLOCK_K"]:
+        raise IllegalSpec(
+            f"SPLIT_K={split} x WG_BLOCK_K={k['WG_BLOCK_K']} exceeds the {s['wk']} output pixels "
+            "the weight gradient reduces; use fewer splits"
+        )
+    partial = split * spec.param("c_out") * s["wn"] * 4
+    if split > 1 and partial > WGRAD_PARTIAL_BYTES:
+        raise IllegalSpec(
+            f"SPLIT_K={split} stores {partial / 2**20:.0f} MiB of float32 partials (the limit is "
+            f"{WGRAD_PARTIAL_BYTES // 2**20} MiB); use fewer splits"
+        )
+
+
+def _validate_tile(spec: SpecView, k: dict, prefix: str, sizes: tuple[int, int, int]) -> None:
+    """One implicit GEMM's tile: shared memory, registers, and no block wider than its axis
+    (`sizes`: rows, columns, the reduction's step axis)."""
+    bm, bn, bk, stages = k["BLOCK_M"], k["BLOCK_N"], k["BLOCK_K"], k["num_stages"]
+    m, n, c_in_group = sizes
     smem = (bm * bk + bk * bn) * _elt_bytes(spec) * stages
     if smem > SMEM_BYTES:
         raise IllegalSpec(
-            f"BLOCK_M={bm}, BLOCK_N={bn}, BLOCK_K={bk}, num_stages={stages} need {smem} bytes of "
+            f"{prefix}BLOCK_M={bm}, {prefix}BLOCK_N={bn}, {prefix}BLOCK_K={bk}, num_stages={stages} "
+            f"need {smem} bytes of "
             f"shared memory; the limit is {SMEM_BYTES}. Reducing block sizes or num_stages may help"
         )
     regs = bm * bn // (32 * k["num_warps"])
@@ -77,7 +136,8 @@ def validate_conv(spec: SpecView, k: dict) -> None:
     for name, block, size in (("BLOCK_N", bn, n), ("BLOCK_K", bk, c_in_group), ("BLOCK_M", bm, m)):
         if block > max(16, next_pow2(size)):
             raise IllegalSpec(
-                f"{name}={block} is wider than the {size} it tiles; use <= {max(16, next_pow2(size))}"
+                f"{prefix}{name}={block} is wider than the {size} it tiles; use <= "
+                f"{max(16, next_pow2(size))}"
             )
 
 
@@ -106,6 +166,8 @@ def conv_default_knobs(spec: SpecView) -> dict[str, KnobValue]:
     """The implicit GEMM: 128 x 64 tiles (64 x 64 under 64 channels or pixels to fill),
     32 input channels a step (64 in 16-bit), 3 stages; depthwise: 64 pixels x 32 channels,
     with channels fastest where they are contiguous (channels-last) and pixels otherwise."""
+    if spec.template == "conv_backward":
+        return _backward_default_knobs(spec)
     m, n, _ = gemm_sizes(spec)
     c_in_group = spec.param("x_shape")[1] // spec.param("groups")
     if spec.template == "conv_depthwise":
@@ -115,11 +177,36 @@ def conv_default_knobs(spec: SpecView) -> dict[str, KnobValue]:
         bm = min(max(8, next_pow2(m)), 128 if not channels_last else 64)
         warps = max(1, min(4, bm * bn // 256))
         return dict(BLOCK_M=bm, BLOCK_N=bn, num_warps=warps, num_stages=1)
+    bm, bn, bk = _gemm_tile(spec, m, n, c_in_group)
+    return dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=8, num_warps=4, num_stages=3)
+
+
+def _gemm_tile(spec: SpecView, m: int, n: int, k_step: int) -> tuple[int, int, int]:
     low = _elt_bytes(spec) == 2
     bn = min(128 if n >= 128 else 64, max(16, next_pow2(n)))
     bm = min(128 if m >= 4096 and bn <= 64 else 64, max(16, next_pow2(m)))
-    bk = min(64 if low else 32, max(16, next_pow2(c_in_group)))
-    return dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=8, num_warps=4, num_stages=3)
+    return bm, bn, min(64 if low else 32, max(16, next_pow2(k_step)))
+
+
+def _backward_default_knobs(spec: SpecView) -> dict[str, KnobValue]:
+    """dgrad as the forward's tile; wgrad 64x64 (fewer where the channels are fewer), and
+    split over the output pixels until about WGRAD_PROGRAMS programs run (a weight gradient
+    has few tiles and a long reduction: ResNet-50's 3x3 256 -> 256 one is 256 x 2304 columns,
+    144 tiles of 64x64, reducing over N*56*56 pixels)."""
+    s = backward_sizes(spec)
+    bm, bn, bk = _gemm_tile(spec, s["dm"], s["dn"], s["dk"])
+    wm, wn = (min(64, max(16, next_pow2(s[a]))) for a in ("wm", "wn"))
+    wk = 64 if _elt_bytes(spec) == 2 else 32
+    tiles = -(-s["wm"] // wm) * -(-s["wn"] // wn) * spec.param("groups")
+    split = 1
+    while split < 128 and tiles * split < WGRAD_PROGRAMS and s["wk"] >= 8 * split * wk:
+        split *= 2
+    while split > 1 and split * spec.param("c_out") * s["wn"] * 4 > WGRAD_PARTIAL_BYTES:
+        split //= 2
+    return dict(
+        BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=8, WG_BLOCK_M=wm, WG_BLOCK_N=wn,
+        WG_BLOCK_K=wk, SPLIT_K=split, num_warps=4, num_stages=3,
+    )  # fmt: skip
 
 
 # Implicit-GEMM tiles measured beside the default (BLOCK_M, BLOCK_N, BLOCK_K, warps, stages):
@@ -137,6 +224,9 @@ _SEED_TILES = (
 
 
 def conv_seed_configs(spec: SpecView) -> list[dict[str, KnobValue]]:
+    if spec.template == "conv_backward":
+        return [dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, num_warps=w, num_stages=st)
+                for bm, bn, bk, w, st in _SEED_TILES[:4]]  # fmt: skip
     if spec.template == "conv_depthwise":
         return [
             dict(BLOCK_M=bm, BLOCK_N=bn, num_warps=w)

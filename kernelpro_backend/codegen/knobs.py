@@ -132,6 +132,9 @@ ROLES: dict[str, KnobRole] = {
     # no rule (none of the bottleneck rules says which way they should go): neighbours only.
     "BLOCK_M_DQ": KnobRole.OTHER,
     "BLOCK_N_DQ": KnobRole.OTHER,
+    "WG_BLOCK_M": KnobRole.TILE,  # a conv backward's weight-gradient tile (conv_rules.py)
+    "WG_BLOCK_N": KnobRole.TILE,
+    "WG_BLOCK_K": KnobRole.TILE,
     "GROUP_M": KnobRole.OTHER,
     "FLATTEN": KnobRole.OTHER,
     "SM_PROGRAMS": KnobRole.OTHER,

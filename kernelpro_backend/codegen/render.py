@@ -22,6 +22,7 @@ _LAUNCHES = {
     "attention_backward": (".templates.attention_bwd", "render_attention_backward"),
     "conv": (".templates.conv", "render_conv"),
     "conv_depthwise": (".templates.conv", "render_conv"),
+    "conv_backward": (".templates.conv_bwd", "render_conv_backward"),
 }
 
 

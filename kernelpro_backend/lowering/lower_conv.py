@@ -75,15 +75,15 @@ def lower_conv(sg: Subgraph) -> dict[str, Any]:
     depthwise = c_in == groups
     flat = x_val.dim() == 3  # a 1-D convolution: a 2-D one of height 1
     anchor = (
-        ("x", _as_2d(operand(x, sg), flat)),
-        ("weight", _as_2d(operand(w, sg), flat)),
-        ("x_shape", _as_2d_shape(x_val.shape, flat)),
+        ("x", as_2d(operand(x, sg), flat)),
+        ("weight", as_2d(operand(w, sg), flat)),
+        ("x_shape", as_2d_shape(x_val.shape, flat)),
         ("c_out", c_out),
-        ("kernel", _as_2d_shape(w_val.shape, flat)[2:]),
-        ("out_hw", _as_2d_shape(domain, flat)[2:]),
-        ("stride", _pair(args["stride"], flat, 1)),
-        ("padding", _pair(args["padding"], flat, 0)),
-        ("dilation", _pair(args["dilation"], flat, 1)),
+        ("kernel", as_2d_shape(w_val.shape, flat)[2:]),
+        ("out_hw", as_2d_shape(domain, flat)[2:]),
+        ("stride", pair(args["stride"], flat, 1)),
+        ("padding", pair(args["padding"], flat, 0)),
+        ("dilation", pair(args["dilation"], flat, 1)),
         ("groups", groups),
         ("operand_dtype", str(x_val.dtype).removeprefix("torch.")),
     )
@@ -99,18 +99,18 @@ def lower_conv(sg: Subgraph) -> dict[str, Any]:
     )
 
 
-def _as_2d(op: tuple[int, int, tuple[int, ...]], flat: bool) -> tuple:
+def as_2d(op: tuple[int, int, tuple[int, ...]], flat: bool) -> tuple:
     """An operand's (input, offset, strides) with a height of stride 0 where it has none."""
     i, offset, strides = op
     return (i, offset, (*strides[:2], 0, strides[2]) if flat else strides)
 
 
-def _as_2d_shape(sizes: Any, flat: bool) -> tuple[int, ...]:
+def as_2d_shape(sizes: Any, flat: bool) -> tuple[int, ...]:
     out = tuple(int(s) for s in sizes)
     return (*out[:2], 1, out[2]) if flat else out
 
 
-def _pair(value: Any, flat: bool, height: int) -> tuple[int, int]:
+def pair(value: Any, flat: bool, height: int) -> tuple[int, int]:
     """(height, width) of a stride, padding or dilation; `height` for a 1-D convolution's."""
     values = [int(v) for v in (value if isinstance(value, (list, tuple)) else [value])]
     if flat and len(values) == 1:

@@ -1,7 +1,7 @@
 """Every template family kernelpro renders, as sources: the seeds of small models' subgraphs
 (forward and backward, float32 and bfloat16, attention, long rows), their alternatives
-(cuBLASLt, TF32, 3xTF32, CUTLASS, split rows, row clusters), convolutions (implicit GEMM and
-depthwise) and each one-knob variant (split-K, TMA loads...). The grammar of outside sources must admit every Triton one of them."""
+(cuBLASLt, TF32, 3xTF32, CUTLASS, split rows, row clusters), convolutions (implicit GEMM,
+depthwise, backward) and each one-knob variant (split-K, TMA loads...). The grammar of outside sources must admit every Triton one of them."""
 
 from __future__ import annotations
 
@@ -96,6 +96,10 @@ def _conv_seeds() -> list:
     seeds.append(
         lower(decomposed_subgraph(lambda x, w: (F.conv2d(x, w, padding=3, groups=8),), x, w))
     )
+    block = nn.Sequential(nn.Conv2d(4, 6, 3, stride=2, padding=1), nn.ReLU(), nn.Conv2d(6, 6, 1))
+    for sg in collect(block, [torch.randn(2, 4, 13, 11, requires_grad=True)]):
+        if sg.kind == "conv" and sg.graph == "backward":
+            seeds.append(lower(sg))
     x, w = torch.randn(2, 6, 17), torch.randn(4, 6, 5)
     seeds.append(lower(decomposed_subgraph(lambda x, w: (F.silu(F.conv1d(x, w)),), x, w)))
     return seeds

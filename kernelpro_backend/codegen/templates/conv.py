@@ -29,11 +29,11 @@ from ..spec_view import io_names
 from .gemm import tf32_rounding, tile_coords
 
 
-def _and(parts: list[str]) -> str | None:
+def and_(parts: list[str]) -> str | None:
     return " & ".join(f"({p})" for p in parts) if parts else None
 
 
-def _load(ptrs: str, mask: str | None) -> str:
+def load(ptrs: str, mask: str | None) -> str:
     return f"tl.load({ptrs}, mask={mask}, other=0.0)" if mask else f"tl.load({ptrs})"
 
 
@@ -66,7 +66,7 @@ def pixel_coords(spec: KernelSpec, i64: str) -> list[str]:
     ]
 
 
-def _tap_mask(spec: KernelSpec) -> list[str]:
+def tap_mask(spec: KernelSpec) -> list[str]:
     """Bounds of the tap's input row `ih` and column `iw` on the axes with padding: without
     it every tap of a valid output pixel lies inside the input."""
     h, w = spec.param("x_shape")[2:]
@@ -92,15 +92,13 @@ def _gemm_loop(spec: KernelSpec) -> list[str]:
     bk = int(spec.knob("BLOCK_K"))
     ct = -(-cig // bk)
     even_k, even_n = cig % bk == 0, cog % int(spec.knob("BLOCK_N")) == 0
-    low = spec.param("operand_dtype") != "float32"
-    dot_kw = "" if low else f', input_precision="{spec.precision}"'
     rows = [] if m % int(spec.knob("BLOCK_M")) == 0 else ["row_mask"]
     ci_a, ci_b = (
         ([] if even_k else ["ci[None, :] < " + str(cig)]),
         ([] if even_k else ["ci[:, None] < " + str(cig)]),
     )
-    a_mask = _and(rows + _tap_mask(spec) + ci_a)
-    b_mask = _and(ci_b + ([] if even_n else [f"rn < {cog}"]))
+    a_mask = and_(rows + tap_mask(spec) + ci_a)
+    b_mask = and_(ci_b + ([] if even_n else [f"rn < {cog}"]))
     taps = kh * kw
     tap = "kt" if ct == 1 else f"(kt // {ct})"
     if taps == 1:
@@ -122,8 +120,18 @@ def _gemm_loop(spec: KernelSpec) -> list[str]:
         f"    ih = ih0 + kh * {dh}",
         f"    iw = iw0 + kw * {dw}",
         "    ci = c0 + rk",
-        f"    a = {_load(f'x_rows + ih * {sxh} + iw * {sxw} + ci[None, :] * {sxc}', a_mask)}",
-        f"    b = {_load(f'w_cols + kh * {swh} + kw * {sww} + ci[:, None] * {swi}', b_mask)}",
+        f"    a = {load(f'x_rows + ih * {sxh} + iw * {sxw} + ci[None, :] * {sxc}', a_mask)}",
+        f"    b = {load(f'w_cols + kh * {swh} + kw * {sww} + ci[:, None] * {swi}', b_mask)}",
+        *dot_step(spec, "acc"),
+    ]
+
+
+def dot_step(spec: KernelSpec, acc: str) -> list[str]:
+    """A main loop's `acc += a @ b` (its body indented once): bf16/fp16 operands widened under
+    the interpreter, float32 ones at the spec's dot precision (tf32 rounded to nearest)."""
+    low = spec.param("operand_dtype") != "float32"
+    dot_kw = "" if low else f', input_precision="{spec.precision}"'
+    return [
         *(
             [
                 "    if INTERPRET:  # the CPU interpreter multiplies bf16/fp16 wrongly; widen there",
@@ -134,7 +142,7 @@ def _gemm_loop(spec: KernelSpec) -> list[str]:
             else []
         ),
         *(tf32_rounding() if spec.precision == "tf32" and not low else []),
-        f"    acc = tl.dot(a, b, acc{dot_kw})",
+        f"    {acc} = tl.dot(a, b, {acc}{dot_kw})",
     ]
 
 
@@ -149,7 +157,7 @@ def _direct_loop(spec: KernelSpec) -> list[str]:
     x_in, x_off, (sxn, sxc, sxh, sxw) = spec.param("x")
     w_in, w_off, (swo, _, swh, sww) = spec.param("weight")
     ci = "co" if mult == 1 else f"(co // {mult})"
-    a_mask = _and(["mask", *_tap_mask(spec)])
+    a_mask = and_(["mask", *tap_mask(spec)])
     return [
         f"x_rows = in{x_in} + {x_off} + n_i * {sxn} + {ci} * {sxc}",
         f"w_cols = in{w_in} + {w_off} + co * {swo}",
@@ -158,8 +166,8 @@ def _direct_loop(spec: KernelSpec) -> list[str]:
         f"    ih = ih0 + kh * {dh}",
         f"    for kw in tl.static_range({kw}):",
         f"        iw = iw0 + kw * {dw}",
-        f"        a = {_load(f'x_rows + ih * {sxh} + iw * {sxw}', a_mask)}.to(tl.float32)",
-        f"        b = {_load(f'w_cols + kh * {swh} + kw * {sww}', 'col_mask')}.to(tl.float32)",
+        f"        a = {load(f'x_rows + ih * {sxh} + iw * {sxw}', a_mask)}.to(tl.float32)",
+        f"        b = {load(f'w_cols + kh * {swh} + kw * {sww}', 'col_mask')}.to(tl.float32)",
         "        acc += a * b",
     ]
 
