@@ -1,7 +1,8 @@
 """Default knobs: the values a freshly lowered spec starts from, before any search.
 
-Owns: `default_knobs(spec)`: GEMMs from gemm_configs.py's tables, convolutions from conv_rules.py, attention forward and backward
-and the row templates (pointwise, row_reduction) by the rules below.
+Owns: `default_knobs(spec)`: GEMMs from gemm_configs.py's tables, convolutions from
+conv_rules.py, attention forward and backward and the row templates (pointwise, row_reduction)
+by the rules below.
 Must not: define which values are legal (knobs.py does, and every default here passes its
 `validate`), render or measure.
 """
