@@ -1,7 +1,8 @@
 """Default knobs: the values a freshly lowered spec starts from, before any search.
 
-Owns: `default_knobs(spec)`: GEMMs from gemm_configs.py's tables, attention forward and backward
-and the row templates (pointwise, row_reduction) by the rules below.
+Owns: `default_knobs(spec)`: GEMMs from gemm_configs.py's tables, convolutions from
+conv_rules.py, attention forward and backward and the row templates (pointwise, row_reduction)
+by the rules below.
 Must not: define which values are legal (knobs.py does, and every default here passes its
 `validate`), render or measure.
 """
@@ -14,6 +15,7 @@ import math
 from typing import TYPE_CHECKING
 
 from .attention_rules import validate_attention_backward
+from .conv_rules import CONV_TEMPLATES, conv_default_knobs, conv_seed_configs
 from .domain import extent, rows_cols
 from .errors import IllegalSpec, Unsupported
 from .gemm_configs import gemm_default_knobs  # the GEMM tables to edit live there
@@ -37,6 +39,8 @@ def default_knobs(spec: KernelSpec) -> tuple[tuple[str, KnobValue], ...]:
         )
     elif spec.template == "attention_backward":
         return _default_attention_backward(spec)
+    elif spec.template in CONV_TEMPLATES:
+        knobs = conv_default_knobs(spec)
     elif spec.template in (
         "row_cluster",
         "row_split",
@@ -194,11 +198,16 @@ def alternatives(seed: KernelSpec) -> list[KernelSpec]:
 def seed_configs(seed: KernelSpec) -> list[KernelSpec]:
     """Other configurations of the seed's own template worth measuring beside it before the
     search moves one knob at a time: for a GEMM, a few of Inductor's max-autotune tiles
-    (gemm_configs.seed_configs); none for other templates."""
-    if seed.template != "gemm":
+    (gemm_configs.seed_configs), for a convolution a few implicit-GEMM or depthwise tiles
+    (conv_rules.conv_seed_configs); none for other templates."""
+    if seed.template == "gemm":
+        configs = gemm_seed_configs(seed)
+    elif seed.template in CONV_TEMPLATES:
+        configs = conv_seed_configs(seed)
+    else:
         return []
     out: list[KernelSpec] = []
-    for knobs in gemm_seed_configs(seed):
+    for knobs in configs:
         try:
             spec = seed.with_knobs(**knobs)
         except IllegalSpec:

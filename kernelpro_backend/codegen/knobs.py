@@ -17,6 +17,7 @@ import enum
 from typing import TYPE_CHECKING
 
 from .attention_rules import SMEM_BYTES, validate_attention, validate_attention_backward
+from .conv_rules import CONV_SPACE, CONV_TEMPLATES, validate_conv
 from .cutlass_match import SPACE as CUTLASS_SPACE
 from .domain import extent, next_pow2, rows_cols
 from .errors import IllegalSpec
@@ -76,6 +77,7 @@ _SPACE: dict[str, dict[str, tuple[KnobValue, ...]]] = {
     },
 }
 _SPACE["pointwise"] = {k: v for k, v in _SPACE["row_reduction"].items() if k != "ONLINE"}
+_SPACE.update(CONV_SPACE)  # the convolution forward templates (conv_rules.py)
 # The row-resident CUDA kernel (templates/cluster.py): CTAs per row, elements per vector access
 # and warps per CTA; cluster_rules.py says which combinations fit a row.
 _SPACE["gemm_library"] = {}  # a library call: nothing to tune (templates/library.py)
@@ -131,6 +133,9 @@ ROLES: dict[str, KnobRole] = {
     # no rule (none of the bottleneck rules says which way they should go): neighbours only.
     "BLOCK_M_DQ": KnobRole.OTHER,
     "BLOCK_N_DQ": KnobRole.OTHER,
+    "WG_BLOCK_M": KnobRole.TILE,  # a conv backward's weight-gradient tile (conv_rules.py)
+    "WG_BLOCK_N": KnobRole.TILE,
+    "WG_BLOCK_K": KnobRole.TILE,
     "GROUP_M": KnobRole.OTHER,
     "FLATTEN": KnobRole.OTHER,
     "SM_PROGRAMS": KnobRole.OTHER,
@@ -226,6 +231,8 @@ def validate(spec: SpecView) -> None:
         _validate_gemm(spec, knobs)
     elif spec.template == "attention":
         validate_attention(spec, knobs)
+    elif spec.template in CONV_TEMPLATES:
+        validate_conv(spec, knobs)
     elif spec.template == "attention_backward":
         validate_attention_backward(spec, knobs)
     elif spec.template == "gemm_library":

@@ -8,6 +8,7 @@ Must not: compile or run the module (build.py does).
 
 from __future__ import annotations
 
+import importlib
 import json
 
 from .prelude import PRELUDE as _PRELUDE
@@ -15,6 +16,14 @@ from .spec import KernelSpec, RenderedKernel
 from .spec_view import io_names
 
 ENTRY = "entry"
+# Templates whose module launches its kernels itself: (module, its render function), which
+# returns render_launches's kernels, scratch and launches.
+_LAUNCHES = {
+    "attention_backward": (".templates.attention_bwd", "render_attention_backward"),
+    "conv": (".templates.conv", "render_conv"),
+    "conv_depthwise": (".templates.conv", "render_conv"),
+    "conv_backward": (".templates.conv_bwd", "render_conv_backward"),
+}
 
 
 def _header(spec: KernelSpec) -> list[str]:
@@ -128,10 +137,10 @@ def render(spec: KernelSpec) -> RenderedKernel:
         source, name = render_cutlass(spec)
         header = "\n".join(_header(spec)) + "\n"
         return RenderedKernel(language="triton", source=header + source, entry=name)
-    if spec.template == "attention_backward":
-        from .templates.attention_bwd import render_attention_backward
-
-        return render_launches(spec, *render_attention_backward(spec))
+    if spec.template in _LAUNCHES:
+        module, name = _LAUNCHES[spec.template]
+        renderer = getattr(importlib.import_module(module, __package__), name)
+        return render_launches(spec, *renderer(spec))
     kernel, grid, launch_knobs = _template_kernel(spec)
     ins, outs = io_names(spec)
     # `_launch` wraps each kernel before its launch: `_direct` calls it as is; the backend passes

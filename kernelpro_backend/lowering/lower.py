@@ -4,7 +4,8 @@ Owns: matching a subgraph to a template (pointwise, row_reduction, gemm, attenti
 the domain the kernel iterates (the reduced input for reductions, the GEMM output for GEMMs,
 the largest output for pointwise chains), and the template's anchor parameters.
 Dispatches attention subgraphs to lower_attention.py (forward) and lower_attention_bwd.py
-(backward), which import neither this module nor each other.
+(backward), convolutions to lower_conv.py and lower_conv_bwd.py; those import neither this
+module nor each other (but a backward lowerer its forward's helpers).
 Must not: render source; anything no template covers raises `Unsupported`, never mis-lowers.
 """
 
@@ -23,6 +24,8 @@ from ..fx_passes import Subgraph
 from ..fx_passes.ops import Role, op_name, role
 from .lower_attention import attention_node, lower_attention
 from .lower_attention_bwd import lower_attention_backward
+from .lower_conv import lower_conv
+from .lower_conv_bwd import BACKWARD, lower_conv_backward
 from .maps import MapBuilder, broadcast, reduction_parts, shape
 from .operands import operand
 from .program import ProgramBuilder
@@ -37,8 +40,6 @@ def lower(subgraph: Subgraph) -> KernelSpec:
         )
     if subgraph.symbolic:
         raise Unsupported("the subgraph has symbolic sizes; kernels are specialised to shapes")
-    if subgraph.kind == "conv":
-        raise Unsupported("convolutions have no template (left to cuDNN through the fallback)")
     if not subgraph.input_meta:
         # iota arithmetic (an MoE's expert indices): the fallback folds or computes it once,
         # and a kernel with no input has no tensor to take its device from
@@ -50,6 +51,10 @@ def lower(subgraph: Subgraph) -> KernelSpec:
         return _finish(lowerer(subgraph, att), subgraph)
     if subgraph.kind == "gemm":
         return _finish(_lower_gemm(subgraph), subgraph)
+    if subgraph.kind == "conv":
+        _check_dtypes(subgraph)
+        backward = any(op_name(n) == BACKWARD for n in subgraph.nodes)
+        return _finish((lower_conv_backward if backward else lower_conv)(subgraph), subgraph)
     return _finish(_lower_rowwise(subgraph), subgraph)
 
 

@@ -59,20 +59,31 @@ def round_to_tf32(x: torch.Tensor) -> torch.Tensor:
 class _Tf32OnCpu(TorchDispatchMode):
     """PyTorch's CPU matmuls ignore the tf32 policy (they stay IEEE float32). On the CPU (Triton's
     interpreter) a tf32 reference therefore rounds the float32 operands of every matrix product
-    to tf32 first, as the GPU's tensor cores do under that policy; accumulation stays float32."""
+    to tf32 first, as the GPU's tensor cores do under that policy; accumulation stays float32.
+    A convolution backward's bias gradient is a plain float32 sum of the output gradient (no
+    product): it is computed from the unrounded operands."""
 
-    _OPS = {"aten::mm", "aten::bmm", "aten::addmm", "aten::baddbmm", "aten::convolution"}
+    _OPS = {
+        "aten::mm", "aten::bmm", "aten::addmm", "aten::baddbmm", "aten::convolution",
+        "aten::convolution_backward",  # its three operands: grad_output, input, weight
+    }  # fmt: skip
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
         kwargs = kwargs or {}
         if func._schema.name in self._OPS:
-            operands = (1, 2) if func._schema.name in ("aten::addmm", "aten::baddbmm") else (0, 1)
+            operands = {"aten::addmm": (1, 2), "aten::baddbmm": (1, 2)}.get(
+                func._schema.name, (0, 1, 2) if "backward" in func._schema.name else (0, 1)
+            )
+            exact = args
             args = tuple(
                 round_to_tf32(a)
                 if i in operands and isinstance(a, torch.Tensor) and a.dtype == torch.float32
                 else a
                 for i, a in enumerate(args)
             )
+            if "backward" in func._schema.name and len(exact) > 10 and exact[10][2]:
+                dx, dw, _ = func(*args, **kwargs)
+                return dx, dw, func(*exact[:10], [False, False, True], **kwargs)[2]
         return func(*args, **kwargs)
 
 

@@ -9,6 +9,7 @@ its possibly cancelled result).
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Sequence
 
 import torch
@@ -23,6 +24,7 @@ from kernelpro_backend.fx_passes.ops import Role
 from kernelpro_backend.fx_passes.subgraph import subgraph_of_group
 from kernelpro_backend.lowering import lower
 from kernelpro_backend.runtime.spec_kernel import build_kernel
+from kernelpro_backend.runtime.validate import _Tf32OnCpu
 
 RTOL = {torch.float32: 1e-5, torch.bfloat16: 1.6e-2, torch.float16: 2e-3}
 ATOL = {torch.float32: 1e-5, torch.bfloat16: 1.6e-2, torch.float16: 2e-3}
@@ -97,7 +99,10 @@ def check(
     spec = spec or lower(sg)
     inputs = inputs if inputs is not None else sg.make_inputs(seed)
     before = [x.clone() for x in inputs]
-    expected = sg.module()(*inputs)
+    # a tf32 spec (a convolution under cuDNN's default policy) against the reference with its
+    # float32 operands rounded to tf32, as the search's validator computes it on the CPU
+    with _Tf32OnCpu() if spec.precision == "tf32" else contextlib.nullcontext():
+        expected = sg.module()(*inputs)
     got = build_kernel(spec)(*inputs)
     assert len(got) == len(expected)
     dt = compute_dtype(sg)

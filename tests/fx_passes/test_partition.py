@@ -95,3 +95,22 @@ def test_random_and_mutating_ops_stay_out():
 
     sgs = subgraphs_of(M(), torch.randn(8, 8), train=False)
     assert all("native_dropout" not in s.ops and "rand" not in " ".join(s.ops) for s in sgs)
+
+
+def test_conv_is_the_anchor_of_its_bias_activation_and_residual_tail():
+    """conv -> ReLU -> + residual is one conv subgraph (the conv templates' epilogue), forward;
+    its backward's convolution_backward keeps its own group."""
+
+    class Block(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.conv = torch.nn.Conv2d(4, 4, 3, padding=1)
+
+        def forward(self, x):  # type: ignore[no-untyped-def]
+            return torch.relu(self.conv(x)) + x
+
+    sgs = subgraphs_of(Block(), torch.randn(2, 4, 7, 5, requires_grad=True))
+    (conv,) = [s for s in _by_graph(sgs, "forward") if s.kind == "conv"]
+    # and the ReLU's mask for the backward (le), stored by the same kernel
+    assert conv.ops == ["convolution", "relu", "add", "le"]
+    assert any("convolution_backward" in s.ops for s in _by_graph(sgs, "backward"))

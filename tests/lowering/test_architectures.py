@@ -1,7 +1,8 @@
 """Blocks of well-known architectures, written as their authors write them (architectures/,
 in KernelBench's format: Model, get_inputs, get_init_inputs): every subgraph of their forward
 and backward graphs, trained with their inputs' gradients, lowers to a template and matches its
-reference under Triton's interpreter, but for convolutions (left to cuDNN) and constants.
+reference under Triton's interpreter, but for depthwise convolutions' backward (left to
+cuDNN) and constants.
 Found this way and fixed (2026-11-27): Swin's torch.roll needed fmod; its heads, picked from
 a permuted QKV view, and an MLP-Mixer's transposed copy of a backward GEMM's residual sum
 were read at two index maps, which sent whole GEMM groups to the fallback; BERT's attention
@@ -23,10 +24,10 @@ from kernelpro_backend.codegen.errors import Unsupported
 from kernelpro_backend.lowering import lower
 
 ARCHITECTURES = sorted((pathlib.Path(__file__).parent / "architectures").glob("*.py"))
-# convolutions go to cuDNN, attention with a padding mask to SDPA's own kernels; a subgraph
+# depthwise convolutions' backward goes to cuDNN, attention with a padding mask to SDPA's own kernels; a subgraph
 # reading no tensor (torch.roll's index arithmetic) is folded by the fallback
 LEFT_TO_FALLBACK = (
-    "convolutions have no template",
+    "depthwise convolution backward has no template",
     "attention with attn_mask is not supported",
     "attention backward with attn_mask is not supported",
     "the subgraph reads no tensor",

@@ -1,20 +1,19 @@
 """Coverage over the project's example models: how many subgraphs (forward and backward) lower
-to a template and match the reference. Every one does but the convolutions (4, no template):
-54 of 58 today, with the attention forward and backward. (Before a GEMM's group stopped at its
+to a template and match the reference: all 58 today, with the convolutions forward (implicit
+GEMM + epilogue) and backward (dgrad, wgrad) and the attention forward and backward. (Before a GEMM's group stopped at its
 own output, the conv net's classifier GEMM took in the average pool's backward broadcast to
 [N, C, H, W] and could not lower: 56 of 61, the three groups that broadcast then fed being one
 now.)"""
 
 from __future__ import annotations
 
-import pytest
 import torch
 from harness import check, collect
 
 from kernelpro_backend import examples
 from kernelpro_backend.codegen import Unsupported
 
-FLOOR = 54  # subgraphs that lower and pass, out of 58
+FLOOR = 58  # subgraphs that lower and pass, out of 58
 
 
 def test_examples_coverage() -> None:
@@ -33,19 +32,17 @@ def test_examples_coverage() -> None:
     print(f"codegen coverage: {passed}/{total}\n{report}")
     assert passed >= FLOOR, f"{passed}/{total} lowered and matched; unsupported:\n{report}"
     assert passed / total >= 0.9, report
-    assert len(unsupported) == 4, report
-    assert all("convolutions have no template" in u for u in unsupported), report
+    assert not unsupported, report
 
 
-def test_convolutions_are_unsupported_and_attention_lowers_both_ways() -> None:
+def test_convolutions_lower_forward_and_attention_lowers_both_ways() -> None:
     model, inputs = examples.convnet("cpu")
     from kernelpro_backend.lowering import lower
 
     convs = [sg for sg in collect(model, inputs) if sg.kind == "conv"]
-    assert convs
+    assert {sg.graph for sg in convs} == {"forward", "backward"}
     for sg in convs:
-        with pytest.raises(Unsupported, match="convolution"):
-            lower(sg)
+        assert lower(sg).template == ("conv" if sg.graph == "forward" else "conv_backward")
     q, k, v = (torch.randn(1, 2, 9, 8, requires_grad=True) for _ in range(3))
 
     class Attention(torch.nn.Module):

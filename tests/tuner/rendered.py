@@ -1,7 +1,7 @@
 """Every template family kernelpro renders, as sources: the seeds of small models' subgraphs
 (forward and backward, float32 and bfloat16, attention, long rows), their alternatives
-(cuBLASLt, TF32, 3xTF32, CUTLASS, split rows, row clusters) and each one-knob variant (split-K,
-TMA loads...). The grammar of outside sources must admit every Triton one of them."""
+(cuBLASLt, TF32, 3xTF32, CUTLASS, split rows, row clusters), convolutions (implicit GEMM,
+depthwise, backward) and each one-knob variant (split-K, TMA loads...). The grammar of outside sources must admit every Triton one of them."""
 
 from __future__ import annotations
 
@@ -74,10 +74,41 @@ def _gemm_seeds() -> list:
     return seeds
 
 
+def _conv_relu_residual(kw):  # type: ignore[no-untyped-def]
+    return lambda x, w, b, r: (F.relu(F.conv2d(x, w, b, **kw)) + r,)
+
+
+def _conv_seeds() -> list:
+    """Convolutions with a bias + ReLU + residual epilogue: implicit GEMM (grouped, strided,
+    dilated; float32 under each precision, channels-last bfloat16), depthwise, 1-D."""
+    seeds = []
+    for dtype, groups, channels_last in ((torch.float32, 2, False), (torch.bfloat16, 1, True)):
+        x, w, b = torch.randn(2, 8, 13, 11), torch.randn(6, 8 // groups, 3, 3), torch.randn(6)
+        if channels_last:
+            x, w = (t.to(memory_format=torch.channels_last) for t in (x, w))
+        x, w, b = (t.to(dtype) for t in (x, w, b))
+        kw = dict(stride=2, padding=1, dilation=2, groups=groups)
+        r = torch.randn_like(F.conv2d(x, w, b, **kw))
+        sg = decomposed_subgraph(_conv_relu_residual(kw), x, w, b, r)
+        seed = lower(sg)
+        seeds += [dataclasses.replace(seed, precision=p) for p in ("ieee", "tf32", "tf32x3")]
+    x, w = torch.randn(2, 8, 13, 11), torch.randn(8, 1, 7, 7)
+    seeds.append(
+        lower(decomposed_subgraph(lambda x, w: (F.conv2d(x, w, padding=3, groups=8),), x, w))
+    )
+    block = nn.Sequential(nn.Conv2d(4, 6, 3, stride=2, padding=1), nn.ReLU(), nn.Conv2d(6, 6, 1))
+    for sg in collect(block, [torch.randn(2, 4, 13, 11, requires_grad=True)]):
+        if sg.kind == "conv" and sg.graph == "backward":
+            seeds.append(lower(sg))
+    x, w = torch.randn(2, 6, 17), torch.randn(4, 6, 5)
+    seeds.append(lower(decomposed_subgraph(lambda x, w: (F.silu(F.conv1d(x, w)),), x, w)))
+    return seeds
+
+
 def rendered_sources() -> dict[str, tuple[str, str, str]]:
     """{source: (template, language, entry)} over every spec described above."""
     specs = []
-    for seed in [*_model_seeds(), *_gemm_seeds()]:
+    for seed in [*_model_seeds(), *_gemm_seeds(), *_conv_seeds()]:
         specs += [seed, *alternatives(seed)]
     for spec in list(specs):
         for knob, values in knob_space(spec).items():

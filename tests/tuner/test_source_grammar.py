@@ -50,7 +50,8 @@ def test_every_module_kernelpro_renders_is_admitted(ours):
         families[template] += 1
     assert set(families) >= {
         "pointwise", "row_reduction", "gemm", "attention", "attention_backward",
-        "gemm_library", "row_split", "gemm_cutlass", "gemm_padded",
+        "gemm_library", "row_split", "gemm_cutlass", "gemm_padded", "conv", "conv_depthwise",
+        "conv_backward",
     }, families  # fmt: skip
     assert sum(families.values()) > 1000
 

@@ -1,0 +1,238 @@
+"""The convolution templates' knobs: their spaces, legality, defaults and seed configurations.
+
+Owns: `CONV_SPACE` (the knob values of "conv", the implicit-GEMM forward, and "conv_depthwise",
+the direct per-channel forward; knobs.py folds them into its table), `validate_conv(spec,
+knobs)` (shared memory, registers, tiles wider than the problem; raises `IllegalSpec` naming
+the value, the limit and what to change), `conv_default_knobs(spec)` and `conv_seed_configs`
+(tiles worth measuring beside the default before the search moves one knob at a time).
+The problem is read from the spec's anchor (templates/conv.py says what each parameter is):
+an implicit GEMM of M = N*OH*OW output pixels by N = C_out/groups channels per group, reducing
+K = C_in/groups * KH * KW.
+Must not: import spec.py or knobs.py (knobs.py calls this), render or measure.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from .attention_rules import SMEM_BYTES
+from .domain import next_pow2
+from .errors import IllegalSpec
+
+if TYPE_CHECKING:
+    from .spec_view import KnobValue, SpecView
+
+CONV_TEMPLATES = ("conv", "conv_depthwise", "conv_backward")
+CONV_SPACE: dict[str, dict[str, tuple[KnobValue, ...]]] = {
+    "conv": {
+        "BLOCK_M": (16, 32, 64, 128, 256),  # output pixels (N*OH*OW) per program
+        "BLOCK_N": (16, 32, 64, 128, 256),  # output channels of one group per program
+        "BLOCK_K": (16, 32, 64, 128),  # input channels per step of each (kh, kw) tap
+        "GROUP_M": (1, 4, 8, 16),
+        "num_warps": (2, 4, 8),
+        "num_stages": (1, 2, 3, 4, 5),
+    },
+    "conv_depthwise": {
+        "BLOCK_M": (8, 16, 32, 64, 128, 256),  # output pixels per program
+        "BLOCK_N": (1, 2, 4, 8, 16, 32, 64, 128),  # channels per program
+        "num_warps": (1, 2, 4, 8),
+        "num_stages": (1, 2),
+    },
+    # templates/conv_bwd.py: the input gradient (BLOCK_*: input pixels, input channels of a
+    # group, output channels a step) and the weight gradient (WG_BLOCK_*: output channels,
+    # (input channel, kh, kw) columns, output pixels a step, SPLIT_K programs sharing them)
+    "conv_backward": {
+        "BLOCK_M": (16, 32, 64, 128, 256),
+        "BLOCK_N": (16, 32, 64, 128, 256),
+        "BLOCK_K": (16, 32, 64, 128),
+        "GROUP_M": (1, 4, 8, 16),
+        "WG_BLOCK_M": (16, 32, 64, 128),
+        "WG_BLOCK_N": (16, 32, 64, 128),
+        "WG_BLOCK_K": (16, 32, 64, 128),
+        "SPLIT_K": (1, 2, 4, 8, 16, 32, 64, 128),
+        "num_warps": (2, 4, 8),
+        "num_stages": (1, 2, 3, 4, 5),
+    },
+}
+# Programs a split weight gradient aims at: two an SM of an H100 (132 SMs).
+WGRAD_PROGRAMS = 264
+WGRAD_PARTIAL_BYTES = 64 * 2**20  # float32 partials of a split weight gradient, at most
+MAX_DIRECT_TILE = 16384  # a depthwise program's fp32 accumulator: 64 registers a thread at 8 warps
+
+
+def gemm_sizes(spec: SpecView) -> tuple[int, int, int]:
+    """(M, N, K) of the implicit GEMM one group of the convolution is."""
+    n, c_in, _, _ = spec.param("x_shape")
+    kh, kw = spec.param("kernel")
+    oh, ow = spec.param("out_hw")
+    groups = spec.param("groups")
+    return n * oh * ow, spec.param("c_out") // groups, c_in // groups * kh * kw
+
+
+def _elt_bytes(spec: SpecView) -> int:
+    return 4 if spec.param("operand_dtype") == "float32" else 2
+
+
+def backward_sizes(spec: SpecView) -> dict[str, int]:
+    """The two GEMMs of a conv backward: dgrad's rows (N*H*W), columns (C_in/groups) and
+    channel steps (C_out/groups), wgrad's rows (C_out/groups), columns (C_in/groups*KH*KW) and
+    reduction (N*OH*OW)."""
+    n, c_in, h, w = spec.param("x_shape")
+    kh, kw = spec.param("kernel")
+    oh, ow = spec.param("out_hw")
+    groups = spec.param("groups")
+    cig, cog = c_in // groups, spec.param("c_out") // groups
+    return dict(dm=n * h * w, dn=cig, dk=cog, wm=cog, wn=cig * kh * kw, wk=n * oh * ow)
+
+
+def validate_conv(spec: SpecView, k: dict) -> None:
+    if spec.template == "conv_depthwise":
+        _validate_depthwise(spec, k)
+        return
+    if spec.template == "conv_backward":
+        s = backward_sizes(spec)
+        _validate_tile(spec, k, "", (s["dm"], s["dn"], s["dk"]))
+        wg = {**k, **{x: k[f"WG_{x}"] for x in ("BLOCK_M", "BLOCK_N", "BLOCK_K")}}
+        _validate_tile(spec, wg, "WG_", (s["wm"], s["wn"], s["wk"]))
+        _validate_split(spec, k, s)
+        return
+    m, n, _ = gemm_sizes(spec)
+    _validate_tile(spec, k, "", (m, n, spec.param("x_shape")[1] // spec.param("groups")))
+
+
+def _validate_split(spec: SpecView, k: dict, s: dict[str, int]) -> None:
+    split = k["SPLIT_K"]
+    if split > 1 and s["wk"] < split * k["WG_BLOCK_K"]:
+        raise IllegalSpec(
+            f"SPLIT_K={split} x WG_BLOCK_K={k['WG_BLOCK_K']} exceeds the {s['wk']} output pixels "
+            "the weight gradient reduces; use fewer splits"
+        )
+    partial = split * spec.param("c_out") * s["wn"] * 4
+    if split > 1 and partial > WGRAD_PARTIAL_BYTES:
+        raise IllegalSpec(
+            f"SPLIT_K={split} stores {partial / 2**20:.0f} MiB of float32 partials (the limit is "
+            f"{WGRAD_PARTIAL_BYTES // 2**20} MiB); use fewer splits"
+        )
+
+
+def _validate_tile(spec: SpecView, k: dict, prefix: str, sizes: tuple[int, int, int]) -> None:
+    """One implicit GEMM's tile: shared memory, registers, and no block wider than its axis
+    (`sizes`: rows, columns, the reduction's step axis)."""
+    bm, bn, bk, stages = k["BLOCK_M"], k["BLOCK_N"], k["BLOCK_K"], k["num_stages"]
+    m, n, c_in_group = sizes
+    smem = (bm * bk + bk * bn) * _elt_bytes(spec) * stages
+    if smem > SMEM_BYTES:
+        raise IllegalSpec(
+            f"{prefix}BLOCK_M={bm}, {prefix}BLOCK_N={bn}, {prefix}BLOCK_K={bk}, num_stages={stages} "
+            f"need {smem} bytes of "
+            f"shared memory; the limit is {SMEM_BYTES}. Reducing block sizes or num_stages may help"
+        )
+    regs = bm * bn // (32 * k["num_warps"])
+    if regs > 256:
+        raise IllegalSpec(
+            f"a {bm}x{bn} fp32 accumulator over {k['num_warps']} warps is {regs} registers per "
+            "thread; the limit is 255. Use more warps or a smaller tile"
+        )
+    for name, block, size in (("BLOCK_N", bn, n), ("BLOCK_K", bk, c_in_group), ("BLOCK_M", bm, m)):
+        if block > max(16, next_pow2(size)):
+            raise IllegalSpec(
+                f"{prefix}{name}={block} is wider than the {size} it tiles; use <= "
+                f"{max(16, next_pow2(size))}"
+            )
+
+
+def _validate_depthwise(spec: SpecView, k: dict) -> None:
+    bm, bn, warps = k["BLOCK_M"], k["BLOCK_N"], k["num_warps"]
+    m, _, _ = gemm_sizes(spec)
+    c_out = spec.param("c_out")
+    if bm * bn > MAX_DIRECT_TILE:
+        raise IllegalSpec(
+            f"BLOCK_M={bm} x BLOCK_N={bn} = {bm * bn} accumulators per program; the limit is "
+            f"{MAX_DIRECT_TILE}. Reduce BLOCK_M or BLOCK_N"
+        )
+    if bm * bn < 32 * warps and warps > 1:
+        raise IllegalSpec(
+            f"num_warps={warps} leaves threads idle on a {bm}x{bn} tile; use num_warps <= "
+            f"{max(1, bm * bn // 32)}"
+        )
+    if bn > next_pow2(c_out) or bm > max(8, next_pow2(m)):
+        raise IllegalSpec(
+            f"BLOCK_M={bm}, BLOCK_N={bn} are wider than the {m} pixels x {c_out} channels; use "
+            f"BLOCK_M <= {max(8, next_pow2(m))}, BLOCK_N <= {next_pow2(c_out)}"
+        )
+
+
+def conv_default_knobs(spec: SpecView) -> dict[str, KnobValue]:
+    """The implicit GEMM: 128 x 64 tiles (64 x 64 under 64 channels or pixels to fill),
+    32 input channels a step (64 in 16-bit), 3 stages; depthwise: 64 pixels x 32 channels,
+    with channels fastest where they are contiguous (channels-last) and pixels otherwise."""
+    if spec.template == "conv_backward":
+        return _backward_default_knobs(spec)
+    m, n, _ = gemm_sizes(spec)
+    c_in_group = spec.param("x_shape")[1] // spec.param("groups")
+    if spec.template == "conv_depthwise":
+        c_out = spec.param("c_out")
+        channels_last = spec.param("x")[2][1] == 1
+        bn = min(next_pow2(c_out), 32 if channels_last else 8)
+        bm = min(max(8, next_pow2(m)), 128 if not channels_last else 64)
+        warps = max(1, min(4, bm * bn // 256))
+        return dict(BLOCK_M=bm, BLOCK_N=bn, num_warps=warps, num_stages=1)
+    bm, bn, bk = _gemm_tile(spec, m, n, c_in_group)
+    return dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=8, num_warps=4, num_stages=3)
+
+
+def _gemm_tile(spec: SpecView, m: int, n: int, k_step: int) -> tuple[int, int, int]:
+    low = _elt_bytes(spec) == 2
+    bn = min(128 if n >= 128 else 64, max(16, next_pow2(n)))
+    bm = min(128 if m >= 4096 and bn <= 64 else 64, max(16, next_pow2(m)))
+    return bm, bn, min(64 if low else 32, max(16, next_pow2(k_step)))
+
+
+def _backward_default_knobs(spec: SpecView) -> dict[str, KnobValue]:
+    """dgrad as the forward's tile; wgrad 64x64 (fewer where the channels are fewer), and
+    split over the output pixels until about WGRAD_PROGRAMS programs run (a weight gradient
+    has few tiles and a long reduction: ResNet-50's 3x3 256 -> 256 one is 256 x 2304 columns,
+    144 tiles of 64x64, reducing over N*56*56 pixels)."""
+    s = backward_sizes(spec)
+    bm, bn, bk = _gemm_tile(spec, s["dm"], s["dn"], s["dk"])
+    wm, wn = (min(64, max(16, next_pow2(s[a]))) for a in ("wm", "wn"))
+    wk = 64 if _elt_bytes(spec) == 2 else 32
+    tiles = -(-s["wm"] // wm) * -(-s["wn"] // wn) * spec.param("groups")
+    split = 1
+    while split < 128 and tiles * split < WGRAD_PROGRAMS and s["wk"] >= 8 * split * wk:
+        split *= 2
+    while split > 1 and split * spec.param("c_out") * s["wn"] * 4 > WGRAD_PARTIAL_BYTES:
+        split //= 2
+    return dict(
+        BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=8, WG_BLOCK_M=wm, WG_BLOCK_N=wn,
+        WG_BLOCK_K=wk, SPLIT_K=split, num_warps=4, num_stages=3,
+    )  # fmt: skip
+
+
+# Implicit-GEMM tiles measured beside the default (BLOCK_M, BLOCK_N, BLOCK_K, warps, stages):
+# the shapes Inductor's and Triton's conv configurations use; illegal ones (shared memory,
+# wider than the channels) are left out per problem.
+_SEED_TILES = (
+    (64, 64, 32, 4, 3),
+    (128, 128, 32, 8, 3),
+    (128, 64, 32, 4, 4),
+    (64, 128, 32, 4, 4),
+    (256, 64, 32, 8, 3),
+    (128, 128, 64, 8, 3),
+    (64, 32, 32, 4, 5),
+)
+
+
+def conv_seed_configs(spec: SpecView) -> list[dict[str, KnobValue]]:
+    if spec.template == "conv_backward":
+        return [dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, num_warps=w, num_stages=st)
+                for bm, bn, bk, w, st in _SEED_TILES[:4]]  # fmt: skip
+    if spec.template == "conv_depthwise":
+        return [
+            dict(BLOCK_M=bm, BLOCK_N=bn, num_warps=w)
+            for bm, bn, w in ((128, 8, 4), (32, 32, 4), (64, 64, 8), (256, 4, 4), (16, 64, 4))
+        ]
+    return [
+        dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, num_warps=w, num_stages=s)
+        for bm, bn, bk, w, s in _SEED_TILES
+    ]

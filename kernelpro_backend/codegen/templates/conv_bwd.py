@@ -1,0 +1,286 @@
+"""The convolution backward template ("conv_backward"): the gradients aten.convolution_backward
+returns, each an implicit GEMM, with the subgraph's pointwise tail on the input gradient.
+
+dgrad (the input gradient, a transposed convolution): a program owns BLOCK_M input pixels
+(rows over N*H*W) by BLOCK_N input channels of one group, and reduces over the group's
+C_out/groups output channels at each of the KH*KW taps; input pixel (ih, iw) reads output
+pixel ((ih + p - kh*d) / s, ...) where that division is exact and in range (masked otherwise:
+with stride 2, three taps in four are masked). Its epilogue (a residual gradient added, ReLU's
+mask applied) runs on the fp32 accumulator over the domain (N, C_in, H, W).
+wgrad (the weight gradient): a program owns WG_BLOCK_M output channels of a group by
+WG_BLOCK_N of its (input channel, kh, kw) columns and reduces over the N*OH*OW output pixels,
+WG_BLOCK_K a step: the output gradient tile read as it is stored, the input at each pixel's
+tap (zero in the padding). The bias gradient (the output gradient summed per channel) is
+summed from the same output-gradient tiles by the programs of the first column tile.
+SPLIT_K > 1 programs share the pixels of a tile, each writing float32 partials; `combine`
+adds them in split order (deterministic, like the GEMM's split-K) and casts to the weight's
+dtype; with SPLIT_K = 1 the wgrad programs store the gradients themselves.
+Precision as the forward's (templates/conv.py dot_step). Anchor parameters: those of the
+forward (x, weight, x_shape, c_out, kernel, out_hw, stride, padding, dilation, groups,
+operand_dtype), grad_out (the output gradient: input index, offset, strides) and grads
+((1 weight | 2 bias, output index), ...); the input gradient's outputs are the spec's stores.
+Must not: lower aten or launch anything.
+"""
+
+from __future__ import annotations
+
+from ..emitter import Emitter
+from ..spec import KernelSpec
+from ..spec_view import io_names
+from .conv import and_, dot_step, load
+from .gemm import tile_coords
+
+
+def _sizes(spec: KernelSpec) -> tuple[int, int, int, int, int, int]:
+    """(N*H*W input pixels, N*OH*OW output pixels, C_in/groups, C_out/groups, KH*KW, groups)."""
+    n, c_in, h, w = spec.param("x_shape")
+    oh, ow = spec.param("out_hw")
+    kh, kw = spec.param("kernel")
+    groups = spec.param("groups")
+    return n * h * w, n * oh * ow, c_in // groups, spec.param("c_out") // groups, kh * kw, groups
+
+
+def _dgrad(spec: KernelSpec, ins: list[str], outs: list[str]) -> list[str]:
+    m, _, cig, cog, taps, _ = _sizes(spec)
+    _, _, h, w = spec.param("x_shape")
+    oh, ow = spec.param("out_hw")
+    kw = spec.param("kernel")[1]
+    (sh, sw), (ph, pw), (dh, dw) = (spec.param(p) for p in ("stride", "padding", "dilation"))
+    d_in, d_off, (sdn, sdc, sdh, sdw) = spec.param("grad_out")
+    w_in, w_off, (swo, swi, swh, sww) = spec.param("weight")
+    bk = int(spec.knob("BLOCK_K"))
+    ct = -(-cog // bk)
+    coords = ["n_i", "ci", "ih_i", "iw_i"] if len(spec.domain) == 4 else ["n_i", "ci", "iw_i"]
+    em = Emitter(spec, coords, [1], spec.param("x_shape")[1], row_var="rm")
+    valid = ["row_mask", "oh_n >= 0", f"oh < {oh}", "ow_n >= 0", f"ow < {ow}"]
+    valid += [f"oh_n % {sh} == 0"] if sh > 1 else []
+    valid += [f"ow_n % {sw} == 0"] if sw > 1 else []
+    co_a, co_b = ([], []) if cog % bk == 0 else ([f"co[None, :] < {cog}"], [f"co[:, None] < {cog}"])
+    b_mask = and_(co_b + ([] if cig % int(spec.knob("BLOCK_N")) == 0 else ["col_mask"]))
+    body = [
+        "tile = tl.program_id(0)",
+        "g = tl.program_id(1)",
+        f"num_pid_m = tl.cdiv({m}, BLOCK_M)",
+        f"num_pid_n = tl.cdiv({cig}, BLOCK_N)",
+        *tile_coords("tile", ""),
+        f"ci = g * {cig} + rn",
+        f"row_mask = rm < {m}",
+        f"col_mask = rn < {cig}",
+        "mask = row_mask & col_mask",
+        f"n_i = rm // {h * w}",
+        f"ih_i = (rm % {h * w}) // {w}",
+        f"iw_i = rm % {w}",
+        "rk = tl.arange(0, BLOCK_K)",
+        f"dy_rows = in{d_in} + {d_off} + n_i * {sdn} + g * {cog * sdc}",
+        f"w_cols = in{w_in} + {w_off} + g * {cog * swo} + rn * {swi}",
+        "acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)",
+        f"# {taps} taps x {ct} blocks of {bk} of the {cog} output channels of a group",
+        f"for kt in range(0, {taps * ct}):",
+        f"    c0 = (kt % {ct}) * BLOCK_K",
+        f"    kh = (kt // {ct}) // {kw}",
+        f"    kw = (kt // {ct}) % {kw}",
+        f"    oh_n = ih_i + {ph} - kh * {dh}",
+        f"    ow_n = iw_i + {pw} - kw * {dw}",
+        f"    oh = oh_n // {sh}",
+        f"    ow = ow_n // {sw}",
+        "    co = c0 + rk",
+        f"    a = {load(f'dy_rows + oh * {sdh} + ow * {sdw} + co[None, :] * {sdc}', and_(valid + co_a))}",
+        f"    b = {load(f'w_cols + co[:, None] * {swo} + kh * {swh} + kw * {sww}', b_mask)}",
+        *dot_step(spec, "acc"),
+    ]
+    em.local_memo[("A", 0)] = "acc"
+    for j, (ref, *_) in enumerate(spec.stores):
+        if ref[0] != "A" or ref[1] == 0:
+            em.store(j, f"out{j}")
+    consts = "BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, "
+    return [
+        *em.helper_source(),
+        "@triton.jit",
+        f"def dgrad({', '.join([*ins, *outs])}, {consts}GROUP_M: tl.constexpr, "
+        "INTERPRET: tl.constexpr):",
+        *["    " + b for b in body],
+        *em.lines,
+    ]
+
+
+def _grad_outputs(spec: KernelSpec) -> dict[int, tuple[int, tuple[int, ...]]]:
+    """1 (weight) / 2 (bias) -> (output index, its strides); a 1-D convolution's weight
+    gradient with a height stride of 0 (its kh is always 0)."""
+    out = {}
+    for which, j in spec.param("grads"):
+        strides = tuple(spec.outputs[j][1])
+        out[which] = (
+            j,
+            (*strides[:2], 0, strides[2]) if which == 1 and len(strides) == 3 else strides,
+        )
+    return out
+
+
+def _weight_offset(strides: tuple[int, ...], co: str, ci: str, kh: str, kw: str) -> str:
+    return f"{co} * {strides[0]} + {ci} * {strides[1]} + {kh} * {strides[2]} + {kw} * {strides[3]}"
+
+
+def _wgrad(spec: KernelSpec, ins: list[str], outs: list[str]) -> list[str]:
+    _, p, cig, cog, taps, _ = _sizes(spec)
+    _, _, h, w = spec.param("x_shape")
+    oh, ow = spec.param("out_hw")
+    kh_, kw_ = spec.param("kernel")
+    (sh, sw), (ph, pw), (dh, dw) = (spec.param(q) for q in ("stride", "padding", "dilation"))
+    d_in, d_off, (sdn, sdc, sdh, sdw) = spec.param("grad_out")
+    x_in, x_off, (sxn, sxc, sxh, sxw) = spec.param("x")
+    grads = _grad_outputs(spec)
+    cols = cig * taps
+    split = int(spec.knob("SPLIT_K"))
+    bounds = (["ih >= 0", f"ih < {h}"] if ph else []) + (["iw >= 0", f"iw < {w}"] if pw else [])
+    bias = 2 in grads
+    body = [
+        "tile = tl.program_id(0)",
+        "g = tl.program_id(1)",
+        "pid_k = tl.program_id(2)",
+        f"num_pid_n = tl.cdiv({cols}, WG_BLOCK_N)",
+        "rm = (tile // num_pid_n) * WG_BLOCK_M + tl.arange(0, WG_BLOCK_M)[:, None]",
+        "rn = (tile % num_pid_n) * WG_BLOCK_N + tl.arange(0, WG_BLOCK_N)[None, :]",
+        f"ci = rn // {taps}",
+        f"kh = (rn // {kw_}) % {kh_}",
+        f"kw = rn % {kw_}",
+        f"row_mask = rm < {cog}",
+        f"mask = row_mask & (rn < {cols})",
+        "rk = tl.arange(0, WG_BLOCK_K)",
+        f"dy_rows = in{d_in} + {d_off} + (g * {cog} + rm) * {sdc}",
+        f"x_cols = in{x_in} + {x_off} + (g * {cig} + ci) * {sxc}",
+        "acc = tl.zeros((WG_BLOCK_M, WG_BLOCK_N), dtype=tl.float32)",
+        "db = tl.zeros((WG_BLOCK_M, 1), dtype=tl.float32)",
+        f"# the {p} output pixels, WG_BLOCK_K a step, split over SPLIT_K programs",
+        f"for kt in range(pid_k, tl.cdiv({p}, WG_BLOCK_K), SPLIT_K):",
+        "    q = kt * WG_BLOCK_K + rk",
+        f"    n_q = q // {oh * ow}",
+        f"    oh_q = (q % {oh * ow}) // {ow}",
+        f"    ow_q = q % {ow}",
+        f"    a = {load(f'dy_rows + n_q[None, :] * {sdn} + oh_q[None, :] * {sdh} + ow_q[None, :] * {sdw}', and_(['row_mask', f'q[None, :] < {p}']))}",
+        f"    ih = oh_q[:, None] * {sh} - {ph} + kh * {dh}",
+        f"    iw = ow_q[:, None] * {sw} - {pw} + kw * {dw}",
+        f"    b = {load(f'x_cols + n_q[:, None] * {sxn} + ih * {sxh} + iw * {sxw}', and_([f'q[:, None] < {p}', f'rn < {cols}', *bounds]))}",
+        *(["    db += tl.sum(a.to(tl.float32), axis=1)[:, None]"] if bias else []),
+        *dot_step(spec, "acc"),
+    ]
+    first_col = "(tile % num_pid_n == 0)"
+    if split == 1:
+        out_dtype = f"out{grads[1][0]}.dtype.element_ty" if 1 in grads else ""
+        if 1 in grads:
+            j, strides = grads[1]
+            at = _weight_offset(strides, f"(g * {cog} + rm)", "ci", "kh", "kw")
+            body.append(f"tl.store(out{j} + {at}, acc.to({out_dtype}), mask=mask)")
+        if bias:
+            j, (sb,) = grads[2]
+            body += [
+                f"if {first_col}:",
+                f"    tl.store(out{j} + (g * {cog} + rm) * {sb}, db.to(out{j}.dtype.element_ty), "
+                "mask=row_mask)",
+            ]
+    else:
+        c_out, size = spec.param("c_out"), spec.param("c_out") * cols
+        body += [
+            f"tl.store(partial_w + pid_k * {size} + (g * {cog} + rm) * {cols} + rn, acc, mask=mask)",
+            *(
+                [
+                    f"if {first_col}:",
+                    f"    tl.store(partial_b + pid_k * {c_out} + g * {cog} + rm, db, mask=row_mask)",
+                ]
+                if bias
+                else []
+            ),
+        ]
+    consts = "WG_BLOCK_M: tl.constexpr, WG_BLOCK_N: tl.constexpr, WG_BLOCK_K: tl.constexpr, "
+    return [
+        "@triton.jit",
+        f"def wgrad({', '.join([*ins, *outs, 'partial_w', 'partial_b'])}, {consts}"
+        "SPLIT_K: tl.constexpr, INTERPRET: tl.constexpr):",
+        *["    " + b for b in body],
+    ]
+
+
+def _combine(spec: KernelSpec, ins: list[str], outs: list[str]) -> list[str]:
+    """The split wgrad's partials added in split order, stored at the gradients' strides."""
+    _, _, cig, _, taps, _ = _sizes(spec)
+    kw = spec.param("kernel")[1]
+    kh = spec.param("kernel")[0]
+    c_out = spec.param("c_out")
+    size = c_out * cig * taps
+    grads = _grad_outputs(spec)
+    body = ["e = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)"]
+    if 1 in grads:
+        j, strides = grads[1]
+        at = _weight_offset(strides, f"(e // {cig * taps})", f"((e // {taps}) % {cig})", "kh", "kw")
+        body += [
+            f"m = e < {size}",
+            "acc = tl.load(partial_w + e, mask=m, other=0.0)",
+            "for s in tl.static_range(1, SPLIT_K):  # in split order: the same sum every run",
+            f"    acc += tl.load(partial_w + s * {size} + e, mask=m, other=0.0)",
+            f"kh = (e // {kw}) % {kh}",
+            f"kw = e % {kw}",
+            f"tl.store(out{j} + {at}, acc.to(out{j}.dtype.element_ty), mask=m)",
+        ]
+    if 2 in grads:
+        j, (sb,) = grads[2]
+        body += [
+            f"mb = e < {c_out}",
+            "db = tl.load(partial_b + e, mask=mb, other=0.0)",
+            "for s in tl.static_range(1, SPLIT_K):",
+            f"    db += tl.load(partial_b + s * {c_out} + e, mask=mb, other=0.0)",
+            f"tl.store(out{j} + e * {sb}, db.to(out{j}.dtype.element_ty), mask=mb)",
+        ]
+    return [
+        "@triton.jit",
+        f"def combine({', '.join([*ins, *outs, 'partial_w', 'partial_b'])}, "
+        "BLOCK: tl.constexpr, SPLIT_K: tl.constexpr):",
+        *["    " + b for b in body],
+    ]
+
+
+COMBINE_BLOCK = 1024  # gradient elements per combine program
+
+
+def render_conv_backward(spec: KernelSpec) -> tuple[str, list[str], list[tuple[str, str, str]]]:
+    """(kernel sources, host scratch lines, launches) for render.render_launches."""
+    m, _, cig, cog, taps, groups = _sizes(spec)
+    ins, outs = io_names(spec)
+    grads = _grad_outputs(spec)
+    split = int(spec.knob("SPLIT_K"))
+    warps, stages = spec.knob("num_warps"), spec.knob("num_stages")
+    launch = f"num_warps={warps}, num_stages={stages}"
+    kernels: list[str] = []
+    launches = []
+    if any(ref[0] != "A" or ref[1] == 0 for ref, *_ in spec.stores):
+        kernels += [*_dgrad(spec, ins, outs), "", ""]
+        knobs = ", ".join(
+            f"{k}={spec.knob(k)!r}" for k in ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M")
+        )
+        grid = f"(triton.cdiv({m}, {spec.knob('BLOCK_M')}) * triton.cdiv({cig}, {spec.knob('BLOCK_N')}), {groups})"
+        launches.append(
+            ("dgrad", grid, f"{', '.join([*ins, *outs])}, {knobs}, INTERPRET=INTERPRET, {launch}")
+        )
+    scratch: list[str] = []
+    if grads:
+        c_out, cols = spec.param("c_out"), cig * taps
+        shape = (c_out * cols * split, c_out * split) if split > 1 else (1, 1)
+        scratch = [
+            f"    partial_w = torch.empty({shape[0]}, dtype=torch.float32, device=device)",
+            f"    partial_b = torch.empty({shape[1]}, dtype=torch.float32, device=device)",
+        ]
+        kernels += [*_wgrad(spec, ins, outs), "", ""]
+        knobs = ", ".join(
+            f"{k}={spec.knob(k)!r}" for k in ("WG_BLOCK_M", "WG_BLOCK_N", "WG_BLOCK_K", "SPLIT_K")
+        )
+        grid = (
+            f"(triton.cdiv({cog}, {spec.knob('WG_BLOCK_M')}) * triton.cdiv({cols}, "
+            f"{spec.knob('WG_BLOCK_N')}), {groups}, {split})"
+        )
+        args = f"{', '.join([*ins, *outs])}, partial_w, partial_b"
+        launches.append(("wgrad", grid, f"{args}, {knobs}, INTERPRET=INTERPRET, {launch}"))
+        if split > 1:
+            kernels += [*_combine(spec, ins, outs), "", ""]
+            grid = f"(triton.cdiv({c_out * cols}, {COMBINE_BLOCK}),)"
+            launches.append(
+                ("combine", grid, f"{args}, BLOCK={COMBINE_BLOCK}, SPLIT_K={split}, num_warps=4")
+            )
+    return "\n".join(kernels), scratch, launches

@@ -1,0 +1,83 @@
+"""The convolution backward template ("conv_backward": dgrad and wgrad as implicit GEMMs, the
+bias gradient summed beside wgrad, split-K partials combined in order) under Triton's
+interpreter against the aten.convolution_backward autograd runs, with the tail AOTAutograd
+fuses onto the input gradient (a residual's gradient added, ReLU's mask): stride 2, padding,
+dilation 2, groups 2, 13x11 images, NCHW and channels-last, float32 and bfloat16."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from harness import check, collect
+
+from kernelpro_backend.codegen.errors import Unsupported
+from kernelpro_backend.lowering import lower
+
+
+class _Block(nn.Module):
+    def __init__(self, bias: bool = True) -> None:
+        super().__init__()
+        self.a = nn.Conv2d(4, 6, 3, padding=1, stride=2, bias=bias)
+        self.b = nn.Conv2d(6, 6, 3, padding=2, dilation=2, groups=2, bias=bias)
+
+    def forward(self, x):  # type: ignore[no-untyped-def]
+        y = F.relu(self.a(x))
+        return F.relu(self.b(y)) + y
+
+
+def _backward_subgraphs(model, x):  # type: ignore[no-untyped-def]
+    found = [s for s in collect(model, [x]) if s.kind == "conv" and s.graph == "backward"]
+    assert found
+    return found
+
+
+@pytest.fixture(autouse=True)
+def _ieee_convolutions(monkeypatch: pytest.MonkeyPatch) -> None:
+    """IEEE float32 convolutions (the tf32 rounding is the forward's test)."""
+    monkeypatch.setattr(torch.backends.cudnn, "allow_tf32", False)
+
+
+@pytest.mark.parametrize("channels_last", [False, True], ids=["nchw", "nhwc"])
+def test_dgrad_wgrad_and_bias_grad_match_autograd(channels_last: bool) -> None:
+    model, x = _Block(), torch.randn(2, 4, 13, 11, requires_grad=True)
+    if channels_last:
+        model = model.to(memory_format=torch.channels_last)
+        x = x.detach().to(memory_format=torch.channels_last).requires_grad_()
+    sgs = _backward_subgraphs(model, x)
+    assert any(len(s.ops) > 1 for s in sgs)  # the input gradient's tail rides along
+    for seed, sg in enumerate(sgs):
+        spec = lower(sg)
+        assert spec.template == "conv_backward" and {w for w, _ in spec.param("grads")} == {1, 2}
+        check(sg, spec, seed=seed)
+        split = 2 if spec.knob("SPLIT_K") == 1 else 1
+        check(sg, spec.with_knobs(SPLIT_K=split, WG_BLOCK_K=16, BLOCK_K=16), seed=seed)
+
+
+def test_weight_gradient_alone_without_bias_over_several_splits() -> None:
+    """The first layer (its input needs no gradient) of a bias-free block: wgrad alone, its
+    70 output pixels split four ways, 16 a step (the last step masked)."""
+    model = _Block(bias=False)
+    sgs = _backward_subgraphs(model, torch.randn(2, 4, 13, 11))
+    (first,) = [s for s in sgs if len(s.outputs) == 1]
+    spec = lower(first)
+    assert spec.param("grads") == ((1, 0),)
+    check(first, spec.with_knobs(SPLIT_K=4, WG_BLOCK_K=16))
+
+
+def test_bfloat16_backward_accumulates_in_float32() -> None:
+    model = _Block().to(torch.bfloat16)
+    x = torch.randn(2, 4, 13, 11, dtype=torch.bfloat16, requires_grad=True)
+    for sg in _backward_subgraphs(model, x):
+        check(sg, lower(sg))
+
+
+def test_conv1d_backward_and_depthwise_left_to_cudnn() -> None:
+    conv = nn.Conv1d(6, 4, 5, stride=2, padding=2, groups=2)
+    (sg,) = _backward_subgraphs(conv, torch.randn(2, 6, 17, requires_grad=True))
+    check(sg, lower(sg))
+    depthwise = nn.Conv2d(8, 8, 7, padding=3, groups=8)
+    (dw,) = _backward_subgraphs(depthwise, torch.randn(2, 8, 9, 7, requires_grad=True))
+    with pytest.raises(Unsupported, match="depthwise"):
+        lower(dw)
