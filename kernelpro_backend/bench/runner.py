@@ -377,5 +377,9 @@ def _power(device: torch.device) -> dict[str, Any]:
     """The GPU's power limit for the report's header (read, never set); {} where unknown."""
     if device.type != "cuda":
         return {}
-    cap = power_cap(NvmlMeter.open(device.index or 0))
+    try:
+        cap = power_cap(NvmlMeter.open(device.index or 0))
+    except Exception as e:  # a header figure: never the reason a run ends
+        log.warning("the GPU's power limit could not be read (%s: %s)", type(e).__name__, e)
+        return {}
     return cap.to_dict() if cap is not None else {}

@@ -169,8 +169,11 @@ class NvmlMeter:
     def _read(self, name: str) -> Any:
         import pynvml
 
+        read = getattr(pynvml, name, None)
+        if read is None:  # an older NVML binding: the figure is missing, not an error
+            return None
         try:
-            return getattr(pynvml, name)(self.handle)
+            return read(self.handle)
         except pynvml.NVMLError:
             return None
 
@@ -183,7 +186,7 @@ class NvmlMeter:
         return None if mw is None else mw / 1e3
 
     def limits_w(self) -> tuple[float | None, float | None]:
-        enforced = self._read("nvmlDeviceGetEnforcedPowerManagementLimit")
+        enforced = self._read("nvmlDeviceGetEnforcedPowerLimit")
         default = self._read("nvmlDeviceGetPowerManagementDefaultLimit")
         return (None if enforced is None else enforced / 1e3,
                 None if default is None else default / 1e3)  # fmt: skip

@@ -146,3 +146,18 @@ def test_a_real_kernel_has_joules_per_call_on_the_gpu():
     assert reading is not None and reading.joules_per_call > 0
     assert 10 < reading.watts < 2000
     assert power_cap(meter) is not None
+
+
+def test_an_nvml_binding_without_a_reading_gives_no_figure_not_an_error(monkeypatch):
+    """The GPU image's binding lacked a power-limit read once and the bench died in its
+    header: a missing NVML function is a missing figure."""
+    import sys
+    import types
+
+    from kernelpro_backend.profilers.energy import NvmlMeter, power_cap
+
+    fake = types.SimpleNamespace(NVMLError=RuntimeError, nvmlDeviceGetPowerUsage=lambda h: 1500)
+    monkeypatch.setitem(sys.modules, "pynvml", fake)
+    meter = NvmlMeter(handle=object())
+    assert meter.limits_w() == (None, None) and power_cap(meter) is None
+    assert meter.power_w() == 1.5
