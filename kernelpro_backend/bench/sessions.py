@@ -12,10 +12,12 @@ from collections.abc import Callable
 from typing import Any
 
 from ..rewrite.judged import ROUNDS, WARMUP
+from ..rewrite.verdict_plan import MAX_LEAVE_OUT
 
-# Steps that settle every in-context verdict: each graph's turns, and one more for a graph
-# first compiled in the second step (a backward compiled lazily).
-SETTLE_STEPS = 2 * (WARMUP + ROUNDS) + 2
+# Steps that settle every in-context verdict: each graph's trials (all its kernels, then up to
+# MAX_LEAVE_OUT variants that leave one out), and one more for a graph first compiled in the
+# second step (a backward compiled lazily).
+SETTLE_STEPS = 2 * (WARMUP + ROUNDS) * (1 + MAX_LEAVE_OUT) + 2
 
 
 def kernels_used(sessions: list[Any] | None) -> str:

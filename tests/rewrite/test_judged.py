@@ -19,7 +19,18 @@ from kernelpro_backend.rewrite.judged import (
     graph_key,
     symbolic,
 )
-from kernelpro_backend.rewrite.providers import CallableKernel
+from kernelpro_backend.rewrite.providers import CallableKernel, IsolatedMs
+from kernelpro_backend.rewrite.verdict_plan import MAX_LEAVE_OUT, VerdictPlan
+
+ONE = frozenset({"k"})
+# Calls that settle any verdict: the all-in trial and every leave-one-out one.
+SETTLE_CALLS = 2 * (WARMUP + ROUNDS) * (1 + MAX_LEAVE_OUT)
+
+
+def _one_kernel(with_kernels, without, clock, outcomes):
+    """A graph with one kernel "k" judged on its calls, with budget to spare."""
+    plan = VerdictPlan(["k"], {}, budget_s=1e9)
+    return JudgedGraph({ONE: with_kernels, frozenset(): without}, plan, clock, outcomes.append)
 
 
 def test_decide_keeps_only_beyond_noise():
@@ -78,12 +89,12 @@ def _variants(clock: FakeClock, with_ms: float, without_ms: float, ran: list[str
 def test_alternates_then_keeps_the_faster(ready):
     clock, ran, verdicts = FakeClock(ready), [], []
     with_kernels, without = _variants(clock, 1.0, 2.0, ran)
-    graph = JudgedGraph(with_kernels, without, clock, verdicts.append)
+    graph = _one_kernel(with_kernels, without, clock, verdicts)
     calls = 2 * (WARMUP + ROUNDS)
     for _ in range(calls):
         assert not graph.settled
         graph([])
-    assert graph.settled and len(verdicts) == 1 and verdicts[0].keep
+    assert graph.settled and len(verdicts) == 1 and verdicts[0].kept == ONE
     # warm-up calls alternate, then A-B / B-A pairs: each variant ran equally often
     assert ran[: 2 * WARMUP] == ["with", "without"] * WARMUP
     assert ran[2 * WARMUP : 2 * WARMUP + 4] == ["with", "without", "without", "with"]
@@ -97,12 +108,12 @@ def test_alternates_then_keeps_the_faster(ready):
 def test_slower_kernels_are_dropped_and_released():
     clock, ran, verdicts = FakeClock(), [], []
     with_kernels, without = _variants(clock, 2.0, 1.0, ran)
-    graph = JudgedGraph(with_kernels, without, clock, verdicts.append)
+    graph = _one_kernel(with_kernels, without, clock, verdicts)
     for _ in range(2 * (WARMUP + ROUNDS)):
         graph([])
-    assert not verdicts[0].keep
+    assert not verdicts[0].kept
     assert graph([]) == "without"
-    assert graph._variants == [None, None]  # neither variant is held beside the chosen one
+    assert graph._variants == {}  # neither variant is held beside the chosen one
 
 
 def test_graph_key_names_code_layout_and_kernels():
@@ -132,7 +143,7 @@ class Scaled:
         return CallableKernel("counted", run)
 
     def isolated_ms(self, subgraph):
-        return (0.5, 1.0)
+        return IsolatedMs(0.5, 1.0)
 
 
 class Model(torch.nn.Module):
@@ -160,12 +171,13 @@ def test_compile_judges_and_later_compiles_reuse_the_verdict(tmp_path, kernel_ms
     backend = make_backend(provider=provider, sessions=sessions, clock=Clock())
     compiled = torch.compile(Model(), backend=backend, options={"fallback": "eager"})
     with torch.no_grad():
-        for _ in range(2 * (WARMUP + ROUNDS)):
+        for _ in range(SETTLE_CALLS):
             torch.testing.assert_close(compiled(x), expected)
     [report] = [r for s in sessions for r in s.reports if r.replaced]
+    assert len(report.replaced) == 2  # the all-in trial, then one leave-one-out trial each
     assert report.in_context == ("kept" if kept else "dropped")
     assert report.verdict is not None and report.verdict["keep"] is kept
-    assert set(report.isolated.values()) == {(0.5, 1.0)}
+    assert set(report.isolated.values()) == {IsolatedMs(0.5, 1.0)}
     recorded = [v for k, v in context._load().items() if k.startswith("judged:")]
     assert len(recorded) == 1 and recorded[0]["keep"] is kept
     before = provider.calls
@@ -216,7 +228,7 @@ def test_inductor_training_judges_forward_and_backward(tmp_path):
     model = torch.nn.Sequential(torch.nn.Linear(16, 16), torch.nn.LayerNorm(16))
     compiled = torch.compile(model, backend=backend)
     x = torch.randn(8, 16)
-    for _ in range(2 * (WARMUP + ROUNDS) + 1):
+    for _ in range(SETTLE_CALLS + 1):
         model.zero_grad()
         compiled(x).square().sum().backward()
         got = [p.grad.clone() for p in model.parameters()]
