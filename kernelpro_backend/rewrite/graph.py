@@ -234,9 +234,8 @@ def rewrite_graph(
 ) -> RewriteReport:
     """Partition `gm`, ask `provider` for each subgraph, replace those that get a kernel.
     With `dynamic`, a symbolic subgraph whose hint sizes get a kernel goes behind a shape
-    dispatcher (dispatch.py) whose miss path is the subgraph compiled by `fallback`. A kernel
-    served tentatively (`IsolatedMs.tentative`) is installed only in a graph that will be
-    `judged` in context; with `only`, no kernel but those ids (a variant the verdict times)."""
+    dispatcher (dispatch.py) whose miss path is the subgraph compiled by `fallback`. A tentative
+    kernel (IsolatedMs) goes only into a graph to be `judged`; `only`: no kernel but those ids."""
     # a group that needs a value at two index maps is cut where its parts lower
     subgraphs = split_refused(find_subgraphs(gm, graph_kind, precision_option))
     if observer is not None:
