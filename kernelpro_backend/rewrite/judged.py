@@ -204,10 +204,12 @@ class Judging:
         estimate = time.perf_counter() - started  # what compiling one more variant may cost
         plan = VerdictPlan(self.kernels, self.isolated, self.budget_s)
         if estimate > self.budget_s:
-            return self._unjudged(plan, variants, compile_variant, estimate)
+            why = f"over budget (one compile took {estimate:.1f} s of its {self.budget_s:.1f} s)"
+            return self._unjudged(plan, variants, compile_variant, why)
         spent = self._add(variants, frozenset(), compile_variant)
-        if spent is None:
-            return variants[self.every]
+        if spent is None:  # nothing to time against: not recorded, a later compile tries again
+            why = "not judged (the fallback's own graph did not compile)"
+            return self._unjudged(plan, variants, compile_variant, why, record=False)
         order = leave_out_order(self.kernels, self.isolated) if len(self.kernels) > 1 else []
         for kernel in order[:MAX_LEAVE_OUT]:
             if spent + estimate > self.budget_s:
@@ -239,8 +241,7 @@ class Judging:
             what = "without its kernels" if not kept else f"with {len(kept)} of its kernels"
             log.warning(
                 "kernelpro: the %s graph could not be compiled %s beside the graph with them "
-                "(%s: %s); %s", self._label, what, type(e).__name__, str(e)[:300],
-                "running it with them, unjudged" if not kept else "that variant is not timed",
+                "(%s: %s)", self._label, what, type(e).__name__, str(e)[:300],
             )  # fmt: skip
             return None
         return time.perf_counter() - started
@@ -250,15 +251,13 @@ class Judging:
         plan: VerdictPlan,
         variants: dict[Kernels, Compiled],
         compile_variant: Callable[[Kernels], Compiled],
-        estimate: float,
+        why: str,
+        record: bool = True,
     ) -> Compiled:
-        """Over budget before any trial: the conservative decision (verdict_plan.py), recorded
-        with the budget it was made under (a larger one judges again)."""
-        log.info(
-            "kernelpro: the %s graph's in-context verdict is over budget (one compile took "
-            "%.1f s of its %.1f s): deciding on the isolated figures", self._label, estimate,
-            self.budget_s,
-        )  # fmt: skip
+        """No trial can be made: the conservative decision (verdict_plan.py), recorded (over
+        budget) with the budget it was made under, so a larger one judges again."""
+        log.info("kernelpro: the %s graph's in-context verdict is %s: deciding on the "
+                 "isolated figures", self._label, why)  # fmt: skip
         outcome = plan.unjudged()
         compiled = variants.get(outcome.kept)
         if compiled is None:
@@ -269,7 +268,10 @@ class Judging:
                             "(%s); running it with all its kernels", self._label, e)  # fmt: skip
                 return variants[self.every]
         log.info(outcome.describe(self._label))
-        self._record(outcome)
+        if record:
+            self._record(outcome)
+        elif self._on_outcome is not None:
+            self._on_outcome(outcome)
         return compiled
 
     def _record(self, outcome: Outcome) -> None:

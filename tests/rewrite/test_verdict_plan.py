@@ -280,3 +280,24 @@ def test_the_budget_bounds_the_leave_one_out_compiles(monkeypatch):
     [record] = store.records.values()
     assert record["over_budget"] and len(record["dropped"]) == 3  # nothing timed won
     assert MAX_LEAVE_OUT >= 2  # the budget, not the cap, stopped it
+
+
+def test_a_fallback_graph_that_does_not_compile_leaves_only_clear_isolated_wins(monkeypatch):
+    """Nothing to time against: the conservative decision, not recorded (a later compile tries
+    again), and tentative kernels never run unjudged."""
+    fake = FakeTime()
+    monkeypatch.setattr(judged, "time", fake)
+    store, clock = Store(), Clock()
+    compiles = Compiles(graph_ms(2.0, {"a": 0.0, "b": 0.0, "c": 0.0}), clock, fake)
+
+    def variant(kept):
+        if not kept:
+            raise RuntimeError("output strides differ")
+        return compiles.graph(frozenset(kept))
+
+    isolated = {"a": IsolatedMs(0.5, 1.0), "b": IsolatedMs(1.0, 1.0, tentative=True)}
+    compiled = _judging(store, clock, 100.0, isolated).compile(
+        lambda: compiles.graph(EVERY), variant
+    )
+    assert not isinstance(compiled, JudgedGraph) and compiled([]) == {"a"}
+    assert store.records == {}
