@@ -11,7 +11,6 @@ Must not: know how kernels are searched, cached or launched.
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 import functools
 import hashlib
@@ -33,16 +32,9 @@ from .ops import (
     linear_ce,  # noqa: F401  (registers kernelpro::linear_cross_entropy)
 )
 from .options import Options
-from .rewrite.graph import RewriteReport, SubgraphObserver, rewrite_graph
+from .rewrite.graph import RewriteReport, SubgraphObserver, copy_graph, graph_copy, rewrite_graph
 from .rewrite.guarded import ValueGuarded
-from .rewrite.judged import (
-    Clock,
-    Judging,
-    compile_beside,
-    default_clock,
-    judge,
-    symbolic,
-)
+from .rewrite.judged import Clock, Judging, default_clock, judge, symbolic
 from .rewrite.providers import KernelProvider
 from .tuner import default_provider
 from .tuner.verdicts import graph_options_off, verdict_store
@@ -92,8 +84,16 @@ class CompileSession:
         self.rewrite_error: str | None = None
 
     def rewrite(
-        self, gm: fx.GraphModule, graph_kind: str, inline: bool | None = None
+        self,
+        gm: fx.GraphModule,
+        graph_kind: str,
+        inline: bool | None = None,
+        inputs: Sequence[Any] = (),
+        only: frozenset[str] | None = None,
     ) -> RewriteReport:
+        """Rewrite `gm` (recorded in `reports`; with `only`, a variant the in-context verdict
+        times, with no kernel but those, not recorded). Tentative kernels go only into a graph
+        that will be judged (its `inputs`)."""
         report = rewrite_graph(
             gm,
             graph_kind,
@@ -103,28 +103,38 @@ class CompileSession:
             inline=self.options.inlines if inline is None else inline,
             fallback=self.options.fallback,
             dynamic=self.options.dynamic_shapes != "off",
+            judged=only is not None or self.clock_for(inputs) is not None,
+            only=only,
         )
-        self.reports.append(report)
+        if only is None:
+            self.reports.append(report)
         return report
+
+    def clock_for(self, inputs: Sequence[Any]) -> Clock | None:
+        """What times a graph's in-context verdict, or None where none is made (option off, no
+        CUDA inputs, symbolic sizes, CUDA graphs)."""
+        clock = self.clock or default_clock(inputs)
+        if not self.options.in_context or clock is None or symbolic(inputs) or self.replayed:
+            return None
+        return clock
 
     def judging(
         self, untouched: fx.GraphModule, inputs: Sequence[Any], report: RewriteReport
     ) -> Judging | None:
         """The in-context verdict for a graph whose rewrite installed kernels (rewrite/judged.py),
-        or None where none is made (option off, no CUDA inputs, symbolic sizes, CUDA graphs)."""
-        clock = self.clock or default_clock(inputs)
-        if not self.options.in_context or clock is None or symbolic(inputs) or self.replayed:
+        or None where none is made."""
+        clock = self.clock_for(inputs)
+        if clock is None or not report.replaced:
             return None
-        return judge(report, untouched.code, inputs, verdict_store(self.provider), clock)
+        store = verdict_store(self.provider)
+        return judge(report, untouched.code, inputs, store, clock, self.options.budget_s)
 
-
-def _copy_graph(gm: fx.GraphModule) -> fx.GraphModule:
-    """A copy of `gm` whose nodes (meta shared shallowly) the rewrite can edit independently."""
-    graph = fx.Graph()
-    out = graph.graph_copy(gm.graph, {})
-    old_output = next(n for n in reversed(gm.graph.nodes) if n.op == "output")
-    graph.output(out).meta = dict(old_output.meta)
-    return fx.GraphModule(gm, graph)
+    def variant(self, untouched: fx.GraphModule, kind: str, kept: frozenset[str]) -> fx.GraphModule:
+        """A copy of the graph with only the kernels `kept` (none: the fallback's own graph)."""
+        gm = copy_graph(untouched)
+        if kept:
+            self.rewrite(gm, kind, only=kept)
+        return gm
 
 
 def _graph_kind(kwargs: Mapping[str, Any]) -> str:
@@ -144,28 +154,27 @@ def _compile_inductor(
     def inner_compile(graph: fx.GraphModule, inputs: Sequence[Any], **kwargs: Any) -> Any:
         kind = _graph_kind(kwargs)
         drop_autograd_kernel(graph)
-        untouched = _copy_graph(graph)
-        report = session.rewrite(graph, kind)
-        if not report.replaced:
-            return compile_fx_inner(graph, inputs, **kwargs)
+        untouched = copy_graph(graph)
+        report = session.rewrite(graph, kind, inputs=inputs)
         judging = session.judging(untouched, inputs, report)
-        if judging is not None and judging.runs_without():
-            return compile_fx_inner(untouched, inputs, **kwargs)
         try:
-            compiled = compile_fx_inner(graph, inputs, **kwargs)
             if judging is None:
-                return compiled
-            return judging.wrap(
-                compiled,
-                lambda: compile_beside(lambda: compile_fx_inner(untouched, inputs, **kwargs)),
+                return compile_fx_inner(graph, inputs, **kwargs)
+            return judging.compile(
+                lambda: compile_fx_inner(graph, inputs, **kwargs),
+                lambda kept: compile_fx_inner(
+                    session.variant(untouched, kind, kept), inputs, **kwargs
+                ),
             )
         except Exception as e:
+            if not report.replaced:
+                raise  # the fallback's own graph: its error is the user's compile's
             # A bug to report, with this log: the user's compile goes on without it.
             session.reports.remove(report)
             _warn_compile_failed(kind, report, e)
         if report.inlined:
             # Compile again with every kernel behind kernelpro::launch.
-            behind_op = _copy_graph(untouched)
+            behind_op = copy_graph(untouched)
             op_report = session.rewrite(behind_op, kind, inline=False)
             try:
                 return compile_fx_inner(behind_op, inputs, **kwargs)
@@ -210,15 +219,13 @@ def _compile_eager(
 
     def inner_compile(graph: fx.GraphModule, inputs: Sequence[Any], **kwargs: Any) -> Any:
         drop_autograd_kernel(graph)
-        untouched = _copy_graph(graph)
-        report = session.rewrite(graph, _graph_kind(kwargs))
-        judging = session.judging(untouched, inputs, report) if report.replaced else None
+        untouched, kind = copy_graph(graph), _graph_kind(kwargs)
+        judging = session.judging(untouched, inputs, session.rewrite(graph, kind, inputs=inputs))
         if judging is None:
             return make_boxed_func(graph.forward)
-        if judging.runs_without():
-            return make_boxed_func(untouched.forward)
-        return judging.wrap(
-            make_boxed_func(graph.forward), lambda: make_boxed_func(untouched.forward)
+        return judging.compile(
+            lambda: make_boxed_func(graph.forward),
+            lambda kept: make_boxed_func(session.variant(untouched, kind, kept).forward),
         )
 
     # Inductor's front half — its pre-grad and joint-graph passes, decompositions and
@@ -273,7 +280,7 @@ def make_backend(
         rewrites = opts.search != "off" and (
             opts.rewrite_attention or opts.rewrite_linear_cross_entropy
         )
-        original = _graph_copy(gm.graph) if rewrites else None
+        original = graph_copy(gm.graph) if rewrites else None
         relied: list[fx.Node] = []  # placeholders whose values a rewrite relied on
         if opts.search != "off":
             values = placeholder_values(gm, example_inputs)
@@ -324,7 +331,7 @@ def _value_guarded(
     the graph as rewritten without relying on any value (compiled when first needed, with the
     first compile's options and provider)."""
     index = {node: i for i, node in enumerate(placeholders(gm))}
-    fresh = _graph_copy(original)
+    fresh = graph_copy(original)
 
     def recompile() -> Callable[..., Any]:
         plain = fx.GraphModule(gm, fresh)
@@ -342,18 +349,6 @@ def _value_guarded(
         recompile,
         f"the input(s) holding a causal mask ({names})",
     )
-
-
-def _graph_copy(graph: fx.Graph) -> fx.Graph:
-    """A copy of `graph` to compile if its rewritten self fails: its own nodes (their meta
-    shallow-copied) with every attribute Dynamo set on the originals (a placeholder's
-    `_dynamo_source`, which AOTAutograd reads)."""
-    new = copy.deepcopy(graph)
-    for old, node in zip(graph.nodes, new.nodes, strict=True):
-        for key, value in vars(old).items():
-            if key not in vars(node):
-                setattr(node, key, value)
-    return new
 
 
 def _compile(

@@ -12,10 +12,12 @@ from collections.abc import Callable
 from typing import Any
 
 from ..rewrite.judged import ROUNDS, WARMUP
+from ..rewrite.verdict_plan import MAX_LEAVE_OUT
 
-# Steps that settle every in-context verdict: each graph's turns, and one more for a graph
-# first compiled in the second step (a backward compiled lazily).
-SETTLE_STEPS = 2 * (WARMUP + ROUNDS) + 2
+# Steps that settle every in-context verdict: each graph's trials (all its kernels, then up to
+# MAX_LEAVE_OUT variants that leave one out), and one more for a graph first compiled in the
+# second step (a backward compiled lazily).
+SETTLE_STEPS = 2 * (WARMUP + ROUNDS) * (1 + MAX_LEAVE_OUT) + 2
 
 
 def kernels_used(sessions: list[Any] | None) -> str:
@@ -25,22 +27,26 @@ def kernels_used(sessions: list[Any] | None) -> str:
     if sessions is None:
         return ""
     reports = [r for s in sessions for r in s.reports]
-    used = sum(len(r.replaced) for r in reports if r.in_context != "dropped")
-    dropped = sum(len(r.replaced) for r in reports if r.in_context == "dropped")
+    dropped = sum(len(r.dropped) for r in reports)
+    used = sum(len(r.replaced) for r in reports) - dropped
     text = f"{used}/{sum(r.subgraphs for r in reports)}"
     return text + (f", {dropped} dropped in context" if dropped else "")
 
 
 def graph_verdicts(sessions: list[Any] | None) -> list[dict[str, Any]]:
     """Each graph kernelpro compiled with kernels: its kind, in-context verdict and figures
-    (rewrite/judged.py), and each kernel's isolated figures (ms alone, the fallback's ms alone)."""
+    (rewrite/judged.py), the kernels it dropped, and each kernel's isolated figures as its
+    provider gave them (rewrite/providers.IsolatedMs: ms alone, the fallback's ms alone; the
+    tentative ones, near ties, listed apart)."""
     return [
         {
             "graph": r.graph,
             "kernels": len(r.replaced),
             "in_context": r.in_context,
             "verdict": r.verdict,
-            "isolated": {kid: list(ms) for kid, ms in r.isolated.items()},
+            "dropped": list(r.dropped),
+            "isolated": {kid: ms.as_list() for kid, ms in r.isolated.items()},
+            "tentative": [kid for kid, ms in r.isolated.items() if ms.tentative],
         }
         for s in sessions or ()
         for r in s.reports

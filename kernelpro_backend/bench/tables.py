@@ -136,21 +136,37 @@ REGRET = 0.02
 def _graph_line(graph: dict[str, Any]) -> str:
     verdict = graph.get("verdict") or {}
     line = f"{graph['graph']} graph, {graph['kernels']} kernel(s): in context "
-    if verdict:
+    if verdict.get("with_ms") is not None:
         line += (
             f"{verdict.get('with_ms')} ms with them, {verdict.get('without_ms')} without "
             f"({graph['in_context']}, faster in {verdict.get('wins')}/{verdict.get('rounds')})"
         )
     else:
         line += graph.get("in_context") or "not judged"
-    alone = [f"{a:.4g} vs {b:.4g}" for a, b in graph.get("isolated", {}).values()]
-    return line + (f"; alone (kernel vs fallback ms): {', '.join(alone)}" if alone else "")
+    notes = [_kernel_note(kid, ms, graph) for kid, ms in graph.get("isolated", {}).items()]
+    return line + (f"; alone (kernel vs fallback ms): {', '.join(notes)}" if notes else "")
+
+
+def _kernel_note(kid: str, ms: list[float], graph: dict[str, Any]) -> str:
+    """One kernel's isolated figures and what the graph made of it: "0.5 vs 0.8 (k1) dropped,
+    +3.0% graph time with it"."""
+    verdict = graph.get("verdict") or {}
+    every = graph.get("in_context") == "dropped"
+    tie = " near tie" if kid in graph.get("tentative", ()) else ""
+    note = f"{ms[0]:.4g} vs {ms[1]:.4g} ({kid.rpartition('/')[2]}{tie})"
+    if not graph.get("in_context") or graph.get("in_context") == "judging":
+        return note
+    dropped = every or kid in graph.get("dropped", ())
+    effect = (verdict.get("effects") or {}).get(kid)
+    effect_text = "" if effect is None else f", {effect:+.1%} graph time with it"
+    return f"{note} {'dropped' if dropped else 'kept'}{effect_text}"
 
 
 def regret_lines(report: BenchReport) -> list[str]:
     """Every workload where a kernelpro mode is slower than Inductor beyond REGRET, or where
     an in-context verdict dropped kernels: each graph with kernels, its in-context figures and
-    its kernels' isolated ones (what won alone, and what the whole graph made of it)."""
+    each kernel's isolated ones with its own fate (what won alone, and what the whole graph
+    made of it)."""
     out = []
     for w in report.workloads:
         inductor = next((m.median_ms for m in w.modes if m.mode == INDUCTOR), None)
@@ -158,7 +174,8 @@ def regret_lines(report: BenchReport) -> list[str]:
             if not m.graphs or m.median_ms is None:
                 continue
             slower = inductor is not None and m.median_ms > inductor * (1 + REGRET)
-            if not slower and all(g.get("in_context") != "dropped" for g in m.graphs):
+            lost = any(g.get("in_context") in ("dropped", "partial") for g in m.graphs)
+            if not slower and not lost:
                 continue
             ratio = f"{inductor / m.median_ms:.2f}x Inductor" if inductor else "no Inductor"
             out.append(f"{w.workload} / {m.mode}: {ratio}{' (slower)' if slower else ''}")

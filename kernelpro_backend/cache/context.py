@@ -13,9 +13,9 @@ GPT-2 small with 48 such kernels ran 0.95x Inductor, BENCHMARKS.md).
 
 Owns: `context.json` in the cache directory ({digest: record} for kernels, lost or held, and
 {"graph:<fingerprint>": {"options": ...}} for the torch-level rewrites a warm-up measured
-slower on one whole graph, {"judged:<key>": {"keep": ...}} for a compile's own verdict on a
-graph with its kernels, rewrite/judged.py), read once per process and rewritten whole with
-paths.atomic_write.
+slower on one whole graph, {"judged:<key>": {"keep": ..., "kept": [kernel ids]}} for a
+compile's own verdict on a graph with its kernels, rewrite/judged.py), read once per process
+and rewritten whole with paths.atomic_write.
 Must not: time anything or decide what lost (warmup/incontext.py does).
 """
 

@@ -9,6 +9,7 @@ Must not: search, time or compile kernels.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import heapq
 import logging
@@ -26,7 +27,7 @@ from ..lowering.split import split_refused
 from .dispatch import DISPATCHERS, ShapeDispatcher
 from .inline import InlineError, TraceableKernel, splice, trace_kernel
 from .launch import KERNELS, RegisteredKernel
-from .providers import KernelProvider
+from .providers import IsolatedMs, KernelProvider, isolated_figures
 
 log = logging.getLogger("kernelpro")
 
@@ -42,11 +43,33 @@ class RewriteReport:
     symbolic: int = 0  # subgraphs with symbolic sizes left to the fallback
     dispatched: list[str] = dataclasses.field(default_factory=list)  # behind a dispatcher
     # The in-context verdict on the graph with its kernels (judged.py): "" (none made),
-    # "judging" (its first calls take turns), "kept" or "dropped".
+    # "judging" (its first calls take turns), "kept" (all), "partial" (some) or "dropped".
     in_context: str = ""
-    verdict: dict[str, Any] | None = None  # its figures (judged.Verdict.record)
-    # kernel id -> (its ms, the fallback's ms) as its search timed them alone, where known
-    isolated: dict[str, tuple[float, float]] = dataclasses.field(default_factory=dict)
+    verdict: dict[str, Any] | None = None  # its figures (verdict_plan.Outcome.record)
+    dropped: list[str] = dataclasses.field(default_factory=list)  # kernel ids it dropped
+    # kernel id -> its figures and its fallback's as its search timed them alone, where known
+    isolated: dict[str, IsolatedMs] = dataclasses.field(default_factory=dict)
+
+
+def copy_graph(gm: fx.GraphModule) -> fx.GraphModule:
+    """A copy of `gm` whose nodes (meta shared shallowly) the rewrite can edit independently."""
+    graph = fx.Graph()
+    out = graph.graph_copy(gm.graph, {})
+    old_output = next(n for n in reversed(gm.graph.nodes) if n.op == "output")
+    graph.output(out).meta = dict(old_output.meta)
+    return fx.GraphModule(gm, graph)
+
+
+def graph_copy(graph: fx.Graph) -> fx.Graph:
+    """A copy of `graph` to compile if its rewritten self fails: its own nodes (their meta
+    shallow-copied) with every attribute Dynamo set on the originals (a placeholder's
+    `_dynamo_source`, which AOTAutograd reads)."""
+    new = copy.deepcopy(graph)
+    for old, node in zip(graph.nodes, new.nodes, strict=True):
+        for key, value in vars(old).items():
+            if key not in vars(node):
+                setattr(node, key, value)
+    return new
 
 
 def kernel_id(subgraph: Subgraph, kernel_name: str) -> str:
@@ -206,17 +229,20 @@ def rewrite_graph(
     inline: bool = False,
     fallback: str = "inductor",
     dynamic: bool = True,
+    judged: bool = False,
+    only: frozenset[str] | None = None,
 ) -> RewriteReport:
     """Partition `gm`, ask `provider` for each subgraph, replace those that get a kernel.
     With `dynamic`, a symbolic subgraph whose hint sizes get a kernel goes behind a shape
-    dispatcher (dispatch.py) whose miss path is the subgraph compiled by `fallback`."""
+    dispatcher (dispatch.py) whose miss path is the subgraph compiled by `fallback`. A tentative
+    kernel (IsolatedMs) goes only into a graph to be `judged`; `only`: no kernel but those ids."""
     # a group that needs a value at two index maps is cut where its parts lower
     subgraphs = split_refused(find_subgraphs(gm, graph_kind, precision_option))
     if observer is not None:
         observer(graph_kind, subgraphs)
     report = RewriteReport(graph=graph_kind, subgraphs=len(subgraphs))
     prepare = getattr(provider, "prepare", None)
-    if prepare is not None:
+    if prepare is not None and only is None:  # a variant's kernels were all found before
         # A provider that decides for all of a graph's subgraphs at once (the distributed
         # finder agrees on them with the other ranks) sees them before the first `find`.
         with unset_fake_temporarily():
@@ -239,8 +265,11 @@ def rewrite_graph(
         if kernel is None:
             continue
         kid = kernel_id(sg, kernel.name)
-        alone = getattr(provider, "isolated_ms", None)
-        figures = alone(sg) if alone is not None else None
+        figures = isolated_figures(provider, sg)
+        if (only is not None and kid not in only) or (
+            figures is not None and figures.tentative and not judged
+        ):
+            continue
         if figures is not None:
             report.isolated[kid] = figures
         KERNELS.register(

@@ -1,4 +1,4 @@
-"""The in-context verdict on one compiled graph: with kernelpro's kernels, or the fallback's own.
+"""The in-context verdict on one compiled graph: which of kernelpro's kernels it keeps.
 
 A kernel wins its search against the fallback compiling its subgraph alone, in a worker. Inside
 the graph the fallback runs otherwise: Inductor fuses the subgraph's neighbours into it, picks
@@ -7,170 +7,86 @@ On 31 KernelBench problems on an H100 (search on a miss, 10 s a subgraph), three
 had won alone made their problem slower than Inductor: a convolution's ATen call 0.78x, two
 GroupNorm kernels (1.33x alone) 0.96x and 0.97x.
 
-So a compile that installs kernels compiles the graph both ways, and the graph's first calls,
-with the user's own inputs, take turns between the two variants (both compute the same
-function: every kernel was proved), each call timed on the device with events read when they
-are ready (no synchronisation per call). After `WARMUP` calls of each variant (Inductor's first
-calls autotune and load code) and `ROUNDS` pairs of timed calls, in A-B-B-A order so a drift
-favours neither, the kernels stay only if the graph with them is faster beyond noise: its
-median at least `MARGIN` below the fallback's, and faster in `KEEP_SHARE` of the pairs. Else
-the fallback's own graph runs from then on and the kernels' variant is released. The verdict
-goes to `on_verdict` (the backend records it against the graph's fingerprint and the kernels'
-ids, so a later compile of the same graph with the same kernels compiles only the winner).
+So a compile that installs kernels compiles the graph with them, the fallback's own graph, and
+(several kernels, budget allowing) variants that leave one kernel out each; the graph's first
+calls take turns between two of them at a time (verdict_timing.py: warm-up calls, A-B/B-A
+pairs timed with device events, kept only where faster beyond noise), trial after trial as
+verdict_plan.py orders them, within its budget. Then the chosen variant runs from then on and
+the others are released. One INFO line says what was kept and dropped and why (each dropped
+kernel's isolated gain and in-context effect, the figures, the verdict's cost). The verdict goes
+to the cache (cache/context.py) under `graph_key` with the kept kernel ids, so a later compile
+of the same graph with the same kernels compiles exactly those, untimed.
 
-Owns: `JudgedGraph` (the alternation and the timing), `decide` (the rule), `Verdict`, the
-clocks (`DeviceClock` for CUDA, `HostClock` for the CPU).
-Must not: compile graphs or choose kernels (backend.py and the provider do), or record verdicts
-itself.
+Owns: `Judging` (a known verdict, or the compiles and the judgement of this one), `JudgedGraph`
+(the trials on the graph's calls), `graph_key`, `judge`, `symbolic`, `default_clock`,
+`compile_beside`; re-exports the timing's names.
+Must not: compile graphs itself (the backend's callbacks do) or choose kernels (the provider).
 """
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import logging
-import statistics
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
 import torch
 
+from .providers import IsolatedMs
+from .verdict_plan import (
+    MAX_LEAVE_OUT,
+    Kernels,
+    Outcome,
+    VerdictPlan,
+    leave_out_order,
+    verdict_budget_s,
+)
+from .verdict_timing import (
+    KEEP_SHARE,
+    MARGIN,
+    ROUNDS,
+    WARMUP,
+    Clock,
+    DeviceClock,
+    HostClock,
+    Trial,
+    Verdict,
+    decide,
+)
+
+__all__ = [
+    "KEEP_SHARE", "MARGIN", "ROUNDS", "WARMUP", "Clock", "DeviceClock", "HostClock", "Judging",
+    "JudgedGraph", "Verdict", "compile_beside", "decide", "default_clock", "graph_key", "judge",
+    "symbolic",
+]  # fmt: skip
+
 log = logging.getLogger("kernelpro")
 
-# Calls of each variant before any is timed: Inductor's first calls autotune, load modules and
-# warm the allocator.
-WARMUP = 2
-# Pairs of timed calls the verdict is read from.
-ROUNDS = 8
-# The kernels must take the graph's median time at least this far below the fallback's: within
-# it a graph gains nothing from them and risks what two medians do not show.
-MARGIN = 0.01
-# ...and make the graph faster in this share of the pairs (6 of 8; under pure noise 6 or more
-# of 8 come 14% of the time).
-KEEP_SHARE = 6 / 8
-
-
-@dataclasses.dataclass(frozen=True)
-class Verdict:
-    """The graph's figures with and without its kernels (ms, one per timed call) and the rule's
-    reading of them."""
-
-    keep: bool
-    with_ms: tuple[float, ...]
-    without_ms: tuple[float, ...]
-
-    @property
-    def wins(self) -> int:
-        return sum(a < b for a, b in zip(self.with_ms, self.without_ms, strict=True))
-
-    @property
-    def with_median(self) -> float:
-        return statistics.median(self.with_ms)
-
-    @property
-    def without_median(self) -> float:
-        return statistics.median(self.without_ms)
-
-    def describe(self) -> str:
-        return (
-            f"{self.with_median:.4f} ms a call with the kernels, {self.without_median:.4f} ms "
-            f"without (faster with them in {self.wins} of {len(self.with_ms)} pairs)"
-        )
-
-    def record(self) -> dict[str, Any]:
-        """What the cache keeps of it (cache/context.py)."""
-        return {
-            "keep": self.keep,
-            "with_ms": round(self.with_median, 6),
-            "without_ms": round(self.without_median, 6),
-            "wins": self.wins,
-            "rounds": len(self.with_ms),
-        }
-
-
-def decide(with_ms: Sequence[float], without_ms: Sequence[float]) -> Verdict:
-    """Keep the kernels only if the graph with them is faster beyond noise (module docstring)."""
-    verdict = Verdict(False, tuple(with_ms), tuple(without_ms))
-    ahead = verdict.with_median < verdict.without_median * (1 - MARGIN)
-    return dataclasses.replace(verdict, keep=ahead and verdict.wins >= KEEP_SHARE * len(with_ms))
-
-
-class Clock(Protocol):
-    """Times one call: `start()` before it, `stop(token)` after, `read(mark)` the ms once known
-    (None while the device has not reached the end), `wait(mark)` the ms, blocking."""
-
-    def start(self) -> Any: ...
-
-    def stop(self, token: Any) -> Any: ...
-
-    def read(self, mark: Any) -> float | None: ...
-
-    def wait(self, mark: Any) -> float: ...
-
-
-class DeviceClock:
-    """CUDA events on the current stream: the time between the call's first and last launch
-    reaching the device, host gaps included when the device waits on the host."""
-
-    def start(self) -> Any:
-        event = torch.cuda.Event(enable_timing=True)
-        event.record()
-        return event
-
-    def stop(self, token: Any) -> Any:
-        end = torch.cuda.Event(enable_timing=True)
-        end.record()
-        return token, end
-
-    def read(self, mark: Any) -> float | None:
-        start, end = mark
-        return float(start.elapsed_time(end)) if end.query() else None
-
-    def wait(self, mark: Any) -> float:
-        start, end = mark
-        end.synchronize()
-        return float(start.elapsed_time(end))
-
-
-class HostClock:
-    """The host's clock, for graphs that run on the CPU (synchronous)."""
-
-    def start(self) -> Any:
-        return time.perf_counter()
-
-    def stop(self, token: Any) -> Any:
-        return (time.perf_counter() - token) * 1e3
-
-    def read(self, mark: Any) -> float | None:
-        return float(mark)
-
-    def wait(self, mark: Any) -> float:
-        return float(mark)
+Compiled = Callable[..., Any]
 
 
 class JudgedGraph:
     """A compiled graph called as AOTAutograd calls a compiler's result (one list of inputs,
-    `_boxed_call`), served by `with_kernels` or `without` as described in the module docstring.
-    `on_verdict` gets the verdict once, before the loser is released."""
+    `_boxed_call`), served by the `variants` (kernel set -> compiled graph) the `plan`'s trials
+    time, then by the one its outcome keeps. `on_outcome` gets the outcome once, after the
+    others are released."""
 
     def __init__(
         self,
-        with_kernels: Callable[..., Any],
-        without: Callable[..., Any],
+        variants: Mapping[Kernels, Compiled],
+        plan: VerdictPlan,
         clock: Clock,
-        on_verdict: Callable[[Verdict], None],
+        on_outcome: Callable[[Outcome], None],
         label: str = "graph",
     ) -> None:
         # An instance attribute: wrappers (torch._dynamo.disable around a backward) copy the
         # instance's __dict__, not its class's.
         self._boxed_call = True
-        self._variants: list[Callable[..., Any] | None] = [with_kernels, without]
-        self._clock, self._on_verdict, self._label = clock, on_verdict, label
-        self._calls = 0
-        self._pending: list[tuple[int, int, Any]] = []  # (variant, pair, mark)
-        self._times: list[dict[int, float]] = [{}, {}]  # variant -> {pair: ms}
-        self._chosen: Callable[..., Any] | None = None
+        self._variants = dict(variants)
+        self._plan, self._clock, self._on_outcome, self._label = plan, clock, on_outcome, label
+        self._chosen: Compiled | None = None
+        self._trial = self._next()
 
     @property
     def settled(self) -> bool:
@@ -179,49 +95,28 @@ class JudgedGraph:
     def __call__(self, args: list[Any]) -> Any:
         if self._chosen is not None:
             return self._chosen(args)
-        turn = self._calls
-        self._calls += 1
-        if turn < 2 * WARMUP:
-            return self._run(turn % 2, args)
-        pair, second = divmod(turn - 2 * WARMUP, 2)
-        # A-B, then B-A: a drift within the rounds favours neither variant.
-        variant = second if pair % 2 == 0 else 1 - second
-        token = self._clock.start()
-        out = self._run(variant, args)
-        self._pending.append((variant, pair, self._clock.stop(token)))
-        self._collect(block=turn + 1 == 2 * (WARMUP + ROUNDS))
+        trial = self._trial
+        assert trial is not None
+        out = trial(args)
+        if trial.verdict is not None:
+            self._plan.tell(trial.verdict)
+            self._trial = self._next()
         return out
 
-    def _run(self, variant: int, args: list[Any]) -> Any:
-        run = self._variants[variant]
-        assert run is not None
-        return run(args)
+    def _next(self) -> Trial | None:
+        sets = self._plan.next_trial()
+        if sets is None:
+            self._settle(self._plan.outcome())
+            return None
+        candidate, reference = sets
+        return Trial(self._variants[candidate], self._variants[reference], self._clock)
 
-    def _collect(self, block: bool) -> None:
-        waiting = []
-        for variant, pair, mark in self._pending:
-            ms = self._clock.wait(mark) if block else self._clock.read(mark)
-            if ms is None:
-                waiting.append((variant, pair, mark))
-            else:
-                self._times[variant][pair] = ms
-        self._pending = waiting
-        if all(len(t) == ROUNDS for t in self._times):
-            self._settle()
-
-    def _settle(self) -> None:
-        pairs = range(ROUNDS)
-        verdict = decide([self._times[0][p] for p in pairs], [self._times[1][p] for p in pairs])
-        self._chosen = self._variants[0 if verdict.keep else 1]
-        self._variants = [None, None]  # the loser's compiled code and buffers go
-        log.info(
-            "kernelpro: in context, the %s graph %s its kernels: %s",
-            self._label,
-            "keeps" if verdict.keep else "drops",
-            verdict.describe(),
-        )
+    def _settle(self, outcome: Outcome) -> None:
+        self._chosen = self._variants[outcome.kept]
+        self._variants = {}  # the others' compiled code and buffers go
+        log.info(outcome.describe(self._label))
         try:
-            self._on_verdict(verdict)
+            self._on_outcome(outcome)
         except Exception as e:  # recording it is a nicety; the choice above is made
             log.warning("kernelpro: could not record the %s graph's verdict (%s)", self._label, e)
 
@@ -253,7 +148,7 @@ def graph_key(code: str, inputs: Sequence[Any], kernels: Sequence[str]) -> str:
 
 class Judging:
     """The in-context verdict for one graph with `kernels` installed: what an earlier compile
-    recorded under `key`, and the judgement of this one (`wrap`)."""
+    recorded under `key`, or the compiles and the judgement of this one (`compile`)."""
 
     def __init__(
         self,
@@ -262,52 +157,128 @@ class Judging:
         store: VerdictStore | None,
         clock: Clock,
         label: str,
-        on_verdict: Callable[[Verdict], None] | None = None,
+        on_outcome: Callable[[Outcome], None] | None = None,
+        isolated: Mapping[str, IsolatedMs] | None = None,
+        budget_s: float = 0.0,
     ) -> None:
         self.key, self.kernels, self._store = key, list(kernels), store
-        self._clock, self._label, self._on_verdict = clock, label, on_verdict
+        self._clock, self._label, self._on_outcome = clock, label, on_outcome
+        self.isolated, self.budget_s = dict(isolated or {}), budget_s
+        self.every: Kernels = frozenset(kernels)
         self.known: dict[str, Any] | None = None
         if store is not None:
             try:
                 self.known = store.judged(key)
             except OSError as e:  # a bad cache must not stop a compile: judge again
                 log.warning("kernelpro: in-context verdicts unreadable (%s); judging again", e)
+        over = self.known is not None and self.known.get("over_budget")
+        if over and float((self.known or {}).get("budget_s", 0.0)) < budget_s:
+            self.known = None  # decided over a smaller budget: judge again
 
-    def runs_without(self) -> bool:
-        """Whether an earlier compile found this graph slower with these kernels (said once)."""
-        if self.known is None or self.known.get("keep", True):
-            return False
-        log.info(
-            "kernelpro: the %s graph runs without its %d kernel(s): in context they made it "
-            "slower (%s ms a call against %s without, judged %s)",
-            self._label, len(self.kernels), self.known.get("with_ms"),
-            self.known.get("without_ms"), self.known.get("time", "before"),
-        )  # fmt: skip
-        return True
+    def known_kept(self) -> Kernels | None:
+        """The kernels an earlier verdict kept (a record from before per-kernel verdicts: all
+        or none), or None where there is none."""
+        if self.known is None:
+            return None
+        kept = self.known.get("kept")
+        if kept is None:
+            kept = self.kernels if self.known.get("keep", True) else []
+        return frozenset(kept) & self.every
 
-    def wrap(
-        self, with_kernels: Callable[..., Any], compile_without: Callable[[], Callable[..., Any]]
-    ) -> Callable[..., Any]:
-        """`with_kernels` itself where an earlier verdict kept them, else a JudgedGraph between
-        it and the fallback's own graph (`compile_without()`, compiled now)."""
-        if self.known is not None:
-            return with_kernels
+    def compile(
+        self, compile_all: Callable[[], Compiled], compile_variant: Callable[[Kernels], Compiled]
+    ) -> Compiled:
+        """The graph as an earlier verdict left it (`compile_all()` with every kernel, or
+        `compile_variant(kept)`), else a JudgedGraph between the variants compiled now."""
+        kept = self.known_kept()
+        if kept is not None:
+            if kept != self.every:
+                log.info(
+                    "kernelpro: the %s graph runs with %d of its %d kernel(s), as judged in "
+                    "context %s: %s", self._label, len(kept), len(self.kernels),
+                    (self.known or {}).get("time", "before"), (self.known or {}).get("dropped"),
+                )  # fmt: skip
+            return compile_all() if kept == self.every else compile_variant(kept)
+        started = time.perf_counter()
+        variants = {self.every: compile_all()}
+        estimate = time.perf_counter() - started  # what compiling one more variant may cost
+        plan = VerdictPlan(self.kernels, self.isolated, self.budget_s)
+        if estimate > self.budget_s:
+            why = f"over budget (one compile took {estimate:.1f} s of its {self.budget_s:.1f} s)"
+            return self._unjudged(plan, variants, compile_variant, why)
+        spent = self._add(variants, frozenset(), compile_variant)
+        if spent is None:  # nothing to time against: not recorded, a later compile tries again
+            why = "not judged (the fallback's own graph did not compile)"
+            return self._unjudged(plan, variants, compile_variant, why, record=False)
+        order = leave_out_order(self.kernels, self.isolated) if len(self.kernels) > 1 else []
+        for kernel in order[:MAX_LEAVE_OUT]:
+            if spent + estimate > self.budget_s:
+                log.info(
+                    "kernelpro: the %s graph's verdict times no more leave-one-out variants: "
+                    "%.1f s of its %.1f s budget spent", self._label, spent, self.budget_s,
+                )  # fmt: skip
+                plan.over_budget = True
+                break
+            took = self._add(variants, self.every - {kernel}, compile_variant)
+            if took is not None:
+                plan.leave_outs.append(kernel)
+                spent, estimate = spent + took, took
+        plan.spent_s = spent
+        return JudgedGraph(variants, plan, self._clock, self._record, self._label)
+
+    def _add(
+        self,
+        variants: dict[Kernels, Compiled],
+        kept: Kernels,
+        compile_variant: Callable[[Kernels], Compiled],
+    ) -> float | None:
+        """Compile the variant with `kept` beside the first into `variants`: the seconds it
+        took, or None when it failed (logged)."""
+        started = time.perf_counter()
         try:
-            without = compile_without()
-        except Exception as e:  # a bug to report; the kernels' graph is proved and compiled
+            variants[kept] = compile_beside(lambda: compile_variant(kept))
+        except Exception as e:  # a bug to report; the graph with the kernels is proved
+            what = "without its kernels" if not kept else f"with {len(kept)} of its kernels"
             log.warning(
-                "kernelpro: the %s graph could not be compiled without its kernels beside the "
-                "graph with them (%s: %s); running it with them, unjudged",
-                self._label, type(e).__name__, str(e)[:300],
+                "kernelpro: the %s graph could not be compiled %s beside the graph with them "
+                "(%s: %s)", self._label, what, type(e).__name__, str(e)[:300],
             )  # fmt: skip
-            return with_kernels
-        return JudgedGraph(with_kernels, without, self._clock, self._record, self._label)
+            return None
+        return time.perf_counter() - started
 
-    def _record(self, verdict: Verdict) -> None:
-        if self._on_verdict is not None:
-            self._on_verdict(verdict)
+    def _unjudged(
+        self,
+        plan: VerdictPlan,
+        variants: dict[Kernels, Compiled],
+        compile_variant: Callable[[Kernels], Compiled],
+        why: str,
+        record: bool = True,
+    ) -> Compiled:
+        """No trial can be made: the conservative decision (verdict_plan.py), recorded (over
+        budget) with the budget it was made under, so a larger one judges again."""
+        log.info("kernelpro: the %s graph's in-context verdict is %s: deciding on the "
+                 "isolated figures", self._label, why)  # fmt: skip
+        outcome = plan.unjudged()
+        compiled = variants.get(outcome.kept)
+        if compiled is None:
+            try:
+                compiled = compile_beside(lambda: compile_variant(outcome.kept))
+            except Exception as e:  # a bug to report; the graph with the kernels is proved
+                log.warning("kernelpro: the %s graph's conservative variant did not compile "
+                            "(%s); running it with all its kernels", self._label, e)  # fmt: skip
+                return variants[self.every]
+        log.info(outcome.describe(self._label))
+        if record:
+            self._record(outcome)
+        elif self._on_outcome is not None:
+            self._on_outcome(outcome)
+        return compiled
+
+    def _record(self, outcome: Outcome) -> None:
+        if self._on_outcome is not None:
+            self._on_outcome(outcome)
         if self._store is not None:
-            record = {**verdict.record(), "graph": self._label, "kernels": self.kernels}
+            record = {**outcome.record(), "graph": self._label, "kernels": self.kernels}
             self._store.set_judged(self.key, record)
 
 
@@ -335,21 +306,31 @@ def judge(
     inputs: Sequence[Any],
     store: VerdictStore | None,
     clock: Clock,
+    search_budget_s: float = 0.0,
 ) -> Judging:
     """The judgement of one rewritten graph (`report`: rewrite/graph.py's RewriteReport, whose
-    `in_context` and `verdict` it keeps current), keyed by the graph's code as the fallback
-    would compile it, its inputs and its kernels."""
+    `in_context`, `verdict` and `dropped` it keeps current), keyed by the graph's code as the
+    fallback would compile it, its inputs and its kernels; its budget a share of the search
+    budget (`search_budget_s` a subgraph, verdict_plan.py)."""
 
-    def note(verdict: Verdict) -> None:
-        report.in_context = "kept" if verdict.keep else "dropped"
-        report.verdict = verdict.record()
+    def note(kept: Kernels, record: dict[str, Any] | None) -> None:
+        report.in_context = (
+            "kept" if kept == frozenset(report.replaced) else "partial" if kept else "dropped"
+        )
+        report.dropped = [k for k in report.replaced if k not in kept]
+        report.verdict = record
 
     key = graph_key(code, inputs, report.replaced)
-    judging = Judging(key, report.replaced, store, clock, report.graph, note)
-    report.in_context = "judging" if judging.known is None else (
-        "kept" if judging.known.get("keep", True) else "dropped"
+    budget = verdict_budget_s(search_budget_s, len(report.replaced))
+    judging = Judging(
+        key, report.replaced, store, clock, report.graph,
+        lambda outcome: note(outcome.kept, outcome.record()), report.isolated, budget,
     )  # fmt: skip
-    report.verdict = judging.known
+    kept = judging.known_kept()
+    if kept is None:
+        report.in_context = "judging"
+    else:
+        note(kept, judging.known)
     return judging
 
 

@@ -1,6 +1,7 @@
 """The kernel-provider interface: who may supply a kernel for a subgraph.
 
-Owns: the `Kernel` and `KernelProvider` protocols, `conform` (a kernel's output made to the
+Owns: the `Kernel`, `KernelProvider` and `MeasuredProvider` protocols, `IsolatedMs` (a kernel's
+figures alone), `isolated_figures`, `conform` (a kernel's output made to the
 promised layout, sharing no storage), `Registry` (the id -> entry map the custom ops read)
 and the trivial providers.
 Must not: search, cache or compile (the search and cache providers live in their packages).
@@ -11,6 +12,7 @@ returns its outputs in canonical order (`Subgraph.outputs`), as fresh tensors.
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 from collections.abc import Callable, Sequence
 from typing import Generic, Protocol, TypeVar, runtime_checkable
@@ -37,6 +39,43 @@ class KernelProvider(Protocol):
     a warm-up before it traces the model, to start what its searches will need."""
 
     def find(self, subgraph: Subgraph) -> Kernel | None: ...
+
+
+@dataclasses.dataclass(frozen=True)
+class IsolatedMs:
+    """A kernel's time and its fallback's, each measured alone in a worker (ms), for the subgraph
+    it was served for. `tentative`: it was served although it did not beat the fallback clearly
+    alone (a near tie, tuner/eager.py's NEAR_TIE), for the in-context verdict to decide
+    (rewrite/judged.py); a graph that is not judged must not install it."""
+
+    kernel_ms: float
+    fallback_ms: float
+    tentative: bool = False
+
+    @property
+    def gain(self) -> float:
+        """The share of the fallback's time the kernel saved alone (negative: it was slower)."""
+        return 1.0 - self.kernel_ms / self.fallback_ms if self.fallback_ms > 0 else 0.0
+
+    def as_list(self) -> list[float]:
+        """[kernel ms, fallback ms], as reports write it."""
+        return [self.kernel_ms, self.fallback_ms]
+
+
+@runtime_checkable
+class MeasuredProvider(Protocol):
+    """A provider that knows what the kernels it serves measured alone: the in-context verdict
+    orders and keeps kernels by it (rewrite/verdict_plan.py) and the regret report prints it
+    (bench/tables.py). A separate protocol, so a provider that only finds kernels still is a
+    `KernelProvider`."""
+
+    def isolated_ms(self, subgraph: Subgraph) -> IsolatedMs | None: ...
+
+
+def isolated_figures(provider: KernelProvider, subgraph: Subgraph) -> IsolatedMs | None:
+    """The isolated figures of the kernel `provider` serves for `subgraph`, or None where the
+    provider has none (or is no MeasuredProvider)."""
+    return provider.isolated_ms(subgraph) if isinstance(provider, MeasuredProvider) else None
 
 
 TensorMeta = tuple[tuple[int, ...], tuple[int, ...], str]  # (shape, stride, dtype name)
@@ -132,10 +171,17 @@ class ChainProvider:
 
     def __init__(self, providers: Sequence[KernelProvider]) -> None:
         self.providers = list(providers)
+        self._served: dict[str, KernelProvider] = {}
 
     def find(self, subgraph: Subgraph) -> Kernel | None:
         for p in self.providers:
             kernel = p.find(subgraph)
             if kernel is not None:
+                self._served[subgraph.key.digest] = p
                 return kernel
         return None
+
+    def isolated_ms(self, subgraph: Subgraph) -> IsolatedMs | None:
+        """The figures of the provider that served `subgraph`."""
+        served = self._served.get(subgraph.key.digest)
+        return None if served is None else isolated_figures(served, subgraph)

@@ -31,7 +31,7 @@ from ..cache.artifact import CorruptEntry, KernelArtifact, decode_entry, encode_
 from ..cache.store import Admit, Hit, admitted
 from ..fx_passes import Subgraph
 from ..profilers.speed_of_light import SpeedOfLight
-from ..rewrite.providers import Kernel
+from ..rewrite.providers import IsolatedMs, Kernel
 from .admit import admit
 from .exchange import Exchange, ExchangeFailed
 from .finder import KernelFinder
@@ -241,3 +241,7 @@ class DistributedFinder:
 
     def family_known(self, family: str) -> bool:
         return self.inner.family_known(family)
+
+    def isolated_ms(self, subgraph: Subgraph) -> IsolatedMs | None:
+        """The inner finder's figures for what it serves `subgraph` (MeasuredProvider)."""
+        return self.inner.isolated_ms(subgraph)

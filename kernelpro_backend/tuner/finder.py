@@ -24,11 +24,11 @@ from ..cache.store import Hit, KernelCache
 from ..cache.toolchain import CacheKey
 from ..fx_passes import Subgraph
 from ..options import Options
-from ..rewrite.providers import Kernel
+from ..rewrite.providers import IsolatedMs, Kernel
 from ..runtime.cuda.host import use_library_dir
 from .admit import admit
 from .artifacts import Loader, load_artifact, surcharge_ms
-from .eager import eager_kernel, is_eager
+from .eager import eager_kernel, is_eager, near_tie
 from .family import same_buckets, size_distance, spec_config
 
 log = logging.getLogger("kernelpro.cache")
@@ -185,14 +185,16 @@ class KernelFinder:
             self.record_miss(key, subgraph, skipped)
         return artifact
 
-    def isolated_ms(self, subgraph: Subgraph) -> tuple[float, float] | None:
-        """(the kernel's ms, the fallback's) as its search measured them alone, in a worker, for
-        the artifact this finder serves `subgraph` (None when it has no such figures)."""
+    def isolated_ms(self, subgraph: Subgraph) -> IsolatedMs | None:
+        """The kernel's ms and the fallback's measured alone, for the artifact this finder serves
+        `subgraph` (tentative: a near tie, for the in-context verdict); None without figures."""
         artifact = self._artifacts.get(self.cache.key_for(subgraph.key).digest)
         if artifact is None or artifact.kernel_ms is None:
             return None
         fallback = artifact.baselines_ms.get(self.options.fallback)
-        return None if fallback is None else (artifact.kernel_ms, fallback)
+        if fallback is None:
+            return None
+        return IsolatedMs(artifact.kernel_ms, fallback, tentative=not self._clears(artifact))
 
     def use(
         self, subgraph: Subgraph, artifact: KernelArtifact | None, behind_op: bool = False
@@ -282,14 +284,21 @@ class KernelFinder:
 
     def _pays_off(self, artifact: KernelArtifact, behind_op: bool = False) -> bool:
         """A hit is used only if it saved the launch path's minimum gain over this fallback when
-        it was measured (an entry found with inlined launches may not pay through the op)."""
+        it was measured (an entry found with inlined launches may not pay through the op); or,
+        with the in-context verdict on and on the static path (`behind_op` False: a shape
+        dispatcher's graph is never judged), if it ties with the fallback alone (tuner/eager.py
+        NEAR_TIE): served tentatively, the rewrite installs it only in a judged graph."""
+        if self._clears(artifact, behind_op):
+            return True
         base = artifact.baselines_ms.get(self.options.fallback)
         if base is None or artifact.kernel_ms is None:
-            return not is_eager(artifact)  # eager's only merit is its measured gain
-        op = behind_op or is_eager(artifact)  # the eager entry always runs behind the op
-        need = self.options.op_min_gain_ms() if op else self.options.min_gain_ms()
-        need += surcharge_ms(artifact)
-        if base - artifact.kernel_ms >= need:
+            return False  # an eager entry without figures: its only merit is a measured gain
+        if self.options.in_context and not behind_op and near_tie(artifact.kernel_ms, base):
+            log.info(
+                "kernelpro cache: cached %s kernel ties with %s alone (%.4g ms against %.4g); "
+                "served tentatively, for the in-context verdict to decide",
+                artifact.pattern, self.options.fallback, artifact.kernel_ms, base,
+            )  # fmt: skip
             return True
         log.info(
             "kernelpro cache: cached %s kernel saves %.1f us over %s, under the %.1f us this "
@@ -297,9 +306,22 @@ class KernelFinder:
             artifact.pattern,
             (base - artifact.kernel_ms) * 1e3,
             self.options.fallback,
-            need * 1e3,
+            self._needed_ms(artifact, behind_op) * 1e3,
         )
         return False
+
+    def _needed_ms(self, artifact: KernelArtifact, behind_op: bool = False) -> float:
+        op = behind_op or is_eager(artifact)  # the eager entry always runs behind the op
+        need = self.options.op_min_gain_ms() if op else self.options.min_gain_ms()
+        return need + surcharge_ms(artifact)
+
+    def _clears(self, artifact: KernelArtifact, behind_op: bool = False) -> bool:
+        """Whether the artifact's isolated gain over the fallback is what its launch path needs
+        (an artifact without figures: only a generated kernel, whose search proved it)."""
+        base = artifact.baselines_ms.get(self.options.fallback)
+        if base is None or artifact.kernel_ms is None:
+            return not is_eager(artifact)
+        return base - artifact.kernel_ms >= self._needed_ms(artifact, behind_op)
 
     def _search(self, subgraph: Subgraph) -> tuple[KernelArtifact | None, str | None]:
         """(winner or None, why the search was skipped or None)."""
@@ -370,12 +392,8 @@ class KernelFinder:
             log.warning(
                 "kernelpro cache: cannot load cached %s kernel for %s %s (%s: %s); running the "
                 "fallback. `kernelpro cache verify` drops entries that no longer load.",
-                artifact.language,
-                subgraph.pattern,
-                key.short(),
-                type(e).__name__,
-                e,
-            )
+                artifact.language, subgraph.pattern, key.short(), type(e).__name__, e,
+            )  # fmt: skip
             return None
         self._loaded[key.digest] = kernel
         return kernel

@@ -38,7 +38,7 @@ from ..runtime.worker_setup import WorkerSetup
 from ..search import Budget, SearchMemory, codegen_space, optimize
 from .artifacts import winner_fields
 from .cutlass_builds import CutlassBuilds
-from .eager import eager_artifact
+from .eager import clear_win, eager_artifact
 from .measurer import PoolMeasurer
 
 if TYPE_CHECKING:
@@ -188,7 +188,8 @@ class SubgraphSearcher:
         job = Job.from_subgraph(subgraph, BaselineCandidate("eager"), ceilings=None)
         results = pool.evaluate_many(job.baselines())
         baselines = dict(zip(("eager", "inductor"), results, strict=True))
-        return _eager_or_none(eager_artifact(baselines, self.options), subgraph, baselines)
+        artifact = eager_artifact(baselines, self.options)
+        return _eager_or_none(artifact, subgraph, baselines, self.options)
 
     def plan(self, subgraph: Subgraph) -> MemoryPlan:
         """How many of the subgraph's evaluations fit on its GPU at once (off the GPU: all)."""
@@ -274,17 +275,21 @@ def _options_for(options: Options, subgraph: Subgraph) -> Options:
 
 
 def _eager_or_none(
-    artifact: KernelArtifact | None, subgraph: Subgraph, baselines: Mapping[str, Any]
+    artifact: KernelArtifact | None,
+    subgraph: Subgraph,
+    baselines: Mapping[str, Any],
+    options: Options,
 ) -> KernelArtifact | None:
     if artifact is not None:
+        eager, inductor = baselines["eager"], baselines["inductor"]
+        tentative = not clear_win(eager, inductor, options)
         log.info(
-            "kernelpro: %s %s: eager ATen (%.4g ms) beats Inductor (%.4g ms); it runs behind "
-            "kernelpro::launch",
-            subgraph.graph,
-            subgraph.pattern,
-            baselines["eager"].median_ms,
-            baselines["inductor"].median_ms,
-        )
+            "kernelpro: %s %s: eager ATen (%.4g ms) %s Inductor (%.4g ms) alone; it runs behind "
+            "kernelpro::launch%s",
+            subgraph.graph, subgraph.pattern, eager.median_ms,
+            "ties with" if tentative else "beats", inductor.median_ms,
+            " where the in-context verdict keeps it (a near tie)" if tentative else "",
+        )  # fmt: skip
     return artifact
 
 
@@ -302,7 +307,7 @@ def _artifact(
         )
         # No generated kernel beats the fastest baseline; that baseline may be eager ATen.
         eager = eager_artifact(outcome.baselines, options, log_path)
-        return _eager_or_none(eager, subgraph, outcome.baselines)
+        return _eager_or_none(eager, subgraph, outcome.baselines, options)
     return KernelArtifact(
         **winner_fields(outcome.winner, device=subgraph.device, cubin_dir=cubin_dir),
         kernel_ms=outcome.result.median_ms,

@@ -192,8 +192,27 @@ def test_kernels_used_counts_replaced_subgraphs_over_every_compile():
     backward = RewriteReport("backward", subgraphs=7, replaced=["c/k3"])
     sessions = [SimpleNamespace(reports=[forward]), SimpleNamespace(reports=[backward])]
     assert kernels_used(sessions) == "3/12"
+    # a per-kernel in-context verdict dropped one of the forward graph's two kernels
+    forward.in_context, forward.dropped = "partial", ["b/k2"]
+    assert kernels_used(sessions) == "2/12, 1 dropped in context"
     assert kernels_used([]) == "0/0"
     assert kernels_used(None) == ""  # not kernelpro
+
+
+def test_graph_verdicts_carry_each_kernels_isolated_figures_and_fate():
+    from types import SimpleNamespace
+
+    from kernelpro_backend.bench.sessions import graph_verdicts
+    from kernelpro_backend.rewrite.graph import RewriteReport
+    from kernelpro_backend.rewrite.providers import IsolatedMs
+
+    report = RewriteReport("forward", subgraphs=2, replaced=["a/k1", "b/k2"])
+    report.isolated = {"a/k1": IsolatedMs(0.5, 0.8), "b/k2": IsolatedMs(2.0, 2.0, True)}
+    report.in_context, report.dropped = "partial", ["b/k2"]
+    [graph] = graph_verdicts([SimpleNamespace(reports=[report])])
+    assert graph["isolated"] == {"a/k1": [0.5, 0.8], "b/k2": [2.0, 2.0]}
+    assert graph["tentative"] == ["b/k2"] and graph["dropped"] == ["b/k2"]
+    assert graph["in_context"] == "partial" and graph["kernels"] == 2
 
 
 def test_rewrites_made_sums_every_graphs_rewrites_and_names_those_a_verdict_turned_off():

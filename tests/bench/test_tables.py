@@ -154,10 +154,38 @@ def test_regret_lists_slower_workloads_and_dropped_kernels_with_both_figures():
     lines = tables.regret_lines(report)
     assert lines[0] == "slower / kernelpro: 0.95x Inductor (slower)"
     assert "in context 2.1 ms with them, 2.0 without (kept, faster in 1/8)" in lines[1]
-    assert "alone (kernel vs fallback ms): 0.5 vs 0.8" in lines[1]
+    assert "alone (kernel vs fallback ms): 0.5 vs 0.8 (k) kept" in lines[1]
     assert lines[2] == "dropped / kernelpro: 1.00x Inductor"
-    assert "(dropped," in lines[3]
+    assert "(dropped," in lines[3] and "0.5 vs 0.8 (k) dropped" in lines[3]
     assert len(lines) == 4  # "fine" and "noise" (within REGRET) are not listed
+    assert "in context (slower than Inductor, or kernels dropped):" in tables.format_console(report)
+
+
+def test_regret_names_each_kernel_a_per_kernel_verdict_dropped_with_its_figures():
+    """A graph that kept one kernel and dropped a near tie: listed although no slower than
+    Inductor, each kernel with its isolated figures and its in-context fate."""
+    partial = {
+        "graph": "forward",
+        "kernels": 2,
+        "in_context": "partial",
+        "verdict": {"with_ms": 2.3, "without_ms": 2.0, "wins": 0, "rounds": 8,
+                    "effects": {"def/conv": 0.278}},
+        "dropped": ["def/conv"],
+        "isolated": {"abc/norm": [0.5, 0.8], "def/conv": [2.197, 2.2]},
+        "tentative": ["def/conv"],
+    }  # fmt: skip
+    modes = [
+        ModeResult("inductor", "ok", median_ms=1.0),
+        ModeResult("kernelpro", "ok", median_ms=0.99, graphs=[partial]),
+    ]
+    report = BenchReport(
+        "cuda", "H100", {}, "full", ["inductor", "kernelpro"], {},
+        [WorkloadResult("conv", "inference", "float32", "full", "kb", modes)],
+    )  # fmt: skip
+    lines = tables.regret_lines(report)
+    assert lines[0] == "conv / kernelpro: 1.01x Inductor"
+    assert "0.5 vs 0.8 (norm) kept" in lines[1]
+    assert "2.197 vs 2.2 (conv near tie) dropped, +27.8% graph time with it" in lines[1]
     assert "in context (slower than Inductor, or kernels dropped):" in tables.format_console(report)
 
 

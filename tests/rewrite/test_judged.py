@@ -19,7 +19,18 @@ from kernelpro_backend.rewrite.judged import (
     graph_key,
     symbolic,
 )
-from kernelpro_backend.rewrite.providers import CallableKernel
+from kernelpro_backend.rewrite.providers import CallableKernel, IsolatedMs
+from kernelpro_backend.rewrite.verdict_plan import MAX_LEAVE_OUT, VerdictPlan
+
+ONE = frozenset({"k"})
+# Calls that settle any verdict: the all-in trial and every leave-one-out one.
+SETTLE_CALLS = 2 * (WARMUP + ROUNDS) * (1 + MAX_LEAVE_OUT)
+
+
+def _one_kernel(with_kernels, without, clock, outcomes):
+    """A graph with one kernel "k" judged on its calls, with budget to spare."""
+    plan = VerdictPlan(["k"], {}, budget_s=1e9)
+    return JudgedGraph({ONE: with_kernels, frozenset(): without}, plan, clock, outcomes.append)
 
 
 def test_decide_keeps_only_beyond_noise():
@@ -78,12 +89,12 @@ def _variants(clock: FakeClock, with_ms: float, without_ms: float, ran: list[str
 def test_alternates_then_keeps_the_faster(ready):
     clock, ran, verdicts = FakeClock(ready), [], []
     with_kernels, without = _variants(clock, 1.0, 2.0, ran)
-    graph = JudgedGraph(with_kernels, without, clock, verdicts.append)
+    graph = _one_kernel(with_kernels, without, clock, verdicts)
     calls = 2 * (WARMUP + ROUNDS)
     for _ in range(calls):
         assert not graph.settled
         graph([])
-    assert graph.settled and len(verdicts) == 1 and verdicts[0].keep
+    assert graph.settled and len(verdicts) == 1 and verdicts[0].kept == ONE
     # warm-up calls alternate, then A-B / B-A pairs: each variant ran equally often
     assert ran[: 2 * WARMUP] == ["with", "without"] * WARMUP
     assert ran[2 * WARMUP : 2 * WARMUP + 4] == ["with", "without", "without", "with"]
@@ -97,12 +108,12 @@ def test_alternates_then_keeps_the_faster(ready):
 def test_slower_kernels_are_dropped_and_released():
     clock, ran, verdicts = FakeClock(), [], []
     with_kernels, without = _variants(clock, 2.0, 1.0, ran)
-    graph = JudgedGraph(with_kernels, without, clock, verdicts.append)
+    graph = _one_kernel(with_kernels, without, clock, verdicts)
     for _ in range(2 * (WARMUP + ROUNDS)):
         graph([])
-    assert not verdicts[0].keep
+    assert not verdicts[0].kept
     assert graph([]) == "without"
-    assert graph._variants == [None, None]  # neither variant is held beside the chosen one
+    assert graph._variants == {}  # neither variant is held beside the chosen one
 
 
 def test_graph_key_names_code_layout_and_kernels():
@@ -132,7 +143,7 @@ class Scaled:
         return CallableKernel("counted", run)
 
     def isolated_ms(self, subgraph):
-        return (0.5, 1.0)
+        return IsolatedMs(0.5, 1.0)
 
 
 class Model(torch.nn.Module):
@@ -160,12 +171,13 @@ def test_compile_judges_and_later_compiles_reuse_the_verdict(tmp_path, kernel_ms
     backend = make_backend(provider=provider, sessions=sessions, clock=Clock())
     compiled = torch.compile(Model(), backend=backend, options={"fallback": "eager"})
     with torch.no_grad():
-        for _ in range(2 * (WARMUP + ROUNDS)):
+        for _ in range(SETTLE_CALLS):
             torch.testing.assert_close(compiled(x), expected)
     [report] = [r for s in sessions for r in s.reports if r.replaced]
+    assert len(report.replaced) == 2  # the all-in trial, then one leave-one-out trial each
     assert report.in_context == ("kept" if kept else "dropped")
     assert report.verdict is not None and report.verdict["keep"] is kept
-    assert set(report.isolated.values()) == {(0.5, 1.0)}
+    assert set(report.isolated.values()) == {IsolatedMs(0.5, 1.0)}
     recorded = [v for k, v in context._load().items() if k.startswith("judged:")]
     assert len(recorded) == 1 and recorded[0]["keep"] is kept
     before = provider.calls
@@ -216,7 +228,7 @@ def test_inductor_training_judges_forward_and_backward(tmp_path):
     model = torch.nn.Sequential(torch.nn.Linear(16, 16), torch.nn.LayerNorm(16))
     compiled = torch.compile(model, backend=backend)
     x = torch.randn(8, 16)
-    for _ in range(2 * (WARMUP + ROUNDS) + 1):
+    for _ in range(SETTLE_CALLS + 1):
         model.zero_grad()
         compiled(x).square().sum().backward()
         got = [p.grad.clone() for p in model.parameters()]
@@ -257,3 +269,98 @@ def test_graphs_replayed_as_cuda_graphs_are_not_judged(tmp_path):
     reports = [r for s in sessions for r in s.reports if r.replaced]
     assert reports and all(r.in_context == "" for r in reports)
     assert all(s.replayed for s in sessions)
+
+
+class PerKind:
+    """A provider serving one kernel per subgraph kind (this Model: "pointwise", "reduction"),
+    counting each one's calls; `isolated` gives its figures alone by kind."""
+
+    def __init__(self, context: ContextVerdicts, isolated: dict | None = None) -> None:
+        self.calls = {"pointwise": 0, "reduction": 0}
+        self.isolated = isolated or {}
+        self.cache = type("Cache", (), {"context": context})()
+
+    def find(self, subgraph):
+        module, kind = subgraph.module(), subgraph.kind
+
+        def run(*args):
+            self.calls[kind] += 1
+            return module(*args)
+
+        return CallableKernel(kind, run)
+
+    def isolated_ms(self, subgraph):
+        return self.isolated.get(subgraph.kind)
+
+
+class KindClock(FakeClock):
+    """A call "takes" 2 ms plus the delta of each kernel that ran in it."""
+
+    def __init__(self, provider: PerKind, deltas: dict[str, float]) -> None:
+        super().__init__()
+        self.provider, self.deltas = provider, deltas
+
+    def start(self):
+        return dict(self.provider.calls)
+
+    def stop(self, token):
+        ran = [k for k, n in self.provider.calls.items() if n > token[k]]
+        return 2.0 + sum(self.deltas[k] for k in ran)
+
+
+def _run_model(provider, clock, calls: int, options: dict | None = None) -> list:
+    sessions: list = []
+    backend = make_backend(provider=provider, sessions=sessions, clock=clock)
+    compiled = torch.compile(
+        Model(), backend=backend, options={"fallback": "eager", **(options or {})}
+    )
+    x = torch.randn(8, 16)
+    with torch.no_grad():
+        for _ in range(calls):
+            torch.testing.assert_close(compiled(x), Model()(x))
+    return [r for s in sessions for r in s.reports]
+
+
+def test_a_graph_keeps_the_kernels_that_win_in_context_and_a_later_compile_only_those(tmp_path):
+    """The softmax kernel makes the graph slower, the pointwise one faster: the graph with both
+    loses to the fallback's, the one without the softmax kernel wins; it is kept, recorded with
+    its kernel ids, and a fresh compile installs the pointwise kernel alone, untimed."""
+    context = ContextVerdicts(tmp_path / "context.json")
+    provider = PerKind(context)
+    deltas = {"pointwise": -0.2, "reduction": 0.5}
+    [report] = _run_model(provider, KindClock(provider, deltas), SETTLE_CALLS)
+    [pointwise] = [k for k in report.replaced if k.endswith("/pointwise")]
+    [softmax] = [k for k in report.replaced if k.endswith("/reduction")]
+    assert report.in_context == "partial" and report.dropped == [softmax]
+    assert report.verdict is not None and report.verdict["kept"] == [pointwise]
+    [recorded] = [v for k, v in context._load().items() if k.startswith("judged:")]
+    assert recorded["kept"] == [pointwise] and softmax in recorded["dropped"]
+
+    torch._dynamo.reset()
+    again = PerKind(ContextVerdicts(tmp_path / "context.json"))
+    [report] = _run_model(again, KindClock(again, deltas), 3)
+    assert report.in_context == "partial" and report.dropped == [softmax]
+    assert again.calls["pointwise"] == 3 and again.calls["reduction"] == 0
+
+
+@pytest.mark.parametrize("delta, kept", [(-0.5, True), (0.5, False)])
+def test_a_near_tie_is_installed_tentatively_and_the_verdict_decides(tmp_path, delta, kept):
+    """The softmax kernel tied with the fallback alone (tentative): installed in a judged graph,
+    kept where in context it makes the graph faster, dropped where slower."""
+    tie = {"reduction": IsolatedMs(1.0, 1.0, tentative=True), "pointwise": IsolatedMs(0.5, 1.0)}
+    provider = PerKind(ContextVerdicts(tmp_path / "context.json"), tie)
+    deltas = {"pointwise": -0.2, "reduction": delta}
+    [report] = _run_model(provider, KindClock(provider, deltas), SETTLE_CALLS)
+    [softmax] = [k for k in report.replaced if k.endswith("/reduction")]
+    assert report.isolated[softmax].tentative
+    assert report.in_context == ("kept" if kept else "partial")
+    assert (softmax in report.dropped) is not kept
+
+
+def test_a_near_tie_is_not_installed_where_no_verdict_is_made(tmp_path):
+    """With the in-context verdict off, a tentative kernel stays out: today's rule."""
+    tie = {"reduction": IsolatedMs(1.0, 1.0, tentative=True), "pointwise": IsolatedMs(0.5, 1.0)}
+    provider = PerKind(ContextVerdicts(tmp_path / "context.json"), tie)
+    [report] = _run_model(provider, FakeClock(), 2, {"in_context": False})
+    assert [k.rsplit("/", 1)[1] for k in report.replaced] == ["pointwise"]
+    assert provider.calls["reduction"] == 0 and provider.calls["pointwise"] == 2

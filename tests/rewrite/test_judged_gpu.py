@@ -1,5 +1,7 @@
 """The in-context verdict on CUDA, with device events: a graph whose kernels make it slower runs
-the fallback's own graph after its turns, one whose kernels make it faster keeps them."""
+the fallback's own graph after its turns, one whose kernels make it faster keeps them, and a
+graph with several kernels drops the one that slows it (leave-one-out variants compiled by
+Inductor beside the graph with them)."""
 
 from __future__ import annotations
 
@@ -10,10 +12,12 @@ from kernelpro_backend import make_backend
 from kernelpro_backend.backend import CompileSession
 from kernelpro_backend.rewrite.judged import ROUNDS, WARMUP, DeviceClock, JudgedGraph
 from kernelpro_backend.rewrite.providers import CallableKernel
+from kernelpro_backend.rewrite.verdict_plan import MAX_LEAVE_OUT, VerdictPlan
 
 pytestmark = pytest.mark.gpu
 
 SLEEP_CYCLES = 2_000_000  # ~1 ms of the device's time at Hopper's clocks
+SETTLE_CALLS = 2 * (WARMUP + ROUNDS) * (1 + MAX_LEAVE_OUT)  # every trial of any verdict
 
 
 def test_device_clock_picks_the_faster_variant():
@@ -27,12 +31,15 @@ def test_device_clock_picks_the_faster_variant():
         return [args[0] * 2]
 
     for with_kernels, without, keep in ((fast, slow, True), (slow, fast, False)):
-        verdicts: list = []
-        graph = JudgedGraph(with_kernels, without, DeviceClock(), verdicts.append)
+        outcomes: list = []
+        variants = {frozenset({"k"}): with_kernels, frozenset(): without}
+        plan = VerdictPlan(["k"], {}, budget_s=1e9)
+        graph = JudgedGraph(variants, plan, DeviceClock(), outcomes.append)
         for _ in range(2 * (WARMUP + ROUNDS)):
             torch.testing.assert_close(graph([x])[0], x * 2)
-        assert graph.settled and verdicts[0].keep is keep
-        assert verdicts[0].without_median > 0 and verdicts[0].with_median > 0
+        assert graph.settled and bool(outcomes[0].kept) is keep
+        first = outcomes[0].first
+        assert first.without_median > 0 and first.with_median > 0
 
 
 class SlowKernels:
@@ -61,7 +68,41 @@ def test_slower_kernels_are_dropped_in_context(fallback):
     )
     with torch.no_grad():
         expected = model(x)
-        for _ in range(2 * (WARMUP + ROUNDS) + 1):
+        for _ in range(SETTLE_CALLS + 1):
             torch.testing.assert_close(compiled(x), expected)
     reports = [r for s in sessions for r in s.reports if r.replaced]
     assert reports and all(r.in_context == "dropped" for r in reports)
+
+
+class SlowSoftmax:
+    """The softmax's kernel sleeps ~1 ms a call; the pointwise one is its plain reference."""
+
+    def find(self, subgraph):
+        module, kind = subgraph.module(), subgraph.kind
+
+        def run(*args):
+            if kind == "reduction":
+                torch.cuda._sleep(SLEEP_CYCLES)
+            return module(*args)
+
+        return CallableKernel(kind, run)
+
+
+class SoftmaxModel(torch.nn.Module):
+    def forward(self, x):
+        return torch.softmax(x * 2.0, dim=-1) + 1
+
+
+@pytest.mark.parametrize("fallback", ["inductor", "eager"])
+def test_the_kernel_that_slows_the_graph_is_dropped(fallback):
+    x = torch.randn(256, 1024, device="cuda")
+    sessions: list[CompileSession] = []
+    backend = make_backend(provider=SlowSoftmax(), sessions=sessions)
+    compiled = torch.compile(SoftmaxModel(), backend=backend, options={"fallback": fallback})
+    with torch.no_grad():
+        for _ in range(SETTLE_CALLS + 1):
+            torch.testing.assert_close(compiled(x), SoftmaxModel()(x))
+    [report] = [r for s in sessions for r in s.reports if r.replaced]
+    [softmax] = [k for k in report.replaced if k.endswith("/reduction")]
+    assert len(report.replaced) == 2 and softmax in report.dropped
+    assert report.in_context in ("partial", "dropped") and report.verdict["effects"][softmax] > 0
