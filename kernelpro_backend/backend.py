@@ -7,6 +7,7 @@ Must not: know how kernels are searched, cached or launched.
 
     torch.compile(model, backend="kernelpro")
     torch.compile(model, backend="kernelpro", options={"search": "on-miss", "fallback": "eager"})
+    torch.compile(model, backend="kernelpro", options={"inductor_mode": "max-autotune"})
 """
 
 from __future__ import annotations
@@ -35,14 +36,7 @@ from .ops import (
 from .options import Options
 from .rewrite.graph import RewriteReport, SubgraphObserver, rewrite_graph
 from .rewrite.guarded import ValueGuarded
-from .rewrite.judged import (
-    Clock,
-    Judging,
-    compile_beside,
-    default_clock,
-    judge,
-    symbolic,
-)
+from .rewrite.judged import Clock, Judging, compile_beside, default_clock, judge, symbolic
 from .rewrite.providers import KernelProvider
 from .tuner import default_provider
 from .tuner.verdicts import graph_options_off, verdict_store
@@ -55,7 +49,7 @@ ProviderFactory = Callable[[Options], KernelProvider]
 @functools.lru_cache(maxsize=1)
 def _warn_no_cuda_once() -> None:
     log.warning(
-        "kernelpro: no CUDA GPU here, so kernel search and cached GPU kernels are off; the model "
+        "no CUDA GPU here, so kernel search and cached GPU kernels are off; the model "
         "runs on the fallback only (Inductor or eager), with unchanged numerics"
     )
 
@@ -63,7 +57,7 @@ def _warn_no_cuda_once() -> None:
 @functools.lru_cache(maxsize=1)
 def _warn_graphs_without_inductor_once() -> None:
     log.warning(
-        "kernelpro: cuda_graphs needs the Inductor fallback (Inductor's cudagraph trees replay "
+        "cuda_graphs needs the Inductor fallback (Inductor's cudagraph trees replay "
         "the graphs); with fallback='eager' the graphs run op by op, not replayed"
     )
 
@@ -103,6 +97,7 @@ class CompileSession:
             inline=self.options.inlines if inline is None else inline,
             fallback=self.options.fallback,
             dynamic=self.options.dynamic_shapes != "off",
+            rewrites=self.rewrites,
         )
         self.reports.append(report)
         return report
@@ -174,7 +169,8 @@ def _compile_inductor(
                 _warn_compile_failed(kind, op_report, e)
         return compile_fx_inner(untouched, inputs, **kwargs)  # the fallback's own graph
 
-    patches = dict(list_mode_options(mode)) if mode and mode != "default" else {}
+    mode = session.options.inductor_mode  # torch.compile's mode=, or the inductor_mode option
+    patches = dict(list_mode_options(mode)) if mode != "default" else {}
     if session.options.cuda_graphs:
         patches["triton.cudagraphs"] = True
     session.replayed = bool(patches.get("triton.cudagraphs"))
@@ -192,7 +188,7 @@ def _warn_compile_failed(kind: str, report: RewriteReport, error: Exception) -> 
         "compiling the graph without kernelpro's kernels"
     )  # fmt: skip
     log.warning(
-        "kernelpro: Inductor failed on the %s graph with %d kernel(s) %s (%s: %s); %s",
+        "Inductor failed on the %s graph with %d kernel(s) %s (%s: %s); %s",
         kind,
         len(report.replaced),
         how,
@@ -294,7 +290,7 @@ def make_backend(
             made = ", ".join(f"{name} ({n})" for name, n in session.rewrites.items() if n)
             first = str(e).strip().splitlines()[0] if str(e).strip() else ""
             log.warning(
-                "kernelpro: the graph with its torch-level rewrites [%s] failed to compile "
+                "the graph with its torch-level rewrites [%s] failed to compile "
                 "(%s: %s); compiling it as written, without them",
                 made, type(e).__name__, first,
             )  # fmt: skip

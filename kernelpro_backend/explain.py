@@ -96,7 +96,7 @@ def templates_of(sg: Subgraph) -> tuple[str, ...]:
     except Unsupported as e:
         return (f"none: {str(e).split(';')[0][:60]}",)
     except Exception as e:  # a lowering bug: the search would meet it too; say so
-        log.warning("kernelpro explain: lowering %s %s failed: %r", sg.graph, sg.pattern, e)
+        log.warning("lowering %s %s failed: %r", sg.graph, sg.pattern, e)
         return (f"error: {type(e).__name__}",)
     return (seed.template, *dict.fromkeys(a.template for a in found))
 

@@ -215,7 +215,7 @@ class JudgedGraph:
         self._chosen = self._variants[0 if verdict.keep else 1]
         self._variants = [None, None]  # the loser's compiled code and buffers go
         log.info(
-            "kernelpro: in context, the %s graph %s its kernels: %s",
+            "in context, the %s graph %s its kernels: %s",
             self._label,
             "keeps" if verdict.keep else "drops",
             verdict.describe(),
@@ -223,7 +223,7 @@ class JudgedGraph:
         try:
             self._on_verdict(verdict)
         except Exception as e:  # recording it is a nicety; the choice above is made
-            log.warning("kernelpro: could not record the %s graph's verdict (%s)", self._label, e)
+            log.warning("could not record the %s graph's verdict (%s)", self._label, e)
 
 
 class VerdictStore(Protocol):
@@ -271,14 +271,14 @@ class Judging:
             try:
                 self.known = store.judged(key)
             except OSError as e:  # a bad cache must not stop a compile: judge again
-                log.warning("kernelpro: in-context verdicts unreadable (%s); judging again", e)
+                log.warning("in-context verdicts unreadable (%s); judging again", e)
 
     def runs_without(self) -> bool:
         """Whether an earlier compile found this graph slower with these kernels (said once)."""
         if self.known is None or self.known.get("keep", True):
             return False
         log.info(
-            "kernelpro: the %s graph runs without its %d kernel(s): in context they made it "
+            "the %s graph runs without its %d kernel(s): in context they made it "
             "slower (%s ms a call against %s without, judged %s)",
             self._label, len(self.kernels), self.known.get("with_ms"),
             self.known.get("without_ms"), self.known.get("time", "before"),
@@ -296,7 +296,7 @@ class Judging:
             without = compile_without()
         except Exception as e:  # a bug to report; the kernels' graph is proved and compiled
             log.warning(
-                "kernelpro: the %s graph could not be compiled without its kernels beside the "
+                "the %s graph could not be compiled without its kernels beside the "
                 "graph with them (%s: %s); running it with them, unjudged",
                 self._label, type(e).__name__, str(e)[:300],
             )  # fmt: skip
