@@ -28,21 +28,18 @@ from ..cache.maintenance import (
 )
 from ..cache.printable import printable
 from ..cache.signing import SigningKeyError, load_key, load_keys
-from ..cache.store import CacheReadOnly, CacheUnavailable, KernelCache
+from ..cache.store import CacheUnavailable, KernelCache
 from ..cache.transfer import export_bundle, import_bundle
 from ..options import Options, OptionsError
-from ..paths import resolve_cache_dir
 from ..text_table import format_table
 from ..tuner.admit import admission_note, admit
+from .errors import trouble
 from .misses import print_misses
 
 
 def add_cli(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:  # type: ignore[type-arg]
     """Add `cache` with its sub-subcommands to a `kernelpro` argparse subparsers object."""
     p = subparsers.add_parser("cache", help="list, inspect, export, import and clean kernel caches")
-    p.add_argument(
-        "--cache-dir", help="cache directory (default: $KERNELPRO_CACHE_DIR or ~/.cache/kernelpro)"
-    )
     sub = p.add_subparsers(dest="cache_command", required=True)
     ls = sub.add_parser("ls", help="list cached kernels")
     _filters(ls)
@@ -129,32 +126,11 @@ def _one_line(run: Callable[..., int]) -> Callable[..., int]:
         try:
             return run(args, *rest, **kwargs)
         except (OSError, sqlite3.Error, OptionsError) as e:
-            line = f"kernelpro cache {args.cache_command}: {_trouble(e, args)}"
+            line = f"kernelpro cache {args.cache_command}: {trouble(e, args.cache_dir)}"
             print(line.replace("\n", " "), file=sys.stderr)
             return 1
 
     return guarded
-
-
-def _trouble(e: Exception, args: argparse.Namespace) -> str:
-    """What is wrong, and what to do about it, for `_one_line`."""
-    where = resolve_cache_dir(args.cache_dir)
-    elsewhere = "or pass --cache-dir (or set KERNELPRO_CACHE_DIR to) another directory"
-    if isinstance(e, OptionsError):
-        return f"{e}"
-    if isinstance(e, CacheReadOnly):
-        return f"{e}; this command writes to it: run it as the cache's owner, {elsewhere}"
-    if isinstance(e, CacheUnavailable) and e.__cause__ is not None:
-        e = e.__cause__  # type: ignore[assignment]  # what _open met, without its advice
-    what = f"{type(e).__name__}: {e}"
-    if isinstance(e, OSError) and e.errno in (errno.ENOSPC, errno.EDQUOT):
-        return f"the disk of {e.filename or where} is full ({what}); free space, {elsewhere}"
-    if isinstance(e, OSError) and e.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
-        return f"cannot write {e.filename or where} ({what}); fix its permissions, {elsewhere}"
-    return (
-        f"cannot use the kernel cache in {where} ({what}); check that its kernels/cache.db is "
-        f"a file (move a damaged one aside: the cache starts empty), {elsewhere}"
-    )
 
 
 @_one_line

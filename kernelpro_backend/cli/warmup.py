@@ -34,7 +34,6 @@ def add_cli(subparsers: Any) -> None:
     p.add_argument("--budget-s", type=float, default=None, help="search seconds per subgraph")
     p.add_argument("--max-trials", type=int, default=None, help="search trials per subgraph")
     p.add_argument("--no-train", action="store_true", help="inference graph only (no backward)")
-    p.add_argument("--cache-dir", default=None, help="cache directory to fill")
     p.add_argument(
         "--no-context-check",
         action="store_true",
