@@ -24,7 +24,7 @@ ELSEWHERE = "or pass --cache-dir (or set KERNELPRO_CACHE_DIR to) another directo
 
 
 def command_name(args: argparse.Namespace) -> str:
-    """"kernelpro warmup", "kernelpro cache ls": what the error line starts with."""
+    """ "kernelpro warmup", "kernelpro cache ls": what the error line starts with."""
     words = ["kernelpro", getattr(args, "command", None), getattr(args, "cache_command", None)]
     return " ".join(w for w in words if w)
 

@@ -1,3 +1,5 @@
+import json
+import os
 import subprocess
 import sys
 
@@ -166,3 +168,35 @@ def test_an_error_is_one_line_and_its_traceback_comes_with_v(tmp_path):
     assert "-v" in run.stderr and "Traceback" not in run.stderr
     run = _kernelpro("explain", "broken_target:make", "-v", cwd=tmp_path)
     assert run.returncode == 1 and "Traceback" in run.stderr and "second line" in run.stderr
+
+
+CONV_TARGET = """
+import torch
+
+def make():
+    model = torch.nn.Sequential(torch.nn.Conv2d(8, 8, 3, padding=1), torch.nn.SiLU())
+    return model, (torch.randn(2, 8, 16, 16),)
+"""
+
+
+def test_explain_json_and_its_reasons_whole(tmp_path):
+    """--json: the documented keys; the table: a reason longer than a column is numbered and
+    printed whole under it, wrapped at the terminal's width, never cut."""
+    (tmp_path / "conv_target.py").write_text(CONV_TARGET)
+    run = _kernelpro("explain", "conv_target:make", "--json", cwd=tmp_path)
+    assert run.returncode == 0, run.stderr
+    found = json.loads(run.stdout)
+    assert set(found) == {"subgraphs", "rewrites", "chains", "graph_breaks", "relied_on"}
+    conv = next(s for s in found["subgraphs"] if s["kind"] == "conv")
+    assert set(conv) == {"graph", "kind", "pattern", "ops", "inputs", "key", "templates"}
+    (reason,) = conv["templates"]
+    reason = reason.removeprefix("none: ")
+    assert len(reason) > 60  # the table's old cut
+    env = {**os.environ, "COLUMNS": "40"}
+    run = _kernelpro("explain", "conv_target:make", cwd=tmp_path, env=env)
+    assert run.returncode == 0, run.stderr
+    table, _, below = run.stdout.partition("no template (a search times the fallbacks alone):")
+    assert "none [1]" in table and reason not in table
+    footnote = below.strip().split("\n\n")[0]
+    assert " ".join(footnote.split()) == f"[1] {reason}"
+    assert max(len(line) for line in footnote.splitlines()) <= 60  # wrapped (60: the floor)
