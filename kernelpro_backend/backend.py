@@ -7,6 +7,7 @@ Must not: know how kernels are searched, cached or launched.
 
     torch.compile(model, backend="kernelpro")
     torch.compile(model, backend="kernelpro", options={"search": "on-miss", "fallback": "eager"})
+    torch.compile(model, backend="kernelpro", options={"inductor_mode": "max-autotune"})
 """
 
 from __future__ import annotations
@@ -47,7 +48,7 @@ ProviderFactory = Callable[[Options], KernelProvider]
 @functools.lru_cache(maxsize=1)
 def _warn_no_cuda_once() -> None:
     log.warning(
-        "kernelpro: no CUDA GPU here, so kernel search and cached GPU kernels are off; the model "
+        "no CUDA GPU here, so kernel search and cached GPU kernels are off; the model "
         "runs on the fallback only (Inductor or eager), with unchanged numerics"
     )
 
@@ -55,7 +56,7 @@ def _warn_no_cuda_once() -> None:
 @functools.lru_cache(maxsize=1)
 def _warn_graphs_without_inductor_once() -> None:
     log.warning(
-        "kernelpro: cuda_graphs needs the Inductor fallback (Inductor's cudagraph trees replay "
+        "cuda_graphs needs the Inductor fallback (Inductor's cudagraph trees replay "
         "the graphs); with fallback='eager' the graphs run op by op, not replayed"
     )
 
@@ -105,6 +106,7 @@ class CompileSession:
             dynamic=self.options.dynamic_shapes != "off",
             judged=only is not None or self.clock_for(inputs) is not None,
             only=only,
+            rewrites=self.rewrites,
         )
         if only is None:
             self.reports.append(report)
@@ -183,7 +185,8 @@ def _compile_inductor(
                 _warn_compile_failed(kind, op_report, e)
         return compile_fx_inner(untouched, inputs, **kwargs)  # the fallback's own graph
 
-    patches = dict(list_mode_options(mode)) if mode and mode != "default" else {}
+    mode = session.options.inductor_mode  # torch.compile's mode=, or the inductor_mode option
+    patches = dict(list_mode_options(mode)) if mode != "default" else {}
     if session.options.cuda_graphs:
         patches["triton.cudagraphs"] = True
     session.replayed = bool(patches.get("triton.cudagraphs"))
@@ -201,7 +204,7 @@ def _warn_compile_failed(kind: str, report: RewriteReport, error: Exception) -> 
         "compiling the graph without kernelpro's kernels"
     )  # fmt: skip
     log.warning(
-        "kernelpro: Inductor failed on the %s graph with %d kernel(s) %s (%s: %s); %s",
+        "Inductor failed on the %s graph with %d kernel(s) %s (%s: %s); %s",
         kind,
         len(report.replaced),
         how,
@@ -301,7 +304,7 @@ def make_backend(
             made = ", ".join(f"{name} ({n})" for name, n in session.rewrites.items() if n)
             first = str(e).strip().splitlines()[0] if str(e).strip() else ""
             log.warning(
-                "kernelpro: the graph with its torch-level rewrites [%s] failed to compile "
+                "the graph with its torch-level rewrites [%s] failed to compile "
                 "(%s: %s); compiling it as written, without them",
                 made, type(e).__name__, first,
             )  # fmt: skip

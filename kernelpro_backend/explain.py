@@ -16,6 +16,7 @@ import copy
 import dataclasses
 import logging
 import re
+import textwrap
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -43,13 +44,19 @@ class SubgraphInfo:
     # (e.g. "row_reduction", "row_cluster"), or why none ("none: <reason>")
     templates: tuple[str, ...] = ()
 
-    def row(self) -> list[str]:
+    def row(self, reasons: dict[str, int]) -> list[str]:
+        """The table's cells; a template's "none: <reason>" shows as "none [n]", the reason
+        numbered in `reasons` (printed whole under the table, never cut)."""
         ops = " ".join(self.ops)
         if len(ops) > 60:
             ops = ops[:57] + "..."
-        kernels = " ".join(self.templates)
-        if len(kernels) > 40:
-            kernels = kernels[:37] + "..."
+        shown = []
+        for t in self.templates:
+            word, sep, reason = t.partition(": ")
+            if sep and word in ("none", "error"):
+                t = f"{word} [{reasons.setdefault(reason, len(reasons) + 1)}]"
+            shown.append(t)
+        kernels = " ".join(shown)
         return [
             self.graph, self.kind, self.pattern, kernels, ops, " ".join(self.inputs), self.key[:12]
         ]  # fmt: skip
@@ -95,9 +102,9 @@ def templates_of(sg: Subgraph) -> tuple[str, ...]:
         seed = lower(sg)
         found = alternatives(seed)
     except Unsupported as e:
-        return (f"none: {str(e).split(';')[0][:60]}",)
+        return (f"none: {' '.join(str(e).split())}",)  # the whole reason: the table wraps it
     except Exception as e:  # a lowering bug: the search would meet it too; say so
-        log.warning("kernelpro explain: lowering %s %s failed: %r", sg.graph, sg.pattern, e)
+        log.warning("lowering %s %s failed: %r", sg.graph, sg.pattern, e)
         return (f"error: {type(e).__name__}",)
     return (seed.template, *dict.fromkeys(a.template for a in found))
 
@@ -186,7 +193,7 @@ def _cause(message: str) -> str:
         (ln.removeprefix("Explanation:").strip() for ln in lines if ln.startswith("Explanation:")),
         "",
     )
-    return re.sub(r"\s+", " ", f"{title}: {why}" if why else title)[:300]
+    return re.sub(r"\s+", " ", f"{title}: {why}" if why else title)
 
 
 def _graph_break(gm: torch.fx.GraphModule, breaks: list[GraphBreak]) -> None:
@@ -254,21 +261,34 @@ def _tensors(obj: Any) -> list[torch.Tensor]:
     return []
 
 
-def format_table(rows: Sequence[SubgraphInfo]) -> str:
+def _wrap(text: str, width: int, indent: str = "  ") -> str:
+    """`text` as lines of at most `width` columns, the first indented by `indent` and the rest
+    by two more: a reason is wrapped, never cut."""
+    return textwrap.fill(text, width, initial_indent=indent, subsequent_indent=indent + "  ",
+                         break_long_words=False, break_on_hyphens=False)  # fmt: skip
+
+
+def format_table(rows: Sequence[SubgraphInfo], width: int = 100) -> str:
+    """The subgraphs as a table, then why a subgraph has no template ([n] in its row), each
+    reason whole, wrapped at `width` columns."""
     header = ["graph", "kind", "pattern", "templates", "ops", "inputs", "key"]
-    return text_table.format_table(header, [r.row() for r in rows], rule=True)
+    reasons: dict[str, int] = {}
+    table = text_table.format_table(header, [r.row(reasons) for r in rows], rule=True)
+    if not reasons:
+        return table
+    why = [_wrap(f"[{n}] {reason}", width, "") for reason, n in reasons.items()]
+    return "\n".join([table, "", "no template (a search times the fallbacks alone):", *why])
 
 
-def format_notes(notes: Sequence[ChainNote]) -> str:
-    """The chains the torch-level rewrites looked at, one line each: made or refused, why."""
+def format_notes(notes: Sequence[ChainNote], width: int = 100) -> str:
+    """The chains the torch-level rewrites looked at: made or refused, and why (wrapped)."""
     lines = []
     for n in notes:
         what = f"-> {n.made}" if n.made is not None else f"left as written: {n.reason}"
-        lines.append(
-            f"  {n.rewrite} at {n.node}" + (f" ({n.where})" if n.where else "") + f": {what}"
-        )
+        where = f" ({n.where})" if n.where else ""
+        lines.append(_wrap(f"{n.rewrite} at {n.node}{where}: {what}", width))
     return "\n".join(lines)
 
 
-def format_breaks(breaks: Sequence[GraphBreak]) -> str:
-    return "\n".join(f"  {b.where or '(no location)'}: {b.cause}" for b in breaks)
+def format_breaks(breaks: Sequence[GraphBreak], width: int = 100) -> str:
+    return "\n".join(_wrap(f"{b.where or '(no location)'}: {b.cause}", width) for b in breaks)

@@ -15,9 +15,10 @@ import functools
 import math
 import os
 import types
-import warnings
 from collections.abc import Iterable, Mapping
 from typing import Any, Literal, get_args, get_origin, get_type_hints
+
+from .logs import warn
 
 Search = Literal["cache-only", "on-miss", "off"]
 Fallback = Literal["inductor", "eager"]
@@ -27,6 +28,7 @@ Proposer = Literal["rules", "llm"]
 Launch = Literal["inline", "op"]
 Distributed = Literal["auto", "off"]
 DynamicShapes = Literal["dispatch", "transfer", "off"]
+InductorMode = Literal["default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs"]
 
 ENV_PREFIX = "KERNELPRO_"
 
@@ -162,6 +164,8 @@ class Options:
     in_context: bool = True
     # Show a progress bar during searches.
     progress: bool = True
+    # torch.compile's mode= for the Inductor fallback (torch.compile takes mode= or options=).
+    inductor_mode: InductorMode = "default"
 
     @classmethod
     def field_names(cls) -> tuple[str, ...]:
@@ -184,13 +188,14 @@ class Options:
                 values[name] = _parse(name, raw, source=ENV_PREFIX + name.upper())
         for name, value in (options or {}).items():
             if name not in names:
-                raise OptionsError(f"unknown kernelpro option {name!r}; known: {', '.join(names)}")
+                close = difflib.get_close_matches(name, names, n=1)
+                hint = f"; did you mean {close[0]!r}?" if close else ""
+                raise OptionsError(f"unknown kernelpro option {name!r}{hint} (known: {', '.join(names)})")  # fmt: skip
             values[name] = _coerce(name, value, source=f"options[{name!r}]")
-        if mode is not None and mode not in _KNOWN_MODES:
-            raise OptionsError(
-                f"unknown torch.compile mode {mode!r} for backend 'kernelpro'; "
-                f"use one of {sorted(m for m in _KNOWN_MODES if m)}"
-            )
+        if mode is not None:  # torch.compile's mode=, the same as options["inductor_mode"]
+            values["inductor_mode"] = _coerce("inductor_mode", mode, source="mode")
+            if (options or {}).get("inductor_mode", mode) != mode:
+                raise OptionsError(f"mode={mode!r} and options['inductor_mode'] disagree; give one")
         return cls(**values)
 
     @property
@@ -220,9 +225,6 @@ OP_MIN_GAIN_US = 80.0
 # Inlined kernels are launched by Inductor's wrapper like its own; what remains is the timing
 # noise and the fusions the split costs Inductor, so a small margin.
 INLINE_MIN_GAIN_US = 2.0
-
-# torch.compile's modes; kernelpro passes them to Inductor when Inductor is the fallback.
-_KNOWN_MODES = {"default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs"}
 
 
 @functools.cache
@@ -339,8 +341,8 @@ def _listed(name: str, value: Any, source: str) -> tuple[str, ...]:
         )
     for d in [d for d in found if name == "extra_cache_dirs"]:
         if not os.path.exists(os.path.expanduser(d)):
-            warnings.warn(f"{source}: {d} does not exist; no kernel is read from it (the fallback "
-                          "runs where no other cache has one)", UserWarning, stacklevel=4)  # fmt: skip
+            warn(f"{source}: {d} does not exist; no kernel is read from it (the fallback runs "
+                 "where no other cache has one)")  # fmt: skip
     return tuple(found)
 
 
@@ -383,9 +385,7 @@ def _warn_unknown_variables(environ: Mapping[str, str], names: tuple[str, ...]) 
             continue
         close = difflib.get_close_matches(var[len(ENV_PREFIX) :], sorted(known), n=1)
         hint = f"; did you mean {ENV_PREFIX}{close[0]}?" if close else ""
-        warnings.warn(
-            f"{var} is not a kernelpro setting and is ignored{hint}", UserWarning, stacklevel=3
-        )
+        warn(f"{var} is not a kernelpro setting and is ignored{hint}")
 
 
 def _tool_names(names: tuple[str, ...], source: str) -> tuple[str, ...]:

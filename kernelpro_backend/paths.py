@@ -176,7 +176,7 @@ def private_or_fresh(directory: PathLike, prefix: str) -> Path:
         return private_dir(path)
     except OSError as e:
         fresh = _FRESH[path] = Path(tempfile.mkdtemp(prefix=prefix))
-        log.warning("kernelpro: %s; using %s instead", e, fresh)
+        log.warning("%s; using %s instead", e, fresh)
         return fresh
 
 

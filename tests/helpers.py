@@ -4,7 +4,6 @@ tests."""
 
 from __future__ import annotations
 
-import argparse
 import io
 from collections.abc import Callable
 
@@ -12,7 +11,8 @@ import pytest
 import torch
 
 from kernelpro_backend import make_backend
-from kernelpro_backend.cli.cache import add_cli, run_cli
+from kernelpro_backend.cli.cache import run_cli
+from kernelpro_backend.cli.main import build_parser
 from kernelpro_backend.fx_passes import Subgraph
 
 
@@ -56,9 +56,7 @@ def subgraphs_of(
 def run_cache_cli(*argv: str, validator=None) -> tuple[int, str]:
     """Run `kernelpro cache <argv>` in this process: its exit status and what it printed.
     `validator` replaces the evaluator `verify` runs."""
-    parser = argparse.ArgumentParser(prog="kernelpro")
-    add_cli(parser.add_subparsers(dest="command", required=True))
-    args = parser.parse_args(["cache", *argv])
+    args = build_parser().parse_args(["cache", *argv])
     assert args.func is run_cli
     out = io.StringIO()
     return run_cli(args, validator=validator, out=out), out.getvalue()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import re
 
 import pytest
 import torch
@@ -69,6 +70,7 @@ def test_mode_is_accepted():
         (None, {"cuda_graphs": True}, True),
         ("reduce-overhead", None, True),
         ("reduce-overhead", {"cuda_graphs": False}, True),  # the mode's own patches stand
+        (None, {"inductor_mode": "reduce-overhead", "search": "off"}, True),  # mode and options
     ],
 )
 def test_cuda_graphs_reach_inductor_from_the_option_or_the_mode(monkeypatch, mode, options, graphs):
@@ -190,3 +192,26 @@ def test_cuda_graphs_under_the_eager_fallback_say_they_do_nothing(caplog):
             torch.compile(model, backend=make_backend(), options=opts)(x), model(x)
         )
     assert "cuda_graphs needs the Inductor fallback" in caplog.text
+
+
+def test_each_compiled_graph_logs_one_info_line_with_what_replaced_what(caplog):
+    """Subgraphs, how many were replaced and by which kernel, and the torch-level rewrites made
+    on the graph before it was cut: one INFO line per compiled graph."""
+    from kernelpro_backend.bench.workloads import mini_gpt
+    from kernelpro_backend.rewrite.providers import ReferenceProvider
+
+    w = mini_gpt(torch.device("cpu"), torch.float32, "tiny")
+    provider = ReferenceProvider(kinds=["gemm"])
+    compiled = torch.compile(
+        w.model, backend=make_backend(provider), options={"fallback": "eager", "in_context": False}
+    )
+    with caplog.at_level(logging.INFO, logger="kernelpro"):
+        compiled(*w.inputs).sum().backward()
+    lines = [r.getMessage() for r in caplog.records if " graph: " in r.getMessage()]
+    assert [line.split(" graph:")[0] for line in lines] == ["forward", "backward"], lines
+    forward = lines[0]
+    replaced = int(re.search(r"subgraphs, (\d+) replaced", forward).group(1))
+    assert replaced == sum(sg.graph == "forward" for sg in provider.provided) > 0
+    first = provider.provided[0]
+    assert f"{first.pattern} by reference-{first.key.short()}" in forward, forward
+    assert forward.endswith("; torch-level rewrites: attention 2, linear_cross_entropy 1"), forward

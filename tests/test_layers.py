@@ -22,6 +22,8 @@ PACKAGE = Path(kernelpro_backend.__file__).parent
 NAME = PACKAGE.name
 
 RANKS = {
+    # how the package logs and warns: every layer may, so it imports nothing of the package
+    "logs": -1,
     # plain data and on-disk locations: import nothing of the package
     "version": 0,
     "text_table": 0,

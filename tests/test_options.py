@@ -101,9 +101,35 @@ def test_bad_environment_value():
 
 
 def test_unknown_mode():
-    with pytest.raises(OptionsError, match="unknown torch.compile mode"):
+    with pytest.raises(OptionsError, match="mode='fastest': expected one of .*'max-autotune'"):
         Options.resolve(mode="fastest", environ={})
     assert Options.resolve(mode="max-autotune", environ={}).search == "cache-only"
+
+
+def test_an_unknown_option_name_gets_the_closest_one():
+    with pytest.raises(OptionsError, match=r"unknown kernelpro option 'fallbak'; did you mean "
+                       r"'fallback'\? \(known: search, fallback, "):  # fmt: skip
+        Options.resolve(options={"fallbak": "eager"}, environ={})
+    with pytest.raises(OptionsError) as nothing_close:
+        Options.resolve(options={"zzz": 1}, environ={})
+    assert "did you mean" not in str(nothing_close.value)
+
+
+def test_the_inductor_mode_comes_from_mode_options_or_the_environment():
+    """torch.compile takes `mode=` or `options=`, not both: `inductor_mode` is the mode as an
+    option, so both can be given through options (or KERNELPRO_INDUCTOR_MODE)."""
+    assert Options.resolve(environ={}).inductor_mode == "default"
+    assert Options.resolve(mode="max-autotune", environ={}).inductor_mode == "max-autotune"
+    both = Options.resolve(options={"inductor_mode": "max-autotune", "search": "off"}, environ={})
+    assert (both.inductor_mode, both.search) == ("max-autotune", "off")
+    env = {"KERNELPRO_INDUCTOR_MODE": "reduce-overhead"}
+    assert Options.resolve(environ=env).inductor_mode == "reduce-overhead"
+    same = Options.resolve(mode="max-autotune", options={"inductor_mode": "max-autotune"})
+    assert same.inductor_mode == "max-autotune"
+    with pytest.raises(OptionsError, match="disagree"):
+        Options.resolve(mode="max-autotune", options={"inductor_mode": "reduce-overhead"})
+    with pytest.raises(OptionsError, match="options\\['inductor_mode'\\]='fast': expected one of"):
+        Options.resolve(options={"inductor_mode": "fast"}, environ={})
 
 
 def test_the_searcher_leaves_patterns_outside_search_patterns_to_the_fallback(caplog):

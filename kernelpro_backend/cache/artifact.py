@@ -51,6 +51,9 @@ class Provenance:
     tools: dict[str, str] = dataclasses.field(default_factory=dict, hash=False)  # nvcc, driver…
     gpu: str = dataclasses.field(default_factory=current_gpu)  # the GPU model it was timed on
     origin: str = "search"
+    # When `cache import` brought it into this cache (ISO 8601, UTC); "" when not imported, or
+    # imported before kernelpro recorded it. `prune --older-than` ages an entry from it.
+    imported: str = ""
 
     def __post_init__(self) -> None:
         if self.origin not in ORIGINS:
@@ -63,6 +66,11 @@ class Provenance:
     def where(self) -> str:
         return f"{self.gpu} with {self.toolchain}"
 
+    def since(self) -> str:
+        """When this entry came into this cache: its import, else its creation (an entry
+        imported before imports were recorded has only its creation in the bundle's cache)."""
+        return self.imported or self.created
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "toolchain": self.toolchain.to_dict(),
@@ -71,6 +79,7 @@ class Provenance:
             "tools": dict(sorted(self.tools.items())),
             "gpu": self.gpu,
             "origin": self.origin,
+            **({"imported": self.imported} if self.imported else {}),  # absent: bytes unchanged
         }
 
     @classmethod
@@ -82,6 +91,7 @@ class Provenance:
             tools={str(k): str(v) for k, v in _req(raw["tools"], dict, "tools").items()},
             gpu=_req(raw["gpu"], str, "provenance.gpu"),
             origin=_req(raw["origin"], str, "provenance.origin"),
+            imported=_opt(raw.get("imported"), str, "provenance.imported") or "",
         )
 
 

@@ -54,7 +54,7 @@ class ContextVerdicts:
             except FileNotFoundError:
                 pass
             except (OSError, ValueError) as e:  # a bad file must not stop a compile
-                log.warning("kernelpro cache: ignoring unreadable %s (%s)", self.path, e)
+                log.warning("ignoring unreadable %s (%s)", self.path, e)
         return self._records
 
     def rejected(self, digest: str) -> dict[str, Any] | None:

@@ -55,8 +55,7 @@ class JsonBytesDisk(diskcache.Disk):
     def remove(self, file_path: Any) -> None:
         if not self._inside(file_path):
             log.warning(
-                "kernelpro cache: not deleting %r, which a cache row names but which lies "
-                "outside %s",
+                "not deleting %r, which a cache row names but which lies outside %s",
                 file_path,
                 self._directory,
             )

@@ -156,8 +156,11 @@ def prune(
     now: datetime.datetime | None = None,
     dry_run: bool = False,
 ) -> MaintenanceReport:
-    """Drop corrupt entries (another cache schema included) and, with `older_than_days` (a finite number of days above zero), entries created before that
-    many days ago. `dry_run` reports what would be dropped and changes nothing."""
+    """Drop corrupt entries (another cache schema included) and, with `older_than_days` (a
+    finite number of days above zero), entries that came into this cache before that many
+    days ago: an imported entry ages from its import (`Provenance.since`), not from its
+    bundle's creation; one imported before kernelpro recorded imports has only its creation
+    time and ages from that. `dry_run` reports what would be dropped and changes nothing."""
     if older_than_days is not None and not (0 < older_than_days < math.inf):
         raise ValueError(
             f"--older-than must be a number of days above 0, got {older_than_days}; to drop "
@@ -171,7 +174,7 @@ def prune(
         if entry is None:
             reason = f"corrupt: {item.problem}"
         elif older_than_days is not None:
-            age = now - _parse_time(entry.artifact.provenance.created)
+            age = now - _parse_time(entry.artifact.provenance.since())
             if age > datetime.timedelta(days=older_than_days):
                 reason = f"{age.days} days old"
         if reason is None:

@@ -99,7 +99,7 @@ class MissManifest:
                         continue
                 except json.JSONDecodeError:
                     pass
-                log.warning("kernelpro cache: skipping unreadable line %d of %s", n, self.path)
+                log.warning("skipping unreadable line %d of %s", n, self.path)
 
 
 @contextlib.contextmanager

@@ -6,7 +6,7 @@ reading key files (raw bytes, at least MIN_KEY_BYTES; a warning when others can 
 `sign`, `parse_signature`, `check` (a bundle's `SignatureStatus` against trusted keys) and
 `refusal` (the one rule for when a status keeps a bundle out).
 Must not: read or write archives (bundle.py and transfer.py do), or import bundle.py (which
-imports this module); standard library only.
+imports this module); the standard library and logs/ only.
 """
 
 from __future__ import annotations
@@ -18,9 +18,10 @@ import json
 import os
 import re
 import stat
-import warnings
 from collections.abc import Iterable, Mapping
 from typing import Any, Literal, Protocol
+
+from ..logs import warn
 
 SIGNATURE = "signature.json"
 SIGNATURE_FORMAT = "kernelpro-signature"
@@ -104,11 +105,9 @@ def load_key(path: str | os.PathLike[str]) -> SigningKey:
             f"random bytes (e.g. `head -c 32 /dev/urandom > {path}; chmod 600 {path}`)"
         )
     if stat.S_IMODE(mode) & 0o077:
-        warnings.warn(
+        warn(
             f"key file {path} is readable by group or others (mode {stat.S_IMODE(mode):o}); "
-            f"anyone who reads it can sign bundles you trust: chmod 600 {path}",
-            UserWarning,
-            stacklevel=2,
+            f"anyone who reads it can sign bundles you trust: chmod 600 {path}"
         )
     return SigningKey(str(path), secret)
 

@@ -128,7 +128,7 @@ class KernelCache:
         except OSError as e:
             problem = f"{kernels / 'cache.db'} is unreadable and cannot be moved aside: {e}"
         if problem:
-            log.warning("kernelpro cache: %s; starting an empty cache", problem)
+            log.warning("%s; starting an empty cache", problem)
         try:
             # No eviction: a kernel costs minutes of search; entries are a few KB to a few
             # hundred.
@@ -147,8 +147,7 @@ class KernelCache:
                 "directory, or options={'search': 'off'} to run without a cache"
             ) from error
         log.warning(
-            "kernelpro cache: cannot write %s (%s: %s); reading its entries read-only, new "
-            "kernels are not stored",
+            "cannot write %s (%s: %s); reading its entries read-only, new kernels are not stored",
             self.directory,
             type(error).__name__,
             error,
@@ -224,7 +223,7 @@ class KernelCache:
         try:
             digests, bad_rows = row_keys(self.layout.kernels, immutable=self.read_only)
         except sqlite3.Error as e:
-            log.warning("kernelpro cache: cannot list %s: %s", self.directory, e)
+            log.warning("cannot list %s: %s", self.directory, e)
             return
         for rowid in bad_rows:
             yield ScannedEntry(f"row {rowid}", None, "its key is pickled or not a str digest")
@@ -269,7 +268,7 @@ class KernelCache:
         try:
             return self._fetch(digest)
         except UnsafeValue as e:
-            log.warning("kernelpro cache: skipping entry %s: %s", digest[:12], e)
+            log.warning("skipping entry %s: %s", digest[:12], e)
             return None
 
     def _fetch(self, digest: str) -> bytes | None:
@@ -282,11 +281,11 @@ class KernelCache:
         try:
             entry = decode_entry(data)
         except CorruptEntry as e:
-            log.warning("kernelpro cache: skipping corrupt %s: %s", where, e)
+            log.warning("skipping corrupt %s: %s", where, e)
             return None
         problem = foreign_reason(entry.key, key)
         if problem:
-            log.warning("kernelpro cache: skipping foreign %s: %s", where, problem)
+            log.warning("skipping foreign %s: %s", where, problem)
             return None
         return entry
 
@@ -302,7 +301,7 @@ class KernelCache:
                     found = self._read_extra(bundle_path)
                 except Exception as e:
                     reason = str(e) if isinstance(e, BundleError) else f"{type(e).__name__}: {e}"
-                    log.warning("kernelpro cache: skipping bundle %s: %s",
+                    log.warning("skipping bundle %s: %s",
                                 printable(bundle_path), printable(reason)[:500])  # fmt: skip
                     continue
                 for entry in found:
@@ -320,7 +319,7 @@ class KernelCache:
             artifact, problem = admitted(self.admit, entry.artifact)
             if artifact is None:
                 log.warning(
-                    "kernelpro cache: not using %s %s from %s: %s",
+                    "not using %s %s from %s: %s",
                     printable(entry.artifact.pattern or "an entry"),
                     entry.key.short(),
                     printable(bundle_path),

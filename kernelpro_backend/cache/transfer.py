@@ -166,7 +166,7 @@ def import_bundle(
         elif (found := admitted(admit, entry.artifact))[0] is None:
             refused.append(Refusal(name, found[1]))
         else:
-            made = dataclasses.replace(found[0].provenance, origin="import")
+            made = dataclasses.replace(found[0].provenance, origin="import", imported=utc_now())
             artifact = dataclasses.replace(found[0], provenance=made)
             cache.put(entry.key, artifact)
             imported.append(dataclasses.replace(entry, artifact=artifact))

@@ -1,8 +1,13 @@
-"""`kernelpro cache ls | show | export | import | verify | prune`.
+"""`kernelpro cache ls | show | export | import | verify | misses | prune`.
 
 Owns: the argparse wiring of the `cache` subcommand (`add_cli`; `run_cli(args)` is its
-`args.func`) and its handlers, printing plain aligned tables.
+`args.func`) and its handlers, printing plain aligned tables (`ls` and `show`: cache_view.py,
+`misses`: misses.py; each documents its `--json`).
 Must not: hold logic the library lacks (everything here calls store/bundle/maintenance).
+
+`kernelpro cache verify --json` prints one object (keys stable; new keys may be added): kept,
+dropped, skipped (counts), dry_run (bool), checked (one object per entry checked: key, pattern,
+language, result, stored_ms, measured_ms, reason); nothing else goes to stdout.
 """
 
 from __future__ import annotations
@@ -11,41 +16,39 @@ import argparse
 import errno
 import functools
 import json
+import re
 import sqlite3
 import sys
 from collections.abc import Callable, Sequence
 from typing import TextIO
 
-from ..cache.bundle import BundleError
+from ..cache.bundle import BundleError, Refusal
 from ..cache.maintenance import (
     MaintenanceReport,
     Validator,
     ValidatorUnavailable,
-    find_entries,
     list_entries,
     prune,
     verify,
 )
 from ..cache.printable import printable
 from ..cache.signing import SigningKeyError, load_key, load_keys
-from ..cache.store import CacheReadOnly, CacheUnavailable, KernelCache
+from ..cache.store import CacheUnavailable, KernelCache
 from ..cache.transfer import export_bundle, import_bundle
 from ..options import Options, OptionsError
-from ..paths import resolve_cache_dir
-from ..text_table import format_table
 from ..tuner.admit import admission_note, admit
+from .cache_view import ls, show, table
+from .errors import trouble
 from .misses import print_misses
 
 
 def add_cli(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:  # type: ignore[type-arg]
     """Add `cache` with its sub-subcommands to a `kernelpro` argparse subparsers object."""
     p = subparsers.add_parser("cache", help="list, inspect, export, import and clean kernel caches")
-    p.add_argument(
-        "--cache-dir", help="cache directory (default: $KERNELPRO_CACHE_DIR or ~/.cache/kernelpro)"
-    )
     sub = p.add_subparsers(dest="cache_command", required=True)
-    ls = sub.add_parser("ls", help="list cached kernels")
-    _filters(ls)
+    lister = sub.add_parser("ls", help="list cached kernels")
+    _filters(lister)
+    _json(lister)
     show = sub.add_parser("show", help="show one entry (key digest or a unique prefix)")
     show.add_argument("key")
     ex = sub.add_parser("export", help="write entries to a bundle (.tar, .tar.gz, .zip)")
@@ -83,6 +86,7 @@ def add_cli(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser: 
         "entry failed.",
     )
     ve.add_argument("--dry-run", action="store_true", help="report only; delete nothing")
+    _json(ve)
     ve.add_argument(
         "--retime", action="store_true", help="also re-time kernel and baselines; store times"
     )
@@ -97,6 +101,7 @@ def add_cli(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser: 
         "with the sizes they missed at), and what to warm up",
     )
     mi.add_argument("--pattern", help="only this pattern (e.g. softmax)")
+    _json(mi)
     pr = sub.add_parser("prune", help="drop corrupt entries (and old ones)")
     pr.add_argument("--older-than", type=float, metavar="DAYS", help="also drop older entries")
     pr.add_argument(
@@ -106,11 +111,8 @@ def add_cli(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser: 
     return p
 
 
-def _table(headers: tuple[str, ...], rows: Sequence[Sequence[object]]) -> str:
-    """format_table with every cell made printable: patterns, names, reasons and claims come
-    from caches and bundles made elsewhere (escape sequences must not reach the terminal)."""
-    return format_table(headers, [tuple(printable(c) if isinstance(c, str) else c for c in r)
-                                  for r in rows])  # fmt: skip
+def _json(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--json", action="store_true", help="print one JSON object (documented keys)")
 
 
 def _filters(p: argparse.ArgumentParser) -> None:
@@ -129,32 +131,11 @@ def _one_line(run: Callable[..., int]) -> Callable[..., int]:
         try:
             return run(args, *rest, **kwargs)
         except (OSError, sqlite3.Error, OptionsError) as e:
-            line = f"kernelpro cache {args.cache_command}: {_trouble(e, args)}"
+            line = f"kernelpro cache {args.cache_command}: {trouble(e, args.cache_dir)}"
             print(line.replace("\n", " "), file=sys.stderr)
             return 1
 
     return guarded
-
-
-def _trouble(e: Exception, args: argparse.Namespace) -> str:
-    """What is wrong, and what to do about it, for `_one_line`."""
-    where = resolve_cache_dir(args.cache_dir)
-    elsewhere = "or pass --cache-dir (or set KERNELPRO_CACHE_DIR to) another directory"
-    if isinstance(e, OptionsError):
-        return f"{e}"
-    if isinstance(e, CacheReadOnly):
-        return f"{e}; this command writes to it: run it as the cache's owner, {elsewhere}"
-    if isinstance(e, CacheUnavailable) and e.__cause__ is not None:
-        e = e.__cause__  # type: ignore[assignment]  # what _open met, without its advice
-    what = f"{type(e).__name__}: {e}"
-    if isinstance(e, OSError) and e.errno in (errno.ENOSPC, errno.EDQUOT):
-        return f"the disk of {e.filename or where} is full ({what}); free space, {elsewhere}"
-    if isinstance(e, OSError) and e.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
-        return f"cannot write {e.filename or where} ({what}); fix its permissions, {elsewhere}"
-    return (
-        f"cannot use the kernel cache in {where} ({what}); check that its kernels/cache.db is "
-        f"a file (move a damaged one aside: the cache starts empty), {elsewhere}"
-    )
 
 
 @_one_line
@@ -168,15 +149,15 @@ def run_cli(
     with KernelCache(args.cache_dir) as cache:
         command = args.cache_command
         if command == "ls":
-            return _ls(cache, args, out)
+            return ls(cache, args, out)
         if command == "show":
-            return _show(cache, args.key, out)
+            return show(cache, args.key, out)
         if command == "export":
             return _export(cache, args, out)
         if command == "import":
             return _import(cache, args, out)
         if command == "misses":
-            return print_misses(cache.misses.entries(), args.pattern, out)
+            return print_misses(cache, args.pattern, out, as_json=args.json)
         if command == "verify":
             try:
                 return _verify(cache, args, validator, out)
@@ -192,76 +173,6 @@ def run_cli(
             return _report(report, "pruned (dry run: nothing deleted)" if args.dry_run
                            else "pruned", out)  # fmt: skip
     raise ValueError(f"unknown cache command {command!r}")
-
-
-def _ls(cache: KernelCache, args: argparse.Namespace, out: TextIO) -> int:
-    entries, corrupt = list_entries(cache, args.pattern, args.kind, args.arch)
-    rows = [
-        (e.key.short(), e.artifact.pattern, e.artifact.kind, e.key.arch, e.artifact.shown_language,
-         e.artifact.kernel_ms, e.artifact.speedup, e.artifact.sol_fraction,
-         "no" if cache.unproved(e) else "yes", e.artifact.provenance.created[:10])
-        for e in entries
-    ]  # fmt: skip
-    headers = ("KEY", "PATTERN", "KIND", "ARCH", "LANG", "MS", "SPEEDUP", "SOL", "PROVED", "DATE")
-    print(_table(headers, rows), file=out)
-    print(f"{len(rows)} entries in {cache.directory}", file=out)
-    if any(r[8] == "no" for r in rows):
-        print("PROVED no: made on another toolchain or GPU model, or imported; re-proved and "
-              "re-timed on this GPU before its first use", file=out)  # fmt: skip
-    lost = sum(cache.context.rejected(e.key.digest) is not None for e in entries)
-    if lost:
-        print(f"{lost} of them made their model's step slower at warm-up and stay unused "
-              "(`kernelpro cache show KEY` says by how much)", file=out)  # fmt: skip
-    held = sum(cache.context.held(e.key.digest, say=False) is not None for e in entries)
-    if held:
-        print(f"{held} of them were found by a warm-up whose in-context check has not judged "
-              "them and stay unused until `kernelpro warmup` finishes it", file=out)  # fmt: skip
-    if corrupt:
-        print(f"{corrupt} corrupt entries (skipped; `kernelpro cache prune` drops them)", file=out)
-    return 0
-
-
-def _context(cache: KernelCache, digest: str) -> str:
-    """What the warm-up's in-context check said of an entry (cache/context.py)."""
-    record = cache.context.rejected(digest)
-    if record is not None:
-        return f"unused: slower in {record.get('model', 'its model')} ({record.get('why', '')})"
-    held = cache.context.held(digest, say=False)
-    if held is not None:
-        return (
-            f"unused: held since a warm-up of {held.get('model', 'a model')} found it, until "
-            "that warm-up's in-context check judges it"
-        )
-    return "used (not found slower in a warm-up's step)"
-
-
-def _show(cache: KernelCache, prefix: str, out: TextIO) -> int:
-    found = find_entries(cache, prefix)
-    if len(found) != 1:
-        what = "no entry" if not found else f"{len(found)} entries"
-        print(f"{what} matching {printable(repr(prefix))}; `kernelpro cache ls` lists the keys",
-              file=out)  # fmt: skip
-        return 1
-    e = found[0]
-    a = e.artifact
-    rows = [
-        ("digest", e.key.digest), ("pattern", a.pattern), ("kind", a.kind),
-        ("ops", " ".join(a.ops)), ("arch", e.key.arch), ("precision", e.key.subgraph.precision),
-        ("inputs", json.dumps(e.key.subgraph.inputs)), ("toolchain", str(a.provenance.toolchain)),
-        ("gpu", a.provenance.gpu), ("origin", a.provenance.origin),
-        ("proved here", cache.unproved(e) or "yes"),
-        ("in its model", _context(cache, e.key.digest)),
-        ("language", a.language), ("entry", a.entry), ("launch", json.dumps(a.launch)),
-        ("binary", f"{len(a.binary)} bytes" if a.binary else None), ("kernel_ms", a.kernel_ms),
-        ("baselines_ms", json.dumps(a.baselines_ms)), ("speedup", a.speedup),
-        ("sol_fraction", a.sol_fraction), ("search_log", a.provenance.search_log),
-        ("created", a.provenance.created), ("sha256", e.sha256),
-    ]  # fmt: skip
-    print(_table(("FIELD", "VALUE"), rows), file=out)
-    if a.spec_json:
-        print(f"\nspec: {printable(a.spec_json)}", file=out)
-    print(f"\nsource:\n{printable(a.source, keep_newlines=True)}", file=out)
-    return 0
 
 
 def _export(cache: KernelCache, args: argparse.Namespace, out: TextIO) -> int:
@@ -324,26 +235,42 @@ def _import(cache: KernelCache, args: argparse.Namespace, out: TextIO) -> int:
         rows = [(e.key.short(), e.artifact.pattern, e.artifact.shown_language,
                  e.artifact.provenance.where(), admission_note(e.artifact))
                 for e in report.imported]  # fmt: skip
-        print(_table(("KEY", "PATTERN", "LANG", "PROVED ON", "CHECKED"), rows), file=out)
+        print(table(("KEY", "PATTERN", "LANG", "PROVED ON", "CHECKED"), rows), file=out)
     for v in report.graph_verdicts:
         print(printable(f"graph {v.fingerprint[:12]} ({v.model or 'a model'}): compiled with "
               f"{', '.join(f'{k}={val}' for k, val in v.options.items())}, as the bundle's "
               f"warm-up measured it faster ({v.why or 'no figures given'})"), file=out)  # fmt: skip
     if report.refused:
         print(f"refused {len(report.refused)}:", file=out)
-        print(_table(("ENTRY", "REASON"), [(r.name, r.reason) for r in report.refused]),
+        print(table(("ENTRY", "REASON"), [(r.name, r.reason) for r in report.refused]),
               file=out)  # fmt: skip
+        _arch_hint(report.refused, args, out)
     return 1 if report.refused else 0
+
+
+def _arch_hint(refused: Sequence[Refusal], args: argparse.Namespace, out: TextIO) -> None:
+    """Entries refused for their GPU arch: how `--arch` takes them in anyway."""
+    found = {m.groups() for r in refused if (m := _OTHER_ARCH.match(r.reason))}
+    for theirs, ours in sorted(found):
+        why = "this machine's" if args.arch is None else "--arch"
+        print(f"the bundle's {theirs} kernels run only on a GPU of arch {theirs}, and this cache "
+              f"takes {ours} ({why}). To keep them for such a GPU (a cache you copy to it, or "
+              f"share with it through extra_cache_dirs), pass --arch {theirs}: kernelpro cache "
+              f"import {printable(args.file)} --arch {theirs}", file=out)  # fmt: skip
+
+
+_OTHER_ARCH = re.compile(r"built for GPU arch (\S+), this cache is for (\S+)$")
 
 
 def _verify(
     cache: KernelCache, args: argparse.Namespace, validator: Validator | None, out: TextIO
 ) -> int:
     dry_run = bool(getattr(args, "dry_run", False))
+    say = sys.stderr if args.json else out  # with --json, stdout holds the JSON alone
     if validator is not None:
         report = verify(cache, validator, dry_run)
     elif getattr(args, "integrity_only", False):
-        print("checking integrity only (no kernel is run)", file=out)
+        print("checking integrity only (no kernel is run)", file=say)
         report = verify(cache, lambda entry: True, dry_run)
     else:
         # Imported here: the validator runs kernels, which the cache package itself must not.
@@ -362,15 +289,24 @@ def _verify(
             start_timeout_s=options.worker_start_timeout_s,
         ) as entry_validator:
             print(f"validating on {entry_validator.arch}, input seed {entry_validator.seed}",
-                  file=out)  # fmt: skip
+                  file=say)  # fmt: skip
             report = verify(cache, entry_validator, dry_run)
+    if args.json:
+        keys = ("key", "pattern", "language", "result", "stored_ms", "measured_ms", "reason")
+        checked = [dict(zip(keys, (c.digest, c.pattern, c.language, c.outcome, c.stored_ms,
+                                   c.measured_ms, c.reason), strict=True))
+                   for c in report.checked]  # fmt: skip
+        print(json.dumps({"kept": report.kept, "dropped": len(report.dropped), "skipped":
+                          report.skipped, "dry_run": dry_run, "checked": checked}, indent=1),
+              file=out)  # fmt: skip
+        return 1 if report.dropped else 0
     rows = [
         (c.digest[:12], c.pattern, c.language, c.outcome, c.stored_ms, c.measured_ms, c.reason)
         for c in report.checked
     ]
     if rows:
         headers = ("KEY", "PATTERN", "LANG", "RESULT", "STORED_MS", "NOW_MS", "REASON")
-        print(_table(headers, rows), file=out)
+        print(table(headers, rows), file=out)
     verb = "verified (dry run: nothing deleted)" if dry_run else "verified"
     dropped = "would drop" if dry_run else "dropped"
     print(f"{verb}: kept {report.kept}, {dropped} {len(report.dropped)}, "
@@ -383,5 +319,5 @@ def _report(report: MaintenanceReport, verb: str, out: TextIO) -> int:
     print(f"{verb}: kept {report.kept}, {dropped} {len(report.dropped)}", file=out)
     if report.dropped:
         rows = [(d.digest[:12], d.pattern, d.reason) for d in report.dropped]
-        print(_table(("KEY", "PATTERN", "REASON"), rows), file=out)
+        print(table(("KEY", "PATTERN", "REASON"), rows), file=out)
     return 0

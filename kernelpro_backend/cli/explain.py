@@ -1,11 +1,25 @@
-"""`kernelpro explain MODULE:FN`: the fusable subgraphs of a model, as a table.
+"""`kernelpro explain MODULE:FN`: the fusable subgraphs of a model, as a table or JSON.
 
-Owns: the `explain` arguments and printout. Must not: find subgraphs itself (explain.py does).
+Owns: the `explain` arguments and printout (reasons whole, wrapped at the terminal's width).
+Must not: find subgraphs itself (explain.py does).
+
+`kernelpro explain MODULE:FN --json` prints one object (keys stable; new keys may be added):
+    subgraphs     one object per subgraph: graph (forward, backward or inference), kind,
+                  pattern, ops, inputs ("f32[32, 64]"), key (digest, or "symbolic"),
+                  templates (what a search measures; "none: <reason>" when nothing)
+    rewrites      torch-level rewrites made before the subgraphs were cut: {name: count}
+    chains        the chains those rewrites looked at: rewrite, node, made (or null), reason
+                  (or null), where ("file.py:12")
+    graph_breaks  the graph breaks in the model's code: cause, where
+    relied_on     the inputs whose values a rewrite relied on (a causal mask in a buffer)
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import json
+import shutil
 from typing import Any
 
 from .target import model_and_inputs
@@ -18,6 +32,7 @@ def add_cli(subparsers: Any) -> None:
         description="MODULE:FN names a function returning (model, example_inputs).",
     )
     p.add_argument("target", metavar="MODULE:FN")
+    p.add_argument("--json", action="store_true", help="print one JSON object (documented keys)")
     p.set_defaults(func=run_explain)
 
 
@@ -29,7 +44,18 @@ def run_explain(args: argparse.Namespace) -> int:
     notes: list[Any] = []
     breaks: list[Any] = []
     rows, rewrites = explain_model(model, *inputs, relied_on=relied, notes=notes, breaks=breaks)
-    print(format_table(rows))
+    if args.json:
+        found = {
+            "subgraphs": [dataclasses.asdict(r) for r in rows],
+            "rewrites": rewrites,
+            "chains": [dataclasses.asdict(n) for n in notes],
+            "graph_breaks": [dataclasses.asdict(b) for b in breaks],
+            "relied_on": list(dict.fromkeys(relied)),
+        }
+        print(json.dumps(found, indent=1))
+        return 0
+    width = max(60, shutil.get_terminal_size((100, 24)).columns)
+    print(format_table(rows, width))
     kinds: dict[str, int] = {}
     for r in rows:
         kinds[r.kind] = kinds.get(r.kind, 0) + 1
@@ -38,12 +64,12 @@ def run_explain(args: argparse.Namespace) -> int:
     if made:
         print("torch-level rewrites made before the subgraphs were cut:", *made, sep="\n")
     if notes:
-        print("chains the torch-level rewrites looked at:", format_notes(notes), sep="\n")
+        print("chains the torch-level rewrites looked at:", format_notes(notes, width), sep="\n")
     if breaks:
         print(
             f"{len(breaks)} graph break(s) in the model's code (each splits the graphs kernelpro "
             "sees; a chain cut by one cannot be rewritten):",
-            format_breaks(breaks),
+            format_breaks(breaks, width),
             sep="\n",
         )
     if relied:

@@ -18,7 +18,7 @@ from typing import Any
 
 from .target import model_inputs_and_shapes, model_inputs_over
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("kernelpro.warmup")
 
 
 def add_cli(subparsers: Any) -> None:
@@ -34,7 +34,6 @@ def add_cli(subparsers: Any) -> None:
     p.add_argument("--budget-s", type=float, default=None, help="search seconds per subgraph")
     p.add_argument("--max-trials", type=int, default=None, help="search trials per subgraph")
     p.add_argument("--no-train", action="store_true", help="inference graph only (no backward)")
-    p.add_argument("--cache-dir", default=None, help="cache directory to fill")
     p.add_argument(
         "--no-context-check",
         action="store_true",
@@ -87,7 +86,7 @@ def run_warmup(args: argparse.Namespace) -> int:
     from ..warmup.offline import search_provider, warmup, warmup_options
 
     rank = _join_process_group()
-    log.info("kernelpro warmup: rank %d in its process group, pool starting", rank)
+    log.info("rank %d in its process group, pool starting", rank)
     options: dict[str, Any] = {}
     if args.cache_dir:
         options["cache_dir"] = args.cache_dir
@@ -107,7 +106,7 @@ def run_warmup(args: argparse.Namespace) -> int:
         model, inputs, more = model_inputs_over(args.target, args.dynamic)
     else:
         model, inputs, more = model_inputs_and_shapes(args.target)
-    log.info("kernelpro warmup: rank %d built %s", rank, args.target)
+    log.info("rank %d built %s", rank, args.target)
     try:
         report = warmup(
             model, inputs, train=not args.no_train, budget_s=args.budget_s, options=options,
@@ -119,7 +118,7 @@ def run_warmup(args: argparse.Namespace) -> int:
         return 2
     if rank == 0:
         print(report.table())
-    log.info("kernelpro warmup: rank %d done", rank)
+    log.info("rank %d done", rank)
     return 0
 
 
@@ -137,9 +136,9 @@ def _launch(nproc: int) -> int:
             skip = True
             continue
         rest.append(arg)
-    log.info("kernelpro warmup: starting %d ranks under torchrun", nproc)
+    log.info("starting %d ranks under torchrun", nproc)
     torchrun(["--nproc-per-node", str(nproc), "-m", "kernelpro_backend.cli", *rest])
-    log.info("kernelpro warmup: all ranks exited")
+    log.info("all ranks exited")
     return 0
 
 

@@ -79,7 +79,7 @@ def _reread_knobs(spec: KernelSpec, knobs: dict[str, KnobValue]) -> dict[str, Kn
     try:
         reread = rereads_rows(dataclasses.replace(spec, knobs=tuple(sorted(knobs.items()))))
     except (IllegalSpec, Unsupported) as e:  # the render says so again, where it is used
-        log.debug("kernelpro: no re-read rule for %s: %s", spec.pattern, e)
+        log.debug("no re-read rule for %s: %s", spec.pattern, e)
         return knobs
     if not reread:
         return knobs

@@ -120,5 +120,5 @@ def finish_rewrite(gm: fx.GraphModule, done: int, what: str) -> int:
     if done:
         gm.graph.lint()
         gm.recompile()
-        log.info("kernelpro: %d %s", done, what)
+        log.info("%d %s", done, what)
     return done

@@ -37,7 +37,7 @@ def split_refused(subgraphs: Sequence[Subgraph], cuts: int = MAX_CUTS) -> list[S
         parts = _lowering_parts(sg, cuts) or [sg]
         if len(parts) > 1:
             log.info(
-                "kernelpro: %s %s is no one kernel's domain: cut into %d subgraphs (%s)",
+                "%s %s is no one kernel's domain: cut into %d subgraphs (%s)",
                 sg.graph,
                 sg.pattern,
                 len(parts),
@@ -69,5 +69,5 @@ def _lowering_parts(sg: Subgraph, cuts: int) -> list[Subgraph] | None:
     except Unsupported:
         return None
     except Exception:  # a lowering bug: the subgraph stays whole, as the search would leave it
-        log.exception("kernelpro: lowering %s %s failed", sg.graph, sg.pattern)
+        log.exception("lowering %s %s failed", sg.graph, sg.pattern)
         return None

@@ -35,7 +35,7 @@ import torch
 
 from . import linear_ce_rows_cuda
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("kernelpro.ops")
 
 # Columns per step of a row, 16 warps: on an H100 the fastest of BLOCK 1024-8192 x 4-16 warps
 # and of a row held whole in registers (up to 64k columns) for bf16 chunks of 32000-128256

@@ -32,7 +32,7 @@ from typing import Any
 
 import torch
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("kernelpro.ops")
 
 KERNEL = "kp_ce_rows_smem"
 THREADS = 256

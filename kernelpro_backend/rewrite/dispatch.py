@@ -110,7 +110,7 @@ class ShapeDispatcher:
             )
         except ConcretizeError as e:
             log.warning(
-                "kernelpro: %s %s at sizes %s has no static instance (%s); it runs the fallback "
+                "%s %s at sizes %s has no static instance (%s); it runs the fallback "
                 "at these sizes",
                 self.graph_kind,
                 self.pattern,
@@ -169,7 +169,7 @@ class ShapeDispatcher:
             outs = self._generic(*args)  # a size's first call may (re)compile
         except Exception as e:
             log.warning(
-                "kernelpro: Inductor could not compile the fallback of %s %s at sizes %s "
+                "Inductor could not compile the fallback of %s %s at sizes %s "
                 "(%s: %s); running its ATen ops there",
                 self.graph_kind,
                 self.pattern,

@@ -14,7 +14,8 @@ import dataclasses
 import heapq
 import logging
 import operator
-from collections.abc import Callable, Sequence
+from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import torch
@@ -49,6 +50,22 @@ class RewriteReport:
     dropped: list[str] = dataclasses.field(default_factory=list)  # kernel ids it dropped
     # kernel id -> its figures and its fallback's as its search timed them alone, where known
     isolated: dict[str, IsolatedMs] = dataclasses.field(default_factory=dict)
+
+    by: list[str] = dataclasses.field(default_factory=list)  # "pattern by kernel", as replaced
+
+    def summary(self, rewrites: Mapping[str, int] | None = None) -> str:
+        """One line for the log: the subgraphs, how many were replaced and by what, what kept
+        the fallback for want of static sizes, and the torch-level rewrites made before."""
+        line = f"{self.graph} graph: {self.subgraphs} subgraphs, {len(self.replaced)} replaced"
+        if self.inlined:
+            line += f" ({len(self.inlined)} inlined)"
+        if self.by:
+            line += ": " + ", ".join(f"{n}x {w}" if n > 1 else w
+                                     for w, n in Counter(self.by).items())  # fmt: skip
+        if self.symbolic:
+            line += f"; {self.symbolic} with symbolic sizes left to the fallback"
+        made = [f"{name} {n}" for name, n in (rewrites or {}).items() if n]
+        return line + (f"; torch-level rewrites: {', '.join(made)}" if made else "")
 
 
 def copy_graph(gm: fx.GraphModule) -> fx.GraphModule:
@@ -124,9 +141,7 @@ def _dispatcher(subgraph: Subgraph, provider: KernelProvider, fallback: str) -> 
         dispatcher = ShapeDispatcher(subgraph, find, fallback)
         sizes = hint_sizes(subgraph.inputs)
     except ConcretizeError as e:
-        log.info(
-            "kernelpro: %s %s stays with the fallback: %s", subgraph.graph, subgraph.pattern, e
-        )
+        log.info("%s %s stays with the fallback: %s", subgraph.graph, subgraph.pattern, e)
         return None
     with unset_fake_temporarily():
         route = dispatcher.route(sizes)
@@ -158,7 +173,7 @@ def _trace(kernel: object, subgraph: Subgraph, kid: str) -> fx.GraphModule | Non
         return trace_kernel(kernel, subgraph)
     except InlineError as e:
         log.warning(
-            "kernelpro: cannot inline kernel %s for %s %s (%s); launching it through "
+            "cannot inline kernel %s for %s %s (%s); launching it through "
             "kernelpro::launch instead, which costs host time per call",
             kid,
             subgraph.graph,
@@ -202,7 +217,7 @@ def _note_symbolic(count: int, graph_kind: str) -> None:
     first time, say how to give them kernels."""
     global _warned_symbolic
     log.info(
-        "kernelpro: %d %s subgraph(s) with symbolic sizes (dynamic shapes) have no kernel at "
+        "%d %s subgraph(s) with symbolic sizes (dynamic shapes) have no kernel at "
         "their compile-time sizes and stay with the fallback",
         count,
         graph_kind,
@@ -210,7 +225,7 @@ def _note_symbolic(count: int, graph_kind: str) -> None:
     if not _warned_symbolic:
         _warned_symbolic = True
         log.warning(
-            "kernelpro: a graph has symbolic sizes (torch.compile makes sizes dynamic after a "
+            "a graph has symbolic sizes (torch.compile makes sizes dynamic after a "
             "shape changes) and %d of its subgraphs have no kernel at the sizes it was compiled "
             "at, so they run on the fallback at every size. Warm the sizes the model will see "
             "up first: `kernelpro warmup MODULE:FN --dynamic DIM=LOW:HIGH` or "
@@ -231,11 +246,14 @@ def rewrite_graph(
     dynamic: bool = True,
     judged: bool = False,
     only: frozenset[str] | None = None,
+    rewrites: Mapping[str, int] | None = None,
 ) -> RewriteReport:
     """Partition `gm`, ask `provider` for each subgraph, replace those that get a kernel.
     With `dynamic`, a symbolic subgraph whose hint sizes get a kernel goes behind a shape
     dispatcher (dispatch.py) whose miss path is the subgraph compiled by `fallback`. A tentative
-    kernel (IsolatedMs) goes only into a graph to be `judged`; `only`: no kernel but those ids."""
+    kernel (IsolatedMs) goes only into a graph to be `judged`; `only`: no kernel but those ids.
+    Logs one INFO line per graph (`RewriteReport.summary`, with the torch-level `rewrites`
+    made on the Dynamo graph it came from)."""
     # a group that needs a value at two index maps is cut where its parts lower
     subgraphs = split_refused(find_subgraphs(gm, graph_kind, precision_option))
     if observer is not None:
@@ -255,6 +273,7 @@ def rewrite_graph(
             if did is not None:
                 chosen.append((sg, did, None))
                 report.dispatched.append(did)
+                report.by.append(f"{sg.pattern} by a shape dispatcher")
             elif not sg.tuple_output:  # a tuple output is no matter of sizes
                 report.symbolic += 1
             continue
@@ -278,6 +297,7 @@ def rewrite_graph(
         )
         traced = _trace(kernel, sg, kid) if inline else None
         chosen.append((sg, kid, traced))
+        report.by.append(f"{sg.pattern} by {kernel.name}")
     remap: dict[fx.Node, fx.Node] = {}
     for sg, kid, traced in chosen:
         if traced is not None:
@@ -292,11 +312,5 @@ def rewrite_graph(
         gm.recompile()
     if report.symbolic:
         _note_symbolic(report.symbolic, graph_kind)
-    log.debug(
-        "kernelpro: %s graph: %d subgraphs, %d replaced (%d inlined)",
-        graph_kind,
-        report.subgraphs,
-        len(report.replaced),
-        len(report.inlined),
-    )
+    log.info("%s", report.summary(rewrites))
     return report

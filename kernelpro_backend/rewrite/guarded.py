@@ -78,7 +78,7 @@ class ValueGuarded:
             else "no longer hold the values relied on"
         )
         log.warning(
-            "kernelpro: %s %s since the graph was compiled; compiling it without relying on "
+            "%s %s since the graph was compiled; compiling it without relying on "
             "them (once), and running that from now on",
             self._what, why,
         )  # fmt: skip

@@ -118,7 +118,7 @@ class JudgedGraph:
         try:
             self._on_outcome(outcome)
         except Exception as e:  # recording it is a nicety; the choice above is made
-            log.warning("kernelpro: could not record the %s graph's verdict (%s)", self._label, e)
+            log.warning("could not record the %s graph's verdict (%s)", self._label, e)
 
 
 class VerdictStore(Protocol):
@@ -170,7 +170,7 @@ class Judging:
             try:
                 self.known = store.judged(key)
             except OSError as e:  # a bad cache must not stop a compile: judge again
-                log.warning("kernelpro: in-context verdicts unreadable (%s); judging again", e)
+                log.warning("in-context verdicts unreadable (%s); judging again", e)
         over = self.known is not None and self.known.get("over_budget")
         if over and float((self.known or {}).get("budget_s", 0.0)) < budget_s:
             self.known = None  # decided over a smaller budget: judge again
@@ -240,7 +240,7 @@ class Judging:
         except Exception as e:  # a bug to report; the graph with the kernels is proved
             what = "without its kernels" if not kept else f"with {len(kept)} of its kernels"
             log.warning(
-                "kernelpro: the %s graph could not be compiled %s beside the graph with them "
+                "the %s graph could not be compiled %s beside the graph with them "
                 "(%s: %s)", self._label, what, type(e).__name__, str(e)[:300],
             )  # fmt: skip
             return None

@@ -79,7 +79,7 @@ class _Keeper:
         with self.lock:
             idle = time.monotonic() - self.last_used
             if self.pool is not None and self.users == 0 and idle >= idle_s * 0.99:
-                log.info("kernelpro: worker pool idle for %.0f s: shut down", idle)
+                log.info("worker pool idle for %.0f s: shut down", idle)
                 self.pool.close()
                 self.pool = None
 

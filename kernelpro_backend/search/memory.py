@@ -19,7 +19,7 @@ from typing import Any
 
 from ..paths import CacheLayout
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("kernelpro.search")
 
 # Shrinkage of the prior towards 0 (pseudo-records of gain 0): one lucky record of +0.5 gives a
 # prior of +0.25, not +0.5.

@@ -214,8 +214,7 @@ class _Search:
                     # H100: a 4 GiB softmax lost 8 trials in a row before this).
                     capacity -= 1
                     _log.warning(
-                        "kernelpro: %s %s ran out of GPU memory; %d candidate(s) in flight "
-                        "from now on",
+                        "%s %s ran out of GPU memory; %d candidate(s) in flight from now on",
                         getattr(self.subgraph, "graph", "?"),
                         getattr(self.subgraph, "pattern", "?"),
                         capacity,

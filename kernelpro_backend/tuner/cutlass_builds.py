@@ -79,7 +79,7 @@ class CutlassBuilds:
             why = "cutlass_jobs is 0" if self.jobs <= 0 else why or self._toolchain()
             self._checked = (arch, why)
             if why:
-                log.info("kernelpro: no CUTLASS GEMM candidates: %s", why)
+                log.info("no CUTLASS GEMM candidates: %s", why)
         return self._checked[1]
 
     @property
@@ -104,7 +104,7 @@ class CutlassBuilds:
         queued = sum(self._queue(_source(spec)) for spec in specs)
         if queued:
             log.info(
-                "kernelpro: building %d CUTLASS GEMM libraries in the background (1-3 min each, "
+                "building %d CUTLASS GEMM libraries in the background (1-3 min each, "
                 "%d at once); searches propose them once built",
                 queued,
                 self.jobs,
@@ -117,7 +117,7 @@ class CutlassBuilds:
         if self.unavailable is not None:
             return False
         if sum(self._queue(_source(s)) for s in specs):
-            log.info("kernelpro: building a cached CUTLASS GEMM's library (1-3 min)")
+            log.info("building a cached CUTLASS GEMM's library (1-3 min)")
         self.wait(timeout_s)
         return all(self.ready(s) for s in specs)
 
@@ -137,9 +137,9 @@ class CutlassBuilds:
                 self._build(source, self.arch, self.library_dir)
             except Exception as e:  # a template that does not compile is a bug: say so
                 self.failed[source] = f"{type(e).__name__}: {e}"
-                log.warning("kernelpro: a CUTLASS GEMM library failed to build: %s", e)
+                log.warning("a CUTLASS GEMM library failed to build: %s", e)
                 return
-            log.info("kernelpro: CUTLASS GEMM library built in %.0f s", time.perf_counter() - start)
+            log.info("CUTLASS GEMM library built in %.0f s", time.perf_counter() - start)
 
     def wait(self, timeout_s: float | None = None, seed: Any = None) -> bool:
         """Wait for the queued builds (with `seed`: only those of its configurations); True

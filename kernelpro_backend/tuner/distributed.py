@@ -94,7 +94,7 @@ class DistributedFinder:
             arrived = self._install(self._resolve_mine(todo, owners, queue), owners, set(queue))
             self.decided.update(self._agreed(arrived))
         except ExchangeFailed as e:
-            log.warning("kernelpro: %s; %d subgraph(s) keep the fallback", e, len(todo))
+            log.warning("%s; %d subgraph(s) keep the fallback", e, len(todo))
             why = f"exchange failed ({e})"
         for digest, sg in todo.items():
             if digest not in self.decided:
@@ -113,7 +113,7 @@ class DistributedFinder:
         common = set.intersection(*(set(v["keys"]) for v in views))
         if len(common) != len(todo):
             log.warning(
-                "kernelpro: the ranks compiled different subgraphs (%d here, %d on all); the "
+                "the ranks compiled different subgraphs (%d here, %d on all); the "
                 "others keep the fallback on this rank",
                 len(todo),
                 len(common),
@@ -147,7 +147,7 @@ class DistributedFinder:
         while queue and self._claim is not None and (i := self._claim()) < len(queue):
             mine[queue[i]] = self._resolved(todo[queue[i]])
         log.info(
-            "kernelpro: rank %d resolved %d of %d subgraph(s)",
+            "rank %d resolved %d of %d subgraph(s)",
             self.exchange.rank,
             len(mine),
             len(owners) + len(queue),
@@ -181,7 +181,7 @@ class DistributedFinder:
         parts = self.exchange.all_gather(json.dumps(refused).encode())
         dropped = set().union(*(json.loads(p) for p in parts)) - set(refused)
         for digest in sorted(dropped & set(arrived)):
-            log.warning("kernelpro: %s was refused on another rank; the fallback runs on all",
+            log.warning("%s was refused on another rank; the fallback runs on all",
                         digest[:12])  # fmt: skip
         return {d: None if d in dropped else a for d, (a, _) in arrived.items()}
 
@@ -193,13 +193,13 @@ class DistributedFinder:
         try:
             entry = decode_entry(text.encode())
         except CorruptEntry as e:
-            log.warning("kernelpro: rank %d sent a corrupt entry for %s: %s", rank, digest[:12], e)
+            log.warning("rank %d sent a corrupt entry for %s: %s", rank, digest[:12], e)
             return None
         artifact, problem = admitted(self.admit, entry.artifact)
         if entry.key.digest != digest:
             artifact, problem = None, "its key is not the one agreed"
         if artifact is None:
-            log.warning("kernelpro: refusing rank %d's entry %s: %s", rank, digest[:12], problem)
+            log.warning("refusing rank %d's entry %s: %s", rank, digest[:12], problem)
             return None
         if rank == self.exchange.rank:
             return artifact
@@ -219,7 +219,7 @@ class DistributedFinder:
         digest = self._digest(subgraph)
         if digest not in self.decided:
             log.warning(
-                "kernelpro: %s %s was not agreed with the other ranks (prepare was not called); "
+                "%s %s was not agreed with the other ranks (prepare was not called); "
                 "running the fallback",
                 subgraph.pattern,
                 digest[:12],

@@ -154,7 +154,7 @@ class KernelFinder:
         if self._families is not None:
             self._families.setdefault(artifact.family, []).append((key, artifact))
         log.info(
-            "kernelpro cache: %s %s: a winner of its size bucket, proved at these sizes",
+            "%s %s: a winner of its size bucket, proved at these sizes",
             subgraph.pattern,
             key.short(),
         )
@@ -231,14 +231,14 @@ class KernelFinder:
         if self.prover is None:
             if not self._warned_no_prover:
                 log.warning(
-                    "kernelpro cache: %s is not proved on this machine (%s) and nothing here "
+                    "%s is not proved on this machine (%s) and nothing here "
                     "can re-prove it; running the fallback",
                     what,
                     hit.unproved,
                 )
                 self._warned_no_prover = True
             return None
-        log.info("kernelpro cache: re-proving %s on this machine (%s)", what, hit.unproved)
+        log.info("re-proving %s on this machine (%s)", what, hit.unproved)
         # Whatever its provenance claims, it has not been proved here: the prover records the
         # proof it makes as this machine's.
         claimed = hit.artifact.provenance
@@ -255,10 +255,10 @@ class KernelFinder:
         updated = verdict.updated
         if verdict.status != "ok" or updated is None or not self._proved_here(updated):
             reason = f"cached entry not re-proved here ({hit.unproved}): {verdict.reason}"
-            log.warning("kernelpro cache: not using %s: %s", what, reason)
+            log.warning("not using %s: %s", what, reason)
             self._refused[key.digest] = reason
             return None
-        log.info("kernelpro cache: %s: %s", what, verdict.reason)
+        log.info("%s: %s", what, verdict.reason)
         self.cache_op("store a re-proved kernel in", lambda: self.cache.put(key, updated))
         return updated
 
@@ -273,7 +273,7 @@ class KernelFinder:
         except (OSError, sqlite3.Error) as e:
             if not self._warned_cache_fault:
                 log.warning(
-                    "kernelpro cache: cannot %s %s (%s: %s); going on without it",
+                    "cannot %s %s (%s: %s); going on without it",
                     what,
                     self.cache.directory,
                     type(e).__name__,
@@ -301,7 +301,7 @@ class KernelFinder:
             )  # fmt: skip
             return True
         log.info(
-            "kernelpro cache: cached %s kernel saves %.1f us over %s, under the %.1f us this "
+            "cached %s kernel saves %.1f us over %s, under the %.1f us this "
             "launch path needs; running the fallback",
             artifact.pattern,
             (base - artifact.kernel_ms) * 1e3,
@@ -328,7 +328,7 @@ class KernelFinder:
         if self.searcher is None:
             if not self._warned_no_searcher:
                 log.warning(
-                    "kernelpro cache: search='on-miss' but no searcher is installed; misses run "
+                    "search='on-miss' but no searcher is installed; misses run "
                     "the fallback and are recorded in %s",
                     self.cache.misses.path,
                 )
@@ -340,7 +340,7 @@ class KernelFinder:
             found = self.searcher(subgraph)
         except Exception:
             # A search that crashes must not take the user's compile down; the fallback runs.
-            log.exception("kernelpro cache: search for %s failed", subgraph.pattern)
+            log.exception("search for %s failed", subgraph.pattern)
             return None, None
         return found, getattr(self.searcher, "skipped", None)
 
@@ -382,7 +382,7 @@ class KernelFinder:
             "record a miss in", lambda: self.cache.misses.record(key, subgraph, reason)
         )
         if recorded:
-            log.info("kernelpro cache: miss for %s %s (%s); running the fallback",
+            log.info("miss for %s %s (%s); running the fallback",
                      subgraph.pattern, key.short(), subgraph.graph)  # fmt: skip
 
     def _load(self, key: CacheKey, artifact: KernelArtifact, subgraph: Subgraph) -> Kernel | None:
@@ -390,7 +390,7 @@ class KernelFinder:
             kernel = eager_kernel(subgraph) if is_eager(artifact) else self.loader(artifact)
         except Exception as e:
             log.warning(
-                "kernelpro cache: cannot load cached %s kernel for %s %s (%s: %s); running the "
+                "cannot load cached %s kernel for %s %s (%s: %s); running the "
                 "fallback. `kernelpro cache verify` drops entries that no longer load.",
                 artifact.language, subgraph.pattern, key.short(), type(e).__name__, e,
             )  # fmt: skip

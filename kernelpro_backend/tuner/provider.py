@@ -42,7 +42,7 @@ def default_provider(options: Options, custom: Any = None) -> KernelProvider:
     try:
         finder = KernelFinder.from_options(options, searcher=searcher, prover=Reprover(options))
     except CacheUnavailable as e:
-        log.warning("kernelpro: %s; every subgraph runs on the fallback", e)
+        log.warning("%s; every subgraph runs on the fallback", e)
         return NullProvider()
     if options.search == "on-miss" and options.distributed == "auto":
         from .exchange import Exchange, distributed_world

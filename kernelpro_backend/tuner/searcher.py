@@ -123,9 +123,7 @@ class SubgraphSearcher:
                 except Unsupported:
                     continue
                 except Exception:  # called outside any search's guard: never break a compile
-                    log.exception(
-                        "kernelpro: queueing CUTLASS builds for %s failed", subgraph.pattern
-                    )
+                    log.exception("queueing CUTLASS builds for %s failed", subgraph.pattern)
 
     def _await_builds(self, subgraph: Subgraph, budget_s: float) -> None:
         """Queue this GEMM's CUTLASS builds, and wait up to two search budgets for those in
@@ -140,7 +138,7 @@ class SubgraphSearcher:
         self.cutlass.start(seed)
         if self.cutlass.building(seed):
             log.info(
-                "kernelpro: %s waits up to %.0f s for its CUTLASS GEMM libraries",
+                "%s waits up to %.0f s for its CUTLASS GEMM libraries",
                 subgraph.pattern,
                 2 * budget_s,
             )
@@ -160,7 +158,7 @@ class SubgraphSearcher:
         selected = self.options.search_patterns
         if selected and subgraph.pattern not in selected:
             log.info(
-                "kernelpro: %s %s is not in search_patterns (%s): fallback",
+                "%s %s is not in search_patterns (%s): fallback",
                 subgraph.graph,
                 subgraph.pattern,
                 ", ".join(selected),
@@ -174,8 +172,7 @@ class SubgraphSearcher:
             lower(subgraph)
         except Unsupported as e:
             log.info(
-                "kernelpro: no template for %s subgraph (%s): timing eager against the "
-                "fallback only",
+                "no template for %s subgraph (%s): timing eager against the fallback only",
                 subgraph.pattern,
                 e,
             )
@@ -216,10 +213,10 @@ class SubgraphSearcher:
             plan = self.plan(subgraph)
             if plan.concurrent == 0:
                 self.skipped = plan.message
-                log.warning("kernelpro: %s %s %s", subgraph.graph, subgraph.pattern, plan.message)
+                log.warning("%s %s %s", subgraph.graph, subgraph.pattern, plan.message)
                 return None
             if not plan.exact:
-                log.warning("kernelpro: %s %s %s", subgraph.graph, subgraph.pattern, plan.message)
+                log.warning("%s %s %s", subgraph.graph, subgraph.pattern, plan.message)
             if not templated:
                 return self._eager_only(pool, subgraph)
             options = _options_for(self.options, subgraph)
@@ -284,7 +281,7 @@ def _eager_or_none(
         eager, inductor = baselines["eager"], baselines["inductor"]
         tentative = not clear_win(eager, inductor, options)
         log.info(
-            "kernelpro: %s %s: eager ATen (%.4g ms) %s Inductor (%.4g ms) alone; it runs behind "
+            "%s %s: eager ATen (%.4g ms) %s Inductor (%.4g ms) alone; it runs behind "
             "kernelpro::launch%s",
             subgraph.graph, subgraph.pattern, eager.median_ms,
             "ties with" if tentative else "beats", inductor.median_ms,
@@ -299,7 +296,7 @@ def _artifact(
     baselines = {k: r.median_ms for k, r in outcome.baselines.items() if r.ok and r.median_ms}
     if outcome.uses_fallback or outcome.result is None:
         log.info(
-            "kernelpro: %s %s: the fallback (%s) stays fastest after %d trials",
+            "%s %s: the fallback (%s) stays fastest after %d trials",
             subgraph.graph,
             subgraph.pattern,
             outcome.winner,

@@ -33,8 +33,8 @@ def graph_options_off(opts: Options, provider: Any, fingerprint: str) -> dict[st
     try:
         off = store.graph_options(fingerprint)
     except OSError as e:
-        log.warning("kernelpro: the warm-up's verdicts could not be read (%s); none applied", e)
+        log.warning("the warm-up's verdicts could not be read (%s); none applied", e)
         return {}
     if off:
-        log.info("kernelpro: this graph's warm-up measured it faster with %s", off)
+        log.info("this graph's warm-up measured it faster with %s", off)
     return dict(off)

@@ -36,7 +36,7 @@ import torch
 from ..runtime.timing import host_bound
 from .incontext_steps import PAIRED_ROUNDS, OutOfTime, StepVariants
 
-log = logging.getLogger("kernelpro")
+log = logging.getLogger("kernelpro.warmup")
 
 # The kernels stay only where the step with them is no slower than the fallback alone (the
 # best of two timings each): a step within the timings' noise gains nothing from them and
@@ -208,7 +208,7 @@ def check_in_context(
         lines.append("in context: the step replayed as CUDA graphs (its peak memory not judged)")
     torch._dynamo.reset()
     for line in lines:
-        log.info("kernelpro warmup: %s", line)
+        log.info("%s", line)
     return lines
 
 

@@ -29,7 +29,7 @@ from ..rewrite.providers import Kernel
 from ..runtime.cuda.compile import nvcc_paused
 from ..runtime.timing import launch_timing
 
-log = logging.getLogger("kernelpro")
+log = logging.getLogger("kernelpro.warmup")
 
 # A variant's time: the fastest of ROUNDS rounds of at least ROUND_MS each (the fastest: the
 # host's other work only ever adds; on an H100 a 2 ms GPT-block step timed by median moved
@@ -117,7 +117,7 @@ def time_rounds(steppers: Sequence[_Stepper], rounds: int) -> tuple[list[list[fl
     # steps are timed (they compile nothing now: each ran three times above), resumed after
     with nvcc_paused() as stopped:
         if stopped:
-            log.info("kernelpro warmup: in context: %d nvcc run(s) paused while timing", stopped)
+            log.info("in context: %d nvcc run(s) paused while timing", stopped)
         t0 = time.perf_counter()
         steppers[0].once()
         _sync()
@@ -189,8 +189,7 @@ class StepVariants:
         """Ms of the step compiled without the `excluded` kernels (and with `changed` options)."""
         self._start(1)
         log.info(
-            "kernelpro warmup: in context: compiling and timing the step without %d of the "
-            "kernels%s",
+            "in context: compiling and timing the step without %d of the kernels%s",
             len(excluded),
             " and without the LM-head rewrite" if changed else "",
         )
@@ -210,7 +209,7 @@ class StepVariants:
         if not torch.cuda.is_available():
             return None
         self.timings += len(variants)
-        log.info("kernelpro warmup: in context: %d variants of the step in turns", len(variants))
+        log.info("in context: %d variants of the step in turns", len(variants))
         torch._dynamo.reset()
         try:
             steppers, keys = [], []
@@ -227,7 +226,7 @@ class StepVariants:
             times, peaks = time_rounds(steppers, PAIRED_ROUNDS)
         except Exception as e:  # memory for the copies, a compile: one after another instead
             log.warning(
-                "kernelpro warmup: in context: timing the variants in turns failed (%s: %s); "
+                "in context: timing the variants in turns failed (%s: %s); "
                 "timing them one after another",
                 type(e).__name__,
                 str(e)[:200],

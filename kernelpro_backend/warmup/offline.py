@@ -29,7 +29,7 @@ from ..options import Options
 from ..rewrite.providers import Kernel, KernelProvider
 from .rows import WarmupRow, _Recording
 
-log = logging.getLogger("kernelpro")
+log = logging.getLogger("kernelpro.warmup")
 
 
 @dataclasses.dataclass
@@ -223,13 +223,13 @@ def _finish_builds(provider: Any, until: float | None = None) -> None:
         else max(0.0, min(BUILDS_WAIT_S, until - time.perf_counter()))
     )
     log.info(
-        "kernelpro warmup: waiting up to %.0f s for %d CUTLASS GEMM libraries still building",
+        "waiting up to %.0f s for %d CUTLASS GEMM libraries still building",
         wait_s,
         builds.running(),
     )
     if not builds.wait(wait_s) and until is not None:
         log.warning(
-            "kernelpro warmup: %d CUTLASS GEMM libraries still building at the deadline's "
+            "%d CUTLASS GEMM libraries still building at the deadline's "
             "search share; they are paused while the in-context check times the step",
             builds.running(),
         )
@@ -275,7 +275,7 @@ def _step_subgraphs(
     _step(model, backend, {**opts, "fallback": "eager"}, train, loss_fn, inputs, dynamic)
     torch._dynamo.reset()
     log.info(
-        "kernelpro warmup: %d subgraph(s) of the step found in %.1f s",
+        "%d subgraph(s) of the step found in %.1f s",
         len(found),
         time.perf_counter() - t0,
     )

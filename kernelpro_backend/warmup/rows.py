@@ -19,7 +19,7 @@ import torch
 from ..fx_passes import Subgraph
 from ..rewrite.providers import Kernel, KernelProvider
 
-log = logging.getLogger("kernelpro")
+log = logging.getLogger("kernelpro.warmup")
 
 
 @dataclasses.dataclass
@@ -78,7 +78,7 @@ class _Recording:
             t0 = time.perf_counter()
             prepare(subgraphs)
             log.info(
-                "kernelpro warmup: %d subgraph(s) agreed with the other ranks in %.1f s",
+                "%d subgraph(s) agreed with the other ranks in %.1f s",
                 len(subgraphs),
                 time.perf_counter() - t0,
             )
@@ -117,7 +117,7 @@ class _Recording:
         if self.search_until is not None and t0 > self.search_until and self.finder is not None:
             if self.finder.searching:
                 log.warning(
-                    "kernelpro warmup: the search's share of the deadline is spent; the "
+                    "the search's share of the deadline is spent; the "
                     "subgraphs left keep the fallback (a later warm-up searches them), the "
                     "rest of the time is the in-context check's"
                 )
@@ -141,7 +141,7 @@ class _Recording:
         )
         row = self.rows[-1]
         log.info(
-            "kernelpro warmup: [%d] %s %s %s: %s (%.1f s)",
+            "[%d] %s %s %s: %s (%.1f s)",
             len(self.rows),
             row.graph,
             row.pattern,

@@ -154,14 +154,13 @@ def test_other_languages_from_outside_are_refused(honest):
 
 
 def test_the_command_line_imports_an_honest_bundle_and_refuses_a_tampered_one(tmp_path, honest):
-    import argparse
     import io
 
-    from kernelpro_backend.cli.cache import add_cli, run_cli
+    from kernelpro_backend.cli.cache import run_cli
+    from kernelpro_backend.cli.main import build_parser
 
     def run(*argv):
-        parser = argparse.ArgumentParser(prog="kernelpro")
-        add_cli(parser.add_subparsers(dest="command", required=True))
+        parser = build_parser()
         out = io.StringIO()
         return run_cli(parser.parse_args(["cache", *argv]), out=out), out.getvalue()
 
@@ -295,17 +294,16 @@ def test_a_compile_with_every_hostile_bundle_runs_and_warns_once_per_bundle(
 
 
 def test_escape_sequences_from_a_bundle_are_printed_escaped(tmp_path, honest):
-    import argparse
     import io
 
-    from kernelpro_backend.cli.cache import add_cli, run_cli
+    from kernelpro_backend.cli.cache import run_cli
+    from kernelpro_backend.cli.main import build_parser
 
     sg, artifact = honest
     evil = "pointwise\x1b]0;owned\x07\x1b[2J\u202e"
     _, bundle = _bundle_of(tmp_path, sg, dataclasses.replace(artifact, pattern=evil))
     victim = str(tmp_path / "victim")
-    parser = argparse.ArgumentParser(prog="kernelpro")
-    add_cli(parser.add_subparsers(dest="command", required=True))
+    parser = build_parser()
     key = KernelCache(tmp_path / "k").key_for(sg.key)
     texts = []
     for argv in (["import", str(bundle), "--arch", key.arch], ["ls"], ["show", key.digest[:12]]):
@@ -332,17 +330,16 @@ def test_require_signed_bundles_keeps_unsigned_free_form_code_out(tmp_path, hone
     """A free-form source that fits the grammar is admitted (and says so); with
     require_signed_bundles an unsigned bundle holding it is refused at import and skipped as
     an extra cache dir: no free-form code the user did not sign reaches a worker."""
-    import argparse
     import io
     import logging
 
-    from kernelpro_backend.cli.cache import add_cli, run_cli
+    from kernelpro_backend.cli.cache import run_cli
+    from kernelpro_backend.cli.main import build_parser
 
     sg, artifact = honest
     free = dataclasses.replace(artifact, source=FREE_FORM, entry="entry", spec_json=None)
     key, bundle = _bundle_of(tmp_path, sg, free)
-    parser = argparse.ArgumentParser(prog="kernelpro")
-    add_cli(parser.add_subparsers(dest="command", required=True))
+    parser = build_parser()
 
     def run(*argv):
         out = io.StringIO()

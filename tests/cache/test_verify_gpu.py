@@ -3,7 +3,6 @@ keyed for this arch; subgraphs traced on CUDA rebuild from their text."""
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import io
 
@@ -11,7 +10,8 @@ import pytest
 import torch
 
 from kernelpro_backend.cache import KernelArtifact, KernelCache, cache_key, describe, verify
-from kernelpro_backend.cli.cache import add_cli, run_cli
+from kernelpro_backend.cli.cache import run_cli
+from kernelpro_backend.cli.main import build_parser
 from kernelpro_backend.tuner.verify import CacheEntryValidator
 
 pytestmark = [
@@ -68,8 +68,7 @@ def test_cuda_subgraphs_rebuild_and_rekey(cache):
 
 
 def _cache_verify(cache_dir, *flags: str) -> tuple[int, str]:
-    parser = argparse.ArgumentParser(prog="kernelpro")
-    add_cli(parser.add_subparsers(dest="command", required=True))
+    parser = build_parser()
     args = parser.parse_args(["cache", "--cache-dir", str(cache_dir), "verify", *flags])
     out = io.StringIO()
     return run_cli(args, out=out), out.getvalue()

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import dataclasses
+import json
+import subprocess
+import sys
 
 import pytest
 from graphs import python_artifact, with_arch
@@ -222,3 +225,104 @@ def test_misses_lists_static_misses_and_the_sizes_each_dynamic_subgraph_missed_a
     assert "kernelpro warmup MODULE:FN --dynamic DIM=24,40" in text
     code, text = run_cache_cli("--cache-dir", str(tmp_path / "c"), "misses", "--pattern", "x")
     assert code == 0 and "0 misses in 0 subgraphs" in text
+
+
+def _kernelpro(*argv: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "kernelpro_backend.cli", *argv],
+                          capture_output=True, text=True, timeout=300)  # fmt: skip
+
+
+def test_ls_json_has_its_documented_keys(cache_dir, tanh_sg):
+    path, cache = cache_dir
+    run = _kernelpro("cache", "ls", "--json", "--cache-dir", path)
+    assert run.returncode == 0, run.stderr
+    listing = json.loads(run.stdout)
+    assert set(listing) == {"directory", "entries", "corrupt"} and listing["corrupt"] == 0
+    assert listing["directory"] == str(cache.directory) and len(listing["entries"]) == 2
+    entry = next(e for e in listing["entries"] if e["pattern"] == tanh_sg.pattern)
+    assert set(entry) == {"key", "pattern", "kind", "arch", "language", "kernel_ms", "speedup",
+                          "sol_fraction", "proved_here", "created", "imported", "in_context"}  # fmt: skip
+    assert (entry["arch"], entry["imported"], entry["in_context"]) == ("sm_90", None, "used")
+    assert len(entry["key"]) == 64 and entry["proved_here"] is True
+
+
+def test_misses_json_and_why_there_are_none(tmp_path, tanh_sg):
+    empty = str(tmp_path / "empty")
+    run = _kernelpro("cache", "misses", "--cache-dir", empty)
+    assert run.returncode == 0 and "0 misses in 0 subgraphs" in run.stdout
+    assert f"none recorded in {tmp_path / 'empty'}" in run.stdout and "misses.jsonl" in run.stdout
+    assert "without a GPU or with search='off' looks nothing up" in run.stdout
+    run = _kernelpro("cache", "misses", "--json", "--cache-dir", empty)
+    found = json.loads(run.stdout)
+    assert (found["misses"], found["subgraphs"], found["sizes"]) == (0, [], [])
+    assert found["manifest"].endswith("misses.jsonl") and "none recorded" in found["none_because"]
+    with KernelCache(tmp_path / "c") as cache:
+        cache.misses.record(cache.key_for(tanh_sg.key), tanh_sg)
+    run = _kernelpro("cache", "misses", "--json", "--cache-dir", str(tmp_path / "c"))
+    found = json.loads(run.stdout)
+    assert found["misses"] == 1 and found["none_because"] is None
+    (row,) = found["subgraphs"]
+    assert set(row) == {"pattern", "graph", "key", "missed_at", "misses", "why"}
+    assert row["pattern"] == tanh_sg.pattern and row["why"] == "no kernel in the cache"
+    code, text = run_cache_cli("--cache-dir", str(tmp_path / "c"), "misses", "--pattern", "x")
+    assert f"none of pattern 'x'; the manifest's are of {tanh_sg.pattern}" in text
+
+
+def test_verify_json_is_alone_on_stdout(cache_dir):
+    path, _ = cache_dir
+    run = _kernelpro("cache", "verify", "--integrity-only", "--json", "--cache-dir", path)
+    assert run.returncode == 0, run.stderr
+    report = json.loads(run.stdout)
+    assert set(report) == {"kept", "dropped", "skipped", "dry_run", "checked"}
+    assert (report["kept"], report["dropped"], report["dry_run"]) == (2, 0, False)
+    assert "integrity only" in run.stderr
+
+
+def test_a_refusal_for_another_arch_says_how_to_take_the_kernels_with_arch(cache_dir, tmp_path):
+    path, _ = cache_dir
+    bundle = str(tmp_path / "k.tar")
+    assert run_cache_cli("--cache-dir", path, "export", "--out", bundle)[0] == 0
+    code, text = run_cache_cli("--cache-dir", str(tmp_path / "o"), "import", bundle)  # cpu here
+    assert code == 1 and "built for GPU arch sm_90, this cache is for " in text
+    assert f"pass --arch sm_90: kernelpro cache import {bundle} --arch sm_90" in text
+
+
+def test_prune_ages_an_imported_entry_from_its_import(tmp_path, tanh_sg, linear_sg):
+    """An entry made long ago and imported today is not old; one imported before kernelpro
+    recorded imports has only its creation time."""
+    from kernelpro_backend.cache.transfer import export_bundle, import_bundle
+
+    long_ago = Provenance(created="2020-01-01T00:00:00+00:00")
+    with KernelCache(tmp_path / "src") as src:
+        for sg in (tanh_sg, linear_sg):
+            old = dataclasses.replace(python_artifact(), provenance=long_ago, pattern=sg.pattern)
+            src.put(with_arch(src.key_for(sg.key), "sm_90"), old)
+        export_bundle(src, tmp_path / "b.tar")
+    with KernelCache(tmp_path / "dst") as dst:
+        report = import_bundle(dst, tmp_path / "b.tar", arch="sm_90")  # no admission: a test
+        assert len(report.imported) == 2
+        before = next(e for e in dst.entries() if e.artifact.pattern == linear_sg.pattern)
+        unrecorded = dataclasses.replace(before.artifact.provenance, imported="")
+        dst.put(before.key, dataclasses.replace(before.artifact, provenance=unrecorded))
+    code, text = run_cache_cli("--cache-dir", str(tmp_path / "dst"), "prune", "--older-than", "30")
+    assert code == 0 and "kept 1, dropped 1" in text and linear_sg.pattern in text
+    with KernelCache(tmp_path / "dst") as dst:
+        (kept,) = dst.entries()
+    assert kept.artifact.pattern == tanh_sg.pattern and kept.artifact.provenance.imported
+
+
+def test_show_marks_a_path_of_the_machine_that_made_the_entry(cache_dir, tmp_path):
+    path, cache = cache_dir
+    entry = next(cache.entries())
+    theirs = "/home/builder/runs/warm/logs/c35fc367.jsonl"
+    here = tmp_path / "log.jsonl"
+    here.write_text("")
+    for log, shown in (
+        (theirs, "c35fc367.jsonl (on the machine that made it)"),
+        (str(here), str(here)),
+    ):
+        made = dataclasses.replace(entry.artifact.provenance, search_log=log)
+        cache.put(entry.key, dataclasses.replace(entry.artifact, provenance=made))
+        code, text = run_cache_cli("--cache-dir", path, "show", entry.key.digest[:10])
+        (line,) = [ln for ln in text.splitlines() if ln.startswith("search_log")]
+        assert line.split(None, 1)[1] == shown and ("/home/builder" not in text), text

@@ -1,3 +1,5 @@
+import json
+import os
 import subprocess
 import sys
 
@@ -111,3 +113,91 @@ def test_explain_shows_the_torch_level_rewrites_a_compile_makes(capsys):
     assert "2 x hand-written attention" in out and "1 x an LM head and its cross-entropy" in out
     # the tiny GPT keeps its causal mask in a buffer per block: the rewrite relies on its values
     assert "relied on the values of" in out and "blocks.0.mask, blocks.1.mask" in out, out
+
+
+# Each command with the arguments it needs to parse.
+COMMANDS = {
+    "explain": ["explain", "m:f"],
+    "warmup": ["warmup", "m:f"],
+    "profile": ["profile", "m:f"],
+    "bench": ["bench"],
+    "report": ["report", "log.jsonl"],
+    "demo": ["demo"],
+    **{f"cache {c}": ["cache", c, *rest] for c, rest in [
+        ("ls", []), ("show", ["ab"]), ("export", ["--out", "x.tar"]), ("import", ["x.tar"]),
+        ("verify", []), ("misses", []), ("prune", [])]},
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("command", sorted(COMMANDS))
+def test_the_global_options_go_before_or_after_every_command(command):
+    from kernelpro_backend.cli.main import build_parser
+
+    argv = COMMANDS[command]
+    for where in (["--cache-dir", "D", "-v", *argv], [*argv, "--cache-dir", "D", "-v"],
+                  [argv[0], "-v", *argv[1:], "--cache-dir", "D"]):  # fmt: skip
+        args = build_parser().parse_args(where)
+        assert (args.cache_dir, args.verbose) == ("D", True), where
+    args = build_parser().parse_args(argv)
+    assert (args.cache_dir, args.verbose) == (None, False)
+
+
+def _kernelpro(*argv: str, cwd=None, env=None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "kernelpro_backend.cli", *argv],
+                          capture_output=True, text=True, timeout=300, cwd=cwd,
+                          env=env)  # fmt: skip
+
+
+def test_a_bare_kernelpro_prints_its_usage_to_stderr_and_exits_2():
+    run = _kernelpro()
+    assert run.returncode == 2 and run.stdout == ""
+    assert run.stderr.startswith("usage: kernelpro") and "a command is required" in run.stderr
+
+
+def test_the_cache_dir_given_after_the_command_is_the_one_used(tmp_path):
+    run = _kernelpro("cache", "ls", "--cache-dir", str(tmp_path / "c"))
+    assert run.returncode == 0 and f"0 entries in {tmp_path / 'c'}" in run.stdout, run.stderr
+
+
+def test_an_error_is_one_line_and_its_traceback_comes_with_v(tmp_path):
+    (tmp_path / "broken_target.py").write_text(
+        "def make():\n    raise RuntimeError('the factory broke\\nsecond line')\n"
+    )
+    run = _kernelpro("explain", "broken_target:make", cwd=tmp_path)
+    assert run.returncode == 1 and run.stderr.count("\n") == 1, run.stderr
+    assert run.stderr.startswith("kernelpro explain: RuntimeError: the factory broke (")
+    assert "-v" in run.stderr and "Traceback" not in run.stderr
+    run = _kernelpro("explain", "broken_target:make", "-v", cwd=tmp_path)
+    assert run.returncode == 1 and "Traceback" in run.stderr and "second line" in run.stderr
+
+
+CONV_TARGET = """
+import torch
+
+def make():
+    model = torch.nn.Sequential(torch.nn.Conv2d(8, 8, 3, padding=1), torch.nn.SiLU())
+    return model, (torch.randn(2, 8, 16, 16),)
+"""
+
+
+def test_explain_json_and_its_reasons_whole(tmp_path):
+    """--json: the documented keys; the table: a reason longer than a column is numbered and
+    printed whole under it, wrapped at the terminal's width, never cut."""
+    (tmp_path / "conv_target.py").write_text(CONV_TARGET)
+    run = _kernelpro("explain", "conv_target:make", "--json", cwd=tmp_path)
+    assert run.returncode == 0, run.stderr
+    found = json.loads(run.stdout)
+    assert set(found) == {"subgraphs", "rewrites", "chains", "graph_breaks", "relied_on"}
+    conv = next(s for s in found["subgraphs"] if s["kind"] == "conv")
+    assert set(conv) == {"graph", "kind", "pattern", "ops", "inputs", "key", "templates"}
+    (reason,) = conv["templates"]
+    reason = reason.removeprefix("none: ")
+    assert len(reason) > 60  # the table's old cut
+    env = {**os.environ, "COLUMNS": "40"}
+    run = _kernelpro("explain", "conv_target:make", cwd=tmp_path, env=env)
+    assert run.returncode == 0, run.stderr
+    table, _, below = run.stdout.partition("no template (a search times the fallbacks alone):")
+    assert "none [1]" in table and reason not in table
+    footnote = below.strip().split("\n\n")[0]
+    assert " ".join(footnote.split()) == f"[1] {reason}"
+    assert max(len(line) for line in footnote.splitlines()) <= 60  # wrapped (60: the floor)

@@ -92,5 +92,5 @@ def _recorded(path: Path) -> str | None:
 def _refuse(path: Path, why: str) -> None:
     if path not in _WARNED:
         _WARNED.add(path)
-        log.warning("kernelpro: not loading %s: %s; building it again", path, why)
+        log.warning("not loading %s: %s; building it again", path, why)
     return None

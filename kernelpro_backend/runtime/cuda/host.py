@@ -85,7 +85,7 @@ def library_gemm(source: str, *, bias: bool, source_term: bool) -> HostGemm:
         arch = current_arch()
         if not is_built(source, arch, key[1]):  # a cache whose libraries went
             log.warning(
-                "kernelpro: building the CUDA library of a CUTLASS GEMM kernel now (nvcc, "
+                "building the CUDA library of a CUTLASS GEMM kernel now (nvcc, "
                 "1-3 minutes, once per machine and cache)"
             )
         path = compile_library(source, arch, library_dir=key[1], symbols=_SYMBOLS)

@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("kernelpro.llm")
 
 # A model name the OpenAI API serves; a local server (vLLM, llama.cpp, ...) names its own, set
 # through the `llm_model` option or $OPENAI_MODEL.
@@ -131,7 +131,7 @@ class ChatClient:
                 status = int(e.status_code)
                 if status in (400, 422) and self.json_mode:
                     log.warning(
-                        "kernelpro llm: %s answered %d to response_format=json_object (%s); "
+                        "%s answered %d to response_format=json_object (%s); "
                         "asking again without it, for the rest of this search",
                         self._where(),
                         status,
@@ -156,8 +156,7 @@ class ChatClient:
                         continue
                     return None
                 log.warning(
-                    "kernelpro llm: %s refused the request (%d: %s); no proposals from it for "
-                    "this node",
+                    "%s refused the request (%d: %s); no proposals from it for this node",
                     self._where(),
                     status,
                     _short(e),
@@ -173,7 +172,7 @@ class ChatClient:
             except (self.openai.APIError, ValueError) as e:  # e.g. a body that is not JSON
                 self.stats.latency_s += self.clock() - start
                 log.warning(
-                    "kernelpro llm: %s gave an answer the openai client cannot read (%s: %s); "
+                    "%s gave an answer the openai client cannot read (%s: %s); "
                     "no proposals from it for this node",
                     self._where(),
                     type(e).__name__,
@@ -200,8 +199,7 @@ class ChatClient:
         """Sleep before the next attempt and return True, or log the give-up and return False."""
         if attempt >= self.retries:
             log.warning(
-                "kernelpro llm: %s failed %d times, last with %s; no proposals from it for this "
-                "node",
+                "%s failed %d times, last with %s; no proposals from it for this node",
                 self._where(),
                 attempt + 1,
                 error,
@@ -212,7 +210,7 @@ class ChatClient:
         if retry_after is not None:
             delay = min(self.max_backoff_s, max(delay, retry_after))
         log.info(
-            "kernelpro llm: %s: %s; retry %d/%d in %.1f s",
+            "%s: %s; retry %d/%d in %.1f s",
             self._where(),
             error,
             attempt + 1,

@@ -20,7 +20,7 @@ from ...runtime.candidate import SourceCandidate
 from ...runtime.cuda.source import CONTRACT
 from ..proposer import ProposalRequest
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("kernelpro.llm")
 
 # Bounds on the prompt (characters): a long attention graph or GEMM template must not push the
 # findings and history out of a 32 K-token context.
@@ -155,8 +155,7 @@ def _render(spec: Any) -> Any:
         return render(spec)
     except Exception as e:  # the spec is shown as JSON still; a rendering bug is not hidden
         log.warning(
-            "kernelpro llm: cannot render the %s spec for the prompt (%s: %s); showing its JSON "
-            "only",
+            "cannot render the %s spec for the prompt (%s: %s); showing its JSON only",
             getattr(spec, "template", "?"),
             type(e).__name__,
             e,

@@ -25,7 +25,7 @@ from .answer import proposal_items
 from .client import ChatClient
 from .prompt import messages
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("kernelpro.llm")
 
 MAX_PROPOSALS = 4  # per node: the tree widens slowly (ceil(k * N^0.5)), more would go unused
 MAX_SOURCE_CHARS = 200_000  # a rewrite larger than this is not a kernel
@@ -93,7 +93,7 @@ class LLMProposer:
             self.counts.malformed += 1
             cut = " (cut at the server's token limit)" if answer.finish_reason == "length" else ""
             log.warning(
-                "kernelpro llm: malformed answer%s, no proposals read from it: %r",
+                "malformed answer%s, no proposals read from it: %r",
                 cut,
                 _snippet(answer.text),
             )
@@ -107,13 +107,13 @@ class LLMProposer:
                 continue
             if prop.candidate in seen or request.is_known(prop.candidate):
                 self.counts.duplicates += 1
-                log.info("kernelpro llm: proposal %d (%s) is already in the tree", i, prop.move)
+                log.info("proposal %d (%s) is already in the tree", i, prop.move)
                 continue
             seen.add(prop.candidate)
             out.append(prop)
         if len(items) > self.max_proposals:
             log.info(
-                "kernelpro llm: %d proposals, %d asked for; the rest are ignored",
+                "%d proposals, %d asked for; the rest are ignored",
                 len(items),
                 self.max_proposals,
             )
@@ -136,7 +136,7 @@ class LLMProposer:
             return self._rewrite(item, reason, score)
         except _Dropped as e:
             self.counts.illegal += 1
-            log.info("kernelpro llm: proposal dropped: %s", e)
+            log.info("proposal dropped: %s", e)
             return None
 
     def _knob_change(
@@ -180,12 +180,12 @@ class LLMProposer:
 
     def _fall_back(self, request: ProposalRequest, why: str) -> list[Proposal]:
         if self.fallback is None:
-            log.warning("kernelpro llm: %s; this node gets no children", why)
+            log.warning("%s; this node gets no children", why)
             return []
         self.counts.fallbacks += 1
         proposals = self.fallback.propose(request)
         log.warning(
-            "kernelpro llm: %s; this node gets %d children from the %r proposer instead",
+            "%s; this node gets %d children from the %r proposer instead",
             why,
             len(proposals),
             self.fallback.name,

@@ -59,7 +59,7 @@ def test_transient_errors_are_retried_with_backoff(serve, status, caplog):
     server = serve([Reply(status=status), Reply(status=status), '{"proposals": []}'])
     slept: list[float] = []
     client = ChatClient.from_environ(sleep=slept.append, **FAST)
-    with caplog.at_level(logging.INFO, logger="kernelpro_backend.search.llm"):
+    with caplog.at_level(logging.INFO, logger="kernelpro.llm"):
         answer = client.complete(MESSAGES)
     assert answer is not None and answer.text == '{"proposals": []}'
     assert len(server.requests) == 3
@@ -79,7 +79,7 @@ def test_retry_after_is_honoured_up_to_the_cap(serve):
 def test_retries_are_bounded_and_the_give_up_is_logged(serve, caplog):
     server = serve([Reply(status=500)] * 10)
     client = ChatClient.from_environ(retries=2, **FAST)
-    with caplog.at_level(logging.WARNING, logger="kernelpro_backend.search.llm"):
+    with caplog.at_level(logging.WARNING, logger="kernelpro.llm"):
         assert client.complete(MESSAGES) is None
     assert len(server.requests) == 3  # 1 + 2 retries
     assert client.stats.failed_calls == 1
@@ -93,7 +93,7 @@ def test_connection_refused_is_transient(monkeypatch, caplog):
     env = {"OPENAI_BASE_URL": f"http://127.0.0.1:{port}/v1", "OPENAI_API_KEY": "k"}
     monkeypatch.setenv("NO_PROXY", "127.0.0.1")
     client = ChatClient.from_environ(environ=env, retries=1, **FAST)
-    with caplog.at_level(logging.INFO, logger="kernelpro_backend.search.llm"):
+    with caplog.at_level(logging.INFO, logger="kernelpro.llm"):
         assert client.complete(MESSAGES) is None
     assert client.stats.requests == 2 and client.stats.retries == 1
     assert "APIConnectionError" in caplog.text and "failed 2 times" in caplog.text
@@ -102,7 +102,7 @@ def test_connection_refused_is_transient(monkeypatch, caplog):
 def test_a_server_that_rejects_response_format_is_asked_without_it(serve, caplog):
     server = serve([Reply(status=400, content="response_format not supported"), "{}", "{}"])
     client = ChatClient.from_environ(**FAST)
-    with caplog.at_level(logging.WARNING, logger="kernelpro_backend.search.llm"):
+    with caplog.at_level(logging.WARNING, logger="kernelpro.llm"):
         assert client.complete(MESSAGES) is not None
         assert client.complete(MESSAGES) is not None
     assert [("response_format" in r) for r in server.requests] == [True, False, False]
@@ -112,7 +112,7 @@ def test_a_server_that_rejects_response_format_is_asked_without_it(serve, caplog
 def test_a_refused_request_gives_no_answer_and_is_logged(serve, caplog):
     serve([Reply(status=400, content="prompt too long")] * 2)
     client = ChatClient.from_environ(json_mode=False, **FAST)
-    with caplog.at_level(logging.WARNING, logger="kernelpro_backend.search.llm"):
+    with caplog.at_level(logging.WARNING, logger="kernelpro.llm"):
         assert client.complete(MESSAGES) is None
     assert "refused the request (400" in caplog.text and client.stats.failed_calls == 1
 
@@ -131,7 +131,7 @@ def test_errors_no_retry_can_fix_raise_with_what_to_check(serve, status, what):
 def test_a_body_that_is_no_chat_completion_gives_no_answer_and_is_logged(serve, caplog):
     serve([Reply(raw=b"<html>proxy error</html>"), Reply(raw=b'{"object": "chat.completion"}')])
     client = ChatClient.from_environ(**FAST)
-    with caplog.at_level(logging.WARNING, logger="kernelpro_backend.search.llm"):
+    with caplog.at_level(logging.WARNING, logger="kernelpro.llm"):
         assert client.complete(MESSAGES) is None  # the client cannot parse it
         assert "cannot read" in caplog.text and client.stats.failed_calls == 1
         answer = client.complete(MESSAGES)  # JSON without choices: an empty answer

@@ -26,7 +26,7 @@ from kernelpro_backend.runtime.candidate import SourceCandidate
 from kernelpro_backend.runtime.result import EvalResult, EvalStatus
 from kernelpro_backend.search import Budget, ProposalRequest, RuleProposer, codegen_space, optimize
 
-LOGGER = "kernelpro_backend.search.llm"
+LOGGER = "kernelpro.llm"
 LATENCY = Finding(
     "roofline",
     "bottleneck",
