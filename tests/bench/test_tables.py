@@ -2,7 +2,7 @@ import json
 
 import pytest
 
-from kernelpro_backend.bench import tables
+from kernelpro_backend.bench import plots, tables
 from kernelpro_backend.bench.results import BenchReport, ModeResult, WorkloadResult
 
 
@@ -205,6 +205,7 @@ def test_kernelpro_with_no_kernels_and_no_rewrites_claims_no_speedup(tmp_path):
     data = json.loads((tmp_path / "r.json").read_text())
     assert data["geomean_speedup_vs_inductor"]["kernelpro"] == 1.0
     assert data["workloads"][0]["modes"][2]["same_code_as"] == "inductor"
+    assert plots.bar_height(w, "kernelpro", "inductor") == 1.0  # the chart's bar: no 1.05x
 
 
 def test_a_kernel_in_use_a_rewrite_or_an_unrecorded_fallback_keeps_the_speedup():
