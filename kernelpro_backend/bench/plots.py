@@ -36,11 +36,11 @@ def _pyplot() -> Any:
 
 
 def bar_height(w: WorkloadResult, mode: str, over: str) -> float:
-    """The speedup; 0 where the mode ran but failed or differs from eager; NaN (no bar) where
-    the workload's run did not include the mode."""
+    """The speedup (1 where the mode ran `over`'s own code); 0 where the mode ran but failed or
+    differs from eager; NaN (no bar) where the workload's run did not include the mode."""
     if w.mode(mode) is None or w.mode(over) is None:
         return math.nan
-    return w.speedup(mode, over) or 0.0
+    return w.counted_speedup(mode, over) or 0.0
 
 
 def plot_speedups(report: BenchReport, path: Path, over: str) -> Path | None:

@@ -1,9 +1,15 @@
 """The records a bench run produces and their JSON form (both ways).
 
 Owns: `ModeResult` (one workload under one mode), `WorkloadResult` (all modes of a workload,
-speedups, % of speed-of-light) and `BenchReport` (the run: device, versions, the device's
-measured roofs, every workload, geometric-mean speedups), and reading them back from JSON
-(`from_dict`: only the recorded fields; speedups and % SOL are always recomputed).
+speedups, % of speed-of-light, whether a kernelpro mode ran its fallback's own code) and
+`BenchReport` (the run: device, versions, the device's measured roofs, every workload,
+geometric-mean speedups), and reading them back from JSON (`from_dict`: only the recorded
+fields; speedups and % SOL are always recomputed).
+
+A kernelpro mode that installed no kernel and made no torch-level rewrite ran its fallback's
+own code (`same_code_as`): its time differs from the fallback's by noise alone (on a busy CPU,
+a "1.05x vs inductor" geomean over workloads with 0 kernels). Its speedup over that fallback is
+1 by construction, and is counted so in the geometric means.
 Must not: run or time anything.
 """
 
@@ -13,9 +19,17 @@ import dataclasses
 import math
 from typing import Any
 
-from .modes import EAGER, INDUCTOR, LIKE_FOR_LIKE
+from .modes import EAGER, INDUCTOR, INDUCTOR_GRAPHS, KERNELPRO, KERNELPRO_GRAPHS, LIKE_FOR_LIKE
 
 OK, WRONG, FAILED, UNCHECKED = "ok", "wrong", "failed", "unchecked"
+
+# The mode whose own code a kernelpro mode runs where it installs nothing, by its fallback.
+FALLBACK_PEERS: dict[tuple[str, str], str] = {
+    (KERNELPRO, "inductor"): INDUCTOR,
+    (KERNELPRO, "eager"): EAGER,
+    (KERNELPRO_GRAPHS, "inductor"): INDUCTOR_GRAPHS,
+    (KERNELPRO_GRAPHS, "eager"): EAGER,
+}
 
 
 @dataclasses.dataclass
@@ -29,6 +43,7 @@ class ModeResult:
     message: str = ""
     kernels: str = ""  # kernelpro: "used/found", its kernels in use of the subgraphs it cut
     rewrites: str = ""  # kernelpro: the torch-level rewrites made (bench/sessions.rewrites_made)
+    fallback: str = ""  # kernelpro: the fallback its graphs compiled with (inductor | eager)
     # GPU memory one step allocates beyond what is resident before it (activations, logits,
     # gradients, workspaces; weights and optimizer state are the same in every mode): where a
     # fusion that never materialises a tensor shows. None off the GPU.
@@ -100,6 +115,23 @@ class WorkloadResult:
             return None
         return b.median_ms / a.median_ms
 
+    def same_code_as(self, mode: str) -> str | None:
+        """The mode whose own code `mode` ran, where `mode` is a kernelpro mode that installed
+        no kernel (none found, or every one dropped in context) and made no torch-level
+        rewrite; else None (also where that is not recorded: results from before)."""
+        m = self.mode(mode)
+        if m is None or not m.kernels or not m.rewrites.startswith("none"):
+            return None
+        if m.kernels.split("/", 1)[0].strip() != "0":
+            return None
+        return FALLBACK_PEERS.get((mode, m.fallback))
+
+    def counted_speedup(self, mode: str, over: str) -> float | None:
+        """`speedup`, but 1 where `mode` ran `over`'s own code (`same_code_as`): what a
+        geometric mean counts, so that noise between two runs of one code is no speedup."""
+        measured = self.speedup(mode, over)
+        return 1.0 if measured is not None and self.same_code_as(mode) == over else measured
+
     def steady_speedup(self, mode: str, over: str) -> float | None:
         """`speedup` from the back-to-back rates (`steady_ms`): what a training loop sees where
         the host sets the step's time, which the event-timed medians show only in part."""
@@ -135,6 +167,7 @@ class WorkloadResult:
             entry["speedup_vs_inductor_range"] = self.speedup_range(name, INDUCTOR)
             entry["steady_speedup_vs_inductor"] = self.steady_speedup(name, INDUCTOR)
             entry["sol_fraction"] = self.sol_fraction(name)
+            entry["same_code_as"] = self.same_code_as(name)
             peer = LIKE_FOR_LIKE.get(name)
             if peer is not None and self.speedup(name, peer) is not None:
                 entry["like_for_like"] = {
@@ -181,9 +214,16 @@ class BenchReport:
     power: dict[str, Any] = dataclasses.field(default_factory=dict)
 
     def geomean_speedup(self, mode: str, over: str) -> float | None:
-        """Geometric mean over the workloads where both modes ran and matched eager."""
-        values = [w.speedup(mode, over) for w in self.workloads]
+        """Geometric mean over the workloads where both modes ran and matched eager; a workload
+        where `mode` ran `over`'s own code counts 1 (`WorkloadResult.counted_speedup`)."""
+        values = [w.counted_speedup(mode, over) for w in self.workloads]
         return geomean([v for v in values if v is not None])
+
+    def same_code(self, mode: str) -> tuple[list[str], str | None]:
+        """(the workloads where `mode` ran its fallback's own code, that fallback's mode)."""
+        peers = {w.workload: w.same_code_as(mode) for w in self.workloads}
+        names = [name for name, peer in peers.items() if peer is not None]
+        return names, next((peers[n] for n in names), None)
 
     def to_dict(self) -> dict[str, Any]:
         return {

@@ -38,7 +38,13 @@ from .results import (
     SubgraphPoint,
     WorkloadResult,
 )
-from .sessions import graph_verdicts, kernels_used, rewrites_made, settle_verdicts
+from .sessions import (
+    fallback_used,
+    graph_verdicts,
+    kernels_used,
+    rewrites_made,
+    settle_verdicts,
+)
 from .timing import steady_ms, step_energy, step_timing, time_first_call
 from .workload import Workload
 
@@ -272,6 +278,7 @@ def run_workload(workload: Workload, config: RunConfig) -> WorkloadResult:
             compile_s=compile_s,
             kernels=kernels_used(sessions),
             rewrites=rewrites_made(sessions),
+            fallback=fallback_used(sessions),
             graphs=graph_verdicts(sessions),
         )
         if mode.name == EAGER:

@@ -2,7 +2,7 @@
 torch-level rewrites, each graph's in-context verdict; and running a step until every verdict
 is made.
 
-Owns: `kernels_used`, `rewrites_made`, `graph_verdicts`, `settle_verdicts`.
+Owns: `kernels_used`, `rewrites_made`, `fallback_used`, `graph_verdicts`, `settle_verdicts`.
 Must not: compile or time (runner.py does).
 """
 
@@ -81,3 +81,9 @@ def rewrites_made(sessions: list[Any] | None) -> str:
         off.update(s.turned_off)  # {option: False}
     text = ", ".join(f"{name} {n}" for name, n in sorted(made.items()) if n) or "none"
     return text + (f"; off by the warm-up's verdict: {', '.join(sorted(off))}" if off else "")
+
+
+def fallback_used(sessions: list[Any] | None) -> str:
+    """The fallback kernelpro's graphs compiled with ("inductor" or "eager"; "" when not
+    kernelpro or nothing compiled): whose own code a mode that replaced nothing ran."""
+    return next((s.options.fallback for s in sessions or ()), "")

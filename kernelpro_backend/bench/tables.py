@@ -5,6 +5,12 @@ column where joules per step were measured; the power limit under the title), th
 geometric-mean summary, and writing the JSON/markdown files and the JSON-lines file of a run
 in progress (`append_jsonl`: one line per finished workload, its final result).
 Must not: run anything or change results.
+
+What the tables claim: a kernelpro mode that ran its fallback's own code (no kernel installed,
+no torch-level rewrite; results.py) gets no speedup cell and no geometric mean of its own, but
+a line saying so; a speedup under 0.1 is printed to two significant digits, never as "0.00"
+(a busy CPU's round of 0.0014x read "[0.00-3.70]"); rounds whose speedups spread more than
+NOISY apart are listed as noise.
 """
 
 from __future__ import annotations
@@ -24,15 +30,43 @@ HEADER = (
 )  # fmt: skip
 
 
+# Rounds whose lowest and highest speedups lie further apart than this are noise, listed.
+NOISY = 2.0
+
+SAME_CODE = "same code"
+
+
 def _num(value: float | None, fmt: str, suffix: str = "") -> str:
     return "-" if value is None else format(value, fmt) + suffix
 
 
+def ratio(value: float | None, suffix: str = "x") -> str:
+    """A speedup: two decimals, or two significant digits under 0.1 (never a "0.00")."""
+    if value is None:
+        return "-"
+    return format(value, ".2f" if value >= 0.1 else ".2g") + suffix
+
+
+def _speedup(w: WorkloadResult, mode: str, over: str) -> str:
+    """The speedup cell: none for a mode that ran another mode's own code ("same code" in
+    that mode's column)."""
+    peer = w.same_code_as(mode)
+    if peer is not None:
+        return SAME_CODE if peer == over else "-"
+    return ratio(w.speedup(mode, over))
+
+
 def _vs_inductor(w: WorkloadResult, mode: str) -> str:
     """The speedup over Inductor and, after it, its lowest-highest over the paired rounds."""
-    text = _num(w.speedup(mode, INDUCTOR), ".2f", "x")
-    spread = w.speedup_range(mode, INDUCTOR) if mode != INDUCTOR else None
-    return text if spread is None else f"{text} [{spread[0]:.2f}-{spread[1]:.2f}]"
+    text = _speedup(w, mode, INDUCTOR)
+    spread = _spread(w, mode)
+    return text if spread is None else f"{text} [{ratio(spread[0], '')}-{ratio(spread[1], '')}]"
+
+
+def _spread(w: WorkloadResult, mode: str) -> tuple[float, float] | None:
+    if mode == INDUCTOR or w.same_code_as(mode) is not None:
+        return None
+    return w.speedup_range(mode, INDUCTOR)
 
 
 ENERGY_COLUMN = "J/step"  # only in reports where some mode's joules per step were measured
@@ -69,7 +103,7 @@ def rows(report: BenchReport) -> list[tuple[str, ...]]:
                     m.mode,
                     m.status,
                     _num(m.median_ms, ".4g"),
-                    _num(w.speedup(m.mode, EAGER), ".2f", "x"),
+                    _speedup(w, m.mode, EAGER),
                     _vs_inductor(w, m.mode),
                     _num(m.steady_ms, ".4g"),
                     *((_num(m.step_j, ".4g"),) if energy else ()),
@@ -85,19 +119,57 @@ def rows(report: BenchReport) -> list[tuple[str, ...]]:
 def summary_lines(report: BenchReport) -> list[str]:
     lines = []
     for mode in report.modes:
+        same, peer = report.same_code(mode)
+        if same and len(same) == len(report.workloads):
+            lines.append(
+                f"{mode}: no kernels installed and no torch-level rewrites: the same code as "
+                f"{peer} in every workload, so no speedup of its own"
+            )
+            continue
         ge = report.geomean_speedup(mode, EAGER)
         gi = report.geomean_speedup(mode, INDUCTOR)
-        lines.append(
-            f"{mode}: geomean {_num(ge, '.2f', 'x')} vs eager, {_num(gi, '.2f', 'x')} vs inductor"
-        )
+        line = f"{mode}: geomean {ratio(ge)} vs eager, {ratio(gi)} vs inductor"
+        if same:
+            line += f" ({len(same)} of {len(report.workloads)} ran {peer}'s own code: 1.00x)"
+        lines.append(line)
     for w in report.workloads:  # e.g. kernelpro and Inductor both replaying CUDA graphs
         for mode, peer in LIKE_FOR_LIKE.items():
             x, spread = w.speedup(mode, peer), w.speedup_range(mode, peer)
-            if x is not None:
-                text = f"{x:.2f}x" + (
-                    "" if spread is None else f" [{spread[0]:.2f}-{spread[1]:.2f}]"
+            if x is None:
+                continue
+            if w.same_code_as(mode) == peer:
+                lines.append(f"{w.workload}: {mode} ran {peer}'s own code (no kernels, rewrites)")
+                continue
+            text = ratio(x) + ("" if spread is None else f" [{ratio(spread[0], '')}-"
+                                                        f"{ratio(spread[1], '')}]")  # fmt: skip
+            lines.append(f"{w.workload}: {mode} {text} vs {peer} (like for like)")
+    return lines
+
+
+def same_code_lines(report: BenchReport) -> list[str]:
+    """A line per mode that ran its fallback's own code somewhere: where, and what it ran."""
+    lines = []
+    for mode in report.modes:
+        same, peer = report.same_code(mode)
+        if same:
+            lines.append(
+                f"{mode} on {', '.join(same)}: no kernels installed, no torch-level rewrites: "
+                f"the same code as {peer} (its time differs from {peer}'s by noise alone)"
+            )
+    return lines
+
+
+def noisy_lines(report: BenchReport) -> list[str]:
+    """Each mode whose per-round speedups over Inductor lie more than NOISY apart."""
+    lines = []
+    for w in report.workloads:
+        for m in w.modes:
+            spread = _spread(w, m.mode)
+            if spread is not None and spread[0] > 0 and spread[1] / spread[0] > NOISY:
+                lines.append(
+                    f"{w.workload} / {m.mode}: rounds from {ratio(spread[0])} to "
+                    f"{ratio(spread[1])} vs inductor"
                 )
-                lines.append(f"{w.workload}: {mode} {text} vs {peer} (like for like)")
     return lines
 
 
@@ -110,7 +182,8 @@ def host_bound(report: BenchReport) -> list[str]:
             if m.launch_ms is None or m.launched_step_ms is None:
                 continue
             if timing.host_bound(m.launch_ms, m.launched_step_ms):
-                steady = w.steady_speedup(m.mode, INDUCTOR) if m.mode != INDUCTOR else None
+                own = m.mode != INDUCTOR and w.same_code_as(m.mode) is None
+                steady = w.steady_speedup(m.mode, INDUCTOR) if own else None
                 rate = "" if steady is None else f"; back to back {steady:.2f}x vs inductor"
                 lines.append(
                     f"{w.workload} / {m.mode}: host-bound: launching a step takes "
@@ -221,6 +294,17 @@ def format_console(report: BenchReport) -> str:
     title = f"kernelpro bench on {report.device_name} ({report.device}), size {report.size}"
     power = power_line(report)
     out = [title, *([power] if power else []), "", *lines, "", *summary_lines(report)]
+    same = same_code_lines(report)
+    if same:
+        out += ["", "no speedup claimed:", *("  " + line for line in same)]
+    noisy = noisy_lines(report)
+    if noisy:
+        out += [
+            "",
+            f"noisy: rounds more than {NOISY:g}x apart (a busy machine; --rounds N and "
+            "--cpu-reps N time more):",
+        ]
+        out += ["  " + line for line in noisy]
     waiting = host_bound(report)
     if waiting:
         out += [
@@ -271,6 +355,11 @@ def format_markdown(report: BenchReport) -> str:
     ]
     out += ["| " + " | ".join(_md_cell(c) for c in r) + " |" for r in rows(report)]
     out += ["", "## Geometric means", ""] + [f"- {line}" for line in summary_lines(report)]
+    out += [f"- {line}" for line in same_code_lines(report)]
+    noisy = noisy_lines(report)
+    if noisy:
+        out += ["", f"## Noisy rounds (more than {NOISY:g}x apart)", ""]
+        out += [f"- {line}" for line in noisy]
     out += ["", "## Modes", ""]
     out += [f"- `{name}`: {desc}" for name, desc in report.mode_descriptions.items()]
     made = rewrite_lines(report)

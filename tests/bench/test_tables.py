@@ -2,7 +2,7 @@ import json
 
 import pytest
 
-from kernelpro_backend.bench import tables
+from kernelpro_backend.bench import plots, tables
 from kernelpro_backend.bench.results import BenchReport, ModeResult, WorkloadResult
 
 
@@ -250,3 +250,78 @@ def test_step_energy_runs_steps_back_to_back_under_the_meter(monkeypatch):
     reading = timing.step_energy(step, torch.device("cuda"), 2.0, Meter())
     assert reading is not None and reading.joules_per_call == pytest.approx(0.4, rel=0.03)
     assert reading.idle_watts == 50.0 and len(steps) > 100
+
+
+def _same_code_report(kernels="0/21", rewrites="none", fallback="inductor", eager_rounds=None):
+    """A CPU run where kernelpro replaced nothing: its time is Inductor's code's, plus noise."""
+    modes = [
+        ModeResult("eager", "ok", median_ms=2.0, round_ms=eager_rounds or [2.0, 2.0]),
+        ModeResult("inductor", "ok", median_ms=1.0, round_ms=[1.0, 1.0]),
+        ModeResult("kernelpro", "ok", median_ms=0.95, round_ms=[0.9, 1.0], kernels=kernels,
+                   rewrites=rewrites, fallback=fallback),
+    ]  # fmt: skip
+    w = WorkloadResult("mlp", "training", "float32", "tiny", "builtin", modes)
+    return BenchReport("cpu", "CPU", {}, "tiny", [m.mode for m in modes], {}, [w])
+
+
+def test_kernelpro_with_no_kernels_and_no_rewrites_claims_no_speedup(tmp_path):
+    """0 kernels, no torch-level rewrite: kernelpro ran Inductor's own code, so its 0.95 ms
+    against 1.0 is noise: no speedup cell, no geomean of its own, a line saying why; the
+    geomean in the JSON counts it 1.00x."""
+    r = _same_code_report()
+    w = r.workloads[0]
+    assert w.same_code_as("kernelpro") == "inductor" and w.speedup("kernelpro", "inductor")
+    row = next(row for row in tables.rows(r) if row[3] == "kernelpro")
+    assert row[6:8] == ("-", "same code")
+    text = tables.format_console(r)
+    assert "kernelpro: geomean" not in text and "1.05x" not in text
+    assert "kernelpro: no kernels installed and no torch-level rewrites" in text
+    assert "kernelpro on mlp: no kernels installed, no torch-level rewrites: the same code " \
+        "as inductor" in text  # fmt: skip
+    assert "same code" in tables.format_markdown(r)
+    tables.write_json(r, tmp_path / "r.json")
+    data = json.loads((tmp_path / "r.json").read_text())
+    assert data["geomean_speedup_vs_inductor"]["kernelpro"] == 1.0
+    assert data["workloads"][0]["modes"][2]["same_code_as"] == "inductor"
+    assert plots.bar_height(w, "kernelpro", "inductor") == 1.0  # the chart's bar: no 1.05x
+
+
+def test_a_kernel_in_use_a_rewrite_or_an_unrecorded_fallback_keeps_the_speedup():
+    """Kernels in use, or a torch-level rewrite with no kernel (a GPT's attention -> SDPA: its
+    1.28x on an H100 came with 0 kernels), change the code: the speedup stands. So does a
+    result that does not record the fallback (from before), which cannot be told apart."""
+    for kernels, rewrites, fallback in [
+        ("2/21", "none", "inductor"),
+        ("0/404", "attention 24, linear_cross_entropy 1", "inductor"),
+        ("0/21", "none", ""),
+    ]:
+        r = _same_code_report(kernels, rewrites, fallback)
+        assert r.workloads[0].same_code_as("kernelpro") is None
+        assert "kernelpro: geomean 2.11x vs eager, 1.05x vs inductor" in tables.format_console(r)
+
+
+def test_in_a_mixed_run_a_same_code_workload_counts_one_in_the_geomean():
+    kept = _same_code_report(kernels="1/3").workloads[0]
+    kept.workload, kept.modes[2].median_ms = "softmax", 0.5  # 2x Inductor with its kernel
+    r = _same_code_report()
+    r.workloads.insert(0, kept)
+    assert r.geomean_speedup("kernelpro", "inductor") == pytest.approx(2.0**0.5)
+    text = tables.format_console(r)
+    assert "1.41x vs inductor (1 of 2 ran inductor's own code: 1.00x)" in text
+
+
+def test_with_the_eager_fallback_kernelpro_ran_eagers_code():
+    r = _same_code_report(fallback="eager")
+    row = next(row for row in tables.rows(r) if row[3] == "kernelpro")
+    assert row[6:8] == ("same code", "-")
+    assert r.geomean_speedup("kernelpro", "eager") == 1.0
+
+
+def test_a_tiny_round_speedup_is_not_printed_as_zero_and_wild_rounds_are_called_noise():
+    """A busy CPU: one eager round 700x slower than Inductor's. Its bracket once read
+    "[0.00-3.70]"; it shows the figure itself, and the row is listed as noise."""
+    r = _same_code_report(eager_rounds=[700.0, 0.27])
+    text = tables.format_console(r)
+    assert "[0.0014-3.70]" in text and "[0.00-" not in text
+    assert "mlp / eager: rounds from 0.0014x to 3.70x vs inductor" in text
+    assert tables.ratio(0.5) == "0.50x" and tables.ratio(0.0) == "0x"

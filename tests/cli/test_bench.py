@@ -123,3 +123,17 @@ def test_full_size_ops_on_the_gpu(tmp_path):
     for w in data["workloads"]:
         assert all(m["status"] == "ok" for m in w["modes"]), w
     assert rc == 0
+
+
+def test_a_kernelpro_mode_that_ran_its_fallbacks_code_is_marked_so(kernelpro_run):
+    """On the CPU no kernel is installed: where no torch-level rewrite was made either,
+    kernelpro ran its fallback's (eager's) own code and the JSON says so; where one was (the
+    GPTs' attention), it did not."""
+    _, data, md = kernelpro_run
+    for w in data["workloads"]:
+        kp = w["modes"][1]
+        assert kp["fallback"] == "eager", w["workload"]
+        plain = kp["kernels"].startswith("0/") and kp["rewrites"] == "none"
+        assert kp["same_code_as"] == ("eager" if plain else None), (w["workload"], kp)
+    assert any(w["modes"][1]["same_code_as"] is None for w in data["workloads"])
+    assert "the same code as eager" in md
