@@ -44,6 +44,7 @@ from kernelpro_backend.bench.results import (  # noqa: E402
     BenchReport,
     ModeResult,
     WorkloadResult,
+    per_problem,
 )
 from kernelpro_backend.bench.runner import RunConfig, new_report, run_workloads  # noqa: E402
 from kernelpro_backend.bench.sol import device_roofs, device_sol_hooks  # noqa: E402
@@ -163,7 +164,7 @@ def main() -> int:
             file=sys.stderr,
         )
         tables.write_json(report, out / "bench.json")
-    (out / "problems.json").write_text(json.dumps(tables.per_problem(report), indent=1) + "\n")
+    (out / "problems.json").write_text(json.dumps(per_problem(report), indent=1) + "\n")
     finish(report, out, left, args.budget_s)
     print(f"[gpu_bench] total {time.perf_counter() - start:.0f}s", file=sys.stderr)
     return 0
@@ -205,7 +206,7 @@ def precompiled(
 def finish(report: BenchReport, out: Path, left: list[str], budget_s: float) -> None:
     """Write bench.json, bench.md, bench.txt and the plots; print the table."""
     tables.write_json(report, out / "bench.json")
-    (out / "problems.json").write_text(json.dumps(tables.per_problem(report), indent=1) + "\n")
+    (out / "problems.json").write_text(json.dumps(per_problem(report), indent=1) + "\n")
     tables.write_markdown(report, out / "bench.md")
     _, plot_message = write_plots(report, out)
     text = tables.format_console(report)

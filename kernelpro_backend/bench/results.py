@@ -257,3 +257,20 @@ class BenchReport:
             roofs=dict(d.get("roofs") or {}),
             power=dict(d.get("power") or {}),
         )
+
+
+def per_problem(report: BenchReport) -> dict[str, dict[str, Any]]:
+    """{workload: {"eager_ms", "inductor_ms", "kernelpro_ms", "ok", "kernels"}}: one line of
+    a run per problem, the form KernelBench runs are committed in (docs/gpu_runs/)."""
+    out: dict[str, dict[str, Any]] = {}
+    for w in report.workloads:
+        ms = {m.mode: m for m in w.modes}
+        kernelpro = ms.get("kernelpro")
+        row: dict[str, Any] = {
+            f"{mode}_ms": ms[mode].median_ms if mode in ms else None
+            for mode in ("eager", "inductor", "kernelpro")
+        }
+        row["ok"] = all(m.status == "ok" for m in w.modes)
+        row["kernels"] = kernelpro.kernels if kernelpro is not None else ""
+        out[w.workload] = row
+    return out

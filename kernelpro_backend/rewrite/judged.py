@@ -194,7 +194,7 @@ class Judging:
         if kept is not None:
             if kept != self.every:
                 log.info(
-                    "kernelpro: the %s graph runs with %d of its %d kernel(s), as judged in "
+                    "the %s graph runs with %d of its %d kernel(s), as judged in "
                     "context %s: %s", self._label, len(kept), len(self.kernels),
                     (self.known or {}).get("time", "before"), (self.known or {}).get("dropped"),
                 )  # fmt: skip
@@ -214,7 +214,7 @@ class Judging:
         for kernel in order[:MAX_LEAVE_OUT]:
             if spent + estimate > self.budget_s:
                 log.info(
-                    "kernelpro: the %s graph's verdict times no more leave-one-out variants: "
+                    "the %s graph's verdict times no more leave-one-out variants: "
                     "%.1f s of its %.1f s budget spent", self._label, spent, self.budget_s,
                 )  # fmt: skip
                 plan.over_budget = True
@@ -256,7 +256,7 @@ class Judging:
     ) -> Compiled:
         """No trial can be made: the conservative decision (verdict_plan.py), recorded (over
         budget) with the budget it was made under, so a larger one judges again."""
-        log.info("kernelpro: the %s graph's in-context verdict is %s: deciding on the "
+        log.info("the %s graph's in-context verdict is %s: deciding on the "
                  "isolated figures", self._label, why)  # fmt: skip
         outcome = plan.unjudged()
         compiled = variants.get(outcome.kept)
@@ -264,7 +264,7 @@ class Judging:
             try:
                 compiled = compile_beside(lambda: compile_variant(outcome.kept))
             except Exception as e:  # a bug to report; the graph with the kernels is proved
-                log.warning("kernelpro: the %s graph's conservative variant did not compile "
+                log.warning("the %s graph's conservative variant did not compile "
                             "(%s); running it with all its kernels", self._label, e)  # fmt: skip
                 return variants[self.every]
         log.info(outcome.describe(self._label))

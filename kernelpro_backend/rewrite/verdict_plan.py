@@ -145,7 +145,7 @@ class Outcome:
         n = len(self.kernels)
         kept = f"keeps {len(self.kept)} of its {n} kernel(s) {sorted(self.kept)}"
         dropped = [f"{k} ({self.why_dropped(k)})" for k in self.kernels if k not in self.kept]
-        text = f"kernelpro: in context, the {label} graph {kept}"
+        text = f"in context, the {label} graph {kept}"
         text += f"; drops {'; '.join(dropped)}" if dropped else ""
         first = self.first
         text += f": {first.describe()}" if first is not None else ": not timed"

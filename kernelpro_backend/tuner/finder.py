@@ -295,7 +295,7 @@ class KernelFinder:
             return False  # an eager entry without figures: its only merit is a measured gain
         if self.options.in_context and not behind_op and near_tie(artifact.kernel_ms, base):
             log.info(
-                "kernelpro cache: cached %s kernel ties with %s alone (%.4g ms against %.4g); "
+                "cached %s kernel ties with %s alone (%.4g ms against %.4g); "
                 "served tentatively, for the in-context verdict to decide",
                 artifact.pattern, self.options.fallback, artifact.kernel_ms, base,
             )  # fmt: skip

@@ -3,7 +3,7 @@ import json
 import pytest
 
 from kernelpro_backend.bench import plots, tables
-from kernelpro_backend.bench.results import BenchReport, ModeResult, WorkloadResult
+from kernelpro_backend.bench.results import BenchReport, ModeResult, WorkloadResult, per_problem
 
 
 def _report():
@@ -190,7 +190,7 @@ def test_regret_names_each_kernel_a_per_kernel_verdict_dropped_with_its_figures(
 
 
 def test_per_problem_is_the_committed_form():
-    rows = tables.per_problem(_report())
+    rows = per_problem(_report())
     assert rows == {
         "softmax": {
             "eager_ms": 2.0,
