@@ -138,7 +138,8 @@ def symbol_dims(inputs: Sequence[fx.Node]) -> list[tuple[int, int, Any]]:
 
 def dynamic_sizes(dims: Sequence[tuple[int, int, Any]], sizes: CallSizes) -> tuple[int, ...]:
     """The values at `sizes` of the symbols of the dimensions `symbol_dims` found (a bare
-    symbol read off its dimension; `2*s0` solved for s0), sorted, each once."""
+    symbol read off its dimension; `2*s0` solved for s0; one sympy cannot solve, such as
+    Swin's `((s0//4) + Mod(...))//4`, left out), sorted, each once."""
     import sympy
 
     values: dict[Any, int] = {}
@@ -151,7 +152,11 @@ def dynamic_sizes(dims: Sequence[tuple[int, int, Any]], sizes: CallSizes) -> tup
         if expr.is_Symbol:
             values[sym] = size
             continue
-        roots = [r for r in sympy.solve(sympy.Eq(expr, size), sym) if r.is_integer and r > 0]
+        try:
+            solved = sympy.solve(sympy.Eq(expr, size), sym)
+        except (NotImplementedError, TypeError, ValueError):  # floor division, Mod: unsolved
+            continue  # the symbol's value comes from another dimension, or is not a key's
+        roots = [r for r in solved if r.is_integer and r > 0]
         if len(roots) == 1:
             values[sym] = int(roots[0])
     return tuple(sorted(set(values.values())))

@@ -81,13 +81,13 @@ def _evaluate(mask: fx.Node, cache: dict[fx.Node, Any]) -> Any:
     return result
 
 
-def _causal(value: torch.Tensor, size: int) -> bool | None:
-    """True: `value` is `tril(ones(size, size))`'s pattern; False: every entry attends; None:
-    neither."""
+def _causal(value: torch.Tensor, rows: int, cols: int) -> bool | None:
+    """True: `value` is `tril(ones(rows, cols))`'s pattern over a square score; False: every
+    entry attends (any score, cross-attention's too); None: neither."""
     if value.dim() < 2:
         return None
     try:
-        full = torch.broadcast_to(value, (*value.shape[:-2], size, size))
+        full = torch.broadcast_to(value, (*value.shape[:-2], rows, cols))
     except RuntimeError:
         return None
     if value.dtype == torch.bool:
@@ -101,7 +101,9 @@ def _causal(value: torch.Tensor, size: int) -> bool | None:
         return None
     if bool(attend.all()):
         return False
-    tril = torch.ones(size, size, dtype=torch.bool).tril()
+    if rows != cols:  # SDPA's is_causal is top-left aligned: only a square score is rewritten
+        return None
+    tril = torch.ones(rows, cols, dtype=torch.bool).tril()
     return True if bool((attend == tril).all()) else None
 
 
@@ -122,9 +124,9 @@ def simplify_sdpa_masks(gm: fx.GraphModule, notes: list[ChainNote] | None = None
             value = _evaluate(mask, cache)
         except _NotConstant:
             continue  # built from the inputs (padding): a real mask
-        size = q.shape[-2]
-        causal = _causal(value, size) if isinstance(value, torch.Tensor) else None
-        if causal is None or (causal and k.shape[-2] != size):
+        rows, cols = q.shape[-2], k.shape[-2]
+        causal = _causal(value, rows, cols) if isinstance(value, torch.Tensor) else None
+        if causal is None:
             note(notes, NAME, node, None, "mask is a constant but neither all-attend nor causal")
             continue
         args, kwargs = list(node.args), dict(node.kwargs)

@@ -94,6 +94,12 @@ def test_a_causal_pattern_over_a_non_square_score_stays():
     assert n == 0 and "attn_mask" in code
 
 
+def test_an_all_attend_mask_over_a_non_square_score_is_dropped():
+    """Cross-attention (T5's decoder reading the encoder): queries and keys of other lengths."""
+    n, code, _ = _simplified("all", s=T + 4)
+    assert n == 1 and "attn_mask" not in code
+
+
 @pytest.mark.parametrize("kind", ["all", "causal", "additive_causal", "padding"])
 def test_training_through_the_backend_matches_eager(kind):
     torch._dynamo.reset()

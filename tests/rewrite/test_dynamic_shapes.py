@@ -199,6 +199,22 @@ def test_dynamic_sizes_read_bare_symbols_and_solve_multiples():
     assert dynamic_sizes([(0, 0, 2 * s0), (0, 1, s0)], sizes) == (32,)
 
 
+def test_a_size_expression_sympy_cannot_solve_is_left_out_not_raised():
+    """Swin's patch merging under automatic dynamic shapes: a dimension of
+    `((s0//4) + Mod(4 - Mod(s0//4, 4), 4))//4 - 2`; solving it raised NotImplementedError out of
+    the backend (a second model compiled in one process: `kernelpro explain` of T5 then Swin)."""
+    import sympy
+    from torch.utils._sympy.functions import FloorDiv, Mod
+
+    from kernelpro_backend.fx_passes.concrete import dynamic_sizes
+
+    s0, s1 = sympy.symbols("s0 s1", integer=True, positive=True)
+    quarter = FloorDiv(s0, 4)
+    hard = FloorDiv(quarter + Mod(4 - Mod(quarter, 4), 4), 4) - 2
+    sizes = (((3, 5), (5, 1), "float32"), 9)
+    assert dynamic_sizes([(0, 0, hard), (1, -1, s1)], sizes) == (9,)
+
+
 def test_missed_sizes_share_one_size_generic_compile_of_the_fallback():
     """More sizes without a kernel than any per-size compile budget: every one runs the same
     compiled, size-generic fallback (not the subgraph's ATen ops), matching eager."""
