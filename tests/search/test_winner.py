@@ -179,21 +179,21 @@ def test_energy_takes_a_candidate_at_the_time_tolerance_but_not_past_it():
 
 
 def test_energy_needs_a_saving_beyond_the_noise_to_trade_time():
-    assert ENERGY_NOISE == 0.02
-    inside = energy_case(("fast", 1.00, 1.000), ("frugal", 1.01, 0.981))  # 1.9% fewer J
+    assert ENERGY_NOISE == 0.07  # above the repeat spread the H100 showed (3-6%)
+    inside = energy_case(("fast", 1.00, 1.000), ("frugal", 1.01, 0.931))  # 6.9% fewer J
     assert choose_winner(*inside, "energy").winner == "fast"
-    beyond = energy_case(("fast", 1.00, 1.000), ("frugal", 1.01, 0.979))  # 2.1% fewer J
+    beyond = energy_case(("fast", 1.00, 1.000), ("frugal", 1.01, 0.929))  # 7.1% fewer J
     assert choose_winner(*beyond, "energy").winner == "frugal"
 
 
 def test_energy_ties_within_the_noise_go_to_the_faster_then_the_lower_node():
-    # b and c save > 2% and are within 2% of each other's joules: the faster of them, c
-    tied = energy_case(("fast", 1.000, 1.0), ("b", 1.015, 0.90), ("c", 1.010, 0.91))
+    # b and c save > 7% and are within 7% of each other's joules: the faster of them, c
+    tied = energy_case(("fast", 1.000, 1.0), ("b", 1.015, 0.80), ("c", 1.010, 0.82))
     assert choose_winner(*tied, "energy").winner == "c"
-    same = energy_case(("fast", 1.000, 1.0), ("b", 1.010, 0.90), ("c", 1.010, 0.90))
+    same = energy_case(("fast", 1.000, 1.0), ("b", 1.010, 0.80), ("c", 1.010, 0.80))
     assert choose_winner(*same, "energy").node_id == 2
-    # d saves more than 2% beyond c: fewest joules wins even though c is faster
-    apart = energy_case(("fast", 1.000, 1.0), ("c", 1.005, 0.95), ("d", 1.015, 0.80))
+    # d saves more than 7% beyond c: fewest joules wins even though c is faster
+    apart = energy_case(("fast", 1.000, 1.0), ("c", 1.005, 0.90), ("d", 1.015, 0.80))
     assert choose_winner(*apart, "energy").winner == "d"
 
 
