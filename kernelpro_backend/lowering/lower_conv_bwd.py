@@ -44,7 +44,10 @@ def lower_conv_backward(sg: Subgraph) -> dict[str, Any]:
         raise Unsupported("transposed convolutions have no backward template")
     x_val, w_val, dy_val = x.meta["val"], w.meta["val"], dy.meta["val"]
     if x_val.dim() not in (3, 4):
-        raise Unsupported(f"a {x_val.dim() - 2}-D convolution: only 1-D and 2-D ones have one")
+        raise Unsupported(
+            f"a {x_val.dim() - 2}-D convolution: the conv templates take 1-D and 2-D ones; it "
+            "runs on the fallback (cuDNN)"
+        )
     dtypes = {x_val.dtype, w_val.dtype, dy_val.dtype}
     if len(dtypes) != 1 or x_val.dtype not in (torch.float32, torch.bfloat16, torch.float16):
         raise Unsupported(

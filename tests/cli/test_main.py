@@ -101,7 +101,7 @@ def test_explain_shows_the_torch_level_rewrites_a_compile_makes(capsys):
 
     model, inputs = tiny_gpt()
     rows, made = explain_model(model, *inputs)
-    assert made == {"attention": 2, "linear_cross_entropy": 1}
+    assert made == {"attention": 2, "attention_mask": 0, "linear_cross_entropy": 1}
     patterns = {(r.graph, r.pattern) for r in rows}
     assert {("forward", "sdpa"), ("backward", "sdpa_backward")} <= patterns
     as_written = {r.pattern for r in explain(model, *inputs)}
@@ -175,8 +175,8 @@ CONV_TARGET = """
 import torch
 
 def make():
-    model = torch.nn.Sequential(torch.nn.Conv2d(8, 8, 3, padding=1), torch.nn.SiLU())
-    return model, (torch.randn(2, 8, 16, 16),)
+    model = torch.nn.Sequential(torch.nn.Conv3d(4, 4, 3, padding=1), torch.nn.SiLU())
+    return model, (torch.randn(2, 4, 6, 6, 6),)
 """
 
 
