@@ -17,6 +17,7 @@ one is read, and what its first step included.
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import statistics
 import tempfile
@@ -142,6 +143,19 @@ def _modes(
     }
 
 
+def _said_no_cuda() -> None:
+    """The backend's once-a-process warning that there is no CUDA GPU, spent silently: the demo
+    has just said so in its own words (a fresh clone's run shows nothing twice)."""
+    from ..backend import _warn_no_cuda_once
+
+    logger = logging.getLogger("kernelpro")
+    disabled, logger.disabled = logger.disabled, True
+    try:
+        _warn_no_cuda_once()
+    finally:
+        logger.disabled = disabled
+
+
 def run_demo(steps: int = 20) -> int:
     cuda = torch.cuda.is_available()
     device = "cuda" if cuda else "cpu"
@@ -149,6 +163,7 @@ def run_demo(steps: int = 20) -> int:
     print(f"kernelpro demo: transformer block, batch {batch}, seq {seq}, on {device}")
     if not cuda:
         print("No CUDA GPU here: kernel search needs one, so kernelpro runs its fallback only.")
+        _said_no_cuda()
     losses: dict[str, float] = {}
     sessions: list[CompileSession] = []
     modes = _modes(cuda, sessions)
