@@ -142,7 +142,10 @@ def time_ms(fn: Callable[[], Any], iters: int) -> float:
 
 
 def joules(fn: Callable[[], Any], meter: Any, call_ms: float) -> float | None:
-    """Joules per call of `fn` run back to back in batches of ~5 ms (profilers/energy.py)."""
+    """Joules per call of `fn` run back to back in batches of ~5 ms (profilers/energy.py);
+    None without NVML."""
+    if meter is None:
+        return None
     batch = batch_calls(call_ms / 1e3)
 
     def run() -> int:
@@ -280,10 +283,11 @@ def runnable(artifact: Any, sg: Any, fallback: Callable[..., Any]) -> Callable[.
 def call_subgraph(fn: Callable[..., Any], shapes: list, dtype: torch.dtype, precision: str) -> Any:
     """The row or GEMM subgraph a compile of `fn` cuts (dynamo, Inductor's front half and the
     partitioner, as explain does: make_fx alone leaves aten._softmax, which no template
-    lowers), search off."""
+    lowers), search off; the eager fallback, whose subgraphs and keys are Inductor's (backend.py)
+    without its compile."""
     torch._dynamo.reset()
     inputs = [torch.randn(s, dtype=dtype, device=DEV) for s in shapes]
-    opts = {"precision": precision, **({"fallback": "eager"} if SMOKE else {})}
+    opts = {"precision": precision, "fallback": "eager"}
     found = [s for s in cut_subgraphs(fn, *inputs, train=False, backend_options=opts)
              if s.kind in ("reduction", "gemm")]  # fmt: skip
     assert found, "no row or GEMM subgraph cut"
@@ -405,7 +409,7 @@ def run_train(cache: str, budget_s: float, trials: int, meter: Any) -> dict[str,
             continue
         torch._dynamo.reset()
         model = copy.deepcopy(base)  # the same weights in every mode
-        opt = torch.optim.AdamW(model.parameters(), lr=1e-4, foreach=True)
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=not SMOKE)
         sessions: list[Any] = []
         if mode == "inductor":
             compiled = torch.compile(model)
@@ -428,7 +432,8 @@ def run_train(cache: str, budget_s: float, trials: int, meter: Any) -> dict[str,
     row["searches"] = {k[:12]: v["worker"] for k, v in recorder.searched.items()}
     row["same_kernel"] = all(_same(v["artifacts"]["time"], v["artifacts"]["energy"])
                              for v in recorder.searched.values())  # fmt: skip
-    row["measured"] = side_by_side(steps, meter)
+    m = side_by_side(steps, meter)
+    row["measured"] = {"time": m["time"], "energy": m["energy"], **m}
     return _compare(row)
 
 
@@ -457,6 +462,10 @@ def table(results: dict[str, Any]) -> str:
         if wd:
             text += f"; in the search {100 * wd['J']:+.1f}% J at {100 * wd['ms']:+.1f}% ms"
         lines.append(text)
+    done = {k: r for k, r in results.items() if "measured" in r}
+    differ = [k for k, r in done.items() if not r.get("same_kernel")]
+    lines.append(f"energy picked other kernels than time in {len(differ)} of {len(done)} cases"
+                 + (f": {', '.join(differ)}" if differ else ""))  # fmt: skip
     return "\n".join(lines)
 
 
