@@ -462,6 +462,12 @@ def table(results: dict[str, Any]) -> str:
         if wd:
             text += f"; in the search {100 * wd['J']:+.1f}% J at {100 * wd['ms']:+.1f}% ms"
         lines.append(text)
+        for key, w in (row.get("searches") or {}).items():  # the training step's searches
+            t, e = w["time"], w["energy"]
+            if t["winner"] != e["winner"] and t.get("J") and e.get("J"):
+                lines.append(f"{'':30} search {key}: time {t['winner']} {t['ms']:.4g} ms "
+                             f"{t['J'] * 1e3:.4g} mJ, energy {e['winner']} {e['ms']:.4g} ms "
+                             f"{e['J'] * 1e3:.4g} mJ")  # fmt: skip
     done = {k: r for k, r in results.items() if "measured" in r}
     differ = [k for k, r in done.items() if not r.get("same_kernel")]
     lines.append(f"energy picked other kernels than time in {len(differ)} of {len(done)} cases"
