@@ -15,10 +15,15 @@ training step (bf16, 4x1024x1024): compiled once under "energy" (its row subgrap
 then once more with each search's "time" pick replayed without searching, then by Inductor;
 joules per step. All searches share one cache, so one worker pool and one ceilings measurement.
 
-No case starts after --deadline-s; those left are listed. Writes $OUT/energy.json (after each
-case) and $OUT/energy.txt; prints the table last.
+The time rule here chooses among the energy search's candidates, which include the moves only
+objective "energy" proposes (fewer warps/stages): a search under "time" would not propose
+those, and its tree (so its trials) would differ; the budget is the same.
 
-    OUT=/tmp/out python docs/gpu_runs/2026-12-06-energy/probe.py [--only softmax] [--budget-s 4]
+No case starts after --deadline-s (190 s: about 200-230 s in all on one H100, est.); those
+left are listed. Writes $OUT/energy.json (after each case) and $OUT/energy.txt; prints the
+table last.
+
+    PYTHONPATH=. OUT=/tmp/out python docs/gpu_runs/2026-12-06-energy/probe.py [--only softmax]
     PROBE_SMOKE=1 python docs/gpu_runs/2026-12-06-energy/probe.py  # or --smoke: CPU, Triton's
         interpreter, a fake measurer and a fake energy meter: the probe's own logic end to end
 """
