@@ -39,7 +39,7 @@ import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -163,10 +163,11 @@ def joules(fn: Callable[[], Any], meter: Any, call_ms: float) -> float | None:
     return None if reading is None else reading.joules_per_call
 
 
-def side_by_side(methods: dict[str, Callable[[], Any]], meter: Any) -> dict[str, dict]:
+def side_by_side(methods: Mapping[str, Callable[[], Any]], meter: Any) -> dict[str, dict]:
     """Each method's median ms over interleaved rounds of ~5 ms, then its joules per call read
     twice, interleaved across the methods."""
-    iters, out = {}, {}
+    iters: dict[str, int] = {}
+    out: dict[str, dict[str, Any]] = {}
     for name, fn in methods.items():
         fn()
         _sync()
@@ -222,7 +223,7 @@ class FakeSearcher:
         if self.options.search_patterns and sg.pattern not in self.options.search_patterns:
             self.outcome, self.skipped = None, "not in search_patterns"
             return None
-        space = codegen_space()
+        space: Any = codegen_space()
         self.layout.logs.mkdir(parents=True, exist_ok=True)
         self.outcome = optimize(sg, space=space, measurer=FakeMeasurer(space),
                                 budget=Budget(self.options.max_trials, 1e9, None, None),
@@ -293,7 +294,8 @@ def call_subgraph(fn: Callable[..., Any], shapes: list, dtype: torch.dtype, prec
     torch._dynamo.reset()
     inputs = [torch.randn(s, dtype=dtype, device=DEV) for s in shapes]
     opts = {"precision": precision, "fallback": "eager"}
-    found = [s for s in cut_subgraphs(fn, *inputs, train=False, backend_options=opts)
+    model: Any = fn
+    found = [s for s in cut_subgraphs(model, *inputs, train=False, backend_options=opts)
              if s.kind in ("reduction", "gemm")]  # fmt: skip
     assert found, "no row or GEMM subgraph cut"
     return found[0]
@@ -363,7 +365,8 @@ class Recorder:
     outcome by subgraph key for the replay."""
 
     def __init__(self, inner: Any) -> None:
-        self.inner, self.searched = inner, {}
+        self.inner = inner
+        self.searched: dict[str, Any] = {}
 
     @property
     def skipped(self) -> str | None:
@@ -381,7 +384,8 @@ class Replay:
     compile's search of the same key (same candidates, same measurements)."""
 
     def __init__(self, searched: dict[str, Any]) -> None:
-        self.searched, self.skipped = searched, None
+        self.searched = searched
+        self.skipped: str | None = None
 
     def __call__(self, sg: Any) -> Any:
         found = self.searched.get(sg.key.digest)
@@ -401,7 +405,7 @@ def run_train(cache: str, budget_s: float, trials: int, meter: Any) -> dict[str,
     extra = {"search_patterns": ROW_PATTERNS, **({"fallback": "eager"} if SMOKE else {})}
     opts = search_options(cache, budget_s, trials, **extra)
     recorder = Recorder(FakeSearcher(opts) if SMOKE else SubgraphSearcher(opts))
-    common = {"search": "on-miss", "progress": False, **extra}
+    common: dict[str, Any] = {"search": "on-miss", "progress": False, **extra}
     plans = {
         "energy": (_provider(recorder), {**common, "objective": "energy", "cache_dir": cache}),
         "time": (_provider(Replay(recorder.searched)),
@@ -498,7 +502,7 @@ def main() -> None:
             "budget_s": a.budget_s, "trials": a.trials, "nvml": meter is not None}  # fmt: skip
     cache = tempfile.mkdtemp(prefix="kp-energy-")  # one for every search: one pool, one ceilings
     opts = search_options(cache, a.budget_s, a.trials)
-    searcher = FakeSearcher(opts) if SMOKE else SubgraphSearcher(opts)
+    searcher: Any = FakeSearcher(opts) if SMOKE else SubgraphSearcher(opts)
     if not SMOKE:
         searcher.prestart()  # the pool's ~15 s start overlaps the first case's cut
     names = list(CALLS)
