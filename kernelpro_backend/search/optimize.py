@@ -33,7 +33,7 @@ from .proposer import Proposer
 from .rules import RuleProposer
 from .space import SearchSpace
 from .tree import SearchTree, TreeParams
-from .winner import OBJECTIVES, Measured, choose_winner, fastest_baseline, replaces
+from .winner import OBJECTIVES, Choice, Measured, choose_winner, fastest_baseline, replaces
 
 _log = logging.getLogger("kernelpro")
 
@@ -55,6 +55,14 @@ class SearchOutcome:
     trials_saved: int  # by the SOL/plateau rules, against budget.max_trials
     stop_reason: str
     tree: dict[str, Any]  # SearchTree.summary()
+    # The pick of each objective's rule from these same measurements (the "energy" one shows a
+    # saving only where joules were measured); `under` gives the outcome as another rule picks.
+    choices: dict[str, Choice] = dataclasses.field(default_factory=dict)
+
+    def under(self, objective: str) -> SearchOutcome:
+        """This search's outcome had `objective`'s rule chosen, from the same candidates."""
+        c = self.choices[objective]
+        return dataclasses.replace(self, winner=c.winner, winner_id=c.node_id, result=c.result)
 
     @property
     def uses_fallback(self) -> bool:
@@ -292,13 +300,12 @@ class _Search:
         )
 
     def finish(self, reason: str, objective: str, min_gain_ms: float) -> SearchOutcome:
-        choice = choose_winner(
-            self.measured,
-            self.baselines,
-            objective,
-            min_gain_ms=min_gain_ms,
-            surcharge=getattr(self.space, "surcharge_ms", None),
-        )
+        surcharge = getattr(self.space, "surcharge_ms", None)
+        choices = {
+            rule: choose_winner(self.measured, self.baselines, rule, min_gain_ms, surcharge)
+            for rule in OBJECTIVES
+        }
+        choice = choices[objective]
         tracker = self.tracker
         outcome = SearchOutcome(
             subgraph=self.digest,
@@ -312,6 +319,7 @@ class _Search:
             trials_saved=tracker.trials_saved(reason),
             stop_reason=reason,
             tree=self.tree.summary(),
+            choices=choices,
         )
         search_s = tracker.elapsed()
         why = _why_few(reason, tracker.trials, self.budget, self.measured)

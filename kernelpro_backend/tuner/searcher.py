@@ -2,8 +2,8 @@
 
 Owns: `SubgraphSearcher` (subgraph -> proved winner as a `KernelArtifact`, or None when the
 fallback stays fastest, no template covers the subgraph, or it cannot fit on the GPU),
-`make_proposer` (the proposer `options.proposer` names) and `power_header` (the power cap the
-search log records).
+`outcome_artifact` (a search's outcome -> what the cache stores), `make_proposer` (the proposer
+`options.proposer` names) and `power_header` (the power cap the search log records).
 Must not: read or write the cache (finder.py does), or compile, validate and time candidates
 itself (the pool's workers do, through measurer.py).
 """
@@ -35,7 +35,7 @@ from ..runtime.job import Job
 from ..runtime.memory import Footprint, MemoryPlan, gpu_free_bytes, plan_memory
 from ..runtime.shared_pool import lease_pool, prestart_pool
 from ..runtime.worker_setup import WorkerSetup
-from ..search import Budget, SearchMemory, codegen_space, optimize
+from ..search import Budget, SearchMemory, SearchOutcome, codegen_space, optimize
 from .artifacts import winner_fields
 from .cutlass_builds import CutlassBuilds
 from .eager import clear_win, eager_artifact
@@ -80,6 +80,9 @@ class SubgraphSearcher:
         self.options = options
         self.proposer = make_proposer(options)
         self.skipped: str | None = None
+        # The last search's outcome (None: not searched): its `under(objective)` and
+        # `outcome_artifact` give the kernel another objective's rule keeps from the same trials.
+        self.outcome: SearchOutcome | None = None
         self._ceilings: Ceilings | None = None
         self.layout = CacheLayout.of(options.cache_dir)  # logs, memory, ceilings, cubins
         self.cutlass = CutlassBuilds(self.layout.cubin_root, options.cutlass_jobs)
@@ -196,7 +199,7 @@ class SubgraphSearcher:
         return plan_memory(footprint, gpu_free_bytes(subgraph.device), self.options.workers)
 
     def __call__(self, subgraph: Subgraph) -> KernelArtifact | None:
-        self.skipped = None
+        self.skipped, self.outcome = None, None
         if not self._selected(subgraph):
             return None
         templated = self._has_template(subgraph)
@@ -242,7 +245,8 @@ class SubgraphSearcher:
                 fixed_s=fixed,
                 header=power_header(str(subgraph.device)),
             )
-        return _artifact(outcome, subgraph, log_path, self.layout.cubin_root, self.options)
+        self.outcome = outcome
+        return outcome_artifact(outcome, subgraph, log_path, self.layout.cubin_root, self.options)
 
 
 @functools.cache
@@ -290,8 +294,8 @@ def _eager_or_none(
     return artifact
 
 
-def _artifact(
-    outcome: Any, subgraph: Subgraph, log_path: str, cubin_dir: Path, options: Options
+def outcome_artifact(
+    outcome: SearchOutcome, subgraph: Subgraph, log_path: str, cubin_dir: Path, options: Options
 ) -> KernelArtifact | None:
     baselines = {k: r.median_ms for k, r in outcome.baselines.items() if r.ok and r.median_ms}
     if outcome.uses_fallback or outcome.result is None:

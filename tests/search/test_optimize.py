@@ -243,3 +243,28 @@ def test_time_search_logs_no_energy_choice(tmp_path):
     events = [json.loads(line) for line in log_path.read_text().splitlines()]
     assert "energy_choice" not in events[-1] and "power_cap" not in events[0]
     assert not any("energy_j" in e for e in events[1:-1])
+
+
+def test_one_search_gives_each_objectives_pick_from_the_same_trials():
+    def landscape(k):
+        return {1: 0.9, 2: 0.91}.get(k["num_warps"], 1.5)
+
+    def energy(k):
+        return {1: 2.0, 2: 1.0}.get(k["num_warps"], 3.0)
+
+    measurer = SyntheticMeasurer(landscape, energy=energy)
+    out = optimize(
+        FakeSubgraph(),
+        space=SyntheticSpace({"num_warps": (1, 2, 4)}, [{"num_warps": 4}]),
+        measurer=measurer,
+        budget=Budget(max_trials=10, max_seconds=1e9, **NO_EARLY_STOP),
+        objective="energy",
+        progress=False,
+    )
+    assert len(measurer.measured) == 3  # one search: each candidate measured once
+    by_time, by_energy = out.under("time"), out.under("energy")
+    assert dict(by_time.winner.knobs) == {"num_warps": 1} and by_time.result.median_ms == 0.9
+    assert dict(by_energy.winner.knobs) == {"num_warps": 2} and by_energy.result.energy_j == 1.0
+    assert by_energy.winner == out.winner and by_time.winner_id != out.winner_id
+    assert out.choices["time"].why == {} and out.choices["energy"].why["winner"]["j"] == 1.0
+    assert by_time.baselines is out.baselines and by_time.trials == out.trials

@@ -1,11 +1,13 @@
 """The searcher and its measurer: `options.proposer` is honoured, and "llm" without its endpoint settings
 fails once, at set-up, saying what to set; the measurer asks the workers for the two-stage
 feedback (`options.search_tools`, ncu only below the subgraph's best time) and classifies a
-result itself only when the worker's feedback failed."""
+result itself only when the worker's feedback failed; the searcher keeps its last outcome, from
+which each objective's rule gives its artifact."""
 
 from __future__ import annotations
 
 import contextlib
+import json
 
 import pytest
 
@@ -208,3 +210,58 @@ def test_a_proof_of_a_neighbouring_sizes_winner_measures_it_alone():
         tanh_subgraph(), hints=(("rowwise", (("num_warps", 4),)),), hints_only=True
     )
     assert _options_for(Options(max_trials=64), hinted).max_trials == 1
+
+
+def test_the_searcher_keeps_its_outcome_and_each_rules_artifact_comes_from_it(
+    monkeypatch, tmp_path
+):
+    """One search under "energy": the artifact returned is the energy rule's pick; the time
+    rule's, from the same trials, is another kernel (the fastest), with no second search."""
+    import torch
+    from helpers import subgraphs_of
+
+    import kernelpro_backend.tuner.searcher as searcher_module
+    from kernelpro_backend.runtime.result import EvalResult, EvalStatus
+    from kernelpro_backend.search import optimize
+    from kernelpro_backend.tuner.searcher import SubgraphSearcher, outcome_artifact
+
+    class Measurer:  # by the candidate's warps: 4 the fastest, 2 1.2% slower at half the joules
+        def measure(self, subgraph, candidates):
+            figures = [{4: (0.5, 2.0), 2: (0.506, 1.0)}.get(dict(c.knobs).get("num_warps"),
+                                                            (0.9, 3.0)) for c in candidates]  # fmt: skip
+            return [EvalResult(EvalStatus.OK, median_ms=ms, spread_ms=1e-4, energy_j=j)
+                    for ms, j in figures]  # fmt: skip
+
+        def baselines(self, subgraph):
+            return {"inductor": EvalResult(EvalStatus.OK, median_ms=1.0, spread_ms=1e-3)}
+
+    searches = []
+
+    def measured_optimize(subgraph, **kwargs):
+        searches.append(kwargs["objective"])
+        return optimize(subgraph, **{**kwargs, "measurer": Measurer(), "batch_size": 1})
+
+    monkeypatch.setattr(searcher_module, "optimize", measured_optimize)
+    monkeypatch.setattr(searcher_module, "lease_pool", _fake_lease)
+    options = Options.resolve(
+        options={"objective": "energy", "cache_dir": str(tmp_path), "progress": False,
+                 "max_trials": 12, "budget_s": 3600},
+        environ={},
+    )  # fmt: skip
+    searcher = SubgraphSearcher(options)
+    (sg,) = subgraphs_of(lambda x: torch.softmax(x, -1), torch.randn(8, 40), train=False)
+    monkeypatch.setattr(searcher, "plan", lambda s: type("Plan", (), {"concurrent": 1,
+                                                                     "exact": True})())  # fmt: skip
+    kept = searcher(sg)
+    outcome = searcher.outcome
+    assert searches == ["energy"] and outcome is not None
+    log = str(tmp_path / "logs" / f"{sg.key.digest[:16]}.jsonl")
+    by_rule = {
+        rule: outcome_artifact(outcome.under(rule), sg, log, searcher.layout.cubin_root, options)
+        for rule in ("time", "energy")
+    }
+    warps = {rule: dict(json.loads(a.spec_json)["knobs"])["num_warps"]
+             for rule, a in by_rule.items()}  # fmt: skip
+    assert warps == {"time": 4, "energy": 2}
+    assert kept.spec_json == by_rule["energy"].spec_json and kept.kernel_ms == 0.506
+    assert by_rule["time"].kernel_ms == 0.5

@@ -1,43 +1,80 @@
-"""Probe: objective="time" against objective="energy", side by side in one process (issue 60).
+"""Probe: objective="time" against objective="energy" from ONE search per subgraph (issue 60).
 
-For memory-bound rows (softmax, LayerNorm, RMSNorm at 8192x8192), GEMMs (bf16 4096^3, fp32
-4096^3 under TF32) and two small training steps (a GPT block and an MLP, their row subgraphs
-searched), each case is compiled by kernelpro once per objective, each into its own fresh cache
-(a search on every miss, a few seconds of budget per subgraph), and by Inductor; then each
-compiled call is timed (do_bench, or steps back to back for training) and its joules per call
-read from NVML's energy counter (profilers/energy.py) twice, interleaved across the modes,
-so the table shows the counter's repeatability beside the difference. The search logs' energy
-choices (winner against fastest, in the worker) are kept too. No new case starts after
---deadline-s; those left are listed. Writes $OUT/energy.json and $OUT/energy.txt; prints the
+Each subgraph is searched once under objective "energy" (every candidate's and baseline's
+joules per call measured in the worker, the energy moves proposed); both selection rules then
+choose from the same measured candidates (`SearchOutcome.under`): no second search, no second
+compile, and the comparison is honest — same candidates, same run. The two winners (and
+Inductor's code for the subgraph) are then loaded as a cache hit runs them and timed here side
+by side in interleaved rounds: ms by CUDA events, joules per call from NVML's energy counter
+read twice (the spread of the two readings is the counter's noise).
+
+Cases: (a) memory-bound rows at 8192x8192 (softmax, LayerNorm, RMSNorm; fp32 and bf16), cut by
+explain's find_subgraphs (search off) and searched directly; (b) the GEMM sweep's kinds
+(bf16, fp32 under TF32, 4096^3; CUTLASS builds off: Triton candidates only); (c) a GPT block's
+training step (bf16, 4x1024x1024): compiled once under "energy" (its row subgraphs searched),
+then once more with each search's "time" pick replayed without searching, then by Inductor;
+joules per step. All searches share one cache, so one worker pool and one ceilings measurement.
+
+The time rule here chooses among the energy search's candidates, which include the moves only
+objective "energy" proposes (fewer warps/stages): a search under "time" would not propose
+those, and its tree (so its trials) would differ; the budget is the same.
+
+No case starts after --deadline-s (190 s: about 200-230 s in all on one H100, est.); those
+left are listed. Writes $OUT/energy.json (after each case) and $OUT/energy.txt; prints the
 table last.
 
-    OUT=/tmp/out python docs/gpu_runs/2026-12-06-energy/probe.py [--budget-s 3] [--only softmax]
+    PYTHONPATH=. OUT=/tmp/out python docs/gpu_runs/2026-12-06-energy/probe.py [--only softmax]
+    PROBE_SMOKE=1 python docs/gpu_runs/2026-12-06-energy/probe.py  # or --smoke: CPU, Triton's
+        interpreter, a fake measurer and a fake energy meter: the probe's own logic end to end
 """
 
 from __future__ import annotations
 
 import argparse
 import copy
+import hashlib
 import json
 import os
+import statistics
+import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-import torch
-import torch.nn.functional as F
-from triton.testing import do_bench
+SMOKE = os.environ.get("PROBE_SMOKE") == "1" or "--smoke" in sys.argv
+if SMOKE:
+    os.environ["TRITON_INTERPRET"] = "1"
 
-from kernelpro_backend import make_backend
-from kernelpro_backend.bench.models import DeepMLP, GPTBlock
-from kernelpro_backend.bench.timing import steady_ms, step_energy
-from kernelpro_backend.profilers.energy import NvmlMeter, measure_energy, power_cap
+import torch  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
 
+from kernelpro_backend import make_backend  # noqa: E402
+from kernelpro_backend.bench.models import GPTBlock  # noqa: E402
+from kernelpro_backend.explain import find_subgraphs as cut_subgraphs  # noqa: E402
+from kernelpro_backend.options import Options  # noqa: E402
+from kernelpro_backend.paths import CacheLayout  # noqa: E402
+from kernelpro_backend.profilers.energy import (  # noqa: E402
+    NvmlMeter,
+    batch_calls,
+    measure_loop,
+    power_cap,
+)
+from kernelpro_backend.runtime.precision import precision_mode  # noqa: E402
+from kernelpro_backend.runtime.result import EvalResult, EvalStatus  # noqa: E402
+from kernelpro_backend.search import Budget, codegen_space, optimize  # noqa: E402
+from kernelpro_backend.tuner import KernelFinder, load_artifact  # noqa: E402
+from kernelpro_backend.tuner.eager import eager_kernel, is_eager  # noqa: E402
+from kernelpro_backend.tuner.reprove import Reprover  # noqa: E402
+from kernelpro_backend.tuner.searcher import SubgraphSearcher, outcome_artifact  # noqa: E402
+
+DEV = "cpu" if SMOKE else "cuda"
+ROWS, GEMM = (64, 256) if SMOKE else (8192, 4096)
+RULES = ("time", "energy")
 ROW_PATTERNS = ("layer_norm", "layer_norm_backward", "softmax", "softmax_backward",
                 "rms_norm", "rms_norm_backward", "norm", "norm_backward")  # fmt: skip
-N = 8192
+F32, BF16 = torch.float32, torch.bfloat16
 
 
 def _softmax(x: torch.Tensor) -> torch.Tensor:
@@ -57,212 +94,421 @@ def _mm(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     return a @ b
 
 
-def _call_cases() -> dict[str, Callable[[], tuple[Callable[..., Any], tuple[Any, ...], str]]]:
-    """name -> builder of (function, inputs, float32 matmul precision)."""
-
-    def rows(fn: Callable[..., Any], dtype: torch.dtype, extra: int) -> Any:
-        def build() -> tuple[Callable[..., Any], tuple[Any, ...], str]:
-            x = torch.randn(N, N, device="cuda", dtype=dtype)
-            params = [torch.randn(N, device="cuda", dtype=dtype) for _ in range(extra)]
-            return fn, (x, *params), "highest"
-
-        return build
-
-    def gemm(dtype: torch.dtype, precision: str) -> Any:
-        def build() -> tuple[Callable[..., Any], tuple[Any, ...], str]:
-            a = torch.randn(4096, 4096, device="cuda", dtype=dtype)
-            b = torch.randn(4096, 4096, device="cuda", dtype=dtype)
-            return _mm, (a, b), precision
-
-        return build
-
-    return {
-        "softmax 8192x8192 fp32": rows(_softmax, torch.float32, 0),
-        "softmax 8192x8192 bf16": rows(_softmax, torch.bfloat16, 0),
-        "layernorm 8192x8192 fp32": rows(_layernorm, torch.float32, 2),
-        "rmsnorm 8192x8192 bf16": rows(_rmsnorm, torch.bfloat16, 1),
-        "gemm bf16 4096^3": gemm(torch.bfloat16, "highest"),
-        "gemm fp32 4096^3 tf32": gemm(torch.float32, "high"),
-    }
+# name: (function, its inputs' shapes, dtype, precision option); one of each kind first, so a
+# run cut by --deadline-s has rows, a GEMM and the training step
+CALLS: dict[str, tuple[Callable[..., Any], list[tuple[int, ...]], torch.dtype, str]] = {
+    f"softmax {ROWS}x{ROWS} fp32": (_softmax, [(ROWS, ROWS)], F32, "auto"),
+    f"gemm bf16 {GEMM}^3": (_mm, [(GEMM, GEMM), (GEMM, GEMM)], BF16, "auto"),
+    f"rmsnorm {ROWS}x{ROWS} bf16": (_rmsnorm, [(ROWS, ROWS), (ROWS,)], BF16, "auto"),
+    f"layernorm {ROWS}x{ROWS} fp32": (_layernorm, [(ROWS, ROWS), (ROWS,), (ROWS,)], F32, "auto"),
+    f"softmax {ROWS}x{ROWS} bf16": (_softmax, [(ROWS, ROWS)], BF16, "auto"),
+    f"gemm fp32 {GEMM}^3 tf32": (_mm, [(GEMM, GEMM), (GEMM, GEMM)], F32, "tf32"),
+    f"layernorm {ROWS}x{ROWS} bf16": (_layernorm, [(ROWS, ROWS), (ROWS,), (ROWS,)], BF16, "auto"),
+    f"rmsnorm {ROWS}x{ROWS} fp32": (_rmsnorm, [(ROWS, ROWS), (ROWS,)], F32, "auto"),
+}
+TRAIN_AT = 3  # the training step runs after this many call cases
+TRAIN = "train gpt_block bf16 " + ("2x16x64" if SMOKE else "4x1024x1024")
 
 
-def _train_cases() -> dict[str, Callable[[], tuple[torch.nn.Module, torch.Tensor]]]:
-    def gpt() -> tuple[torch.nn.Module, torch.Tensor]:
-        model = GPTBlock(1024, 16).cuda().to(torch.bfloat16)
-        return model, torch.randn(4, 1024, 1024, device="cuda", dtype=torch.bfloat16)
-
-    def mlp() -> tuple[torch.nn.Module, torch.Tensor]:
-        return DeepMLP(1024, 4096, 1024).cuda(), torch.randn(8192, 1024, device="cuda")
-
-    return {"train gpt_block bf16 4x1024x1024": gpt, "train mlp fp32 8192x1024x4096": mlp}
+# --- the figures: ms by events (perf_counter in the smoke), joules per call by a meter ---------
 
 
-def _options(objective: str, budget_s: float, cache_dir: str, rows_only: bool) -> dict[str, Any]:
-    opts: dict[str, Any] = {
-        "search": "on-miss", "objective": objective, "budget_s": budget_s, "max_trials": 10,
-        "cache_dir": cache_dir, "progress": False, "cutlass_jobs": 0,
-    }  # fmt: skip
-    if rows_only:
-        opts["search_patterns"] = ROW_PATTERNS
-    return opts
+class FakeMeter:
+    """The smoke's energy meter: a counter at a steady 300 W, stepping every ~20 ms as NVML's."""
+
+    def energy_mj(self) -> int:
+        return int(time.perf_counter() * 50) * 6000  # 300 W: 6 J every 20 ms
+
+    def power_w(self) -> float:
+        return 60.0
+
+    def limits_w(self) -> tuple[float, float]:
+        return 700.0, 700.0
 
 
-def _search_choices(cache_dir: str) -> list[dict[str, Any]]:
-    """Each search's end: pattern, winner, its ms, the energy choice (if any)."""
-    out = []
-    for log in sorted(Path(cache_dir, "logs").glob("*.jsonl")):
-        events = [json.loads(line) for line in log.read_text().splitlines()]
-        start = next((e for e in events if e["event"] == "start"), {})
-        for end in (e for e in events if e["event"] == "end"):
-            out.append({"pattern": start.get("pattern"), "baselines": start.get("baselines"),
-                        "baseline_energy_j": start.get("baseline_energy_j"),
-                        "winner": end.get("winner"), "best_ms": end.get("best_ms"),
-                        "trials": end.get("trials"),
-                        "energy_choice": end.get("energy_choice")})  # fmt: skip
+def _sync() -> None:
+    if not SMOKE:
+        torch.cuda.synchronize()
+
+
+def time_ms(fn: Callable[[], Any], iters: int) -> float:
+    if SMOKE:
+        t = time.perf_counter()
+        for _ in range(iters):
+            fn()
+        return (time.perf_counter() - t) * 1e3 / iters
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(iters):
+        fn()
+    end.record()
+    end.synchronize()
+    return start.elapsed_time(end) / iters
+
+
+def joules(fn: Callable[[], Any], meter: Any, call_ms: float) -> float | None:
+    """Joules per call of `fn` run back to back in batches of ~5 ms (profilers/energy.py);
+    None without NVML."""
+    if meter is None:
+        return None
+    batch = batch_calls(call_ms / 1e3)
+
+    def run() -> int:
+        for _ in range(batch):
+            fn()
+        _sync()
+        return batch
+
+    reading = measure_loop(run, meter)
+    return None if reading is None else reading.joules_per_call
+
+
+def side_by_side(methods: Mapping[str, Callable[[], Any]], meter: Any) -> dict[str, dict]:
+    """Each method's median ms over interleaved rounds of ~5 ms, then its joules per call read
+    twice, interleaved across the methods."""
+    iters: dict[str, int] = {}
+    out: dict[str, dict[str, Any]] = {}
+    for name, fn in methods.items():
+        fn()
+        _sync()
+        iters[name] = 1 if SMOKE else max(3, min(500, int(5.0 / max(time_ms(fn, 3), 1e-3))))
+    samples: dict[str, list[float]] = {name: [] for name in methods}
+    for _ in range(2 if SMOKE else 9):
+        for name, fn in methods.items():
+            samples[name].append(time_ms(fn, iters[name]))
+    for name in methods:
+        out[name] = {"ms": round(statistics.median(samples[name]), 5), "j_runs": []}
+    for _ in range(2):
+        for name, fn in methods.items():
+            out[name]["j_runs"].append(joules(fn, meter, out[name]["ms"]))
+    for row in out.values():
+        runs = [j for j in row["j_runs"] if j is not None]
+        row["J"] = sum(runs) / len(runs) if runs else None
+        row["j_spread"] = (max(runs) - min(runs)) / max(runs) if len(runs) > 1 else None
     return out
 
 
-def _compile(fn: Any, mode: str, budget_s: float, rows_only: bool) -> tuple[Any, dict[str, Any]]:
+# --- one search, two rules ---------------------------------------------------------------------
+
+
+class FakeMeasurer:
+    """The smoke's measurer: each candidate's ms and joules from a hash of its description (a
+    spread of 0.5-0.6 ms and 0.5-1.0 J, so the two rules can differ); Inductor 1 ms, eager 2."""
+
+    def __init__(self, space: Any) -> None:
+        self.space = space
+
+    def measure(self, subgraph: Any, candidates: Any) -> list[EvalResult]:
+        out = []
+        for c in candidates:
+            h = hashlib.sha256(json.dumps(self.space.describe(c), default=str).encode()).digest()
+            ms, j = 0.5 + h[0] / 2550, 0.5 + h[1] / 510
+            out.append(EvalResult(EvalStatus.OK, median_ms=ms, spread_ms=1e-4, energy_j=j))
+        return out
+
+    def baselines(self, subgraph: Any) -> dict[str, EvalResult]:
+        return {name: EvalResult(EvalStatus.OK, median_ms=ms, spread_ms=1e-3, energy_j=ms)
+                for name, ms in (("eager", 2.0), ("inductor", 1.0))}  # fmt: skip
+
+
+class FakeSearcher:
+    """The smoke's SubgraphSearcher: optimize() over the real codegen space, FakeMeasurer."""
+
+    def __init__(self, options: Options) -> None:
+        self.options, self.layout = options, CacheLayout.of(options.cache_dir)
+        self.outcome: Any = None
+        self.skipped: str | None = None
+
+    def __call__(self, sg: Any) -> Any:
+        if self.options.search_patterns and sg.pattern not in self.options.search_patterns:
+            self.outcome, self.skipped = None, "not in search_patterns"
+            return None
+        space: Any = codegen_space()
+        self.layout.logs.mkdir(parents=True, exist_ok=True)
+        self.outcome = optimize(sg, space=space, measurer=FakeMeasurer(space),
+                                budget=Budget(self.options.max_trials, 1e9, None, None),
+                                objective="energy", log_path=log_path(self, sg),
+                                progress=False)  # fmt: skip
+        return outcome_artifact(self.outcome, sg, log_path(self, sg), self.layout.cubin_root,
+                                self.options)  # fmt: skip
+
+
+def log_path(searcher: Any, sg: Any) -> str:
+    return str(searcher.layout.logs / f"{sg.key.digest[:16]}.jsonl")  # as SubgraphSearcher's
+
+
+def search_options(cache_dir: str, budget_s: float, trials: int, **extra: Any) -> Options:
+    return Options.resolve(options={
+        "search": "on-miss", "objective": "energy", "budget_s": budget_s, "max_trials": trials,
+        "cache_dir": cache_dir, "progress": False, "cutlass_jobs": 0, **extra,
+    })  # fmt: skip
+
+
+def picks(searcher: Any, sg: Any) -> dict[str, Any]:
+    """The last search's pick under each rule: the artifact a cache would keep, and the
+    worker's own figures (ms, J) for it."""
+    outcome = searcher.outcome
+    out: dict[str, Any] = {"artifacts": {}, "worker": {}}
+    for rule in RULES:
+        under = outcome.under(rule)
+        out["artifacts"][rule] = outcome_artifact(under, sg, log_path(searcher, sg),
+                                                  searcher.layout.cubin_root, searcher.options)  # fmt: skip
+        r = under.result
+        out["worker"][rule] = {
+            "winner": under.winner if isinstance(under.winner, str) else f"#{under.winner_id}",
+            "ms": r.median_ms if r else None, "J": r.energy_j if r else None,
+        }  # fmt: skip
+    out["worker"]["energy_why"] = outcome.choices["energy"].why.get("rule")
+    out["worker"]["baselines"] = {k: {"ms": v.median_ms, "J": v.energy_j}
+                                  for k, v in outcome.baselines.items()}  # fmt: skip
+    out["worker"]["trials"] = outcome.trials
+    out["worker"]["candidates"] = top_trials(log_path(searcher, sg))
+    return out
+
+
+def top_trials(path: str, n: int = 8) -> list[list[Any]]:
+    """The search log's n fastest proved trials: [node, ms, J, template knobs]."""
+    rows = []
+    for line in Path(path).read_text().splitlines():
+        e = json.loads(line)
+        if e.get("event") == "trial" and e.get("status") == "ok" and e.get("median_ms"):
+            c = e.get("candidate") or {}
+            knobs = ",".join(f"{k}={v}" for k, v in sorted((c.get("knobs") or {}).items()))
+            rows.append(
+                [e["id"], e["median_ms"], e.get("energy_j"), f"{c.get('template')} {knobs}"]
+            )
+    return sorted(rows, key=lambda r: r[1])[:n]
+
+
+def runnable(artifact: Any, sg: Any, fallback: Callable[..., Any]) -> Callable[..., Any]:
+    if artifact is None:
+        return fallback
+    return eager_kernel(sg) if is_eager(artifact) else load_artifact(artifact)
+
+
+def call_subgraph(fn: Callable[..., Any], shapes: list, dtype: torch.dtype, precision: str) -> Any:
+    """The row or GEMM subgraph a compile of `fn` cuts (dynamo, Inductor's front half and the
+    partitioner, as explain does: make_fx alone leaves aten._softmax, which no template
+    lowers), search off; the eager fallback, whose subgraphs and keys are Inductor's (backend.py)
+    without its compile."""
     torch._dynamo.reset()
-    if mode == "inductor":
-        return torch.compile(fn), {}
-    cache_dir = tempfile.mkdtemp(prefix=f"kp-{mode}-")
-    sessions: list[Any] = []
-    compiled = torch.compile(
-        fn,
-        backend=make_backend(sessions=sessions),
-        options=_options(mode, budget_s, cache_dir, rows_only),
-    )
-    return compiled, {"cache_dir": cache_dir, "sessions": sessions}
+    inputs = [torch.randn(s, dtype=dtype, device=DEV) for s in shapes]
+    opts = {"precision": precision, "fallback": "eager"}
+    model: Any = fn
+    found = [s for s in cut_subgraphs(model, *inputs, train=False, backend_options=opts)
+             if s.kind in ("reduction", "gemm")]  # fmt: skip
+    assert found, "no row or GEMM subgraph cut"
+    return found[0]
 
 
-def _replaced(info: dict[str, Any]) -> int | None:
-    sessions = info.get("sessions")
-    if sessions is None:
-        return None
-    return sum(len(r.replaced) for s in sessions for r in s.reports)
+def run_call(name: str, searcher: Any, meter: Any) -> dict[str, Any]:
+    fn, shapes, dtype, precision = CALLS[name]
+    sg = call_subgraph(fn, shapes, dtype, precision)
+    row: dict[str, Any] = {"pattern": sg.pattern, "precision": sg.precision}
+    t0 = time.time()
+    searcher(sg)
+    row["search_s"] = round(time.time() - t0, 1)
+    if searcher.outcome is None:
+        return {**row, "error": f"not searched: {searcher.skipped}"}
+    found = picks(searcher, sg)
+    row["worker"] = found["worker"]
+    arts = found["artifacts"]
+    row["same_kernel"] = _same(arts["time"], arts["energy"])
+    module = sg.module()
+    inductor = module if SMOKE else torch.compile(module)  # the fallback: Inductor's code
+    inputs = sg.make_inputs(1, DEV)
+    kernels = {rule: runnable(arts[rule], sg, inductor) for rule in RULES}
+    methods = {"time": kernels["time"]}
+    if not row["same_kernel"]:
+        methods["energy"] = kernels["energy"]
+    methods["inductor"] = inductor
+    with torch.no_grad(), precision_mode(sg.precision):
+        ref = [o.float() for o in _outs(module(*inputs))]
+        row["max_err"] = {r: _err(kernels[r](*inputs), ref) for r in methods if r in kernels}
+        calls = {k: (lambda f=f: f(*inputs)) for k, f in methods.items()}
+        row["measured"] = side_by_side(calls, meter)
+    m = row["measured"]
+    row["measured"] = {"time": m["time"], "energy": m.get("energy", m["time"]), **m}
+    return _compare(row)
 
 
-MODES = ("time", "energy", "inductor")
-# One of each kind first (rows, GEMM, training), so a run cut by --deadline-s has each kind
-ORDER = [
-    "softmax 8192x8192 fp32", "rmsnorm 8192x8192 bf16", "gemm bf16 4096^3",
-    "train gpt_block bf16 4x1024x1024", "layernorm 8192x8192 fp32", "softmax 8192x8192 bf16",
-    "gemm fp32 4096^3 tf32", "train mlp fp32 8192x1024x4096",
-]  # fmt: skip
+def _same(a: Any, b: Any) -> bool:
+    if a is None or b is None:
+        return a is b
+    return (a.source, a.entry, a.spec_json, a.language) == (b.source, b.entry, b.spec_json,
+                                                            b.language)  # fmt: skip
 
 
-def run_call(name: str, build: Any, budget_s: float) -> dict[str, Any]:
-    fn, inputs, precision = build()
-    torch.set_float32_matmul_precision(precision)
-    row: dict[str, Any] = {}
-    calls = {}
-    with torch.no_grad():
-        for mode in MODES:
-            t0 = time.time()
-            compiled, info = _compile(fn, mode, budget_s, rows_only=False)
-            compiled(*inputs)  # the search happens here
-            torch.cuda.synchronize()
-            calls[mode] = compiled
-            row[mode] = {"compile_s": round(time.time() - t0, 1), "replaced": _replaced(info)}
-            if "cache_dir" in info:
-                row[mode]["searches"] = _search_choices(info["cache_dir"])
-        for mode in MODES:
-            row[mode]["ms"] = do_bench(lambda m=mode: calls[m](*inputs), warmup=25, rep=200)
-        for _ in range(2):  # interleaved: the spread of the two readings is the counter's noise
-            for mode in MODES:
-                reading = measure_energy(calls[mode], inputs)
-                row[mode].setdefault("j_runs", []).append(
-                    None if reading is None else reading.joules_per_call
-                )
-    torch.set_float32_matmul_precision("highest")
-    return _finish(row)
+def _outs(value: Any) -> list[torch.Tensor]:
+    return list(value) if isinstance(value, (list, tuple)) else [value]
 
 
-def run_train(name: str, build: Any, budget_s: float) -> dict[str, Any]:
-    base, x = build()
-    device = x.device
-    row: dict[str, Any] = {}
-    steps = {}
-    for mode in MODES:
+def _err(value: Any, ref: list[torch.Tensor]) -> float:
+    got = _outs(value)
+    return max(float((g.float() - r).abs().max()) for g, r in zip(got, ref, strict=True))
+
+
+def _compare(row: dict[str, Any]) -> dict[str, Any]:
+    m = row["measured"]
+    t, e = m["time"], m["energy"]
+    if t["J"] and e["J"] and t["ms"]:
+        row["energy_vs_time"] = {"J": e["J"] / t["J"] - 1, "ms": e["ms"] / t["ms"] - 1}
+    w = row.get("worker", {})
+    wt, we = w.get("time", {}), w.get("energy", {})
+    if wt.get("J") and we.get("J") and wt.get("ms"):
+        row["worker_energy_vs_time"] = {"J": we["J"] / wt["J"] - 1, "ms": we["ms"] / wt["ms"] - 1}
+    return row
+
+
+class Recorder:
+    """The energy compile's searcher: searches as SubgraphSearcher does, and keeps each
+    outcome by subgraph key for the replay."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+        self.searched: dict[str, Any] = {}
+
+    @property
+    def skipped(self) -> str | None:
+        return self.inner.skipped
+
+    def __call__(self, sg: Any) -> Any:
+        artifact = self.inner(sg)
+        if self.inner.outcome is not None:
+            self.searched[sg.key.digest] = picks(self.inner, sg)
+        return artifact
+
+
+class Replay:
+    """The time compile's searcher: no search; each subgraph gets the "time" pick of the energy
+    compile's search of the same key (same candidates, same measurements)."""
+
+    def __init__(self, searched: dict[str, Any]) -> None:
+        self.searched = searched
+        self.skipped: str | None = None
+
+    def __call__(self, sg: Any) -> Any:
+        found = self.searched.get(sg.key.digest)
+        self.skipped = None if found else "not searched by the energy compile"
+        return found["artifacts"]["time"] if found else None
+
+
+def _provider(searcher: Any) -> Callable[[Options], Any]:
+    return lambda opts: KernelFinder.from_options(opts, searcher=searcher, prover=Reprover(opts))
+
+
+def run_train(cache: str, budget_s: float, trials: int, meter: Any) -> dict[str, Any]:
+    torch.manual_seed(0)
+    b, t, d = (2, 16, 64) if SMOKE else (4, 1024, 1024)
+    base = GPTBlock(d, 4 if SMOKE else 16).to(DEV, BF16)
+    x = torch.randn(b, t, d, device=DEV, dtype=BF16)
+    extra = {"search_patterns": ROW_PATTERNS, **({"fallback": "eager"} if SMOKE else {})}
+    opts = search_options(cache, budget_s, trials, **extra)
+    recorder = Recorder(FakeSearcher(opts) if SMOKE else SubgraphSearcher(opts))
+    common: dict[str, Any] = {"search": "on-miss", "progress": False, **extra}
+    plans = {
+        "energy": (_provider(recorder), {**common, "objective": "energy", "cache_dir": cache}),
+        "time": (_provider(Replay(recorder.searched)),
+                 {**common, "cache_dir": tempfile.mkdtemp(prefix="kp-energy-time-")}),
+    }  # fmt: skip
+    row: dict[str, Any] = {"compile_s": {}, "replaced": {}}
+    steps: dict[str, Callable[[], None]] = {}
+    for mode in ("energy", "time", "inductor"):
+        if SMOKE and mode == "inductor":
+            continue
+        torch._dynamo.reset()
         model = copy.deepcopy(base)  # the same weights in every mode
-        opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)
-        t0 = time.time()
-        compiled, info = _compile(model, mode, budget_s, rows_only=True)
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=not SMOKE)
+        sessions: list[Any] = []
+        if mode == "inductor":
+            compiled = torch.compile(model)
+        else:
+            provider, options = plans[mode]
+            backend = make_backend(provider=provider, sessions=sessions)
+            compiled = torch.compile(model, backend=backend, options=options)
 
         def step(c: Any = compiled, o: Any = opt) -> None:
             o.zero_grad(set_to_none=True)
             c(x).float().pow(2).mean().backward()
             o.step()
 
+        t0 = time.time()
         step()
-        torch.cuda.synchronize()
+        _sync()
+        row["compile_s"][mode] = round(time.time() - t0, 1)
+        row["replaced"][mode] = sum(len(r.replaced) for s in sessions for r in s.reports)
         steps[mode] = step
-        row[mode] = {"compile_s": round(time.time() - t0, 1), "replaced": _replaced(info)}
-        if "cache_dir" in info:
-            row[mode]["searches"] = _search_choices(info["cache_dir"])
-    for mode in MODES:
-        first = do_bench(steps[mode], warmup=10, rep=50)
-        row[mode]["ms"] = steady_ms(steps[mode], device, first)
-    for _ in range(2):
-        for mode in MODES:
-            reading = step_energy(steps[mode], device, row[mode]["ms"])
-            row[mode].setdefault("j_runs", []).append(
-                None if reading is None else reading.joules_per_call
-            )
-    return _finish(row)
+    row["searches"] = {k[:12]: v["worker"] for k, v in recorder.searched.items()}
+    row["same_kernel"] = all(_same(v["artifacts"]["time"], v["artifacts"]["energy"])
+                             for v in recorder.searched.values())  # fmt: skip
+    m = side_by_side(steps, meter)
+    row["measured"] = {"time": m["time"], "energy": m["energy"], **m}
+    return _compare(row)
 
 
-def _finish(row: dict[str, Any]) -> dict[str, Any]:
-    for mode in MODES:
-        runs = [j for j in row[mode].get("j_runs", []) if j is not None]
-        row[mode]["J"] = sum(runs) / len(runs) if runs else None
-        row[mode]["j_spread"] = (max(runs) - min(runs)) / max(runs) if len(runs) > 1 else None
-        row[mode]["ms"] = round(row[mode]["ms"], 5)
-    t, e = row["time"], row["energy"]
-    if t["J"] and e["J"] and t["ms"]:
-        row["energy_vs_time"] = {"J": e["J"] / t["J"] - 1, "ms": e["ms"] / t["ms"] - 1}
-    return row
-
-
-def _table(results: dict[str, Any]) -> str:
-    head = f"{'case':34} {'mode':9} {'ms':>9} {'mJ':>10} {'J spread':>8} {'kernels':>7}"
+def table(results: dict[str, Any]) -> str:
+    head = (f"{'case':30} {'pick':8} {'ms':>9} {'mJ':>9} {'spread':>6}  "
+            f"{'worker ms':>9} {'worker mJ':>9}  winner")  # fmt: skip
     lines = [head, "-" * len(head)]
     for case, row in results.items():
         if "error" in row or "skipped" in row:
-            lines.append(f"{case:34} {row.get('error') or row.get('skipped')}")
+            lines.append(f"{case:30} {row.get('error') or row.get('skipped')}"[:160])
             continue
-        for mode in MODES:
-            m = row[mode]
+        workers = row.get("worker") or {}
+        for mode, m in row["measured"].items():
             mj = "-" if m["J"] is None else f"{m['J'] * 1e3:.4g}"
             spread = "-" if m["j_spread"] is None else f"{100 * m['j_spread']:.1f}%"
-            lines.append(f"{case:34} {mode:9} {m['ms']:9.4g} {mj:>10} {spread:>8} "
-                         f"{m['replaced'] if m['replaced'] is not None else '-':>7}")  # fmt: skip
-        d = row.get("energy_vs_time")
+            w = workers.get(mode, {})
+            wms = f"{w['ms']:.4g}" if w.get("ms") else "-"
+            wmj = f"{w['J'] * 1e3:.4g}" if w.get("J") else "-"
+            lines.append(f"{case:30} {mode:8} {m['ms']:9.4g} {mj:>9} {spread:>6}  {wms:>9} "
+                         f"{wmj:>9}  {w.get('winner', '')}")  # fmt: skip
+        same = "same kernel" if row.get("same_kernel") else "DIFFERENT kernels"
+        d, wd = row.get("energy_vs_time"), row.get("worker_energy_vs_time")
+        text = f"{'':30} energy vs time: {same}"
         if d:
-            lines.append(
-                f"{'':34} energy vs time: {100 * d['J']:+.1f}% J at {100 * d['ms']:+.1f}% ms"
-            )
+            text += f"; here {100 * d['J']:+.1f}% J at {100 * d['ms']:+.1f}% ms"
+        if wd:
+            text += f"; in the search {100 * wd['J']:+.1f}% J at {100 * wd['ms']:+.1f}% ms"
+        lines.append(text)
+        for key, w in (row.get("searches") or {}).items():  # the training step's searches
+            t, e = w["time"], w["energy"]
+            if t["winner"] != e["winner"] and t.get("J") and e.get("J"):
+                lines.append(f"{'':30} search {key}: time {t['winner']} {t['ms']:.4g} ms "
+                             f"{t['J'] * 1e3:.4g} mJ, energy {e['winner']} {e['ms']:.4g} ms "
+                             f"{e['J'] * 1e3:.4g} mJ")  # fmt: skip
+    done = {k: r for k, r in results.items() if "measured" in r}
+    differ = [k for k, r in done.items() if not r.get("same_kernel")]
+    lines.append(f"energy picked other kernels than time in {len(differ)} of {len(done)} cases"
+                 + (f": {', '.join(differ)}" if differ else ""))  # fmt: skip
     return "\n".join(lines)
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--budget-s", type=float, default=3.0, help="search seconds per subgraph")
-    p.add_argument("--deadline-s", type=float, default=150.0, help="no case starts after this")
+    p = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    p.add_argument("--budget-s", type=float, default=4.0, help="search seconds per subgraph")
+    p.add_argument("--trials", type=int, default=12, help="most candidates per search")
+    p.add_argument("--train-budget-s", type=float, default=3.0, help="per training subgraph")
+    p.add_argument("--deadline-s", type=float, default=190.0, help="no case starts after this")
     p.add_argument("--only", action="append", default=[], help="cases whose name has this")
+    p.add_argument("--smoke", action="store_true", help="CPU, fake measurer and meter")
     a = p.parse_args()
     out = Path(os.environ.get("OUT", "."))
     started = time.time()
-    cap = power_cap(NvmlMeter.open(0))
-    meta = {"device": torch.cuda.get_device_name(), "torch": torch.__version__,
-            "power_cap": cap.to_dict() if cap else None, "budget_s": a.budget_s}  # fmt: skip
+    meter: Any = FakeMeter() if SMOKE else NvmlMeter.open(0)
+    cap = power_cap(meter)
+    meta = {"device": "cpu (smoke)" if SMOKE else torch.cuda.get_device_name(),
+            "torch": torch.__version__, "power_cap": cap.to_dict() if cap else None,
+            "budget_s": a.budget_s, "trials": a.trials, "nvml": meter is not None}  # fmt: skip
+    cache = tempfile.mkdtemp(prefix="kp-energy-")  # one for every search: one pool, one ceilings
+    opts = search_options(cache, a.budget_s, a.trials)
+    searcher: Any = FakeSearcher(opts) if SMOKE else SubgraphSearcher(opts)
+    if not SMOKE:
+        searcher.prestart()  # the pool's ~15 s start overlaps the first case's cut
+    names = list(CALLS)
+    names.insert(TRAIN_AT, TRAIN)
     results: dict[str, Any] = {}
-    calls, trains = _call_cases(), _train_cases()
-    cases: list[tuple[str, Any, Any]] = [(n, b, run_call) for n, b in calls.items()]
-    cases += [(n, b, run_train) for n, b in trains.items()]
-    cases.sort(key=lambda c: ORDER.index(c[0]))
-    for name, build, runner in cases:
+    for name in names:
         if a.only and not any(o in name for o in a.only):
             continue
         if time.time() - started > a.deadline_s:
@@ -270,17 +516,21 @@ def main() -> None:
             continue
         t0 = time.time()
         try:
-            results[name] = runner(name, build, a.budget_s)
-        except Exception as e:  # one case failing must not lose the others
+            if name == TRAIN:
+                results[name] = run_train(cache, a.train_budget_s, a.trials, meter)
+            else:
+                results[name] = run_call(name, searcher, meter)
+        except Exception as e:  # noqa: BLE001 - one case failing must not lose the others
             results[name] = {"error": f"{type(e).__name__}: {str(e)[:300]}"}
         results[name]["case_s"] = round(time.time() - t0, 1)
-        print(name, json.dumps(results[name], default=str)[:600], flush=True)
+        print(name, json.dumps(results[name], default=str)[:400], flush=True)
+        meta["elapsed_s"] = round(time.time() - started, 1)
         (out / "energy.json").write_text(json.dumps({"meta": meta, "cases": results}, indent=1,
                                                     default=str))  # fmt: skip
-    table = _table(results)
-    (out / "energy.txt").write_text(f"{json.dumps(meta)}\n{table}\n")
+    text = table(results)
+    (out / "energy.txt").write_text(f"{json.dumps(meta)}\n{text}\n")
     print(json.dumps(meta))
-    print(table)
+    print(text)
 
 
 if __name__ == "__main__":
