@@ -19,6 +19,12 @@ and below the diagonal and -inf, or a float below -1e30, above it) becomes `is_c
 SDPA's own top-left causal mask. Anything else stays as written. A value larger than
 `MAX_ELEMENTS` is not evaluated (compile-time memory).
 
+A mask that is itself a graph input stays too, but is noted for explain with what it held when
+compiled: a model whose training step breaks the graph between building the mask and using it
+hands every later graph a materialised mask (BART and Whisper: LayerDrop's `torch.rand([]) < p`
+breaks the graph before each layer, so each layer's SDPA reads an all-True mask built in the
+first graph). Its value is the caller's; nothing guards it between calls.
+
 Owns: `simplify_sdpa_masks(gm, notes) -> int` (masks dropped or made causal).
 Must not: match hand-written attention (attention_rewrite.py) or read a graph input's value
 (causal_mask.py does, under a runtime guard).
@@ -26,6 +32,7 @@ Must not: match hand-written attention (attention_rewrite.py) or read a graph in
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import torch
@@ -107,9 +114,28 @@ def _causal(value: torch.Tensor, rows: int, cols: int) -> bool | None:
     return True if bool((attend == tril).all()) else None
 
 
-def simplify_sdpa_masks(gm: fx.GraphModule, notes: list[ChainNote] | None = None) -> int:
+def _input_note(mask: fx.Node, values: Mapping[fx.Node, Any], rows: int, cols: int) -> str:
+    """Why a mask that is a graph input stays, with what it held when compiled."""
+    value = values.get(mask)
+    held = ""
+    if isinstance(value, torch.Tensor) and value.numel() <= MAX_ELEMENTS:
+        kind = _causal(value.detach().cpu(), rows, cols)
+        held = "" if kind is None else "is causal" if kind else "attends everywhere"
+    when = f" (when compiled it {held})" if held else ""
+    return (
+        f"the mask is a graph input, {mask.name}{when}: made before a graph break or passed "
+        "in, its value can change between calls and nothing guards it"
+    )
+
+
+def simplify_sdpa_masks(
+    gm: fx.GraphModule,
+    notes: list[ChainNote] | None = None,
+    values: Mapping[fx.Node, Any] | None = None,
+) -> int:
     """Drop each SDPA `attn_mask` of `gm` that is a constant attending everywhere, and turn one
-    that is a constant causal mask over a square score into `is_causal=True`; returns how many."""
+    that is a constant causal mask over a square score into `is_causal=True`; returns how many.
+    A mask that is a placeholder is noted with its compile-time value from `values`."""
     done, cache = 0, dict[fx.Node, Any]()
     for node in list(gm.graph.nodes):
         if node.op != "call_function" or node.target not in _SDPA:
@@ -120,11 +146,14 @@ def simplify_sdpa_masks(gm: fx.GraphModule, notes: list[ChainNote] | None = None
         q, k = example_value(node.args[0]), example_value(node.args[1])
         if not isinstance(q, torch.Tensor) or not isinstance(k, torch.Tensor):
             continue
+        rows, cols = q.shape[-2], k.shape[-2]
+        if mask.op == "placeholder":
+            note(notes, NAME, node, None, _input_note(mask, values or {}, rows, cols))
+            continue
         try:
             value = _evaluate(mask, cache)
         except _NotConstant:
             continue  # built from the inputs (padding): a real mask
-        rows, cols = q.shape[-2], k.shape[-2]
         causal = _causal(value, rows, cols) if isinstance(value, torch.Tensor) else None
         if causal is None:
             note(notes, NAME, node, None, "mask is a constant but neither all-attend nor causal")

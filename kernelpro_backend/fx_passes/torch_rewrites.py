@@ -35,7 +35,7 @@ def torch_rewrites(
     made = {}
     if opts.rewrite_attention:
         made["attention"] = rewrite_attention(gm, values, relied, notes)
-        made["attention_mask"] = simplify_sdpa_masks(gm, notes)
+        made["attention_mask"] = simplify_sdpa_masks(gm, notes, values)
     if opts.rewrite_linear_cross_entropy:
         made["linear_cross_entropy"] = rewrite_linear_cross_entropy(gm, notes)
     return made

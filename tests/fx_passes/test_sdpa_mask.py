@@ -126,3 +126,30 @@ def test_the_attention_option_turns_it_off():
     )
     compiled(*_inputs())
     assert sum(s.rewrites.get("attention_mask", 0) for s in sessions) == 0
+
+
+class MaskAcrossABreak(torch.nn.Module):
+    """The mask built, then a graph break (BART's and Whisper's LayerDrop draw), then SDPA: the
+    second graph reads the mask as an input."""
+
+    def __init__(self, kind: str) -> None:
+        super().__init__()
+        self.kind = kind
+
+    def forward(self, q, k, v, pad):
+        mask = _positions(self.kind, q, k, pad)
+        torch._dynamo.graph_break()
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+
+
+@pytest.mark.parametrize(("kind", "held"), [("all", "attends everywhere"), ("causal", "is causal")])
+def test_a_mask_that_is_a_graph_input_stays_and_explain_says_what_it_held(kind, held):
+    from kernelpro_backend.explain import explain_model
+
+    notes: list[ChainNote] = []
+    torch._dynamo.reset()
+    _, made = explain_model(MaskAcrossABreak(kind), *_inputs(), notes=notes)
+    assert made["attention_mask"] == 0
+    (mask,) = [n for n in notes if n.rewrite == "attention_mask"]
+    assert mask.made is None and "the mask is a graph input" in (mask.reason or "")
+    assert f"when compiled it {held}" in (mask.reason or "")
