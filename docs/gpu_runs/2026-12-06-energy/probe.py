@@ -32,38 +32,34 @@ from __future__ import annotations
 
 import argparse
 import copy
-import hashlib
 import json
 import os
-import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 SMOKE = os.environ.get("PROBE_SMOKE") == "1" or "--smoke" in sys.argv
 if SMOKE:
     os.environ["TRITON_INTERPRET"] = "1"
+    os.environ["PROBE_SMOKE"] = "1"  # what figures.py and smoke.py read
 
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
+from figures import side_by_side, sync, table  # noqa: E402  (beside this file)
+from smoke import FakeMeter, FakeSearcher, log_path  # noqa: E402
 
 from kernelpro_backend import make_backend  # noqa: E402
 from kernelpro_backend.bench.models import GPTBlock  # noqa: E402
 from kernelpro_backend.explain import find_subgraphs as cut_subgraphs  # noqa: E402
 from kernelpro_backend.options import Options  # noqa: E402
-from kernelpro_backend.paths import CacheLayout  # noqa: E402
 from kernelpro_backend.profilers.energy import (  # noqa: E402
     NvmlMeter,
-    batch_calls,
-    measure_loop,
     power_cap,
 )
 from kernelpro_backend.runtime.precision import precision_mode  # noqa: E402
-from kernelpro_backend.runtime.result import EvalResult, EvalStatus  # noqa: E402
-from kernelpro_backend.search import Budget, codegen_space, optimize  # noqa: E402
 from kernelpro_backend.tuner import KernelFinder, load_artifact  # noqa: E402
 from kernelpro_backend.tuner.eager import eager_kernel, is_eager  # noqa: E402
 from kernelpro_backend.tuner.reprove import Reprover  # noqa: E402
@@ -108,133 +104,6 @@ CALLS: dict[str, tuple[Callable[..., Any], list[tuple[int, ...]], torch.dtype, s
 }
 TRAIN_AT = 3  # the training step runs after this many call cases
 TRAIN = "train gpt_block bf16 " + ("2x16x64" if SMOKE else "4x1024x1024")
-
-
-# --- the figures: ms by events (perf_counter in the smoke), joules per call by a meter ---------
-
-
-class FakeMeter:
-    """The smoke's energy meter: a counter at a steady 300 W, stepping every ~20 ms as NVML's."""
-
-    def energy_mj(self) -> int:
-        return int(time.perf_counter() * 50) * 6000  # 300 W: 6 J every 20 ms
-
-    def power_w(self) -> float:
-        return 60.0
-
-    def limits_w(self) -> tuple[float, float]:
-        return 700.0, 700.0
-
-
-def _sync() -> None:
-    if not SMOKE:
-        torch.cuda.synchronize()
-
-
-def time_ms(fn: Callable[[], Any], iters: int) -> float:
-    if SMOKE:
-        t = time.perf_counter()
-        for _ in range(iters):
-            fn()
-        return (time.perf_counter() - t) * 1e3 / iters
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    for _ in range(iters):
-        fn()
-    end.record()
-    end.synchronize()
-    return start.elapsed_time(end) / iters
-
-
-def joules(fn: Callable[[], Any], meter: Any, call_ms: float) -> float | None:
-    """Joules per call of `fn` run back to back in batches of ~5 ms (profilers/energy.py);
-    None without NVML."""
-    if meter is None:
-        return None
-    batch = batch_calls(call_ms / 1e3)
-
-    def run() -> int:
-        for _ in range(batch):
-            fn()
-        _sync()
-        return batch
-
-    reading = measure_loop(run, meter)
-    return None if reading is None else reading.joules_per_call
-
-
-def side_by_side(methods: Mapping[str, Callable[[], Any]], meter: Any) -> dict[str, dict]:
-    """Each method's median ms over interleaved rounds of ~5 ms, then its joules per call read
-    twice, interleaved across the methods."""
-    iters: dict[str, int] = {}
-    out: dict[str, dict[str, Any]] = {}
-    for name, fn in methods.items():
-        fn()
-        _sync()
-        iters[name] = 1 if SMOKE else max(3, min(500, int(5.0 / max(time_ms(fn, 3), 1e-3))))
-    samples: dict[str, list[float]] = {name: [] for name in methods}
-    for _ in range(2 if SMOKE else 9):
-        for name, fn in methods.items():
-            samples[name].append(time_ms(fn, iters[name]))
-    for name in methods:
-        out[name] = {"ms": round(statistics.median(samples[name]), 5), "j_runs": []}
-    for _ in range(2):
-        for name, fn in methods.items():
-            out[name]["j_runs"].append(joules(fn, meter, out[name]["ms"]))
-    for row in out.values():
-        runs = [j for j in row["j_runs"] if j is not None]
-        row["J"] = sum(runs) / len(runs) if runs else None
-        row["j_spread"] = (max(runs) - min(runs)) / max(runs) if len(runs) > 1 else None
-    return out
-
-
-# --- one search, two rules ---------------------------------------------------------------------
-
-
-class FakeMeasurer:
-    """The smoke's measurer: each candidate's ms and joules from a hash of its description (a
-    spread of 0.5-0.6 ms and 0.5-1.0 J, so the two rules can differ); Inductor 1 ms, eager 2."""
-
-    def __init__(self, space: Any) -> None:
-        self.space = space
-
-    def measure(self, subgraph: Any, candidates: Any) -> list[EvalResult]:
-        out = []
-        for c in candidates:
-            h = hashlib.sha256(json.dumps(self.space.describe(c), default=str).encode()).digest()
-            ms, j = 0.5 + h[0] / 2550, 0.5 + h[1] / 510
-            out.append(EvalResult(EvalStatus.OK, median_ms=ms, spread_ms=1e-4, energy_j=j))
-        return out
-
-    def baselines(self, subgraph: Any) -> dict[str, EvalResult]:
-        return {name: EvalResult(EvalStatus.OK, median_ms=ms, spread_ms=1e-3, energy_j=ms)
-                for name, ms in (("eager", 2.0), ("inductor", 1.0))}  # fmt: skip
-
-
-class FakeSearcher:
-    """The smoke's SubgraphSearcher: optimize() over the real codegen space, FakeMeasurer."""
-
-    def __init__(self, options: Options) -> None:
-        self.options, self.layout = options, CacheLayout.of(options.cache_dir)
-        self.outcome: Any = None
-        self.skipped: str | None = None
-
-    def __call__(self, sg: Any) -> Any:
-        if self.options.search_patterns and sg.pattern not in self.options.search_patterns:
-            self.outcome, self.skipped = None, "not in search_patterns"
-            return None
-        space: Any = codegen_space()
-        self.layout.logs.mkdir(parents=True, exist_ok=True)
-        self.outcome = optimize(sg, space=space, measurer=FakeMeasurer(space),
-                                budget=Budget(self.options.max_trials, 1e9, None, None),
-                                objective="energy", log_path=log_path(self, sg),
-                                progress=False)  # fmt: skip
-        return outcome_artifact(self.outcome, sg, log_path(self, sg), self.layout.cubin_root,
-                                self.options)  # fmt: skip
-
-
-def log_path(searcher: Any, sg: Any) -> str:
-    return str(searcher.layout.logs / f"{sg.key.digest[:16]}.jsonl")  # as SubgraphSearcher's
 
 
 def search_options(cache_dir: str, budget_s: float, trials: int, **extra: Any) -> Options:
@@ -434,7 +303,7 @@ def run_train(cache: str, budget_s: float, trials: int, meter: Any) -> dict[str,
 
         t0 = time.time()
         step()
-        _sync()
+        sync()
         row["compile_s"][mode] = round(time.time() - t0, 1)
         row["replaced"][mode] = sum(len(r.replaced) for s in sessions for r in s.reports)
         steps[mode] = step
@@ -444,44 +313,6 @@ def run_train(cache: str, budget_s: float, trials: int, meter: Any) -> dict[str,
     m = side_by_side(steps, meter)
     row["measured"] = {"time": m["time"], "energy": m["energy"], **m}
     return _compare(row)
-
-
-def table(results: dict[str, Any]) -> str:
-    head = (f"{'case':30} {'pick':8} {'ms':>9} {'mJ':>9} {'spread':>6}  "
-            f"{'worker ms':>9} {'worker mJ':>9}  winner")  # fmt: skip
-    lines = [head, "-" * len(head)]
-    for case, row in results.items():
-        if "error" in row or "skipped" in row:
-            lines.append(f"{case:30} {row.get('error') or row.get('skipped')}"[:160])
-            continue
-        workers = row.get("worker") or {}
-        for mode, m in row["measured"].items():
-            mj = "-" if m["J"] is None else f"{m['J'] * 1e3:.4g}"
-            spread = "-" if m["j_spread"] is None else f"{100 * m['j_spread']:.1f}%"
-            w = workers.get(mode, {})
-            wms = f"{w['ms']:.4g}" if w.get("ms") else "-"
-            wmj = f"{w['J'] * 1e3:.4g}" if w.get("J") else "-"
-            lines.append(f"{case:30} {mode:8} {m['ms']:9.4g} {mj:>9} {spread:>6}  {wms:>9} "
-                         f"{wmj:>9}  {w.get('winner', '')}")  # fmt: skip
-        same = "same kernel" if row.get("same_kernel") else "DIFFERENT kernels"
-        d, wd = row.get("energy_vs_time"), row.get("worker_energy_vs_time")
-        text = f"{'':30} energy vs time: {same}"
-        if d:
-            text += f"; here {100 * d['J']:+.1f}% J at {100 * d['ms']:+.1f}% ms"
-        if wd:
-            text += f"; in the search {100 * wd['J']:+.1f}% J at {100 * wd['ms']:+.1f}% ms"
-        lines.append(text)
-        for key, w in (row.get("searches") or {}).items():  # the training step's searches
-            t, e = w["time"], w["energy"]
-            if t["winner"] != e["winner"] and t.get("J") and e.get("J"):
-                lines.append(f"{'':30} search {key}: time {t['winner']} {t['ms']:.4g} ms "
-                             f"{t['J'] * 1e3:.4g} mJ, energy {e['winner']} {e['ms']:.4g} ms "
-                             f"{e['J'] * 1e3:.4g} mJ")  # fmt: skip
-    done = {k: r for k, r in results.items() if "measured" in r}
-    differ = [k for k, r in done.items() if not r.get("same_kernel")]
-    lines.append(f"energy picked other kernels than time in {len(differ)} of {len(done)} cases"
-                 + (f": {', '.join(differ)}" if differ else ""))  # fmt: skip
-    return "\n".join(lines)
 
 
 def main() -> None:
