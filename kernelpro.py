@@ -7,22 +7,7 @@ this module without importing it (kernelpro_backend/logs/ says why no registrati
 `import kernelpro` gives kernelpro_backend's public names.
 """
 
-from kernelpro_backend import (
-    Options,
-    OptionsError,
-    SubgraphInfo,
-    __version__,
-    dispatch_stats,
-    explain,
-    make_backend,
-)
+import kernelpro_backend
+from kernelpro_backend import *  # noqa: F403  (the public names, listed once: kernelpro_backend.__all__)
 
-__all__ = [
-    "Options",
-    "OptionsError",
-    "SubgraphInfo",
-    "__version__",
-    "dispatch_stats",
-    "explain",
-    "make_backend",
-]
+__all__ = kernelpro_backend.__all__
