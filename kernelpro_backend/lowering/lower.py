@@ -22,6 +22,7 @@ from ..codegen.errors import IllegalSpec, Unsupported
 from ..codegen.spec import KernelSpec
 from ..fx_passes import Subgraph
 from ..fx_passes.ops import Role, op_name, role
+from .anchor import anchored_program
 from .lower_attention import attention_node, lower_attention
 from .lower_attention_bwd import lower_attention_backward
 from .lower_conv import lower_conv
@@ -129,20 +130,12 @@ def _lower_gemm(sg: Subgraph) -> dict[str, Any]:
     k_size = int(a_val.shape[-1])
     has_reduction = any(role(n) is Role.REDUCTION for n in sg.nodes)
     reduced = (len(domain) - 1,) if has_reduction else ()
-    builder = MapBuilder(sg.nodes, sg.inputs, domain, reduced)
-    ident = [ix.dim(k) for k in range(len(domain))]
-    builder.give(mm, ident)
-    maps = builder.run(sg.outputs, anchor=mm)
-    # maps leave out dims of extent 1 (an M or N of 1: matrix-vector products)
-    if maps[mm] != [builder.unit_dims_dropped(i) for i in ident]:
-        raise Unsupported(f"the GEMM output is read at {maps[mm]}, not tile by tile")
-    prog = ProgramBuilder(
-        sg.inputs, maps, builder.selections, builder.store_predicates, builder.factory_reads
-    )
+    builder, maps, prog = anchored_program(sg, mm, domain, reduced, sg.outputs, "the GEMM output")
     acc: tuple[str, Any] = ("A", 0)
     dt = str(mm.meta["val"].dtype).removeprefix("torch.")
     if bias is not None:
         # the bias is read like an epilogue operand: broadcast over the output tile
+        ident = [ix.dim(k) for k in range(len(domain))]
         builder.give(bias, broadcast(ident, domain, shape(bias)))  # type: ignore[arg-type]
         alpha, beta = mm.kwargs.get("alpha", 1), mm.kwargs.get("beta", 1)
         if alpha != 1:

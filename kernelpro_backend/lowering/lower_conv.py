@@ -21,9 +21,9 @@ from ..codegen import index as ix
 from ..codegen.errors import Unsupported
 from ..fx_passes import Subgraph
 from ..fx_passes.ops import Role, op_name, role
-from .maps import MapBuilder, shape
+from .anchor import anchored_program
+from .maps import shape
 from .operands import bound_args, operand
-from .program import ProgramBuilder
 
 FORWARD = ("aten::convolution", "aten::_convolution")
 
@@ -53,14 +53,8 @@ def lower_conv(sg: Subgraph) -> dict[str, Any]:
     ):
         raise Unsupported(f"convolution of {x_val.dtype} by {w_val.dtype}: need one float dtype")
     domain = shape(conv)
-    builder = MapBuilder(sg.nodes, sg.inputs, domain, ())
-    ident = [ix.dim(k) for k in range(len(domain))]
-    builder.give(conv, ident)
-    maps = builder.run(sg.outputs, anchor=conv)
-    if maps[conv] != [builder.unit_dims_dropped(i) for i in ident]:
-        raise Unsupported(f"the convolution's output is read at {maps[conv]}, not tile by tile")
-    prog = ProgramBuilder(
-        sg.inputs, maps, builder.selections, builder.store_predicates, builder.factory_reads
+    builder, maps, prog = anchored_program(
+        sg, conv, domain, (), sg.outputs, "the convolution's output"
     )
     acc: tuple[str, Any] = ("A", 0)
     if bias is not None:  # per output channel, added to the accumulator as addmm's bias is

@@ -18,12 +18,12 @@ from typing import Any
 import torch
 import torch.fx as fx
 
-from ..codegen import index as ix
 from ..codegen.errors import Unsupported
 from ..fx_passes import Subgraph
 from ..fx_passes.ops import Role, op_name, role
+from .anchor import anchored_program
 from .lower_conv import as_2d, as_2d_shape, pair
-from .maps import MapBuilder, shape
+from .maps import shape
 from .operands import bound_args, operand
 from .program import ProgramBuilder
 
@@ -107,15 +107,7 @@ def _input_gradient(
     """The program of the input gradient's tail: the gradient ("A", 0) over its domain, the
     subgraph's pointwise ops on it, its outputs' stores."""
     assert dx is not None, "an output over the input gradient's domain without the gradient"
-    builder = MapBuilder(sg.nodes, sg.inputs, domain, ())
-    ident = [ix.dim(k) for k in range(len(domain))]
-    builder.give(dx, ident)
-    maps = builder.run(outputs, anchor=dx)
-    if maps[dx] != [builder.unit_dims_dropped(i) for i in ident]:
-        raise Unsupported(f"the input gradient is read at {maps[dx]}, not tile by tile")
-    prog = ProgramBuilder(
-        sg.inputs, maps, builder.selections, builder.store_predicates, builder.factory_reads
-    )
+    _, _, prog = anchored_program(sg, dx, domain, (), outputs, "the input gradient")
     prog.refs[dx] = ("A", 0)
     for n in sg.nodes:
         if n is not node and not (n.target is operator.getitem and n.args[0] is node):
