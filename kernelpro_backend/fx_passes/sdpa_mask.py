@@ -39,6 +39,7 @@ import torch
 import torch.fx as fx
 import torch.nn.functional as F
 
+from .causal_mask import lower_triangular
 from .torch_level import ChainNote, arg, example_value, finish_rewrite, note
 
 NAME = "attention_mask"
@@ -110,8 +111,7 @@ def _causal(value: torch.Tensor, rows: int, cols: int) -> bool | None:
         return False
     if rows != cols:  # SDPA's is_causal is top-left aligned: only a square score is rewritten
         return None
-    tril = torch.ones(rows, cols, dtype=torch.bool).tril()
-    return True if bool((attend == tril).all()) else None
+    return True if lower_triangular(attend) else None
 
 
 def _input_note(mask: fx.Node, values: Mapping[fx.Node, Any], rows: int, cols: int) -> str:
