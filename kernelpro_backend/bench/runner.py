@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import gc
 import logging
 import platform
 import sys
@@ -26,7 +25,8 @@ import torch
 
 from ..profilers.energy import NvmlMeter, power_cap
 from ..runtime.timing import launch_timing, summarize
-from .compare import compare, named_tensors, needs_fp64
+from .check.compare import compare, named_tensors, needs_fp64
+from .check.reference import autocast_step, fp64_or_none, grads, release
 from .modes import EAGER, KERNELPRO, Mode
 from .results import (
     FAILED,
@@ -74,65 +74,6 @@ class RunConfig:
     watch_compile: Callable[[Workload, str], AbstractContextManager[object]] | None = None
 
 
-def _grads(model: torch.nn.Module) -> dict[str, torch.Tensor]:
-    return {
-        f"grad.{name}": p.grad.detach().clone()
-        for name, p in model.named_parameters()
-        if p.grad is not None
-    }
-
-
-def _run_eagerly(workload: Workload, model: torch.nn.Module, inputs: tuple[Any, ...]) -> dict:
-    """Outputs (and grads) of one uncompiled call: used for the float64 reference."""
-    if workload.loss_fn is None:
-        with torch.no_grad():
-            return named_tensors("out", model(*inputs))
-    out = model(*inputs)
-    loss = workload.loss_fn(out)
-    loss.backward()
-    return {**named_tensors("out", out), "loss": loss.detach(), **_grads(model)}
-
-
-def fp64_reference(workload: Workload) -> dict[str, torch.Tensor]:
-    model = workload.fresh_model().double()
-    inputs = tuple(
-        v.double() if isinstance(v, torch.Tensor) and v.is_floating_point() else v
-        for v in workload.inputs
-    )
-    return _run_eagerly(workload, model, inputs)
-
-
-def fp32_reference(workload: Workload) -> dict[str, torch.Tensor] | None:
-    """The step without its autocast (a corpus step's `autocast` attribute; its weights are
-    float32 already), or None for a step that has none: a reference far finer than a bf16
-    step's, where the float64 one does not fit."""
-    model = workload.fresh_model()
-    if getattr(model, "autocast", None) is None:
-        return None
-    setattr(model, "autocast", None)  # noqa: B010  (an attribute of the corpus step, not of Module)
-    return _run_eagerly(workload, model, workload.inputs)
-
-
-def _fp64_or_none(workload: Workload) -> tuple[dict[str, torch.Tensor] | None, str]:
-    """The float64 reference, or (None, why) when it does not fit the device: a whole
-    library model's step in float64 (SDPA's math path materialising every attention matrix)
-    can need 100+ GiB. A step under autocast is then checked against its float32 run (the
-    same rule: no less accurate than eager against it); others against eager alone."""
-    try:
-        return fp64_reference(workload), ""
-    except torch.OutOfMemoryError as e:
-        log.warning("%s: the float64 reference does not fit (%s)", workload.name, str(e)[:200])
-        _release(workload.device)
-    try:
-        fp32 = fp32_reference(workload)
-    except torch.OutOfMemoryError:
-        fp32 = None
-        _release(workload.device)
-    if fp32 is not None:
-        return fp32, " (reference: the step in float32 without autocast; float64 did not fit)"
-    return None, " (no float64 reference: out of memory)"
-
-
 def prepare_mode(
     workload: Workload, mode: Mode, sessions: list[Any] | None = None
 ) -> tuple[dict[str, torch.Tensor], float, Callable[[], None]]:
@@ -162,7 +103,7 @@ def prepare_mode(
         return out, loss
 
     (out, loss), compile_s = time_first_call(forward_backward, device)
-    tensors = {**named_tensors("out", out), "loss": loss.detach(), **_grads(model)}
+    tensors = {**named_tensors("out", out), "loss": loss.detach(), **grads(model)}
     optimizer = workload.make_optimizer(model.parameters()) if workload.make_optimizer else None
 
     def train_step() -> None:
@@ -238,15 +179,39 @@ def _one_line(error: BaseException, limit: int = 500) -> str:
     return f"{type(error).__name__}: {text}"[:limit]
 
 
-def _release(device: torch.device) -> None:
-    torch._dynamo.reset()
-    gc.collect()
-    if device.type == "cuda":
-        torch.cuda.empty_cache()
-
-
 def _unwatched(workload: Workload, mode: str) -> AbstractContextManager[object]:
     return contextlib.nullcontext()
+
+
+@dataclasses.dataclass
+class _Checker:
+    """Each mode's outputs against eager's (the first mode), with the float64 (or float32)
+    reference run once, when first needed."""
+
+    workload: Workload
+    reference: dict[str, torch.Tensor] | None = None
+    fp64: dict[str, torch.Tensor] | None = None
+    no_fp64: str = ""  # why the float64 reference could not be run, once it could not
+
+    def check(self, mode: str, tensors: dict[str, torch.Tensor], result: ModeResult) -> None:
+        if mode == EAGER:
+            self.reference = tensors
+            result.max_abs_err = result.max_rel_err = 0.0
+            if autocast_step(self.workload):
+                # A mixed-precision step always misses the elementwise tolerance: take its
+                # reference now, while only eager's state is in memory (after the compiled
+                # modes' models and optimizers, a 0.5B model's float32 run no longer fits).
+                self.fp64, self.no_fp64 = fp64_or_none(self.workload)
+            return
+        if self.reference is None:
+            result.status, result.message = UNCHECKED, "eager failed, so nothing to check against"
+            return
+        if self.fp64 is None and not self.no_fp64 and needs_fp64(tensors, self.reference):
+            self.fp64, self.no_fp64 = fp64_or_none(self.workload)
+        check = compare(tensors, self.reference, self.fp64)
+        result.max_abs_err, result.max_rel_err = check.max_abs_err, check.max_rel_err
+        if not check.ok:
+            result.status, result.message = WRONG, check.describe() + self.no_fp64
 
 
 def run_workload(workload: Workload, config: RunConfig) -> WorkloadResult:
@@ -254,10 +219,8 @@ def run_workload(workload: Workload, config: RunConfig) -> WorkloadResult:
     (which runs first: it is the reference), then all are timed in interleaved rounds."""
     results: list[ModeResult] = []
     steps: dict[str, Callable[[], None]] = {}
-    reference: dict[str, torch.Tensor] | None = None
-    fp64: dict[str, torch.Tensor] | None = None
-    no_fp64 = ""  # why the float64 reference could not be run, once it could not
-    _release(workload.device)
+    checker = _Checker(workload)
+    release(workload.device)
     for mode in config.modes:
         config.progress(f"[bench] {workload.name}: {mode.name} ...")
         watch = config.watch_compile or _unwatched
@@ -281,18 +244,7 @@ def run_workload(workload: Workload, config: RunConfig) -> WorkloadResult:
             fallback=fallback_used(sessions),
             graphs=graph_verdicts(sessions),
         )
-        if mode.name == EAGER:
-            reference = tensors
-            result.max_abs_err = result.max_rel_err = 0.0
-        elif reference is None:
-            result.status, result.message = UNCHECKED, "eager failed, so nothing to check against"
-        else:
-            if fp64 is None and not no_fp64 and needs_fp64(tensors, reference):
-                fp64, no_fp64 = _fp64_or_none(workload)
-            check = compare(tensors, reference, fp64)
-            result.max_abs_err, result.max_rel_err = check.max_abs_err, check.max_rel_err
-            if not check.ok:
-                result.status, result.message = WRONG, check.describe() + no_fp64
+        checker.check(mode.name, tensors, result)
         del tensors
         results.append(result)
         steps[mode.name] = step
@@ -320,7 +272,7 @@ def run_workload(workload: Workload, config: RunConfig) -> WorkloadResult:
             if energy is not None:
                 result.step_j, result.idle_w = energy.joules_per_call, energy.idle_watts
     del steps
-    _release(workload.device)
+    release(workload.device)
     return WorkloadResult(
         workload=workload.name,
         **workload.record(),

@@ -345,11 +345,12 @@ def test_a_float64_reference_that_does_not_fit_leaves_the_check_to_eager(monkeyp
     """A library model's float64 step can need 100+ GiB: out of memory there ends neither the
     run nor the check; a mismatch says the reference was missing."""
     from kernelpro_backend.bench import runner
+    from kernelpro_backend.bench.check import reference
 
     def no_room(workload):
         raise torch.OutOfMemoryError("CUDA out of memory (test)")
 
-    monkeypatch.setattr(runner, "fp64_reference", no_room)
+    monkeypatch.setattr(reference, "fp64_reference", no_room)
     monkeypatch.setattr(runner, "needs_fp64", lambda tensors, reference: True)
     backend = aot_autograd(fw_compiler=_identity, bw_compiler=_scale_outputs(1.01))
     result = run_workload(WORKLOADS["mlp"](CPU, None, "tiny"), _config(Mode("badgrad", backend)))
@@ -358,44 +359,36 @@ def test_a_float64_reference_that_does_not_fit_leaves_the_check_to_eager(monkeyp
     assert bad.message.endswith("(no float64 reference: out of memory)")
 
 
-def test_a_step_under_autocast_is_checked_against_its_float32_run_when_float64_does_not_fit(
-    monkeypatch,
-):
-    """A corpus step (bf16 autocast, float32 weights) whose float64 run does not fit gets its
-    float32 run without autocast as the reference; a step with no autocast gets none."""
-    import copy
-    from types import SimpleNamespace
-
+def test_a_step_under_autocast_takes_its_reference_right_after_eager(monkeypatch):
+    """A mixed-precision step's reference is run before any compiled mode exists: after them
+    (their models and optimizers resident) a 0.5B model's float32 run no longer fit an H100."""
     from kernelpro_backend.bench import runner
+    from kernelpro_backend.bench.workload import Workload
 
     class Step(torch.nn.Module):
-        def __init__(self, autocast):
+        def __init__(self):
             super().__init__()
-            self.lin, self.autocast = torch.nn.Linear(8, 8), autocast
+            self.lin, self.autocast = torch.nn.Linear(8, 8), torch.bfloat16
 
         def forward(self, x):
-            if self.autocast is None:
-                return self.lin(x)
             with torch.autocast("cpu", dtype=self.autocast):
                 return self.lin(x)
 
-    def no_room(workload):
-        raise torch.OutOfMemoryError("CUDA out of memory (test)")
+    events: list[str] = []
+    prepare = runner.prepare_mode
 
-    monkeypatch.setattr(runner, "fp64_reference", no_room)
+    def prepare_logged(workload, mode, sessions):
+        events.append(f"prepare {mode.name}")
+        return prepare(workload, mode, sessions)
+
+    def reference_logged(workload):
+        events.append("reference")
+        return None, " (no float64 reference: test)"
+
+    monkeypatch.setattr(runner, "prepare_mode", prepare_logged)
+    monkeypatch.setattr(runner, "fp64_or_none", reference_logged)
     torch.manual_seed(0)
-    x = torch.randn(4, 8)
-    for autocast in (torch.bfloat16, None):
-        base = Step(autocast)
-        workload = SimpleNamespace(
-            name="step", fresh_model=lambda b=base: copy.deepcopy(b), inputs=(x,), loss_fn=None,
-            device=CPU,
-        )  # fmt: skip
-        ref, why = runner._fp64_or_none(workload)
-        if autocast is None:
-            assert ref is None and why == " (no float64 reference: out of memory)"
-            continue
-        assert "float32 without autocast" in why
-        (out,) = ref.values()
-        assert out.dtype == torch.float32 and base(x).dtype == torch.bfloat16
-        torch.testing.assert_close(out, base.lin(x), rtol=0, atol=0)
+    workload = Workload("step", Step(), (torch.randn(4, 8),), torch.bfloat16, "tiny")
+    backend = aot_autograd(fw_compiler=_identity, bw_compiler=_identity)
+    run_workload(workload, _config(Mode("other", backend)))
+    assert events == ["prepare eager", "reference", "prepare other"]

@@ -3,7 +3,7 @@ import math
 import pytest
 import torch
 
-from kernelpro_backend.bench.compare import compare, named_tensors, tolerance
+from kernelpro_backend.bench.check.compare import compare, named_tensors, tolerance
 
 
 def test_float32_within_tolerance_matches_and_beyond_does_not():
@@ -95,7 +95,7 @@ def test_fp64_rule_applies_to_float32_tf32_like_noise():
 def test_large_outputs_are_compared_slice_by_slice(monkeypatch):
     """The error and the count of elements out of tolerance come out the same when the
     comparison walks slices (it does for outputs of gigabytes)."""
-    from kernelpro_backend.bench import compare as module
+    from kernelpro_backend.bench.check import compare as module
 
     expected = torch.randn(37, 41)
     actual = expected.clone()

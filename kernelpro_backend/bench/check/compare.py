@@ -20,7 +20,7 @@ from collections.abc import Iterator, Mapping
 import torch
 import torch.utils._pytree as pytree
 
-from ..runtime.compare import TOLERANCE
+from ...runtime.compare import TOLERANCE
 
 # (rtol, atol) by dtype: the same table the evaluator proves kernels with.
 TOLERANCES: dict[torch.dtype, tuple[float, float]] = TOLERANCE
