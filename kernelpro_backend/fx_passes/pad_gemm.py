@@ -200,7 +200,8 @@ def _walk_logits(
     sizes = [_hint(s) for s in out.shape[:-1]]
     if any(s is None for s in sizes):
         return "the logits' sizes have no hint"
-    padded = torch.empty(*sizes, n + pad, dtype=out.dtype, device="meta")[..., :n]
+    shape = [int(s or 0) for s in sizes] + [n + pad]
+    padded = torch.empty(shape, dtype=out.dtype, device="meta")[..., :n]
     todo, escapes, read = [(linear, padded)], [], False
     while todo:
         node, meta = todo.pop()
@@ -288,9 +289,8 @@ def _apply(graph: fx.Graph, linear: fx.Node, plan: _Plan) -> str:
     result = padded
     if plan.pad_n:
         with graph.inserting_after(padded):
-            result = graph.call_function(
-                operator.getitem, (padded, (Ellipsis, slice(None, plan.n)))
-            )
+            index: Any = (Ellipsis, slice(None, plan.n))
+            result = graph.call_function(operator.getitem, (padded, index))
     for node in (w, x, b, padded, result):
         if isinstance(node, fx.Node) and trace and "stack_trace" not in node.meta:
             node.meta["stack_trace"] = trace
