@@ -157,9 +157,6 @@ class Options:
     # (fx_passes/linear_ce_rewrite.py, ops/linear_ce.py; README's option table has figures).
     rewrite_linear_cross_entropy: bool = True
     rewrite_pad_gemm: bool = True  # unaligned linears padded: fx_passes/pad_gemm.py says when
-    # A linear whose out_features (or in_features) break 16-byte rows, a vocabulary of 50257,
-    # is padded so its backward GEMMs run aligned: fx_passes/pad_gemm.py says when it pays.
-    rewrite_pad_gemm: bool = True
     # Replay the compiled graphs as CUDA graphs (Inductor's cudagraph trees, as
     # mode="reduce-overhead"), for host-bound steps (README's option table). Off by default.
     cuda_graphs: bool = False
