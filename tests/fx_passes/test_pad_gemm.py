@@ -118,6 +118,25 @@ def test_it_pads_only_where_it_pays_and_says_why_not():
     assert _captured(Head(form="returned"), x, labels, rule=pads)[0] == 1  # dY from outside
 
 
+def test_with_dynamic_rows_it_pads_where_the_fallback_pads_nothing():
+    """Inductor pads no strides when a size is symbolic (config.pad_dynamic_shapes): the loss
+    in the graph then hands the head an unaligned dY, and the rewrite pads (the rows' hint
+    for the size gates, the views replayed at it)."""
+    pads = PadRule(devices=("cpu",), min_rows=0, min_flops=0, fallback_pads=True)
+    notes: list[ChainNote] = []
+    made: list[int] = []
+
+    def backend(gm, example_inputs):
+        made.append(pad_unaligned_gemms(gm, notes, pads))
+        return gm.forward
+
+    torch._dynamo.reset()
+    compiled = torch.compile(Head(form="loss_and_logits"), backend=backend, dynamic=True)
+    loss, logits = compiled(*_inputs(rows=(2, 16)))
+    assert sum(made) == 1, notes
+    assert logits.is_contiguous()
+
+
 def test_a_view_that_needs_the_unpadded_strides_keeps_the_linear_as_written():
     made, notes = _captured(Head(form="flat_view"), *_inputs())
     assert made == 0
