@@ -26,7 +26,7 @@ from .fx_passes.causal_mask import lower_triangular
 from .fx_passes.linear_ce_rewrite import drop_autograd_kernel
 from .fx_passes.patterns import check_pattern_names
 from .fx_passes.torch_level import input_name
-from .fx_passes.torch_rewrites import placeholder_values, placeholders, torch_rewrites
+from .fx_passes.torch_rewrites import any_rewrite, placeholder_values, placeholders, torch_rewrites
 from .ops import (
     cross_entropy,  # noqa: F401  (registers kernelpro::cross_entropy)
     cutlass_gemm,  # noqa: F401  (registers kernelpro::cutlass_gemm)
@@ -280,9 +280,7 @@ def make_backend(
         session = CompileSession(opts, chosen, observer, clock)
         session.fingerprint, session.turned_off = fingerprint, verdicts
         # The torch-level fusions, before AOTAutograd; search="off" is the fallback alone.
-        rewrites = opts.search != "off" and (
-            opts.rewrite_attention or opts.rewrite_linear_cross_entropy
-        )
+        rewrites = opts.search != "off" and any_rewrite(opts)
         original = graph_copy(gm.graph) if rewrites else None
         relied: list[fx.Node] = []  # placeholders whose values a rewrite relied on
         if opts.search != "off":

@@ -156,6 +156,7 @@ class Options:
     # one op that walks the tokens in chunks and never writes the [tokens, vocab] logits
     # (fx_passes/linear_ce_rewrite.py, ops/linear_ce.py; README's option table has figures).
     rewrite_linear_cross_entropy: bool = True
+    rewrite_pad_gemm: bool = True  # unaligned linears padded: fx_passes/pad_gemm.py says when
     # Replay the compiled graphs as CUDA graphs (Inductor's cudagraph trees, as
     # mode="reduce-overhead"), for host-bound steps (README's option table). Off by default.
     cuda_graphs: bool = False
@@ -372,8 +373,7 @@ _WHAT = {"cache_dir": "a directory path", "llm_model": "a model name (a string)"
          "trusted_bundle_keys": "key file paths", "extra_cache_dirs": "directory paths"}  # fmt: skip
 
 
-# KERNELPRO_* variables that are not options but are read elsewhere (paths, build dirs).
-OTHER_VARIABLES = ("CUBIN_DIR",)
+OTHER_VARIABLES = ("CUBIN_DIR",)  # KERNELPRO_* variables read elsewhere (paths), not options
 
 
 def _warn_unknown_variables(environ: Mapping[str, str], names: tuple[str, ...]) -> None:

@@ -2,8 +2,8 @@
 
 Owns: `torch_rewrites` (which rewrites the options allow, run in place, counted) and
 `placeholder_values` (the compile-time value of each graph input, what a rewrite may rely on).
-Must not: match anything itself (attention_rewrite.py, sdpa_mask.py and linear_ce_rewrite.py
-do) or guard values at runtime (rewrite/guarded.py does).
+Must not: match anything itself (attention_rewrite.py, sdpa_mask.py, linear_ce_rewrite.py and
+pad_gemm.py do) or guard values at runtime (rewrite/guarded.py does).
 """
 
 from __future__ import annotations
@@ -16,8 +16,17 @@ import torch.fx as fx
 from ..options import Options
 from .attention_rewrite import rewrite_attention
 from .linear_ce_rewrite import rewrite_linear_cross_entropy
+from .pad_gemm import PadRule, fallback_pads_rows, pad_unaligned_gemms
 from .sdpa_mask import simplify_sdpa_masks
 from .torch_level import ChainNote
+
+# The options that turn the rewrites on, in the order they run.
+REWRITE_OPTIONS = ("rewrite_attention", "rewrite_linear_cross_entropy", "rewrite_pad_gemm")
+
+
+def any_rewrite(opts: Options) -> bool:
+    """Whether the options allow any torch-level rewrite."""
+    return any(getattr(opts, name) for name in REWRITE_OPTIONS)
 
 
 def torch_rewrites(
@@ -38,6 +47,9 @@ def torch_rewrites(
         made["attention_mask"] = simplify_sdpa_masks(gm, notes, values)
     if opts.rewrite_linear_cross_entropy:
         made["linear_cross_entropy"] = rewrite_linear_cross_entropy(gm, notes)
+    if opts.rewrite_pad_gemm:  # after the LM head + loss: the linears it left
+        rule = PadRule(fallback_pads=fallback_pads_rows(opts.fallback))
+        made["pad_gemm"] = pad_unaligned_gemms(gm, notes, rule)
     return made
 
 
