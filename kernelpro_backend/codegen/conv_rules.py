@@ -29,6 +29,9 @@ CONV_SPACE: dict[str, dict[str, tuple[KnobValue, ...]]] = {
         "BLOCK_N": (16, 32, 64, 128, 256),  # output channels of one group per program
         "BLOCK_K": (16, 32, 64, 128),  # input channels per step of each (kh, kw) tap
         "GROUP_M": (1, 4, 8, 16),
+        # 1: the weight repacked (and tf32-rounded) by its own launch first, so B tiles are
+        # contiguous along N (templates/conv_pack.py); 0: read through its strides
+        "PACK_W": (0, 1),
         "num_warps": (2, 4, 8),
         "num_stages": (1, 2, 3, 4, 5),
     },
@@ -46,8 +49,9 @@ CONV_SPACE: dict[str, dict[str, tuple[KnobValue, ...]]] = {
         "BLOCK_N": (16, 32, 64, 128, 256),
         "BLOCK_K": (16, 32, 64, 128),
         "GROUP_M": (1, 4, 8, 16),
-        "WG_BLOCK_M": (16, 32, 64, 128),
-        "WG_BLOCK_N": (16, 32, 64, 128),
+        "PACK_W": (0, 1),  # the input gradient's weight repacked first (conv_pack.py)
+        "WG_BLOCK_M": (16, 32, 64, 128, 256),
+        "WG_BLOCK_N": (16, 32, 64, 128, 256),
         "WG_BLOCK_K": (16, 32, 64, 128),
         "SPLIT_K": (1, 2, 4, 8, 16, 32, 64, 128),
         "num_warps": (2, 4, 8),
@@ -75,14 +79,14 @@ def _elt_bytes(spec: SpecView) -> int:
 
 def backward_sizes(spec: SpecView) -> dict[str, int]:
     """The two GEMMs of a conv backward: dgrad's rows (N*H*W), columns (C_in/groups) and
-    channel steps (C_out/groups), wgrad's rows (C_out/groups), columns (C_in/groups*KH*KW) and
-    reduction (N*OH*OW)."""
+    channel steps (C_out/groups), wgrad's rows (C_out/groups), columns (C_in/groups*KH*KW; one
+    tap's: `wc`, C_in/groups) and reduction (N*OH*OW)."""
     n, c_in, h, w = spec.param("x_shape")
     kh, kw = spec.param("kernel")
     oh, ow = spec.param("out_hw")
     groups = spec.param("groups")
     cig, cog = c_in // groups, spec.param("c_out") // groups
-    return dict(dm=n * h * w, dn=cig, dk=cog, wm=cog, wn=cig * kh * kw, wk=n * oh * ow)
+    return dict(dm=n * h * w, dn=cig, dk=cog, wm=cog, wn=cig * kh * kw, wc=cig, wk=n * oh * ow)
 
 
 def validate_conv(spec: SpecView, k: dict) -> None:
@@ -93,7 +97,7 @@ def validate_conv(spec: SpecView, k: dict) -> None:
         s = backward_sizes(spec)
         _validate_tile(spec, k, "", (s["dm"], s["dn"], s["dk"]))
         wg = {**k, **{x: k[f"WG_{x}"] for x in ("BLOCK_M", "BLOCK_N", "BLOCK_K")}}
-        _validate_tile(spec, wg, "WG_", (s["wm"], s["wn"], s["wk"]))
+        _validate_tile(spec, wg, "WG_", (s["wm"], s["wc"], s["wk"]))  # columns: one tap's
         _validate_split(spec, k, s)
         return
     m, n, _ = gemm_sizes(spec)
@@ -163,9 +167,11 @@ def _validate_depthwise(spec: SpecView, k: dict) -> None:
 
 
 def conv_default_knobs(spec: SpecView) -> dict[str, KnobValue]:
-    """The implicit GEMM: 128 x 64 tiles (64 x 64 under 64 channels or pixels to fill),
-    32 input channels a step (64 in 16-bit), 3 stages; depthwise: 64 pixels x 32 channels,
-    with channels fastest where they are contiguous (channels-last) and pixels otherwise."""
+    """The implicit GEMM: 128 x 128 tiles on 8 warps where the problem fills them (a Hopper
+    GEMM's tile: two warpgroups of 64 rows), 32 input channels a step (64 in 16-bit), 3 stages,
+    the weight repacked where its B tiles would be gathers or need tf32 rounding; depthwise: 64
+    pixels x 32 channels, with channels fastest where they are contiguous (channels-last) and
+    pixels otherwise."""
     if spec.template == "conv_backward":
         return _backward_default_knobs(spec)
     m, n, _ = gemm_sizes(spec)
@@ -177,49 +183,66 @@ def conv_default_knobs(spec: SpecView) -> dict[str, KnobValue]:
         bm = min(max(8, next_pow2(m)), 128 if not channels_last else 64)
         warps = max(1, min(4, bm * bn // 256))
         return dict(BLOCK_M=bm, BLOCK_N=bn, num_warps=warps, num_stages=1)
-    bm, bn, bk = _gemm_tile(spec, m, n, c_in_group)
-    return dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=8, num_warps=4, num_stages=3)
+    bm, bn, bk, warps = _gemm_tile(spec, m, n, c_in_group)
+    return dict(
+        BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=8, PACK_W=_pack_default(spec),
+        num_warps=warps, num_stages=3,
+    )  # fmt: skip
 
 
-def _gemm_tile(spec: SpecView, m: int, n: int, k_step: int) -> tuple[int, int, int]:
+def _pack_default(spec: SpecView) -> int:
+    """Repack the weight where the main loop's B tile is not contiguous along N (its input
+    channel stride is not 1: OIHW weights; the forward's and dgrad's B alike) or where the
+    repack saves the loop rounding B to tf32."""
+    tf32 = spec.precision == "tf32" and spec.param("operand_dtype") == "float32"
+    return int(tf32 or spec.param("weight")[2][1] != 1)
+
+
+def _gemm_tile(spec: SpecView, m: int, n: int, k_step: int) -> tuple[int, int, int, int]:
+    """(BLOCK_M, BLOCK_N, BLOCK_K, num_warps) of an implicit GEMM of m x n, k_step channels."""
     low = _elt_bytes(spec) == 2
-    bn = min(128 if n >= 128 else 64, max(16, next_pow2(n)))
-    bm = min(128 if m >= 4096 and bn <= 64 else 64, max(16, next_pow2(m)))
-    return bm, bn, min(64 if low else 32, max(16, next_pow2(k_step)))
+    bn = min(128, max(16, next_pow2(n)))
+    bm = min(128 if m >= 4096 else 64, max(16, next_pow2(m)))
+    bk = min(64 if low else 32, max(16, next_pow2(k_step)))
+    return bm, bn, bk, 8 if bm * bn >= 128 * 128 else 4
 
 
 def _backward_default_knobs(spec: SpecView) -> dict[str, KnobValue]:
-    """dgrad as the forward's tile; wgrad 64x64 (fewer where the channels are fewer), and
-    split over the output pixels until about WGRAD_PROGRAMS programs run (a weight gradient
-    has few tiles and a long reduction: ResNet-50's 3x3 256 -> 256 one is 256 x 2304 columns,
-    144 tiles of 64x64, reducing over N*56*56 pixels)."""
+    """dgrad as the forward's tile; wgrad 128 x 128 (fewer where the channels are fewer) at one
+    tap a program, split over the output pixels until about WGRAD_PROGRAMS programs run (a
+    weight gradient has few tiles and a long reduction: ResNet-50's 3x3 256 -> 256 one is
+    2 x 9 x 2 tiles of 128 x 128, reducing over N*14*14 pixels)."""
     s = backward_sizes(spec)
-    bm, bn, bk = _gemm_tile(spec, s["dm"], s["dn"], s["dk"])
-    wm, wn = (min(64, max(16, next_pow2(s[a]))) for a in ("wm", "wn"))
+    bm, bn, bk, warps = _gemm_tile(spec, s["dm"], s["dn"], s["dk"])
+    wm, wn = (min(128, max(16, next_pow2(s[a]))) for a in ("wm", "wc"))
     wk = 64 if _elt_bytes(spec) == 2 else 32
-    tiles = -(-s["wm"] // wm) * -(-s["wn"] // wn) * spec.param("groups")
+    taps = s["wn"] // s["wc"]
+    tiles = -(-s["wm"] // wm) * taps * -(-s["wc"] // wn) * spec.param("groups")
     split = 1
     while split < 128 and tiles * split < WGRAD_PROGRAMS and s["wk"] >= 8 * split * wk:
         split *= 2
     while split > 1 and split * spec.param("c_out") * s["wn"] * 4 > WGRAD_PARTIAL_BYTES:
         split //= 2
+    warps = max(warps, 8 if wm * wn >= 128 * 128 else 4)
     return dict(
-        BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=8, WG_BLOCK_M=wm, WG_BLOCK_N=wn,
-        WG_BLOCK_K=wk, SPLIT_K=split, num_warps=4, num_stages=3,
+        BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=8, PACK_W=_pack_default(spec),
+        WG_BLOCK_M=wm, WG_BLOCK_N=wn, WG_BLOCK_K=wk, SPLIT_K=split, num_warps=warps,
+        num_stages=3,
     )  # fmt: skip
 
 
 # Implicit-GEMM tiles measured beside the default (BLOCK_M, BLOCK_N, BLOCK_K, warps, stages):
-# the shapes Inductor's and Triton's conv configurations use; illegal ones (shared memory,
-# wider than the channels) are left out per problem.
+# Hopper GEMM tiles (Inductor's conv configurations and Triton's H100 matmul ones), the wide
+# ones first; illegal ones (shared memory, wider than the channels) are left out per problem.
 _SEED_TILES = (
-    (64, 64, 32, 4, 3),
     (128, 128, 32, 8, 3),
+    (128, 128, 64, 8, 3),
     (128, 64, 32, 4, 4),
     (64, 128, 32, 4, 4),
+    (128, 256, 64, 8, 3),
+    (256, 128, 64, 8, 3),
+    (64, 64, 32, 4, 3),
     (256, 64, 32, 8, 3),
-    (128, 128, 64, 8, 3),
-    (64, 32, 32, 4, 5),
 )
 
 

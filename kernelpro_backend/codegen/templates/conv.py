@@ -26,6 +26,7 @@ from __future__ import annotations
 from ..emitter import Emitter
 from ..spec import KernelSpec
 from ..spec_view import io_names
+from .conv_pack import pack_weight, packed_b_ptrs, packs, rounds_in_pack, tf32_round
 from .gemm import tf32_rounding, tile_coords
 
 
@@ -100,35 +101,47 @@ def _gemm_loop(spec: KernelSpec) -> list[str]:
     a_mask = and_(rows + tap_mask(spec) + ci_a)
     b_mask = and_(ci_b + ([] if even_n else [f"rn < {cog}"]))
     taps = kh * kw
-    tap = "kt" if ct == 1 else f"(kt // {ct})"
-    if taps == 1:
-        step = ["    c0 = kt * BLOCK_K", "    kh = 0", "    kw = 0"]
+    packed = packs(spec)
+    if packed:  # B from the repacked weight (templates/conv_pack.py): contiguous along N
+        w_base, b_at = packed_b_ptrs(spec, dgrad=False)
     else:
-        step = [
-            "    c0 = 0" if ct == 1 else f"    c0 = (kt % {ct}) * BLOCK_K",
-            f"    kh = {tap} // {kw}",
-            f"    kw = {tap} % {kw}",
-        ]
+        w_base = f"in{w_in} + {w_off} + co * {swo}"
+        b_at = f"kh * {swh} + kw * {sww} + ci[:, None] * {swi}"
     return [
         "rk = tl.arange(0, BLOCK_K)",
         f"x_rows = in{x_in} + {x_off} + n_i * {sxn} + g * {cig * sxc}",
-        f"w_cols = in{w_in} + {w_off} + co * {swo}",
+        f"w_cols = {w_base}",
         "acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)",
-        f"# {taps} taps x {ct} blocks of {bk} of the {cig} input channels a group reads",
+        f"# {taps} taps x {ct} blocks of {bk} of the {cig} input channels a group reads,",
+        "# channels innermost (contiguous in channels-last), the tap found by scalar division",
         f"for kt in range(0, {taps * ct}):",
-        *step,
+        *tap_step(taps, ct, kw),
         f"    ih = ih0 + kh * {dh}",
         f"    iw = iw0 + kw * {dw}",
         "    ci = c0 + rk",
         f"    a = {load(f'x_rows + ih * {sxh} + iw * {sxw} + ci[None, :] * {sxc}', a_mask)}",
-        f"    b = {load(f'w_cols + kh * {swh} + kw * {sww} + ci[:, None] * {swi}', b_mask)}",
-        *dot_step(spec, "acc"),
+        f"    b = {load(f'w_cols + {b_at}', b_mask)}",
+        *dot_step(spec, "acc", round_b=not (packed and rounds_in_pack(spec))),
     ]
 
 
-def dot_step(spec: KernelSpec, acc: str) -> list[str]:
+def tap_step(taps: int, ct: int, kw: int) -> list[str]:
+    """A main-loop step `kt`'s first reduction channel `c0`, its tap (`tap` = kh * KW + kw)
+    and the tap's `kh`, `kw`: `ct` channel blocks a tap."""
+    if taps == 1:
+        return ["    c0 = kt * BLOCK_K", "    tap = 0", "    kh = 0", "    kw = 0"]
+    return [
+        "    c0 = 0" if ct == 1 else f"    c0 = (kt % {ct}) * BLOCK_K",
+        "    tap = kt" if ct == 1 else f"    tap = kt // {ct}",
+        f"    kh = tap // {kw}",
+        f"    kw = tap % {kw}",
+    ]
+
+
+def dot_step(spec: KernelSpec, acc: str, round_b: bool = True) -> list[str]:
     """A main loop's `acc += a @ b` (its body indented once): bf16/fp16 operands widened under
-    the interpreter, float32 ones at the spec's dot precision (tf32 rounded to nearest)."""
+    the interpreter, float32 ones at the spec's dot precision (tf32 rounded to nearest; B
+    not where the weight repack rounded it already)."""
     low = spec.param("operand_dtype") != "float32"
     dot_kw = "" if low else f', input_precision="{spec.precision}"'
     return [
@@ -141,7 +154,11 @@ def dot_step(spec: KernelSpec, acc: str) -> list[str]:
             if low
             else []
         ),
-        *(tf32_rounding() if spec.precision == "tf32" and not low else []),
+        *(
+            (tf32_rounding() if round_b else ["    # B: rounded by the repack", *tf32_round(["a"])])
+            if spec.precision == "tf32" and not low
+            else []
+        ),
         f"    {acc} = tl.dot(a, b, {acc}{dot_kw})",
     ]
 
@@ -185,9 +202,11 @@ def render_conv(spec: KernelSpec) -> tuple[str, list[str], list[tuple[str, str, 
     em = Emitter(spec, coords, [1], c_out, row_var="rm")
     ins, outs = io_names(spec)
     consts = ["BLOCK_M", "BLOCK_N"] + ([] if depthwise else ["BLOCK_K", "GROUP_M"])
+    packed = not depthwise and packs(spec)
+    params = [*ins, *outs, *(["wp"] if packed else [])]
     head = [
         "@triton.jit",
-        f"def kernel({', '.join([*ins, *outs])}, "
+        f"def kernel({', '.join(params)}, "
         + ", ".join(f"{c}: tl.constexpr" for c in [*consts, "INTERPRET"])
         + "):",
     ]
@@ -222,7 +241,7 @@ def render_conv(spec: KernelSpec) -> tuple[str, list[str], list[tuple[str, str, 
     source = "\n".join(em.helper_source() + head + ["    " + b for b in body] + em.lines)
     knobs = {c: spec.knob(c) for c in consts}
     args = ", ".join(
-        [*ins, *outs, *(f"{k}={v!r}" for k, v in knobs.items()), "INTERPRET=INTERPRET"]
+        [*params, *(f"{k}={v!r}" for k, v in knobs.items()), "INTERPRET=INTERPRET"]
         + [f"num_warps={spec.knob('num_warps')}", f"num_stages={spec.knob('num_stages')}"]
     )
     bm, bn = knobs["BLOCK_M"], knobs["BLOCK_N"]
@@ -231,4 +250,7 @@ def render_conv(spec: KernelSpec) -> tuple[str, list[str], list[tuple[str, str, 
         if depthwise
         else f"(triton.cdiv({m}, {bm}) * triton.cdiv({cog}, {bn}), {groups})"
     )
-    return source, [], [("kernel", grid, args)]
+    if not packed:
+        return source, [], [("kernel", grid, args)]
+    pack, scratch, launch = pack_weight(spec, ins, outs, dgrad=False)
+    return "\n".join([*pack, "", "", source]), scratch, [launch, ("kernel", grid, args)]

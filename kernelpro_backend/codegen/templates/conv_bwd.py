@@ -27,7 +27,8 @@ from __future__ import annotations
 from ..emitter import Emitter
 from ..spec import KernelSpec
 from ..spec_view import io_names
-from .conv import and_, dot_step, load
+from .conv import and_, dot_step, load, tap_step
+from .conv_pack import pack_weight, packed_b_ptrs, packs, rounds_in_pack
 from .gemm import tile_coords
 
 
@@ -57,6 +58,12 @@ def _dgrad(spec: KernelSpec, ins: list[str], outs: list[str]) -> list[str]:
     valid += [f"ow_n % {sw} == 0"] if sw > 1 else []
     co_a, co_b = ([], []) if cog % bk == 0 else ([f"co[None, :] < {cog}"], [f"co[:, None] < {cog}"])
     b_mask = and_(co_b + ([] if cig % int(spec.knob("BLOCK_N")) == 0 else ["col_mask"]))
+    packed = packs(spec)
+    if packed:  # B from the repacked weight (templates/conv_pack.py): contiguous along N
+        w_base, b_at = packed_b_ptrs(spec, dgrad=True)
+    else:
+        w_base = f"in{w_in} + {w_off} + g * {cog * swo} + rn * {swi}"
+        b_at = f"co[:, None] * {swo} + kh * {swh} + kw * {sww}"
     body = [
         "tile = tl.program_id(0)",
         "g = tl.program_id(1)",
@@ -72,21 +79,19 @@ def _dgrad(spec: KernelSpec, ins: list[str], outs: list[str]) -> list[str]:
         f"iw_i = rm % {w}",
         "rk = tl.arange(0, BLOCK_K)",
         f"dy_rows = in{d_in} + {d_off} + n_i * {sdn} + g * {cog * sdc}",
-        f"w_cols = in{w_in} + {w_off} + g * {cog * swo} + rn * {swi}",
+        f"w_cols = {w_base}",
         "acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)",
         f"# {taps} taps x {ct} blocks of {bk} of the {cog} output channels of a group",
         f"for kt in range(0, {taps * ct}):",
-        f"    c0 = (kt % {ct}) * BLOCK_K",
-        f"    kh = (kt // {ct}) // {kw}",
-        f"    kw = (kt // {ct}) % {kw}",
+        *tap_step(taps, ct, kw),
         f"    oh_n = ih_i + {ph} - kh * {dh}",
         f"    ow_n = iw_i + {pw} - kw * {dw}",
         f"    oh = oh_n // {sh}",
         f"    ow = ow_n // {sw}",
         "    co = c0 + rk",
         f"    a = {load(f'dy_rows + oh * {sdh} + ow * {sdw} + co[None, :] * {sdc}', and_(valid + co_a))}",
-        f"    b = {load(f'w_cols + co[:, None] * {swo} + kh * {swh} + kw * {sww}', b_mask)}",
-        *dot_step(spec, "acc"),
+        f"    b = {load(f'w_cols + {b_at}', b_mask)}",
+        *dot_step(spec, "acc", round_b=not (packed and rounds_in_pack(spec))),
     ]
     em.local_memo[("A", 0)] = "acc"
     for j, (ref, *_) in enumerate(spec.stores):
@@ -96,7 +101,8 @@ def _dgrad(spec: KernelSpec, ins: list[str], outs: list[str]) -> list[str]:
     return [
         *em.helper_source(),
         "@triton.jit",
-        f"def dgrad({', '.join([*ins, *outs])}, {consts}GROUP_M: tl.constexpr, "
+        f"def dgrad({', '.join([*ins, *outs, *(['wp'] if packed else [])])}, {consts}"
+        "GROUP_M: tl.constexpr, "
         "INTERPRET: tl.constexpr):",
         *["    " + b for b in body],
         *em.lines,
@@ -121,30 +127,41 @@ def _weight_offset(strides: tuple[int, ...], co: str, ci: str, kh: str, kw: str)
 
 
 def _wgrad(spec: KernelSpec, ins: list[str], outs: list[str]) -> list[str]:
+    """A program: one tap (kh, kw), WG_BLOCK_M output channels by WG_BLOCK_N input channels.
+    With the tap fixed a program's index math is per pixel ([WG_BLOCK_K]) and per channel,
+    never per element, and its input tile is contiguous along the channels in channels-last
+    (along the pixels in NCHW)."""
     _, p, cig, cog, taps, _ = _sizes(spec)
     _, _, h, w = spec.param("x_shape")
     oh, ow = spec.param("out_hw")
-    kh_, kw_ = spec.param("kernel")
+    kw_ = spec.param("kernel")[1]
     (sh, sw), (ph, pw), (dh, dw) = (spec.param(q) for q in ("stride", "padding", "dilation"))
     d_in, d_off, (sdn, sdc, sdh, sdw) = spec.param("grad_out")
     x_in, x_off, (sxn, sxc, sxh, sxw) = spec.param("x")
     grads = _grad_outputs(spec)
-    cols = cig * taps
     split = int(spec.knob("SPLIT_K"))
+    wbm, wbn, wbk = (int(spec.knob(f"WG_BLOCK_{a}")) for a in "MNK")
+    rows = [] if cog % wbm == 0 else ["row_mask"]
+    cols = [] if cig % wbn == 0 else ["col_mask"]
+    tail = [] if p % wbk == 0 else [f"q < {p}"]
     bounds = (["ih >= 0", f"ih < {h}"] if ph else []) + (["iw >= 0", f"iw < {w}"] if pw else [])
+    a_mask = and_(rows + [f"({m})[None, :]" for m in tail])
+    b_mask = and_([f"({m})[:, None]" for m in tail + bounds] + cols)
     bias = 2 in grads
     body = [
         "tile = tl.program_id(0)",
         "g = tl.program_id(1)",
         "pid_k = tl.program_id(2)",
-        f"num_pid_n = tl.cdiv({cols}, WG_BLOCK_N)",
-        "rm = (tile // num_pid_n) * WG_BLOCK_M + tl.arange(0, WG_BLOCK_M)[:, None]",
-        "rn = (tile % num_pid_n) * WG_BLOCK_N + tl.arange(0, WG_BLOCK_N)[None, :]",
-        f"ci = rn // {taps}",
-        f"kh = (rn // {kw_}) % {kh_}",
-        f"kw = rn % {kw_}",
+        f"ci_tiles = tl.cdiv({cig}, WG_BLOCK_N)",
+        f"pid_n = tile % ({taps} * ci_tiles)",
+        f"rm = (tile // ({taps} * ci_tiles)) * WG_BLOCK_M + tl.arange(0, WG_BLOCK_M)[:, None]",
+        "tap = pid_n // ci_tiles",
+        "ci = (pid_n % ci_tiles) * WG_BLOCK_N + tl.arange(0, WG_BLOCK_N)[None, :]",
+        f"kh = tap // {kw_}",
+        f"kw = tap % {kw_}",
         f"row_mask = rm < {cog}",
-        f"mask = row_mask & (rn < {cols})",
+        f"col_mask = ci < {cig}",
+        "mask = row_mask & col_mask",
         "rk = tl.arange(0, WG_BLOCK_K)",
         f"dy_rows = in{d_in} + {d_off} + (g * {cog} + rm) * {sdc}",
         f"x_cols = in{x_in} + {x_off} + (g * {cig} + ci) * {sxc}",
@@ -156,21 +173,30 @@ def _wgrad(spec: KernelSpec, ins: list[str], outs: list[str]) -> list[str]:
         f"    n_q = q // {oh * ow}",
         f"    oh_q = (q % {oh * ow}) // {ow}",
         f"    ow_q = q % {ow}",
-        f"    a = {load(f'dy_rows + n_q[None, :] * {sdn} + oh_q[None, :] * {sdh} + ow_q[None, :] * {sdw}', and_(['row_mask', f'q[None, :] < {p}']))}",
-        f"    ih = oh_q[:, None] * {sh} - {ph} + kh * {dh}",
-        f"    iw = ow_q[:, None] * {sw} - {pw} + kw * {dw}",
-        f"    b = {load(f'x_cols + n_q[:, None] * {sxn} + ih * {sxh} + iw * {sxw}', and_([f'q[:, None] < {p}', f'rn < {cols}', *bounds]))}",
+        f"    ih = oh_q * {sh} + (kh * {dh} - {ph})",
+        f"    iw = ow_q * {sw} + (kw * {dw} - {pw})",
+        f"    a = {load(f'dy_rows + (n_q * {sdn} + oh_q * {sdh} + ow_q * {sdw})[None, :]', a_mask)}",
+        f"    b = {load(f'x_cols + (n_q * {sxn} + ih * {sxh} + iw * {sxw})[:, None]', b_mask)}",
         *(["    db += tl.sum(a.to(tl.float32), axis=1)[:, None]"] if bias else []),
         *dot_step(spec, "acc"),
     ]
-    first_col = "(tile % num_pid_n == 0)"
+    return _wgrad_stores(spec, body, ins, outs, split)
+
+
+def _wgrad_stores(
+    spec: KernelSpec, body: list[str], ins: list[str], outs: list[str], split: int
+) -> list[str]:
+    """The weight (and bias) gradient's tile stored, or its float32 partials (SPLIT_K > 1, the
+    columns in (tap, input channel) order) for `combine`."""
+    _, _, cig, cog, taps, _ = _sizes(spec)
+    grads = _grad_outputs(spec)
+    first_col = "(pid_n == 0)"
     if split == 1:
-        out_dtype = f"out{grads[1][0]}.dtype.element_ty" if 1 in grads else ""
         if 1 in grads:
             j, strides = grads[1]
             at = _weight_offset(strides, f"(g * {cog} + rm)", "ci", "kh", "kw")
-            body.append(f"tl.store(out{j} + {at}, acc.to({out_dtype}), mask=mask)")
-        if bias:
+            body.append(f"tl.store(out{j} + {at}, acc.to(out{j}.dtype.element_ty), mask=mask)")
+        if 2 in grads:
             j, (sb,) = grads[2]
             body += [
                 f"if {first_col}:",
@@ -178,15 +204,17 @@ def _wgrad(spec: KernelSpec, ins: list[str], outs: list[str]) -> list[str]:
                 "mask=row_mask)",
             ]
     else:
-        c_out, size = spec.param("c_out"), spec.param("c_out") * cols
+        c_out, cols = spec.param("c_out"), cig * taps
+        size = c_out * cols
         body += [
-            f"tl.store(partial_w + pid_k * {size} + (g * {cog} + rm) * {cols} + rn, acc, mask=mask)",
+            f"tl.store(partial_w + pid_k * {size} + (g * {cog} + rm) * {cols} + tap * {cig} + ci, "
+            "acc, mask=mask)",
             *(
                 [
                     f"if {first_col}:",
                     f"    tl.store(partial_b + pid_k * {c_out} + g * {cog} + rm, db, mask=row_mask)",
                 ]
-                if bias
+                if 2 in grads
                 else []
             ),
         ]
@@ -203,21 +231,21 @@ def _combine(spec: KernelSpec, ins: list[str], outs: list[str]) -> list[str]:
     """The split wgrad's partials added in split order, stored at the gradients' strides."""
     _, _, cig, _, taps, _ = _sizes(spec)
     kw = spec.param("kernel")[1]
-    kh = spec.param("kernel")[0]
     c_out = spec.param("c_out")
     size = c_out * cig * taps
     grads = _grad_outputs(spec)
     body = ["e = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)"]
     if 1 in grads:
         j, strides = grads[1]
-        at = _weight_offset(strides, f"(e // {cig * taps})", f"((e // {taps}) % {cig})", "kh", "kw")
+        at = _weight_offset(strides, f"(e // {cig * taps})", f"(e % {cig})", "kh", "kw")
         body += [
             f"m = e < {size}",
             "acc = tl.load(partial_w + e, mask=m, other=0.0)",
             "for s in tl.static_range(1, SPLIT_K):  # in split order: the same sum every run",
             f"    acc += tl.load(partial_w + s * {size} + e, mask=m, other=0.0)",
-            f"kh = (e // {kw}) % {kh}",
-            f"kw = e % {kw}",
+            f"tap = (e // {cig}) % {taps}",
+            f"kh = tap // {kw}",
+            f"kw = tap % {kw}",
             f"tl.store(out{j} + {at}, acc.to(out{j}.dtype.element_ty), mask=m)",
         ]
     if 2 in grads:
@@ -250,20 +278,26 @@ def render_conv_backward(spec: KernelSpec) -> tuple[str, list[str], list[tuple[s
     launch = f"num_warps={warps}, num_stages={stages}"
     kernels: list[str] = []
     launches = []
+    scratch: list[str] = []
     if any(ref[0] != "A" or ref[1] == 0 for ref, *_ in spec.stores):
         kernels += [*_dgrad(spec, ins, outs), "", ""]
         knobs = ", ".join(
             f"{k}={spec.knob(k)!r}" for k in ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M")
         )
         grid = f"(triton.cdiv({m}, {spec.knob('BLOCK_M')}) * triton.cdiv({cig}, {spec.knob('BLOCK_N')}), {groups})"
+        params = [*ins, *outs]
+        if packs(spec):
+            pack, scratch, pack_launch = pack_weight(spec, ins, outs, dgrad=True)
+            kernels = [*pack, "", "", *kernels]
+            launches.append(pack_launch)
+            params.append("wp")
         launches.append(
-            ("dgrad", grid, f"{', '.join([*ins, *outs])}, {knobs}, INTERPRET=INTERPRET, {launch}")
+            ("dgrad", grid, f"{', '.join(params)}, {knobs}, INTERPRET=INTERPRET, {launch}")
         )
-    scratch: list[str] = []
     if grads:
         c_out, cols = spec.param("c_out"), cig * taps
         shape = (c_out * cols * split, c_out * split) if split > 1 else (1, 1)
-        scratch = [
+        scratch += [
             f"    partial_w = torch.empty({shape[0]}, dtype=torch.float32, device=device)",
             f"    partial_b = torch.empty({shape[1]}, dtype=torch.float32, device=device)",
         ]
@@ -272,7 +306,7 @@ def render_conv_backward(spec: KernelSpec) -> tuple[str, list[str], list[tuple[s
             f"{k}={spec.knob(k)!r}" for k in ("WG_BLOCK_M", "WG_BLOCK_N", "WG_BLOCK_K", "SPLIT_K")
         )
         grid = (
-            f"(triton.cdiv({cog}, {spec.knob('WG_BLOCK_M')}) * triton.cdiv({cols}, "
+            f"(triton.cdiv({cog}, {spec.knob('WG_BLOCK_M')}) * {taps} * triton.cdiv({cig}, "
             f"{spec.knob('WG_BLOCK_N')}), {groups}, {split})"
         )
         args = f"{', '.join([*ins, *outs])}, partial_w, partial_b"

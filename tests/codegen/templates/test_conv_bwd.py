@@ -81,3 +81,21 @@ def test_conv1d_backward_and_depthwise_left_to_cudnn() -> None:
     (dw,) = _backward_subgraphs(depthwise, torch.randn(2, 8, 9, 7, requires_grad=True))
     with pytest.raises(Unsupported, match="depthwise"):
         lower(dw)
+
+
+@pytest.mark.parametrize("channels_last", [False, True], ids=["nchw", "nhwc"])
+def test_repacked_or_strided_weight_and_tf32_backward(channels_last: bool) -> None:
+    """dgrad with its B from the repacked weight (rounded there under tf32) and through the
+    weight's strides; wgrad's one-tap programs over channel tiles narrower than the group
+    (16 of 20) with the pixel tail masked, split and not, at both precisions."""
+    model = nn.Conv2d(40, 24, 3, padding=1, stride=2, groups=2)
+    x = torch.randn(2, 40, 13, 11, requires_grad=True)
+    if channels_last:
+        model = model.to(memory_format=torch.channels_last)
+        x = x.detach().to(memory_format=torch.channels_last).requires_grad_()
+    (sg,) = _backward_subgraphs(model, x)
+    for precision in ("ieee", "tf32"):
+        for pack, split in ((0, 1), (1, 4)):
+            spec = lower(sg).with_precision(precision)
+            knobs = dict(PACK_W=pack, SPLIT_K=split, BLOCK_M=16, BLOCK_N=16, BLOCK_K=16)
+            check(sg, spec.with_knobs(**knobs, WG_BLOCK_M=16, WG_BLOCK_N=16, WG_BLOCK_K=16))

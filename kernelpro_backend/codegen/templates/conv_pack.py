@@ -1,0 +1,101 @@
+"""The weight repack the implicit-GEMM convolutions launch before their main kernel (knob PACK_W).
+
+A convolution's weight w[co, ci, kh, kw] is the B operand of its implicit GEMM. Stored as
+PyTorch's default OIHW (NCHW), a B tile of the forward ([BLOCK_K input channels, BLOCK_N output
+channels] at one tap) is a gather: neighbours along either axis sit KH*KW or C_in*KH*KW elements
+apart, so every element is its own 32-byte sector (8x the L2 traffic of a contiguous tile for
+float32) and its own scalar load instruction. The repack writes, once per call, the weight as
+the main loop reads it: wp[g, kh, kw, r, c] contiguous, (r, c) = (ci, co) for the forward and
+(co, ci) for the input gradient, so each B tile is BLOCK_K rows of BLOCK_N contiguous elements
+(vector loads, and a layout tensor-core operands take straight from shared memory). Under the
+tf32 policy the repack also rounds the weight to tf32 (templates/gemm.tf32_rounding says why
+rounding), so the main loop rounds only its A tile and B goes from memory to the MMA unchanged.
+The cost is one read and one write of the weight (2.4 MB for ResNet-50's 3x3 256 -> 256 in
+float32: about 2 us on an H100) and one launch; the search weighs that against the main loop.
+Must not: lower aten, or read anything but the weight.
+"""
+
+from __future__ import annotations
+
+from ..spec import KernelSpec
+
+PACK_BLOCK = 1024  # packed weight elements per program
+
+
+def tf32_round(names: list[str], indent: str = "    ") -> list[str]:
+    """Round the named float32 tensors to the nearest tf32 (ties away from zero, as
+    `cvt.rna.tf32.f32` and cuDNN do); integer ops under the interpreter, which has no PTX."""
+    asm = '"cvt.rna.tf32.f32 $0, $1;", "=r,r"'
+    lines = [f"{indent}if INTERPRET:"]
+    for x in names:
+        lines.append(
+            f"{indent}    {x} = tl.where({x} != {x}, {x}, "
+            f"(({x}.to(tl.uint32, bitcast=True) + 0x1000) & 0xFFFFE000)"
+            ".to(tl.float32, bitcast=True))"
+        )
+    lines.append(f"{indent}else:")
+    for x in names:
+        lines.append(
+            f"{indent}    {x} = tl.inline_asm_elementwise({asm}, [{x}], dtype=tl.float32, "
+            "is_pure=True, pack=1)"
+        )
+    return lines
+
+
+def rounds_in_pack(spec: KernelSpec) -> bool:
+    """Whether the repack rounds the weight to tf32 (float32 operands under the tf32 policy)."""
+    return spec.precision == "tf32" and spec.param("operand_dtype") == "float32"
+
+
+def packs(spec: KernelSpec) -> bool:
+    return int(spec.knob("PACK_W")) == 1
+
+
+def pack_weight(
+    spec: KernelSpec, ins: list[str], outs: list[str], dgrad: bool
+) -> tuple[list[str], list[str], tuple[str, str, str]]:
+    """(kernel lines, host scratch lines, launch) writing `wp` (see the module docstring);
+    `dgrad`: rows are the group's output channels and columns its input channels."""
+    c_in = spec.param("x_shape")[1]
+    groups, c_out = spec.param("groups"), spec.param("c_out")
+    cig, cog = c_in // groups, c_out // groups
+    kh, kw = spec.param("kernel")
+    w_in, w_off, (swo, swi, swh, sww) = spec.param("weight")
+    rows, cols = (cog, cig) if dgrad else (cig, cog)
+    size = c_out * cig * kh * kw
+    co, ci = ("r", "c") if dgrad else ("c", "r")
+    body = [
+        "e = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)",
+        f"m = e < {size}",
+        f"c = e % {cols}",
+        f"r = (e // {cols}) % {rows}",
+        f"t = (e // {rows * cols}) % {kh * kw}",
+        f"g = e // {rows * cols * kh * kw}",
+        f"at = (g * {cog} + {co}) * {swo} + {ci} * {swi} + (t // {kw}) * {swh} + (t % {kw}) * {sww}",
+        f"v = tl.load(in{w_in} + {w_off} + at, mask=m, other=0.0)",
+        *(tf32_round(["v"], "") if rounds_in_pack(spec) else []),
+        "tl.store(wp + e, v, mask=m)",
+    ]
+    kernel = [
+        "@triton.jit",
+        f"def pack_w({', '.join([*ins, *outs, 'wp'])}, BLOCK: tl.constexpr, "
+        "INTERPRET: tl.constexpr):",
+        *["    " + b for b in body],
+    ]
+    dtype = spec.param("operand_dtype")
+    scratch = [f"    wp = torch.empty({size}, dtype=torch.{dtype}, device=device)"]
+    grid = f"(triton.cdiv({size}, {PACK_BLOCK}),)"
+    args = f"{', '.join([*ins, *outs])}, wp, BLOCK={PACK_BLOCK}, INTERPRET=INTERPRET, num_warps=4"
+    return kernel, scratch, ("pack_w", grid, args)
+
+
+def packed_b_ptrs(spec: KernelSpec, dgrad: bool) -> tuple[str, str]:
+    """(the program's base into `wp`, the B tile's offset at a step) for the main loop, in the
+    loop's names: `g` the group, `rn` the tile's columns [1, BLOCK_N] within the group, `tap`
+    (kh * KW + kw) and the step's reduction channels `ci` (forward) / `co` (dgrad)."""
+    c_in = spec.param("x_shape")[1]
+    groups, c_out = spec.param("groups"), spec.param("c_out")
+    cig, cog = c_in // groups, c_out // groups
+    taps = spec.param("kernel")[0] * spec.param("kernel")[1]
+    rows, cols, k = (cog, cig, "co") if dgrad else (cig, cog, "ci")
+    return f"wp + g * {taps * rows * cols} + rn", f"(tap * {rows} + {k}[:, None]) * {cols}"
