@@ -330,8 +330,16 @@ def _shape_label(inputs: Sequence[Any]) -> str:
 
 
 def _default_loss(out: Any) -> torch.Tensor:
+    """The sum of the output; a model that computes its own loss (Hugging Face's `labels=`:
+    `out.loss` or `out["loss"]`, beside its logits) trains on that loss, as its users do."""
     if isinstance(out, torch.Tensor):
         return out.float().sum()
     if isinstance(out, (list, tuple)):
         return sum((_default_loss(o) for o in out if isinstance(o, torch.Tensor)), torch.zeros(()))
-    raise TypeError("pass loss_fn: the model's output is not a tensor or a tuple of tensors")
+    loss = out.get("loss") if isinstance(out, dict) else getattr(out, "loss", None)
+    if isinstance(loss, torch.Tensor):
+        return loss
+    raise TypeError(
+        "pass loss_fn: the model's output is not a tensor, a tuple of tensors or a loss "
+        "returned beside other outputs (`out.loss`)"
+    )

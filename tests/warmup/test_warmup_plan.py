@@ -173,3 +173,21 @@ def test_progress_lines_follow_the_progress_option(tmp_path, capsys, on):
     err = capsys.readouterr().err
     assert ("[warmup] search 1/" in err) is on
     assert ("[warmup] phases: collecting subgraphs" in err) is on
+
+
+def test_a_model_that_returns_its_loss_is_warmed_on_that_loss():
+    """`kernelpro warmup` on a library model called with labels= (it returns its loss beside
+    its logits, as a dict-like output): the step's backward is that loss's, not the logits'."""
+    from kernelpro_backend.warmup.offline import _default_loss
+
+    logits = torch.randn(4, 8, requires_grad=True)
+    loss = logits.logsumexp(-1).mean()
+    assert _default_loss({"loss": loss, "logits": logits}) is loss
+
+    class Output:
+        def __init__(self) -> None:
+            self.loss, self.logits = loss, logits
+
+    assert _default_loss(Output()) is loss
+    with pytest.raises(TypeError, match="pass loss_fn"):
+        _default_loss({"logits": logits})
