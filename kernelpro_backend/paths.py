@@ -84,6 +84,10 @@ class CacheLayout:
         return self.root / "context.json"
 
     @property
+    def searched(self) -> Path:
+        return self.root / "searched.jsonl"
+
+    @property
     def search_memory(self) -> Path:
         return self.root / "search_memory.jsonl"
 

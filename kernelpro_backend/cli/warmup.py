@@ -11,12 +11,16 @@ Must not: search or cache by itself (warmup.py does).
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import os
 import sys
 from typing import Any
 
 from .target import model_inputs_and_shapes, model_inputs_over
+
+# kept in step with warmup/offline.py DEFAULT_DEADLINE_S (imported late: torch)
+DEFAULT_DEADLINE_S = 480.0
 
 log = logging.getLogger("kernelpro.warmup")
 
@@ -44,10 +48,19 @@ def add_cli(subparsers: Any) -> None:
         "--deadline-s",
         type=float,
         default=None,
-        help="the whole warm-up's seconds: searching stops early enough for the in-context "
-        "check to run (it compiles and times the step 4 to 6 times, more to find which of many "
-        "kernels lose); kernels it has not judged by then stay unused (the next warm-up "
-        "resumes)",
+        help=f"the whole warm-up's seconds (default {DEFAULT_DEADLINE_S:.0f}, so that a model "
+        "of the bench's corpus is warmed within 10 minutes; 0: none): searching stops early "
+        "enough for the in-context check to run (it compiles and times the step 2 to 6 times, "
+        "more to find which of many kernels lose); the subgraphs not reached are listed, the "
+        "kernels not judged stay unused, and the next warm-up resumes with the next best",
+    )
+    p.add_argument(
+        "--json",
+        action="store_true",
+        help="print the summary as one JSON object (keys stable; new keys may be added): "
+        "seconds, phases {collect, search, cutlass, compile, check: seconds}, plan {distinct, "
+        "occurrences, planned, searched, found, skipped, not_reached, below_floor, cached, "
+        "searched_before, not_selected, floor_us, basis, not_reached_items}, rows, context",
     )
     p.add_argument(
         "--cuda-graphs",
@@ -111,15 +124,22 @@ def run_warmup(args: argparse.Namespace) -> int:
         report = warmup(
             model, inputs, train=not args.no_train, budget_s=args.budget_s, options=options,
             provider=provider, more_inputs=more, check_context=not args.no_context_check,
-            deadline_s=args.deadline_s,
+            deadline_s=_deadline(args.deadline_s),
         )  # fmt: skip
     except RuntimeError as e:
         print(f"kernelpro warmup: {e}", file=sys.stderr)
         return 2
     if rank == 0:
-        print(report.table())
+        print(json.dumps(report.to_dict(), indent=1) if args.json else report.table())
     log.info("rank %d done", rank)
     return 0
+
+
+def _deadline(given: float | None) -> float | None:
+    """The warm-up's deadline: DEFAULT_DEADLINE_S unless given; 0 or less: none."""
+    if given is None:
+        return DEFAULT_DEADLINE_S
+    return given if given > 0 else None
 
 
 def _launch(nproc: int) -> int:

@@ -60,7 +60,7 @@ class KernelFinder:
         # Family (symbolic key digest) -> its instances' entries in the store; read on first use.
         self._families: dict[str, list[tuple[CacheKey, KernelArtifact]]] | None = None
         self._warned_no_searcher = self._warned_no_prover = self._warned_cache_fault = False
-        self._searched: set[str] = set()  # keys searched here that kept the fallback
+        self.searched: set[str] = set()  # keys searched here that kept the fallback
         self._refused: dict[str, str] = {}  # keys whose entry failed its re-proof here: why
         # A warm-up's finders: serve its held kernels; stop searching past its search time
         self.serve_held, self.searching = False, True
@@ -165,7 +165,7 @@ class KernelFinder:
         elsewhere) or, under "on-miss" and `search`, a search winner, stored — or None (miss
         recorded; without `search` the caller records it)."""
         key = self.cache.key_for(subgraph.key)
-        if key.digest in self._searched:
+        if key.digest in self.searched:
             return None  # searched in this process, nothing beat the fallback: not again
         hit = self.cache_op("read", lambda: self.cache.lookup(key))
         artifact = None if hit is None else self._proved(key, hit)
@@ -175,7 +175,7 @@ class KernelFinder:
             if artifact is None and skipped is None:
                 # The same subgraph comes back in a recompile, or forward and backward share
                 # it (measured on H100: half the searches of a KernelBench warm-up repeated one).
-                self._searched.add(key.digest)
+                self.searched.add(key.digest)
             if artifact is not None:
                 artifact = describe(artifact, subgraph)
                 self.cache_op("store a kernel in", lambda: self.cache.put(key, artifact))

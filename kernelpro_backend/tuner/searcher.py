@@ -83,6 +83,9 @@ class SubgraphSearcher:
         # The last search's outcome (None: not searched): its `under(objective)` and
         # `outcome_artifact` give the kernel another objective's rule keeps from the same trials.
         self.outcome: SearchOutcome | None = None
+        # A warm-up's plan (tuner/plan.py): seconds per search by SubgraphKey digest, in place
+        # of options.budget_s (more for the subgraphs estimated to gain most).
+        self.budgets: dict[str, float] = {}
         self._ceilings: Ceilings | None = None
         self.layout = CacheLayout.of(options.cache_dir)  # logs, memory, ceilings, cubins
         self.cutlass = CutlassBuilds(self.layout.cubin_root, options.cutlass_jobs)
@@ -106,6 +109,13 @@ class SubgraphSearcher:
             SpeedOfLight.work(subgraph), ceilings, subgraph.precision
         )
         return BANDWIDTH_TARGET if bound is not None and bound >= BANDWIDTH_FLOOR_MS else None
+
+    def _options(self, subgraph: Subgraph) -> Options:
+        planned = self.budgets.get(subgraph.key.digest)
+        options = self.options
+        if planned is not None:
+            options = dataclasses.replace(options, budget_s=planned)
+        return _options_for(options, subgraph)
 
     def _pool_args(self) -> tuple[int, float, float]:
         return self.options.workers, self.job_timeout_s, self.options.pool_idle_s
@@ -205,7 +215,7 @@ class SubgraphSearcher:
         templated = self._has_template(subgraph)
         self.layout.logs.mkdir(parents=True, exist_ok=True)
         log_path = str(self.layout.logs / f"{subgraph.key.digest[:16]}.jsonl")
-        self._await_builds(subgraph, _options_for(self.options, subgraph).budget_s)
+        self._await_builds(subgraph, self._options(subgraph).budget_s)
         leased = time.perf_counter()
         with lease_pool(*self._pool_args(), **self._pool_settings()) as pool:
             fixed = {
@@ -222,7 +232,7 @@ class SubgraphSearcher:
                 log.warning("%s %s %s", subgraph.graph, subgraph.pattern, plan.message)
             if not templated:
                 return self._eager_only(pool, subgraph)
-            options = _options_for(self.options, subgraph)
+            options = self._options(subgraph)
             measurer = PoolMeasurer(
                 options, pool, subgraph, self.ceilings(subgraph), plan.concurrent, plan.exact
             )

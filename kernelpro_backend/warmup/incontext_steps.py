@@ -175,11 +175,25 @@ class StepVariants:
         self.graphed = Options.resolve(options=opts).cuda_graphs
         self.host: dict[tuple[frozenset[str], bool], tuple[float, float]] = {}
         self.timings = 0
+        # The longest one variant took (compiled and timed): none starts that would end past
+        # the deadline (a corpus model's step compiles in about a minute).
+        self.longest_s = 0.0
 
-    def _start(self, count: int) -> None:
-        if self.deadline is not None and time.perf_counter() > self.deadline:
+    def _start(self, count: int, expect: int | None = None) -> None:
+        """Before `count` timings (`expect` of them to come now, in turns, when they differ)."""
+        now = time.perf_counter()
+        if self.deadline is not None and now > self.deadline:
             raise OutOfTime(f"the warm-up's deadline came after {self.timings} step timing(s)")
+        coming = count if expect is None else expect
+        if self.deadline is not None and now + coming * self.longest_s > self.deadline:
+            raise OutOfTime(
+                f"after {self.timings} step timing(s), {coming} more of up to "
+                f"{self.longest_s:.0f} s each would end past the warm-up's deadline"
+            )
         self.timings += count
+
+    def _took(self, t0: float, variants: int = 1) -> None:
+        self.longest_s = max(self.longest_s, (time.perf_counter() - t0) / max(1, variants))
 
     def _backend(self, excluded: frozenset[str], served: dict[str, str]) -> Callable[..., Any]:
         provider = _Excluding(self.finder, excluded, served)
@@ -195,7 +209,9 @@ class StepVariants:
         )
         opts = {**self.opts, **(changed or {})}
         backend = self._backend(excluded, self.served)
+        t0 = time.perf_counter()
         ms, peak = time_step(self.model, backend, opts, self.loss_fn, self.inputs)
+        self._took(t0)
         if not self.graphed:
             self.peaks[(excluded, bool(changed))] = peak
         return ms
@@ -205,12 +221,13 @@ class StepVariants:
         options) compiled side by side, each on its own copy of the model, and timed in turns:
         each one's round times (a variant that would leave out nothing is skipped); None where
         that cannot run here (off the GPU, or it failed: then one after another)."""
-        self._start(0)
+        self._start(0, expect=len(variants))
         if not torch.cuda.is_available():
             return None
         self.timings += len(variants)
         log.info("in context: %d variants of the step in turns", len(variants))
         torch._dynamo.reset()
+        t0 = time.perf_counter()
         try:
             steppers, keys = [], []
             for i, (excluded, changed) in enumerate(variants):
@@ -224,6 +241,7 @@ class StepVariants:
                 steppers[-1].once()  # compiled now: the first tells which kernels the step uses
                 keys.append((left_out, bool(changed)))
             times, peaks = time_rounds(steppers, PAIRED_ROUNDS)
+            self._took(t0, len(steppers))
         except Exception as e:  # memory for the copies, a compile: one after another instead
             log.warning(
                 "in context: timing the variants in turns failed (%s: %s); "

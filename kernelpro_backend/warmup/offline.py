@@ -13,7 +13,6 @@ worker process holds GPU memory (the pool is shut down).
 from __future__ import annotations
 
 import copy
-import dataclasses
 import functools
 import logging
 import time
@@ -27,44 +26,12 @@ from ..fx_passes import Subgraph
 from ..fx_passes.patterns import check_pattern_names
 from ..options import Options
 from ..rewrite.providers import Kernel, KernelProvider
+from ..tuner.plan import SearchPlan
+from .planned import plan_summary, progress, warm_planned
+from .report import Phases, WarmupReport
 from .rows import WarmupRow, _Recording
 
 log = logging.getLogger("kernelpro.warmup")
-
-
-@dataclasses.dataclass
-class WarmupReport:
-    rows: list[WarmupRow]
-    seconds: float
-    context: list[str] = dataclasses.field(default_factory=list)  # the in-context check
-
-    def table(self) -> str:
-        header = f"{'graph':<10}{'pattern':<28}{'key':<14}{'result':<10}{'seconds':>8}"
-        lines = [header, "-" * len(header)]
-        for r in self.rows:
-            lines.append(
-                f"{r.graph:<10}{r.pattern[:27]:<28}{r.key:<14}{r.result:<10}{r.seconds:>8.1f}"
-            )
-        kernels = sum(r.result == "kernel" for r in self.rows)
-        lines.append(
-            f"{len(self.rows)} subgraphs, {kernels} with a kernel, "
-            f"{len(self.rows) - kernels} on the fallback; {self.seconds:.0f} s"
-        )
-        lines.extend(self.context)
-        lines.extend(self.coverage())
-        return "\n".join(lines)
-
-    def coverage(self) -> list[str]:
-        """Per example shape (several warmed): how many of its subgraphs got a kernel."""
-        shapes = list(dict.fromkeys(r.shape for r in self.rows if r.shape))
-        if len(shapes) < 2:
-            return []
-        out = ["covered shapes (subgraphs with a kernel / looked up):"]
-        for shape in shapes:
-            rows = [r for r in self.rows if r.shape == shape and r.result != "symbolic"]
-            got = sum(r.result == "kernel" for r in rows)
-            out.append(f"  {shape}: {got}/{len(rows)}")
-        return out
 
 
 def warmup_options(options: dict[str, Any] | None, budget_s: float | None) -> dict[str, Any]:
@@ -98,6 +65,14 @@ def search_provider(options: dict[str, Any]) -> KernelProvider:
     return provider
 
 
+# The whole warm-up's seconds by default (`kernelpro warmup`, `warmup()`): a corpus model warmed
+# up within 10 minutes on one H100 — 600 s less ~30 s to start the worker pool and build the
+# model, and less one whole-step compile that the in-context check may be in when the deadline
+# comes (Inductor compiled the Qwen2 and T5 training steps in 61 and 73 s; H100, 2026-12-06,
+# docs/gpu_runs/2026-12-06-real-models-h100/).
+DEFAULT_DEADLINE_S = 480.0
+
+
 def warmup(
     model: torch.nn.Module,
     example_inputs: Sequence[Any],
@@ -110,26 +85,31 @@ def warmup(
     release_workers: bool = True,
     more_inputs: Sequence[Sequence[Any]] = (),
     check_context: bool = True,
-    deadline_s: float | None = None,
+    deadline_s: float | None = DEFAULT_DEADLINE_S,
 ) -> WarmupReport:
     """Search every subgraph of `model` the cache lacks (forward and, with `train`, backward).
 
-    `budget_s` is the search budget per subgraph; `loss_fn(output) -> scalar` defines the
-    training step (default: sum of the output). `more_inputs`: example inputs at other shapes
-    (a shorter last batch, other sequence lengths). Each shape is compiled on its own
-    with static sizes (`dynamic=False`), so a model compiled with `dynamic=False` finds a
-    kernel per shape; then all shapes run in order through one compile, as a training loop
-    meets them: torch.compile recompiles with symbolic sizes at the first change, and each
-    size's instance of every symbolic subgraph is searched (rewrite/dispatch.py). Pass the shapes in
-    the order training meets them (the last, shorter batch last).
+    `budget_s` is the search budget per subgraph (at most: a planned warm-up gives each search
+    its share of the time left); `loss_fn(output) -> scalar` defines the training step
+    (default: sum of the output). With one example shape and a KernelFinder (the default
+    provider) the warm-up plans first (planned.py): the step's subgraphs found, each distinct
+    key searched once, in descending estimated gain, until the deadline's search share.
+    `more_inputs`: example inputs at other shapes (a shorter last batch, other sequence
+    lengths). Each shape is compiled on its own with static sizes (`dynamic=False`), so a
+    model compiled with `dynamic=False` finds a kernel per shape; then all shapes run in order
+    through one compile, as a training loop meets them: torch.compile recompiles with symbolic
+    sizes at the first change, and each size's instance of every symbolic subgraph is searched
+    (rewrite/dispatch.py). Pass the shapes in the order training meets them (the last batch
+    last); these are searched as the compiles meet them.
     `release_workers`: shut the worker pool down at the end (a caller warming several models
     keeps it and calls `tuner.searcher.release_gpu_memory()` itself).
     `check_context`: then time the step with and without the kernels found and record the
     ones that slow it (incontext.py; one shape, one process, CUDA); until judged they are
-    held, unused by other compiles. `deadline_s`: the whole warm-up's seconds; the searches
-    stop CHECK_SHARE of them before it, the check at it (what it has not judged stays held)."""
+    held, unused by other compiles. `deadline_s` (None: none): the whole warm-up's seconds;
+    the searches stop CHECK_SHARE of them before it, the check at it (what it has not judged
+    stays held)."""
     opts = warmup_options(options, budget_s)
-    check_pattern_names(Options.resolve(options=opts).search_patterns)
+    check_pattern_names((resolved := Options.resolve(options=opts)).search_patterns)
     if provider is None:
         provider = search_provider(opts)
     rows: list[WarmupRow] = []
@@ -145,19 +125,80 @@ def warmup(
     recording.prestart()
     backend = make_backend(provider=recording, observer=note_symbolic)
     model = copy.deepcopy(model)
-    started = time.perf_counter()
+    started, phases, say = time.perf_counter(), Phases(), progress(resolved.progress)
     shapes = [list(example_inputs), *(list(i) for i in more_inputs)]
     step = functools.partial(_step, model, backend, opts, train, loss_fn)
     ranks_agree = getattr(provider, "agrees_across_ranks", False)
     checks = check_context and train and len(shapes) == 1 and not ranks_agree
     deadline = recording.arm(model, started, deadline_s, checks)
+    collect = functools.partial(_step_subgraphs, model, opts, train, loss_fn)
+    plans = []
+    if len(shapes) == 1 and not ranks_agree and recording.finder is not None:
+        plans.append(_plan_and_search(step, collect, shapes[0], recording, phases, say, checks))
+    else:
+        _warm_in_compile_order(step, collect, shapes, recording, phases, ranks_agree)
+    with phases.timing("cutlass"):
+        _finish_builds(provider, recording.search_until)
+    if release_workers and torch.cuda.is_available():
+        from ..tuner.searcher import release_gpu_memory
+
+        release_gpu_memory()
+    context: list[str] = []
+    if check_context and train and torch.cuda.is_available():
+        say(f"in-context check of the step ({len(recording.held or ())} kernel(s) found now)")
+        with phases.timing("check"):
+            context = _check_context(
+                model, shapes, opts, loss_fn, ranks_agree, recording.held, deadline
+            )
+    seconds = time.perf_counter() - started
+    say(Phases(phases).line(seconds))
+    return WarmupReport(rows, seconds, context, dict(phases), plan_summary(plans))
+
+
+def _plan_and_search(
+    step: Callable[..., None],
+    collect: Callable[..., list[Subgraph]],
+    inputs: list[Any],
+    recording: _Recording,
+    phases: Phases,
+    say: Callable[[str], None],
+    checks: bool,
+) -> SearchPlan:
+    """One shape: the step's subgraphs found, searched in order of estimated gain
+    (planned.py), then the step compiled with what the cache holds, unless the in-context
+    check follows (it compiles the step with the kernels itself). The rows: the plan's."""
+    found = functools.partial(collect, inputs, None)
+    plan, planned_rows = warm_planned(recording, found, phases, say)
+    if not (checks and torch.cuda.is_available()):
+        say("compiling the step with what the cache holds")
+        with phases.timing("compile"):
+            step(inputs, dynamic=None)
+    recording.rows[:] = planned_rows
+    return plan
+
+
+def _warm_in_compile_order(
+    step: Callable[..., None],
+    collect: Callable[..., list[Subgraph]],
+    shapes: list[list[Any]],
+    recording: _Recording,
+    phases: Phases,
+    ranks_agree: bool,
+) -> None:
+    """Each shape compiled on its own (static sizes), searching as the compile meets its
+    subgraphs (or, under distributed search, the ranks agreeing on the whole step first);
+    several shapes then in order through one compile. `phases`: the time in lookups and
+    searches is the search's, the rest the compiles'."""
+    t0, found_before = time.perf_counter(), recording.find_s
     for inputs in shapes:
         recording.shape = _shape_label(inputs) if len(shapes) > 1 else ""
         dynamic = False if len(shapes) > 1 else None
         if len(shapes) > 1:
             torch._dynamo.reset()  # each shape its own static graph, not a symbolic one
         if ranks_agree:
-            recording.prepare(_step_subgraphs(model, opts, train, loss_fn, inputs, dynamic))
+            with phases.timing("collect"):
+                found = collect(inputs, dynamic)
+            recording.prepare(found)
         step(inputs, dynamic=dynamic)
     if len(shapes) > 1:
         # Then the shapes in order, as a training loop meets them: torch.compile recompiles
@@ -166,17 +207,10 @@ def warmup(
         for inputs in shapes:
             recording.shape = _shape_label(inputs)
             step(inputs, dynamic=None)
-    _finish_builds(provider, recording.search_until)
-    if release_workers and torch.cuda.is_available():
-        from ..tuner.searcher import release_gpu_memory
-
-        release_gpu_memory()
-    context = (
-        _check_context(model, shapes, opts, loss_fn, ranks_agree, recording.held, deadline)
-        if check_context and train
-        else []
-    )
-    return WarmupReport(rows=rows, seconds=time.perf_counter() - started, context=context)
+    searched = recording.find_s - found_before
+    phases["search"] = phases.get("search", 0.0) + searched
+    elapsed = time.perf_counter() - t0 - phases.get("collect", 0.0) - searched
+    phases["compile"] = phases.get("compile", 0.0) + elapsed
 
 
 def _check_context(
@@ -296,8 +330,16 @@ def _shape_label(inputs: Sequence[Any]) -> str:
 
 
 def _default_loss(out: Any) -> torch.Tensor:
+    """The sum of the output; a model that computes its own loss (Hugging Face's `labels=`:
+    `out.loss` or `out["loss"]`, beside its logits) trains on that loss, as its users do."""
     if isinstance(out, torch.Tensor):
         return out.float().sum()
     if isinstance(out, (list, tuple)):
         return sum((_default_loss(o) for o in out if isinstance(o, torch.Tensor)), torch.zeros(()))
-    raise TypeError("pass loss_fn: the model's output is not a tensor or a tuple of tensors")
+    loss = out.get("loss") if isinstance(out, dict) else getattr(out, "loss", None)
+    if isinstance(loss, torch.Tensor):
+        return loss
+    raise TypeError(
+        "pass loss_fn: the model's output is not a tensor, a tuple of tensors or a loss "
+        "returned beside other outputs (`out.loss`)"
+    )

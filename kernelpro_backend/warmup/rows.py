@@ -30,6 +30,8 @@ class WarmupRow:
     result: str  # "kernel", "fallback", "symbolic"
     seconds: float
     shape: str = ""  # the example inputs' shapes ("2x512x768"), when several are warmed
+    count: int = 1  # the step's subgraphs with this key (a planned warm-up: one row per key)
+    note: str = ""  # a planned warm-up: what became of the key (found, cached, not reached...)
 
 
 # The share of a warm-up's deadline kept for its in-context check (a few compiles of the
@@ -58,6 +60,8 @@ class _Recording:
         self.held: set[str] | None = None  # the digests held, when the check will run
         self.model = ""
         self.search_until: float | None = None
+        self.planned = False  # the searches ran from a plan: a compile queues no builds
+        self.find_s = 0.0  # seconds in lookups and the searches they ran
 
     def arm(
         self, model: torch.nn.Module, started: float, deadline_s: float | None, checks: bool
@@ -74,9 +78,11 @@ class _Recording:
 
     def prepare(self, subgraphs: Sequence[Subgraph]) -> None:
         prepare = getattr(self.inner, "prepare", None)
-        if prepare is not None:  # the ranks of a distributed warm-up agree here (the search)
+        # the ranks of a distributed warm-up agree here (the search)
+        if prepare is not None and not self.planned:
             t0 = time.perf_counter()
             prepare(subgraphs)
+            self.find_s += time.perf_counter() - t0
             log.info(
                 "%d subgraph(s) agreed with the other ranks in %.1f s",
                 len(subgraphs),
@@ -98,6 +104,12 @@ class _Recording:
     def find_dynamic(self, subgraph: Subgraph) -> Kernel | None:
         """An instance of a symbolic subgraph, met by its shape dispatcher (rewrite/dispatch.py)."""
         return self._record(subgraph, getattr(self.inner, "find_dynamic", self.inner.find))
+
+    def hold(self, digest: str, subgraph: Subgraph) -> None:
+        """A kernel this warm-up's search found: held until its in-context check, if one runs."""
+        if self.held is not None and self.finder is not None:
+            self.held.add(digest)
+            self.finder.cache.context.hold(digest, pattern=subgraph.pattern, model=self.model)
 
     def _uncached(self, subgraph: Subgraph) -> str | None:
         """The subgraph's digest when this warm-up holds its finds and the cache has no entry
@@ -127,8 +139,8 @@ class _Recording:
         if kernel is not None and new is not None:
             # found by this warm-up's search: held until its check (what the cache had before
             # keeps its standing: another model's check may have passed it)
-            self.held.add(new)  # type: ignore[union-attr]
-            self.finder.cache.context.hold(new, pattern=subgraph.pattern, model=self.model)
+            self.hold(new, subgraph)
+        self.find_s += time.perf_counter() - t0
         self.rows.append(
             WarmupRow(
                 subgraph.graph,

@@ -215,5 +215,8 @@ def test_a_warmup_ends_after_the_cutlass_builds_it_started(monkeypatch):
     provider.searcher = Searcher()
     model = torch.nn.Linear(8, 4)
     torch._dynamo.reset()
-    warmup(model, (torch.randn(4, 8),), provider=provider, options={"fallback": "eager"})
+    warmup(  # no deadline (the default one would cut the wait at its search share)
+        model, (torch.randn(4, 8),), provider=provider, options={"fallback": "eager"},
+        deadline_s=None,
+    )  # fmt: skip
     assert waited == [warmup_module.BUILDS_WAIT_S]

@@ -265,3 +265,33 @@ def test_the_searcher_keeps_its_outcome_and_each_rules_artifact_comes_from_it(
     assert warps == {"time": 4, "energy": 2}
     assert kept.spec_json == by_rule["energy"].spec_json and kept.kernel_ms == 0.506
     assert by_rule["time"].kernel_ms == 0.5
+
+
+def test_a_planned_budget_replaces_budget_s_for_its_subgraph_only(monkeypatch, tmp_path):
+    """A warm-up's plan (tuner/plan.py) gives each search its own seconds: the search's Budget
+    reads them for that subgraph, budget_s for the others."""
+    import torch
+    from helpers import subgraphs_of
+
+    import kernelpro_backend.tuner.searcher as searcher_module
+    from kernelpro_backend.tuner.searcher import SubgraphSearcher
+
+    options = Options.resolve(
+        options={"cache_dir": str(tmp_path), "progress": False, "budget_s": 120.0}, environ={}
+    )
+    searcher = SubgraphSearcher(options)
+    seen: list = []
+
+    def fake_optimize(subgraph, **kwargs):
+        seen.append(kwargs["budget"].max_seconds)
+        raise _Stop
+
+    monkeypatch.setattr(searcher_module, "optimize", fake_optimize)
+    monkeypatch.setattr(searcher_module, "lease_pool", _fake_lease)
+    (planned,) = subgraphs_of(lambda x: torch.softmax(x, -1), torch.randn(8, 40), train=False)
+    (other,) = subgraphs_of(lambda x: torch.softmax(x, -1), torch.randn(8, 48), train=False)
+    searcher.budgets[planned.key.digest] = 35.0
+    for sg in (planned, other):
+        with pytest.raises(_Stop):
+            searcher(sg)
+    assert seen == [35.0, 120.0]

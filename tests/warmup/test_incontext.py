@@ -479,3 +479,25 @@ def test_the_check_times_its_rounds_with_nvcc_paused(monkeypatch):
     first = events.index("pause")
     assert events[:first] == ["step"] * 6 and events[-1] == "resume"
     assert "pause" not in events[first + 1 :] and events[first + 1 : -1].count("step") > 0
+
+
+def test_no_step_starts_that_would_end_past_the_deadline(monkeypatch):
+    """A whole-step compile takes about a minute on a corpus model: the check starts none that
+    the longest so far says would end past the warm-up's deadline, instead of overrunning it."""
+    import time
+
+    import torch
+
+    from kernelpro_backend.warmup import incontext_steps
+
+    def slow_step(*args):  # type: ignore[no-untyped-def]
+        time.sleep(0.3)
+        return 10.0, 7
+
+    monkeypatch.setattr(incontext_steps, "time_step", slow_step)
+    steps = incontext_steps.StepVariants(
+        torch.nn.Linear(2, 2), (torch.randn(1, 2),), {}, sum, None, time.perf_counter() + 0.5
+    )
+    assert steps.time_with(frozenset()) == 10.0  # nothing timed yet: it starts
+    with pytest.raises(incontext_steps.OutOfTime, match="would end past the warm-up's deadline"):
+        steps.time_with(frozenset(["a" * 64]))  # 0.3 s more would end past it

@@ -211,7 +211,10 @@ def test_a_warmup_past_its_search_share_searches_nothing(tmp_path, caplog):
         raise AssertionError("searched past the deadline's search share")
 
     with KernelCache(tmp_path / "c") as cache:
-        finder = KernelFinder(cache, Options(search="on-miss"), searcher=must_not_search)
+        # min_gain_us=0: the plan's floor (a kernel's least gain a call) keeps none of this
+        # tiny model's subgraphs off the plan, so the deadline is what stops their searches
+        options = Options(search="on-miss", min_gain_us=0.0)
+        finder = KernelFinder(cache, options, searcher=must_not_search)
         with caplog.at_level(logging.WARNING, logger="kernelpro"):
             report = warmup(
                 Net(), (torch.randn(8, 16),), provider=finder, deadline_s=0.0,

@@ -1,0 +1,223 @@
+"""A warm-up that plans first: the whole step's subgraphs (forward and backward) found before
+anything is searched, one search per distinct cache key, in descending estimated gain
+(tuner/plan.py), each with its share of the time left, until the deadline's search share.
+
+What the deadline leaves is listed (the report's plan), not silently dropped. A resumed warm-up
+goes on with the next best: a key whose search found a kernel is a cache hit, and one whose
+fallback stayed fastest is recorded (cache/searched.py), so neither is planned again.
+Progress lines go to stderr as `[warmup] ...` (as the bench's `[bench] ...`) unless
+options.progress is off.
+
+Owns: `warm_planned` (collect, plan, search in order), `plan_summary`. Must not: collect the
+subgraphs itself (offline.py passes `_step_subgraphs`), time steps or decide the in-context
+verdicts (incontext.py).
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from ..cache.searched import SearchedKeys
+from ..fx_passes import Subgraph
+from ..tuner.plan import (
+    FALLBACK_ATTAINS,
+    PlanItem,
+    SearchPlan,
+    plan_searches,
+    planning_ceilings,
+    search_budget_s,
+)
+from .report import Phases
+from .rows import WarmupRow, _Recording
+
+log = logging.getLogger("kernelpro.warmup")
+
+Say = Callable[[str], None]
+
+BASIS = (
+    f"occurrences x (the fallback's roofline time at {FALLBACK_ATTAINS:.0%} of the roofs, "
+    "extern GEMM/conv/attention outputs read back, - the speed-of-light bound)"
+)
+
+
+def progress(on: bool) -> Say:
+    """The warm-up's progress lines (stderr), or nothing."""
+    if not on:
+        return lambda line: None
+    return lambda line: print(f"[warmup] {line}", file=sys.stderr, flush=True)
+
+
+def warm_planned(
+    recording: _Recording,
+    collect: Callable[[], list[Subgraph]],
+    phases: Phases,
+    say: Say,
+) -> tuple[SearchPlan, list[WarmupRow]]:
+    """Collect the step's subgraphs, plan their searches and run them in order until the
+    recording's search deadline; returns the plan and its rows (one per distinct key)."""
+    finder = recording.finder
+    with phases.timing("collect"):
+        subgraphs = collect()
+        plan = plan_step(finder, subgraphs)
+    say(
+        f"{plan.occurrences} subgraphs ({len(plan.items())} distinct) in "
+        f"{phases['collect']:.1f} s; {len(plan.planned)} to search "
+        f"(est. {plan.gain_left_ms(0):.3f} ms a step), {plan.count('cached')} cached, "
+        f"{plan.count('below floor')} below the floor of {plan.floor_ms * 1e3:.1f} us a call, "
+        f"{plan.count('searched before')} searched before"
+    )
+    recording.planned = True
+    with phases.timing("search"):
+        run_plan(plan, finder, recording, recording.search_until, say)
+    symbolic = [
+        WarmupRow(sg.graph, sg.pattern, "-", "symbolic", 0.0, recording.shape)
+        for sg in subgraphs
+        if sg.symbolic and not sg.dynamic
+    ]
+    return plan, [*(_row(item, recording.shape) for item in plan.items()), *symbolic]
+
+
+def plan_step(finder: Any, subgraphs: Sequence[Subgraph]) -> SearchPlan:
+    """The plan of the step's subgraphs against what the finder's cache already knows."""
+    keys: dict[str, Any] = {}
+    searched = SearchedKeys(finder.cache.layout.searched)
+
+    def digest_of(sg: Subgraph) -> str:
+        key = finder.cache.key_for(sg.key)
+        keys.setdefault(key.digest, key)
+        return str(key.digest)
+
+    def known(digest: str) -> str | None:
+        if finder.cache_op("read", lambda: finder.cache.lookup(keys[digest])) is not None:
+            return "cached"
+        return "searched before" if digest in searched else None
+
+    patterns = finder.options.search_patterns
+    return plan_searches(
+        subgraphs,
+        digest_of,
+        planning_ceilings(_measured_ceilings(finder, subgraphs)),
+        finder.options.min_gain_ms(),
+        known,
+        lambda sg: not patterns or sg.pattern in patterns,
+    )
+
+
+def _measured_ceilings(finder: Any, subgraphs: Sequence[Subgraph]) -> Any:
+    """The device's measured ceilings (the searcher's, cached in the cache dir), or None."""
+    measure = getattr(finder.searcher, "ceilings", None)
+    on_gpu = next((sg for sg in subgraphs if sg.device.type == "cuda"), None)
+    if measure is None or on_gpu is None:
+        return None
+    try:
+        return measure(on_gpu)
+    except Exception as e:  # the plan still orders with the datasheet's roofs
+        log.warning("cannot measure the device's ceilings (%s); planning with the datasheet's", e)
+        return None
+
+
+def run_plan(
+    plan: SearchPlan, finder: Any, recording: _Recording, until: float | None, say: Say
+) -> None:
+    """Search the planned keys in order, each with its budget (tuner/plan.py), until `until`
+    (time.perf_counter()); the rest are marked "not reached". A kernel found is held for the
+    in-context check (rows.py); a key whose fallback stayed fastest is recorded as searched."""
+    budgets = getattr(finder.searcher, "budgets", None)
+    searched = SearchedKeys(finder.cache.layout.searched)
+    finder.prepare([item.subgraph for item in plan.planned])  # CUTLASS builds, best first
+    finder.searching = True
+    for i, item in enumerate(plan.planned):
+        left = None if until is None else until - time.perf_counter()
+        budget = search_budget_s(item.gain_ms, plan.gain_left_ms(i), left, finder.options.budget_s)
+        if budget is None:
+            _out_of_time(plan.planned[i:], say)
+            break
+        item.budget_s = budget
+        if budgets is not None:
+            budgets[item.subgraph.key.digest] = budget
+        t0 = time.perf_counter()
+        artifact = finder.resolve(item.subgraph)
+        item.seconds = time.perf_counter() - t0
+        skipped = getattr(finder.searcher, "skipped", None)
+        if artifact is not None:
+            item.status = "kernel"
+            recording.hold(item.digest, item.subgraph)
+        elif skipped or item.digest not in finder.searched:
+            item.status, item.why = "skipped", skipped or "not searched (see the log)"
+        else:
+            item.status = "fallback"
+            searched.add(item.digest, item.subgraph.pattern, budget)
+        rest = "" if until is None else f"; {until - time.perf_counter():.0f} s left"
+        say(
+            f"search {i + 1}/{len(plan.planned)} {item.subgraph.pattern} x{item.count} "
+            f"(est. {item.gain_ms:.3f} ms a step, budget {budget:.0f} s): {item.status} "
+            f"in {item.seconds:.1f} s{rest}"
+        )
+    finder.searching = False  # a compile after the plan serves hits and searches nothing
+
+
+def _out_of_time(left: list[PlanItem], say: Say) -> None:
+    for item in left:
+        item.status = "not reached"
+    gain = sum(item.gain_ms for item in left)
+    log.warning(
+        "the search's share of the deadline is spent; the subgraphs left keep the fallback "
+        "(a later warm-up searches them), the rest of the time is the in-context check's"
+    )
+    say(
+        f"deadline: {len(left)} planned search(es) not reached (est. {gain:.3f} ms a step); "
+        "a later warm-up resumes with them"
+    )
+
+
+NOTES = {
+    "kernel": "found",
+    "fallback": "searched: the fallback stays fastest",
+    "cached": "cached",
+    "searched before": "searched before: the fallback stayed fastest",
+    "not reached": "not reached by the deadline",
+    "not selected": "not in search_patterns",
+}
+
+
+def _row(item: PlanItem, shape: str) -> WarmupRow:
+    sg = item.subgraph
+    result = "kernel" if item.status in ("kernel", "cached") else "fallback"
+    note = NOTES.get(item.status, item.status)
+    if item.why:
+        note = f"{note}: {item.why}"
+    if item.status in ("planned", "kernel", "fallback", "not reached"):
+        note = f"{note} (est. {item.gain_ms:.3f} ms a step)"
+    return WarmupRow(
+        sg.graph, sg.pattern, sg.key.short(), result, item.seconds, shape, item.count, note
+    )
+
+
+def plan_summary(plans: Sequence[SearchPlan]) -> dict[str, Any]:
+    """The report's plan: the counts over the plans (one per shape), the floor, the basis of
+    the estimate and the keys the deadline left, best first."""
+    if not plans:
+        return {}
+    summary: dict[str, Any] = {}
+    for plan in plans:
+        for name, n in plan.counts().items():
+            summary[name] = summary.get(name, 0) + n
+    left = [i for p in plans for i in p.planned if i.status == "not reached"]
+    summary.update(
+        floor_us=plans[0].floor_ms * 1e3,
+        basis=BASIS,
+        not_reached_items=[
+            {
+                "pattern": i.subgraph.pattern,
+                "key": i.subgraph.key.short(),
+                "count": i.count,
+                "gain_ms": round(i.gain_ms, 4),
+            }
+            for i in sorted(left, key=lambda i: -i.gain_ms)
+        ],
+    )
+    return summary

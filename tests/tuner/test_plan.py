@@ -1,0 +1,127 @@
+"""The warm-up's search plan (tuner/plan.py) on fake subgraphs with known shapes: identical keys
+grouped and counted, descending estimated gain, the floor, keys known already, the budgets."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import torch
+from torch.fx.experimental.proxy_tensor import make_fx
+
+from kernelpro_backend.tuner import plan as plan_module
+from kernelpro_backend.tuner.plan import (
+    FALLBACK_ATTAINS,
+    MIN_SEARCH_S,
+    Estimate,
+    plan_searches,
+    planning_ceilings,
+    round_trip_bytes,
+    search_budget_s,
+)
+
+CEILINGS = planning_ceilings(None)  # the H100 datasheet's roofs, as off the GPU
+
+
+@dataclasses.dataclass
+class Fake:
+    """A pointwise subgraph reading and writing one float32 [rows, 1024] tensor."""
+
+    name: str
+    rows: int
+    symbolic: bool = False
+    pattern: str = "pointwise"
+    precision: str = "ieee"
+    nodes: tuple = ()
+    outputs: tuple = ()
+
+    @property
+    def input_meta(self):
+        return [((self.rows, 1024), (1024, 1), "float32")]
+
+    @property
+    def output_meta(self):
+        return self.input_meta
+
+
+def _plan(subgraphs, floor_ms=0.0, **kw):
+    return plan_searches(subgraphs, lambda sg: sg.name, CEILINGS, floor_ms, **kw)
+
+
+def test_the_plan_groups_identical_keys_and_orders_them_by_estimated_gain():
+    # 24 layers of a 2048-row key outweigh one 16384-row key (8 MB read and written each);
+    # a 4096-row key met first comes after both
+    layers = [Fake("layer", 2048) for _ in range(24)]
+    plan = _plan([Fake("head", 4096), *layers, Fake("proj", 16384)])
+    assert [(i.digest, i.count) for i in plan.planned] == [
+        ("layer", 24),
+        ("proj", 1),
+        ("head", 1),
+    ]
+    assert plan.occurrences == 26 and plan.counts()["distinct"] == 3
+    layer = plan.planned[0]
+    bound = 2 * 2048 * 1024 * 4 / CEILINGS.dram_bytes_per_s * 1e3
+    assert abs(layer.estimate.sol_ms - bound) < 1e-9
+    assert abs(layer.gain_ms - 24 * bound * (1 / FALLBACK_ATTAINS - 1)) < 1e-9
+
+
+def test_the_floor_skips_keys_whose_gain_a_call_is_too_small_and_says_why():
+    big, tiny = Fake("big", 16384), Fake("tiny", 8)
+    plan = _plan([tiny, big, tiny], floor_ms=0.002)
+    assert [i.digest for i in plan.planned] == ["big"]
+    (skipped,) = plan.others
+    assert skipped.digest == "tiny" and skipped.status == "below floor" and skipped.count == 2
+    assert "under the 2.0 us a kernel must save to be used" in skipped.why
+    assert plan.counts()["below_floor"] == 1
+
+
+def test_known_keys_symbolic_and_unselected_subgraphs_are_not_planned():
+    subgraphs = [
+        Fake("cached", 16384),
+        Fake("before", 16384),
+        Fake("other", 16384, pattern="softmax"),
+        Fake("dyn", 16384, symbolic=True),
+        Fake("new", 16384),
+    ]
+    known = {"cached": "cached", "before": "searched before"}
+    plan = _plan(subgraphs, known=known.get, selected=lambda sg: sg.pattern == "pointwise")
+    assert [i.digest for i in plan.planned] == ["new"]
+    assert {i.digest: i.status for i in plan.others} == {
+        "cached": "cached",
+        "before": "searched before",
+        "other": "not selected",
+    }
+    assert plan.occurrences == 4  # the symbolic one is searched per size at run time
+
+
+def test_the_fallback_reads_back_an_extern_gemm_output_its_epilogue_uses():
+    gm = make_fx(lambda a, b: torch.relu(torch.mm(a, b)))(torch.randn(64, 32), torch.randn(32, 16))
+    nodes = [n for n in gm.graph.nodes if n.op == "call_function"]
+    mm, relu = nodes
+    inner = dataclasses.replace(Fake("g", 1), nodes=tuple(nodes), outputs=(relu,))
+    assert round_trip_bytes(inner) == 2 * 64 * 16 * 4  # written by cuBLAS, read by the relu
+    both = dataclasses.replace(inner, outputs=(mm, relu))
+    assert round_trip_bytes(both) == 64 * 16 * 4  # written anyway: only the read is extra
+    alone = dataclasses.replace(inner, nodes=(mm,), outputs=(mm,))
+    assert round_trip_bytes(alone) == 0
+
+
+def test_each_search_gets_its_share_of_the_time_left_within_the_bounds():
+    assert search_budget_s(1.0, 2.0, None, 120.0) == 120.0  # no deadline: the full budget
+    assert search_budget_s(1.0, 2.0, 100.0, 120.0) == 50.0  # half the gain left: half the time
+    assert search_budget_s(1.0, 100.0, 300.0, 120.0) == MIN_SEARCH_S  # at least the least
+    assert search_budget_s(9.0, 10.0, 600.0, 120.0) == 120.0  # at most budget_s
+    assert search_budget_s(1.0, 10.0, MIN_SEARCH_S - 1, 120.0) is None  # too late to start
+    assert search_budget_s(1.0, 10.0, 6.0, 5.0) == 5.0  # a budget under the least is kept
+
+
+def test_a_bigger_estimate_gets_a_bigger_budget(monkeypatch):
+    monkeypatch.setattr(plan_module, "MIN_SEARCH_S", 1.0)
+    small = search_budget_s(0.1, 1.0, 300.0, 120.0)
+    large = search_budget_s(0.5, 1.0, 300.0, 120.0)
+    assert small is not None and large is not None and large > small
+
+
+def test_the_estimate_is_the_fallback_at_its_share_of_the_roofs():
+    e = Estimate.of(Fake("x", 4096), CEILINGS)
+    assert abs(e.fallback_ms * FALLBACK_ATTAINS - e.sol_ms) < 1e-12
+    assert e.gain_ms > 0
