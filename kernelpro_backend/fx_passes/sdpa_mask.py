@@ -26,7 +26,10 @@ only when the tensor the graph is compiled with is another graph's output proved
 registers them, and the later graph relies on the placeholder, which the backend guards on each
 call (rewrite/guarded.py). Any other mask input stays, noted for explain with what it held.
 
-Random and uninitialised values (`rand`, `dropout`, `empty`...) are never constants.
+Random and uninitialised values (`rand`, `dropout`, `empty`...) are never constants, nor is a
+value the graph writes in place after building it (`mask[..., 0, 1:] = False`, through any view:
+Dynamo's example values share a storage where nodes alias), whose readers see the write; a mask
+input the graph writes is not relied on either.
 
 Owns: `simplify_sdpa_masks(gm, notes, values) -> int` (masks dropped or made causal),
 `constant_outputs(gm)` (the outputs of a graph proved constant masks).
@@ -37,6 +40,7 @@ Must not: match hand-written attention (attention_rewrite.py), read a graph inpu
 
 from __future__ import annotations
 
+import operator
 import re
 from collections.abc import Mapping
 from typing import Any
@@ -44,6 +48,7 @@ from typing import Any
 import torch
 import torch.fx as fx
 import torch.nn.functional as F
+from torch.multiprocessing.reductions import StorageWeakRef
 
 from .causal_mask import lower_triangular
 from .mask_provenance import ALL, CAUSAL, ProvenMask, proven, rely_on
@@ -62,16 +67,71 @@ _UNFIXED = re.compile(
 )
 
 
+_INPLACE_OPERATORS = {
+    operator.setitem, operator.iadd, operator.isub, operator.imul, operator.itruediv,
+    operator.ifloordiv, operator.imod, operator.ipow, operator.iand, operator.ior,
+    operator.ixor, operator.ilshift, operator.irshift,
+}  # fmt: skip
+_UNKNOWN = object()  # a write whose target's storage is not known: any tensor's
+
+
 class _NotConstant(Exception):
     """The mask depends on a graph input, or on something not evaluated here."""
 
 
-def _evaluate(mask: fx.Node, cache: dict[fx.Node, Any]) -> Any:
+def _storage(node: Any) -> Any:
+    """The storage of `node`'s example value (views share it), or None."""
+    shown = example_value(node)
+    if not isinstance(shown, torch.Tensor):
+        return None
+    try:
+        return StorageWeakRef(shown.untyped_storage())
+    except Exception:
+        return None
+
+
+def _written(graph: fx.Graph) -> set[Any]:
+    """The storages the graph writes in place (through any view): a value built before such a
+    write is not what a later read sees, so nothing in them is evaluated or relied on."""
+    out = set()
+    for node in graph.nodes:
+        if node.op not in ("call_function", "call_method") or not node.args:
+            continue
+        name = (
+            str(node.target) if node.op == "call_method" else getattr(node.target, "__name__", "")
+        )
+        # `operator.and_` / `or_` / `not_` are not in place: operators by the set alone
+        is_operator = getattr(node.target, "__module__", "") in ("_operator", "operator")
+        inplace = name.endswith("_") and not name.endswith("__") and not is_operator
+        if inplace or node.target in _INPLACE_OPERATORS or "out" in node.kwargs:
+            target = node.kwargs.get("out", node.args[0])
+            shown = example_value(target)
+            if isinstance(target, fx.Node) and (shown is None or isinstance(shown, torch.Tensor)):
+                out.add(_storage(target) or _UNKNOWN)  # (an int's `+=` writes no tensor)
+    return out
+
+
+class _Evaluation:
+    """Values computed so far, and the storages the graph writes in place."""
+
+    def __init__(self, graph: fx.Graph) -> None:
+        self.values: dict[fx.Node, Any] = {}
+        self.written = _written(graph)
+
+    def untouched(self, node: fx.Node) -> bool:
+        """No op of the graph writes `node`'s value in place."""
+        return _UNKNOWN not in self.written and _storage(node) not in self.written
+
+
+def _evaluate(mask: fx.Node, ev: _Evaluation) -> Any:
     """`mask`'s value computed on the CPU from its ancestors, or raises _NotConstant."""
+    cache = ev.values
     if mask in cache:
         return cache[mask]
     if mask.op not in ("call_function", "call_method"):
         raise _NotConstant(f"{mask.op} {mask.name}")
+    if not ev.untouched(mask):
+        raise _NotConstant(f"{mask.name} is written in place")
     name = str(mask.target) if mask.op == "call_method" else getattr(mask.target, "__name__", "")
     if _UNFIXED.search(name):
         raise _NotConstant(f"{mask.name}: {name} is not the same on every call")
@@ -82,7 +142,7 @@ def _evaluate(mask: fx.Node, cache: dict[fx.Node, Any]) -> Any:
             raise _NotConstant(f"{mask.name}: {shown.numel()} elements")
 
     def value(a: Any) -> Any:
-        return _evaluate(a, cache) if isinstance(a, fx.Node) else a
+        return _evaluate(a, ev) if isinstance(a, fx.Node) else a
 
     args: Any = fx.node.map_aggregate(mask.args, value)
     kwargs: dict[str, Any] = dict(fx.node.map_aggregate(mask.kwargs, value))  # type: ignore[arg-type]
@@ -142,7 +202,7 @@ def constant_outputs(gm: fx.GraphModule) -> dict[int, ProvenMask]:
             n in free for n in node.all_input_nodes
         ):
             free.add(node)
-    found, cache = {}, dict[fx.Node, Any]()
+    found, ev = {}, _Evaluation(gm.graph)
     for i, node in enumerate(out):
         shown = example_value(node)
         if node not in free or not isinstance(shown, torch.Tensor) or shown.dim() < 2:
@@ -150,7 +210,7 @@ def constant_outputs(gm: fx.GraphModule) -> dict[int, ProvenMask]:
         if not (shown.dtype == torch.bool or shown.dtype.is_floating_point):
             continue
         try:
-            value = _evaluate(node, cache)
+            value = _evaluate(node, ev)
         except _NotConstant:
             continue
         same = isinstance(value, torch.Tensor) and value.dtype == shown.dtype
@@ -163,12 +223,13 @@ def constant_outputs(gm: fx.GraphModule) -> dict[int, ProvenMask]:
 
 
 def _proven_input(
-    mask: fx.Node, values: Mapping[fx.Node, Any], rows: Any, cols: Any
+    mask: fx.Node, values: Mapping[fx.Node, Any], rows: Any, cols: Any, ev: _Evaluation
 ) -> tuple[ProvenMask, bool] | None:
     """(the proof, causal?) when the graph input `mask` is, as compiled, a mask an earlier
-    graph proved constant that attends everywhere over this score or is causal over it."""
+    graph proved constant that attends everywhere over this score or is causal over it, and
+    this graph does not write it in place."""
     fact = proven(values.get(mask))
-    if fact is None or type(rows) is not int or type(cols) is not int:
+    if fact is None or type(rows) is not int or type(cols) is not int or not ev.untouched(mask):
         return None
     if fact.kind == CAUSAL:
         return (fact, True) if fact.shape[-2:] == (rows, cols) and rows == cols else None
@@ -217,7 +278,7 @@ def simplify_sdpa_masks(
     that is a constant causal mask over a square score into `is_causal=True`; returns how many.
     A mask that is a placeholder is rewritten when its compile-time value in `values` is a
     registered proven mask (the placeholder is marked: the caller guards it), else noted."""
-    done, cache = 0, dict[fx.Node, Any]()
+    done, ev = 0, _Evaluation(gm.graph)
     for node in list(gm.graph.nodes):
         if node.op != "call_function" or node.target not in _SDPA:
             continue
@@ -229,7 +290,7 @@ def simplify_sdpa_masks(
             continue
         rows, cols = q.shape[-2], k.shape[-2]
         if mask.op == "placeholder":
-            relied = _proven_input(mask, values or {}, rows, cols)
+            relied = _proven_input(mask, values or {}, rows, cols, ev)
             if relied is None:
                 note(notes, NAME, node, None, _input_note(mask, values or {}, rows, cols))
                 continue
@@ -240,9 +301,9 @@ def simplify_sdpa_masks(
             )  # fmt: skip
         else:
             try:
-                value = _evaluate(mask, cache)
+                value = _evaluate(mask, ev)
             except _NotConstant:
-                continue  # built from the inputs (padding): a real mask
+                continue  # built from the inputs (padding), or written in place: a real mask
             kind = _causal(value, rows, cols) if isinstance(value, torch.Tensor) else None
             if kind is None:
                 note(
@@ -254,6 +315,6 @@ def simplify_sdpa_masks(
         note(notes, NAME, node, f"{why}: {'is_causal=True' if causal else 'attn_mask=None'}", None)
         done += 1
     for node in reversed(list(gm.graph.nodes)):  # what built the dropped masks, now unread
-        if node in cache and not node.users:
+        if node in ev.values and not node.users:
             gm.graph.erase_node(node)
     return finish_rewrite(gm, done, "constant SDPA mask(s) dropped or made causal")

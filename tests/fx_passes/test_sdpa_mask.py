@@ -1,6 +1,8 @@
 """An SDPA mask built from positions alone is evaluated at compile time: all-attend masks are
 dropped, causal ones become `is_causal=True`, and anything that reads an input (padding), is
-not square, or is neither stays as written. Models compute exactly what eager computes."""
+not square, or is neither stays as written, as does a mask the graph writes in place. A mask
+that crosses a graph break is dropped when the graph that made it proved it constant, and stays
+when it was made eagerly. Models compute exactly what eager computes."""
 
 from __future__ import annotations
 
@@ -171,3 +173,39 @@ def test_a_mask_made_eagerly_stays_and_explain_says_what_it_held(kind, held):
     (mask,) = [n for n in notes if n.rewrite == "attention_mask"]
     assert mask.made is None and "the mask is a graph input" in (mask.reason or "")
     assert f"when compiled it {held}" in (mask.reason or "")
+
+
+def _written_in_place(q, k, v, pad):
+    """A constant mask the graph then writes through a view: its value is not its builder's."""
+    mask = torch.ones(B, 1, T, T, dtype=torch.bool)
+    mask[:, :, 0][:, :, 1:] = False
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+
+
+def _output_written_in_place(q, k, v, pad):
+    mask = torch.ones(B, 1, T, T, dtype=torch.bool)
+    mask[..., 0, 1:] = False
+    torch._dynamo.graph_break()
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+
+
+def _input_written_in_place(q, k, v, pad):
+    mask = torch.ones(B, 1, T, T, dtype=torch.bool)
+    torch._dynamo.graph_break()
+    mask[..., 0, 1:] = False
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+
+
+@pytest.mark.parametrize(
+    "fn", [_written_in_place, _output_written_in_place, _input_written_in_place]
+)
+def test_a_mask_written_in_place_in_a_graph_stays_and_the_result_is_eagers(fn):
+    sessions: list = []
+    torch._dynamo.reset()
+    compiled = torch.compile(
+        fn, backend=make_backend(provider=NullProvider(), sessions=sessions),
+        options={"fallback": "eager"},
+    )  # fmt: skip
+    ins = _inputs()
+    torch.testing.assert_close(compiled(*ins), fn(*ins), rtol=1e-5, atol=1e-5)
+    assert sum(s.rewrites.get("attention_mask", 0) for s in sessions) == 0
