@@ -24,7 +24,9 @@ import torch.fx as fx
 
 from .fx_passes.causal_mask import lower_triangular
 from .fx_passes.linear_ce_rewrite import drop_autograd_kernel
+from .fx_passes.mask_provenance import relied_masks
 from .fx_passes.patterns import check_pattern_names
+from .fx_passes.sdpa_mask import constant_outputs
 from .fx_passes.torch_level import input_name
 from .fx_passes.torch_rewrites import any_rewrite, placeholder_values, placeholders, torch_rewrites
 from .ops import (
@@ -34,7 +36,7 @@ from .ops import (
 )
 from .options import Options
 from .rewrite.graph import RewriteReport, SubgraphObserver, copy_graph, graph_copy, rewrite_graph
-from .rewrite.guarded import ValueGuarded
+from .rewrite.guarded import ValueGuarded, registering
 from .rewrite.judged import Clock, Judging, default_clock, judge, symbolic
 from .rewrite.providers import KernelProvider
 from .tuner import default_provider
@@ -286,15 +288,18 @@ def make_backend(
         if opts.search != "off":
             values = placeholder_values(gm, example_inputs)
             session.rewrites.update(torch_rewrites(gm, opts, values, relied))
+        masks = relied_masks(gm)  # inputs relied on as masks an earlier graph proved constant
         if sessions is not None:
             sessions.append(session)
         if original is None or not any(session.rewrites.values()):
             return _compile(session, gm, example_inputs, mode)
         try:
             compiled = _compile(session, gm, example_inputs, mode)
-            if not relied:
+            if not relied and not masks:
                 return compiled
-            return _value_guarded(compiled, gm, original, relied, example_inputs, session, mode)
+            return _value_guarded(
+                compiled, gm, original, relied, masks, example_inputs, session, mode
+            )
         except Exception as e:
             # A rewrite put an op in the graph that cannot be compiled or run here (SDPA under
             # an sdpa_kernel() context that allows none of its kernels): the graph as the user
@@ -324,13 +329,15 @@ def _value_guarded(
     gm: fx.GraphModule,
     original: fx.Graph,
     relied: list[fx.Node],
+    masks: Mapping[fx.Node, Any],
     example_inputs: Sequence[Any],
     first: CompileSession,
     mode: str | None,
 ) -> Callable[..., Any]:
     """`compiled`, called only while the inputs a rewrite relied on hold their values; else
     the graph as rewritten without relying on any value (compiled when first needed, with the
-    first compile's options and provider)."""
+    first compile's options and provider). `relied`: the inputs holding causal buffers;
+    `masks`: those holding masks an earlier graph proved constant, with what they were."""
     index = {node: i for i, node in enumerate(placeholders(gm))}
     fresh = graph_copy(original)
 
@@ -349,17 +356,23 @@ def _value_guarded(
         lower_triangular,
         recompile,
         f"the input(s) holding a causal mask ({names})",
+        {index[n]: (fact, input_name(n)) for n, fact in masks.items()},
     )
 
 
 def _compile(
     session: CompileSession, gm: fx.GraphModule, example_inputs: Sequence[Any], mode: str | None
 ) -> Callable[..., Any]:
+    """`gm` compiled; its outputs proved constant masks registered on each call (what a graph
+    after a break may rely on), except where CUDA graphs replay it (a replay's outputs live in
+    a pool that later replays reuse, unseen by the version counter)."""
+    outputs = constant_outputs(gm) if session.options.rewrite_attention else {}
     if session.options.fallback == "eager":
         if session.options.cuda_graphs:
             _warn_graphs_without_inductor_once()
-        return _compile_eager(session, gm, example_inputs)
-    return _compile_inductor(session, gm, example_inputs, mode)
+        return registering(_compile_eager(session, gm, example_inputs), outputs)
+    compiled = _compile_inductor(session, gm, example_inputs, mode)
+    return compiled if session.replayed else registering(compiled, outputs)
 
 
 # The registered backend (entry point `torch_dynamo_backends: kernelpro`).

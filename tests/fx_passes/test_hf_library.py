@@ -147,13 +147,13 @@ CASES = {
         max_position_embeddings=64,
     ),
     "bart": _case(
-        "BartForConditionalGeneration", "BartConfig", _made(loss=0), _made(loss=0),
+        "BartForConditionalGeneration", "BartConfig", _made(mask=2, loss=0), _made(loss=0),
         vocab_size=VOCAB, d_model=64, encoder_layers=LAYERS, decoder_layers=LAYERS,
         encoder_attention_heads=4, decoder_attention_heads=4, encoder_ffn_dim=128,
         decoder_ffn_dim=128, max_position_embeddings=64,
     ),
     "whisper": _case(
-        "WhisperForConditionalGeneration", "WhisperConfig", _made(), _made(),
+        "WhisperForConditionalGeneration", "WhisperConfig", _made(mask=2), _made(),
         inputs=whisper_inputs, vocab_size=VOCAB, num_mel_bins=16, d_model=64,
         encoder_layers=LAYERS, decoder_layers=LAYERS, encoder_attention_heads=4,
         decoder_attention_heads=4, encoder_ffn_dim=128, decoder_ffn_dim=128,
@@ -281,9 +281,14 @@ def test_training_follows_eager_and_makes_the_rewrites_the_model_calls_for(name,
     """The expected counts: one `attention_mask` rewrite per SDPA call whose mask is a constant
     all-attend or causal mask (one per layer in a decoder, one per layer in an encoder with no
     padding); none with padding (the mask reads `attention_mask`), for Mistral's window of 8
-    over 32 tokens (constant, neither: it stays) or Gemma2's sliding layers, and none in BART
-    and Whisper, whose LayerDrop (`torch.rand([]) < p` under training) breaks the graph before
-    each layer so that the mask arrives as a graph input. One LM-head + loss rewrite, except
+    over 32 tokens (constant, neither: it stays) or Gemma2's sliding layers. BART and Whisper's
+    LayerDrop (`torch.rand([]) < p` under training) breaks the graph before each layer, so
+    their masks reach the layers' graphs as inputs, made by an earlier graph: one rewrite per
+    layer graph that Dynamo compiles whose mask that graph proved constant (BART: the encoder's
+    layer graph, shared by its layers, and the decoder's cross-attention; not the decoder's
+    causal mask, built from a `torch.ones` made eagerly in its forward, which Dynamo skips.
+    Whisper: the causal mask in each of the decoder's two layer graphs); none with padding.
+    One LM-head + loss rewrite, except
     GPT-2 (a logging call breaks the graph between the head and the loss), BART (the logits
     are `lm_head(x) + final_logits_bias`) and Gemma2 (its logits are soft-capped)."""
     case = CASES[name]

@@ -1,6 +1,8 @@
 """An SDPA mask built from positions alone is evaluated at compile time: all-attend masks are
 dropped, causal ones become `is_causal=True`, and anything that reads an input (padding), is
-not square, or is neither stays as written. Models compute exactly what eager computes."""
+not square, or is neither stays as written, as does a mask the graph writes in place. A mask
+that crosses a graph break is dropped when the graph that made it proved it constant, and stays
+when it was made eagerly. Models compute exactly what eager computes."""
 
 from __future__ import annotations
 
@@ -130,26 +132,80 @@ def test_the_attention_option_turns_it_off():
 
 class MaskAcrossABreak(torch.nn.Module):
     """The mask built, then a graph break (BART's and Whisper's LayerDrop draw), then SDPA: the
-    second graph reads the mask as an input."""
+    second graph reads the mask as an input. `eager`: the mask is made outside any graph."""
 
-    def __init__(self, kind: str) -> None:
+    def __init__(self, kind: str, eager: bool = False) -> None:
         super().__init__()
-        self.kind = kind
+        self.kind, self.eager = kind, eager
 
     def forward(self, q, k, v, pad):
-        mask = _positions(self.kind, q, k, pad)
+        make = torch._dynamo.disable(_positions) if self.eager else _positions
+        mask = make(self.kind, q, k, pad)
         torch._dynamo.graph_break()
         return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
 
 
-@pytest.mark.parametrize(("kind", "held"), [("all", "attends everywhere"), ("causal", "is causal")])
-def test_a_mask_that_is_a_graph_input_stays_and_explain_says_what_it_held(kind, held):
+@pytest.mark.parametrize(
+    ("kind", "held", "made"),
+    [("all", "attends everywhere", "attn_mask=None"), ("causal", "is causal", "is_causal=True")],
+)
+def test_a_mask_an_earlier_graph_proved_constant_is_dropped_and_explain_says_why(kind, held, made):
     from kernelpro_backend.explain import explain_model
 
     notes: list[ChainNote] = []
     torch._dynamo.reset()
-    _, made = explain_model(MaskAcrossABreak(kind), *_inputs(), notes=notes)
+    _, counts = explain_model(MaskAcrossABreak(kind), *_inputs(), notes=notes)
+    assert counts["attention_mask"] == 1
+    (mask,) = [n for n in notes if n.rewrite == "attention_mask"]
+    assert mask.made is not None
+    assert f"an earlier graph's output proved to be a constant mask that {held}" in mask.made
+    assert "checked on each call" in mask.made and mask.made.endswith(made)
+
+
+@pytest.mark.parametrize(("kind", "held"), [("all", "attends everywhere"), ("causal", "is causal")])
+def test_a_mask_made_eagerly_stays_and_explain_says_what_it_held(kind, held):
+    from kernelpro_backend.explain import explain_model
+
+    notes: list[ChainNote] = []
+    torch._dynamo.reset()
+    _, made = explain_model(MaskAcrossABreak(kind, eager=True), *_inputs(), notes=notes)
     assert made["attention_mask"] == 0
     (mask,) = [n for n in notes if n.rewrite == "attention_mask"]
     assert mask.made is None and "the mask is a graph input" in (mask.reason or "")
     assert f"when compiled it {held}" in (mask.reason or "")
+
+
+def _written_in_place(q, k, v, pad):
+    """A constant mask the graph then writes through a view: its value is not its builder's."""
+    mask = torch.ones(B, 1, T, T, dtype=torch.bool)
+    mask[:, :, 0][:, :, 1:] = False
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+
+
+def _output_written_in_place(q, k, v, pad):
+    mask = torch.ones(B, 1, T, T, dtype=torch.bool)
+    mask[..., 0, 1:] = False
+    torch._dynamo.graph_break()
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+
+
+def _input_written_in_place(q, k, v, pad):
+    mask = torch.ones(B, 1, T, T, dtype=torch.bool)
+    torch._dynamo.graph_break()
+    mask[..., 0, 1:] = False
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+
+
+@pytest.mark.parametrize(
+    "fn", [_written_in_place, _output_written_in_place, _input_written_in_place]
+)
+def test_a_mask_written_in_place_in_a_graph_stays_and_the_result_is_eagers(fn):
+    sessions: list = []
+    torch._dynamo.reset()
+    compiled = torch.compile(
+        fn, backend=make_backend(provider=NullProvider(), sessions=sessions),
+        options={"fallback": "eager"},
+    )  # fmt: skip
+    ins = _inputs()
+    torch.testing.assert_close(compiled(*ins), fn(*ins), rtol=1e-5, atol=1e-5)
+    assert sum(s.rewrites.get("attention_mask", 0) for s in sessions) == 0
