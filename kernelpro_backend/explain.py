@@ -5,8 +5,10 @@ eager fallback, and presenting the subgraphs as rows or a table; `explain_model`
 the torch-level rewrites a real compile makes (hand-written attention -> SDPA, an LM head and
 its loss -> the chunked or fused op) and counts them, so the rows are the subgraphs a compile
 sees, and can collect each candidate chain the rewrites looked at (`ChainNote`: made, or
-refused with the reason) and the graph breaks dynamo made in the model's code (`GraphBreak`:
-the cause and where, from the reasons dynamo records while it compiles: no second trace).
+refused with the reason), the graph breaks dynamo made in the model's code (`GraphBreak`:
+the cause and where, from the reasons dynamo records while it compiles: no second trace), and
+the inputs whose values a rewrite relied on, with how a compile checks them on each call
+(`ReliedInput`: a causal mask in a buffer, a mask an earlier graph proved constant).
 Must not: search, cache or change the caller's model (it works on a copy).
 """
 
@@ -25,6 +27,7 @@ import torch
 from . import text_table
 from .backend import make_backend
 from .fx_passes import Subgraph
+from .fx_passes.mask_provenance import relied_masks
 from .fx_passes.torch_level import ChainNote, input_name
 from .fx_passes.torch_rewrites import placeholder_values, torch_rewrites
 from .options import Options
@@ -115,7 +118,7 @@ def find_subgraphs(
     train: bool | None = None,
     backend_options: Mapping[str, Any] | None = None,
     rewrites: dict[str, int] | None = None,
-    relied_on: list[str] | None = None,
+    relied_on: list[ReliedInput] | None = None,
     notes: list[ChainNote] | None = None,
     breaks: list[GraphBreak] | None = None,
     **compile_kwargs: Any,
@@ -127,8 +130,9 @@ def find_subgraphs(
     `rewrites`: a dict to fill with the torch-level rewrites made first, as a compile makes
     them (the options' `rewrite_*` say which); None: the graphs as written. `relied_on`: a
     list to fill with the inputs whose values a rewrite relied on (a buffer holding a causal
-    mask), as the model names them: a compile checks them at every call. `notes`: a list to
-    fill with the chains the rewrites looked at; `breaks`: with the graph breaks dynamo made."""
+    mask, a mask an earlier graph proved constant), one per input and graph, named as the
+    model names them, with how a compile checks them at every call. `notes`: a list to fill
+    with the chains the rewrites looked at; `breaks`: with the graph breaks dynamo made."""
     found: list[Subgraph] = []
 
     def observe(graph_kind: str, subgraphs: Sequence[Subgraph]) -> None:
@@ -146,7 +150,7 @@ def find_subgraphs(
             for name, n in torch_rewrites(gm, opts, values, relied, notes).items():
                 rewrites[name] = rewrites.get(name, 0) + n
             if relied_on is not None:
-                relied_on.extend(input_name(node) for node in relied)
+                relied_on.extend(relied_inputs(gm, relied))
         return inner(gm, inputs, **kwargs)
 
     model = copy.deepcopy(model)
@@ -173,6 +177,42 @@ def find_subgraphs(
         for message, n in counters["graph_break"].items():
             if n > before.get(message, 0) and _cause(message) not in seen:
                 breaks.append(GraphBreak(_cause(message), ""))
+    return found
+
+
+@dataclasses.dataclass(frozen=True)
+class ReliedInput:
+    """A graph input whose value a rewrite relied on: its name as the model names it, what it
+    is relied on to hold, and how a compile checks that on each call (rewrite/guarded.py)."""
+
+    name: str
+    holds: str
+    check: str
+
+
+_BUFFER = (
+    "a causal mask read from a buffer, run as is_causal=True",
+    "its version counter and storage address on each call (on the host, a few µs); when they "
+    "moved, its values are read again, and once they are no longer causal the graph compiled "
+    "without relying on them runs",
+)
+_PROVEN_CHECK = (
+    "on each call, on the host, with no device read: the tensor passed must be the earlier "
+    "graph's registered output, unwritten since (version counter, storage, shape, strides, "
+    "dtype); a call where it is not runs the graph compiled without relying on it"
+)
+
+
+def relied_inputs(gm: torch.fx.GraphModule, buffers: Sequence[torch.fx.Node]) -> list[ReliedInput]:
+    """The inputs of the rewritten `gm` a rewrite relied on: `buffers` (holding causal masks)
+    and the placeholders marked as masks an earlier graph proved constant (sdpa_mask.py)."""
+    found = [ReliedInput(input_name(node), *_BUFFER) for node in buffers]
+    for node, fact in relied_masks(gm).items():
+        dtype = _SHORT.get(str(fact.dtype).removeprefix("torch."), str(fact.dtype))
+        held = (
+            f"a mask an earlier graph proved constant: it {fact.kind} ({dtype}{list(fact.shape)})"
+        )
+        found.append(ReliedInput(input_name(node), held, _PROVEN_CHECK))
     return found
 
 
@@ -231,7 +271,7 @@ REWRITES = {
 def explain_model(
     model: torch.nn.Module,
     *example_inputs: Any,
-    relied_on: list[str] | None = None,
+    relied_on: list[ReliedInput] | None = None,
     notes: list[ChainNote] | None = None,
     breaks: list[GraphBreak] | None = None,
     **compile_kwargs: Any,
@@ -292,3 +332,16 @@ def format_notes(notes: Sequence[ChainNote], width: int = 100) -> str:
 
 def format_breaks(breaks: Sequence[GraphBreak], width: int = 100) -> str:
     return "\n".join(_wrap(f"{b.where or '(no location)'}: {b.cause}", width) for b in breaks)
+
+
+def format_relied(relied: Sequence[ReliedInput], width: int = 100) -> str:
+    """The inputs relied on, grouped by what they hold and how they are checked (wrapped)."""
+    groups: dict[tuple[str, str], list[str]] = {}
+    for r in relied:
+        names = groups.setdefault((r.holds, r.check), [])
+        if r.name not in names:
+            names.append(r.name)
+    return "\n".join(
+        _wrap(f"{', '.join(names)}: {holds}; checked: {check}", width)
+        for (holds, check), names in groups.items()
+    )

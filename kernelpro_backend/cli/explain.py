@@ -11,7 +11,10 @@ Must not: find subgraphs itself (explain.py does).
     chains        the chains those rewrites looked at: rewrite, node, made (or null), reason
                   (or null), where ("file.py:12")
     graph_breaks  the graph breaks in the model's code: cause, where
-    relied_on     the inputs whose values a rewrite relied on (a causal mask in a buffer)
+    relied_on     the names of the inputs whose values a rewrite relied on (a causal mask in
+                  a buffer, a mask an earlier graph proved constant)
+    relied_on_checks  one object per input relied on, per graph: name, holds (what it is relied
+                  on to hold), check (how a compile checks it on each call)
 """
 
 from __future__ import annotations
@@ -37,10 +40,18 @@ def add_cli(subparsers: Any) -> None:
 
 
 def run_explain(args: argparse.Namespace) -> int:
-    from ..explain import REWRITES, explain_model, format_breaks, format_notes, format_table
+    from ..explain import (
+        REWRITES,
+        ReliedInput,
+        explain_model,
+        format_breaks,
+        format_notes,
+        format_relied,
+        format_table,
+    )
 
     model, inputs = model_and_inputs(args.target)
-    relied: list[str] = []
+    relied: list[ReliedInput] = []
     notes: list[Any] = []
     breaks: list[Any] = []
     rows, rewrites = explain_model(model, *inputs, relied_on=relied, notes=notes, breaks=breaks)
@@ -50,7 +61,8 @@ def run_explain(args: argparse.Namespace) -> int:
             "rewrites": rewrites,
             "chains": [dataclasses.asdict(n) for n in notes],
             "graph_breaks": [dataclasses.asdict(b) for b in breaks],
-            "relied_on": list(dict.fromkeys(relied)),
+            "relied_on": list(dict.fromkeys(r.name for r in relied)),
+            "relied_on_checks": [dataclasses.asdict(r) for r in dict.fromkeys(relied)],
         }
         print(json.dumps(found, indent=1))
         return 0
@@ -74,8 +86,8 @@ def run_explain(args: argparse.Namespace) -> int:
         )
     if relied:
         print(
-            "relied on the values of (a causal mask read from a buffer, run as is_causal=True; "
-            "a compile checks each call that they did not change, and re-reads them if they "
-            "did): " + ", ".join(dict.fromkeys(relied))
+            "relied on the values of (inputs: what they hold; how a compile checks it):",
+            format_relied(relied, width),
+            sep="\n",
         )
     return 0

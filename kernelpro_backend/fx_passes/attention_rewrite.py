@@ -15,7 +15,8 @@ absent: scale 1), the mask is a boolean `masked_fill` with -inf (passed as SDPA'
 the last dim. A mask built in the graph as `torch.tril(torch.ones(L, S))`-style over a square
 score becomes `is_causal=True`; so does a mask read from a buffer whose values are causal when
 the graph is compiled (causal_mask.py), under a runtime check the backend adds (rewrite/guarded.py:
-its values can change between calls); any other mask read from a buffer stays an `attn_mask`.
+its values can change between calls), unless the graph writes the buffer in place; any other
+mask read from a buffer stays an `attn_mask`.
 
 Libraries write the softmax with a dtype and a cast back (Hugging Face's eager attention:
 `softmax(w + mask, dim=-1, dtype=torch.float32).to(q.dtype)`, others `.type(v.dtype)`, under
@@ -46,6 +47,7 @@ import torch.nn.functional as F
 
 from .attention_dtypes import cast_dtype, dtype_reason, finite_mask, past_casts
 from .causal_mask import causal_buffer
+from .inplace import InPlaceWrites
 from .torch_level import (
     ChainNote,
     arg,
@@ -311,6 +313,7 @@ def rewrite_attention(
     (rewrite/guarded.py). `notes` collects each matmul reading a softmax: rewritten, or why not."""
     done = 0
     amp = autocast_dtypes(gm.graph)
+    writes = InPlaceWrites(gm.graph) if values is not None else None
     for out in list(gm.graph.nodes):
         found = _match(out) if out.op in ("call_function", "call_method") else None
         if isinstance(found, tuple):
@@ -327,8 +330,8 @@ def rewrite_attention(
             k = _untransposed(graph, kt)
             kwargs: dict[str, Any] = {"scale": chain.scale}
             buffer = None
-            if chain.mask is not None and values is not None and relied_on is not None:
-                buffer = causal_buffer(chain.mask, values)
+            if chain.mask is not None and writes is not None and relied_on is not None:
+                buffer = causal_buffer(chain.mask, values or {}, writes)
                 if buffer is not None and buffer not in relied_on:
                     relied_on.append(buffer)
             if chain.mask is not None and (_causal(chain.mask) or buffer is not None):

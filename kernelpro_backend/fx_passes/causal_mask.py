@@ -7,9 +7,11 @@ with `is_causal=True` it skips the tiles above the diagonal (about half of them)
 kernelpro's attention templates take it. But a buffer's values can change after the graph is
 compiled (an in-place write, `load_state_dict`, a DDP broadcast), and Dynamo does not guard on
 them: the rewrite that relies on the values is only sound with a runtime check, which the
-backend adds (rewrite/guarded.py) for each buffer this module names.
+backend adds (rewrite/guarded.py) for each buffer this module names. That check runs before the
+graph does: a buffer the graph itself writes in place (`self.bias[..., 0, 1] = 1`, or through a
+view) is read after the write by the same call, so it is never relied on (inplace.py).
 
-Owns: `causal_buffer(drop, values) -> placeholder | None` (the graph pattern and the value
+Owns: `causal_buffer(drop, values, writes) -> placeholder | None` (the graph pattern and the value
 check at compile time), `lower_triangular(t) -> bool` (the value check, also run again at
 runtime when the buffer changed).
 Must not: rewrite the graph (attention_rewrite.py does) or check at runtime (rewrite/guarded.py
@@ -25,6 +27,7 @@ from typing import Any
 import torch
 import torch.fx as fx
 
+from .inplace import InPlaceWrites
 from .torch_level import arg, example_value
 
 _NOTS = {operator.invert, torch.logical_not, torch.bitwise_not, "logical_not", "bitwise_not"}
@@ -41,11 +44,14 @@ def lower_triangular(t: torch.Tensor) -> bool:
     return bool(torch.equal(t != 0, want.expand(t.shape)))
 
 
-def causal_buffer(drop: fx.Node, values: Mapping[fx.Node, Any]) -> fx.Node | None:
+def causal_buffer(
+    drop: fx.Node, values: Mapping[fx.Node, Any], writes: InPlaceWrites
+) -> fx.Node | None:
     """The placeholder whose values make the drop mask `drop` causal over a square score, if
     `drop` is `~keep` / `keep == 0` with `keep` = `buffer[..., :T, :T]` (the same T both times,
-    leading dims taken whole) or the buffer itself, and the buffer's compile-time value in
-    `values` is lower triangular; else None."""
+    leading dims taken whole) or the buffer itself, the buffer's compile-time value in `values`
+    is lower triangular, and no op of the graph (`writes`) writes the buffer in place; else
+    None."""
     keep = _keep_of(drop)
     if keep is None:
         return None
@@ -56,7 +62,7 @@ def causal_buffer(drop: fx.Node, values: Mapping[fx.Node, Any]) -> fx.Node | Non
         slices = index if isinstance(index, tuple) else (index,)
     elif keep.op != "placeholder":
         return None
-    if not isinstance(base, fx.Node) or base.op != "placeholder":
+    if not isinstance(base, fx.Node) or base.op != "placeholder" or not writes.untouched(base):
         return None
     value = values.get(base)
     if not isinstance(value, torch.Tensor) or value.dim() < 2:

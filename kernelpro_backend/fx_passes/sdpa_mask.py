@@ -40,7 +40,6 @@ Must not: match hand-written attention (attention_rewrite.py), read a graph inpu
 
 from __future__ import annotations
 
-import operator
 import re
 from collections.abc import Mapping
 from typing import Any
@@ -48,9 +47,9 @@ from typing import Any
 import torch
 import torch.fx as fx
 import torch.nn.functional as F
-from torch.multiprocessing.reductions import StorageWeakRef
 
 from .causal_mask import lower_triangular
+from .inplace import InPlaceWrites
 from .mask_provenance import ALL, CAUSAL, ProvenMask, proven, rely_on
 from .torch_level import ChainNote, arg, example_value, finish_rewrite, input_name, note
 
@@ -67,60 +66,16 @@ _UNFIXED = re.compile(
 )
 
 
-_INPLACE_OPERATORS = {
-    operator.setitem, operator.iadd, operator.isub, operator.imul, operator.itruediv,
-    operator.ifloordiv, operator.imod, operator.ipow, operator.iand, operator.ior,
-    operator.ixor, operator.ilshift, operator.irshift,
-}  # fmt: skip
-_UNKNOWN = object()  # a write whose target's storage is not known: any tensor's
-
-
 class _NotConstant(Exception):
     """The mask depends on a graph input, or on something not evaluated here."""
 
 
-def _storage(node: Any) -> Any:
-    """The storage of `node`'s example value (views share it), or None."""
-    shown = example_value(node)
-    if not isinstance(shown, torch.Tensor):
-        return None
-    try:
-        return StorageWeakRef(shown.untyped_storage())
-    except Exception:
-        return None
-
-
-def _written(graph: fx.Graph) -> set[Any]:
-    """The storages the graph writes in place (through any view): a value built before such a
-    write is not what a later read sees, so nothing in them is evaluated or relied on."""
-    out = set()
-    for node in graph.nodes:
-        if node.op not in ("call_function", "call_method") or not node.args:
-            continue
-        name = (
-            str(node.target) if node.op == "call_method" else getattr(node.target, "__name__", "")
-        )
-        # `operator.and_` / `or_` / `not_` are not in place: operators by the set alone
-        is_operator = getattr(node.target, "__module__", "") in ("_operator", "operator")
-        inplace = name.endswith("_") and not name.endswith("__") and not is_operator
-        if inplace or node.target in _INPLACE_OPERATORS or "out" in node.kwargs:
-            target = node.kwargs.get("out", node.args[0])
-            shown = example_value(target)
-            if isinstance(target, fx.Node) and (shown is None or isinstance(shown, torch.Tensor)):
-                out.add(_storage(target) or _UNKNOWN)  # (an int's `+=` writes no tensor)
-    return out
-
-
 class _Evaluation:
-    """Values computed so far, and the storages the graph writes in place."""
+    """Values computed so far, and which values the graph writes in place (inplace.py)."""
 
     def __init__(self, graph: fx.Graph) -> None:
         self.values: dict[fx.Node, Any] = {}
-        self.written = _written(graph)
-
-    def untouched(self, node: fx.Node) -> bool:
-        """No op of the graph writes `node`'s value in place."""
-        return _UNKNOWN not in self.written and _storage(node) not in self.written
+        self.untouched = InPlaceWrites(graph).untouched
 
 
 def _evaluate(mask: fx.Node, ev: _Evaluation) -> Any:

@@ -112,7 +112,26 @@ def test_explain_shows_the_torch_level_rewrites_a_compile_makes(capsys):
     assert "torch-level rewrites made before the subgraphs were cut:" in out
     assert "2 x hand-written attention" in out and "1 x an LM head and its cross-entropy" in out
     # the tiny GPT keeps its causal mask in a buffer per block: the rewrite relies on its values
-    assert "relied on the values of" in out and "blocks.0.mask, blocks.1.mask" in out, out
+    flat = " ".join(out.split())  # as wrapped at whatever width the terminal has
+    assert "relied on the values of" in flat and "blocks.0.mask, blocks.1.mask: a causal" in flat
+    assert "is_causal=True; checked: its version counter and storage address" in flat, out
+
+
+def test_explain_json_says_which_inputs_are_relied_on_and_how_they_are_checked(capsys):
+    """A mask an earlier graph proved constant, read across a graph break, is listed with the
+    check a compile makes on each call; a causal buffer with its own."""
+    torch._dynamo.reset()
+    assert main(["explain", "tests.test_explain:mask_across_a_break", "--json"]) == 0
+    found = json.loads(capsys.readouterr().out)
+    assert found["relied_on"] == ["L['mask']"]
+    (check,) = found["relied_on_checks"]
+    assert set(check) == {"name", "holds", "check"} and check["name"] == "L['mask']"
+    assert "proved constant: it attends everywhere" in check["holds"]
+    assert "registered output, unwritten since" in check["check"]
+    assert main(["explain", "tests.cli.test_main:tiny_gpt", "--json"]) == 0
+    found = json.loads(capsys.readouterr().out)
+    assert found["relied_on"] == ["blocks.0.mask", "blocks.1.mask"]
+    assert all("is_causal=True" in c["holds"] for c in found["relied_on_checks"])
 
 
 # Each command with the arguments it needs to parse.
@@ -187,7 +206,9 @@ def test_explain_json_and_its_reasons_whole(tmp_path):
     run = _kernelpro("explain", "conv_target:make", "--json", cwd=tmp_path)
     assert run.returncode == 0, run.stderr
     found = json.loads(run.stdout)
-    assert set(found) == {"subgraphs", "rewrites", "chains", "graph_breaks", "relied_on"}
+    assert set(found) == {
+        "subgraphs", "rewrites", "chains", "graph_breaks", "relied_on", "relied_on_checks"
+    }  # fmt: skip
     conv = next(s for s in found["subgraphs"] if s["kind"] == "conv")
     assert set(conv) == {"graph", "kind", "pattern", "ops", "inputs", "key", "templates"}
     (reason,) = conv["templates"]

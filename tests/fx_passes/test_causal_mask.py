@@ -1,7 +1,8 @@
 """A causal mask read from a buffer (nanoGPT's `bias` buffer, a `tril` bool buffer) becomes SDPA's
 `is_causal=True` — only when the buffer holds a causal mask when the graph is compiled, and
 only while it still does: the backend checks the buffer's version on each call, re-checks its
-values when it moved, and runs a graph compiled without relying on them once they change."""
+values when it moved, and runs a graph compiled without relying on them once they change. A
+buffer the graph itself writes in place is never relied on (the check runs before the write)."""
 
 from __future__ import annotations
 
@@ -198,3 +199,40 @@ def test_an_input_is_named_as_the_model_names_it():
         assert input_name(node) == name
     node.meta["grapharg"] = SimpleNamespace(source=SimpleNamespace(name="G['mask'][0]"))
     assert input_name(node) == "G['mask'][0]"  # not an attribute path of the module: as is
+
+
+class WritesItsBuffer(torch.nn.Module):
+    """A causal buffer the forward writes in place (directly or through a view) before the
+    hand-written attention reads it: what the attention sees is the written value, not the
+    one the buffer held when the graph was compiled."""
+
+    def __init__(self, write: str) -> None:
+        super().__init__()
+        self.write = write
+        self.register_buffer("bias", torch.tril(torch.ones(N, N)).view(1, 1, N, N))
+
+    def forward(self, q, k, v):
+        t = q.size(-2)
+        if self.write == "setitem":
+            self.bias[..., 0, 1] = 1.0
+        elif self.write == "masked_fill_view":
+            view = self.bias[:, :, :2, :2]
+            view.masked_fill_(view == 0, 1.0)
+        elif self.write == "fill_view_of_view":
+            self.bias[0][0][0, 1:3].fill_(1.0)
+        else:
+            raise AssertionError(self.write)
+        att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(D))
+        att = att.masked_fill(self.bias[:, :, :t, :t] == 0, float("-inf"))
+        return F.softmax(att, dim=-1) @ v
+
+
+@pytest.mark.parametrize("write", ["setitem", "masked_fill_view", "fill_view_of_view"])
+def test_a_buffer_the_graph_writes_in_place_is_not_relied_on_and_matches_eager(write):
+    module, reference = WritesItsBuffer(write), WritesItsBuffer(write)
+    (kwargs,), relied = _rewritten(WritesItsBuffer(write))
+    assert not kwargs.get("is_causal") and "attn_mask" in kwargs and relied == []
+    compiled = _compiled(module)
+    for seed in range(2):  # the first call too: the write happens inside the graph
+        _check(compiled, reference, seed)
+    torch.testing.assert_close(module.bias, reference.bias)
