@@ -35,7 +35,8 @@ def _config(*modes: Mode) -> RunConfig:
 
 def test_the_corpus_is_registered_but_not_run_by_default():
     assert set(LIBRARY_WORKLOADS) >= {
-        "hf_bert", "hf_t5", "hf_qwen2", "hf_gpt_neox", "hf_vit", "hf_convnext", "hf_swin",
+        "hf_bert", "hf_t5", "hf_bart", "hf_whisper", "hf_qwen2", "hf_gpt_neox", "hf_vit",
+        "hf_convnext", "hf_swin",
         "tv_resnet50", "tv_mobilenet_v3",
     }  # fmt: skip
     assert all(WORKLOADS[name] is LIBRARY[name] for name in LIBRARY_WORKLOADS)
