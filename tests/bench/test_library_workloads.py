@@ -90,6 +90,19 @@ def test_a_library_step_matches_eager_under_kernelpro(name):
     assert result.modes[1].kernels.endswith(tuple("0123456789"))  # kernelpro compiled the step
 
 
+@pytest.mark.parametrize("name", ["hf_bart", "hf_whisper"])
+def test_layerdrop_breaks_the_graph_before_every_layer(name):
+    """What BART and Whisper are in the corpus for: under training, LayerDrop's draw
+    (`torch.rand([]) < layerdrop`, the config's default 0.0) is a data-dependent branch before
+    each of the 2+2 tiny layers, so Dynamo breaks the step into one graph per layer or more."""
+    pytest.importorskip("transformers")
+    w = LIBRARY[name](CPU, None, "tiny")
+    explained = torch._dynamo.explain(w.fresh_model())(*w.inputs)
+    reasons = {str(b.reason).partition("\n")[0] for b in explained.break_reasons}
+    assert explained.graph_break_count >= 4
+    assert reasons == {"Data-dependent branching"}
+
+
 def test_the_check_walks_the_model_output():
     """A mode whose logits are off by 1% is caught: the comparison reaches into the ModelOutput
     (loss, logits), not only the loss."""
