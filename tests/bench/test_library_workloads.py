@@ -35,7 +35,8 @@ def _config(*modes: Mode) -> RunConfig:
 
 def test_the_corpus_is_registered_but_not_run_by_default():
     assert set(LIBRARY_WORKLOADS) >= {
-        "hf_bert", "hf_t5", "hf_qwen2", "hf_gpt_neox", "hf_vit", "hf_convnext", "hf_swin",
+        "hf_bert", "hf_t5", "hf_bart", "hf_whisper", "hf_qwen2", "hf_gpt_neox", "hf_vit",
+        "hf_convnext", "hf_swin",
         "tv_resnet50", "tv_mobilenet_v3",
     }  # fmt: skip
     assert all(WORKLOADS[name] is LIBRARY[name] for name in LIBRARY_WORKLOADS)
@@ -87,6 +88,19 @@ def test_a_library_step_matches_eager_under_kernelpro(name):
     statuses = {m.mode: (m.status, m.message) for m in result.modes}
     assert statuses == {EAGER: (OK, ""), KERNELPRO: (OK, "")}
     assert result.modes[1].kernels.endswith(tuple("0123456789"))  # kernelpro compiled the step
+
+
+@pytest.mark.parametrize("name", ["hf_bart", "hf_whisper"])
+def test_layerdrop_breaks_the_graph_before_every_layer(name):
+    """What BART and Whisper are in the corpus for: under training, LayerDrop's draw
+    (`torch.rand([]) < layerdrop`, the config's default 0.0) is a data-dependent branch before
+    each of the 2+2 tiny layers, so Dynamo breaks the step into one graph per layer or more."""
+    pytest.importorskip("transformers")
+    w = LIBRARY[name](CPU, None, "tiny")
+    explained = torch._dynamo.explain(w.fresh_model())(*w.inputs)
+    reasons = {str(b.reason).partition("\n")[0] for b in explained.break_reasons}
+    assert explained.graph_break_count >= 4
+    assert reasons == {"Data-dependent branching"}
 
 
 def test_the_check_walks_the_model_output():

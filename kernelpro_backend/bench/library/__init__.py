@@ -13,14 +13,14 @@ time, compile and compare anything.
 from __future__ import annotations
 
 from ..workload import WorkloadFactory
-from .text import hf_bert, hf_gpt_neox, hf_qwen2, hf_t5
+from .text import hf_bart, hf_bert, hf_gpt_neox, hf_qwen2, hf_t5, hf_whisper
 from .torchvision_models import tv_efficientnet_b0, tv_mobilenet_v3, tv_resnet50
 from .vision import hf_convnext, hf_swin, hf_vit
 
 LIBRARY: dict[str, WorkloadFactory] = {
     f.__name__: f
     for f in (
-        hf_bert, hf_t5, hf_qwen2, hf_gpt_neox, hf_vit, hf_convnext, hf_swin,
+        hf_bert, hf_t5, hf_bart, hf_whisper, hf_qwen2, hf_gpt_neox, hf_vit, hf_convnext, hf_swin,
         tv_resnet50, tv_mobilenet_v3, tv_efficientnet_b0,
     )
 }  # fmt: skip

@@ -1,5 +1,5 @@
-"""The corpus's language models from `transformers`: BERT, T5, Qwen2 and GPT-NeoX (Pythia)
-training steps as their users write them.
+"""The corpus's language models from `transformers`: BERT, T5, BART, Whisper, Qwen2 and GPT-NeoX
+(Pythia) training steps as their users write them.
 
 Owns: one factory per model, `(device, dtype, size) -> Workload`, with the published
 configuration of a real checkpoint at "full" (random weights: nothing is downloaded) and a
@@ -10,9 +10,12 @@ without the extra), download anything, or time and compare (the runner does).
 Each step: the library model called with `labels=` under bf16 autocast on CUDA (float32 weights,
 fused AdamW), returning what it returns (loss, logits, ...); the bench's loss is `.loss`.
 Dropout is 0: the bench checks every mode's first step against eager, and a compiled graph
-draws other random masks than eager (Pythia and Qwen2 train without dropout anyway).
+draws other random masks than eager (Pythia and Qwen2 train without dropout anyway). LayerDrop
+(BART, Whisper) keeps its config default, 0.0: the draw `torch.rand([]) < layerdrop` still runs
+before each layer under training, and breaks the Dynamo graph there, as in users' steps.
 Peak memory at "full" (each factory's docstring): the eager bf16 step's, weights and AdamW state
-included, estimated with fake tensors and torch's MemTracker (CPU autocast standing in for CUDA's).
+included, estimated with fake tensors and torch's MemTracker (CPU autocast standing in for CUDA's;
+BART's and Whisper's LayerDrop draw made a real scalar so that its branch can be taken).
 """
 
 from __future__ import annotations
@@ -95,6 +98,72 @@ def hf_t5(device: torch.device, dtype: torch.dtype | None, size: str) -> Workloa
         ids = _ids(p["vocab"], p["b"], p["t"], device=device)
         labels = _ids(p["vocab"], p["b"], p["target"], device=device)
     return _workload("hf_t5", model, dict(input_ids=ids, labels=labels), device, dt, size)
+
+
+def hf_bart(device: torch.device, dtype: torch.dtype | None, size: str) -> Workload:
+    """BART-base training step (BartForConditionalGeneration: 6+6 post-norm layers, width 768,
+    12 heads, FFN 3072, learned positions, tied head over a vocabulary of 50265, not a multiple
+    of 8): batch 16, 1024 source and 256 target tokens, 139M parameters; peak ~9 GiB at "full"
+    (8.5 GiB estimated: 5.4 of activations).
+    BartConfig's defaults are kept (attention and activation dropout 0, LayerDrop 0, whose draw
+    still breaks the graph before every layer) except `dropout`, 0.1 by default, set to 0."""
+    check_size(size)
+    tf = require("transformers")
+    dt = autocast_dtype(device, dtype)
+    p: dict[str, Any] = (
+        dict(TINY, target=16)
+        if size == "tiny"
+        else dict(b=16, t=1024, target=256, d=768, layers=6, heads=12, ffn=3072, vocab=50265)
+    )
+    config = tf.BartConfig(
+        vocab_size=p["vocab"], d_model=p["d"], encoder_layers=p["layers"],
+        decoder_layers=p["layers"], encoder_attention_heads=p["heads"],
+        decoder_attention_heads=p["heads"], encoder_ffn_dim=p["ffn"], decoder_ffn_dim=p["ffn"],
+        max_position_embeddings=1024, dropout=0.0, use_cache=False,
+    )  # fmt: skip
+    with seeded(device):
+        model = tf.BartForConditionalGeneration(config)
+        # Token ids from 3 on: 0-2 are BART's <s>, <pad> and </s>.
+        ids = torch.randint(3, p["vocab"], (p["b"], p["t"]), device=device)
+        labels = torch.randint(3, p["vocab"], (p["b"], p["target"]), device=device)
+    # labels= only: the model shifts them right into its decoder inputs, as users rely on.
+    return _workload("hf_bart", model, dict(input_ids=ids, labels=labels), device, dt, size)
+
+
+def hf_whisper(device: torch.device, dtype: torch.dtype | None, size: str) -> Workload:
+    """Whisper-small training step (WhisperForConditionalGeneration: two convs over 80 mel bins
+    x 3000 frames (30 s), 12+12 pre-norm layers of width 768 over 1500 audio positions, 12
+    heads, FFN 3072, tied head over a vocabulary of 51865, not a multiple of 8): batch 16 of
+    random log-mel features, 128 label tokens (a 30 s utterance's transcript), 242M parameters;
+    peak ~16 GiB at "full" (15.9 GiB estimated: 12.4 of activations). WhisperConfig's defaults are kept: every dropout and LayerDrop 0 (whose draw still
+    breaks the graph before every layer). "tiny": 16 mel bins x 64 frames (32 positions)."""
+    check_size(size)
+    tf = require("transformers")
+    dt = autocast_dtype(device, dtype)
+    p: dict[str, Any] = (
+        dict(TINY, mels=16, positions=32, target=16, start=1, pad=0)
+        if size == "tiny"
+        else dict(
+            b=16, d=768, layers=12, heads=12, ffn=3072, vocab=51865, mels=80, positions=1500,
+            target=128, start=50258, pad=50257,
+        )
+    )  # fmt: skip
+    config = tf.WhisperConfig(
+        vocab_size=p["vocab"], num_mel_bins=p["mels"], d_model=p["d"],
+        encoder_layers=p["layers"], decoder_layers=p["layers"],
+        encoder_attention_heads=p["heads"], decoder_attention_heads=p["heads"],
+        encoder_ffn_dim=p["ffn"], decoder_ffn_dim=p["ffn"],
+        max_source_positions=p["positions"], max_target_positions=448,
+        decoder_start_token_id=p["start"], pad_token_id=p["pad"], bos_token_id=p["pad"],
+        eos_token_id=p["pad"], use_cache=False,
+    )  # fmt: skip
+    with seeded(device):
+        model = tf.WhisperForConditionalGeneration(config)
+        # The encoder's two convs (strides 1, 2) take 2 frames to a position.
+        features = torch.randn(p["b"], p["mels"], 2 * p["positions"], device=device)
+        labels = _ids(p["vocab"], p["b"], p["target"], device=device)
+    inputs = dict(input_features=features, labels=labels)
+    return _workload("hf_whisper", model, inputs, device, dt, size)
 
 
 def _causal_lm(
