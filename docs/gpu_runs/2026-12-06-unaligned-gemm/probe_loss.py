@@ -29,6 +29,7 @@ import time
 
 import torch
 import torch.nn.functional as F
+from probe import time_ms  # probe.py beside this file: the same CUDA-event timing
 
 from kernelpro_backend import make_backend
 from kernelpro_backend.fx_passes.pad_gemm import PadRule, pad_unaligned_gemms
@@ -80,16 +81,6 @@ def compiled(model: torch.nn.Module, mode: str, cache: str, dynamic: bool, log: 
         return inner(gm, example_inputs, options=options)
 
     return torch.compile(model, backend=forced, dynamic=dynamic)
-
-
-def time_ms(fn, iters: int = ITERS) -> float:
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    for _ in range(iters):
-        fn()
-    end.record()
-    torch.cuda.synchronize()
-    return start.elapsed_time(end) / iters
 
 
 def inductor_counts() -> dict:
