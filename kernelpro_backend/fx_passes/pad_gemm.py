@@ -10,17 +10,21 @@ before AOTAutograd:
 
     F.linear(x, W, b)  ->  F.linear(x, F.pad(W, (0, 0, 0, p)), F.pad(b, (0, p)))[..., :N]
 
-so the forward GEMM writes [M, N+p], and the slice's backward (a pad) hands both backward GEMMs
-an aligned dY: fused into dY's producer when the producer is in the graph, one copy shared by
-both GEMMs when dY is a graph input. In_features K unaligned is padded the same way on x and W
-when x is produced in the graph (the pad then sits in x's producer; a graph input would be
-copied on every call, x by x, and the forward of such a head is rare). Padding is with zeros, so
-each kept output sums the same products as before (the padded ones add exact zeros).
+The forward runs as written: the unaligned output does not slow its GEMM, and the logits leave
+it contiguous and unpadded, as whatever reads or returns them expects. Only the backward pads:
 
-Where the logits leave the graph (returned, as Hugging Face's models do), the caller gets them
-contiguous, as the unpadded linear wrote them (a later `.view(-1)` must still work): a copy in
-the forward. Views of the logits in the graph are replayed on meta tensors with the padded
-strides; one that needs the unpadded strides keeps the linear as written.
+    F.linear(x, W, b)  ->  padded_grad_linear(x, W, b, p)     # an autograd.Function whose
+        backward: dYp = F.pad(dY, (0, p)); dX = dYp @ F.pad(W, (0, 0, 0, p));
+                  dW = (dYp^T @ x)[:N]; db = dY summed over the rows
+
+so both backward GEMMs read an aligned dY: one copy shared by both when dY is a graph input,
+fused into dY's producer when the producer is in the graph. AOTAutograd traces the function's
+backward into the joint graph: the fallback compiles it like any other backward. In_features K
+unaligned is padded in the forward on x and W when x is produced in the graph (the pad then sits
+in x's producer; a graph input would be copied on every call, and the forward of such a head is
+rare). Padding is with zeros, so each kept output sums the same products as before (the padded
+ones add exact zeros). Under autocast, x, W and b are cast to the GEMM's dtype in the graph
+first (as autocast would), so the backward runs in that dtype too.
 
 When it pays, and otherwise a `ChainNote` says why not:
 - on the devices of `PadRule.devices` (CUDA: where the alignment is cuBLAS's), with a backward;
@@ -28,15 +32,15 @@ When it pays, and otherwise a `ChainNote` says why not:
 - not when Inductor pads dY itself: its comprehensive padding gives every buffer it writes with
   static shapes a 128-byte row stride (torch/_inductor/ir.py `_pad_strides`; seen in the code
   it generates for a head with its loss in the graph), so with dY's producer in the graph and
-  static shapes, padding here would only add the weight's pad, dW's slice and, for returned
-  logits, their copy.
+  static shapes, padding here would only add the weight's pad and dW's slice.
 Inductor's own `pad_mm` (a joint-graph pattern over mm and its two backward mms) pads the same
 way but decides by timing the forward mm alone, which the alignment does not slow: it keeps the
 unaligned GEMMs. After this rewrite it finds nothing to pad.
 
-Owns: `pad_unaligned_gemms(gm, notes, rule) -> int` (linears padded) and `PadRule`.
+Owns: `pad_unaligned_gemms(gm, notes, rule) -> int` (linears padded), `PadRule` and
+`padded_grad_linear`.
 Must not: touch GEMMs between activations (`matmul`, `bmm`: padding them copies an activation on
-every call, and attention goes to SDPA) or run anything but the shape ops it replays on meta.
+every call, and attention goes to SDPA).
 """
 
 from __future__ import annotations
@@ -57,7 +61,7 @@ _LINEARS = {F.linear, torch._C._nn.linear}
 ALIGN_BYTES = 16  # cuBLAS's fast (vectorised, TMA) kernels: 16-byte aligned rows and pointers
 
 # Each padded linear adds small kernels: the weight's pad (fused with autocast's cast when there
-# is one), dW's slice back to [N, K], for returned logits their copy. Against them the backward's
+# is one), dY's pad when dY is a graph input, dW's slice back to [N, K]. Against them the backward's
 # unaligned penalty, 3.5x on two GEMMs of 2*M*N*K flops each: the pad and slice move ~12*N*K
 # bytes, the penalty ~10*M*N*K flops' time, so at H100's ~700 TFLOPS and ~3.3 TB/s padding pays
 # from M ~ 250 rows; and below ~4 GFLOPs (~6 us at that rate) a GEMM is a few microseconds,
@@ -108,6 +112,37 @@ def pad_unaligned_gemms(
     return finish_rewrite(gm, done, "unaligned linear(s) padded")
 
 
+class _PadGrad(torch.autograd.Function):
+    """linear(x, w, b) whose backward GEMMs read dY padded with `pad` zero columns."""
+
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor, w: torch.Tensor, b: Any, pad: int) -> torch.Tensor:
+        ctx.save_for_backward(x, w)
+        ctx.pad, ctx.bias = pad, b is not None
+        return F.linear(x, w, b)
+
+    @staticmethod
+    def backward(ctx: Any, dy: torch.Tensor) -> tuple[Any, ...]:
+        x, w = ctx.saved_tensors
+        n = w.shape[0]
+        dyp = F.pad(dy, (0, ctx.pad))  # [..., N + pad]: aligned rows, one copy for both GEMMs
+        dx = dw = db = None
+        if ctx.needs_input_grad[0]:
+            dx = torch.matmul(dyp, F.pad(w, (0, 0, 0, ctx.pad)))
+        if ctx.needs_input_grad[1]:
+            rows = dyp.reshape(-1, n + ctx.pad)
+            dw = (rows.t() @ x.reshape(-1, x.shape[-1]))[:n]
+        if ctx.bias and ctx.needs_input_grad[2]:
+            db = dy.reshape(-1, n).sum(0)
+        return dx, dw, db, None
+
+
+def padded_grad_linear(x: torch.Tensor, w: torch.Tensor, b: Any, pad: int) -> torch.Tensor:
+    """`F.linear(x, w, b)`, its backward GEMMs on dY padded to N + `pad` columns (x, w, b in
+    the GEMM's dtype already)."""
+    return _PadGrad.apply(x, w, b, pad)  # type: ignore[no-any-return]
+
+
 @dataclass
 class _Plan:
     n: int
@@ -115,7 +150,6 @@ class _Plan:
     pad_n: int
     pad_k: int
     dtype: torch.dtype
-    escapes: list[fx.Node]  # nodes (the linear or views of it) returned by the graph
     left: str = ""  # what was not padded, and why
 
 
@@ -154,24 +188,21 @@ def _plan(linear: fx.Node, rule: PadRule) -> _Plan | str | None:
         return (
             f"{what}, but {m}x{k}->{n} is below {rule.min_rows} rows or {rule.min_flops:.3g} flops"
         )
-    plan = _Plan(n, k, 0, 0, out.dtype, [])
+    plan = _Plan(n, k, 0, 0, out.dtype)
     why: list[str] = []
     if pad_k and x.op in ("placeholder", "get_attr"):
         why.append(f"K={k} left: x is a graph input, padding it would copy it on every call")
     elif pad_k:
         plan.pad_k = pad_k
     if pad_n:
-        walked = _walk_logits(linear, n, pad_n, out)
         static = all(isinstance(s, int) for s in xv.shape)
-        if isinstance(walked, str):
-            why.append(f"N={n} left: {walked}")
-        elif walked[1] and static and rule.fallback_pads:
+        if _read_in_graph(linear) and static and rule.fallback_pads:
             why.append(
                 f"N={n} left: dY is written in the graph with static shapes, and the fallback "
                 "pads its rows itself (Inductor's comprehensive padding)"
             )
         else:
-            plan.pad_n, plan.escapes = pad_n, walked[0]
+            plan.pad_n = pad_n
     plan.left = "; ".join(why)
     if not plan.pad_n and not plan.pad_k:
         return f"{what}: " + plan.left
@@ -180,98 +211,38 @@ def _plan(linear: fx.Node, rule: PadRule) -> _Plan | str | None:
 
 _VIEW_METHODS = {
     "view", "reshape", "flatten", "unflatten", "transpose", "permute", "t", "unsqueeze", "squeeze",
-    "expand", "narrow", "select", "swapaxes", "movedim", "detach", "__getitem__",
+    "expand", "narrow", "select", "swapaxes", "movedim", "detach", "__getitem__", "contiguous",
 }  # fmt: skip
 _VIEW_FUNCTIONS = {
     operator.getitem, torch.reshape, torch.flatten, torch.unflatten, torch.transpose,
     torch.permute, torch.t, torch.unsqueeze, torch.squeeze, torch.narrow, torch.select,
     torch.swapaxes, torch.movedim, torch.detach,
 }  # fmt: skip
-_ALIAS_CASTS = {"to", "type", "float", "half", "bfloat16", "double"}  # self when the dtype holds
-_STRIDED = {"as_strided", "split", "chunk", "unbind", "tensor_split", "split_with_sizes", "stride"}
 
 
-def _walk_logits(
-    linear: fx.Node, n: int, pad: int, out: torch.Tensor
-) -> tuple[list[fx.Node], bool] | str:
-    """([the linear or its views that the graph returns], whether anything in the graph reads
-    them), or why the padded strides would not do. Views are replayed on a meta tensor with the
-    padded layout; any other reader gets a tensor it reads at any strides."""
-    sizes = [_hint(s) for s in out.shape[:-1]]
-    if any(s is None for s in sizes):
-        return "the logits' sizes have no hint"
-    shape = [int(s or 0) for s in sizes] + [n + pad]
-    padded = torch.empty(shape, dtype=out.dtype, device="meta")[..., :n]
-    todo, escapes, read = [(linear, padded)], [], False
+def _read_in_graph(linear: fx.Node) -> bool:
+    """Whether anything in the graph computes from the logits (so dY's producer, or part of
+    it, is in the graph), beyond views of them that the graph returns."""
+    todo = [linear]
     while todo:
-        node, meta = todo.pop()
-        for user in node.users:
+        for user in todo.pop().users:
             if user.op == "output":
-                escapes.append(node)
                 continue
-            name = user.target if user.op == "call_method" else getattr(user.target, "__name__", "")
-            if name in _STRIDED or user.target is torch.as_strided:
-                return f"{user.name} ({name}) reads the logits' strides"
-            if getattr(user.target, "namespace", None) == "kernelpro":
-                return f"{user.name} ({user.target}) writes the logits' gradient itself"
-            view = _replay(user, node, meta)
-            if isinstance(view, str):
-                return view
-            if view is None:
-                read = True
-            else:
-                todo.append((user, view))
-    if len(escapes) > 1:
-        return "several views of the logits are returned (their copies would not alias)"
-    return escapes, read
+            view = (user.op == "call_method" and user.target in _VIEW_METHODS) or (
+                user.op == "call_function" and user.target in _VIEW_FUNCTIONS
+            )
+            if not view:
+                return True
+            todo.append(user)
+    return False
 
 
-def _replay(user: fx.Node, node: fx.Node, meta: torch.Tensor) -> torch.Tensor | str | None:
-    """`user` on the padded layout when it is a view (or returns its input), None when it
-    reads it into a new tensor, or why it cannot take the padded layout."""
-    method = user.op == "call_method"
-    if method and user.target in _ALIAS_CASTS:
-        before, after = example_value(node), example_value(user)
-        same = isinstance(after, torch.Tensor) and after.dtype == getattr(before, "dtype", None)
-        return meta if same else None
-    if method and isinstance(user.target, str) and user.target.endswith("_"):
-        return meta  # in place: the same tensor
-    if not (method and user.target in _VIEW_METHODS) and user.target not in _VIEW_FUNCTIONS:
-        return None
-    if arg(user, 0, "input") is not node:
-        return None
-    try:
-        args = [meta, *(_concrete(a) for a in user.args[1:])]
-        kwargs = {k: _concrete(v) for k, v in user.kwargs.items()}
-    except ValueError:
-        return None  # an index that is a tensor: advanced indexing copies
-    try:
-        if method:
-            result = getattr(meta, str(user.target))(*args[1:], **kwargs)
-        else:
-            result = user.target(*args, **kwargs)  # type: ignore[operator]
-    except RuntimeError as e:
-        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        return f"{user.name} ({user.target}) needs the unpadded strides: {first}"
-    return result if isinstance(result, torch.Tensor) else f"{user.name} returns several views"
-
-
-def _concrete(a: Any) -> Any:
-    """A view's argument with graph nodes and symbolic sizes as the ints they hold now."""
-    if isinstance(a, fx.Node):
-        a = example_value(a)
-        if isinstance(a, torch.Tensor):
-            raise ValueError("a tensor argument")
-    if isinstance(a, (tuple, list)):
-        return type(a)(_concrete(v) for v in a)
-    if isinstance(a, slice):
-        return slice(_concrete(a.start), _concrete(a.stop), _concrete(a.step))
-    if isinstance(a, torch.SymInt):
-        hint = _hint(a)
-        if hint is None:
-            raise ValueError("a size with no hint")
-        return hint
-    return a
+def _cast(graph: fx.Graph, node: Any, dtype: torch.dtype) -> Any:
+    """`node` in `dtype` (a graph node casting it when its example value is in another)."""
+    value = example_value(node)
+    if not isinstance(node, fx.Node) or getattr(value, "dtype", dtype) == dtype:
+        return node
+    return graph.call_method("to", (node, dtype))
 
 
 def _apply(graph: fx.Graph, linear: fx.Node, plan: _Plan) -> str:
@@ -279,35 +250,29 @@ def _apply(graph: fx.Graph, linear: fx.Node, plan: _Plan) -> str:
     x, w, b = arg(linear, 0, "input"), arg(linear, 1, "weight"), arg(linear, 2, "bias")
     trace = linear.meta.get("stack_trace")
     with graph.inserting_before(linear):
-        w = graph.call_function(F.pad, (w, (0, plan.pad_k, 0, plan.pad_n)))
+        made: list[Any] = []
+        if plan.pad_n:  # in the GEMM's dtype first, as autocast would cast them
+            x, w, b = (_cast(graph, t, plan.dtype) for t in (x, w, b))
+            made += [x, w, b]
         if plan.pad_k:
+            w = graph.call_function(F.pad, (w, (0, plan.pad_k)))
             x = graph.call_function(F.pad, (x, (0, plan.pad_k)))
-        if plan.pad_n and isinstance(b, fx.Node):
-            b = graph.call_function(F.pad, (b, (0, plan.pad_n)))
-        args = (x, w) if b is None else (x, w, b)
-        padded = graph.call_function(linear.target, args)  # type: ignore[arg-type]
-    result = padded
-    if plan.pad_n:
-        with graph.inserting_after(padded):
-            index: Any = (Ellipsis, slice(None, plan.n))
-            result = graph.call_function(operator.getitem, (padded, index))
-    for node in (w, x, b, padded, result):
+            made += [x, w]
+        if plan.pad_n:
+            result = graph.call_function(padded_grad_linear, (x, w, b, plan.pad_n))
+        else:
+            args = (x, w) if b is None else (x, w, b)
+            result = graph.call_function(linear.target, args)  # type: ignore[arg-type]
+    for node in (*made, result):
         if isinstance(node, fx.Node) and trace and "stack_trace" not in node.meta:
             node.meta["stack_trace"] = trace
     linear.replace_all_uses_with(result)
     graph.erase_node(linear)
-    output = next(n for n in reversed(graph.nodes) if n.op == "output")
-    for node in plan.escapes:  # returned as the unpadded linear wrote them
-        node = result if node is linear else node
-        with graph.inserting_before(output):
-            copy = graph.call_method("contiguous", (node,))
-        output.replace_input_with(node, copy)
     dims = ", ".join(
         f"{d}={size} -> {size + pad}"
         for d, size, pad in (("N", plan.n, plan.pad_n), ("K", plan.k, plan.pad_k))
         if pad
     )
-    made = f"padded to {ALIGN_BYTES}-byte rows in {plan.dtype}: {dims}"
-    if plan.escapes:
-        made += " (the returned logits copied contiguous)"
-    return made + (f"; {plan.left}" if plan.left else "")
+    where = "the backward's dY" if plan.pad_n and not plan.pad_k else "the GEMMs"
+    made_text = f"padded to {ALIGN_BYTES}-byte rows in {plan.dtype} ({where}): {dims}"
+    return made_text + (f"; {plan.left}" if plan.left else "")

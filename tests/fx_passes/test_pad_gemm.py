@@ -11,6 +11,8 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
+from functorch.compile import make_boxed_func
+from torch._functorch.aot_autograd import aot_module_simplified
 
 from kernelpro_backend import make_backend
 from kernelpro_backend.explain import explain_model
@@ -84,8 +86,7 @@ def test_an_unaligned_head_is_padded_and_an_aligned_one_is_not():
     made, notes = _captured(Head(), *_inputs())
     assert made == 1
     assert [n.made for n in notes] == [
-        "padded to 16-byte rows in torch.float32: N=1001 -> 1004 (the returned logits copied "
-        "contiguous)"
+        "padded to 16-byte rows in torch.float32 (the backward's dY): N=1001 -> 1004"
     ]
     made, notes = _captured(Head(n=1004), *_inputs(n=1004))
     assert made == 0 and notes == []
@@ -96,7 +97,7 @@ def test_the_alignment_is_that_of_the_dtype_the_gemm_runs_in():
     autocast only."""
     assert _captured(Head(n=1004), *_inputs(n=1004))[0] == 0
     made, notes = _captured(Head(n=1004), *_inputs(n=1004), autocast=True)
-    assert made == 1 and "in torch.bfloat16: N=1004 -> 1008" in notes[0].made
+    assert made == 1 and "in torch.bfloat16 (the backward's dY): N=1004 -> 1008" in notes[0].made
 
 
 def test_it_pads_only_where_it_pays_and_says_why_not():
@@ -137,10 +138,42 @@ def test_with_dynamic_rows_it_pads_where_the_fallback_pads_nothing():
     assert logits.is_contiguous()
 
 
-def test_a_view_that_needs_the_unpadded_strides_keeps_the_linear_as_written():
-    made, notes = _captured(Head(form="flat_view"), *_inputs())
-    assert made == 0
-    assert "needs the unpadded strides" in _head_notes(notes)[0].reason
+def test_only_the_backward_reads_padded_rows_and_the_forward_runs_as_written():
+    """AOTAutograd's graphs of a padded head: the forward's GEMM writes the logits at N columns
+    (no pad, no slice, no copy of them), and both backward GEMMs read dY at N + pad."""
+    graphs: dict[str, torch.fx.GraphModule] = {}
+
+    def keep(name: str):
+        def compiler(gm: torch.fx.GraphModule, example_inputs):
+            graphs[name] = gm
+            return make_boxed_func(gm.forward)
+
+        return compiler
+
+    def backend(gm, example_inputs):
+        assert pad_unaligned_gemms(gm, None, CPU) == 1
+        return aot_module_simplified(gm, example_inputs, keep("fw"), keep("bw"))
+
+    torch._dynamo.reset()
+    (logits,) = torch.compile(Head(), backend=backend)(*_inputs())
+    logits.sum().backward()
+
+    def mm_shapes(gm: torch.fx.GraphModule) -> list[list[tuple[int, ...]]]:
+        found = []
+        for node in gm.graph.nodes:
+            if node.op == "call_function" and node.target in (
+                torch.ops.aten.mm.default,
+                torch.ops.aten.addmm.default,
+            ):
+                found.append(
+                    [tuple(a.meta["val"].shape) for a in node.args if isinstance(a, torch.fx.Node)]
+                )
+        return found
+
+    assert all(N + 3 not in shape for args in mm_shapes(graphs["fw"]) for shape in args)
+    head_mms = [args for args in mm_shapes(graphs["bw"]) if any(N + 3 in s for s in args)]
+    assert len(head_mms) == 2, mm_shapes(graphs["bw"])  # dX and dW, both on the padded dY
+    assert all(N not in s for args in head_mms for s in args)
 
 
 def test_in_features_are_padded_only_when_x_is_produced_in_the_graph():
@@ -156,7 +189,7 @@ def test_in_features_are_padded_only_when_x_is_produced_in_the_graph():
     assert made == 2
     first, second = notes
     assert "N=30 -> 32; K=30 left: x is a graph input" in first.made
-    assert second.made == "padded to 16-byte rows in torch.float32: K=30 -> 32"
+    assert second.made == "padded to 16-byte rows in torch.float32 (the GEMMs): K=30 -> 32"
 
 
 @pytest.mark.parametrize(
@@ -166,6 +199,7 @@ def test_in_features_are_padded_only_when_x_is_produced_in_the_graph():
         ("loss_and_logits", False, (32,), "eager"),
         ("loss", True, (2, 16), "eager"),
         ("loss_and_logits", True, (2, 16), "inductor"),
+        ("flat_view", True, (2, 16), "eager"),
     ],
 )
 def test_training_through_the_backend_matches_eager(form, bias, rows, fallback):
