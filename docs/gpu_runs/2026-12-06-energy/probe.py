@@ -320,6 +320,7 @@ def run_train(name: str, cache: str, budget_s: float, trials: int, meter: Any) -
     }  # fmt: skip
     row: dict[str, Any] = {"compile_s": {}, "kept": {}}
     steps: dict[str, Callable[[], None]] = {}
+    sessions_of: dict[str, list[Any]] = {}
     for mode in ("energy", "time", "inductor"):
         if SMOKE and mode == "inductor":
             continue
@@ -343,13 +344,15 @@ def run_train(name: str, cache: str, budget_s: float, trials: int, meter: Any) -
         step()
         sync()
         row["compile_s"][mode] = round(time.time() - t0, 1)
-        # the kernels the compiled step runs (an in-context verdict may drop some)
-        row["kept"][mode] = sorted(k for s in sessions for r in s.reports
-                                   for k in r.replaced if k not in r.dropped)  # fmt: skip
-        steps[mode] = step
+        steps[mode], sessions_of[mode] = step, sessions
     row["searches"] = {k[:12]: v["worker"] for k, v in recorder.searched.items()}
-    row["same_kernel"] = _same_step(row["kept"], recorder.searched)
     row["measured"] = side_by_side(steps, meter, TRAIN_READINGS, TRAIN_MIN_S)
+    for mode, sessions in sessions_of.items():
+        # the kernels the compiled step ran: read after the steps measured, so after an
+        # in-context verdict dropped any
+        row["kept"][mode] = sorted({k for s in sessions for r in s.reports
+                                    for k in r.replaced if k not in r.dropped})  # fmt: skip
+    row["same_kernel"] = _same_step(row["kept"], recorder.searched)
     return _compare(row)
 
 
