@@ -112,7 +112,7 @@ def optimize(
         subgraph,
         space,
         async_measurer,
-        proposer or RuleProposer(),
+        proposer or RuleProposer(objective=objective),
         budget,
         memory if memory is not None else SearchMemory(None),
         SearchLog(log_path),

@@ -3,9 +3,10 @@
 Owns: `choose_winner` — baselines (eager, Inductor) are candidates too; a kernel wins only if it
 is faster than the fastest baseline beyond the measured spread of both, so the result is never
 slower than the fallback by construction. With objective "energy" (`energy_pick`): among the
-kernels within ENERGY_TIME_TOLERANCE of the fastest one that replaces the fallback (and the
-fallback itself, if it is that close), the one with the fewest joules per call, when it saves
-more than ENERGY_NOISE of the fastest one's; `Choice.why` says what was weighed.
+proved kernels (each charged what replacing the fallback costs) and the fallback within
+ENERGY_TIME_TOLERANCE of the time rule's pick (a kernel, or the fallback where none replaces
+it), the one with the fewest joules per call, when it saves more than ENERGY_NOISE of the
+pick's; `Choice.why` says what was weighed and how many entries were within the tolerance.
 Must not: measure or search.
 """
 
@@ -80,7 +81,8 @@ def choose_winner(
     """The winner: the fastest kernel that beats the fastest baseline beyond the spread AND by
     at least `min_gain_ms` per call (what replacing a subgraph costs beyond its GPU time: the
     opaque op's host-side launch and the fusion across its boundary that Inductor loses) plus
-    its own `surcharge(candidate, ms)` (a host path slower than a Triton launch's)."""
+    its own `surcharge(candidate, ms)` (a host path slower than a Triton launch's). Objective
+    "energy": `energy_pick` against that winner (module docstring)."""
     if objective not in OBJECTIVES:
         raise ValueError(f"unknown objective {objective!r}; use one of {OBJECTIVES}")
     ok = sorted(
@@ -98,19 +100,33 @@ def choose_winner(
         return replaces(r, base[1], need)
 
     first = next((m for m in ok if wins(m)), None)
-    if first is None:
-        if base is not None:
-            return Choice(base[0], None, base[1], best)
-        # nothing worked, not even a baseline: the fallback still runs the subgraph
+    if first is not None:
+        time_pick = Choice(first.candidate, first.node_id, first.result, best)
+    elif base is not None:
+        time_pick = Choice(base[0], None, base[1], best)
+    else:  # nothing worked, not even a baseline: the fallback still runs the subgraph
         name = "inductor" if "inductor" in baselines or not baselines else next(iter(baselines))
         return Choice(name, None, baselines.get(name), best)
-    if objective == "energy":
-        eligible: list[Entry] = [(m.candidate, m.node_id, m.result) for m in ok if wins(m)]
-        if base is not None:
-            eligible.append((base[0], None, base[1]))
-        pick, why = energy_pick((first.candidate, first.node_id, first.result), eligible)
-        return Choice(pick[0], pick[1], pick[2], best, why)
-    return Choice(first.candidate, first.node_id, first.result, best)
+    if objective == "time":
+        return time_pick
+    assert time_pick.result is not None
+
+    def charged_ms(entry: Entry) -> float:
+        """A kernel's time with what replacing the fallback costs it (nothing for a baseline)."""
+        ms = entry[2].median_ms or 0.0
+        if entry[1] is None:
+            return ms
+        return ms + min_gain_ms + (surcharge(entry[0], ms) if surcharge else 0.0)
+
+    # Every proved kernel competes, also where none replaces the fallback on time (the fallback
+    # is then the time rule's pick and the reference of the tolerance): a kernel as fast as
+    # Inductor's within the tolerance, its replacement cost charged, may use fewer joules.
+    eligible: list[Entry] = [(m.candidate, m.node_id, m.result) for m in ok]
+    if base is not None:
+        eligible.append((base[0], None, base[1]))
+    fastest: Entry = (time_pick.winner, time_pick.node_id, time_pick.result)
+    pick, why = energy_pick(fastest, eligible, charged=charged_ms)
+    return Choice(pick[0], pick[1], pick[2], best, why)
 
 
 def energy_pick(
@@ -118,20 +134,28 @@ def energy_pick(
     eligible: Sequence[Entry],
     tolerance: float = ENERGY_TIME_TOLERANCE,
     noise: float = ENERGY_NOISE,
+    charged: Callable[[Entry], float] | None = None,
 ) -> tuple[Entry, dict[str, Any]]:
     """The entry objective "energy" chooses, and why. Only entries with a joule figure and at
-    most `tolerance` slower than `fastest` compete; one wins only if it uses more than `noise`
-    fewer joules than `fastest`; among those within `noise` of the fewest joules, the faster
-    wins (then the lower node id, a kernel before a baseline). Otherwise `fastest` stays: also
-    when it has no joule figure (no saving can be shown against it)."""
-    f_ms, f_j = fastest[2].median_ms or 0.0, fastest[2].energy_j
-    why: dict[str, Any] = {"tolerance": tolerance, "noise": noise, "fastest": _figures(fastest)}
-    limit_ms = f_ms * (1 + tolerance)
-    savers = [
-        e for e in eligible
-        if e[2].energy_j is not None and f_j is not None and (e[2].median_ms or 0.0) <= limit_ms
-        and e[2].energy_j < f_j * (1 - noise)
-    ]  # fmt: skip
+    most `tolerance` slower than `fastest` (each entry's time as `charged` counts it: its
+    median by default) compete; one wins only if it uses more than `noise` fewer joules than
+    `fastest`; among those within `noise` of the fewest joules, the faster wins (then the
+    lower node id, a kernel before a baseline). Otherwise `fastest` stays: also when it has no
+    joule figure (no saving can be shown against it). `why` counts the entries within the
+    tolerance ("within", `fastest` included) and their joules' range ("j_range"): whether the
+    rule had any choice at all."""
+    cost = charged or (lambda e: e[2].median_ms or 0.0)
+    f_j = fastest[2].energy_j
+    limit_ms = cost(fastest) * (1 + tolerance)
+    near_ms = [e for e in eligible if e[2].energy_j is not None and cost(e) <= limit_ms]
+    if fastest[2].energy_j is not None and not any(e[:2] == fastest[:2] for e in near_ms):
+        near_ms.append(fastest)
+    joules = [e[2].energy_j or 0.0 for e in near_ms]
+    why: dict[str, Any] = {
+        "tolerance": tolerance, "noise": noise, "fastest": _figures(fastest),
+        "within": len(near_ms), "j_range": [min(joules), max(joules)] if joules else None,
+    }  # fmt: skip
+    savers = [e for e in near_ms if f_j is not None and (e[2].energy_j or 0.0) < f_j * (1 - noise)]
     if not savers:
         rule = "no joule figure for the fastest" if f_j is None else "fastest: none saves more"
         return fastest, {**why, "rule": rule, "winner": _figures(fastest)}

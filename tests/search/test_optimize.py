@@ -268,3 +268,20 @@ def test_one_search_gives_each_objectives_pick_from_the_same_trials():
     assert by_energy.winner == out.winner and by_time.winner_id != out.winner_id
     assert out.choices["time"].why == {} and out.choices["energy"].why["winner"]["j"] == 1.0
     assert by_time.baselines is out.baselines and by_time.trials == out.trials
+
+
+def test_an_energy_search_without_a_proposer_proposes_the_energy_moves():
+    # optimize()'s own RuleProposer follows the objective: the smoke probe's searcher and any
+    # caller that passes no proposer got the time rules only under objective "energy"
+    trees: list = []
+    optimize(
+        FakeSubgraph(),
+        space=SyntheticSpace({"num_warps": (2, 4, 8)}, [{"num_warps": 4}]),
+        measurer=SyntheticMeasurer(lambda k: 1.0, energy=lambda k: 1.0),
+        budget=Budget(max_trials=2, max_seconds=1e9, **NO_EARLY_STOP),
+        objective="energy",
+        progress=False,
+        tree_out=trees,
+    )
+    child = trees[0].nodes[2]
+    assert (child.reason, child.move) == ("objective:energy", "num_warps:down")

@@ -234,3 +234,27 @@ def test_energy_reasons_name_the_winner_and_the_fastest():
         (1, 1, ok(1.0, 0.001, 1.0)), [(2, 2, ok(1.04, 0.001, 0.5))], tolerance=0.05
     )
     assert pick[0] == 2
+
+
+def test_energy_weighs_kernels_where_the_fallback_wins_on_time():
+    # H100, softmax 8192x8192 fp32 (2026-12-06): no kernel beat Inductor (0.1799 ms) beyond the
+    # spread, so the time rule kept it, and the energy rule never looked at a kernel 0.2%
+    # slower that read 19% fewer joules. Its replacement cost (2 us) is charged to its time.
+    inductor = {"inductor": ok(0.1799, 0.001, 0.1511)}
+    case = energy_case(("wide", 0.1789, 0.1338), ("frugal", 0.1803, 0.1225), baselines=inductor)
+    assert choose_winner(*case, "time", min_gain_ms=0.002).winner == "inductor"
+    choice = choose_winner(*case, "energy", min_gain_ms=0.002)
+    assert choice.winner == "frugal" and choice.node_id == 2
+    assert choice.why["fastest"]["node"] == "inductor" and choice.why["within"] == 3
+    assert choice.why["j_range"] == [0.1225, 0.1511]
+    # charged 10 us to replace the fallback, it is 2.6% slower than Inductor: the fallback stays
+    dear = choose_winner(*case, "energy", min_gain_ms=0.010)
+    assert dear.winner == "inductor" and dear.why["within"] == 1
+
+
+def test_energy_counts_what_was_within_the_tolerance():
+    case = energy_case(("fast", 1.00, 1.0), ("close", 1.01, 0.97), ("slow", 1.05, 0.1))
+    why = choose_winner(*case, "energy").why
+    # fast and close are within 2%, Inductor (2 ms) and slow are not: no choice worth a trade
+    assert why["within"] == 2 and why["j_range"] == [0.97, 1.0]
+    assert why["rule"] == "fastest: none saves more"
