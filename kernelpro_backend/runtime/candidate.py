@@ -2,7 +2,8 @@
 
 Owns: `SourceCandidate` (free-form source from a proposer or a test), `SpecCandidate` (a codegen
 `KernelSpec` as JSON), `BaselineCandidate` ("eager": the reference module itself; "inductor":
-`torch.compile` of it), and `load_kernel`, which runs only inside a worker process.
+`torch.compile` of it with the options of the user's graph, fallback.py), and `load_kernel`,
+which runs only inside a worker process.
 Must not: validate or time anything (validate.py and timing.py do), or decide what to try.
 
 A candidate is data: frozen, picklable and small, so that it crosses to a worker process and
@@ -118,14 +119,18 @@ def load_kernel(
     *,
     cubin_dir: Path | None = None,
     nvcc_timeout_s: float | None = None,
+    inductor_options: dict[str, Any] | None = None,
 ) -> KernelFn:
     """The candidate as a callable. Raises CandidateLoadError when it cannot be built.
     `cubin_dir`, `nvcc_timeout_s`: where a CUDA candidate's cubin is cached and how long its
-    compile may take (None: cuda/compile.py's defaults)."""
+    compile may take (None: cuda/compile.py's defaults). `inductor_options`: Inductor's config
+    for the "inductor" baseline as the user's graph has it (fallback.py; None: the defaults)."""
     if isinstance(candidate, BaselineCandidate):
         if candidate.name == "eager":
             return reference
-        return torch.compile(reference, backend="inductor")  # type: ignore[return-value]
+        return torch.compile(  # type: ignore[return-value]
+            reference, backend="inductor", options=inductor_options or None
+        )
     if isinstance(candidate, SpecCandidate):
         return _load_spec(candidate, cubin_dir, nvcc_timeout_s)
     if candidate.language == "triton":

@@ -11,11 +11,10 @@ import dataclasses
 import pickle
 from typing import Any
 
-import torch
-
 from ..profilers.ceilings import Ceilings
 from ..profilers.speed_of_light import SpeedOfLight, Work
-from .candidate import BaselineCandidate, Candidate, as_candidate
+from .candidate import BASELINES, BaselineCandidate, Candidate, as_candidate
+from .fallback import FallbackSettings
 from .feedback import FeedbackPlan
 
 TensorMeta = tuple[tuple[int, ...], tuple[int, ...], str]
@@ -29,9 +28,9 @@ class Job:
     output_meta: tuple[TensorMeta, ...]
     int_ranges: tuple[tuple[int, int, int], ...] = ()  # (input index, low, high)
     precision: str = "ieee"  # float32 matmul policy: ieee | tf32 | tf32x3
-    # cuDNN's algorithm search in the user's process (torch.backends.cudnn.benchmark), for
-    # baselines run as the graph runs them
-    cudnn_benchmark: bool = False
+    # How the fallback runs the subgraph in the user's graph (its Inductor options and layout,
+    # the cuDNN flags): baselines are compiled and timed so (fallback.py)
+    fallback: FallbackSettings = FallbackSettings()
     device: str = "cpu"
     trials: int = 3  # fresh random input sets the candidate must match the reference on
     seed: int = 0
@@ -80,7 +79,7 @@ class Job:
             output_meta=tuple(subgraph.output_meta),
             int_ranges=tuple(sorted((i, r.low, r.high) for i, r in subgraph.int_ranges.items())),
             precision=subgraph.precision,
-            cudnn_benchmark=torch.backends.cudnn.benchmark,
+            fallback=FallbackSettings.of(subgraph),
             device=str(subgraph.device),
             trials=trials,
             seed=seed,
@@ -95,5 +94,8 @@ class Job:
         return dataclasses.replace(self, candidate=as_candidate(candidate))
 
     def baselines(self) -> list[Job]:
-        """The eager and Inductor jobs for the same subgraph, timed the same way."""
-        return [self.with_candidate(BaselineCandidate(n)) for n in ("eager", "inductor")]
+        """The eager and Inductor jobs for the same subgraph, timed the same way; Inductor's
+        inputs laid as it lays them in the graph (eager's, behind kernelpro::launch, are not)."""
+        eager, inductor = (self.with_candidate(BaselineCandidate(n)) for n in BASELINES)
+        laid = self.fallback.graph_input_meta
+        return [eager, inductor if laid is None else dataclasses.replace(inductor, input_meta=laid)]

@@ -149,7 +149,8 @@ def _evaluate(job: Job, state: WorkerState, phases: Phases, gpu_lock: Any) -> Ev
     if device.type == "cuda" and device.index is not None:  # bare "cuda" is the current one
         torch.cuda.set_device(device)
     reference = pickle.loads(job.reference)
-    with precision_mode(job.precision, job.cudnn_benchmark):
+    cudnn = (job.fallback.cudnn_benchmark, job.fallback.cudnn_deterministic)
+    with precision_mode(job.precision, *cudnn):
         try:
             with phases("load"):
                 kernel = load_kernel(
@@ -158,6 +159,7 @@ def _evaluate(job: Job, state: WorkerState, phases: Phases, gpu_lock: Any) -> Ev
                     state.workdir,
                     cubin_dir=state.setup.layout.cubin_root,
                     nvcc_timeout_s=state.setup.nvcc_timeout_s,
+                    inductor_options=dict(job.fallback.inductor),
                 )
             with phases("compile"):  # outside the GPU lock: CPU work overlaps other timings
                 precompile(kernel, job.input_meta, device)
