@@ -86,7 +86,7 @@ class FallbackSettings:
         try:
             inductor, laid = _in_graph(subgraph, nodes[0].graph)
         except Exception as e:  # Inductor internals of another version: the worker decides
-            log.debug("kernelpro: no in-graph layout for %s: %s", subgraph.pattern, e)
+            log.debug("no in-graph layout for %s: %s", subgraph.pattern, e)
             return flags
         return dataclasses.replace(flags, inductor=inductor, graph_input_meta=laid)
 
