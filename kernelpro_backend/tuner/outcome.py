@@ -42,9 +42,11 @@ def outcome_artifact(
 ) -> KernelArtifact | None:
     """What the cache stores for `outcome` (its winner under the rule it was made or `under`;
     module docstring), or None where the fallback stays."""
+    if not _for_joules_only(outcome):
+        return _pick_artifact(outcome, subgraph, log_path, cubin_dir, options)
+    if outcome.winner == options.fallback:
+        return None  # the energy rule keeps the fallback, which runs already (no eager tie)
     artifact = _pick_artifact(outcome, subgraph, log_path, cubin_dir, options)
-    if not _for_joules_only(outcome) or outcome.winner == options.fallback:
-        return artifact
     behind_op = bool(subgraph.family)  # an instance of a symbolic subgraph: behind its dispatcher
     if artifact is not None and (
         clears(artifact, options, behind_op)

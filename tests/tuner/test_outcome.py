@@ -105,6 +105,18 @@ def test_where_the_time_rule_keeps_eager_its_entry_stays_unless_the_energy_pick_
     assert stored is not None and is_eager(stored) and stored.objective == "time"
 
 
+def test_where_the_energy_rule_keeps_the_fallback_nothing_is_stored(tanh_sg, tmp_path):
+    """A kernel 1% faster than Inductor is the time rule's pick; Inductor, at 20% fewer joules,
+    the energy rule's: nothing is stored (not even eager, a near tie of Inductor's alone)."""
+    options = Options(objective="energy")
+    baselines = {"eager": _ok(1.01, 1.0), "inductor": _ok(1.0, 0.8)}
+    outcome = _outcome([_kernel(1, 0.99, 1.0)], baselines, options)
+    assert outcome.winner == "inductor" and outcome.choices["time"].node_id == 1
+    assert _stored(outcome, tanh_sg, options, tmp_path) is None
+    time_pick = _stored(outcome.under("time"), tanh_sg, options, tmp_path)
+    assert time_pick is not None and time_pick.entry == "k1"
+
+
 @pytest.mark.parametrize("with_eager", [False, True])
 def test_a_search_under_time_stores_the_bytes_it_did_before(tanh_sg, tmp_path, with_eager):
     """No joules measured, the time rule: none of the energy fields is written."""
