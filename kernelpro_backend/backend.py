@@ -40,7 +40,7 @@ from .rewrite.guarded import ValueGuarded, registering
 from .rewrite.judged import Clock, Judging, default_clock, judge, symbolic
 from .rewrite.providers import KernelProvider
 from .tuner import default_provider
-from .tuner.verdicts import graph_options_off, verdict_store
+from .tuner.verdicts import graph_options_off, verdict_store, verdict_tolerance
 
 log = logging.getLogger("kernelpro")
 
@@ -130,8 +130,8 @@ class CompileSession:
         clock = self.clock_for(inputs)
         if clock is None or not report.replaced:
             return None
-        store = verdict_store(self.provider)
-        return judge(report, untouched.code, inputs, store, clock, self.options.budget_s)
+        store, tolerance = verdict_store(self.provider), verdict_tolerance(self.options)
+        return judge(report, untouched.code, inputs, store, clock, self.options.budget_s, tolerance)
 
     def variant(self, untouched: fx.GraphModule, kind: str, kept: frozenset[str]) -> fx.GraphModule:
         """A copy of the graph with only the kernels `kept` (none: the fallback's own graph)."""

@@ -1,7 +1,8 @@
 """The cached kernel record and its byte encoding.
 
 Owns: `KernelArtifact` (what a search winner is: language, source, entry, spec, launch metadata,
-compiled binary, measured times, SOL fraction, provenance), `Provenance`, and the entry encoding:
+compiled binary, measured times (and joules, with the selection rule that chose it), SOL
+fraction, provenance), `Provenance`, and the entry encoding:
 one canonical JSON document (binary fields base64) carrying the cache key, the artifact and a
 sha256 over both. The same bytes are stored in the disk cache and shipped in bundles.
 Must not: compile, load or run kernels (loaders do), or read or write files.
@@ -18,8 +19,9 @@ import dataclasses
 import datetime
 import hashlib
 import json
-from typing import Any
+from typing import Any, get_args
 
+from ..options import Objective
 from . import limits
 from .limits import loads_bounded
 from .toolchain import CACHE_SCHEMA_VERSION, CacheKey, Toolchain, current_gpu, current_toolchain
@@ -122,11 +124,31 @@ class KernelArtifact:
     # Measured accuracy, where the policy promises one (tf32x3: the kernel's largest error
     # against float64 and IEEE float32 eager's on the same inputs); written only when set.
     accuracy: dict[str, float] = dataclasses.field(default_factory=dict, hash=False)
+    # The selection rule that chose it (search/winner.py): "energy" where only objective
+    # "energy"'s rule did (its time within that rule's tolerance, not a clear win: the finder
+    # serves it under "energy" alone, tuner/payoff.py), else "time". Written only for "energy".
+    objective: str = "time"
+    # Joules per call where the search measured them (objective "energy"): the entry's and each
+    # baseline's, as `kernel_ms` and `baselines_ms`; written only when set.
+    kernel_j: float | None = None
+    baselines_j: dict[str, float] = dataclasses.field(default_factory=dict, hash=False)
+
+    def __post_init__(self) -> None:
+        if self.objective not in get_args(Objective):
+            raise ValueError(
+                f"objective must be one of {get_args(Objective)}, got {self.objective!r}"
+            )
 
     def to_dict(self) -> dict[str, Any]:
         optional: dict[str, Any] = {"family": self.family} if self.family else {}
         if self.accuracy:
             optional["accuracy"] = dict(sorted(self.accuracy.items()))
+        if self.objective != "time":
+            optional["objective"] = self.objective
+        if self.kernel_j is not None:
+            optional["kernel_j"] = self.kernel_j
+        if self.baselines_j:
+            optional["baselines_j"] = dict(sorted(self.baselines_j.items()))
         return optional | {
             "language": self.language,
             "source": self.source,
@@ -169,6 +191,12 @@ class KernelArtifact:
             accuracy={
                 str(k): float(_req(v, (int, float), "accuracy"))
                 for k, v in _req(raw.get("accuracy", {}), dict, "accuracy").items()
+            },
+            objective=_req(raw.get("objective", "time"), str, "objective"),
+            kernel_j=_opt_number(raw.get("kernel_j"), "kernel_j"),
+            baselines_j={
+                str(k): float(_req(v, (int, float), "baselines_j"))
+                for k, v in _req(raw.get("baselines_j", {}), dict, "baselines_j").items()
             },
         )
 

@@ -109,7 +109,8 @@ class JudgedGraph:
             self._settle(self._plan.outcome())
             return None
         candidate, reference = sets
-        return Trial(self._variants[candidate], self._variants[reference], self._clock)
+        margin = self._plan.margin(candidate, reference)
+        return Trial(self._variants[candidate], self._variants[reference], self._clock, margin)
 
     def _settle(self, outcome: Outcome) -> None:
         self._chosen = self._variants[outcome.kept]
@@ -129,11 +130,14 @@ class VerdictStore(Protocol):
     def set_judged(self, key: str, record: dict[str, Any]) -> None: ...
 
 
-def graph_key(code: str, inputs: Sequence[Any], kernels: Sequence[str]) -> str:
+def graph_key(
+    code: str, inputs: Sequence[Any], kernels: Sequence[str], tolerance: float | None = None
+) -> str:
     """The identity of one aten graph with one set of kernels, across processes: its code as
     the fallback would compile it, its inputs' shapes, strides, dtypes and devices, the GPU
     model it runs on (a cache directory shared by two machines), and the kernels' ids (a new
-    kernel for one of its subgraphs is judged again)."""
+    kernel for one of its subgraphs is judged again); and objective "energy"'s `tolerance`,
+    whose verdicts are not the time rule's (a cache shared by both objectives)."""
     metas = [
         (tuple(map(str, x.shape)), tuple(map(str, x.stride())), str(x.dtype), x.device.type)
         if isinstance(x, torch.Tensor)
@@ -143,6 +147,8 @@ def graph_key(code: str, inputs: Sequence[Any], kernels: Sequence[str]) -> str:
     cuda = [x.device for x in inputs if isinstance(x, torch.Tensor) and x.device.type == "cuda"]
     gpu = torch.cuda.get_device_name(cuda[0]) if cuda else ""
     text = f"{code}\n{metas}\n{gpu}\n{sorted(kernels)}"
+    if tolerance is not None:
+        text += f"\nenergy, within {tolerance}"
     return hashlib.sha256(text.encode()).hexdigest()[:32]
 
 
@@ -160,8 +166,10 @@ class Judging:
         on_outcome: Callable[[Outcome], None] | None = None,
         isolated: Mapping[str, IsolatedMs] | None = None,
         budget_s: float = 0.0,
+        tolerance: float | None = None,
     ) -> None:
         self.key, self.kernels, self._store = key, list(kernels), store
+        self.tolerance = tolerance  # objective "energy" (verdict_plan.py)
         self._clock, self._label, self._on_outcome = clock, label, on_outcome
         self.isolated, self.budget_s = dict(isolated or {}), budget_s
         self.every: Kernels = frozenset(kernels)
@@ -202,7 +210,7 @@ class Judging:
         started = time.perf_counter()
         variants = {self.every: compile_all()}
         estimate = time.perf_counter() - started  # what compiling one more variant may cost
-        plan = VerdictPlan(self.kernels, self.isolated, self.budget_s)
+        plan = VerdictPlan(self.kernels, self.isolated, self.budget_s, tolerance=self.tolerance)
         if estimate > self.budget_s:
             why = f"over budget (one compile took {estimate:.1f} s of its {self.budget_s:.1f} s)"
             return self._unjudged(plan, variants, compile_variant, why)
@@ -307,11 +315,13 @@ def judge(
     store: VerdictStore | None,
     clock: Clock,
     search_budget_s: float = 0.0,
+    tolerance: float | None = None,
 ) -> Judging:
     """The judgement of one rewritten graph (`report`: rewrite/graph.py's RewriteReport, whose
     `in_context`, `verdict` and `dropped` it keeps current), keyed by the graph's code as the
     fallback would compile it, its inputs and its kernels; its budget a share of the search
-    budget (`search_budget_s` a subgraph, verdict_plan.py)."""
+    budget (`search_budget_s` a subgraph, verdict_plan.py); under objective "energy" the rule
+    that energy's time `tolerance` sets (verdict_plan.py)."""
 
     def note(kept: Kernels, record: dict[str, Any] | None) -> None:
         report.in_context = (
@@ -320,11 +330,11 @@ def judge(
         report.dropped = [k for k in report.replaced if k not in kept]
         report.verdict = record
 
-    key = graph_key(code, inputs, report.replaced)
+    key = graph_key(code, inputs, report.replaced, tolerance)
     budget = verdict_budget_s(search_budget_s, len(report.replaced))
     judging = Judging(
         key, report.replaced, store, clock, report.graph,
-        lambda outcome: note(outcome.kept, outcome.record()), report.isolated, budget,
+        lambda outcome: note(outcome.kept, outcome.record()), report.isolated, budget, tolerance,
     )  # fmt: skip
     kept = judging.known_kept()
     if kept is None:

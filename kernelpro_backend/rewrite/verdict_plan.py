@@ -12,6 +12,16 @@ ones first (tentative near ties, no isolated figures, or an isolated gain under
 `ISOLATED_MARGIN`: their isolated figure says least), then the largest isolated gain in ms
 first (the kernels that move the graph's time most when they are wrong).
 
+Objective "energy" (`tolerance`: the energy rule's time tolerance): the kernels were chosen
+for fewer joules at most that much slower alone, so a trial that adds firmly served kernels
+keeps them unless the graph is slower with them beyond the tolerance (verdict_timing.decide's
+margin `-tolerance`), and one that takes such kernels out drops them only where the graph is
+faster without them beyond it (`+tolerance`); a trial that adds or takes out a tentative
+kernel (a near tie) keeps the time rule's MARGIN. The verdict times only: NVML's energy
+counter steps every 20-100 ms by ~1 mJ (profilers/energy.py), and the verdict's calls
+alternate variant by variant, so no joule figure per variant can be read from them; the joules
+are the isolated measurement's.
+
 Budget: the verdict's extra compiles and its timed calls may take `BUDGET_SHARE` of the
 compile's search budget (options.budget_s for each kernel installed), at least `BUDGET_FLOOR_S`
 so a small graph still gets a verdict. Where even the fallback's graph cannot be compiled within
@@ -32,7 +42,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from .providers import IsolatedMs
-from .verdict_timing import Verdict
+from .verdict_timing import MARGIN, Verdict
 
 Kernels = frozenset[str]
 
@@ -171,8 +181,10 @@ class VerdictPlan:
         budget_s: float,
         spent_s: float = 0.0,
         leave_outs: Sequence[str] = (),
+        tolerance: float | None = None,
     ) -> None:
         self.kernels, self.isolated = tuple(kernels), dict(isolated)
+        self.tolerance = tolerance  # objective "energy": its time tolerance (module docstring)
         self.budget_s, self.spent_s = budget_s, spent_s
         self.leave_outs = list(leave_outs)  # kernels whose leave-one-out variant was compiled
         self.every: Kernels = frozenset(kernels)
@@ -185,6 +197,14 @@ class VerdictPlan:
         if self._queue and self.trials and self.spent_s >= self.budget_s:
             self.over_budget, self._queue = True, []  # the rest goes untimed
         return self._queue[0] if self._queue else None
+
+    def margin(self, candidate: Kernels, reference: Kernels) -> float:
+        """The margin of the trial of `candidate` against `reference` (module docstring)."""
+        changed = candidate ^ reference
+        tentative = any((f := self.isolated.get(k)) is not None and f.tentative for k in changed)
+        if self.tolerance is None or tentative:
+            return MARGIN
+        return -self.tolerance if candidate >= reference else self.tolerance
 
     def tell(self, verdict: Verdict) -> None:
         candidate, reference = self._queue.pop(0)

@@ -6,7 +6,9 @@ read when they are ready (no synchronisation per call). After `WARMUP` calls of 
 (Inductor's first calls autotune and load code) come `ROUNDS` pairs of timed calls, in A-B-B-A
 order so a drift favours neither; the candidate wins only if it is faster beyond noise: its
 median at least `MARGIN` below the reference's, and faster in `KEEP_SHARE` of the pairs
-(`decide`).
+(`decide`). A trial may take another margin (objective "energy", verdict_plan.py): a negative
+one lets the candidate be that much slower (median, and in `KEEP_SHARE` of the pairs), a larger
+one asks it to be that much faster.
 
 Owns: `Trial` (one candidate against one reference: the alternation and the timing), `decide`
 (the rule), `Verdict`, the clocks (`DeviceClock` for CUDA, `HostClock` for the CPU).
@@ -45,10 +47,19 @@ class Verdict:
     keep: bool
     with_ms: tuple[float, ...]
     without_ms: tuple[float, ...]
+    margin: float = MARGIN  # the rule's margin (`decide`)
+
+    @property
+    def slack(self) -> float:
+        """How much slower than the reference a pair may be and still count (a negative
+        margin's size; 0: only faster pairs count)."""
+        return max(0.0, -self.margin)
 
     @property
     def wins(self) -> int:
-        return sum(a < b for a, b in zip(self.with_ms, self.without_ms, strict=True))
+        """The pairs the candidate won: faster, or not slower beyond the slack."""
+        pairs = zip(self.with_ms, self.without_ms, strict=True)
+        return sum(a < b * (1 + self.slack) for a, b in pairs)
 
     @property
     def with_median(self) -> float:
@@ -70,9 +81,10 @@ class Verdict:
         return (sum(self.with_ms) + sum(self.without_ms) + warm) / 1e3
 
     def describe(self) -> str:
+        won = f"not slower beyond {self.slack:.0%}" if self.slack else "faster"
         return (
             f"{self.with_median:.4f} ms a call with the kernels, {self.without_median:.4f} ms "
-            f"without (faster with them in {self.wins} of {len(self.with_ms)} pairs)"
+            f"without ({won} with them in {self.wins} of {len(self.with_ms)} pairs)"
         )
 
     def record(self) -> dict[str, Any]:
@@ -83,13 +95,18 @@ class Verdict:
             "without_ms": round(self.without_median, 6),
             "wins": self.wins,
             "rounds": len(self.with_ms),
+            **({"margin": self.margin} if self.margin != MARGIN else {}),
         }
 
 
-def decide(with_ms: Sequence[float], without_ms: Sequence[float]) -> Verdict:
-    """The candidate wins only if it is faster beyond noise (module docstring)."""
-    verdict = Verdict(False, tuple(with_ms), tuple(without_ms))
-    ahead = verdict.with_median < verdict.without_median * (1 - MARGIN)
+def decide(
+    with_ms: Sequence[float], without_ms: Sequence[float], margin: float = MARGIN
+) -> Verdict:
+    """The candidate wins only if its median is `margin` below the reference's and it wins
+    `KEEP_SHARE` of the pairs (`Verdict.wins`): by default, faster beyond noise (module
+    docstring)."""
+    verdict = Verdict(False, tuple(with_ms), tuple(without_ms), margin)
+    ahead = verdict.with_median < verdict.without_median * (1 - margin)
     return dataclasses.replace(verdict, keep=ahead and verdict.wins >= KEEP_SHARE * len(with_ms))
 
 
@@ -151,10 +168,14 @@ class Trial:
     calls a compiled graph; `verdict` is set by the call that completes the rounds."""
 
     def __init__(
-        self, candidate: Callable[..., Any], reference: Callable[..., Any], clock: Clock
+        self,
+        candidate: Callable[..., Any],
+        reference: Callable[..., Any],
+        clock: Clock,
+        margin: float = MARGIN,
     ) -> None:
         self._variants = (candidate, reference)
-        self._clock = clock
+        self._clock, self._margin = clock, margin
         self._calls = 0
         self._pending: list[tuple[int, int, Any]] = []  # (variant, pair, mark)
         self._times: list[dict[int, float]] = [{}, {}]  # variant -> {pair: ms}
@@ -186,7 +207,9 @@ class Trial:
         if all(len(t) == ROUNDS for t in self._times):
             pairs = range(ROUNDS)
             self.verdict = decide(
-                [self._times[0][p] for p in pairs], [self._times[1][p] for p in pairs]
+                [self._times[0][p] for p in pairs],
+                [self._times[1][p] for p in pairs],
+                self._margin,
             )
             self._variants = (_released, _released)
 

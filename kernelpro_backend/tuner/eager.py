@@ -55,18 +55,22 @@ def is_eager(artifact: KernelArtifact) -> bool:
 
 
 def eager_artifact(
-    baselines: Mapping[str, EvalResult], options: Options, log_path: str | None = None
+    baselines: Mapping[str, EvalResult],
+    options: Options,
+    log_path: str | None = None,
+    chosen: bool = False,
 ) -> KernelArtifact | None:
     """An artifact for the eager reference when it beats the Inductor fallback clearly, or
-    (option `in_context`) ties with it (`near_tie`, tentative: see the module docstring); else
-    None (the eager fallback needs none: it runs the same ops already)."""
+    (option `in_context`) ties with it (`near_tie`, tentative: see the module docstring), or
+    objective "energy"'s rule `chosen` it for its joules (tuner/payoff.py decides whether it is
+    served); else None (the eager fallback needs none: it runs the same ops already)."""
     eager, inductor = baselines.get("eager"), baselines.get("inductor")
     if options.fallback != "inductor" or eager is None or inductor is None:
         return None
     if not (eager.ok and inductor.ok):
         return None
     tie = options.in_context and near_tie(eager.median_ms, inductor.median_ms)
-    if not clear_win(eager, inductor, options) and not tie:
+    if not (chosen or clear_win(eager, inductor, options) or tie):
         return None
     return KernelArtifact(
         language=LANGUAGE,

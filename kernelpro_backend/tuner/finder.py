@@ -4,7 +4,7 @@ Owns: `KernelFinder.find` — already loaded? → cache hit, re-proved here firs
 elsewhere (imported, a bundle directory, another toolchain or GPU model), that pays off on
 this launch path → search on a miss when the policy allows ("on-miss") → store the winner →
 load it; everything else runs the fallback and a miss is recorded in the manifest (with why a
-search was skipped or a cached entry refused).
+search was skipped or a cached entry refused). Whether a hit pays off is payoff.py's rule.
 Must not: store bytes (cache/), search (searcher.py) or convert artifacts (artifacts.py).
 """
 
@@ -27,9 +27,10 @@ from ..options import Options
 from ..rewrite.providers import IsolatedMs, Kernel
 from ..runtime.cuda.host import use_library_dir
 from .admit import admit
-from .artifacts import Loader, load_artifact, surcharge_ms
-from .eager import eager_kernel, is_eager, near_tie
+from .artifacts import Loader, load_artifact
+from .eager import eager_kernel, is_eager
 from .family import same_buckets, size_distance, spec_config
+from .payoff import firm, pays_off
 
 log = logging.getLogger("kernelpro.cache")
 
@@ -194,7 +195,7 @@ class KernelFinder:
         fallback = artifact.baselines_ms.get(self.options.fallback)
         if fallback is None:
             return None
-        return IsolatedMs(artifact.kernel_ms, fallback, tentative=not self._clears(artifact))
+        return IsolatedMs(artifact.kernel_ms, fallback, tentative=not firm(artifact, self.options))
 
     def use(
         self, subgraph: Subgraph, artifact: KernelArtifact | None, behind_op: bool = False
@@ -283,45 +284,9 @@ class KernelFinder:
             return None
 
     def _pays_off(self, artifact: KernelArtifact, behind_op: bool = False) -> bool:
-        """A hit is used only if it saved the launch path's minimum gain over this fallback when
-        it was measured (an entry found with inlined launches may not pay through the op); or,
-        with the in-context verdict on and on the static path (`behind_op` False: a shape
-        dispatcher's graph is never judged), if it ties with the fallback alone (tuner/eager.py
-        NEAR_TIE): served tentatively, the rewrite installs it only in a judged graph."""
-        if self._clears(artifact, behind_op):
-            return True
-        base = artifact.baselines_ms.get(self.options.fallback)
-        if base is None or artifact.kernel_ms is None:
-            return False  # an eager entry without figures: its only merit is a measured gain
-        if self.options.in_context and not behind_op and near_tie(artifact.kernel_ms, base):
-            log.info(
-                "cached %s kernel ties with %s alone (%.4g ms against %.4g); "
-                "served tentatively, for the in-context verdict to decide",
-                artifact.pattern, self.options.fallback, artifact.kernel_ms, base,
-            )  # fmt: skip
-            return True
-        log.info(
-            "cached %s kernel saves %.1f us over %s, under the %.1f us this "
-            "launch path needs; running the fallback",
-            artifact.pattern,
-            (base - artifact.kernel_ms) * 1e3,
-            self.options.fallback,
-            self._needed_ms(artifact, behind_op) * 1e3,
-        )
-        return False
-
-    def _needed_ms(self, artifact: KernelArtifact, behind_op: bool = False) -> float:
-        op = behind_op or is_eager(artifact)  # the eager entry always runs behind the op
-        need = self.options.op_min_gain_ms() if op else self.options.min_gain_ms()
-        return need + surcharge_ms(artifact)
-
-    def _clears(self, artifact: KernelArtifact, behind_op: bool = False) -> bool:
-        """Whether the artifact's isolated gain over the fallback is what its launch path needs
-        (an artifact without figures: only a generated kernel, whose search proved it)."""
-        base = artifact.baselines_ms.get(self.options.fallback)
-        if base is None or artifact.kernel_ms is None:
-            return not is_eager(artifact)
-        return base - artifact.kernel_ms >= self._needed_ms(artifact, behind_op)
+        """Whether a hit is served on this launch path (tuner/payoff.py: the time rule, a near
+        tie for the in-context verdict, or under "energy" an entry chosen for its joules)."""
+        return pays_off(artifact, self.options, behind_op)
 
     def _search(self, subgraph: Subgraph) -> tuple[KernelArtifact | None, str | None]:
         """(winner or None, why the search was skipped or None)."""

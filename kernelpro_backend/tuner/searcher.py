@@ -2,8 +2,9 @@
 
 Owns: `SubgraphSearcher` (subgraph -> proved winner as a `KernelArtifact`, or None when the
 fallback stays fastest, no template covers the subgraph, or it cannot fit on the GPU),
-`outcome_artifact` (a search's outcome -> what the cache stores), `make_proposer` (the proposer
-`options.proposer` names) and `power_header` (the power cap the search log records).
+`make_proposer` (the proposer `options.proposer` names) and `power_header` (the power cap the
+search log records); the winner becomes an artifact in outcome.py (`outcome_artifact`, also
+importable from here).
 Must not: read or write the cache (finder.py does), or compile, validate and time candidates
 itself (the pool's workers do, through measurer.py).
 """
@@ -15,12 +16,11 @@ import functools
 import logging
 import time
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import torch
 
-from ..cache.artifact import KernelArtifact, Provenance
+from ..cache.artifact import KernelArtifact
 from ..codegen import Unsupported
 from ..fx_passes import Subgraph
 from ..lowering import lower
@@ -36,10 +36,10 @@ from ..runtime.memory import Footprint, MemoryPlan, gpu_free_bytes, plan_memory
 from ..runtime.shared_pool import lease_pool, prestart_pool
 from ..runtime.worker_setup import WorkerSetup
 from ..search import Budget, SearchMemory, SearchOutcome, codegen_space, optimize
-from .artifacts import winner_fields
 from .cutlass_builds import CutlassBuilds
-from .eager import clear_win, eager_artifact
+from .eager import eager_artifact
 from .measurer import PoolMeasurer
+from .outcome import eager_or_none, outcome_artifact
 
 if TYPE_CHECKING:
     from ..search import Proposer
@@ -199,7 +199,7 @@ class SubgraphSearcher:
         results = pool.evaluate_many(job.baselines())
         baselines = dict(zip(("eager", "inductor"), results, strict=True))
         artifact = eager_artifact(baselines, self.options)
-        return _eager_or_none(artifact, subgraph, baselines, self.options)
+        return eager_or_none(artifact, subgraph, baselines, self.options)
 
     def plan(self, subgraph: Subgraph) -> MemoryPlan:
         """How many of the subgraph's evaluations fit on its GPU at once (off the GPU: all)."""
@@ -282,54 +282,6 @@ def _options_for(options: Options, subgraph: Subgraph) -> Options:
         trials = len(subgraph.hints)
     return dataclasses.replace(
         options, budget_s=options.budget_s * HINTED_BUDGET, max_trials=trials
-    )
-
-
-def _eager_or_none(
-    artifact: KernelArtifact | None,
-    subgraph: Subgraph,
-    baselines: Mapping[str, Any],
-    options: Options,
-) -> KernelArtifact | None:
-    if artifact is not None:
-        eager, inductor = baselines["eager"], baselines["inductor"]
-        tentative = not clear_win(eager, inductor, options)
-        log.info(
-            "%s %s: eager ATen (%.4g ms) %s Inductor (%.4g ms) alone; it runs behind "
-            "kernelpro::launch%s",
-            subgraph.graph, subgraph.pattern, eager.median_ms,
-            "ties with" if tentative else "beats", inductor.median_ms,
-            " where the in-context verdict keeps it (a near tie)" if tentative else "",
-        )  # fmt: skip
-    return artifact
-
-
-def outcome_artifact(
-    outcome: SearchOutcome, subgraph: Subgraph, log_path: str, cubin_dir: Path, options: Options
-) -> KernelArtifact | None:
-    baselines = {k: r.median_ms for k, r in outcome.baselines.items() if r.ok and r.median_ms}
-    if outcome.uses_fallback or outcome.result is None:
-        log.info(
-            "%s %s: the fallback (%s) stays fastest after %d trials",
-            subgraph.graph,
-            subgraph.pattern,
-            outcome.winner,
-            outcome.trials,
-        )
-        # No generated kernel beats the fastest baseline; that baseline may be eager ATen.
-        eager = eager_artifact(outcome.baselines, options, log_path)
-        return _eager_or_none(eager, subgraph, outcome.baselines, options)
-    return KernelArtifact(
-        **winner_fields(outcome.winner, device=subgraph.device, cubin_dir=cubin_dir),
-        kernel_ms=outcome.result.median_ms,
-        baselines_ms=baselines,
-        sol_fraction=outcome.result.sol_fraction,
-        provenance=Provenance(search_log=log_path),
-        accuracy={
-            k: float(v)
-            for k, v in outcome.result.details.items()
-            if k in ("max_abs_error", "ieee_max_abs_error")
-        },
     )
 
 

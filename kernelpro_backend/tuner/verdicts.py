@@ -2,7 +2,8 @@
 torch-level rewrites a warm-up measured slower on a graph (by backend.graph_fingerprint), and
 where the in-context verdicts of compiles are kept (rewrite/judged.py).
 
-Owns: `verdict_store(provider)`, `graph_options_off(options, provider, fingerprint)`.
+Owns: `verdict_store(provider)`, `graph_options_off(options, provider, fingerprint)`,
+`verdict_tolerance(options)` (the in-context verdict's rule under objective "energy").
 Must not: time anything or decide a verdict.
 """
 
@@ -12,6 +13,7 @@ import logging
 from typing import Any
 
 from ..options import Options
+from ..search.winner import ENERGY_TIME_TOLERANCE
 
 log = logging.getLogger("kernelpro")
 
@@ -22,6 +24,13 @@ def verdict_store(provider: Any) -> Any:
         getattr(provider, "inner", None), "cache", None
     )
     return getattr(cache, "context", None)
+
+
+def verdict_tolerance(opts: Options) -> float | None:
+    """Under objective "energy", the time tolerance its rule chose kernels within (a graph's
+    in-context verdict keeps them unless the graph is slower beyond it, rewrite/verdict_plan.py);
+    None under "time" (kept only where the graph is faster)."""
+    return ENERGY_TIME_TOLERANCE if opts.objective == "energy" else None
 
 
 def graph_options_off(opts: Options, provider: Any, fingerprint: str) -> dict[str, Any]:

@@ -140,6 +140,10 @@ class CacheEntryValidator:
         baseline_ms = {n: r.median_ms for n, r in baselines.items() if r.ok and r.median_ms}
         made = artifact.provenance
         reason = "validated, re-timed"
+        joules: dict[str, Any] = {
+            "kernel_j": artifact.kernel_j,
+            "baselines_j": artifact.baselines_j,
+        }
         if not made.proved_on(self.toolchain, self.gpu) and not baseline_ms:
             # Proved correct, but not timed against this machine's fallback: still not its own.
             return Verdict(
@@ -154,12 +158,16 @@ class CacheEntryValidator:
                 made, toolchain=self.toolchain, gpu=self.gpu, origin="reproved", tools=tools
             )
             reason = "re-proved and re-timed on this machine"
+            # joules read on another GPU say nothing of this one's (not re-measured here): an
+            # entry chosen for them is then served only where it clears the time rule
+            joules = {"kernel_j": None, "baselines_j": {}}
         updated = dataclasses.replace(
             artifact,
             kernel_ms=result.median_ms,
             baselines_ms=baseline_ms or artifact.baselines_ms,
             sol_fraction=result.sol_fraction,
             provenance=made,
+            **joules,
         )
         if baseline_ms and result.median_ms is not None:
             name, best = min(baseline_ms.items(), key=lambda kv: kv[1])

@@ -133,6 +133,25 @@ def test_an_unknown_origin_makes_the_entry_corrupt(tanh_sg):
         decode_entry(_reseal(data))
 
 
+def test_an_energy_entry_keeps_its_rule_and_joules_and_a_time_entry_its_bytes(cache, tanh_sg):
+    """The rule that chose an entry and its joules go through the store; an entry without them
+    encodes as before (no new keys: its checksum is unchanged), an unknown rule is corrupt."""
+    key = cache.key_for(tanh_sg.key)
+    energy = dataclasses.replace(
+        python_artifact(), objective="energy", kernel_j=0.115, baselines_j={"inductor": 0.151}
+    )
+    cache.put(key, energy)
+    got = cache.get(key)
+    assert got == energy and got.objective == "energy"
+    assert (got.kernel_j, got.baselines_j) == (0.115, {"inductor": 0.151})
+    plain = json.loads(encode_entry(key, python_artifact()))["artifact"]
+    assert not {"objective", "kernel_j", "baselines_j"} & set(plain)
+    data = json.loads(encode_entry(key, energy))
+    data["artifact"]["objective"] = "power"
+    with pytest.raises(CorruptEntry, match="objective"):
+        decode_entry(_reseal(data))
+
+
 def test_pickled_rows_are_never_unpickled(cache, tanh_sg, monkeypatch, caplog):
     key = cache.key_for(tanh_sg.key)
     # Someone writes a pickled value into our store with plain diskcache.

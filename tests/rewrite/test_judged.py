@@ -48,6 +48,21 @@ def test_decide_keeps_only_beyond_noise():
     assert not decide([2.0] * 8, [1.0] * 8).keep
 
 
+def test_decide_under_energy_keeps_a_graph_not_slower_beyond_the_tolerance():
+    """Margin -2% (objective "energy"): kept 1.5% slower, not 3% slower, nor where too few
+    pairs are within the 2%; the time rule's default is unchanged."""
+    assert decide([1.015] * 8, [1.0] * 8, -0.02).keep
+    assert not decide([1.015] * 8, [1.0] * 8).keep
+    assert not decide([1.03] * 8, [1.0] * 8, -0.02).keep
+    few = int(KEEP_SHARE * 8) - 1
+    spiky = decide([1.0] * few + [1.5] * (8 - few), [1.0] * 8, -0.02)
+    assert spiky.with_median <= 1.02 and spiky.wins == few and not spiky.keep
+    assert (
+        "not slower beyond 2% with them in 8 of 8 pairs"
+        in decide([1.0] * 8, [1.0] * 8, -0.02).describe()
+    )
+
+
 class FakeClock:
     """Each call's time is what the variant that ran said it took; `ready` False makes reads
     wait until the verdict's last call blocks on them."""
@@ -123,6 +138,8 @@ def test_graph_key_names_code_layout_and_kernels():
     assert base != graph_key("code2", [x], ["k1"])
     assert base != graph_key("code", [x.t().contiguous().t()], ["k1"])  # other strides
     assert base != graph_key("code", [x], ["k2"])
+    # objective "energy"'s verdicts are not the time rule's (a cache shared by both)
+    assert base != graph_key("code", [x], ["k1"], 0.02) == graph_key("code", [x], ["k1"], 0.02)
 
 
 class Scaled:
@@ -364,3 +381,18 @@ def test_a_near_tie_is_not_installed_where_no_verdict_is_made(tmp_path):
     [report] = _run_model(provider, FakeClock(), 2, {"in_context": False})
     assert [k.rsplit("/", 1)[1] for k in report.replaced] == ["pointwise"]
     assert provider.calls["reduction"] == 0 and provider.calls["pointwise"] == 2
+
+
+def test_under_energy_a_graph_keeps_kernels_within_the_tolerance_and_time_judges_again(tmp_path):
+    """The softmax kernel makes the 2 ms graph 1% slower: a compile under objective "energy"
+    keeps it (within 2%), one under "time", with the same cache, judges anew and drops it."""
+    context = tmp_path / "context.json"
+    deltas = {"pointwise": 0.0, "reduction": 0.02}
+    provider = PerKind(ContextVerdicts(context))
+    [report] = _run_model(provider, KindClock(provider, deltas), SETTLE_CALLS,
+                          {"objective": "energy"})  # fmt: skip
+    assert report.in_context == "kept" and report.verdict["margin"] == -0.02
+    torch._dynamo.reset()
+    timed = PerKind(ContextVerdicts(context))
+    [report] = _run_model(timed, KindClock(timed, deltas), SETTLE_CALLS)
+    assert report.in_context == "dropped" and "margin" not in report.verdict

@@ -301,3 +301,58 @@ def test_a_fallback_graph_that_does_not_compile_leaves_only_clear_isolated_wins(
     )
     assert not isinstance(compiled, JudgedGraph) and compiled([]) == {"a"}
     assert store.records == {}
+
+
+# -- objective "energy": kept unless slower beyond the energy rule's time tolerance ----------
+TOL = 0.02  # search/winner.py's ENERGY_TIME_TOLERANCE (tuner/verdicts.py passes it)
+
+
+def run_energy_plan(plan: VerdictPlan, ms) -> Any:
+    """As run_plan, each trial under the margin the plan gives it."""
+    while (sets := plan.next_trial()) is not None:
+        candidate, reference = sets
+        margin = plan.margin(candidate, reference)
+        plan.tell(decide([ms(candidate)] * ROUNDS, [ms(reference)] * ROUNDS, margin))
+    return plan.outcome()
+
+
+@pytest.mark.parametrize("delta, kept", [(0.03, True), (0.05, False)])
+def test_under_energy_a_kernel_stays_unless_the_graph_is_slower_beyond_the_tolerance(delta, kept):
+    """A kernel chosen for its joules makes the 2 ms graph 1.5% (kept) or 2.5% (dropped)
+    slower; under "time" it goes either way (not faster)."""
+    isolated = {"e": IsolatedMs(1.003, 1.0)}
+    ms = graph_ms(2.0, {"e": delta})
+    energy = run_energy_plan(VerdictPlan(["e"], isolated, 1e9, tolerance=TOL), ms)
+    assert energy.kept == ({"e"} if kept else NONE)
+    assert run_plan(VerdictPlan(["e"], isolated, 1e9), ms).kept == NONE
+    assert energy.first is not None and energy.first.margin == -TOL
+    assert energy.record()["margin"] == -TOL  # the rule it was judged by, in the cache
+
+
+@pytest.mark.parametrize("delta, kept", [(0.02, {"a", "e"}), (0.06, {"a"})])
+def test_under_energy_a_kernel_costing_more_than_the_tolerance_goes_where_another_hides_it(
+    delta, kept
+):
+    """A time winner saves 15% of the graph, so the graph with both is faster; leaving the
+    energy kernel out makes it faster by 1.1% (it stays) or 3.4% (beyond the tolerance: it
+    goes)."""
+    isolated = {"a": IsolatedMs(0.5, 0.8), "e": IsolatedMs(1.003, 1.0)}
+    ms = graph_ms(2.0, {"a": -0.3, "e": delta})
+    plan = VerdictPlan(["a", "e"], isolated, 1e9, leave_outs=["e", "a"], tolerance=TOL)
+    outcome = run_energy_plan(plan, ms)
+    assert outcome.kept == kept
+    assert [t.verdict.margin for t in outcome.trials] == [-TOL, TOL, TOL]
+
+
+def test_under_energy_a_tentative_kernel_keeps_the_time_rule():
+    """A near tie has no joule figure behind it: trials that add or take it out need the
+    graph faster beyond MARGIN; the firm kernels' trials take the tolerance."""
+    from kernelpro_backend.rewrite.verdict_timing import MARGIN
+
+    isolated = {"t": IsolatedMs(1.0, 1.0, tentative=True), "e": IsolatedMs(1.003, 1.0)}
+    plan = VerdictPlan(["t", "e"], isolated, 1e9, tolerance=TOL)
+    assert plan.margin(frozenset({"t", "e"}), NONE) == MARGIN
+    assert plan.margin(frozenset({"e"}), NONE) == -TOL
+    assert plan.margin(frozenset({"t"}), frozenset({"t", "e"})) == TOL
+    assert plan.margin(frozenset({"e"}), frozenset({"t", "e"})) == MARGIN
+    assert VerdictPlan(["e"], isolated, 1e9).margin(frozenset({"e"}), NONE) == MARGIN

@@ -175,3 +175,22 @@ def test_the_reprover_shares_the_search_pool_or_keeps_a_small_one():
     assert Reprover(Options(search="on-miss", workers=8)).workers == 8  # one pool for both
     assert Reprover(Options(search="cache-only", workers=8)).workers == REPROVE_WORKERS
     assert Reprover(Options(search="cache-only", workers=1)).workers == 1
+
+
+def test_an_energy_entry_made_on_another_gpu_loses_its_joules_when_reproved(here, tanh_sg):
+    """Joules read on another GPU model say nothing of this one's, and the re-proof times but
+    does not read joules: the entry keeps its rule and its new times, not the old joules, so
+    under "energy" it runs only where it clears the time rule here."""
+    key = _made_elsewhere(here, tanh_sg, gpu="NVIDIA H200")
+    art = dataclasses.replace(
+        here.get(key), objective="energy", kernel_j=0.115, baselines_j={"inductor": 0.151}
+    )
+    here.put(key, art)
+    slower = {"kernel": 1.001, "eager": 2.0, "inductor": 1.0}  # 0.1% slower than Inductor here
+    finder = KernelFinder(
+        here, Options(objective="energy"), python_loader, prover=_prover(here, Evaluator(slower))
+    )
+    assert finder.find(tanh_sg) is None
+    stored = here.lookup(key).artifact
+    assert stored.objective == "energy" and stored.kernel_ms == 1.001
+    assert stored.kernel_j is None and stored.baselines_j == {}

@@ -146,10 +146,14 @@ def table(results: dict[str, Any]) -> str:
             differ = (
                 f"; time {t['winner']}, energy {e['winner']}" if t["winner"] != e["winner"] else ""
             )
-            lines.append(f"{'':30} search {key}: {_choice(w)}{differ}")
+            stored = f"; stored: {w['stored']}" if w.get("stored") else ""
+            lines.append(f"{'':30} search {key}: {_choice(w)}{differ}{stored}")
         if "kept" in row:
             kept = ", ".join(f"{mode} {len(k)}" for mode, k in row["kept"].items())
             lines.append(f"{'':30} kernels in the compiled step: {kept}")
+        for mode, verdicts in (row.get("verdicts") or {}).items():
+            judged = "; ".join(map(_verdict, verdicts)) or "none made"
+            lines.append(f"{'':30} verdicts {mode}: {judged}")
     done = {k: r for k, r in results.items() if "measured" in r}
     differ = [k for k, r in done.items() if not r.get("same_kernel")]
     saved = [k for k, r in done.items() if (r.get("verdict") or {}).get("saving")]
@@ -169,3 +173,12 @@ def _choice(w: dict[str, Any]) -> str:
     spread = f", {jr[0] * 1e3:.4g}-{jr[1] * 1e3:.4g} mJ" if jr else ""
     return (f"{why.get('within', '?')} within the time tolerance{spread}; "
             f"{w.get('energy_moves', '?')} energy moves measured; {why.get('rule', '?')}")  # fmt: skip
+
+
+def _verdict(v: dict[str, Any]) -> str:
+    """One graph's in-context verdict: kernels kept, the graph's time with them over without,
+    and the rule (a negative margin: objective "energy"'s tolerance)."""
+    ratio = v["with_ms"] / v["without_ms"] if v.get("with_ms") and v.get("without_ms") else None
+    rule = f" within {-v['margin']:.0%}" if v.get("margin", 0) < 0 else ""
+    at = f" at {ratio:.3f}x" if ratio else " untimed"
+    return f"{v['graph']} {len(v.get('kept', []))}/{v['kernels']}{at}{rule}"

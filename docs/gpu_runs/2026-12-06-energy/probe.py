@@ -20,8 +20,11 @@ explain's find_subgraphs (search off) and searched directly; (b) the GEMM sweep'
 steps, a GPT block's (bf16, 4x1024x1024) and the bench's MLP workload (bf16, 8192 rows, width
 1024, hidden 4096: its LayerNorms over 4096): each compiled once under "energy" (its row
 subgraphs searched), then once more with each search's "time" pick replayed without
-searching, then by Inductor; joules per step, and the kernels each compiled step kept. All
-searches share one cache, so one worker pool and one ceilings measurement.
+searching, then by Inductor; joules per step, the kernels each compiled step kept and each
+graph's in-context verdict (under "energy": kept unless the graph is slower beyond 2%), and per
+search what an "energy" cache stored (the energy rule's pick, marked "energy" and served for its
+joules, or the time rule's where the finder would refuse it). All searches share one cache, so
+one worker pool and one ceilings measurement.
 
 The time rule here chooses among the energy search's candidates, which include the moves only
 objective "energy" proposes (fewer warps/stages): a search under "time" would not propose
@@ -143,6 +146,10 @@ def picks(searcher: Any, sg: Any) -> dict[str, Any]:
             "ms": r.median_ms if r else None, "J": r.energy_j if r else None,
         }  # fmt: skip
     out["worker"]["energy_why"] = outcome.choices["energy"].why  # within, j_range, rule
+    # what an "energy" cache stores: the energy rule's pick marked "energy" (served for its
+    # joules), the time rule's ("time": the finder would have refused the energy pick), or none
+    stored = out["artifacts"]["energy"]
+    out["worker"]["stored"] = "none" if stored is None else stored.objective
     out["worker"]["energy_moves"] = energy_moves(log_path(searcher, sg))
     out["worker"]["baselines"] = {k: {"ms": v.median_ms, "J": v.energy_j}
                                   for k, v in outcome.baselines.items()}  # fmt: skip
@@ -318,7 +325,7 @@ def run_train(name: str, cache: str, budget_s: float, trials: int, meter: Any) -
         "time": (_provider(Replay(recorder.searched)),
                  {**common, "cache_dir": tempfile.mkdtemp(prefix="kp-energy-time-")}),
     }  # fmt: skip
-    row: dict[str, Any] = {"compile_s": {}, "kept": {}}
+    row: dict[str, Any] = {"compile_s": {}, "kept": {}, "verdicts": {}}
     steps: dict[str, Callable[[], None]] = {}
     sessions_of: dict[str, list[Any]] = {}
     for mode in ("energy", "time", "inductor"):
@@ -352,6 +359,10 @@ def run_train(name: str, cache: str, budget_s: float, trials: int, meter: Any) -
         # in-context verdict dropped any
         row["kept"][mode] = sorted({k for s in sessions for r in s.reports
                                     for k in r.replaced if k not in r.dropped})  # fmt: skip
+        # each graph's in-context verdict (under "energy": margin -0.02, kept unless slower
+        # beyond 2%; rewrite/verdict_plan.py)
+        row["verdicts"][mode] = [{"graph": r.graph, "kernels": len(r.replaced), **r.verdict}
+                                 for s in sessions for r in s.reports if r.verdict]  # fmt: skip
     row["same_kernel"] = _same_step(row["kept"], recorder.searched)
     return _compare(row)
 
