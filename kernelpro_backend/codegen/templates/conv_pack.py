@@ -5,11 +5,17 @@ PyTorch's default OIHW (NCHW), a B tile of the forward ([BLOCK_K input channels,
 channels] at one tap) is a gather: neighbours along either axis sit KH*KW or C_in*KH*KW elements
 apart, so every element is its own 32-byte sector (8x the L2 traffic of a contiguous tile for
 float32) and its own scalar load instruction. The repack writes, once per call, the weight as
-the main loop reads it: wp[g, kh, kw, r, c] contiguous, (r, c) = (ci, co) for the forward and
-(co, ci) for the input gradient, so each B tile is BLOCK_K rows of BLOCK_N contiguous elements
-(vector loads, and a layout tensor-core operands take straight from shared memory). Under the
-tf32 policy the repack also rounds the weight to tf32 (templates/gemm.tf32_rounding says why
-rounding), so the main loop rounds only its A tile and B goes from memory to the MMA unchanged.
+the main loop reads it, one tap after another, each B tile a block of contiguous rows:
+- 16-bit and IEEE float32 operands: wp[g, kh, kw, k, n] (N-major: (k, n) = (ci, co) for the
+  forward, (co, ci) for the input gradient), BLOCK_K rows of BLOCK_N contiguous elements;
+- float32 on the TF32 tensor cores (tf32, tf32x3): wp[g, kh, kw, n, k] (K-major), BLOCK_N rows
+  of BLOCK_K contiguous elements. Hopper's TF32 wgmma reads its shared-memory operands K-major
+  only (the transposed-operand bits are for 16-bit types): an N-major B tile has Triton
+  transpose it on its way into shared memory, one 4-byte element at a time, which made a TF32
+  GEMM 3.5x slower (templates/tf32x3.py; the tf32 GEMM form reads its B K-major for this).
+Under the tf32 policy the repack also rounds the weight to tf32 (templates/gemm.tf32_rounding
+says why rounding), so the main loop rounds only its A tile (the dot takes A from registers)
+and B goes from memory to shared memory to the MMA unchanged.
 The cost is one read and one write of the weight (2.4 MB for ResNet-50's 3x3 256 -> 256 in
 float32: about 2 us on an H100) and one launch; the search weighs that against the main loop.
 Must not: lower aten, or read anything but the weight.
@@ -51,6 +57,12 @@ def packs(spec: KernelSpec) -> bool:
     return int(spec.knob("PACK_W")) == 1
 
 
+def k_major(spec: KernelSpec) -> bool:
+    """Whether the repack lays B out K-major: float32 operands multiplied on the TF32 tensor
+    cores (see the module docstring); IEEE float32 runs on FMAs, 16-bit wgmma takes either."""
+    return spec.param("operand_dtype") == "float32" and spec.precision in ("tf32", "tf32x3")
+
+
 def pack_weight(
     spec: KernelSpec, ins: list[str], outs: list[str], dgrad: bool
 ) -> tuple[list[str], list[str], tuple[str, str, str]]:
@@ -61,14 +73,16 @@ def pack_weight(
     cig, cog = c_in // groups, c_out // groups
     kh, kw = spec.param("kernel")
     w_in, w_off, (swo, swi, swh, sww) = spec.param("weight")
-    rows, cols = (cog, cig) if dgrad else (cig, cog)
+    rows, cols = (cog, cig) if dgrad else (cig, cog)  # (K, N) of the main loop's B
     size = c_out * cig * kh * kw
     co, ci = ("r", "c") if dgrad else ("c", "r")
+    # r: B's reduction row, c: its column; the innermost of the two is contiguous in wp
+    inner, outer = (("r", rows), ("c", cols)) if k_major(spec) else (("c", cols), ("r", rows))
     body = [
         "e = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)",
         f"m = e < {size}",
-        f"c = e % {cols}",
-        f"r = (e // {cols}) % {rows}",
+        f"{inner[0]} = e % {inner[1]}",
+        f"{outer[0]} = (e // {inner[1]}) % {outer[1]}",
         f"t = (e // {rows * cols}) % {kh * kw}",
         f"g = e // {rows * cols * kh * kw}",
         f"at = (g * {cog} + {co}) * {swo} + {ci} * {swi} + (t // {kw}) * {swh} + (t % {kw}) * {sww}",
@@ -98,4 +112,7 @@ def packed_b_ptrs(spec: KernelSpec, dgrad: bool) -> tuple[str, str]:
     cig, cog = c_in // groups, c_out // groups
     taps = spec.param("kernel")[0] * spec.param("kernel")[1]
     rows, cols, k = (cog, cig, "co") if dgrad else (cig, cog, "ci")
-    return f"wp + g * {taps * rows * cols} + rn", f"(tap * {rows} + {k}[:, None]) * {cols}"
+    base = f"wp + g * {taps * rows * cols}"
+    if k_major(spec):  # wp[g, tap, n, k]: the tile's K contiguous
+        return f"{base} + rn * {rows}", f"tap * {rows * cols} + {k}[:, None]"
+    return f"{base} + rn", f"(tap * {rows} + {k}[:, None]) * {cols}"

@@ -162,3 +162,18 @@ def test_weight_repack_either_way_matches_conv2d(channels_last: bool, precision:
         candidate = spec.with_knobs(**knobs)
         assert ("def pack_w(" in render(candidate).source) == bool(pack)
         check(sg, candidate)
+
+
+def test_tf32_weight_repack_is_k_major() -> None:
+    """Under tf32 (float32 on the TF32 tensor cores, whose wgmma reads shared memory K-major
+    only) the repacked weight's B tile is contiguous along K, the 20 input channels of a group;
+    IEEE and 16-bit keep it contiguous along N, the 12 output channels."""
+    sg = _conv_subgraph((2, 40, 13, 11), (24, 20, 3, 3), padding=1, groups=2)
+    spec = lower(sg).with_knobs(PACK_W=1)
+    tf32 = render(spec.with_precision("tf32")).source
+    assert "w_cols = wp + g * 2160 + rn * 20" in tf32
+    assert "b = tl.load(w_cols + tap * 240 + ci[:, None]," in tf32
+    assert "c = (e // 20) % 12" in tf32  # the pack walks K innermost
+    ieee = render(spec.with_precision("ieee")).source
+    assert "w_cols = wp + g * 2160 + rn\n" in ieee
+    assert "b = tl.load(w_cols + (tap * 20 + ci[:, None]) * 12," in ieee

@@ -12,6 +12,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 from harness import check, collect
 
+from kernelpro_backend.codegen import render
 from kernelpro_backend.codegen.errors import Unsupported
 from kernelpro_backend.lowering import lower
 
@@ -99,3 +100,17 @@ def test_repacked_or_strided_weight_and_tf32_backward(channels_last: bool) -> No
             spec = lower(sg).with_precision(precision)
             knobs = dict(PACK_W=pack, SPLIT_K=split, BLOCK_M=16, BLOCK_N=16, BLOCK_K=16)
             check(sg, spec.with_knobs(**knobs, WG_BLOCK_M=16, WG_BLOCK_N=16, WG_BLOCK_K=16))
+
+
+def test_tf32_dgrad_weight_repack_is_k_major() -> None:
+    """dgrad's B under tf32 (the TF32 wgmma reads shared memory K-major only): the repacked
+    weight's tile is contiguous along K, the 12 output channels of a group; IEEE keeps it
+    contiguous along N, the 20 input channels."""
+    x = torch.randn(2, 40, 9, 7, requires_grad=True)
+    (sg,) = _backward_subgraphs(nn.Conv2d(40, 24, 3, padding=1, groups=2), x)
+    spec = lower(sg).with_knobs(PACK_W=1)
+    tf32 = render(spec.with_precision("tf32")).source
+    assert "w_cols = wp + g * 2160 + rn * 12" in tf32
+    assert "b = tl.load(w_cols + tap * 240 + co[:, None]," in tf32
+    ieee = render(spec.with_precision("ieee")).source
+    assert "b = tl.load(w_cols + (tap * 12 + co[:, None]) * 20," in ieee
