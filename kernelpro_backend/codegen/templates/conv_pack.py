@@ -16,9 +16,15 @@ the main loop reads it, one tap after another, each B tile a block of contiguous
 Under the tf32 policy the repack also rounds the weight to tf32 (templates/gemm.tf32_rounding
 says why rounding), so the main loop rounds only its A tile (the dot takes A from registers)
 and B goes from memory to shared memory to the MMA unchanged.
-The cost is one read and one write of the weight (2.4 MB for ResNet-50's 3x3 256 -> 256 in
+The weight gradient's B operand (the input at a tap) gets the same treatment (knob PACK_X of
+"conv_backward", on by default under tf32): `pack_input` writes the input once, dense NCHW and
+rounded to tf32 under the tf32 policy (the tile's reduction axis, output pixels, contiguous within a row: K-major as TF32 wgmma
+wants), so its main loop loads B straight into shared memory instead of rounding it in
+registers and storing it back there every step (templates/tf32x3.py measured that round trip:
+2.5x slower). Its cost: one read and one write of the input.
+The cost of the weight repack is one read and one write of the weight (2.4 MB for ResNet-50's 3x3 256 -> 256 in
 float32: about 2 us on an H100) and one launch; the search weighs that against the main loop.
-Must not: lower aten, or read anything but the weight.
+Must not: lower aten, or read anything but the weight (the input: `pack_input`).
 """
 
 from __future__ import annotations
@@ -116,3 +122,43 @@ def packed_b_ptrs(spec: KernelSpec, dgrad: bool) -> tuple[str, str]:
     if k_major(spec):  # wp[g, tap, n, k]: the tile's K contiguous
         return f"{base} + rn * {rows}", f"tap * {rows * cols} + {k}[:, None]"
     return f"{base} + rn", f"(tap * {rows} + {k}[:, None]) * {cols}"
+
+
+def pack_input(
+    spec: KernelSpec, ins: list[str], outs: list[str]
+) -> tuple[list[str], list[str], tuple[str, str, str]]:
+    """(kernel lines, host scratch lines, launch) writing `xr`: the input x (rounded to tf32
+    where `rounds_in_pack`), dense NCHW (strides `input_strides`), for the weight gradient's B (PACK_X)."""
+    n, c, h, w = spec.param("x_shape")
+    x_in, x_off, (sxn, sxc, sxh, sxw) = spec.param("x")
+    size = n * c * h * w
+    body = [
+        "e = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)",
+        f"m = e < {size}",
+        f"at = (e // {c * h * w}) * {sxn} + ((e // {h * w}) % {c}) * {sxc} + "
+        f"((e // {w}) % {h}) * {sxh} + (e % {w}) * {sxw}",
+        f"v = tl.load(in{x_in} + {x_off} + at, mask=m, other=0.0)",
+        *(tf32_round(["v"], "") if rounds_in_pack(spec) else []),
+        "tl.store(xr + e, v, mask=m)",
+    ]
+    kernel = [
+        "@triton.jit",
+        f"def pack_x({', '.join([*ins, *outs, 'xr'])}, BLOCK: tl.constexpr, "
+        "INTERPRET: tl.constexpr):",
+        *["    " + b for b in body],
+    ]
+    dtype = spec.param("operand_dtype")
+    scratch = [f"    xr = torch.empty({size}, dtype=torch.{dtype}, device=device)"]
+    grid = f"(triton.cdiv({size}, {PACK_BLOCK}),)"
+    args = f"{', '.join([*ins, *outs])}, xr, BLOCK={PACK_BLOCK}, INTERPRET=INTERPRET, num_warps=4"
+    return kernel, scratch, ("pack_x", grid, args)
+
+
+def input_strides(spec: KernelSpec) -> tuple[int, int, int, int]:
+    """The strides of `pack_input`'s copy: dense NCHW."""
+    _, c, h, w = spec.param("x_shape")
+    return c * h * w, h * w, w, 1
+
+
+def packs_input(spec: KernelSpec) -> bool:
+    return int(spec.knob("PACK_X")) == 1
