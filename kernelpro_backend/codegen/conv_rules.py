@@ -262,10 +262,17 @@ _SEED_TILES = (
 )
 
 
+# float32's first seed: the tf32 GEMM form's measured tile (templates/tf32.py TILE: 0.85-0.90x
+# of cuBLAS TF32); the wide seeds above take BLOCK_K 64, more shared memory than 3 float32
+# stages of 128 x 256 have (295 KiB), so without it float32 never tries a 128 x 256 tile.
+_F32_SEED_TILES = ((128, 256, 32, 8, 3),)
+
+
 def conv_seed_configs(spec: SpecView) -> list[dict[str, KnobValue]]:
+    wide = _F32_SEED_TILES if _elt_bytes(spec) == 4 else ()
     if spec.template == "conv_backward":
         return [dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, num_warps=w, num_stages=st)
-                for bm, bn, bk, w, st in _SEED_TILES[:4]]  # fmt: skip
+                for bm, bn, bk, w, st in (*wide, *_SEED_TILES[:4])]  # fmt: skip
     if spec.template == "conv_depthwise":
         return [
             dict(BLOCK_M=bm, BLOCK_N=bn, num_warps=w)
@@ -273,5 +280,5 @@ def conv_seed_configs(spec: SpecView) -> list[dict[str, KnobValue]]:
         ]
     return [
         dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, num_warps=w, num_stages=s)
-        for bm, bn, bk, w, s in _SEED_TILES
+        for bm, bn, bk, w, s in (*wide, *_SEED_TILES)
     ]
