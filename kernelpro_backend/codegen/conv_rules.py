@@ -32,6 +32,9 @@ CONV_SPACE: dict[str, dict[str, tuple[KnobValue, ...]]] = {
         # 1: the weight repacked (and tf32-rounded) by its own launch first, so B tiles are
         # contiguous along N (templates/conv_pack.py); 0: read through its strides
         "PACK_W": (0, 1),
+        # 1: the input copied dense NHWC first (rounded to tf32 under tf32), so A tiles are
+        # contiguous along the input channels (templates/conv_pack.py)
+        "PACK_X": (0, 1),
         "num_warps": (2, 4, 8),
         "num_stages": (1, 2, 3, 4, 5),
     },
@@ -202,7 +205,7 @@ def conv_default_knobs(spec: SpecView) -> dict[str, KnobValue]:
         return dict(BLOCK_M=bm, BLOCK_N=bn, num_warps=warps, num_stages=1)
     bm, bn, bk, warps = _gemm_tile(spec, m, n, c_in_group)
     return dict(
-        BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=8, PACK_W=_pack_default(spec),
+        BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=8, PACK_W=_pack_default(spec), PACK_X=0,
         num_warps=warps, num_stages=3,
     )  # fmt: skip
 

@@ -9,7 +9,9 @@ ch 14x14, batch 128; BENCHMARKS.md "## Convolutions"). Causes found in the gener
 - wgrad: B (the input at a tap) was rounded to tf32 in registers each step and stored back to
   shared memory. Now the input is copied rounded, dense NCHW, by one pass first (knob PACK_X,
   default 1 under tf32); "old" is PACK_X=0 (and k_major off, unused by wgrad);
-- fp32 seeds: the 128x256x32 w8 s3 tile of the tf32 GEMM form ("wide").
+- fp32 seeds: the 128x256x32 w8 s3 tile of the tf32 GEMM form ("wide");
+- fwd only, not default: PACK_X=1 copies the input rounded, dense NHWC, so A tiles are
+  contiguous along the channels instead of a 4-byte gather from NCHW ("x": new_x, wide_x).
 Per case/direction: eager (cuDNN), old, new (the default knobs), new_wide (fwd/dgrad); each
 template run checked against float64 with the project's tolerances (runtime/compare).
 Times: CUDA-graph replays (the conv sweep's gpu_ms), ms a call.
@@ -66,6 +68,10 @@ def variants(seed, direction: str) -> dict:  # noqa: ANN001
     if direction != "wgrad" and not SMOKE:
         with contextlib.suppress(Exception):  # illegal at this size
             out["new_wide"] = (seed.with_knobs(**WIDE), False)
+    if direction == "fwd":  # A from the input's rounded NHWC copy (PACK_X, off by default)
+        out["new_x"] = (seed.with_knobs(PACK_X=1), False)
+        if "new_wide" in out:
+            out["wide_x"] = (out["new_wide"][0].with_knobs(PACK_X=1), False)
     return out
 
 
@@ -126,17 +132,13 @@ def main() -> None:
     }
     out = pathlib.Path(os.environ.get("OUT", "."))
     (out / "conv_tf32.json").write_text(json.dumps({"meta": meta, "results": results}, indent=1))
-    print(f"\n{meta}\n{'case/dir':30s}{'eager':>9s}{'old':>9s}{'new':>9s}{'wide':>9s}  ok")
+    cols = ("old", "new", "new_wide", "new_x", "wide_x")
+    print(f"\n{meta}\n{'case/dir':30s}{'eager':>9s}" + "".join(f"{c:>9s}" for c in cols))
     for key, r in results.items():
         cells = "".join(
-            f"{r[c]['ms']:9.4f}" if c in r and "ms" in r[c] else f"{'-':>9s}"
-            for c in ("old", "new", "new_wide")
+            f"{r[c]['ms']:9.4f}" if c in r and "ms" in r[c] else f"{'-':>9s}" for c in cols
         )
-        bad = [
-            c
-            for c in ("old", "new", "new_wide")
-            if c in r and (r[c].get("rejected") or "error" in r[c])
-        ]
+        bad = [c for c in cols if c in r and (r[c].get("rejected") or "error" in r[c])]
         print(
             f"{key:30s}{r.get('eager_ms', float('nan')):9.4f}{cells}  {bad or r.get('error', 'all')}"
         )

@@ -16,14 +16,17 @@ the main loop reads it, one tap after another, each B tile a block of contiguous
 Under the tf32 policy the repack also rounds the weight to tf32 (templates/gemm.tf32_rounding
 says why rounding), so the main loop rounds only its A tile (the dot takes A from registers)
 and B goes from memory to shared memory to the MMA unchanged.
-The weight gradient's B operand (the input at a tap) gets the same treatment (knob PACK_X of
-"conv_backward", on by default under tf32): `pack_input` writes the input once, dense NCHW and
-rounded to tf32 under the tf32 policy (the tile's reduction axis, output pixels, contiguous within a row: K-major as TF32 wgmma
-wants), so its main loop loads B straight into shared memory instead of rounding it in
-registers and storing it back there every step (templates/tf32x3.py measured that round trip:
-2.5x slower). Its cost: one read and one write of the input.
-The cost of the weight repack is one read and one write of the weight (2.4 MB for ResNet-50's 3x3 256 -> 256 in
-float32: about 2 us on an H100) and one launch; the search weighs that against the main loop.
+The cost of the weight repack is one read and one write of the weight (2.4 MB for ResNet-50's
+3x3 256 -> 256 in float32: about 2 us on an H100) and one launch; the search weighs that
+against the main loop.
+The input may get the same treatment (knob PACK_X): `pack_input` writes it once, dense and
+rounded to tf32 under the tf32 policy, laid out so the main loop's tile of it is contiguous
+along the reduction. The weight gradient's B (the input at a tap, pixels by channels: dense
+NCHW; on by default under tf32) then goes straight into shared memory instead of being
+rounded in registers and stored back there every step (templates/tf32x3.py measured that
+round trip: 2.5x slower). The forward's A (pixels by channels: dense NHWC; off by default,
+for the search to weigh) is then one vector load per row of the tile, not a gather one 4-byte
+element per channel as an NCHW input is. Its cost: one read and one write of the input.
 Must not: lower aten, or read anything but the weight (the input: `pack_input`).
 """
 
@@ -128,16 +131,19 @@ def pack_input(
     spec: KernelSpec, ins: list[str], outs: list[str]
 ) -> tuple[list[str], list[str], tuple[str, str, str]]:
     """(kernel lines, host scratch lines, launch) writing `xr`: the input x (rounded to tf32
-    where `rounds_in_pack`), dense NCHW (strides `input_strides`), for the weight gradient's B (PACK_X)."""
-    n, c, h, w = spec.param("x_shape")
-    x_in, x_off, (sxn, sxc, sxh, sxw) = spec.param("x")
-    size = n * c * h * w
+    where `rounds_in_pack`), dense in the layout `input_strides` gives (knob PACK_X)."""
+    shape = spec.param("x_shape")
+    x_in, x_off, x_strides = spec.param("x")
+    size = shape[0] * shape[1] * shape[2] * shape[3]
+    # an element e of the dense copy: its coordinate on each axis, read at x's strides
+    at = " + ".join(
+        f"((e // {st}) % {d}) * {sx}"
+        for d, st, sx in zip(shape, input_strides(spec), x_strides, strict=True)
+    )
     body = [
         "e = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)",
         f"m = e < {size}",
-        f"at = (e // {c * h * w}) * {sxn} + ((e // {h * w}) % {c}) * {sxc} + "
-        f"((e // {w}) % {h}) * {sxh} + (e % {w}) * {sxw}",
-        f"v = tl.load(in{x_in} + {x_off} + at, mask=m, other=0.0)",
+        f"v = tl.load(in{x_in} + {x_off} + {at}, mask=m, other=0.0)",
         *(tf32_round(["v"], "") if rounds_in_pack(spec) else []),
         "tl.store(xr + e, v, mask=m)",
     ]
@@ -155,8 +161,12 @@ def pack_input(
 
 
 def input_strides(spec: KernelSpec) -> tuple[int, int, int, int]:
-    """The strides of `pack_input`'s copy: dense NCHW."""
+    """The strides of `pack_input`'s copy: dense NHWC for the forward (its A tile, channels
+    by pixels, contiguous along the reduction), dense NCHW for the weight gradient (its B
+    tile, pixels by channels, contiguous along the reduction where a row allows)."""
     _, c, h, w = spec.param("x_shape")
+    if spec.template == "conv":
+        return h * w * c, 1, w * c, c
     return c * h * w, h * w, w, 1
 
 
