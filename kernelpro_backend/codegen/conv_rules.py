@@ -32,6 +32,9 @@ CONV_SPACE: dict[str, dict[str, tuple[KnobValue, ...]]] = {
         # 1: the weight repacked (and tf32-rounded) by its own launch first, so B tiles are
         # contiguous along N (templates/conv_pack.py); 0: read through its strides
         "PACK_W": (0, 1),
+        # 1: the input copied dense NHWC first (rounded to tf32 under tf32), so A tiles are
+        # contiguous along the input channels (templates/conv_pack.py)
+        "PACK_X": (0, 1),
         "num_warps": (2, 4, 8),
         "num_stages": (1, 2, 3, 4, 5),
     },
@@ -50,6 +53,9 @@ CONV_SPACE: dict[str, dict[str, tuple[KnobValue, ...]]] = {
         "BLOCK_K": (16, 32, 64, 128),
         "GROUP_M": (1, 4, 8, 16),
         "PACK_W": (0, 1),  # the input gradient's weight repacked first (conv_pack.py)
+        # 1: the weight gradient's input copied dense NCHW first, rounded to tf32 under tf32
+        # (conv_pack.pack_input), so its main loop does not round B; needs a weight gradient
+        "PACK_X": (0, 1),
         "WG_BLOCK_M": (16, 32, 64, 128, 256),
         "WG_BLOCK_N": (16, 32, 64, 128, 256),
         "WG_BLOCK_K": (16, 32, 64, 128),
@@ -99,9 +105,23 @@ def validate_conv(spec: SpecView, k: dict) -> None:
         wg = {**k, **{x: k[f"WG_{x}"] for x in ("BLOCK_M", "BLOCK_N", "BLOCK_K")}}
         _validate_tile(spec, wg, "WG_", (s["wm"], s["wc"], s["wk"]))  # columns: one tap's
         _validate_split(spec, k, s)
+        _validate_pack_x(spec, k)
         return
     m, n, _ = gemm_sizes(spec)
     _validate_tile(spec, k, "", (m, n, spec.param("x_shape")[1] // spec.param("groups")))
+
+
+def _tf32(spec: SpecView) -> bool:
+    """float32 operands under the tf32 policy: the loops round them (templates/conv_pack.py)."""
+    return spec.precision == "tf32" and spec.param("operand_dtype") == "float32"
+
+
+def _validate_pack_x(spec: SpecView, k: dict) -> None:
+    if k["PACK_X"] and not spec.param("grads"):
+        raise IllegalSpec(
+            "PACK_X=1 copies the weight gradient's input, and this backward computes no "
+            "weight gradient; use PACK_X=0"
+        )
 
 
 def _validate_split(spec: SpecView, k: dict, s: dict[str, int]) -> None:
@@ -185,7 +205,7 @@ def conv_default_knobs(spec: SpecView) -> dict[str, KnobValue]:
         return dict(BLOCK_M=bm, BLOCK_N=bn, num_warps=warps, num_stages=1)
     bm, bn, bk, warps = _gemm_tile(spec, m, n, c_in_group)
     return dict(
-        BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=8, PACK_W=_pack_default(spec),
+        BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=8, PACK_W=_pack_default(spec), PACK_X=0,
         num_warps=warps, num_stages=3,
     )  # fmt: skip
 
@@ -194,8 +214,7 @@ def _pack_default(spec: SpecView) -> int:
     """Repack the weight where the main loop's B tile is not contiguous along N (its input
     channel stride is not 1: OIHW weights; the forward's and dgrad's B alike) or where the
     repack saves the loop rounding B to tf32."""
-    tf32 = spec.precision == "tf32" and spec.param("operand_dtype") == "float32"
-    return int(tf32 or spec.param("weight")[2][1] != 1)
+    return int(_tf32(spec) or spec.param("weight")[2][1] != 1)
 
 
 def _gemm_tile(spec: SpecView, m: int, n: int, k_step: int) -> tuple[int, int, int, int]:
@@ -226,7 +245,7 @@ def _backward_default_knobs(spec: SpecView) -> dict[str, KnobValue]:
     warps = max(warps, 8 if wm * wn >= 128 * 128 else 4)
     return dict(
         BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=8, PACK_W=_pack_default(spec),
-        WG_BLOCK_M=wm, WG_BLOCK_N=wn, WG_BLOCK_K=wk, SPLIT_K=split, num_warps=warps,
+        PACK_X=int(_tf32(spec) and bool(spec.param("grads"))), WG_BLOCK_M=wm, WG_BLOCK_N=wn, WG_BLOCK_K=wk, SPLIT_K=split, num_warps=warps,
         num_stages=3,
     )  # fmt: skip
 
@@ -246,10 +265,17 @@ _SEED_TILES = (
 )
 
 
+# float32's first seed: the tf32 GEMM form's measured tile (templates/tf32.py TILE: 0.85-0.90x
+# of cuBLAS TF32); the wide seeds above take BLOCK_K 64, more shared memory than 3 float32
+# stages of 128 x 256 have (295 KiB), so without it float32 never tries a 128 x 256 tile.
+_F32_SEED_TILES = ((128, 256, 32, 8, 3),)
+
+
 def conv_seed_configs(spec: SpecView) -> list[dict[str, KnobValue]]:
+    wide = _F32_SEED_TILES if _elt_bytes(spec) == 4 else ()
     if spec.template == "conv_backward":
         return [dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, num_warps=w, num_stages=st)
-                for bm, bn, bk, w, st in _SEED_TILES[:4]]  # fmt: skip
+                for bm, bn, bk, w, st in (*wide, *_SEED_TILES[:4])]  # fmt: skip
     if spec.template == "conv_depthwise":
         return [
             dict(BLOCK_M=bm, BLOCK_N=bn, num_warps=w)
@@ -257,5 +283,5 @@ def conv_seed_configs(spec: SpecView) -> list[dict[str, KnobValue]]:
         ]
     return [
         dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, num_warps=w, num_stages=s)
-        for bm, bn, bk, w, s in _SEED_TILES
+        for bm, bn, bk, w, s in (*wide, *_SEED_TILES)
     ]

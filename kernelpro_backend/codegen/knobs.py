@@ -138,6 +138,7 @@ ROLES: dict[str, KnobRole] = {
     "WG_BLOCK_K": KnobRole.TILE,
     "GROUP_M": KnobRole.OTHER,
     "PACK_W": KnobRole.OTHER,  # a conv's weight repacked before its main loop (conv_rules.py)
+    "PACK_X": KnobRole.OTHER,  # a conv wgrad's input rounded to tf32 first (conv_rules.py)
     "FLATTEN": KnobRole.OTHER,
     "SM_PROGRAMS": KnobRole.OTHER,
     "LOADS": KnobRole.OTHER,

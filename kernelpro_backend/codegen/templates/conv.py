@@ -26,7 +26,16 @@ from __future__ import annotations
 from ..emitter import Emitter
 from ..spec import KernelSpec
 from ..spec_view import io_names
-from .conv_pack import pack_weight, packed_b_ptrs, packs, rounds_in_pack, tf32_round
+from .conv_pack import (
+    input_strides,
+    pack_input,
+    pack_weight,
+    packed_b_ptrs,
+    packs,
+    packs_input,
+    rounds_in_pack,
+    tf32_round,
+)
 from .gemm import tf32_rounding, tile_coords
 
 
@@ -89,6 +98,10 @@ def _gemm_loop(spec: KernelSpec) -> list[str]:
     kh, kw = spec.param("kernel")
     dh, dw = spec.param("dilation")
     x_in, x_off, (sxn, sxc, sxh, sxw) = spec.param("x")
+    x_base = f"in{x_in} + {x_off}"
+    packed_x = packs_input(spec)
+    if packed_x:  # A from the input's dense NHWC copy, rounded there (conv_pack.pack_input)
+        x_base, (sxn, sxc, sxh, sxw) = "xr", input_strides(spec)
     w_in, w_off, (swo, swi, swh, sww) = spec.param("weight")
     bk = int(spec.knob("BLOCK_K"))
     ct = -(-cig // bk)
@@ -109,7 +122,7 @@ def _gemm_loop(spec: KernelSpec) -> list[str]:
         b_at = f"kh * {swh} + kw * {sww} + ci[:, None] * {swi}"
     return [
         "rk = tl.arange(0, BLOCK_K)",
-        f"x_rows = in{x_in} + {x_off} + n_i * {sxn} + g * {cig * sxc}",
+        f"x_rows = {x_base} + n_i * {sxn} + g * {cig * sxc}",
         f"w_cols = {w_base}",
         "acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)",
         f"# {taps} taps x {ct} blocks of {bk} of the {cig} input channels a group reads,",
@@ -121,7 +134,12 @@ def _gemm_loop(spec: KernelSpec) -> list[str]:
         "    ci = c0 + rk",
         f"    a = {load(f'x_rows + ih * {sxh} + iw * {sxw} + ci[None, :] * {sxc}', a_mask)}",
         f"    b = {load(f'w_cols + {b_at}', b_mask)}",
-        *dot_step(spec, "acc", round_b=not (packed and rounds_in_pack(spec))),
+        *dot_step(
+            spec,
+            "acc",
+            round_b=not (packed and rounds_in_pack(spec)),
+            round_a=not (packed_x and rounds_in_pack(spec)),
+        ),
     ]
 
 
@@ -138,29 +156,26 @@ def tap_step(taps: int, ct: int, kw: int) -> list[str]:
     ]
 
 
-def dot_step(spec: KernelSpec, acc: str, round_b: bool = True) -> list[str]:
+def dot_step(spec: KernelSpec, acc: str, round_b: bool = True, round_a: bool = True) -> list[str]:
     """A main loop's `acc += a @ b` (its body indented once): bf16/fp16 operands widened under
-    the interpreter, float32 ones at the spec's dot precision (tf32 rounded to nearest; B
-    not where the weight repack rounded it already)."""
+    the interpreter, float32 ones at the spec's dot precision (tf32 rounded to nearest; not
+    the operands a pre-pass rounded already: `round_a`, `round_b` False)."""
     low = spec.param("operand_dtype") != "float32"
     dot_kw = "" if low else f', input_precision="{spec.precision}"'
-    return [
-        *(
-            [
-                "    if INTERPRET:  # the CPU interpreter multiplies bf16/fp16 wrongly; widen there",
-                "        a = a.to(tl.float32)",
-                "        b = b.to(tl.float32)",
-            ]
-            if low
-            else []
-        ),
-        *(
-            (tf32_rounding() if round_b else ["    # B: rounded by the repack", *tf32_round(["a"])])
-            if spec.precision == "tf32" and not low
-            else []
-        ),
-        f"    {acc} = tl.dot(a, b, {acc}{dot_kw})",
+    rounded = [x for x, r in (("a", round_a), ("b", round_b)) if r]
+    if low or spec.precision != "tf32":
+        tf32 = []
+    elif len(rounded) == 2:
+        tf32 = tf32_rounding()
+    else:
+        done = " and ".join(x.upper() for x in "ab" if x not in rounded)
+        tf32 = [f"    # {done}: rounded by the repack", *(tf32_round(rounded) if rounded else [])]
+    widen = [
+        "    if INTERPRET:  # the CPU interpreter multiplies bf16/fp16 wrongly; widen there",
+        "        a = a.to(tl.float32)",
+        "        b = b.to(tl.float32)",
     ]
+    return [*(widen if low else []), *tf32, f"    {acc} = tl.dot(a, b, {acc}{dot_kw})"]
 
 
 def _direct_loop(spec: KernelSpec) -> list[str]:
@@ -203,7 +218,8 @@ def render_conv(spec: KernelSpec) -> tuple[str, list[str], list[tuple[str, str, 
     ins, outs = io_names(spec)
     consts = ["BLOCK_M", "BLOCK_N"] + ([] if depthwise else ["BLOCK_K", "GROUP_M"])
     packed = not depthwise and packs(spec)
-    params = [*ins, *outs, *(["wp"] if packed else [])]
+    packed_x = not depthwise and packs_input(spec)
+    params = [*ins, *outs, *(["wp"] if packed else []), *(["xr"] if packed_x else [])]
     head = [
         "@triton.jit",
         f"def kernel({', '.join(params)}, "
@@ -250,7 +266,15 @@ def render_conv(spec: KernelSpec) -> tuple[str, list[str], list[tuple[str, str, 
         if depthwise
         else f"(triton.cdiv({m}, {bm}) * triton.cdiv({cog}, {bn}), {groups})"
     )
-    if not packed:
-        return source, [], [("kernel", grid, args)]
-    pack, scratch, launch = pack_weight(spec, ins, outs, dgrad=False)
-    return "\n".join([*pack, "", "", source]), scratch, [launch, ("kernel", grid, args)]
+    kernels: list[str] = []
+    scratch: list[str] = []
+    launches = []
+    for on, (lines, more, launch) in (
+        (packed, pack_weight(spec, ins, outs, dgrad=False) if packed else ([], [], ("", "", ""))),
+        (packed_x, pack_input(spec, ins, outs) if packed_x else ([], [], ("", "", ""))),
+    ):
+        if on:
+            kernels += [*lines, "", ""]
+            scratch += more
+            launches.append(launch)
+    return "\n".join([*kernels, source]), scratch, [*launches, ("kernel", grid, args)]

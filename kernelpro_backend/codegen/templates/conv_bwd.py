@@ -28,7 +28,15 @@ from ..emitter import Emitter
 from ..spec import KernelSpec
 from ..spec_view import io_names
 from .conv import and_, dot_step, load, tap_step
-from .conv_pack import pack_weight, packed_b_ptrs, packs, rounds_in_pack
+from .conv_pack import (
+    input_strides,
+    pack_input,
+    pack_weight,
+    packed_b_ptrs,
+    packs,
+    packs_input,
+    rounds_in_pack,
+)
 from .gemm import tile_coords
 
 
@@ -138,6 +146,10 @@ def _wgrad(spec: KernelSpec, ins: list[str], outs: list[str]) -> list[str]:
     (sh, sw), (ph, pw), (dh, dw) = (spec.param(q) for q in ("stride", "padding", "dilation"))
     d_in, d_off, (sdn, sdc, sdh, sdw) = spec.param("grad_out")
     x_in, x_off, (sxn, sxc, sxh, sxw) = spec.param("x")
+    x_base = f"in{x_in} + {x_off}"
+    packed = packs_input(spec)
+    if packed:  # B from the input's dense NCHW copy, rounded there (conv_pack.pack_input)
+        x_base, (sxn, sxc, sxh, sxw) = "xr", input_strides(spec)
     grads = _grad_outputs(spec)
     split = int(spec.knob("SPLIT_K"))
     wbm, wbn, wbk = (int(spec.knob(f"WG_BLOCK_{a}")) for a in "MNK")
@@ -164,7 +176,7 @@ def _wgrad(spec: KernelSpec, ins: list[str], outs: list[str]) -> list[str]:
         "mask = row_mask & col_mask",
         "rk = tl.arange(0, WG_BLOCK_K)",
         f"dy_rows = in{d_in} + {d_off} + (g * {cog} + rm) * {sdc}",
-        f"x_cols = in{x_in} + {x_off} + (g * {cig} + ci) * {sxc}",
+        f"x_cols = {x_base} + (g * {cig} + ci) * {sxc}",
         "acc = tl.zeros((WG_BLOCK_M, WG_BLOCK_N), dtype=tl.float32)",
         "db = tl.zeros((WG_BLOCK_M, 1), dtype=tl.float32)",
         f"# the {p} output pixels, WG_BLOCK_K a step, split over SPLIT_K programs",
@@ -178,7 +190,7 @@ def _wgrad(spec: KernelSpec, ins: list[str], outs: list[str]) -> list[str]:
         f"    a = {load(f'dy_rows + (n_q * {sdn} + oh_q * {sdh} + ow_q * {sdw})[None, :]', a_mask)}",
         f"    b = {load(f'x_cols + (n_q * {sxn} + ih * {sxh} + iw * {sxw})[:, None]', b_mask)}",
         *(["    db += tl.sum(a.to(tl.float32), axis=1)[:, None]"] if bias else []),
-        *dot_step(spec, "acc"),
+        *dot_step(spec, "acc", round_b=not (packed and rounds_in_pack(spec))),
     ]
     return _wgrad_stores(spec, body, ins, outs, split)
 
@@ -219,10 +231,10 @@ def _wgrad_stores(
             ),
         ]
     consts = "WG_BLOCK_M: tl.constexpr, WG_BLOCK_N: tl.constexpr, WG_BLOCK_K: tl.constexpr, "
+    params = [*ins, *outs, "partial_w", "partial_b", *(["xr"] if packs_input(spec) else [])]
     return [
         "@triton.jit",
-        f"def wgrad({', '.join([*ins, *outs, 'partial_w', 'partial_b'])}, {consts}"
-        "SPLIT_K: tl.constexpr, INTERPRET: tl.constexpr):",
+        f"def wgrad({', '.join(params)}, {consts}SPLIT_K: tl.constexpr, INTERPRET: tl.constexpr):",
         *["    " + b for b in body],
     ]
 
@@ -310,7 +322,14 @@ def render_conv_backward(spec: KernelSpec) -> tuple[str, list[str], list[tuple[s
             f"{spec.knob('WG_BLOCK_N')}), {groups}, {split})"
         )
         args = f"{', '.join([*ins, *outs])}, partial_w, partial_b"
-        launches.append(("wgrad", grid, f"{args}, {knobs}, INTERPRET=INTERPRET, {launch}"))
+        x_args = ""
+        if packs_input(spec):
+            pack, pack_scratch, pack_launch = pack_input(spec, ins, outs)
+            kernels += [*pack, "", ""]
+            scratch += pack_scratch
+            launches.append(pack_launch)
+            x_args = ", xr"
+        launches.append(("wgrad", grid, f"{args}{x_args}, {knobs}, INTERPRET=INTERPRET, {launch}"))
         if split > 1:
             kernels += [*_combine(spec, ins, outs), "", ""]
             grid = f"(triton.cdiv({c_out * cols}, {COMBINE_BLOCK}),)"

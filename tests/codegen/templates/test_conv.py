@@ -149,8 +149,9 @@ def test_conv_subgraphs_are_search_candidates() -> None:
 @pytest.mark.parametrize("channels_last", [False, True], ids=["nchw", "nhwc"])
 def test_weight_repack_either_way_matches_conv2d(channels_last: bool, precision: str) -> None:
     """PACK_W=1 reads B from the repacked (and, under tf32, pre-rounded) weight, PACK_W=0
-    through the weight's own strides (rounding both tiles in the loop): grouped, strided,
-    dilated, over several channel blocks and taps (20 input channels a group in blocks of 16)."""
+    through the weight's own strides (rounding both tiles in the loop); PACK_X=1 reads A from
+    the input's dense NHWC (pre-rounded) copy: grouped, strided, dilated, over several channel
+    blocks and taps (20 input channels a group in blocks of 16)."""
     sg = _conv_subgraph(
         (2, 40, 13, 11), (24, 20, 3, 3), channels_last, stride=2, padding=1, dilation=2, groups=2
     )
@@ -158,7 +159,24 @@ def test_weight_repack_either_way_matches_conv2d(channels_last: bool, precision:
     assert lowered.knob("PACK_W") == int(lowered.precision == "tf32" or not channels_last)
     spec = lowered.with_precision(precision)
     for pack in (0, 1):
-        knobs = dict(PACK_W=pack, BLOCK_M=16, BLOCK_N=16, BLOCK_K=16, num_warps=2)
-        candidate = spec.with_knobs(**knobs)
-        assert ("def pack_w(" in render(candidate).source) == bool(pack)
-        check(sg, candidate)
+        for pack_x in (0, 1):
+            knobs = dict(PACK_W=pack, PACK_X=pack_x, BLOCK_M=16, BLOCK_N=16, BLOCK_K=16)
+            candidate = spec.with_knobs(**knobs, num_warps=2)
+            source = render(candidate).source
+            assert ("def pack_w(" in source, "def pack_x(" in source) == (bool(pack), bool(pack_x))
+            check(sg, candidate)
+
+
+def test_tf32_weight_repack_is_k_major() -> None:
+    """Under tf32 (float32 on the TF32 tensor cores, whose wgmma reads shared memory K-major
+    only) the repacked weight's B tile is contiguous along K, the 20 input channels of a group;
+    IEEE and 16-bit keep it contiguous along N, the 12 output channels."""
+    sg = _conv_subgraph((2, 40, 13, 11), (24, 20, 3, 3), padding=1, groups=2)
+    spec = lower(sg).with_knobs(PACK_W=1)
+    tf32 = render(spec.with_precision("tf32")).source
+    assert "w_cols = wp + g * 2160 + rn * 20" in tf32
+    assert "b = tl.load(w_cols + tap * 240 + ci[:, None]," in tf32
+    assert "c = (e // 20) % 12" in tf32  # the pack walks K innermost
+    ieee = render(spec.with_precision("ieee")).source
+    assert "w_cols = wp + g * 2160 + rn\n" in ieee
+    assert "b = tl.load(w_cols + (tap * 20 + ci[:, None]) * 12," in ieee

@@ -12,7 +12,8 @@ import torch.nn as nn
 import torch.nn.functional as F
 from harness import check, collect
 
-from kernelpro_backend.codegen.errors import Unsupported
+from kernelpro_backend.codegen import render
+from kernelpro_backend.codegen.errors import IllegalSpec, Unsupported
 from kernelpro_backend.lowering import lower
 
 
@@ -77,6 +78,7 @@ def test_conv1d_backward_and_depthwise_left_to_cudnn() -> None:
     conv = nn.Conv1d(6, 4, 5, stride=2, padding=2, groups=2)
     (sg,) = _backward_subgraphs(conv, torch.randn(2, 6, 17, requires_grad=True))
     check(sg, lower(sg))
+    check(sg, lower(sg).with_knobs(PACK_X=1).with_precision("tf32"))
     depthwise = nn.Conv2d(8, 8, 7, padding=3, groups=8)
     (dw,) = _backward_subgraphs(depthwise, torch.randn(2, 8, 9, 7, requires_grad=True))
     with pytest.raises(Unsupported, match="depthwise"):
@@ -87,7 +89,8 @@ def test_conv1d_backward_and_depthwise_left_to_cudnn() -> None:
 def test_repacked_or_strided_weight_and_tf32_backward(channels_last: bool) -> None:
     """dgrad with its B from the repacked weight (rounded there under tf32) and through the
     weight's strides; wgrad's one-tap programs over channel tiles narrower than the group
-    (16 of 20) with the pixel tail masked, split and not, at both precisions."""
+    (16 of 20) with the pixel tail masked, split and not, its B from the input's dense NCHW
+    copy (rounded there under tf32) and through the input's strides, at both precisions."""
     model = nn.Conv2d(40, 24, 3, padding=1, stride=2, groups=2)
     x = torch.randn(2, 40, 13, 11, requires_grad=True)
     if channels_last:
@@ -97,5 +100,40 @@ def test_repacked_or_strided_weight_and_tf32_backward(channels_last: bool) -> No
     for precision in ("ieee", "tf32"):
         for pack, split in ((0, 1), (1, 4)):
             spec = lower(sg).with_precision(precision)
-            knobs = dict(PACK_W=pack, SPLIT_K=split, BLOCK_M=16, BLOCK_N=16, BLOCK_K=16)
-            check(sg, spec.with_knobs(**knobs, WG_BLOCK_M=16, WG_BLOCK_N=16, WG_BLOCK_K=16))
+            knobs = dict(PACK_W=pack, PACK_X=pack, SPLIT_K=split, BLOCK_M=16, BLOCK_N=16)
+            knobs.update(BLOCK_K=16, WG_BLOCK_M=16, WG_BLOCK_N=16, WG_BLOCK_K=16)
+            check(sg, spec.with_knobs(**knobs))
+
+
+def test_tf32_dgrad_weight_repack_is_k_major() -> None:
+    """dgrad's B under tf32 (the TF32 wgmma reads shared memory K-major only): the repacked
+    weight's tile is contiguous along K, the 12 output channels of a group; IEEE keeps it
+    contiguous along N, the 20 input channels."""
+    x = torch.randn(2, 40, 9, 7, requires_grad=True)
+    (sg,) = _backward_subgraphs(nn.Conv2d(40, 24, 3, padding=1, groups=2), x)
+    spec = lower(sg).with_knobs(PACK_W=1)
+    tf32 = render(spec.with_precision("tf32")).source
+    assert "w_cols = wp + g * 2160 + rn * 12" in tf32
+    assert "b = tl.load(w_cols + tap * 240 + co[:, None]," in tf32
+    ieee = render(spec.with_precision("ieee")).source
+    assert "b = tl.load(w_cols + (tap * 12 + co[:, None]) * 20," in ieee
+
+
+def test_tf32_wgrad_copies_its_input_rounded_by_default(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Under tf32 the weight gradient reads B from the input's rounded dense copy (PACK_X=1:
+    no rounding of B in its main loop); IEEE reads the input where it lies; PACK_X=1 without a
+    weight gradient is refused."""
+    x, conv = torch.randn(2, 8, 9, 7, requires_grad=True), nn.Conv2d(8, 16, 3, padding=1)
+    (ieee,) = _backward_subgraphs(conv, x)
+    assert lower(ieee).precision == "ieee" and lower(ieee).knob("PACK_X") == 0
+    monkeypatch.setattr(torch.backends.cudnn, "allow_tf32", True)
+    (sg,) = _backward_subgraphs(conv, x)
+    spec = lower(sg)
+    assert spec.precision == "tf32" and spec.knob("PACK_X") == 1
+    source = render(spec).source
+    wgrad = source[source.index("def wgrad(") :].split("\n\n\n")[0]
+    assert "def pack_x(" in source and "x_cols = xr + " in wgrad
+    assert wgrad.count("cvt.rna.tf32.f32") == 1  # A only
+    dx_only = _backward_subgraphs(nn.Conv2d(8, 16, 3, padding=1).requires_grad_(False), x)[0]
+    with pytest.raises(IllegalSpec, match="PACK_X=1"):
+        lower(dx_only).with_knobs(PACK_X=1)
