@@ -99,17 +99,33 @@ def pack_weight(
         *(tf32_round(["v"], "") if rounds_in_pack(spec) else []),
         "tl.store(wp + e, v, mask=m)",
     ]
+    return _pack_kernel("pack_w", "wp", spec, ins, outs, body, size)
+
+
+def _pack_kernel(
+    name: str,
+    buf: str,
+    spec: KernelSpec,
+    ins: list[str],
+    outs: list[str],
+    body: list[str],
+    size: int,
+) -> tuple[list[str], list[str], tuple[str, str, str]]:
+    """A one-pass copy kernel `name` writing `size` elements of `buf` (body: one element a
+    lane), its host scratch allocation and its launch."""
     kernel = [
         "@triton.jit",
-        f"def pack_w({', '.join([*ins, *outs, 'wp'])}, BLOCK: tl.constexpr, "
+        f"def {name}({', '.join([*ins, *outs, buf])}, BLOCK: tl.constexpr, "
         "INTERPRET: tl.constexpr):",
         *["    " + b for b in body],
     ]
     dtype = spec.param("operand_dtype")
-    scratch = [f"    wp = torch.empty({size}, dtype=torch.{dtype}, device=device)"]
+    scratch = [f"    {buf} = torch.empty({size}, dtype=torch.{dtype}, device=device)"]
     grid = f"(triton.cdiv({size}, {PACK_BLOCK}),)"
-    args = f"{', '.join([*ins, *outs])}, wp, BLOCK={PACK_BLOCK}, INTERPRET=INTERPRET, num_warps=4"
-    return kernel, scratch, ("pack_w", grid, args)
+    args = (
+        f"{', '.join([*ins, *outs])}, {buf}, BLOCK={PACK_BLOCK}, INTERPRET=INTERPRET, num_warps=4"
+    )
+    return kernel, scratch, (name, grid, args)
 
 
 def packed_b_ptrs(spec: KernelSpec, dgrad: bool) -> tuple[str, str]:
@@ -147,17 +163,7 @@ def pack_input(
         *(tf32_round(["v"], "") if rounds_in_pack(spec) else []),
         "tl.store(xr + e, v, mask=m)",
     ]
-    kernel = [
-        "@triton.jit",
-        f"def pack_x({', '.join([*ins, *outs, 'xr'])}, BLOCK: tl.constexpr, "
-        "INTERPRET: tl.constexpr):",
-        *["    " + b for b in body],
-    ]
-    dtype = spec.param("operand_dtype")
-    scratch = [f"    xr = torch.empty({size}, dtype=torch.{dtype}, device=device)"]
-    grid = f"(triton.cdiv({size}, {PACK_BLOCK}),)"
-    args = f"{', '.join([*ins, *outs])}, xr, BLOCK={PACK_BLOCK}, INTERPRET=INTERPRET, num_warps=4"
-    return kernel, scratch, ("pack_x", grid, args)
+    return _pack_kernel("pack_x", "xr", spec, ins, outs, body, size)
 
 
 def input_strides(spec: KernelSpec) -> tuple[int, int, int, int]:
