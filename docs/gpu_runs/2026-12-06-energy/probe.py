@@ -59,7 +59,9 @@ if SMOKE:
 
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
-from figures import side_by_side, sync, table, verdict  # noqa: E402  (beside this file)
+from figures import side_by_side, sync, table  # noqa: E402  (beside this file)
+from search_log import compare as _compare  # noqa: E402
+from search_log import energy_moves, top_trials  # noqa: E402
 from smoke import FakeMeter, FakeSearcher, log_path  # noqa: E402
 
 from kernelpro_backend import make_backend  # noqa: E402
@@ -158,29 +160,6 @@ def picks(searcher: Any, sg: Any) -> dict[str, Any]:
     return out
 
 
-def _trials(path: str) -> list[dict[str, Any]]:
-    events = [json.loads(line) for line in Path(path).read_text().splitlines()]
-    return [e for e in events if e.get("event") == "trial"]
-
-
-def top_trials(path: str, n: int = 8) -> list[list[Any]]:
-    """The search log's n fastest proved trials: [node, ms, J, template knobs, reason]."""
-    rows = []
-    for e in _trials(path):
-        if e.get("status") == "ok" and e.get("median_ms"):
-            c = e.get("candidate") or {}
-            knobs = ",".join(f"{k}={v}" for k, v in sorted((c.get("knobs") or {}).items()))
-            rows.append([e["id"], e["median_ms"], e.get("energy_j"),
-                         f"{c.get('template')} {knobs}", e.get("reason")])  # fmt: skip
-    return sorted(rows, key=lambda r: r[1])[:n]
-
-
-def energy_moves(path: str) -> int:
-    """Trials the proposer made for objective "energy" (fewer warps/stages/splits, larger
-    tiles) that the search measured."""
-    return sum(1 for e in _trials(path) if e.get("reason") == "objective:energy")
-
-
 def runnable(artifact: Any, sg: Any, fallback: Callable[..., Any]) -> Callable[..., Any]:
     if artifact is None:
         return fallback
@@ -248,19 +227,6 @@ def _outs(value: Any) -> list[torch.Tensor]:
 def _err(value: Any, ref: list[torch.Tensor]) -> float:
     got = _outs(value)
     return max(float((g.float() - r).abs().max()) for g, r in zip(got, ref, strict=True))
-
-
-def _compare(row: dict[str, Any]) -> dict[str, Any]:
-    m = row["measured"]
-    t, e = m["time"], m["energy"]
-    if t["J"] and e["J"] and t["ms"]:
-        row["energy_vs_time"] = {"J": e["J"] / t["J"] - 1, "ms": e["ms"] / t["ms"] - 1}
-    w = row.get("worker", {})
-    wt, we = w.get("time", {}), w.get("energy", {})
-    if wt.get("J") and we.get("J") and wt.get("ms"):
-        row["worker_energy_vs_time"] = {"J": we["J"] / wt["J"] - 1, "ms": we["ms"] / wt["ms"] - 1}
-    row["verdict"] = verdict(row)
-    return row
 
 
 class Recorder:
