@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
+import faulthandler
 import json
 import os
 import sys
@@ -57,6 +58,7 @@ from kernelpro_backend.bench.workloads import (  # noqa: E402
 )
 
 DEFAULT_ORDER = [*OP_WORKLOADS, *TRAINING_WORKLOADS]
+SHUTDOWN_LIMIT_S = 60
 
 
 def parse_args() -> argparse.Namespace:
@@ -246,4 +248,9 @@ class Watchdog:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    code = main()
+    # Once (2026-12-06) the run printed its table and then never exited (leaked-semaphore
+    # warnings: the shutdown of its worker pools). A shutdown that takes over a minute now dumps
+    # every thread's stack to stderr, to say where it hangs, and ends the process with code 1.
+    faulthandler.dump_traceback_later(SHUTDOWN_LIMIT_S, exit=True)
+    raise SystemExit(code)

@@ -16,7 +16,9 @@ Done-when of issue 57 item 3: kernelpro at 50257 within 10% of the padded shape'
 
     OUT=/tmp/out python docs/gpu_runs/2026-12-06-unaligned-gemm/probe_loss.py
 
-Env: PROBE_ROUNDS (default 5), PROBE_CASES (comma list of case names, default all).
+Env: PROBE_ROUNDS (default 5), PROBE_CASES (comma list of case names, default all),
+PROBE_PROFILE=1: also each mode's GPU kernels over 3 forward+backward steps (torch.profiler,
+summed by kernel name, the top 8), to tell where an unaligned head's time goes.
 Writes $OUT/unaligned_loss.json; the table is printed last.
 """
 
@@ -91,6 +93,22 @@ def inductor_counts() -> dict:
             "comprehensive_padding": metrics.num_comprehensive_padding}  # fmt: skip
 
 
+def kernel_profile(run, steps: int = 3, top: int = 8) -> list[tuple[str, float]]:
+    """(kernel name cut to 90 characters, us per step) for the `top` kernels by GPU time."""
+    from torch.profiler import ProfilerActivity, profile
+
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(steps):
+            run()
+        torch.cuda.synchronize()
+    per: dict[str, float] = {}
+    for e in prof.events():
+        if e.device_type == torch.autograd.DeviceType.CUDA:
+            per[e.name[:90]] = per.get(e.name[:90], 0.0) + e.device_time_total / steps
+    return sorted(per.items(), key=lambda kv: -kv[1])[:top]
+
+
 def run_case(name: str, rounds: int, cache: str) -> dict:
     shape, vocab, form, modes = CASES[name]
     tokens, hidden, _ = SHAPES[shape]
@@ -134,6 +152,9 @@ def run_case(name: str, rounds: int, cache: str) -> dict:
             times[mode]["fwd"].append(time_ms(lambda: call(fns[mode])))  # noqa: B023
             times[mode]["fwd_bwd"].append(time_ms(step(fns[mode])))
     med = {m: {k: sorted(v)[len(v) // 2] for k, v in t.items()} for m, t in times.items()}
+    if os.environ.get("PROBE_PROFILE") == "1":
+        for mode in modes:
+            logs[mode]["kernels_us"] = kernel_profile(step(fns[mode]))
     for log in logs.values():
         sessions = log.pop("sessions", [])
         log["pad_gemm"] = sum(s.rewrites.get("pad_gemm", 0) for s in sessions)
@@ -167,6 +188,9 @@ def main() -> None:
             ms = case["median_ms"]
             row = "".join(f"{ms[m][what]:>11.3f}" if m in ms else f"{'-':>11}" for m in modes)
             print(f"{name:<26}{what:<9}{row}")
+        for mode, log in case["compiles"].items():
+            for kernel, us in log.get("kernels_us", []):
+                print(f"  {name} {mode:<10} {us:9.1f} us  {kernel}")
     for name, (shape, vocab, form, _) in CASES.items():
         even = f"{shape}-{SHAPES[shape][2][1]}-{form}"
         if vocab == SHAPES[shape][2][0] and name in out["cases"] and even in out["cases"]:
