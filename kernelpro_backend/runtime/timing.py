@@ -6,7 +6,8 @@ replaying a CUDA graph of many calls, sized and given up on by the replays' own 
 time.perf_counter; with `settle`, stopped early once the median is `settled`; with `heat_s`,
 after that long of untimed runs), `faster`,
 `launch_timing` (how long the host takes to launch a call against the call's end) and
-`host_bound` (the rule the warm-up's check and the bench both read it by).
+`host_bound` (the rule the warm-up's check and the bench both read it by), `OffStreamWork` (a
+kernel whose calls leave work on a stream the timed one does not wait for).
 Must not: check results (validate.py does) or decide what is worth timing.
 """
 
@@ -43,6 +44,18 @@ SETTLE_FRACTION = SPREAD_FLOOR / 4
 # under the same timing after a second of load (BENCHMARKS.md, "Settled timing reads boost
 # clocks"). `heat_s` runs the kernel untimed for that long first (time_kernel; Options.
 # timing_heat_s, 0 by default until its length is measured on the GPU).
+
+
+# A kernel's warm-up calls are timed twice: by events on the stream it is called on, and by the
+# host's clock up to a device-wide synchronize. Work left on another stream, never joined back,
+# shows only in the second (the caller would read outputs before they are written); a gap
+# over OFF_STREAM_FACTOR x the events' span + OFF_STREAM_SLACK_MS is rejected before anything
+# is timed. On one stream the two differ by the synchronize's latency (microseconds).
+OFF_STREAM_FACTOR, OFF_STREAM_SLACK_MS = 2.0, 5.0
+
+
+class OffStreamWork(RuntimeError):
+    """The calls took far longer on the device than on the stream they were timed on."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -202,11 +215,13 @@ def _time_cuda(
         fn(*sets[k % len(sets)])
     torch.cuda.synchronize(device)
     starts, ends = _events(5), _events(5)
+    began = time.perf_counter()
     for k in range(5):
         starts[k].record()
         fn(*sets[k % len(sets)])
         ends[k].record()
-    ends[-1].synchronize()
+    torch.cuda.synchronize(device)  # every stream: work the events do not wait for shows here
+    _check_one_stream((time.perf_counter() - began) * 1e3, starts[0].elapsed_time(ends[-1]))
     warm = [s.elapsed_time(e) for s, e in zip(starts, ends, strict=True)]
     estimate_ms = statistics.median(warm)
     if estimate_ms < LAUNCH_BOUND_MS:
@@ -234,6 +249,17 @@ def _time_cuda(
 
     reps = _reps(estimate_ms + 0.05, budget_s)  # + the flush, about 35 us for 100 MB
     return summarize(_runs(reps, settle, batch, heat_s), "events")
+
+
+def _check_one_stream(wall_ms: float, span_ms: float) -> None:
+    """Raise OffStreamWork when calls whose events spanned `span_ms` kept the device busy for
+    `wall_ms` (host clock, to a device-wide synchronize) beyond the allowed gap."""
+    if wall_ms > OFF_STREAM_FACTOR * span_ms + OFF_STREAM_SLACK_MS:
+        raise OffStreamWork(
+            f"5 calls took {wall_ms:.3f} ms on the device but {span_ms:.3f} ms on the stream "
+            "they were called on: the kernel leaves work on another stream that the caller's "
+            "stream does not wait for (its outputs would be read before they are written)"
+        )
 
 
 def _time_cuda_graph(

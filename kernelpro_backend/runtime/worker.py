@@ -38,7 +38,7 @@ from .phases import Phases
 from .precision import precision_mode
 from .precompile import precompile
 from .result import EvalResult, EvalStatus
-from .timing import Timing, time_kernel
+from .timing import OffStreamWork, Timing, time_kernel
 from .validate import validate
 from .worker_setup import WorkerSetup
 
@@ -225,6 +225,8 @@ def _on_gpu(
                 job.timing_heat_s,
             )
             del sets
+    except OffStreamWork as e:
+        return EvalResult(EvalStatus.SUSPICIOUS, message=f"timing: {e}", details=describe)
     except Exception as e:
         return _failure(e, "timing")
     if timing.method.endswith("-abandoned"):

@@ -26,7 +26,7 @@ ENERGY_TIME_TOLERANCE = 0.02
 # Joules per call closer than this fraction are a tie, and a tie goes to the faster: a saving
 # must exceed it to trade any time. Measured: the NVML counter read step to step over >= 0.2 s
 # (profilers/energy.py) gave one kernel's joules per call twice 3.0-3.4% apart, and Inductor's
-# 6.3% (H100, 2026-12-06, docs/gpu_runs/2026-12-06-energy/energy-h100.json): above that.
+# 6.3% (H100, 2026-12-06, docs/gpu_runs/2026-12-06-energy/energy-h100-run1.json): above that.
 ENERGY_NOISE = 0.07
 
 

@@ -89,8 +89,12 @@ class SlowSoftmax:
 
 
 class SoftmaxModel(torch.nn.Module):
+    """Two subgraphs on CUDA: the softmax (a reduction) and, beside it, a pointwise one. (A
+    pointwise op after the softmax joins the softmax's subgraph on CUDA: one kernel, nothing
+    left to tell apart; the test failed on the GPU that way.)"""
+
     def forward(self, x):
-        return torch.softmax(x * 2.0, dim=-1) + 1
+        return torch.softmax(x * 2.0, dim=-1), torch.sin(x) + 1
 
 
 @pytest.mark.parametrize("fallback", ["inductor", "eager"])
@@ -107,5 +111,5 @@ def test_the_kernel_that_slows_the_graph_is_dropped(fallback):
             torch.testing.assert_close(compiled(x), SoftmaxModel()(x))
     [report] = [r for s in sessions for r in s.reports if r.replaced]
     [softmax] = [k for k in report.replaced if k.endswith("/reduction")]
-    assert len(report.replaced) == 2 and softmax in report.dropped
+    assert len(report.replaced) >= 2 and softmax in report.dropped, report
     assert report.in_context in ("partial", "dropped") and report.verdict["effects"][softmax] > 0

@@ -1,5 +1,6 @@
 """The rule that stops a timing once its median is settled, and the CPU timing path that
-applies it (the CUDA paths take the same batches: test_timing_gpu.py)."""
+applies it (the CUDA paths take the same batches: test_timing_gpu.py); and the rule that rejects
+a kernel whose work outlives the stream it is timed on."""
 
 import random
 
@@ -115,3 +116,15 @@ def test_heat_runs_the_kernel_untimed_first_and_drops_those_runs(monkeypatch):
     heated = time_kernel(kernel_and_clock(), [[x]], cpu, 0.1, settle=True, heat_s=0.06)
     assert len(heated.times_ms) == SETTLE_MIN_REPS
     assert all(t == pytest.approx(1.0) for t in heated.times_ms)
+
+
+def test_work_left_on_another_stream_is_caught_by_the_device_wide_clock():
+    """Events on the caller's stream spanning 0.2 ms while the device stayed busy 140 ms (a
+    side stream's sleep, never joined back) is rejected; the synchronize's latency and a
+    host-bound call whose gaps the events also span are not."""
+    from kernelpro_backend.runtime.timing import OffStreamWork, _check_one_stream
+
+    with pytest.raises(OffStreamWork, match="another stream"):
+        _check_one_stream(wall_ms=140.0, span_ms=0.2)
+    _check_one_stream(wall_ms=0.25, span_ms=0.2)  # a tiny kernel and the sync's latency
+    _check_one_stream(wall_ms=52.0, span_ms=50.0)  # host-bound: the events span its gaps too
