@@ -10,8 +10,9 @@ before AOTAutograd:
 
     F.linear(x, W, b)  ->  F.linear(x, F.pad(W, (0, 0, 0, p)), F.pad(b, (0, p)))[..., :N]
 
-The forward runs as written: the unaligned output does not slow its GEMM, and the logits leave
-it contiguous and unpadded, as whatever reads or returns them expects. Only the backward pads:
+The forward runs as written: the unaligned output does not slow its GEMM (Inductor's pad_mm,
+below, may still pad it by timing it, as it would without this rewrite; the logits then leave
+with padded rows, as under plain Inductor). Only the backward pads:
 
     F.linear(x, W, b)  ->  padded_grad_linear(x, W, b, p)     # an autograd.Function whose
         backward: dYp = F.pad(dY, (0, p)); dX = dYp @ F.pad(W, (0, 0, 0, p));
@@ -29,10 +30,12 @@ first (as autocast would), so the backward runs in that dtype too.
 When it pays, and otherwise a `ChainNote` says why not:
 - on the devices of `PadRule.devices` (CUDA: where the alignment is cuBLAS's), with a backward;
 - at least MIN_ROWS rows and MIN_FLOPS flops (see them);
-- not when Inductor pads dY itself: its comprehensive padding gives every buffer it writes with
-  static shapes a 128-byte row stride (torch/_inductor/ir.py `_pad_strides`; seen in the code
-  it generates for a head with its loss in the graph), so with dY's producer in the graph and
-  static shapes, padding here would only add the weight's pad and dW's slice.
+- also when Inductor pads dY itself: its comprehensive padding gives every buffer it writes
+  with static shapes a 128-byte row stride (torch/_inductor/ir.py `_pad_strides`), but the
+  GEMM's dimension stays 50257, and for dX = dY @ W (K = 50257) cuBLAS then picks an sm80
+  CUTLASS kernel, 1.28 ms against 0.82 ms for the padded shape's (8192x768->50257, loss and
+  logits in the graph, one H100, 2026-12-06). Padded here, all three GEMMs run aligned and the
+  step is 1-2% faster than without (docs/gpu_runs/2026-12-06-unaligned-gemm/, "kp-forced").
 Inductor's own `pad_mm` (a joint-graph pattern over mm and its two backward mms) pads the same
 way but decides by timing the forward mm alone, which the alignment does not slow: it keeps the
 unaligned GEMMs. After this rewrite it finds nothing to pad.
@@ -46,7 +49,6 @@ every call, and attention goes to SDPA).
 from __future__ import annotations
 
 import math
-import operator
 from dataclasses import dataclass
 from typing import Any
 
@@ -72,23 +74,12 @@ MIN_FLOPS = 2**32
 
 @dataclass(frozen=True)
 class PadRule:
-    """Where the rewrite applies: `devices` (device types whose GEMMs need the alignment),
-    the size gates, and `fallback_pads` (the fallback pads the row stride of buffers it writes
-    with static shapes, as Inductor's comprehensive padding does)."""
+    """Where the rewrite applies: `devices` (device types whose GEMMs need the alignment) and
+    the size gates."""
 
     devices: tuple[str, ...] = ("cuda",)
     min_rows: int = MIN_ROWS
     min_flops: float = MIN_FLOPS
-    fallback_pads: bool = True
-
-
-def fallback_pads_rows(fallback: str) -> bool:
-    """Whether the fallback gives the buffers it writes aligned rows (Inductor's config)."""
-    if fallback != "inductor":
-        return False
-    import torch._inductor.config as inductor_config
-
-    return bool(inductor_config.comprehensive_padding)
 
 
 def pad_unaligned_gemms(
@@ -194,47 +185,11 @@ def _plan(linear: fx.Node, rule: PadRule) -> _Plan | str | None:
         why.append(f"K={k} left: x is a graph input, padding it would copy it on every call")
     elif pad_k:
         plan.pad_k = pad_k
-    if pad_n:
-        static = all(isinstance(s, int) for s in xv.shape)
-        if _read_in_graph(linear) and static and rule.fallback_pads:
-            why.append(
-                f"N={n} left: dY is written in the graph with static shapes, and the fallback "
-                "pads its rows itself (Inductor's comprehensive padding)"
-            )
-        else:
-            plan.pad_n = pad_n
+    plan.pad_n = pad_n
     plan.left = "; ".join(why)
     if not plan.pad_n and not plan.pad_k:
         return f"{what}: " + plan.left
     return plan
-
-
-_VIEW_METHODS = {
-    "view", "reshape", "flatten", "unflatten", "transpose", "permute", "t", "unsqueeze", "squeeze",
-    "expand", "narrow", "select", "swapaxes", "movedim", "detach", "__getitem__", "contiguous",
-}  # fmt: skip
-_VIEW_FUNCTIONS = {
-    operator.getitem, torch.reshape, torch.flatten, torch.unflatten, torch.transpose,
-    torch.permute, torch.t, torch.unsqueeze, torch.squeeze, torch.narrow, torch.select,
-    torch.swapaxes, torch.movedim, torch.detach,
-}  # fmt: skip
-
-
-def _read_in_graph(linear: fx.Node) -> bool:
-    """Whether anything in the graph computes from the logits (so dY's producer, or part of
-    it, is in the graph), beyond views of them that the graph returns."""
-    todo = [linear]
-    while todo:
-        for user in todo.pop().users:
-            if user.op == "output":
-                continue
-            view = (user.op == "call_method" and user.target in _VIEW_METHODS) or (
-                user.op == "call_function" and user.target in _VIEW_FUNCTIONS
-            )
-            if not view:
-                return True
-            todo.append(user)
-    return False
 
 
 def _cast(graph: fx.Graph, node: Any, dtype: torch.dtype) -> Any:

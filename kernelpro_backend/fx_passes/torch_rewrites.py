@@ -16,7 +16,7 @@ import torch.fx as fx
 from ..options import Options
 from .attention_rewrite import rewrite_attention
 from .linear_ce_rewrite import rewrite_linear_cross_entropy
-from .pad_gemm import PadRule, fallback_pads_rows, pad_unaligned_gemms
+from .pad_gemm import pad_unaligned_gemms
 from .sdpa_mask import simplify_sdpa_masks
 from .torch_level import ChainNote
 
@@ -48,8 +48,7 @@ def torch_rewrites(
     if opts.rewrite_linear_cross_entropy:
         made["linear_cross_entropy"] = rewrite_linear_cross_entropy(gm, notes)
     if opts.rewrite_pad_gemm:  # after the LM head + loss: the linears it left
-        rule = PadRule(fallback_pads=fallback_pads_rows(opts.fallback))
-        made["pad_gemm"] = pad_unaligned_gemms(gm, notes, rule)
+        made["pad_gemm"] = pad_unaligned_gemms(gm, notes)
     return made
 
 

@@ -48,11 +48,8 @@ from .worker_setup import WorkerSetup
 SOL_MARGIN = 0.9
 TIMING_SET_BYTES = 2**30  # rotating input sets share at most 1 GiB
 _COMPILE_ERRORS = {
-    "CompilationError",
-    "CompileTimeAssertionFailure",
-    "OutOfResources",
-    "PTXASError",
-}
+    "CompilationError", "CompileTimeAssertionFailure", "OutOfResources", "PTXASError",
+}  # fmt: skip
 _FATAL_MARKERS = (
     "CUDA error",
     "illegal memory access",
@@ -95,6 +92,8 @@ def _failure(error: BaseException, stage: str) -> EvalResult:
     status = (
         EvalStatus.COMPILE_ERROR
         if isinstance(error, CandidateLoadError) or names & _COMPILE_ERRORS
+        else EvalStatus.SUSPICIOUS  # work left on a stream the timing does not wait for
+        if isinstance(error, OffStreamWork)
         else EvalStatus.CRASHED
     )
     tail = "".join(traceback.format_exception(error)[-6:])[-3000:]
@@ -225,8 +224,6 @@ def _on_gpu(
                 job.timing_heat_s,
             )
             del sets
-    except OffStreamWork as e:
-        return EvalResult(EvalStatus.SUSPICIOUS, message=f"timing: {e}", details=describe)
     except Exception as e:
         return _failure(e, "timing")
     if timing.method.endswith("-abandoned"):

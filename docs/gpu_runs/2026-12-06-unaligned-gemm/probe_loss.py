@@ -7,10 +7,12 @@ entered outside over float32 weights, forward and forward + loss.backward(). For
 - "loss": the loss returned; "loss+logits": the loss and the logits returned (as HF's models);
 - "-dyn" suffix: compiled with dynamic=True (Inductor pads no strides with dynamic shapes).
 Modes: Inductor; kernelpro (search="cache-only", fresh cache: the fallback plus the torch-level
-rewrites, pad_gemm among them); "kp-forced": kernelpro with pad_gemm made even where its rule
-leaves the padding to Inductor's comprehensive padding (the rule checked by measurement).
-Interleaved rounds, CUDA events. Also records how many linears pad_gemm padded, and Inductor's
-own padding counters (pad_mm's benchmarks, comprehensive padding) per compile.
+rewrites, pad_gemm among them). A third mode, "kp-forced", ran pad_gemm where its rule then
+left the padding to Inductor's comprehensive padding (dY written in the graph); it was 1-2%
+faster on the step (2026-12-06, unaligned_loss-h100*.txt), so the rule pads there now and
+"kernelpro" is that mode. Interleaved rounds, CUDA events. Also records how many linears
+pad_gemm padded, and Inductor's own padding counters (pad_mm's benchmarks, comprehensive
+padding) per compile.
 
 Done-when of issue 57 item 3: kernelpro at 50257 within 10% of the padded shape's time.
 
@@ -34,7 +36,6 @@ import torch.nn.functional as F
 from probe import time_ms  # probe.py beside this file: the same CUDA-event timing
 
 from kernelpro_backend import make_backend
-from kernelpro_backend.fx_passes.pad_gemm import PadRule, pad_unaligned_gemms
 
 SHAPES = {"gpt2": (8192, 768, (50257, 50264)), "llama": (4096, 4096, (32001, 32008))}
 # case: (shape, vocab, form, modes)
@@ -46,8 +47,7 @@ CASES = {
     )
     for form in forms
     for i, v in enumerate(SHAPES[shape][2])
-    for modes in [("inductor", "kernelpro", "kp-forced") if i == 0 and form.startswith("loss")
-                  and not form.endswith("-dyn") else ("inductor", "kernelpro")]
+    for modes in [("inductor", "kernelpro")]
 }  # fmt: skip
 ITERS = 10
 
@@ -73,16 +73,7 @@ def compiled(model: torch.nn.Module, mode: str, cache: str, dynamic: bool, log: 
     log["sessions"] = sessions
     options = {"search": "cache-only", "cache_dir": cache, "progress": False}
     inner = make_backend(sessions=sessions)
-    if mode == "kernelpro":
-        return torch.compile(model, backend=inner, options=options, dynamic=dynamic)
-    notes: list = []
-    log["forced_notes"] = notes
-
-    def forced(gm, example_inputs):  # pad_gemm with Inductor's own padding not counted on
-        pad_unaligned_gemms(gm, notes, PadRule(fallback_pads=False))
-        return inner(gm, example_inputs, options=options)
-
-    return torch.compile(model, backend=forced, dynamic=dynamic)
+    return torch.compile(model, backend=inner, options=options, dynamic=dynamic)
 
 
 def inductor_counts() -> dict:
@@ -158,7 +149,6 @@ def run_case(name: str, rounds: int, cache: str) -> dict:
     for log in logs.values():
         sessions = log.pop("sessions", [])
         log["pad_gemm"] = sum(s.rewrites.get("pad_gemm", 0) for s in sessions)
-        log["forced_notes"] = [n.made or n.reason for n in log.get("forced_notes", [])]
     return {"shape": [tokens, hidden, vocab], "form": form, "median_ms": med, "rounds_ms": times,
             "compiles": logs}  # fmt: skip
 
@@ -181,7 +171,7 @@ def main() -> None:
         with open(os.path.join(os.environ["OUT"], "unaligned_loss.json"), "w") as f:
             json.dump(out, f, indent=1)
     print(f"\n{out['device']}  median ms of {ITERS} calls x {rounds} rounds, {out['wall_s']} s")
-    modes = ("inductor", "kernelpro", "kp-forced")
+    modes = ("inductor", "kernelpro")
     print(f"{'case':<26}{'what':<9}" + "".join(f"{m:>11}" for m in modes))
     for name, case in out["cases"].items():
         for what in ("fwd", "fwd_bwd"):
