@@ -14,7 +14,9 @@ from kernelpro_backend.rewrite.judged import ROUNDS, WARMUP, DeviceClock, Judged
 from kernelpro_backend.rewrite.providers import CallableKernel
 from kernelpro_backend.rewrite.verdict_plan import MAX_LEAVE_OUT, VerdictPlan
 
-pytestmark = pytest.mark.gpu
+# Decisions from timings: beside other tests on the GPU they read its contention (2026-12-06,
+# -n 8: a fallback graph of 0.07 ms read 1.40 ms in one trial), so the tier runs them alone.
+pytestmark = [pytest.mark.gpu, pytest.mark.timing]
 
 SLEEP_CYCLES = 2_000_000  # ~1 ms of the device's time at Hopper's clocks
 SETTLE_CALLS = 2 * (WARMUP + ROUNDS) * (1 + MAX_LEAVE_OUT)  # every trial of any verdict

@@ -14,6 +14,7 @@ from kernelpro_backend.runtime.timing import LAUNCH_BOUND_MS, time_kernel
 
 pytestmark = [
     pytest.mark.gpu,
+    pytest.mark.timing,  # asserts on timings: the tier runs it with the GPU to itself
     pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU"),
 ]
 
