@@ -17,10 +17,8 @@ import os
 import sys
 from typing import Any
 
+from ..warmup.offline import DEFAULT_DEADLINE_S
 from .target import model_inputs_and_shapes, model_inputs_over
-
-# kept in step with warmup/offline.py DEFAULT_DEADLINE_S (imported late: torch)
-DEFAULT_DEADLINE_S = 480.0
 
 log = logging.getLogger("kernelpro.warmup")
 
