@@ -128,3 +128,14 @@ def test_work_left_on_another_stream_is_caught_by_the_device_wide_clock():
         _check_one_stream(wall_ms=140.0, span_ms=0.2)
     _check_one_stream(wall_ms=0.25, span_ms=0.2)  # a tiny kernel and the sync's latency
     _check_one_stream(wall_ms=52.0, span_ms=50.0)  # host-bound: the events span its gaps too
+
+
+def test_a_worker_reports_work_on_another_stream_as_suspicious_not_as_a_crash():
+    from kernelpro_backend.runtime.result import EvalStatus
+    from kernelpro_backend.runtime.timing import OffStreamWork, _check_one_stream
+    from kernelpro_backend.runtime.worker import _failure
+
+    with pytest.raises(OffStreamWork) as caught:
+        _check_one_stream(wall_ms=140.0, span_ms=0.2)
+    result = _failure(caught.value, "timing")
+    assert result.status == EvalStatus.SUSPICIOUS and "another stream" in result.message
