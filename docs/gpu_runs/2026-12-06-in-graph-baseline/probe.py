@@ -229,13 +229,14 @@ def main() -> None:
         "date": time.strftime("%Y-%m-%d"),
     }
     results: dict[str, Any] = {}
+    OUT.mkdir(parents=True, exist_ok=True)
     for name in chosen:
         started = time.perf_counter()
         results[name] = run_case(name)
         results[name]["wall_s"] = round(time.perf_counter() - started, 1)
         print(f"{name} done in {results[name]['wall_s']} s", file=sys.stderr, flush=True)
-    OUT.mkdir(parents=True, exist_ok=True)
-    (OUT / "in_graph_baseline.json").write_text(json.dumps({"meta": meta, **results}, indent=1))
+        table({name: results[name]})  # after each case: a call cut later keeps it (2026-12-06)
+        (OUT / "in_graph_baseline.json").write_text(json.dumps({"meta": meta, **results}, indent=1))
     print(json.dumps(meta))
     table(results)
 
