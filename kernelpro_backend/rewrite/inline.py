@@ -70,6 +70,7 @@ def _check_traced(traced: fx.GraphModule, subgraph: Subgraph) -> None:
     outputs with the promised layout."""
     allowed = {
         torch.ops.aten.empty_strided.default,
+        torch.ops.aten.empty.memory_format,  # scratch: a conv template's packed operands
         torch.ops.aten.zero.default,
         torch.ops.aten.zeros_like.default,
         torch.ops.aten.as_strided.default,  # an operand's view (a CUTLASS GEMM's B)

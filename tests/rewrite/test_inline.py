@@ -90,6 +90,44 @@ def test_spec_kernels_trace_into_triton_launch_nodes():
     assert forward["vals"]  # Inductor needs fake values on every node
 
 
+_CONV = r"""
+import json, torch, torch.nn.functional as F
+from torch._inductor.decomposition import select_decomp_table
+from torch.fx.experimental.proxy_tensor import make_fx
+from kernelpro_backend.codegen import build, seed_configs
+from kernelpro_backend.fx_passes import find_subgraphs
+from kernelpro_backend.lowering import lower
+from kernelpro_backend.rewrite.inline import trace_kernel
+
+def conv(x, w):
+    return (F.conv2d(x, w, padding=1),)
+
+x, w = torch.randn(8, 64, 14, 14), torch.randn(64, 64, 3, 3)
+gm = make_fx(conv, tracing_mode="fake", decomposition_table=select_decomp_table())(x, w)
+(sg,) = find_subgraphs(gm, "inference")
+spec = seed_configs(lower(sg))[0]
+traced = trace_kernel(build(spec), sg)
+targets = [str(n.target) for n in traced.graph.nodes if n.op == "call_function"]
+print(json.dumps({"template": spec.template, "knobs": dict(spec.knobs), "targets": targets}))
+"""
+
+
+def test_a_conv_template_with_scratch_buffers_traces_into_launch_nodes():
+    """The conv template packs its weight into a scratch buffer (`torch.empty`) by a first
+    launch, then convolves: both launches and the allocation trace, so Inductor launches them
+    itself (on an H100, L1_63's conv kernel went through the opaque op instead: "traced kernel
+    contains aten.empty.memory_format")."""
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    run = subprocess.run(
+        [sys.executable, "-c", _CONV], env=env, capture_output=True, text=True, timeout=300
+    )
+    assert run.returncode == 0, run.stderr[-3000:]
+    got = json.loads(run.stdout.strip().splitlines()[-1])
+    assert got["template"].startswith("conv") and got["knobs"].get("PACK_W") == 1, got
+    assert "aten.empty.memory_format" in got["targets"]
+    assert sum(t.endswith("triton_kernel_wrapper_functional") for t in got["targets"]) == 2
+
+
 class _NotJustLaunches:
     """A 'traceable' kernel whose traced form does aten math: inlining must refuse it."""
 

@@ -50,3 +50,42 @@ def test_transformer_block_trains_with_inlined_kernels(launch):
     else:
         assert inlined == 0
         assert "kernelpro.launch" in source
+
+
+class ConvSpecProvider:
+    """Every convolution by the conv template's first seed (which packs its weight into a
+    scratch buffer first): correct and inlined, whatever its speed."""
+
+    def find(self, subgraph: Subgraph):
+        if subgraph.kind != "conv":
+            return None
+        from kernelpro_backend.codegen import seed_configs
+
+        try:
+            return build(seed_configs(lower(subgraph))[0])
+        except Unsupported:
+            return None
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_a_conv_template_kernel_inlines_and_matches_eager(dtype):
+    """The conv template's launches and its scratch allocation go into Inductor's code (no
+    `kernelpro.launch`), and the graph computes eager's convolution within TF32's / bf16's
+    tolerance (the template rounds to tf32 where cuDNN may, PyTorch's default for convs)."""
+    from torch._inductor.utils import run_and_get_code
+
+    torch.manual_seed(0)
+    conv = torch.nn.Conv2d(64, 64, 3, padding=1, bias=False).cuda().to(dtype)
+    x = torch.randn(8, 64, 14, 14, device="cuda", dtype=dtype)
+    sessions: list[CompileSession] = []
+    backend = make_backend(provider=ConvSpecProvider(), sessions=sessions)
+    compiled = torch.compile(conv, backend=backend, options={"in_context": False})
+    with torch.no_grad():
+        got, code = run_and_get_code(lambda: compiled(x))
+        want = conv(x)
+    reports = [r for s in sessions for r in s.reports]
+    assert sum(len(r.replaced) for r in reports) == 1, reports
+    assert sum(len(r.inlined) for r in reports) == 1, reports
+    assert "kernelpro.launch" not in "\n".join(code)
+    tol = 2e-2 if dtype == torch.bfloat16 else 5e-3  # tf32's 10-bit mantissa over K = 576
+    torch.testing.assert_close(got, want, rtol=tol, atol=tol)
