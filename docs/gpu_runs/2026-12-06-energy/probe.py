@@ -17,8 +17,8 @@ energy rule's `why`: had it any choice at all) and how many energy moves it meas
 Cases: (a) memory-bound rows at 8192x8192 (softmax, LayerNorm, RMSNorm; fp32 and bf16), cut by
 explain's find_subgraphs (search off) and searched directly; (b) the GEMM sweep's kinds
 (bf16, fp32 under TF32, 4096^3; CUTLASS builds off: Triton candidates only); (c) two training
-steps, a GPT block's (bf16, 4x1024x1024) and the bench's MLP workload (bf16, 8192 rows, width
-1024, hidden 4096: its LayerNorms over 4096): each compiled once under "energy" (its row
+steps, a GPT block's (4x1024x1024) and the bench's MLP workload (8192 rows, width 1024, hidden
+4096: its LayerNorms over 4096), bf16, or fp32 with PROBE_TRAIN_DTYPE=fp32: each compiled once under "energy" (its row
 subgraphs searched), then once more with each search's "time" pick replayed without
 searching, then by Inductor; joules per step, the kernels each compiled step kept and each
 graph's in-context verdict (under "energy": kept unless the graph is slower beyond 2%), and per
@@ -117,8 +117,10 @@ CALLS: dict[str, tuple[Callable[..., Any], list[tuple[int, ...]], torch.dtype, s
     f"rmsnorm {ROWS}x{ROWS} fp32": (_rmsnorm, [(ROWS, ROWS), (ROWS,)], F32, "auto"),
 }
 # the training steps, each after this many call cases
-TRAIN_GPT = "train gpt_block bf16 " + ("2x16x64" if SMOKE else "4x1024x1024")
-TRAIN_MLP = "train mlp bf16 " + ("16x32x64" if SMOKE else "8192x1024x4096")
+TRAIN_DTYPE = F32 if os.environ.get("PROBE_TRAIN_DTYPE") == "fp32" else BF16
+TAG = "fp32" if TRAIN_DTYPE == F32 else "bf16"
+TRAIN_GPT = f"train gpt_block {TAG} " + ("2x16x64" if SMOKE else "4x1024x1024")
+TRAIN_MLP = f"train mlp {TAG} " + ("16x32x64" if SMOKE else "8192x1024x4096")
 TRAINS = {TRAIN_GPT: 3, TRAIN_MLP: 4}
 # Joule readings: a call's (3 of >= 0.3 s: 0.3-3.8% apart on the H100 at 2 of 0.2 s) and a
 # training step's (4 of >= 1 s: 2 of 0.2 s read one step 6-17% apart, 2026-12-06)
@@ -268,14 +270,14 @@ def _provider(searcher: Any) -> Callable[[Options], Any]:
 
 def train_case(name: str) -> tuple[torch.nn.Module, tuple[Any, ...], Callable[[Any], Any]]:
     """(model, inputs, loss) of a training step: the GPT block at 4x1024x1024, or the bench's
-    MLP workload (Linear -> LayerNorm -> GELU twice, a head) in bf16 at its "full" size."""
+    MLP workload (Linear -> LayerNorm -> GELU twice, a head) at its "full" size; TRAIN_DTYPE."""
     torch.manual_seed(0)
     if name == TRAIN_GPT:
         b, t, d = (2, 16, 64) if SMOKE else (4, 1024, 1024)
-        model = GPTBlock(d, 4 if SMOKE else 16).to(DEV, BF16)
-        x = torch.randn(b, t, d, device=DEV, dtype=BF16)
+        model = GPTBlock(d, 4 if SMOKE else 16).to(DEV, TRAIN_DTYPE)
+        x = torch.randn(b, t, d, device=DEV, dtype=TRAIN_DTYPE)
         return model, (x,), lambda out: out.float().pow(2).mean()
-    w = mlp(torch.device(DEV), BF16, "tiny" if SMOKE else "full")
+    w = mlp(torch.device(DEV), TRAIN_DTYPE, "tiny" if SMOKE else "full")
     assert w.loss_fn is not None
     return w.model, w.inputs, w.loss_fn
 
