@@ -15,11 +15,11 @@ below, may still pad it by timing it, as it would without this rewrite; the logi
 with padded rows, as under plain Inductor). Only the backward pads:
 
     F.linear(x, W, b)  ->  padded_grad_linear(x, W, b, p)     # an autograd.Function whose
-        backward: dYp = F.pad(dY, (0, p)); dX = dYp @ F.pad(W, (0, 0, 0, p));
+        backward: dYp = cat(dY, zeros[.., p]); dX = dYp @ F.pad(W, (0, 0, 0, p));
                   dW = (dYp^T @ x)[:N]; db = dY summed over the rows
 
-so both backward GEMMs read an aligned dY: one copy shared by both when dY is a graph input,
-fused into dY's producer when the producer is in the graph. AOTAutograd traces the function's
+so both backward GEMMs read an aligned dY: one copy shared by both when dY is a graph input;
+when its producer is in the graph, Inductor writes dY into its slice of the padded buffer. AOTAutograd traces the function's
 backward into the joint graph: the fallback compiles it like any other backward. In_features K
 unaligned is padded in the forward on x and W when x is produced in the graph (the pad then sits
 in x's producer; a graph input would be copied on every call, and the forward of such a head is
@@ -116,7 +116,12 @@ class _PadGrad(torch.autograd.Function):
     def backward(ctx: Any, dy: torch.Tensor) -> tuple[Any, ...]:
         x, w = ctx.saved_tensors
         n = w.shape[0]
-        dyp = F.pad(dy, (0, ctx.pad))  # [..., N + pad]: aligned rows, one copy for both GEMMs
+        # [..., N + pad]: aligned rows, one buffer for both GEMMs. A cat, not F.pad: Inductor
+        # lowers a cat whose input comes from a reduction (a loss's backward in the graph) by
+        # writing that input straight into its slice of the padded buffer; F.pad became a
+        # pointwise kernel recomputing the loss's backward (1318 us against 947 at 50257 on an
+        # H100, 2026-12-06; docs/gpu_runs/2026-12-06-unaligned-gemm/, "kp-forced").
+        dyp = torch.cat([dy, dy.new_zeros(*dy.shape[:-1], ctx.pad)], dim=-1)
         dx = dw = db = None
         if ctx.needs_input_grad[0]:
             dx = torch.matmul(dyp, F.pad(w, (0, 0, 0, ctx.pad)))

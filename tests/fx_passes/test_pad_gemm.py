@@ -281,3 +281,33 @@ def test_a_hugging_face_causal_lm_with_an_odd_vocabulary_trains_through_it_as_ea
 def _relative(got: torch.Tensor, want: torch.Tensor) -> float:
     got, want = got.detach().float(), want.detach().float()
     return float((got - want).norm() / want.norm().clamp_min(1e-30))
+
+
+def test_inductor_writes_the_loss_backward_into_its_slice_of_the_padded_dy():
+    """With the loss in the graph, dY's producer is the loss's backward (a reduction's
+    consumer). The pad is a cat with zeros, which Inductor lowers by writing that producer
+    straight into a slice of the padded buffer (an alias in its code), where F.pad made a
+    separate padded copy (on the GPU, a pointwise kernel recomputing the loss's backward).
+    Inductor lowers every cat so on the CPU; on CUDA, a cat with an input fed by a reduction
+    (torch/_inductor/lowering.py `cat`, `fusable_reduction`). The GPU's time: not yet measured."""
+    from torch._inductor.compile_fx import compile_fx
+    from torch._inductor.utils import run_and_get_code
+
+    def backend(gm, example_inputs):
+        assert pad_unaligned_gemms(gm, None, CPU) == 1
+        return compile_fx(gm, example_inputs)
+
+    torch._dynamo.reset()
+    compiled = torch.compile(Head(form="loss"), backend=backend)
+    x, labels = _inputs()
+
+    def step() -> None:
+        compiled(x, labels)[0].backward()
+
+    _, code = run_and_get_code(step)
+    # dY [2, 16, N] as an alias of the padded [2, 16, N + 3] buffer its producer writes into
+    slices = [
+        line for src in code for line in src.splitlines()
+        if "# alias" in line and f", {N}), (" in line and f", {N + 3}, 1), 0)" in line
+    ]  # fmt: skip
+    assert slices, "\n".join(code)[-4000:]
