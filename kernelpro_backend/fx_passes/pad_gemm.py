@@ -19,8 +19,9 @@ with padded rows, as under plain Inductor). Only the backward pads:
                   dW = (dYp^T @ x)[:N]; db = dY summed over the rows
 
 so both backward GEMMs read an aligned dY: one copy shared by both when dY is a graph input;
-when its producer is in the graph, Inductor writes dY into its slice of the padded buffer. AOTAutograd traces the function's
-backward into the joint graph: the fallback compiles it like any other backward. In_features K
+when its producer is in the graph, Inductor writes dY into its slice of the padded buffer.
+AOTAutograd traces the function's backward into the joint graph: the fallback compiles it like
+any other backward. In_features K
 unaligned is padded in the forward on x and W when x is produced in the graph (the pad then sits
 in x's producer; a graph input would be copied on every call, and the forward of such a head is
 rare). Padding is with zeros, so each kept output sums the same products as before (the padded
