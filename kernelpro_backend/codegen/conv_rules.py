@@ -245,7 +245,8 @@ def _backward_default_knobs(spec: SpecView) -> dict[str, KnobValue]:
     warps = max(warps, 8 if wm * wn >= 128 * 128 else 4)
     return dict(
         BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=8, PACK_W=_pack_default(spec),
-        PACK_X=int(_tf32(spec) and bool(spec.param("grads"))), WG_BLOCK_M=wm, WG_BLOCK_N=wn, WG_BLOCK_K=wk, SPLIT_K=split, num_warps=warps,
+        PACK_X=int(_tf32(spec) and bool(spec.param("grads"))),
+        WG_BLOCK_M=wm, WG_BLOCK_N=wn, WG_BLOCK_K=wk, SPLIT_K=split, num_warps=warps,
         num_stages=3,
     )  # fmt: skip
 

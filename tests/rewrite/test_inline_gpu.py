@@ -8,7 +8,7 @@ from helpers import train
 
 from kernelpro_backend import examples, make_backend
 from kernelpro_backend.backend import CompileSession
-from kernelpro_backend.codegen import Unsupported, build
+from kernelpro_backend.codegen import Unsupported, build, seed_configs
 from kernelpro_backend.fx_passes import Subgraph
 from kernelpro_backend.lowering import lower
 
@@ -59,8 +59,6 @@ class ConvSpecProvider:
     def find(self, subgraph: Subgraph):
         if subgraph.kind != "conv":
             return None
-        from kernelpro_backend.codegen import seed_configs
-
         try:
             return build(seed_configs(lower(subgraph))[0])
         except Unsupported:

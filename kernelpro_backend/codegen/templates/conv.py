@@ -269,12 +269,11 @@ def render_conv(spec: KernelSpec) -> tuple[str, list[str], list[tuple[str, str, 
     kernels: list[str] = []
     scratch: list[str] = []
     launches = []
-    for on, (lines, more, launch) in (
-        (packed, pack_weight(spec, ins, outs, dgrad=False) if packed else ([], [], ("", "", ""))),
-        (packed_x, pack_input(spec, ins, outs) if packed_x else ([], [], ("", "", ""))),
+    for lines, more, launch in (
+        *([pack_weight(spec, ins, outs, dgrad=False)] if packed else []),
+        *([pack_input(spec, ins, outs)] if packed_x else []),
     ):
-        if on:
-            kernels += [*lines, "", ""]
-            scratch += more
-            launches.append(launch)
+        kernels += [*lines, "", ""]
+        scratch += more
+        launches.append(launch)
     return "\n".join([*kernels, source]), scratch, [*launches, ("kernel", grid, args)]
