@@ -227,12 +227,13 @@ def _rewrite_one(
     return f"the linear, then kernelpro::cross_entropy ({why_not})", None
 
 
-# kernelpro::cross_entropy on kept bf16 logits, forward + backward against Inductor's compiled
-# F.cross_entropy(logits.float()) (one H100, 2026-12-06, BENCHMARKS.md "Loss on kept logits"):
-# 0.83x at 8192 x 32000, 0.79x at 1337 x 50257, 1.82x at 8192 x 128256 (at the DRAM roof).
-# Its row kernels are not tuned for narrower rows yet: below this width the rewrite leaves the
-# loss to the fallback.
-FUSED_MIN_COLUMNS = 65536
+# kernelpro::cross_entropy's two row kernels on kept bf16 logits against Inductor's kernels for
+# F.cross_entropy(logits.float()), forward + backward (one H100, 2026-12-06, BENCHMARKS.md
+# "Loss on kept logits"): 1.34x at 8192 x 32000, 1.34x at 8192 x 50257, 2.2x at 2048 x 50257,
+# 1.78x at 8192 x 128256, each within 10% of the DRAM roof but the unaligned 50257's backward.
+# (The op called eagerly read 0.79-0.83x of Inductor at 32000-50257 columns: its host time,
+# which a compiled step hides.) Below this width the rewrite leaves the loss to the fallback.
+FUSED_MIN_COLUMNS = 16384
 
 
 def _columns(logits: fx.Node) -> int:

@@ -25,9 +25,9 @@ from typing import Any
 
 import torch
 
-# Columns per step of a row and warps: linear_ce_rows.py's measured choice for 32k-128k
-# columns of bf16 on an H100 (not measured again for these two kernels).
-BLOCK = 4096
+# Columns per step of a row (see _warps): the backward's is linear_ce_rows.py's choice for
+# 32k-128k columns of bf16 on an H100, the forward's measured for this kernel.
+BLOCK, FORWARD_BLOCK = 4096, 2048
 # Rows per chunk of the ATen path: a float32 copy of at most 2**24 logits (64 MiB) at a time.
 ATEN_CHUNK_ELEMENTS = 2**24
 
@@ -93,8 +93,12 @@ def _kernels(interpret: bool) -> tuple[Any, Any]:
     return ce_forward, ce_backward
 
 
-def _warps(cols: int) -> tuple[int, int]:
-    block = min(BLOCK, 1 << max(cols - 1, 1).bit_length())
+def _warps(cols: int, forward: bool = False) -> tuple[int, int]:
+    """(columns per step, warps) of a row kernel. The forward steps 2048 columns with 8 warps:
+    on one H100 (2026-12-06, docs/gpu_runs/2026-12-06-ce-rows-tiles/) it was the fastest of 12
+    configs at every shape timed (8192 rows x 32000-128256 columns, 2048 x 50257), 4-9% under
+    4096 and 16 warps; the backward's best varied by shape within 3% of 4096 and 16 warps."""
+    block = min(FORWARD_BLOCK if forward else BLOCK, 1 << max(cols - 1, 1).bit_length())
     return block, 16 if block >= 4096 else 8 if block >= 2048 else 4
 
 
@@ -121,7 +125,7 @@ def forward_rows(
             loss[start : start + step] = torch.where(valid, lse[start : start + step] - picked, 0.0)
         return loss, lse
     if rows:
-        block, warps = _warps(cols)
+        block, warps = _warps(cols, forward=True)
         _kernels(os.environ.get("TRITON_INTERPRET") == "1")[0][(rows,)](
             logits, logits.stride(0), target, loss, lse, cols, ignore_index, block,
             num_warps=warps,
