@@ -19,8 +19,9 @@ import torch.fx as fx
 from ..codegen import index as ix
 from ..codegen.errors import Unsupported
 from ..codegen.optable import is_float
-from ..fx_passes.ops import Role, op_name, role
+from ..fx_passes.ops import PIECEWISE, Role, op_name, role
 from .maps import Map, reduction_parts, shape
+from .pieces import piece_value
 from .views import is_view_of_input
 
 Ref = tuple[str, Any]
@@ -130,6 +131,8 @@ class ProgramBuilder:
         r = role(n)
         if n in self.factory_reads:
             self.refs[n] = self._factory(*self.factory_reads[n])
+        elif op_name(n) in PIECEWISE:  # pointwise by pieces: pieces.py
+            self.refs[n] = piece_value(self, n)
         elif r is Role.VIEW:
             self.refs[n] = self.ref(n.all_input_nodes[0])
         elif r is Role.GETITEM:
