@@ -5,9 +5,10 @@ Owns: the pieces of a cat / slice_scatter (which input holds which range of the 
 one dim); each piece's index map: the output's coordinate c along that dim shifted into the
 piece and wrapped into its extent, (c - lo) mod length, so that a point outside the piece still
 reads inside the piece's input (that value is dropped, never stored); a slice's source map
-(index + start); the ops picking each point's piece (one `index` of c, compared with the
-pieces' bounds, then `where`: exact for NaN and inf, where a sum of zeroed loads is not); and
-`unshared`: a private copy of a subgraph where each shifted piece reads its own copy of the
+(index + start); loads of a piece read only in its range (`piece_load`: the other pieces'
+points skip its memory); the ops picking each point's piece (one `index` of c, compared with
+the pieces' bounds, then `where`: exact for NaN and inf, where a sum of zeroed loads is not);
+and `unshared`: a private copy of a subgraph where each shifted piece reads its own copy of the
 pointwise ops and views it is computed from (a value read by two pieces, or by a piece and the
 rest, is read at two maps; the copies are recomputed, never stored).
 Must not: choose domains or templates, render source, or change the caller's graph (copies
@@ -26,6 +27,7 @@ import torch.fx as fx
 
 from ..codegen import index as ix
 from ..codegen.errors import MapConflict, Unsupported
+from ..codegen.program_walk import PIECE_LOAD
 from ..fx_passes import Subgraph
 from ..fx_passes.ops import PIECEWISE, Role, op_name, role
 from .views import Map, shape
@@ -47,6 +49,9 @@ class _Program(Protocol):
 # again); past this many nodes the subgraph is left to the fallback.
 MAX_NODES = 2000
 _RECOMPUTED = (Role.POINTWISE, Role.VIEW, Role.FACTORY)
+# meta key of a node copied for a piece: ((the piecewise node, dim, lo, hi), ...) where it is
+# taken, the pieces it lies in (nested cats) outermost first
+PIECE = "kernelpro_piece"
 
 
 class Piece(NamedTuple):
@@ -167,6 +172,20 @@ def piece_value(prog: _Program, node: fx.Node) -> Ref:
     return acc
 
 
+def piece_load(prog: _Program, node: fx.Node, load: Ref) -> Ref:
+    """`load` (of `node`, a view of an input) read only in the ranges of the pieces `node` was
+    copied for, where it is: the other pieces' points skip its memory."""
+    within = node.meta.get(PIECE)
+    if not within:
+        return load
+    # (a range whose reader has no map - none computes it - holds everywhere: dropped)
+    ranges = tuple((prog.maps[r][d], lo, hi) for r, d, lo, hi in within if r in prog.maps)
+    if not ranges:
+        return load
+    dt = str(node.meta["val"].dtype).removeprefix("torch.")
+    return prog.emit(PIECE_LOAD, (load, ("c", ranges)), dt)
+
+
 def unshared(sg: Subgraph) -> Subgraph:
     """`sg` in a private graph where each shifted piece of a cat / slice_scatter reads its own
     copy of the nodes it is computed from (reads of an input through an alias of it: a load of
@@ -191,9 +210,11 @@ def unshared(sg: Subgraph) -> Subgraph:
         d, found = pieces(node)
         for p in found:
             if not _whole(p, shape(node)[d]):
-                copy = _ConeCopy(graph, inputs, origin, node)
+                copy = _ConeCopy(graph, inputs, origin, (node, d, p.lo, p.lo + p.length))
                 _replace_arg(node, p.arg, copy.of(p.value))
-                work += [c for c in copy.made if op_name(c) in PIECEWISE]
+                # consumers first (made lists producers first), as the originals above: a
+                # piece's copies then read their reader, never one copied after them
+                work += [c for c in reversed(copy.made) if op_name(c) in PIECEWISE]
         graph.eliminate_dead_code()
         if len(graph.nodes) > MAX_NODES:
             raise Unsupported(f"the pieces of its cats need over {MAX_NODES} recomputed nodes")
@@ -215,13 +236,19 @@ def _replace_arg(node: fx.Node, at: tuple[int, int | None], new: fx.Node) -> Non
 
 
 class _ConeCopy:
-    """Copies of the nodes a value is computed from, inserted before `reader`; inputs are read
-    through a fresh alias each (a view of the input: loaded at its own map)."""
+    """Copies of the nodes a piece is computed from, inserted before its reader (`piece`: the
+    reader, dim, lo, hi, kept in each copy's meta); inputs are read through a fresh alias each
+    (a view of the input: loaded at its own map)."""
 
     def __init__(
-        self, graph: fx.Graph, inputs: set[fx.Node], origin: dict[fx.Node, fx.Node], reader: fx.Node
+        self,
+        graph: fx.Graph,
+        inputs: set[fx.Node],
+        origin: dict[fx.Node, fx.Node],
+        piece: tuple[fx.Node, int, int, int],
     ) -> None:
-        self.graph, self.inputs, self.origin, self.reader = graph, inputs, origin, reader
+        self.graph, self.inputs, self.origin = graph, inputs, origin
+        self.reader, self.piece = piece[0], piece
         self.memo: dict[fx.Node, fx.Node] = {}
         self.made: list[fx.Node] = []
 
@@ -243,6 +270,7 @@ class _ConeCopy:
                 c.meta = dict(n.meta)
             else:
                 c = self.graph.node_copy(n, self.of)
+        c.meta[PIECE] = (*n.meta.get(PIECE, ()), self.piece)
         self.origin[c] = self.origin.get(n, n)
         self.memo[n] = c
         self.made.append(c)

@@ -21,7 +21,7 @@ from ..codegen.errors import Unsupported
 from ..codegen.optable import is_float
 from ..fx_passes.ops import PIECEWISE, Role, op_name, role
 from .maps import Map, reduction_parts, shape
-from .pieces import piece_value
+from .pieces import piece_load, piece_value
 from .views import is_view_of_input
 
 Ref = tuple[str, Any]
@@ -100,7 +100,7 @@ class ProgramBuilder:
         entry = (self.inputs.index(root), offset, linear)
         if entry not in self.loads:
             self.loads.append(entry)
-        return ("L", self.loads.index(entry))
+        return piece_load(self, node, ("L", self.loads.index(entry)))  # a cat's piece: its range
 
     def ref(self, arg: Any) -> Ref:
         if isinstance(arg, fx.Node):

@@ -197,3 +197,40 @@ def test_a_piece_computed_by_a_reduction_cuts_the_subgraph_there():
     with pytest.raises(MapConflict, match="shifted index") as e:
         lower(sg)
     assert e.value.cut is not None and "sum" in str(e.value.cut.target)
+
+
+def test_each_piece_reads_its_input_only_in_its_range():
+    """A piece's loads are masked to its range (its address wraps into bounds everywhere, the
+    mask spares the other pieces' points the read): rotate_half reads each half once."""
+    from kernelpro_backend.codegen.render import render
+
+    sg = decomposed_subgraph(lambda x: rotate_half(x) * 2.0, torch.randn(4, 64))
+    spec = lower(sg)
+    pieces = [args for op, args, _ in spec.ops if op == "piece_load"]
+    assert [[(lo, hi) for _, lo, hi in ranges] for _, (_, ranges) in pieces] == [
+        [(0, 32)],
+        [(32, 64)],
+    ]
+    source = render(spec).source
+    assert source.count(">= 32) & (") == 1 and source.count(">= 0) & (") == 1
+
+
+def test_a_row_reduction_over_a_cat_lowers_with_its_alternatives():
+    """softmax over the rows of a cat along the rows: the row template reads each piece in its
+    rows; the CUDA row cluster (which reads whole rows in order) reads the pieces' loads as
+    plain loads, in bounds everywhere. A cat along the row itself wraps the index, which the
+    cluster refuses (it reads rows in order), so only the Triton row template is offered."""
+    from kernelpro_backend.codegen import alternatives
+    from kernelpro_backend.codegen.render import render
+
+    a, b = torch.randn(2, 8192), torch.randn(3, 8192)
+    sg = decomposed_subgraph(lambda a, b: torch.cat((a, b.exp()), 0).softmax(-1), a, b)
+    spec = check(sg)
+    assert spec.template == "row_reduction" and "cat" in sg.ops
+    assert any(op == "piece_load" for op, _, _ in spec.ops)
+    (alt,) = [a for a in alternatives(spec) if a.template == "row_cluster"]
+    assert alt.ops == spec.ops and render(alt).source  # CUDA C++, its pieces as plain loads
+    x = torch.randn(4, 8192)
+    sg = decomposed_subgraph(lambda x: torch.cat((x[:, 4096:], -x[:, :4096]), 1).softmax(-1), x)
+    assert check(sg).template == "row_reduction"
+    assert not [a for a in alternatives(lower(sg)) if a.template == "row_cluster"]
