@@ -20,7 +20,15 @@ from typing import Any
 
 from . import index as ix
 from .optable import LOW_FLOATS, TL_DTYPES, expression, is_float, literal
-from .program_walk import ARG_REDUCTIONS, INDEX, REDUCTIONS, needed_refs, ref_dtype, ref_levels
+from .program_walk import (
+    ARG_REDUCTIONS,
+    INDEX,
+    PIECE_LOAD,
+    REDUCTIONS,
+    needed_refs,
+    ref_dtype,
+    ref_levels,
+)
 from .spec import KernelSpec
 
 SCALAR, ROW, FULL = 0, 1, 2
@@ -134,8 +142,11 @@ class Emitter:
         memo[ref] = name
         return name
 
-    def _load(self, i: int, coords: Sequence[str] | None = None, mask: str | None = None) -> str:
-        """Load `i` at the tile's coordinates (or at `coords`, under `mask`)."""
+    def _load(
+        self, i: int, coords: Sequence[str] | None = None, mask: str | None = None, within: str = ""
+    ) -> str:
+        """Load `i` at the tile's coordinates (or at `coords`, under `mask`), `within` a piece's
+        range too where given."""
         inp, offset, index = self.spec.loads[i]
         dtype = self.spec.inputs[inp][2]
         where = self.where(index) if coords is None else ix.render(index, list(coords))
@@ -143,6 +154,8 @@ class Emitter:
         mask = mask if coords is not None else self.mask(self._index_level(index))
         if coords is None and ix.dims_of(index) <= self.scalar_dims:
             mask = None  # one scalar pointer: no block mask may go with it
+        if mask and within:
+            mask = f"{mask} & {within}"
         args = f"in{inp} + {off}{where}" + (f", mask={mask}, other=0" if mask else "")
         if coords is None and self.pass_loads and self._index_level(index) == FULL:
             self.pass_loads[-1].add(i)
@@ -172,6 +185,12 @@ class Emitter:
             if dtype == "bool":
                 return literal(bool(value))
             return literal(float(value) if is_float(dtype) else int(value))
+        if op == PIECE_LOAD and args[0][0] == "L" and self.level(args[0]) == FULL:  # its range
+            ranges = [(ix.render(index, self.coords), lo, hi) for index, lo, hi in args[1][1]]
+            within = " & ".join(f"({at} >= {lo}) & ({at} < {hi})" for at, lo, hi in ranges)
+            return self._load(args[0][1], within=within)
+        if op == PIECE_LOAD:  # a value per row (or picked): as is, its address is in bounds
+            return self.value(args[0])
         if op == INDEX:  # the element's coordinates through the index expression
             index = args[0][1]
             if not ix.dims_of(index):

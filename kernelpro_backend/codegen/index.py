@@ -1,7 +1,8 @@
 """Index expressions: integer functions of a kernel's domain coordinates.
 
-Owns: `Index` (a canonical sum of coef * atom, where an atom is a domain dim `d<k>` or a
-floor-division / modulo of another Index), the simplifications that keep reshapes of a
+Owns: `Index` (a canonical sum of coef * atom, where an atom is a domain dim `d<k>`, a
+floor-division / modulo of another Index, or `ONE`: a constant term, the start of a slice or
+the shift into a cat's piece), the simplifications that keep reshapes of a
 row-major domain affine (d0*64+d1 viewed as [2,16,64] becomes d0//16, d0%16, d1), the map of
 a reshape, and rendering to Triton source. An Index is plain nested tuples, so specs holding
 them are hashable and JSON-serialisable.
@@ -13,13 +14,19 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-# Index = tuple[tuple[int, Atom], ...]  (coef, atom) sorted; Atom = int | ("div"|"mod", Index, int)
+# Index = tuple[tuple[int, Atom], ...]  (coef, atom) sorted;
+# Atom = int | ("div"|"mod", Index, int) | ONE
 Index = tuple[tuple[int, Any], ...]
 ZERO: Index = ()
+ONE = "1"  # the atom of a constant term: (c, ONE) is the number c
 
 
 def dim(k: int) -> Index:
     return ((1, k),)
+
+
+def const(c: int) -> Index:
+    return make([(c, ONE)])
 
 
 def _key(term: tuple[int, Any]) -> str:
@@ -65,6 +72,8 @@ def scale(x: Index, c: int) -> Index:
 
 
 def atom_max(atom: Any, sizes: Sequence[int]) -> int:
+    if atom == ONE:
+        return 1
     if isinstance(atom, int):
         return sizes[atom] - 1
     if atom[0] == "div":
@@ -143,7 +152,7 @@ def dims_of(x: Index) -> set[int]:
     for _, a in x:
         if isinstance(a, int):
             out.add(a)
-        else:
+        elif a != ONE:
             out |= dims_of(a[1])
     return out
 
@@ -154,6 +163,9 @@ def render(x: Index, names: Sequence[str]) -> str:
         return "0"
     parts = []
     for c, a in x:
+        if a == ONE:
+            parts.append(str(c))
+            continue
         if isinstance(a, int):
             atom = names[a]
         else:

@@ -18,6 +18,11 @@ FULL = 2  # the level of a per-element value (0: scalar, 1: per row)
 # ("index", (("c", index),), "int64"): the value of an index expression over the domain at the
 # element (an iota: the column a one-hot compares with), computed, not loaded
 INDEX = "index"
+# ("piece_load", (("L", i), ("c", ((index, lo, hi), ...))), dtype): load i, read only where each
+# lo <= index < hi holds (a cat's piece, and the pieces around it: its value elsewhere is
+# dropped). Its address is in bounds everywhere, so a renderer may read it as the plain load;
+# the mask saves the other pieces' reads.
+PIECE_LOAD = "piece_load"
 
 
 def needed_refs(spec: Any) -> set[Any]:

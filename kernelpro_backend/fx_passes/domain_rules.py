@@ -2,7 +2,8 @@
 lowering would then refuse the group whole (partition.py applies them while it groups).
 
 Owns: `ANCHORS` and `DomainRules`, the mixin the partitioner inherits: `_within_domain` (no
-pointwise output larger than the group's domain), `_scalar_bridge` (no two sizes tied by a
+pointwise output larger than the group's domain, and `_pieces_fit`: no cat piece the lowering
+cannot recompute at a shifted index), `_scalar_bridge` (no two sizes tied by a
 scalar alone), `_reindexes` (no GEMM epilogue at another index map than the GEMM's, and no
 smaller value through such a view in any group) and `_is_view`.
 Must not: merge or place nodes (partition.py does).
@@ -13,7 +14,7 @@ from __future__ import annotations
 import torch.fx as fx
 
 from .group import Group
-from .ops import COPIES, REINDEXING_VIEWS, Role, numel, op_name, reduced_numel
+from .ops import COPIES, PIECEWISE, REINDEXING_VIEWS, Role, numel, op_name, reduced_numel
 
 ANCHORS = (Role.GEMM, Role.CONV)
 
@@ -35,9 +36,39 @@ class DomainRules:
         anchor = next((n for n in members if self.roles[n] in ANCHORS), None)
         sizes = [reduced_numel(n) or 0 for n in members if self.roles[n] is Role.REDUCTION]
         domain = numel(anchor) if anchor or not read else max(sizes, default=0) or None
+        if not self._pieces_fit(members):
+            return False
         if domain is None:
             return True
         return all((numel(n) or 0) <= domain for n in members if self.roles[n] is Role.POINTWISE)
+
+    def _pieces_fit(self, members: list[fx.Node]) -> bool:
+        """Whether each cat / slice_scatter among `members` can compute its pieces at shifted
+        indices (lowering/pieces.py recomputes them there): no pointwise member read outside
+        the group is smaller than the cat (an output off the cat's domain: an LSTM's gate
+        gradients, cat for the weight gradient and one also read at its own size), and no piece
+        computed in the group is computed from a reduction of it (a reduction is not
+        recomputed at another row: DiT's adaLN backward)."""
+        inside = set(members)
+        pieces = [n for n in members if op_name(n) in PIECEWISE]
+        if not pieces:
+            return True
+        size = max(numel(n) or 0 for n in pieces)
+        for n in members:
+            read_outside = any(u not in inside for u in n.users)
+            if self.roles[n] is Role.POINTWISE and read_outside and (numel(n) or 0) < size:
+                return False
+        stack = [a for n in pieces for a in n.all_input_nodes if a in inside]
+        seen: set[fx.Node] = set()
+        while stack:
+            a = stack.pop()
+            if a in seen:
+                continue
+            seen.add(a)
+            if self.roles[a] not in (Role.POINTWISE, Role.VIEW, Role.FACTORY):
+                return False
+            stack += [b for b in a.all_input_nodes if b in inside]
+        return True
 
     def _scalar_bridge(self, head: Group, node: fx.Node) -> bool:
         """Whether `node` reaches group `head` (not anchored) only through scalars while both

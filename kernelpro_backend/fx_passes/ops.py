@@ -1,7 +1,8 @@
 """Classification of aten graph nodes into the roles the partitioner fuses around.
 
 Owns: which aten/prims ops are anchors (GEMM, convolution), attention, reductions, pointwise,
-views, constant factories and row gathers, and what a reduction (or row gather) reduces over;
+views, constant factories and row gathers (cat and slice_scatter count as pointwise: PIECEWISE),
+and what a reduction (or row gather) reduces over;
 which views move elements to other indices (REINDEXING_VIEWS), which pointwise ops copy
 (COPIES), a node's element count (`numel`) and a reduction's input's (`reduced_numel`).
 Must not: group nodes (partition.py does) or look at anything but one node.
@@ -30,7 +31,7 @@ class Role(enum.Enum):
     # one element per row of the last dim (cross-entropy's logp.gather(-1, t[:, None])): fusable
     # into the row-reduction group that produces its source, as a masked reduction there
     ROW_GATHER = "row_gather"
-    OTHER = "other"  # not fusable: other gathers, scatter/index, cat, random, mutation, unknown
+    OTHER = "other"  # not fusable: other gathers, scatter/index, random, mutation, unknown
 
 
 _GEMM = {"aten::mm", "aten::bmm", "aten::addmm", "aten::baddbmm"}
@@ -64,6 +65,10 @@ _REDUCTION = {
 }
 # Ops that behave pointwise but carry no pointwise tag.
 _EXTRA_POINTWISE = {"aten::_to_copy", "prims::fma", "prims::convert_element_type"}
+# Pointwise by pieces: each output element is one element of one input, which input depends
+# on the element's coordinate along one dim (a cat; a slice_scatter over its base): RoPE's
+# rotate_half and its backward. lowering/pieces.py maps them.
+PIECEWISE = {"aten::cat", "aten::slice_scatter"}
 _FACTORY = {
     "aten::full",
     "aten::scalar_tensor",
@@ -125,7 +130,7 @@ def role(node: fx.Node) -> Role:
         return Role.ROW_GATHER
     if name == "aten::_to_copy" and _changes_device(node):
         return Role.OTHER
-    if torch.Tag.pointwise in tags or name in _EXTRA_POINTWISE:
+    if torch.Tag.pointwise in tags or name in _EXTRA_POINTWISE or name in PIECEWISE:
         return Role.POINTWISE
     if target.is_view or name in _VIEW_EXTRA:
         return Role.VIEW

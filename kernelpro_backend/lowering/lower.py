@@ -29,6 +29,7 @@ from .lower_conv import lower_conv
 from .lower_conv_bwd import BACKWARD, lower_conv_backward
 from .maps import MapBuilder, broadcast, reduction_parts, shape
 from .operands import operand
+from .pieces import unshared
 from .program import ProgramBuilder
 
 
@@ -80,6 +81,7 @@ def _check_dtypes(sg: Subgraph) -> None:
 
 def _lower_rowwise(sg: Subgraph) -> dict[str, Any]:
     _check_dtypes(sg)
+    sg = unshared(sg)  # each shifted piece of a cat its own copy of what computes it
     reductions = [n for n in sg.nodes if role(n) is Role.REDUCTION]
     if reductions:
         src, rdims, _ = reduction_parts(reductions[0])

@@ -2,7 +2,7 @@
 
 Owns: choosing how each output is laid over the domain (broadcast, reshape, or the kept dims
 of a reduction) and propagating those maps from the outputs back to every node and input
-(broadcasting, views, reductions, row gathers). A value reached twice with different maps, or a
+(broadcasting, views, reductions, row gathers; cat and slice pieces through pieces.py). A value reached twice with different maps, or a
 view that is not a reshape/permute/expand, is `Unsupported`, never guessed.
 Must not: emit ops or render source.
 """
@@ -12,12 +12,12 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-import torch
 import torch.fx as fx
 
 from ..codegen import index as ix
 from ..codegen.errors import MapConflict, Unsupported
-from ..fx_passes.ops import Role, op_name, reduction_signature, role
+from ..fx_passes.ops import PIECEWISE, Role, op_name, reduction_signature, role
+from .pieces import piece_maps, slice_source_map
 from .views import (
     PERMUTES,
     RESHAPES,
@@ -27,6 +27,7 @@ from .views import (
     is_view_of_input,
     permutation,
     picked_slice,
+    reshape_like,
     shape,
     split_chunk,
     view_chain,
@@ -71,22 +72,6 @@ def reduction_parts(node: fx.Node) -> tuple[fx.Node, tuple[int, ...], bool]:
     elif op_name(node) in ("aten::max", "aten::min") and len(node.args) < 2:
         raise Unsupported(f"{node.format_node()}: max/min over every element is not lowered")
     return src, sig[1], bool(keep)
-
-
-def _reshape_like(n: fx.Node, src: fx.Node, out: Sequence[int]) -> bool:
-    """Whether `as_strided(src, size, stride[, 0])` is a reshape: `src` is contiguous, the view
-    keeps every element, row-major strides, no offset (group norm's decomposition views its
-    [1, C/G, G, 1]-shaped scale so)."""
-    val = src.meta.get("val")
-    if not isinstance(val, torch.Tensor) or not val.is_contiguous():
-        return False
-    stride = list(n.args[2]) if len(n.args) > 2 else None  # type: ignore[arg-type]
-    offset = n.args[3] if len(n.args) > 3 else n.kwargs.get("storage_offset")
-    expected, acc = [], 1
-    for size in reversed(out):
-        expected.append(acc)
-        acc *= size
-    return offset in (None, 0) and stride == expected[::-1] and acc == val.numel()
 
 
 class MapBuilder:
@@ -316,7 +301,10 @@ class MapBuilder:
     def _propagate(self, n: fx.Node, m: Map) -> None:
         r, name = role(n), op_name(n)
         self.consumer = n  # the reader a second map comes from (MapConflict)
-        if r is Role.GETITEM:
+        if name in PIECEWISE:  # a cat, a slice_scatter: each piece at its own map
+            for a, piece_map in piece_maps(n, m, self.domain):
+                self.give(a, piece_map)
+        elif r is Role.GETITEM:
             src = n.args[0]
             if not isinstance(src, fx.Node) or op_name(src) not in _TWO_OUTPUT_REDUCTIONS:
                 raise Unsupported(
@@ -357,10 +345,12 @@ class MapBuilder:
             return res
         if name == "aten::expand":
             return broadcast(m, out, inp)
-        if name == "aten::as_strided" and _reshape_like(n, src, out):
+        if name == "aten::as_strided" and reshape_like(n, src, out):
             return ix.reshape(m, out, inp, self.domain)
+        if name == "aten::slice":
+            return slice_source_map(n, m)
         raise Unsupported(
-            f"view {name} of a computed value is not supported (only reshape/permute/expand)"
+            f"view {name} of a computed value is not supported (only reshape/permute/expand/slice)"
         )
 
     def _reduce(self, n: fx.Node, m: Map) -> None:

@@ -19,8 +19,9 @@ import torch.fx as fx
 from ..codegen import index as ix
 from ..codegen.errors import Unsupported
 from ..codegen.optable import is_float
-from ..fx_passes.ops import Role, op_name, role
+from ..fx_passes.ops import PIECEWISE, Role, op_name, role
 from .maps import Map, reduction_parts, shape
+from .pieces import piece_load, piece_value
 from .views import is_view_of_input
 
 Ref = tuple[str, Any]
@@ -99,7 +100,7 @@ class ProgramBuilder:
         entry = (self.inputs.index(root), offset, linear)
         if entry not in self.loads:
             self.loads.append(entry)
-        return ("L", self.loads.index(entry))
+        return piece_load(self, node, ("L", self.loads.index(entry)))  # a cat's piece: its range
 
     def ref(self, arg: Any) -> Ref:
         if isinstance(arg, fx.Node):
@@ -130,6 +131,8 @@ class ProgramBuilder:
         r = role(n)
         if n in self.factory_reads:
             self.refs[n] = self._factory(*self.factory_reads[n])
+        elif op_name(n) in PIECEWISE:  # pointwise by pieces: pieces.py
+            self.refs[n] = piece_value(self, n)
         elif r is Role.VIEW:
             self.refs[n] = self.ref(n.all_input_nodes[0])
         elif r is Role.GETITEM:

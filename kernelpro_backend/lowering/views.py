@@ -1,7 +1,7 @@
 """Views in a subgraph as the index maps see them: the shape of a node's value, which ops are
 reshapes and permutes, slices picked from a computed value (unbind/select, equal split chunks),
 the chain of views (and same-shape ops) from a value to an output (and whether a node of it
-computes), a map pushed forward through one view, and whether a node is a chain of views of
+computes), a map pushed forward through one view, whether as_strided is a reshape, and whether a node is a chain of views of
 a subgraph input (loaded straight from its memory) and that input.
 
 Owns: those readers. Must not: give maps to nodes (maps.py does) or emit anything.
@@ -18,7 +18,7 @@ import torch.fx as fx
 
 from ..codegen import index as ix
 from ..codegen.errors import Unsupported
-from ..fx_passes.ops import Role, op_name, role
+from ..fx_passes.ops import PIECEWISE, Role, op_name, role
 
 Map = list[ix.Index]
 RESHAPES = {
@@ -96,7 +96,9 @@ def view_chain(out: fx.Node, stop: Collection[fx.Node] = ()) -> tuple[fx.Node, l
         first = node.all_input_nodes[0]
         view = op_name(node) in RESHAPES or op_name(node) in PERMUTES
         # a same-shape pointwise op, or an expand to the shape it has
-        same = role(node) is Role.POINTWISE or op_name(node) == "aten::expand"
+        # (not a cat or slice_scatter: which input an element comes from depends on where it is)
+        pointwise = role(node) is Role.POINTWISE and op_name(node) not in PIECEWISE
+        same = pointwise or op_name(node) == "aten::expand"
         if not view and not (same and shape(first) == shape(node)):
             break
         chain.append(node)
@@ -113,6 +115,22 @@ def forward_view_map(view: fx.Node, m: Map, domain: Sequence[int]) -> Map:
     if name not in PERMUTES:  # a same-shape pointwise op or expand
         return list(m)
     return [m[p] for p in permutation(view, len(inp))]
+
+
+def reshape_like(n: fx.Node, src: fx.Node, out: Sequence[int]) -> bool:
+    """Whether `as_strided(src, size, stride[, 0])` is a reshape: `src` is contiguous, the view
+    keeps every element, row-major strides, no offset (group norm's decomposition views its
+    [1, C/G, G, 1]-shaped scale so)."""
+    val = src.meta.get("val")
+    if not isinstance(val, torch.Tensor) or not val.is_contiguous():
+        return False
+    stride = list(n.args[2]) if len(n.args) > 2 else None  # type: ignore[arg-type]
+    offset = n.args[3] if len(n.args) > 3 else n.kwargs.get("storage_offset")
+    expected, acc = [], 1
+    for size in reversed(out):
+        expected.append(acc)
+        acc *= size
+    return offset in (None, 0) and stride == expected[::-1] and acc == val.numel()
 
 
 def permutation(n: fx.Node, rank: int) -> list[int]:

@@ -14,7 +14,9 @@ from kernelpro_backend.codegen import index as ix
 def evaluate(x: ix.Index, point: tuple[int, ...]) -> int:
     total = 0
     for c, a in x:
-        if isinstance(a, int):
+        if a == ix.ONE:
+            v = 1
+        elif isinstance(a, int):
             v = point[a]
         elif a[0] == "div":
             v = evaluate(a[1], point) // a[2]
@@ -53,3 +55,21 @@ def test_merge_of_split_dims_is_affine() -> None:
     assert (
         ix.render(ix.add(ix.scale(split[0], 1024), ix.scale(split[1], 64)), ["m", "n"]) == "64 * m"
     )
+
+
+@pytest.mark.parametrize(
+    ("lo", "length", "extent"), [(0, 32, 64), (32, 32, 64), (6, 5, 11), (3, 3, 11)]
+)
+def test_a_piece_index_is_the_shift_into_the_piece_and_stays_in_its_bounds(lo, length, extent):
+    """A cat's piece [lo, lo + length) reads its input at (c - lo) mod length, written with a
+    constant term: c - lo inside the piece, in [0, length) everywhere (lowering/pieces.py)."""
+    sizes = (extent, 4)
+    x = ix.modulo(ix.add(ix.dim(0), ix.const(-lo % length)), length, sizes)
+    names = ["c", "r"]
+    for c in range(extent):
+        v = evaluate(x, (c, 0))
+        assert 0 <= v < length and eval(ix.render(x, names), {"c": c, "r": 0}) == v
+        if lo <= c < lo + length:
+            assert v == c - lo
+    assert ix.max_value(ix.add(ix.dim(1), ix.const(3)), sizes) == 6
+    assert ix.dims_of(ix.add(ix.dim(1), ix.const(3))) == {1}

@@ -114,3 +114,32 @@ def test_conv_is_the_anchor_of_its_bias_activation_and_residual_tail():
     # and the ReLU's mask for the backward (le), stored by the same kernel
     assert conv.ops == ["convolution", "relu", "add", "le"]
     assert any("convolution_backward" in s.ops for s in _by_graph(sgs, "backward"))
+
+
+class _Rope(torch.nn.Module):
+    """Hugging Face's RoPE on the heads of a QKV projection: q*cos + rotate_half(q)*sin, with
+    rotate_half(x) = cat((-x[..., d//2:], x[..., :d//2]), -1)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.qkv = torch.nn.Linear(64, 192)
+
+    def forward(self, x, cos, sin):
+        b, s, _ = x.shape
+        q, k, v = self.qkv(x).view(b, s, 3, 2, 32).permute(2, 0, 3, 1, 4).unbind(0)
+        half = [torch.cat((-t[..., 16:], t[..., :16]), dim=-1) for t in (q, k)]
+        q, k = (t * cos + h * sin for t, h in zip((q, k), half, strict=True))
+        return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+
+
+def test_rope_with_its_cat_is_one_pointwise_subgraph_per_tensor():
+    """cat is pointwise by pieces: rotate_half's neg, the cat and the products are one group
+    (they were a neg group and a mul-add group with the cat left between them), and the
+    backward's slice_scatters of the gradient's halves join the gradient's products."""
+    x = torch.randn(2, 8, 64, requires_grad=True)
+    sgs = subgraphs_of(_Rope(), x, torch.randn(8, 32), torch.randn(8, 32))
+    fwd = [s for s in _by_graph(sgs, "forward") if s.kind == "pointwise"]
+    assert [sorted(s.ops) for s in fwd] == [["add", "cat", "mul", "mul", "neg"]] * 2
+    bwd = [s for s in _by_graph(sgs, "backward") if "slice_scatter" in s.ops]
+    assert len(bwd) == 1 and bwd[0].ops.count("slice_scatter") == 4
+    assert not [s for s in _by_graph(sgs, "backward") if s.ops == ["neg"]]

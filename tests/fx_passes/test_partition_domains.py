@@ -127,15 +127,17 @@ def test_a_group_norm_backward_keeps_its_per_group_sums_apart_from_dx():
         check(sg, lower(sg), seed=seed)
 
 
-def test_a_rope_backward_keeps_its_negated_half_apart_and_every_subgraph_lowers():
+def test_a_rope_backward_fuses_its_negated_half_and_every_subgraph_lowers():
     """RoPE's backward negates half of each head's gradient (the rotated half's slice): a
-    half-size output in the gradient's group, which no domain maps, so the lowering refused
-    the group. The half now goes on in a group of its own; forward and backward lower and
-    match."""
+    half-size value in the gradient's group. It went on in a group of its own; now the cat
+    (chunk's backward) that puts it back into a full-size gradient maps it (lowering/pieces.py),
+    so the half, the cat and the gradient's products are one group per tensor; forward and
+    backward lower and match."""
     x = torch.randn(2, 32, 64, requires_grad=True)
     sgs = find_subgraphs(_QkvRope(), x, train=True, rewrites={})
-    halves = [sg for sg in sgs if sg.graph == "backward" and sg.ops == ["neg"]]
-    assert len(halves) == 2  # q's and k's
+    assert not [sg for sg in sgs if sg.graph == "backward" and sg.ops == ["neg"]]
+    halves = [sg for sg in sgs if sg.graph == "backward" and "neg" in sg.ops]
+    assert len(halves) == 2 and all("cat" in sg.ops for sg in halves)  # q's and k's
     for seed, sg in enumerate(sgs):
         if sg.kind != "attention":
             check(sg, lower(sg), seed=seed)

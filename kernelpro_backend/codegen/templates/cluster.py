@@ -43,7 +43,14 @@ from ..optable_cuda import (
     c_store_value,
     c_type,
 )
-from ..program_walk import INDEX, needed_refs, reduction_ready, ref_dtype, ref_levels
+from ..program_walk import (
+    INDEX,
+    PIECE_LOAD,
+    needed_refs,
+    reduction_ready,
+    ref_dtype,
+    ref_levels,
+)
 from ..spec import KernelSpec
 
 SCALAR, ROW, FULL = 0, 1, 2
@@ -134,6 +141,8 @@ class _Body:
         op, args, dtype = self.spec.ops[i]
         if op == INDEX:
             return self._index(args[0][1])
+        if op == PIECE_LOAD:  # its address is in bounds everywhere: read as the plain load
+            return self.value(args[0])
         if op in REDUCTIONS:
             # Constant along the row (per-element ones were folded by a column pass).
             v = self.value(args[0])
