@@ -221,7 +221,7 @@ def _rewrite_one(
     if columns < FUSED_MIN_COLUMNS:
         return None, (
             f"{why_not}, and its {columns} columns are fewer than {FUSED_MIN_COLUMNS}, where "
-            "Inductor's own loss is faster than kernelpro::cross_entropy"
+            "kernelpro::cross_entropy is not yet measured in a compiled step"
         )
     _fused(graph, ce, chain, target, ignore, reduction)
     return f"the linear, then kernelpro::cross_entropy ({why_not})", None
@@ -229,11 +229,13 @@ def _rewrite_one(
 
 # kernelpro::cross_entropy's two row kernels on kept bf16 logits against Inductor's kernels for
 # F.cross_entropy(logits.float()), forward + backward (one H100, 2026-12-06, BENCHMARKS.md
-# "Loss on kept logits"): 1.34x at 8192 x 32000, 1.34x at 8192 x 50257, 2.2x at 2048 x 50257,
-# 1.78x at 8192 x 128256, each within 10% of the DRAM roof but the unaligned 50257's backward.
-# (The op called eagerly read 0.79-0.83x of Inductor at 32000-50257 columns: its host time,
-# which a compiled step hides.) Below this width the rewrite leaves the loss to the fallback.
-FUSED_MIN_COLUMNS = 16384
+# "Loss on kept logits"): 1.34x at 8192 x 32000 and 8192 x 50257, 2.25x at 2048 x 50257, 1.78x
+# at 8192 x 128256. The op called eagerly read 0.79-0.83x of Inductor at 32000-50257 columns,
+# the time outside its two row kernels (not profiled). In a compiled step the rewrite is
+# measured at 128256 only (Qwen2); below 65536 the gradient it writes must also be copied where
+# pad_gemm pads an unaligned head (Inductor writes its own into the padded buffer), so it waits
+# for the in-graph check (docs/gpu_runs/2026-12-06-unaligned-gemm/probe_loss.py, "kp-ce").
+FUSED_MIN_COLUMNS = 65536
 
 
 def _columns(logits: fx.Node) -> int:

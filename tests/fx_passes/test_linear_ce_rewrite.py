@@ -300,8 +300,8 @@ def test_under_autocast_the_ops_compute_as_autocast_does(spelling, monkeypatch):
 
 
 def test_kept_logits_narrower_than_the_gate_keep_inductors_loss(monkeypatch):
-    """Below FUSED_MIN_COLUMNS (where the row kernels are not measured against Inductor's) the
-    chain is left as written, with the width in its reason."""
+    """Below FUSED_MIN_COLUMNS (not yet measured in a compiled step) the chain is left as
+    written, with the width in its reason."""
     monkeypatch.setattr(linear_ce_rewrite, "FUSED_MIN_COLUMNS", V + 1)
     for spelling in FUSED:
         (got,) = _notes(Head(spelling), spelling)

@@ -10,7 +10,10 @@ Modes: Inductor; kernelpro (search="cache-only", fresh cache: the fallback plus 
 rewrites, pad_gemm among them). A third mode, "kp-forced", ran pad_gemm where its rule then
 left the padding to Inductor's comprehensive padding (dY written in the graph); it was 1-2%
 faster on the step (2026-12-06, unaligned_loss-h100*.txt), so the rule pads there now and
-"kernelpro" is that mode. Interleaved rounds, CUDA events. Also records how many linears
+"kernelpro" is that mode. "kp-ce" (loss+logits forms): kernelpro with the kept-logits loss
+rewrite allowed from 16384 columns (fx_passes/linear_ce_rewrite.FUSED_MIN_COLUMNS, 65536 by
+default): kernelpro::cross_entropy's row kernels ran 1.34x over Inductor's at 8192 x 50257 alone
+(ce-rows-tiles), but their gradient is then padded by a copy. Interleaved rounds, CUDA events. Also records how many linears
 pad_gemm padded, and Inductor's own padding counters (pad_mm's benchmarks, comprehensive
 padding) per compile.
 
@@ -36,6 +39,7 @@ import torch.nn.functional as F
 from probe import time_ms  # probe.py beside this file: the same CUDA-event timing
 
 from kernelpro_backend import make_backend
+from kernelpro_backend.fx_passes import linear_ce_rewrite
 
 SHAPES = {"gpt2": (8192, 768, (50257, 50264)), "llama": (4096, 4096, (32001, 32008))}
 # case: (shape, vocab, form, modes)
@@ -47,8 +51,9 @@ CASES = {
     )
     for form in forms
     for i, v in enumerate(SHAPES[shape][2])
-    for modes in [("inductor", "kernelpro")]
+    for modes in [("inductor", "kernelpro", "kp-ce") if form == "loss+logits" else ("inductor", "kernelpro")]
 }  # fmt: skip
+CE_MIN_COLUMNS = 16384  # "kp-ce": the rewrite's gate while its graph compiles
 ITERS = 10
 
 
@@ -131,7 +136,13 @@ def run_case(name: str, rounds: int, cache: str) -> dict:
         logs[mode] = {"before": inductor_counts()}
         t0 = time.perf_counter()
         fns[mode] = compiled(model, mode, cache, form.endswith("-dyn"), logs[mode])
-        step(fns[mode])()  # compiles forward and backward
+        gate = linear_ce_rewrite.FUSED_MIN_COLUMNS
+        if mode == "kp-ce":
+            linear_ce_rewrite.FUSED_MIN_COLUMNS = CE_MIN_COLUMNS
+        try:
+            step(fns[mode])()  # compiles forward and backward
+        finally:
+            linear_ce_rewrite.FUSED_MIN_COLUMNS = gate
         torch.cuda.synchronize()
         logs[mode]["compile_s"] = round(time.perf_counter() - t0, 1)
         logs[mode]["after"] = inductor_counts()
@@ -149,6 +160,9 @@ def run_case(name: str, rounds: int, cache: str) -> dict:
     for log in logs.values():
         sessions = log.pop("sessions", [])
         log["pad_gemm"] = sum(s.rewrites.get("pad_gemm", 0) for s in sessions)
+        log["linear_cross_entropy"] = sum(
+            s.rewrites.get("linear_cross_entropy", 0) for s in sessions
+        )
     return {"shape": [tokens, hidden, vocab], "form": form, "median_ms": med, "rounds_ms": times,
             "compiles": logs}  # fmt: skip
 
@@ -171,7 +185,7 @@ def main() -> None:
         with open(os.path.join(os.environ["OUT"], "unaligned_loss.json"), "w") as f:
             json.dump(out, f, indent=1)
     print(f"\n{out['device']}  median ms of {ITERS} calls x {rounds} rounds, {out['wall_s']} s")
-    modes = ("inductor", "kernelpro")
+    modes = ("inductor", "kernelpro", "kp-ce")
     print(f"{'case':<26}{'what':<9}" + "".join(f"{m:>11}" for m in modes))
     for name, case in out["cases"].items():
         for what in ("fwd", "fwd_bwd"):
