@@ -349,8 +349,12 @@ class MapBuilder:
             return ix.reshape(m, out, inp, self.domain)
         if name == "aten::slice":
             return slice_source_map(n, m)
+        if name == "aten::select":  # the source at the selected index along its dim
+            d = int(n.args[1]) % len(inp)  # type: ignore[arg-type]
+            return [*m[:d], ix.const(int(n.args[2]) % inp[d]), *m[d:]]  # type: ignore[arg-type]
         raise Unsupported(
-            f"view {name} of a computed value is not supported (only reshape/permute/expand/slice)"
+            f"view {name} of a computed value is not supported "
+            "(only reshape/permute/expand/slice/select)"
         )
 
     def _reduce(self, n: fx.Node, m: Map) -> None:

@@ -241,3 +241,19 @@ def test_a_row_reduction_over_a_cat_lowers_with_its_alternatives():
     sg = decomposed_subgraph(lambda x: torch.cat((x[:, 4096:], -x[:, :4096]), 1).softmax(-1), x)
     assert check(sg).template == "row_reduction"
     assert not [a for a in alternatives(lower(sg)) if a.template == "row_cluster"]
+
+
+class _Stacked(nn.Module):
+    def forward(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        return torch.stack((a * b, a + b), dim=-1).flatten(-2).relu()
+
+
+def test_a_stacks_backward_selecting_a_computed_gradient_lowers_in_parts():
+    """The backward of torch.stack selects each half of a computed gradient (relu's where):
+    the select maps its source at the selected index, so the two selects are a MapConflict the
+    split cuts (each part lowers), where the group was refused whole (Unsupported)."""
+    a, b = (torch.randn(4, 6, requires_grad=True) for _ in range(2))
+    backward = [sg for sg in collect(_Stacked(), (a, b), train=True) if sg.graph == "backward"]
+    assert len(backward) == 2  # the gradient's where, then the products reading its halves
+    for sg in backward:
+        check(sg)
