@@ -2,8 +2,9 @@
 
 Owns: choosing how each output is laid over the domain (broadcast, reshape, or the kept dims
 of a reduction) and propagating those maps from the outputs back to every node and input
-(broadcasting, views, reductions, row gathers; cat and slice pieces through pieces.py). A value reached twice with different maps, or a
-view that is not a reshape/permute/expand, is `Unsupported`, never guessed.
+(broadcasting, views, reductions, row gathers; cat and slice pieces through pieces.py). A value
+reached twice with different maps is a `MapConflict`; a view of a computed value that is not a
+reshape/permute/expand/slice/select is `Unsupported`: never guessed.
 Must not: emit ops or render source.
 """
 
@@ -349,9 +350,10 @@ class MapBuilder:
             return ix.reshape(m, out, inp, self.domain)
         if name == "aten::slice":
             return slice_source_map(n, m)
-        if name == "aten::select":  # the source at the selected index along its dim
-            d = int(n.args[1]) % len(inp)  # type: ignore[arg-type]
-            return [*m[:d], ix.const(int(n.args[2]) % inp[d]), *m[d:]]  # type: ignore[arg-type]
+        picked = picked_slice(n) if name == "aten::select" else None
+        if picked is not None:  # the source at the selected index along its dim
+            _, d, i = picked
+            return [*m[:d], ix.const(i), *m[d:]]
         raise Unsupported(
             f"view {name} of a computed value is not supported "
             "(only reshape/permute/expand/slice/select)"

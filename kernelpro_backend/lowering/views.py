@@ -1,8 +1,9 @@
 """Views in a subgraph as the index maps see them: the shape of a node's value, which ops are
 reshapes and permutes, slices picked from a computed value (unbind/select, equal split chunks),
 the chain of views (and same-shape ops) from a value to an output (and whether a node of it
-computes), a map pushed forward through one view, whether as_strided is a reshape, and whether a node is a chain of views of
-a subgraph input (loaded straight from its memory) and that input.
+computes), a map pushed forward through one view, whether an as_strided is a reshape, and
+whether a node is a chain of views of a subgraph input (loaded straight from its memory) and
+that input.
 
 Owns: those readers. Must not: give maps to nodes (maps.py does) or emit anything.
 """
