@@ -10,7 +10,9 @@ the kernels lose, each is left out in turn (halves of them, bisected down to the
 past EACH_IN_TURN kernels: every timing is a compile of the whole model), and the ones whose
 absence makes the step faster are recorded in the cache (cache/context.py), where the finder
 reads them. The kernels the warm-up holds (found, not yet checked) are released once the check
-has judged them; a check that runs out of the warm-up's time leaves them held (unused).
+has judged them; a check that runs out of the warm-up's time before it has timed the step
+with and without them leaves them held (unused), one that runs out while blaming sends them all
+away (the step was not faster with them).
 
 Then, where the LM-head rewrite took part, the step with and without it: a graph faster
 without it gets that recorded against its fingerprint (backend.graph_fingerprint), and later
@@ -76,11 +78,15 @@ def decide(
     used: Sequence[str],
     first: float,
     wins: tuple[int, int] | None = None,
+    lines: list[str] | None = None,
 ) -> tuple[list[str], list[str]]:
     """(the digests whose kernels lose in context, report lines); `time_without(excluded)` is
     the step's time in ms with those kernels left out (the others used), `first` its time
     with none left out, measured already; `wins`: (rounds the step was faster with every
-    kernel, rounds) where the two were timed in turns."""
+    kernel, rounds) where the two were timed in turns. The lines are appended to `lines` as
+    they come. Where the deadline stops the blaming (each timing compiles the model), every
+    kernel goes: the step was not faster with them."""
+    lines = [] if lines is None else lines
     every = frozenset(used)
     alone = time_without(every)
     again = time_without(frozenset())
@@ -95,26 +101,44 @@ def decide(
     if wins is not None:
         line += f"; faster with them in {wins[0]} of {wins[1]} rounds"
         ahead = ahead and wins[0] >= KEEP_SHARE * wins[1]
-    lines = [line + ")"]
+    lines.append(line + ")")
     if ahead:
         return [], lines
+    try:
+        losers = _blame(time_without, used, with_all * (1 - margin), none, lines)
+    except OutOfTime as e:
+        # Held instead, they would meet the same check in every later warm-up, each finding
+        # more kernels to blame (a BERT warm-up's check: 41 s a compile, 3 of them in its 140 s)
+        lines.append(
+            f"  {e}: no time to find which of the {len(used)} lose; they all go (the step was "
+            "not faster with them)"
+        )
+        return list(used), lines
+    return (losers or list(used)), lines
+
+
+def _blame(
+    time_without: Timer, used: Sequence[str], faster: float, none: float, lines: list[str]
+) -> list[str]:
+    """The kernels whose absence makes the step faster than `faster` ms (each in turn, or
+    bisected); all of them where the step without just those is still slower than `none`."""
     losers: list[str] = []
     if 1 < len(used) <= EACH_IN_TURN:
         for digest in used:
             without = time_without(frozenset([digest]))
             lines.append(f"  without {digest[:12]}: {without:.3f} ms")
-            if without < with_all * (1 - margin):
+            if without < faster:
                 losers.append(digest)
     elif len(used) > EACH_IN_TURN:
         half = len(used) // 2
         for group in (list(used[:half]), list(used[half:])):
-            losers += _to_blame(time_without, group, with_all * (1 - margin), lines)
+            losers += _to_blame(time_without, group, faster, lines)
     if losers and len(losers) < len(used):
         rest = time_without(frozenset(losers))
         lines.append(f"  without the {len(losers)} that lose: {rest:.3f} ms")
         if rest > none:
             losers = list(used)
-    return (losers or list(used)), lines
+    return losers
 
 
 def peak_verdict(with_kernels: int | None, alone: int | None) -> str | None:
@@ -239,8 +263,7 @@ def _judge(
     used = sorted(served)
     losers: list[str] = []
     if used:
-        losers, verdict = decide(_replaying(time_with, replay), used, first, wins)
-        lines += verdict
+        losers, _ = decide(_replaying(time_with, replay), used, first, wins, lines)
         heavier = peak_verdict(peaks.get((frozenset(), False)), peaks.get((frozenset(used), False)))
         if not losers and heavier:
             losers = list(used)

@@ -138,5 +138,10 @@ def test_the_shipped_cache_serves_its_examples_on_a_fresh_install(tmp_path, bund
     print(f"\n{bundle}: {len(entries)} of {shipped} shipped kernels re-proved here, "
           f"{len(paying)} still pay; {replaced} of {found} subgraphs replaced")  # fmt: skip
     assert replaced >= len(paying), caplog.text
-    if not paying:
-        assert "under the" in caplog.text  # the log says why each one kept the fallback
+    if not paying:  # the log says why each one kept the fallback, or ran on trial (near tie)
+        said = [
+            line
+            for line in caplog.text.splitlines()
+            if "under the" in line or "served tentatively" in line
+        ]
+        assert len(said) >= len(entries), caplog.text

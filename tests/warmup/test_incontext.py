@@ -54,6 +54,27 @@ def test_the_kernel_whose_absence_speeds_the_step_up_is_the_one_recorded():
     assert any("without b" in line for line in lines)
 
 
+def test_a_deadline_while_blaming_sends_them_all_away_and_says_why():
+    """The step with every kernel against the step without is timed first; the deadline may
+    stop the blaming after it (each blame is a compile of the model): then all go, reported
+    with the comparison (an H100 BERT warm-up's check said only 'out of time' and held them,
+    for every later warm-up to meet the same check with more kernels)."""
+    from kernelpro_backend.warmup.incontext_steps import OutOfTime
+
+    every = frozenset({"a", "b", "c", "d", "e"})
+
+    def time_without(excluded: frozenset[str]) -> float:
+        if excluded not in (every, frozenset()):
+            raise OutOfTime("after 3 step timing(s), 1 more would end past the deadline")
+        return 10.0 if excluded == every else 10.4
+
+    lines: list[str] = []
+    losers, said = decide(time_without, sorted(every), first=10.4, lines=lines)
+    assert losers == sorted(every) and said is lines and len(lines) == 2
+    assert "10.400 ms a step, the fallback alone 10.000 ms" in lines[0]
+    assert "no time to find which of the 5 lose; they all go" in lines[1]
+
+
 def test_when_no_single_kernel_is_to_blame_they_all_go():
     times = {frozenset(): 10.6, frozenset({"a", "b"}): 10.0, frozenset({"a"}): 10.55,
              frozenset({"b"}): 10.55}  # fmt: skip
