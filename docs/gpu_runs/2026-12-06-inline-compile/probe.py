@@ -1,0 +1,112 @@
+"""Probe: where a training step's compile time goes when kernelpro serves kernels at many call
+sites (the warm-up's in-context check compiled an hf_bert step in ~9 s without kernels and
+~70 s with 2-4 distinct kernels served at 12-24 sites each; BENCHMARKS.md).
+
+A 12-block model (LayerNorm -> Linear -> GELU -> Linear, residual), forward and backward,
+compiled three ways after `torch._dynamo.reset()`: no kernel; every LayerNorm/pointwise
+subgraph that lowers served its default kernel (lower + build_kernel, no search), inlined into
+Inductor's graph (launch "inline", the default); the same kernels through the opaque
+`kernelpro::launch` op. Each compile + first step is timed, the inlined one under cProfile:
+the cumulative seconds in Triton's TTIR generation and Inductor's kernel-mutation analysis
+(torch._higher_order_ops.triton_kernel_wrap), kernelpro's tracing (rewrite/inline.py) and
+Inductor's compile_fx are printed.
+
+    OUT=/tmp/out python docs/gpu_runs/2026-12-06-inline-compile/probe.py
+
+Env: PROBE_BLOCKS (12). Writes $OUT/inline_compile.json; prints a table last.
+"""
+
+from __future__ import annotations
+
+import cProfile
+import json
+import os
+import pstats
+import time
+
+import torch
+
+from kernelpro_backend import make_backend
+from kernelpro_backend.lowering import lower
+from kernelpro_backend.runtime.spec_kernel import build_kernel
+
+BLOCKS = int(os.environ.get("PROBE_BLOCKS", "12"))
+WATCH = (
+    "generate_ttir",
+    "identify_mutated_tensors",
+    "identify_accessed_tensors",
+    "trace_kernel",
+    "compile_fx_inner",
+    "aot_module_simplified",
+)
+
+
+class Block(torch.nn.Module):
+    def __init__(self, d: int) -> None:
+        super().__init__()
+        self.norm = torch.nn.LayerNorm(d)
+        self.up, self.down = torch.nn.Linear(d, 4 * d), torch.nn.Linear(4 * d, d)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + self.down(torch.nn.functional.gelu(self.up(self.norm(x))))
+
+
+class Served:
+    """Every norm/pointwise/reduction subgraph that lowers, on its default kernel."""
+
+    def __init__(self) -> None:
+        self.sites, self.failed = 0, 0
+
+    def find(self, sg):  # type: ignore[no-untyped-def]
+        if sg.kind not in ("pointwise", "reduction", "norm") and sg.pattern not in ("norm",):
+            return None
+        try:
+            kernel = build_kernel(lower(sg))
+        except Exception:
+            self.failed += 1
+            return None
+        self.sites += 1
+        return kernel
+
+
+def compile_once(provider, launch: str, profile: bool) -> dict:  # type: ignore[no-untyped-def]
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(*[Block(1024) for _ in range(BLOCKS)]).cuda()
+    x = torch.randn(8, 512, 1024, device="cuda", requires_grad=True)
+    opts = {"launch": launch, "search": "cache-only", "cache_dir": os.environ.get("OUT", "/tmp")}
+    compiled = torch.compile(model, backend=make_backend(provider=provider), options=opts)
+    prof = cProfile.Profile() if profile else None
+    t0 = time.perf_counter()
+    if prof:
+        prof.enable()
+    compiled(x).float().square().mean().backward()
+    torch.cuda.synchronize()
+    if prof:
+        prof.disable()
+    row: dict = {"launch": launch, "compile_s": round(time.perf_counter() - t0, 2)}
+    if provider is not None:
+        row.update(sites=provider.sites, failed=provider.failed)
+    if prof:
+        stats = pstats.Stats(prof).stats  # type: ignore[attr-defined]
+        for name in WATCH:
+            calls = [(v[0], v[3]) for k, v in stats.items() if k[2] == name]
+            row[name] = (sum(c for c, _ in calls), round(max((t for _, t in calls), default=0), 2))
+    return row
+
+
+def main() -> None:
+    rows = [
+        compile_once(None, "inline", False),
+        compile_once(Served(), "inline", True),
+        compile_once(Served(), "op", False),
+    ]
+    out = os.environ.get("OUT", ".")
+    with open(os.path.join(out, "inline_compile.json"), "w") as f:
+        json.dump({"device": torch.cuda.get_device_name(), "rows": rows}, f, indent=1)
+    for r in rows:
+        print(json.dumps(r))
+
+
+if __name__ == "__main__":
+    main()
