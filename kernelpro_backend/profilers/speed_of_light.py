@@ -3,7 +3,9 @@
 Owns: counting a subgraph's FLOPs per aten op (mm/addmm/bmm 2MNK, convolution, attention
 4*B*H*Sq*Sk*D, halved when causal, backward 2.5x forward; pointwise 1 per output element;
 reductions 1 per input element) and the fewest bytes it must move (each external input read
-once, each output written once), and `SpeedOfLight`, which turns them into a time with the
+once, each output written once; an output that is a view of an input or of another output
+is written by no kernel, and an input only viewed, never computed from, is not read: see
+`untouched`), and `SpeedOfLight`, which turns them into a time with the
 device's measured `Ceilings`: max(flops / compute roof, bytes / DRAM bandwidth); and
 `subgraph_cost`, the same two numbers of a callable counted by running it once under torch's
 FlopCounterMode (for a subgraph known only as a module, as `kernelpro profile` has it).
@@ -14,11 +16,12 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from typing import Any
 
 import torch
 import torch.fx as fx
+from torch.multiprocessing.reductions import StorageWeakRef
 
 from ..fx_passes.ops import Role, is_attention_op, op_name, role
 from .ceilings import Ceilings
@@ -104,8 +107,14 @@ def _attention_flops(node: fx.Node) -> float:
 
 
 def count_work(
-    nodes: Sequence[fx.Node], input_meta: Sequence[TensorMeta], output_meta: Sequence[TensorMeta]
+    nodes: Sequence[fx.Node],
+    input_meta: Sequence[TensorMeta],
+    output_meta: Sequence[TensorMeta],
+    inputs: Sequence[fx.Node] = (),
+    outputs: Sequence[fx.Node] = (),
 ) -> Work:
+    """The work of `nodes`; with their `inputs` and `outputs` (the nodes of the metas, in the
+    same order) the bytes leave out what `untouched` finds no kernel has to move."""
     tensor_flops = other_flops = 0.0
     tensor_dtype = ""
     for node in nodes:
@@ -123,18 +132,110 @@ def count_work(
             other_flops += _numel(out if isinstance(out, torch.Tensor) else None)
         elif r is Role.REDUCTION:
             other_flops += _numel(_val(node.args[0]) if node.args else None)
-    return Work(tensor_flops, other_flops, fewest_bytes(input_meta, output_meta), tensor_dtype)
+    unread, unwritten = untouched(nodes, inputs, outputs) if inputs or outputs else ((), ())
+    nbytes = fewest_bytes(input_meta, output_meta, unread, unwritten)
+    return Work(tensor_flops, other_flops, nbytes, tensor_dtype)
 
 
-def fewest_bytes(input_meta: Sequence[TensorMeta], output_meta: Sequence[TensorMeta]) -> int:
-    """Inputs read once (an expanded, stride-0 dim holds one element) plus outputs written once."""
+def fewest_bytes(
+    input_meta: Sequence[TensorMeta],
+    output_meta: Sequence[TensorMeta],
+    unread: Collection[int] = (),
+    unwritten: Collection[int] = (),
+) -> int:
+    """Inputs read once (an expanded, stride-0 dim holds one element) plus outputs written once,
+    but for the inputs at the `unread` and the outputs at the `unwritten` indices."""
     total = 0
-    for shape, stride, dtype in input_meta:
-        unique = math.prod(s for s, st in zip(shape, stride, strict=True) if st != 0)
-        total += unique * _itemsize(dtype)
-    for shape, _, dtype in output_meta:
-        total += math.prod(shape) * _itemsize(dtype)
+    for i, (shape, stride, dtype) in enumerate(input_meta):
+        if i not in unread:
+            unique = math.prod(s for s, st in zip(shape, stride, strict=True) if st != 0)
+            total += unique * _itemsize(dtype)
+    for i, (shape, _, dtype) in enumerate(output_meta):
+        if i not in unwritten:
+            total += math.prod(shape) * _itemsize(dtype)
     return total
+
+
+_LAYOUT = (Role.VIEW, Role.GETITEM)
+
+
+def untouched(
+    nodes: Sequence[fx.Node], inputs: Sequence[fx.Node], outputs: Sequence[fx.Node]
+) -> tuple[frozenset[int], frozenset[int]]:
+    """(indices of the inputs no kernel has to read, of the outputs none has to write).
+
+    An output reached from an input or from another output through views alone (and sharing
+    its storage, as the traced values say: a reshape that copies is no view) is that tensor's
+    memory: the reference returns it as a view, and so may a kernel (validation accepts the
+    aliases the reference has). BERT's MLM head left `logits = addmm.view(B, T, V)` returned
+    beside `logits.view(-1, V).float()`: counted as written, the bound asked for 4.0 GB where
+    a correct kernel moves 3.0 (1 GB read, 2 GB written: 1.018 ms against a 1.336 ms bound,
+    H100). An input whose members only view it, and whose views no compute reads, is not read.
+    Views of one value that is no output are still counted each (they may be disjoint pieces
+    of it, a split QKV: counting one of them would let a kernel skip the others)."""
+    members, held = set(nodes), {*inputs, *outputs}
+    unwritten = set()
+    for i, out in enumerate(outputs):
+        base = out
+        while base in members and role(base) in _LAYOUT and base.all_input_nodes:
+            base = base.all_input_nodes[0]
+            if base in held and _inside(out, base):
+                unwritten.add(i)
+                break
+    unread = {i for i, p in enumerate(inputs) if not _computed_from(p, members)}
+    return frozenset(unread), frozenset(unwritten)
+
+
+def _computed_from(source: fx.Node, members: set[fx.Node]) -> bool:
+    """Whether a member other than a view sharing `source`'s storage reads it, directly or
+    through such views."""
+    stack = [source]
+    while stack:
+        for user in stack.pop().users:
+            if user not in members:
+                continue
+            if role(user) not in _LAYOUT or not _same_storage(user, source):
+                return True
+            stack.append(user)
+    return False
+
+
+def _same_storage(a: fx.Node, b: fx.Node) -> bool:
+    ta, tb = _val(a), _val(b)
+    if ta is None or tb is None:
+        return False  # unknown: counted, the bound stays what it was
+    return StorageWeakRef(ta.untyped_storage()) == StorageWeakRef(tb.untyped_storage())
+
+
+def _inside(view: fx.Node, base: fx.Node) -> bool:
+    return _within(_val(view), _val(base))
+
+
+def _within(view: torch.Tensor | None, base: torch.Tensor | None) -> bool:
+    """Whether `view` shares `base`'s storage and every byte it addresses is one of `base`'s
+    (an as_strided of a slice may address the rest of the slice's storage)."""
+    if view is None or base is None:
+        return False
+    if StorageWeakRef(view.untyped_storage()) != StorageWeakRef(base.untyped_storage()):
+        return False
+    span, base_span = _byte_span(view), _byte_span(base)
+    if span is None or base_span is None:
+        return False
+    return base_span[0] <= span[0] and span[1] <= base_span[1]
+
+
+def _byte_span(t: torch.Tensor) -> tuple[int, int] | None:
+    """[first, last] byte `t` addresses in its storage; None when unknown (symbolic)."""
+    values = (*t.shape, *t.stride(), t.storage_offset())
+    if not all(isinstance(v, int) for v in values):
+        return None
+    ints = [int(v) for v in values]
+    rank, item = t.dim(), t.element_size()
+    sizes, strides, offset = ints[:rank], ints[rank : 2 * rank], ints[-1]
+    if 0 in sizes:
+        return offset * item, offset * item - 1
+    last = offset + sum((n - 1) * st for n, st in zip(sizes, strides, strict=True))
+    return offset * item, (last + 1) * item - 1
 
 
 def _itemsize(dtype: str) -> int:
@@ -161,7 +262,10 @@ class SpeedOfLight:
 
     @staticmethod
     def work(subgraph: Any) -> Work:
-        return count_work(subgraph.nodes, subgraph.input_meta, subgraph.output_meta)
+        inputs, outputs = getattr(subgraph, "inputs", ()), getattr(subgraph, "outputs", ())
+        return count_work(
+            subgraph.nodes, subgraph.input_meta, subgraph.output_meta, inputs, outputs
+        )
 
     @classmethod
     def for_subgraph(cls, subgraph: Any, ceilings: Ceilings) -> tuple[float, int, float]:
@@ -172,12 +276,16 @@ class SpeedOfLight:
 
 def subgraph_cost(module: Any, inputs: list[Any]) -> tuple[float, float]:
     """(FLOPs, bytes): FLOPs of matmul/conv/attention ops as torch counts them (others count
-    as one per output element); bytes of the external inputs and outputs, read/written once."""
+    as one per output element); bytes of the external inputs and outputs, read/written once
+    (an output that is a view of an input is that input's memory: not written)."""
     from torch.utils.flop_counter import FlopCounterMode
 
     with FlopCounterMode(display=False) as counter, torch.no_grad():
         outputs = module(*inputs)
-    tensors = [t for t in [*inputs, *outputs] if isinstance(t, torch.Tensor)]
-    nbytes = sum(t.numel() * t.element_size() for t in tensors)
-    elementwise = sum(t.numel() for t in outputs if isinstance(t, torch.Tensor))
+    ins = [t for t in inputs if isinstance(t, torch.Tensor)]
+    written = [
+        t for t in outputs if isinstance(t, torch.Tensor) and not any(_within(t, x) for x in ins)
+    ]
+    nbytes = sum(t.numel() * t.element_size() for t in [*ins, *written])
+    elementwise = sum(t.numel() for t in written)
     return float(max(counter.get_total_flops(), elementwise)), float(nbytes)

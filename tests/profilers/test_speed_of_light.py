@@ -8,9 +8,18 @@ import torch.nn.functional as F
 from torch.fx.experimental.proxy_tensor import make_fx
 
 from kernelpro_backend.backend import make_backend
+from kernelpro_backend.fx_passes.group import Group
+from kernelpro_backend.fx_passes.ops import op_name
+from kernelpro_backend.fx_passes.split import split_at
+from kernelpro_backend.fx_passes.subgraph import subgraph_of_group
 from kernelpro_backend.profilers import ceilings as ceilings_mod
 from kernelpro_backend.profilers.ceilings import Ceilings
-from kernelpro_backend.profilers.speed_of_light import SpeedOfLight, count_work, fewest_bytes
+from kernelpro_backend.profilers.speed_of_light import (
+    SpeedOfLight,
+    count_work,
+    fewest_bytes,
+    subgraph_cost,
+)
 
 FAKE = Ceilings(
     device_name="Fake GPU",
@@ -84,6 +93,80 @@ def test_expanded_input_is_read_once():
     assert fewest_bytes([((8, 40), (0, 1), "float32")], [((8, 40), (40, 1), "bfloat16")]) == (
         40 * 4 + 320 * 2
     )
+
+
+def _logits_then_float(a, b):
+    logits = (a @ b).view(4, 16, 30)  # BERT's MLM head: returned, and upcast for the loss
+    return logits, logits.view(-1, 30).float()
+
+
+def test_output_viewing_an_input_is_not_written():
+    # The GEMM's group split below the mm (as the lowering splits it), its pointwise part: the
+    # bf16 logits returned as a view of the mm's output, and their float32 copy. No kernel
+    # writes the view (the reference returns it, validation allows the alias): 1 read + 1 write.
+    a, b = torch.randn(64, 32, dtype=torch.bfloat16), torch.randn(32, 30, dtype=torch.bfloat16)
+    whole = only_subgraph(_logits_then_float, a, b, kind="gemm")
+    mm = next(n for n in whole.nodes if op_name(n) == "aten::mm")
+    part = split_at(whole, mm)[1]
+    assert part.kind == "pointwise" and len(part.outputs) == 2
+    assert SpeedOfLight.work(part).bytes == 64 * 30 * 2 + 64 * 30 * 4
+    # The whole group writes the logits (the mm is no input there): counted as before.
+    assert SpeedOfLight.work(whole).bytes == 2 * (64 * 32 + 32 * 30) + 64 * 30 * (2 + 4)
+
+
+def _group(fn, *args, members):
+    """The subgraph of the make_fx graph of `fn` whose members are the nodes `members` names."""
+    gm = make_fx(fn, tracing_mode="fake")(*args)
+    nodes = [n for n in gm.graph.nodes if n.op == "call_function" and members(n)]
+    return subgraph_of_group(Group(nodes=nodes, mask=0), "forward", "ieee")
+
+
+def test_view_of_another_output_is_written_once():
+    def fn(x):
+        y = x.relu()
+        return y, y.t(), y.sum()  # the sum only keeps y and its view outputs
+
+    sg = _group(fn, torch.randn(8, 40), members=lambda n: op_name(n) != "aten::sum")
+    assert len(sg.outputs) == 2
+    assert SpeedOfLight.work(sg).bytes == 320 * 4 + 320 * 4
+
+
+def test_input_only_viewed_is_not_read():
+    def fn(x, y):
+        return x.view(40, 8), y.exp()
+
+    sg = _group(fn, torch.randn(8, 40), torch.randn(16), members=lambda n: True)
+    assert len(sg.inputs) == 2 and len(sg.outputs) == 2
+    assert SpeedOfLight.work(sg).bytes == 16 * 4 + 16 * 4
+
+
+def test_disjoint_views_of_a_value_are_each_written():
+    # Not a view of an output or input: both pieces are written, as the reference writes them
+    # (counting one would let a kernel skip the other under the bound).
+    def fn(x):
+        y = x * 2
+        return y[:, :10], y[:, 10:]
+
+    sg = _group(fn, torch.randn(8, 40), members=lambda n: True)
+    assert SpeedOfLight.work(sg).bytes == 320 * 4 + 80 * 4 + 240 * 4
+
+
+def test_view_reaching_past_its_base_output_is_written():
+    # An as_strided of an output that addresses more of the storage than that output holds.
+    def fn(x):
+        y = x * 2
+        head = y[:, :10]
+        return head, head.as_strided((8, 40), (40, 1))
+
+    sg = _group(fn, torch.randn(8, 40), members=lambda n: True)
+    assert len(sg.outputs) == 2
+    assert SpeedOfLight.work(sg).bytes == 320 * 4 + 80 * 4 + 320 * 4
+
+
+def test_subgraph_cost_leaves_out_an_output_viewing_an_input():
+    x = torch.randn(64, 30, dtype=torch.bfloat16)
+    flops, nbytes = subgraph_cost(lambda x: (x.view(4, 16, 30), x.float()), [x])
+    assert (flops, nbytes) == (64 * 30, 64 * 30 * 2 + 64 * 30 * 4)
 
 
 @pytest.mark.parametrize(
