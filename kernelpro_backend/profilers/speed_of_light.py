@@ -238,6 +238,23 @@ def _byte_span(t: torch.Tensor) -> tuple[int, int] | None:
     return offset * item, (last + 1) * item - 1
 
 
+# A measured time below the bound by more than this fraction (beyond its spread) is beyond the
+# device: ceilings are what simple kernels reach, a tuned kernel may beat them by a few percent,
+# never by 10%.
+SOL_MARGIN = 0.9
+
+
+def beyond_light(median_ms: float, spread_ms: float, sol_ms: float | None) -> str | None:
+    """Why a measured time is beyond the bound (under SOL_MARGIN of it, its spread added), or
+    None where it is not (or there is no bound)."""
+    if sol_ms is None or median_ms + spread_ms >= SOL_MARGIN * sol_ms:
+        return None
+    return (
+        f"measured {median_ms:.4g} ms (spread {spread_ms:.2g}) is faster than the "
+        f"speed-of-light bound {sol_ms:.4g} ms"
+    )
+
+
 def _itemsize(dtype: str) -> int:
     return int(getattr(torch, dtype).itemsize)
 

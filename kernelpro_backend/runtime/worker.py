@@ -38,14 +38,11 @@ from .phases import Phases
 from .precision import precision_mode
 from .precompile import precompile
 from .result import EvalResult, EvalStatus
+from .sol_check import beyond_light_result
 from .timing import OffStreamWork, Timing, time_kernel
 from .validate import validate
 from .worker_setup import WorkerSetup
 
-# A measured time below the speed-of-light bound by more than this fraction (beyond the
-# spread) is rejected: ceilings are what simple kernels reach, a tuned kernel may beat them
-# by a few percent, never by 10%.
-SOL_MARGIN = 0.9
 TIMING_SET_BYTES = 2**30  # rotating input sets share at most 1 GiB
 _COMPILE_ERRORS = {
     "CompilationError", "CompileTimeAssertionFailure", "OutOfResources", "PTXASError",
@@ -248,14 +245,9 @@ def _on_gpu(
     details = {**describe, **details, "timing_method": timing.method}
     if energy is not None:
         details["energy"] = energy.to_dict()
-    if sol_ms is not None and timing.median_ms + timing.spread_ms < SOL_MARGIN * sol_ms:
-        message = (
-            f"measured {timing.median_ms:.4g} ms (spread {timing.spread_ms:.2g}) is faster than "
-            f"the speed-of-light bound {sol_ms:.4g} ms: a measurement bug or a kernel skipping work"
-        )
-        print(f"kernelpro: SUSPICIOUS {job.name}: {message}", flush=True)
-        details.update(measured_median_ms=timing.median_ms, measured_spread_ms=timing.spread_ms)
-        return EvalResult(EvalStatus.SUSPICIOUS, sol_ms=sol_ms, message=message, details=details)
+    suspicious = beyond_light_result(job, baseline, timing, sol_ms, details)
+    if suspicious is not None:
+        return suspicious
     findings: tuple[Finding, ...] = ()
     if _gpu_feedback(job) and not baseline:
         with phases("feedback"):

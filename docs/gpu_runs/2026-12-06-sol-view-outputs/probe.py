@@ -65,10 +65,10 @@ def pointwise_part() -> Any:
 def main() -> None:
     from kernelpro_backend.lowering import lower
     from kernelpro_backend.profilers.ceilings import DATASHEET_H100_SXM, Ceilings
-    from kernelpro_backend.profilers.speed_of_light import SpeedOfLight, fewest_bytes
+    from kernelpro_backend.profilers.speed_of_light import SOL_MARGIN, SpeedOfLight, fewest_bytes
     from kernelpro_backend.runtime.candidate import BaselineCandidate
     from kernelpro_backend.runtime.job import Job
-    from kernelpro_backend.runtime.worker import SOL_MARGIN, WorkerState, evaluate_job
+    from kernelpro_backend.runtime.worker import WorkerState, evaluate_job
 
     OUT.mkdir(parents=True, exist_ok=True)
     part, how = pointwise_part()
