@@ -240,7 +240,33 @@ def _uses(p: fx.Node, members: set[fx.Node]) -> list[tuple[fx.Node, fx.Node]]:
     return found
 
 
+def _outside_views(nodes: Sequence[fx.Node]) -> set[fx.Node]:
+    """Members that are views of values from outside (directly, or through other such views)
+    and are read outside as well: the outside tensor's own memory, which a kernel returning it
+    would copy. BERT's MLM head, its GEMM split from the epilogue: `logits = addmm.view(B, T,
+    V)` returned beside `logits.view(-1, V).float()`, 1 GB copied a step (H100, bf16)."""
+    members, dropped = set(nodes), set()
+    changed = True
+    while changed:
+        changed = False
+        for n in nodes:
+            if n in dropped or role(n) is not Role.VIEW:
+                continue
+            from_outside = all(a not in members or a in dropped for a in n.all_input_nodes)
+            if from_outside and any(u not in members for u in n.users):
+                dropped.add(n)
+                changed = True
+    if all(role(n) in (Role.VIEW, Role.GETITEM, Role.FACTORY) for n in members - dropped):
+        return set()  # nothing computed is left: the group stays as the partitioner made it
+    return dropped
+
+
 def subgraph_of_group(group: Group, graph_kind: str, precision: str) -> Subgraph:
+    """The group as a subgraph, but for its views of outside values that are read outside too
+    (`_outside_views`): those stay in the graph as they are, and the subgraph reads them."""
+    dropped = _outside_views(group.nodes)
+    if dropped:
+        group = dataclasses.replace(group, nodes=[n for n in group.nodes if n not in dropped])
     member_set = set(group.nodes)
     external: list[fx.Node] = []
     for n in group.nodes:
