@@ -1,7 +1,8 @@
 """The convolution templates' knobs: their spaces, legality, defaults and seed configurations.
 
-Owns: `CONV_SPACE` (the knob values of "conv", the implicit-GEMM forward, and "conv_depthwise",
-the direct per-channel forward; knobs.py folds them into its table), `validate_conv(spec,
+Owns: `CONV_SPACE` (the knob values of "conv", the implicit-GEMM forward, "conv_depthwise",
+the direct per-channel forward, "conv_backward" and "conv_depthwise_backward"; knobs.py folds
+them into its table), `validate_conv(spec,
 knobs)` (shared memory, registers, tiles wider than the problem; raises `IllegalSpec` naming
 the value, the limit and what to change), `conv_default_knobs(spec)` and `conv_seed_configs`
 (tiles worth measuring beside the default before the search moves one knob at a time).
