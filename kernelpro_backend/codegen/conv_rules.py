@@ -1,7 +1,8 @@
 """The convolution templates' knobs: their spaces, legality, defaults and seed configurations.
 
-Owns: `CONV_SPACE` (the knob values of "conv", the implicit-GEMM forward, and "conv_depthwise",
-the direct per-channel forward; knobs.py folds them into its table), `validate_conv(spec,
+Owns: `CONV_SPACE` (the knob values of "conv", the implicit-GEMM forward, "conv_depthwise",
+the direct per-channel forward, "conv_backward" and "conv_depthwise_backward"; knobs.py folds
+them into its table), `validate_conv(spec,
 knobs)` (shared memory, registers, tiles wider than the problem; raises `IllegalSpec` naming
 the value, the limit and what to change), `conv_default_knobs(spec)` and `conv_seed_configs`
 (tiles worth measuring beside the default before the search moves one knob at a time).
@@ -22,7 +23,7 @@ from .errors import IllegalSpec
 if TYPE_CHECKING:
     from .spec_view import KnobValue, SpecView
 
-CONV_TEMPLATES = ("conv", "conv_depthwise", "conv_backward")
+CONV_TEMPLATES = ("conv", "conv_depthwise", "conv_backward", "conv_depthwise_backward")
 CONV_SPACE: dict[str, dict[str, tuple[KnobValue, ...]]] = {
     "conv": {
         "BLOCK_M": (16, 32, 64, 128, 256),  # output pixels (N*OH*OW) per program
@@ -63,11 +64,27 @@ CONV_SPACE: dict[str, dict[str, tuple[KnobValue, ...]]] = {
         "num_warps": (2, 4, 8),
         "num_stages": (1, 2, 3, 4, 5),
     },
+    # templates/conv_dw_bwd.py: the input gradient's tile (BLOCK_*: input pixels, channels)
+    # and the weight gradient's (WG_BLOCK_*: output pixels a step, channels; SPLIT_K programs
+    # sharing the pixels)
+    "conv_depthwise_backward": {
+        "BLOCK_M": (8, 16, 32, 64, 128, 256),
+        "BLOCK_N": (1, 2, 4, 8, 16, 32, 64, 128),
+        "WG_BLOCK_M": (8, 16, 32, 64, 128, 256, 512),
+        "WG_BLOCK_N": (1, 2, 4, 8, 16, 32, 64),
+        "SPLIT_K": (1, 2, 4, 8, 16, 32, 64, 128, 256),
+        "num_warps": (1, 2, 4, 8),
+        "num_stages": (1, 2),
+    },
 }
 # Programs a split weight gradient aims at: two an SM of an H100 (132 SMs).
 WGRAD_PROGRAMS = 264
 WGRAD_PARTIAL_BYTES = 64 * 2**20  # float32 partials of a split weight gradient, at most
 MAX_DIRECT_TILE = 16384  # a depthwise program's fp32 accumulator: 64 registers a thread at 8 warps
+# A depthwise weight gradient's KH*KW accumulator tiles, float32 registers a thread at most
+# (ConvNeXt's 7x7: 49 tiles of WG_BLOCK_M x WG_BLOCK_N elements spread over the warps)
+MAX_TAP_REGISTERS = 128
+DW_WGRAD_PROGRAMS = 528  # programs a depthwise weight gradient aims at: four an H100 SM
 
 
 def gemm_sizes(spec: SpecView) -> tuple[int, int, int]:
@@ -98,6 +115,9 @@ def backward_sizes(spec: SpecView) -> dict[str, int]:
 def validate_conv(spec: SpecView, k: dict) -> None:
     if spec.template == "conv_depthwise":
         _validate_depthwise(spec, k)
+        return
+    if spec.template == "conv_depthwise_backward":
+        _validate_depthwise_backward(spec, k)
         return
     if spec.template == "conv_backward":
         s = backward_sizes(spec)
@@ -166,9 +186,12 @@ def _validate_tile(spec: SpecView, k: dict, prefix: str, sizes: tuple[int, int, 
 
 
 def _validate_depthwise(spec: SpecView, k: dict) -> None:
+    _validate_direct_tile(k, gemm_sizes(spec)[0], spec.param("c_out"))
+
+
+def _validate_direct_tile(k: dict, m: int, c_out: int) -> None:
+    """A direct (depthwise) program's BLOCK_M pixels x BLOCK_N channels of m x c_out."""
     bm, bn, warps = k["BLOCK_M"], k["BLOCK_N"], k["num_warps"]
-    m, _, _ = gemm_sizes(spec)
-    c_out = spec.param("c_out")
     if bm * bn > MAX_DIRECT_TILE:
         raise IllegalSpec(
             f"BLOCK_M={bm} x BLOCK_N={bn} = {bm * bn} accumulators per program; the limit is "
@@ -186,6 +209,60 @@ def _validate_depthwise(spec: SpecView, k: dict) -> None:
         )
 
 
+def _validate_depthwise_backward(spec: SpecView, k: dict) -> None:
+    """dgrad's tile as the forward's (over N*H*W pixels x C_in channels); wgrad's KH*KW
+    accumulator tiles in registers, no wider than the problem, each split given pixels."""
+    n, c_in, h, w = spec.param("x_shape")
+    _validate_direct_tile(k, n * h * w, c_in)
+    wm, wn, split, warps = k["WG_BLOCK_M"], k["WG_BLOCK_N"], k["SPLIT_K"], k["num_warps"]
+    kh, kw = spec.param("kernel")
+    pixels, c_out = gemm_sizes(spec)[0], spec.param("c_out")
+    regs = kh * kw * wm * wn // (32 * warps)
+    if regs > MAX_TAP_REGISTERS:
+        raise IllegalSpec(
+            f"{kh * kw} tap accumulators of WG_BLOCK_M={wm} x WG_BLOCK_N={wn} over {warps} "
+            f"warps are {regs} registers a thread; the limit is {MAX_TAP_REGISTERS}. Use a "
+            "smaller weight-gradient tile or more warps"
+        )
+    if wn > next_pow2(c_out) or wm > max(8, next_pow2(pixels)):
+        raise IllegalSpec(
+            f"WG_BLOCK_M={wm}, WG_BLOCK_N={wn} are wider than the {pixels} pixels x {c_out} "
+            f"channels; use WG_BLOCK_M <= {max(8, next_pow2(pixels))}, WG_BLOCK_N <= "
+            f"{next_pow2(c_out)}"
+        )
+    if split > 1 and pixels < split * wm:
+        raise IllegalSpec(
+            f"SPLIT_K={split} x WG_BLOCK_M={wm} exceeds the {pixels} output pixels the weight "
+            "gradient reduces; use fewer splits"
+        )
+
+
+def _depthwise_backward_default_knobs(spec: SpecView) -> dict[str, KnobValue]:
+    """dgrad as the forward's default tile; wgrad with its KH*KW accumulator tiles at 64
+    registers a thread over 4 warps (512 elements a tile at 3x3, 128 at 7x7), channels fastest
+    in channels-last (16 a tile) and one channel a program otherwise, split over the pixels
+    until about DW_WGRAD_PROGRAMS programs run, each with 4 steps at least."""
+    n, c_in, h, w = spec.param("x_shape")
+    kh, kw = spec.param("kernel")
+    pixels, c_out = gemm_sizes(spec)[0], spec.param("c_out")
+    channels_last = spec.param("x")[2][1] == 1
+    bn = min(next_pow2(c_in), 32 if channels_last else 8)
+    bm = min(max(8, next_pow2(n * h * w)), 64 if channels_last else 128)
+    warps = max(1, min(4, bm * bn // 256))
+    tile = min(1024, 1 << (64 * 32 * warps // (kh * kw)).bit_length() - 1)
+    wn = min(next_pow2(c_out), 16 if channels_last else 1, tile)
+    wm = max(8, min(tile // wn, next_pow2(pixels)))
+    while kh * kw * wm * wn // (32 * warps) > MAX_TAP_REGISTERS and wm > 8:
+        wm //= 2  # one warp's tile (a small image) still over the register budget
+    tiles, steps, split = -(-c_out // wn), -(-pixels // wm), 1
+    while split < 256 and tiles * split < DW_WGRAD_PROGRAMS and steps >= 8 * split:
+        split *= 2
+    return dict(
+        BLOCK_M=bm, BLOCK_N=bn, WG_BLOCK_M=wm, WG_BLOCK_N=wn, SPLIT_K=split, num_warps=warps,
+        num_stages=1,
+    )  # fmt: skip
+
+
 def conv_default_knobs(spec: SpecView) -> dict[str, KnobValue]:
     """The implicit GEMM: 128 x 128 tiles on 8 warps where the problem fills them (a Hopper
     GEMM's tile: two warpgroups of 64 rows), 32 input channels a step (64 in 16-bit), 3 stages,
@@ -194,6 +271,8 @@ def conv_default_knobs(spec: SpecView) -> dict[str, KnobValue]:
     pixels otherwise."""
     if spec.template == "conv_backward":
         return _backward_default_knobs(spec)
+    if spec.template == "conv_depthwise_backward":
+        return _depthwise_backward_default_knobs(spec)
     m, n, _ = gemm_sizes(spec)
     c_in_group = spec.param("x_shape")[1] // spec.param("groups")
     if spec.template == "conv_depthwise":
@@ -277,6 +356,11 @@ def conv_seed_configs(spec: SpecView) -> list[dict[str, KnobValue]]:
     if spec.template == "conv_backward":
         return [dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, num_warps=w, num_stages=st)
                 for bm, bn, bk, w, st in (*wide, *_SEED_TILES[:4])]  # fmt: skip
+    if spec.template == "conv_depthwise_backward":
+        return [
+            dict(BLOCK_M=bm, BLOCK_N=bn, WG_BLOCK_M=wm, WG_BLOCK_N=wn, num_warps=w)
+            for bm, bn, wm, wn, w in ((128, 8, 128, 1, 4), (32, 32, 16, 8, 4), (256, 4, 64, 4, 4))
+        ]
     if spec.template == "conv_depthwise":
         return [
             dict(BLOCK_M=bm, BLOCK_N=bn, num_warps=w)

@@ -23,6 +23,7 @@ _LAUNCHES = {
     "conv": (".templates.conv", "render_conv"),
     "conv_depthwise": (".templates.conv", "render_conv"),
     "conv_backward": (".templates.conv_bwd", "render_conv_backward"),
+    "conv_depthwise_backward": (".templates.conv_dw_bwd", "render_conv_depthwise_backward"),
 }
 
 

@@ -1,13 +1,13 @@
 """Lowering a convolution backward subgraph (aten.convolution_backward, its gradients picked by
 getitem, and the pointwise tail on the input gradient) to a "conv_backward" spec
-(codegen/templates/conv_bwd.py).
+(codegen/templates/conv_bwd.py), or a "conv_depthwise_backward" one (templates/conv_dw_bwd.py,
+direct, IEEE float32 arithmetic) where each group reads one input channel.
 
 Owns: reading the backward's operands (output gradient, input, weight: through their strides),
 its geometry, which gradients it returns (output_mask) and where each one goes: the input
 gradient and its tail over the domain (N, C_in, H, W) as the spec's stores, the weight and bias
 gradients as ("A", 1) / ("A", 2) stores the template writes itself.
-Must not: render source; transposed, 3-D, depthwise (no direct backward template) and other
-dtypes raise `Unsupported`.
+Must not: render source; transposed and 3-D convolutions and other dtypes raise `Unsupported`.
 """
 
 from __future__ import annotations
@@ -54,8 +54,8 @@ def lower_conv_backward(sg: Subgraph) -> dict[str, Any]:
             f"convolution backward of {sorted(map(str, dtypes))}: need one float dtype"
         )
     groups = int(args["groups"])
-    if int(x_val.shape[1]) == groups and groups > 1:
-        raise Unsupported("depthwise convolution backward has no template (left to cuDNN)")
+    # one input channel a group: the direct template, in IEEE float32 FMAs as the forward's
+    depthwise = int(x_val.shape[1]) == groups and groups > 1
     picks = {u: int(u.args[1]) for u in node.users if u.target is operator.getitem}  # type: ignore[arg-type]
     if any(role(u) is not Role.GETITEM for u in node.users):
         raise Unsupported("convolution_backward's tuple is used whole")
@@ -91,7 +91,8 @@ def lower_conv_backward(sg: Subgraph) -> dict[str, Any]:
         ("grads", tuple(grads)),
     )
     return dict(
-        template="conv_backward",
+        template="conv_depthwise_backward" if depthwise else "conv_backward",
+        **({"precision": "ieee"} if depthwise else {}),
         domain=tuple(domain),
         reduced=(),
         loads=tuple(prog.loads) if prog else (),

@@ -47,7 +47,7 @@ def load(ptrs: str, mask: str | None) -> str:
     return f"tl.load({ptrs}, mask={mask}, other=0.0)" if mask else f"tl.load({ptrs})"
 
 
-def _wide(spec: KernelSpec) -> bool:
+def wide(spec: KernelSpec) -> bool:
     """Whether an offset into some tensor may pass 2**31: then rows and channels are int64."""
     return any(
         sum((d - 1) * abs(st) for d, st in zip(shape, stride, strict=True)) >= 2**31 - 1
@@ -210,7 +210,7 @@ def render_conv(spec: KernelSpec) -> tuple[str, list[str], list[tuple[str, str, 
     m = pixels(spec)
     groups, c_out = spec.param("groups"), spec.param("c_out")
     cog = c_out if depthwise else c_out // groups
-    i64 = ".to(tl.int64)" if _wide(spec) else ""
+    i64 = ".to(tl.int64)" if wide(spec) else ""
     # domain dims (N, C_out, OH, OW), or (N, C_out, OW) of a 1-D convolution, at the tile:
     # the epilogue's loads and stores use them
     coords = ["n_i", "co", "oh_i", "ow_i"] if len(spec.domain) == 4 else ["n_i", "co", "ow_i"]

@@ -117,7 +117,7 @@ def _dgrad(spec: KernelSpec, ins: list[str], outs: list[str]) -> list[str]:
     ]
 
 
-def _grad_outputs(spec: KernelSpec) -> dict[int, tuple[int, tuple[int, ...]]]:
+def grad_outputs(spec: KernelSpec) -> dict[int, tuple[int, tuple[int, ...]]]:
     """1 (weight) / 2 (bias) -> (output index, its strides); a 1-D convolution's weight
     gradient with a height stride of 0 (its kh is always 0)."""
     out = {}
@@ -130,7 +130,7 @@ def _grad_outputs(spec: KernelSpec) -> dict[int, tuple[int, tuple[int, ...]]]:
     return out
 
 
-def _weight_offset(strides: tuple[int, ...], co: str, ci: str, kh: str, kw: str) -> str:
+def weight_offset(strides: tuple[int, ...], co: str, ci: str, kh: str, kw: str) -> str:
     return f"{co} * {strides[0]} + {ci} * {strides[1]} + {kh} * {strides[2]} + {kw} * {strides[3]}"
 
 
@@ -150,7 +150,7 @@ def _wgrad(spec: KernelSpec, ins: list[str], outs: list[str]) -> list[str]:
     packed = packs_input(spec)
     if packed:  # B from the input's dense NCHW copy, rounded there (conv_pack.pack_input)
         x_base, (sxn, sxc, sxh, sxw) = "xr", input_strides(spec)
-    grads = _grad_outputs(spec)
+    grads = grad_outputs(spec)
     split = int(spec.knob("SPLIT_K"))
     wbm, wbn, wbk = (int(spec.knob(f"WG_BLOCK_{a}")) for a in "MNK")
     rows = [] if cog % wbm == 0 else ["row_mask"]
@@ -201,12 +201,12 @@ def _wgrad_stores(
     """The weight (and bias) gradient's tile stored, or its float32 partials (SPLIT_K > 1, the
     columns in (tap, input channel) order) for `combine`."""
     _, _, cig, cog, taps, _ = _sizes(spec)
-    grads = _grad_outputs(spec)
+    grads = grad_outputs(spec)
     first_col = "(pid_n == 0)"
     if split == 1:
         if 1 in grads:
             j, strides = grads[1]
-            at = _weight_offset(strides, f"(g * {cog} + rm)", "ci", "kh", "kw")
+            at = weight_offset(strides, f"(g * {cog} + rm)", "ci", "kh", "kw")
             body.append(f"tl.store(out{j} + {at}, acc.to(out{j}.dtype.element_ty), mask=mask)")
         if 2 in grads:
             j, (sb,) = grads[2]
@@ -239,17 +239,17 @@ def _wgrad_stores(
     ]
 
 
-def _combine(spec: KernelSpec, ins: list[str], outs: list[str]) -> list[str]:
+def combine(spec: KernelSpec, ins: list[str], outs: list[str]) -> list[str]:
     """The split wgrad's partials added in split order, stored at the gradients' strides."""
     _, _, cig, _, taps, _ = _sizes(spec)
     kw = spec.param("kernel")[1]
     c_out = spec.param("c_out")
     size = c_out * cig * taps
-    grads = _grad_outputs(spec)
+    grads = grad_outputs(spec)
     body = ["e = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)"]
     if 1 in grads:
         j, strides = grads[1]
-        at = _weight_offset(strides, f"(e // {cig * taps})", f"(e % {cig})", "kh", "kw")
+        at = weight_offset(strides, f"(e // {cig * taps})", f"(e % {cig})", "kh", "kw")
         body += [
             f"m = e < {size}",
             "acc = tl.load(partial_w + e, mask=m, other=0.0)",
@@ -284,7 +284,7 @@ def render_conv_backward(spec: KernelSpec) -> tuple[str, list[str], list[tuple[s
     """(kernel sources, host scratch lines, launches) for render.render_launches."""
     m, _, cig, cog, taps, groups = _sizes(spec)
     ins, outs = io_names(spec)
-    grads = _grad_outputs(spec)
+    grads = grad_outputs(spec)
     split = int(spec.knob("SPLIT_K"))
     warps, stages = spec.knob("num_warps"), spec.knob("num_stages")
     launch = f"num_warps={warps}, num_stages={stages}"
@@ -331,7 +331,7 @@ def render_conv_backward(spec: KernelSpec) -> tuple[str, list[str], list[tuple[s
             x_args = ", xr"
         launches.append(("wgrad", grid, f"{args}{x_args}, {knobs}, INTERPRET=INTERPRET, {launch}"))
         if split > 1:
-            kernels += [*_combine(spec, ins, outs), "", ""]
+            kernels += [*combine(spec, ins, outs), "", ""]
             grid = f"(triton.cdiv({c_out * cols}, {COMBINE_BLOCK}),)"
             launches.append(
                 ("combine", grid, f"{args}, BLOCK={COMBINE_BLOCK}, SPLIT_K={split}, num_warps=4")

@@ -13,7 +13,7 @@ import torch.nn.functional as F
 from harness import check, collect
 
 from kernelpro_backend.codegen import render
-from kernelpro_backend.codegen.errors import IllegalSpec, Unsupported
+from kernelpro_backend.codegen.errors import IllegalSpec
 from kernelpro_backend.lowering import lower
 
 
@@ -74,15 +74,12 @@ def test_bfloat16_backward_accumulates_in_float32() -> None:
         check(sg, lower(sg))
 
 
-def test_conv1d_backward_and_depthwise_left_to_cudnn() -> None:
+def test_conv1d_backward() -> None:
+    """(A depthwise backward is templates/conv_dw_bwd.py's: test_conv_dw_bwd.py.)"""
     conv = nn.Conv1d(6, 4, 5, stride=2, padding=2, groups=2)
     (sg,) = _backward_subgraphs(conv, torch.randn(2, 6, 17, requires_grad=True))
     check(sg, lower(sg))
     check(sg, lower(sg).with_knobs(PACK_X=1).with_precision("tf32"))
-    depthwise = nn.Conv2d(8, 8, 7, padding=3, groups=8)
-    (dw,) = _backward_subgraphs(depthwise, torch.randn(2, 8, 9, 7, requires_grad=True))
-    with pytest.raises(Unsupported, match="depthwise"):
-        lower(dw)
 
 
 @pytest.mark.parametrize("channels_last", [False, True], ids=["nchw", "nhwc"])
