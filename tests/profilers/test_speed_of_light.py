@@ -8,6 +8,7 @@ import torch.nn.functional as F
 from torch.fx.experimental.proxy_tensor import make_fx
 
 from kernelpro_backend.backend import make_backend
+from kernelpro_backend.fx_passes import subgraph as subgraph_module
 from kernelpro_backend.fx_passes.group import Group
 from kernelpro_backend.fx_passes.ops import op_name
 from kernelpro_backend.fx_passes.split import split_at
@@ -100,15 +101,19 @@ def _logits_then_float(a, b):
     return logits, logits.view(-1, 30).float()
 
 
-def test_output_viewing_an_input_is_not_written():
+@pytest.mark.parametrize("kept", [False, True])
+def test_output_viewing_an_input_is_not_written(kept, monkeypatch):
     # The GEMM's group split below the mm (as the lowering splits it), its pointwise part: the
-    # bf16 logits returned as a view of the mm's output, and their float32 copy. No kernel
-    # writes the view (the reference returns it, validation allows the alias): 1 read + 1 write.
+    # bf16 logits returned as a view of the mm's output, and their float32 copy. Subgraphs leave
+    # such a view outside (fx_passes/subgraph.py); where one keeps it (`kept`), no kernel writes
+    # it (the reference returns it, validation allows the alias): 1 read + 1 write either way.
+    if kept:
+        monkeypatch.setattr(subgraph_module, "_outside_views", lambda nodes: set())
     a, b = torch.randn(64, 32, dtype=torch.bfloat16), torch.randn(32, 30, dtype=torch.bfloat16)
     whole = only_subgraph(_logits_then_float, a, b, kind="gemm")
     mm = next(n for n in whole.nodes if op_name(n) == "aten::mm")
     part = split_at(whole, mm)[1]
-    assert part.kind == "pointwise" and len(part.outputs) == 2
+    assert part.kind == "pointwise" and len(part.outputs) == (2 if kept else 1)
     assert SpeedOfLight.work(part).bytes == 64 * 30 * 2 + 64 * 30 * 4
     # The whole group writes the logits (the mm is no input there): counted as before.
     assert SpeedOfLight.work(whole).bytes == 2 * (64 * 32 + 32 * 30) + 64 * 30 * (2 + 4)
@@ -131,10 +136,12 @@ def test_view_of_another_output_is_written_once():
     assert SpeedOfLight.work(sg).bytes == 320 * 4 + 320 * 4
 
 
-def test_input_only_viewed_is_not_read():
+def test_input_only_viewed_is_not_read(monkeypatch):
     def fn(x, y):
         return x.view(40, 8), y.exp()
 
+    # a subgraph that keeps the view (fx_passes/subgraph.py leaves it outside)
+    monkeypatch.setattr(subgraph_module, "_outside_views", lambda nodes: set())
     sg = _group(fn, torch.randn(8, 40), torch.randn(16), members=lambda n: True)
     assert len(sg.inputs) == 2 and len(sg.outputs) == 2
     assert SpeedOfLight.work(sg).bytes == 16 * 4 + 16 * 4

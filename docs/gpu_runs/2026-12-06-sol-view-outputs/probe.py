@@ -9,7 +9,12 @@ split below the mm, as the lowering splits it), evaluates eager, Inductor and ke
 kernel in-process exactly as a worker does (validation, timing, the SOL_MARGIN check against
 the new bound), and says what each verdict would have been against the old bound.
 
+Since 01c6f65 subgraphs leave such a view outside (fx_passes/subgraph.py `_outside_views`): the
+part then returns the float32 copy alone, and its old and new bounds agree. KP_KEEP_VIEW=1
+builds the part as it was (the view returned), for the bound comparison above.
+
     OUT=/tmp/out python docs/gpu_runs/2026-12-06-sol-view-outputs/probe.py
+    KP_KEEP_VIEW=1 OUT=/tmp/out python docs/gpu_runs/2026-12-06-sol-view-outputs/probe.py
 
 Writes $OUT/sol_view_outputs.json; prints a table last. About 1-2 minutes on one H100.
 KP_DEVICE=cpu KP_TOKENS=2x64: a dry run of the probe itself on the CPU (datasheet ceilings).
@@ -42,8 +47,12 @@ def _logits_then_float(a: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, 
 def pointwise_part() -> Any:
     """The pointwise subgraph: found as is, or the GEMM's group split below its mm."""
     from kernelpro_backend.backend import make_backend
+    from kernelpro_backend.fx_passes import subgraph
     from kernelpro_backend.fx_passes.ops import op_name
     from kernelpro_backend.fx_passes.split import split_at
+
+    if os.environ.get("KP_KEEP_VIEW") == "1":
+        subgraph._outside_views = lambda nodes: set()  # the part as it was before 01c6f65
 
     store: list[Any] = []
     backend = make_backend(observer=lambda kind, sgs: store.extend(sgs))
