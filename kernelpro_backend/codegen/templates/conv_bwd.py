@@ -280,6 +280,16 @@ def combine(spec: KernelSpec, ins: list[str], outs: list[str]) -> list[str]:
 COMBINE_BLOCK = 1024  # gradient elements per combine program
 
 
+def add_combine(
+    spec: KernelSpec, ins: list[str], outs: list[str], args: str, elements: int, split: int
+) -> tuple[list[str], tuple[str, str, str]]:
+    """The combine kernel's source and its launch over `elements` weight-gradient elements,
+    adding the `split` partials the wgrad launch (`args`) wrote, in split order."""
+    grid = f"(triton.cdiv({elements}, {COMBINE_BLOCK}),)"
+    launch = f"{args}, BLOCK={COMBINE_BLOCK}, SPLIT_K={split}, num_warps=4"
+    return [*combine(spec, ins, outs), "", ""], ("combine", grid, launch)
+
+
 def render_conv_backward(spec: KernelSpec) -> tuple[str, list[str], list[tuple[str, str, str]]]:
     """(kernel sources, host scratch lines, launches) for render.render_launches."""
     m, _, cig, cog, taps, groups = _sizes(spec)
@@ -331,9 +341,7 @@ def render_conv_backward(spec: KernelSpec) -> tuple[str, list[str], list[tuple[s
             x_args = ", xr"
         launches.append(("wgrad", grid, f"{args}{x_args}, {knobs}, INTERPRET=INTERPRET, {launch}"))
         if split > 1:
-            kernels += [*combine(spec, ins, outs), "", ""]
-            grid = f"(triton.cdiv({c_out * cols}, {COMBINE_BLOCK}),)"
-            launches.append(
-                ("combine", grid, f"{args}, BLOCK={COMBINE_BLOCK}, SPLIT_K={split}, num_warps=4")
-            )
+            source, combined = add_combine(spec, ins, outs, args, c_out * cols, split)
+            kernels += source
+            launches.append(combined)
     return "\n".join(kernels), scratch, launches

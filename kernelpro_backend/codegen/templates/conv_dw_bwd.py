@@ -27,7 +27,7 @@ from ..emitter import Emitter
 from ..spec import KernelSpec
 from ..spec_view import io_names
 from .conv import and_, load, wide
-from .conv_bwd import COMBINE_BLOCK, combine, grad_outputs, weight_offset
+from .conv_bwd import add_combine, grad_outputs, weight_offset
 
 
 def _geometry(spec: KernelSpec) -> tuple:
@@ -218,9 +218,7 @@ def render_conv_depthwise_backward(
         grid = f"(triton.cdiv({c_out}, {wn}), {split})"
         launches.append(("wgrad", grid, f"{args}, {knobs}, {launch}"))
         if split > 1:
-            kernels += [*combine(spec, ins, outs), "", ""]
-            grid = f"(triton.cdiv({c_out * taps}, {COMBINE_BLOCK}),)"
-            launches.append(
-                ("combine", grid, f"{args}, BLOCK={COMBINE_BLOCK}, SPLIT_K={split}, num_warps=4")
-            )
+            source, combined = add_combine(spec, ins, outs, args, c_out * taps, split)
+            kernels += source
+            launches.append(combined)
     return "\n".join(kernels), scratch, launches
