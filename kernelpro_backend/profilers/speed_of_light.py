@@ -179,7 +179,7 @@ def untouched(
         base = out
         while base in members and role(base) in _LAYOUT and base.all_input_nodes:
             base = base.all_input_nodes[0]
-            if base in held and _inside(out, base):
+            if base in held and _within(_val(out), _val(base)):
                 unwritten.add(i)
                 break
     unread = {i for i, p in enumerate(inputs) if not _computed_from(p, members)}
@@ -202,13 +202,11 @@ def _computed_from(source: fx.Node, members: set[fx.Node]) -> bool:
 
 def _same_storage(a: fx.Node, b: fx.Node) -> bool:
     ta, tb = _val(a), _val(b)
-    if ta is None or tb is None:
-        return False  # unknown: counted, the bound stays what it was
-    return StorageWeakRef(ta.untyped_storage()) == StorageWeakRef(tb.untyped_storage())
+    return ta is not None and tb is not None and _shared(ta, tb)  # unknown: counted
 
 
-def _inside(view: fx.Node, base: fx.Node) -> bool:
-    return _within(_val(view), _val(base))
+def _shared(a: torch.Tensor, b: torch.Tensor) -> bool:
+    return StorageWeakRef(a.untyped_storage()) == StorageWeakRef(b.untyped_storage())
 
 
 def _within(view: torch.Tensor | None, base: torch.Tensor | None) -> bool:
@@ -216,7 +214,7 @@ def _within(view: torch.Tensor | None, base: torch.Tensor | None) -> bool:
     (an as_strided of a slice may address the rest of the slice's storage)."""
     if view is None or base is None:
         return False
-    if StorageWeakRef(view.untyped_storage()) != StorageWeakRef(base.untyped_storage()):
+    if not _shared(view, base):
         return False
     span, base_span = _byte_span(view), _byte_span(base)
     if span is None or base_span is None:
