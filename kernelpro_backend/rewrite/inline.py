@@ -21,6 +21,7 @@ import torch
 import torch.fx as fx
 
 from ..fx_passes import Subgraph
+from . import access_memo
 
 # The higher-order op a traced Triton launch becomes; Inductor lowers it to a kernel call.
 _TRITON_HOP = "triton_kernel_wrapper_functional"
@@ -49,6 +50,7 @@ def trace_kernel(kernel: TraceableKernel, subgraph: Subgraph) -> fx.GraphModule:
         raise InlineError(
             "Triton's interpreter (TRITON_INTERPRET=1) launches kernels eagerly and cannot be traced"
         )
+    access_memo.install()  # one access analysis per kernel, not per site (access_memo.py)
     vals = [p.meta.get("val") for p in subgraph.inputs]
     if any(not isinstance(v, torch.Tensor) for v in vals):
         raise InlineError("an input has no fake tensor value")
