@@ -87,3 +87,63 @@ def test_a_conv_template_kernel_inlines_and_matches_eager(dtype):
     assert "kernelpro.launch" not in "\n".join(code)
     tol = 2e-2 if dtype == torch.bfloat16 else 5e-3  # tf32's 10-bit mantissa over K = 576
     torch.testing.assert_close(got, want, rtol=tol, atol=tol)
+
+
+class OncePerKeyProvider(RowwiseSpecProvider):
+    """One kernel object per subgraph key, as the finder serves a cached kernel."""
+
+    def __init__(self) -> None:
+        self.built: dict[str, object] = {}
+        self.sites = 0
+
+    def find(self, subgraph: Subgraph):
+        key = repr(subgraph.key)
+        if key not in self.built:
+            self.built[key] = super().find(subgraph)
+        self.sites += self.built[key] is not None
+        return self.built[key]
+
+
+def test_a_kernel_inlined_at_many_sites_is_analysed_once_per_signature(monkeypatch):
+    """torch generates a kernel's TTIR for each access analysis; rewrite/access_memo.py keeps
+    that to one per kernelpro kernel and argument signature, however many sites it serves,
+    and the graph still trains as eager does."""
+    from torch._higher_order_ops import triton_kernel_wrap as wrap
+
+    from kernelpro_backend.rewrite import access_memo
+
+    blocks = 6
+
+    def model_of():
+        torch.manual_seed(0)
+        layers = [
+            torch.nn.Sequential(torch.nn.LayerNorm(256), torch.nn.GELU()) for _ in range(blocks)
+        ]
+        return torch.nn.Sequential(*layers).cuda()
+
+    x = torch.randn(64, 256, device="cuda")
+    ref_losses, ref_grads = train(model_of(), x)
+    access_memo.uninstall()
+    generated = []
+    original = wrap.generate_ttir
+    monkeypatch.setattr(
+        wrap, "generate_ttir", lambda *a, **k: generated.append(1) or original(*a, **k)
+    )
+    torch._dynamo.reset()
+    provider = OncePerKeyProvider()
+    model = model_of()
+    compiled = torch.compile(
+        model, backend=make_backend(provider=provider), options={"launch": "inline"}
+    )
+    losses, grads = train(model, x, lambda m: compiled)
+    torch.testing.assert_close(losses, ref_losses, rtol=1e-5, atol=1e-6)
+    for g, r in zip(grads, ref_grads, strict=True):
+        torch.testing.assert_close(g, r, rtol=1e-4, atol=1e-5)
+    kernels = sum(k is not None for k in provider.built.values())
+    assert provider.sites >= blocks  # each kernel served at several sites
+    # one analysis per kernel for functionalization's fake tensors, one for Inductor's buffers
+    assert 0 < len(generated) <= 2 * kernels < provider.sites * 2, (
+        len(generated),
+        kernels,
+        provider.sites,
+    )
