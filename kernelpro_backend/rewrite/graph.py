@@ -255,7 +255,7 @@ def rewrite_graph(
     Logs one INFO line per graph (`RewriteReport.summary`, with the torch-level `rewrites`
     made on the Dynamo graph it came from)."""
     # a group that needs a value at two index maps is cut where its parts lower
-    subgraphs = split_refused(find_subgraphs(gm, graph_kind, precision_option))
+    subgraphs = split_refused(find_subgraphs(gm, graph_kind, precision_option), precision_option)
     if observer is not None:
         observer(graph_kind, subgraphs)
     report = RewriteReport(graph=graph_kind, subgraphs=len(subgraphs))
