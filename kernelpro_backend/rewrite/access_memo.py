@@ -62,7 +62,7 @@ def _arg_key(value: Any) -> tuple[Any, ...] | None:
 
 def _key(kernel: Any, kwargs: dict[str, Any], tma: Any) -> tuple[Any, ...] | None:
     kernel_key = _kernel_key(kernel)
-    if kernel_key is None:
+    if kernel_key is None or not isinstance(kwargs, dict):
         return None
     args = []
     for name in sorted(kwargs):
@@ -78,13 +78,14 @@ def _key(kernel: Any, kwargs: dict[str, Any], tma: Any) -> tuple[Any, ...] | Non
 
 
 def _memoised(name: str, original: Callable[..., Any]) -> Callable[..., Any]:
-    def analyse(kernel: Any, kwargs: dict[str, Any], tma: Any, *rest: Any, **kw: Any) -> Any:
-        key = None if rest or kw else _key(kernel, kwargs, tma)
+    def analyse(*args: Any, **kwargs: Any) -> Any:
+        # torch calls it as (kernel, kwargs, tma_descriptor_metadata); any other call is passed on
+        key = _key(*args) if len(args) == 3 and not kwargs else None
         if key is None:
-            return original(kernel, kwargs, tma, *rest, **kw)
+            return original(*args, **kwargs)
         key = (name, *key)
         if key not in _memo:
-            _memo[key] = original(kernel, kwargs, tma)
+            _memo[key] = original(*args)
         return copy.deepcopy(_memo[key])  # callers own their answer, as from torch
 
     analyse.__wrapped__ = original  # type: ignore[attr-defined]
