@@ -262,6 +262,12 @@ KNOWN = {
     " (4.8x) with every torch-level rewrite off, and under plain Inductor too (aot_eager"
     " matches): Inductor's decompositions and joint-graph passes, which fallback='eager' runs",
 }
+# Known failures whose error depends on the CPU's bf16 kernels, so strict there would fail CI on
+# a machine where it happens to pass: Whisper with padding failed by 4.8x on the CI machines of
+# 2026-12-06 and passed on an AMD EPYC on 2026-12-07, same packages (code 4d01ada both days).
+# Either way the rewrite counts are checked first, by `pytest.fail`, which no xfail of ours
+# (raises=AssertionError: the gradients' check) absorbs.
+PLATFORM_DEPENDENT = {("whisper", True)}
 
 
 def _params() -> list[Any]:
@@ -270,7 +276,9 @@ def _params() -> list[Any]:
         for padded in (False, True):
             marks = [pytest.mark.slow] if name in SLOW else []
             if (name, padded) in KNOWN:
-                marks.append(pytest.mark.xfail(reason=KNOWN[name, padded], strict=True))
+                strict = (name, padded) not in PLATFORM_DEPENDENT
+                reason = KNOWN[name, padded]
+                marks.append(pytest.mark.xfail(reason=reason, strict=strict, raises=AssertionError))
             label = f"{name}-{'padded' if padded else 'no-padding'}"
             out.append(pytest.param(name, padded, marks=marks, id=label))
     return out
@@ -294,5 +302,7 @@ def test_training_follows_eager_and_makes_the_rewrites_the_model_calls_for(name,
     case = CASES[name]
     _skip_absent(case)
     wrong, made = train_both(case, padded)
+    expected = case.made_padded if padded else case.made
+    if made != expected:
+        pytest.fail(f"rewrites made {made}, expected {expected}")
     assert not wrong, wrong
-    assert made == (case.made_padded if padded else case.made)
