@@ -23,6 +23,7 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
+import sympy
 import torch
 
 log = logging.getLogger("kernelpro.rewrite")
@@ -55,8 +56,8 @@ def _arg_key(value: Any) -> tuple[Any, ...] | None:
         return ("tensor", get_dtype())
     if value is None or isinstance(value, (bool, int, float, str)):
         return (type(value).__name__, value)
-    if isinstance(value, torch.SymInt):
-        return ("symint", str(value))
+    if isinstance(value, (torch.SymInt, sympy.Basic)):  # Inductor passes sizes as sympy
+        return ("symbolic", str(value))
     return None
 
 

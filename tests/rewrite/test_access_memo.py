@@ -92,6 +92,14 @@ def test_another_dtype_constant_or_scalar_value_is_analysed_again(
     wrap.identify_accessed_tensors(kernel, {**_args(), "BLOCK": 256}, {})
     wrap.identify_accessed_tensors(kernel, {**_args(n=1), "BLOCK": 128}, {})
     assert len(calls) == 4
+    # Inductor passes sizes as sympy expressions: memoised by their text
+    import sympy
+
+    for _ in range(2):
+        wrap.identify_accessed_tensors(
+            kernel, {**_args(), "n": sympy.Integer(1000), "BLOCK": 128}, {}
+        )
+    assert len(calls) == 5
 
 
 def test_a_users_kernel_and_an_unknown_argument_reach_torch_every_time(
