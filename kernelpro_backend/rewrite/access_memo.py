@@ -37,6 +37,7 @@ _NAMES = ("identify_accessed_tensors", "identify_mutated_tensors")
 
 _memo: dict[tuple[Any, ...], Any] = {}
 _originals: dict[str, Callable[..., Any]] = {}
+_said_absent: list[bool] = []  # the "nothing to memoise" line, once a process
 
 
 def _kernel_key(kernel: Any) -> tuple[str, str, str] | None:
@@ -108,7 +109,8 @@ def install() -> bool:
             _originals[name] = current
             setattr(wrap, name, _memoised(name, current))
         done = True
-    if not done:
+    if not done and not _said_absent:
+        _said_absent.append(True)
         log.info(
             "torch has no Triton access analysis to memoise; inlined kernels analysed per site"
         )
