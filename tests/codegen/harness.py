@@ -30,6 +30,18 @@ RTOL = {torch.float32: 1e-5, torch.bfloat16: 1.6e-2, torch.float16: 2e-3}
 ATOL = {torch.float32: 1e-5, torch.bfloat16: 1.6e-2, torch.float16: 2e-3}
 
 
+def refusal(sg: Subgraph) -> Exception | None:
+    """Why the lowering refuses `sg` (its `Unsupported` error), or None when it lowers."""
+    from kernelpro_backend.codegen.errors import Unsupported
+    from kernelpro_backend.lowering import lower
+
+    try:
+        lower(sg)
+    except Unsupported as e:
+        return e
+    return None
+
+
 def collect(model: nn.Module, inputs: Sequence[torch.Tensor], train: bool = True) -> list[Subgraph]:
     """Every subgraph the partitioner finds in the model's forward (and backward) graphs."""
     store: list[Subgraph] = []

@@ -10,13 +10,12 @@ import pathlib
 
 import pytest
 import torch
-from harness import check, collect, traced_subgraph
+from harness import check, collect, refusal, traced_subgraph
 
 import kernelpro_backend.rewrite.graph as rewrite
 from kernelpro_backend.bench.problems import load_problem_module
-from kernelpro_backend.codegen.errors import MapConflict, Unsupported
+from kernelpro_backend.codegen.errors import MapConflict
 from kernelpro_backend.fx_passes.split import split_at
-from kernelpro_backend.lowering import lower
 from kernelpro_backend.lowering.split import split_refused
 
 CLIP = pathlib.Path(__file__).parent / "architectures" / "clip_loss.py"
@@ -32,22 +31,14 @@ def _clip_subgraphs(split: bool, monkeypatch: pytest.MonkeyPatch) -> list:
     return [sg for sg in collect(model, inputs, train=True) if sg.graph == "backward"]
 
 
-def _refusal(sg) -> Unsupported | None:
-    try:
-        lower(sg)
-    except Unsupported as e:
-        return e
-    return None
-
-
 def test_clips_backward_group_is_cut_in_two_parts_that_lower_and_match(monkeypatch):
     whole = _clip_subgraphs(False, monkeypatch)
     monkeypatch.undo()
-    refused = [sg for sg in whole if isinstance(_refusal(sg), MapConflict)]
+    refused = [sg for sg in whole if isinstance(refusal(sg), MapConflict)]
     assert len(refused) == 1  # the two gradients' group, read row by row and column by column
     cut = _clip_subgraphs(True, monkeypatch)
     assert len(cut) == len(whole) + 1
-    assert not any(isinstance(_refusal(sg), MapConflict) for sg in cut)
+    assert not any(isinstance(refusal(sg), MapConflict) for sg in cut)
     (group,) = refused
     parts = split_refused([group])
     assert len(parts) == 2
@@ -58,8 +49,8 @@ def test_clips_backward_group_is_cut_in_two_parts_that_lower_and_match(monkeypat
 
 def test_the_first_part_holds_what_the_cut_node_depends_on_and_nothing_flows_back(monkeypatch):
     whole = _clip_subgraphs(False, monkeypatch)
-    (group,) = [sg for sg in whole if isinstance(_refusal(sg), MapConflict)]
-    error = _refusal(group)
+    (group,) = [sg for sg in whole if isinstance(refusal(sg), MapConflict)]
+    error = refusal(group)
     assert isinstance(error, MapConflict) and error.cut in group.nodes
     first, rest = split_at(group, error.cut)
     members = set(group.nodes)
@@ -77,7 +68,7 @@ def test_a_subgraph_that_lowers_is_not_cut_and_a_refusal_of_another_kind_stays_w
     assert split_refused([sg]) == [sg]
     # a second-level reduction (the mean of a row sum) is refused, not for two maps
     other = traced_subgraph(lambda x: (x.sum(-1).mean(),), [torch.randn(8, 32)], "reduction")
-    assert not isinstance(_refusal(other), MapConflict)
+    assert not isinstance(refusal(other), MapConflict)
     assert split_refused([other]) == [other]
 
 
@@ -104,7 +95,7 @@ def test_a_row_sum_read_per_column_is_cut_off_into_its_own_kernel(both):
         return ((d[:, None] if both else 1.0) * a * d[None, :],)
 
     sg = traced_subgraph(fn, [torch.rand(24, 24) + 0.5], "reduction")
-    assert isinstance(_refusal(sg), MapConflict)
+    assert isinstance(refusal(sg), MapConflict)
     parts = split_refused([sg])
     assert len(parts) == 2
     assert sorted(n.name for p in parts for n in p.nodes) == sorted(n.name for n in sg.nodes)
@@ -137,7 +128,7 @@ def test_an_output_off_the_domain_is_cut_off_with_what_it_depends_on():
         return (e / e.sum(-1, keepdim=True), z * 2.0 + 1.0)
 
     sg = traced_subgraph(fn, [torch.randn(16, 24), torch.randn(16, 6)], "reduction")
-    assert isinstance(_refusal(sg), MapConflict)
+    assert isinstance(refusal(sg), MapConflict)
     parts = split_refused([sg])
     assert sorted(p.kind for p in parts) == ["pointwise", "reduction"]
     for seed, part in enumerate(parts):

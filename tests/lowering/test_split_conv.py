@@ -17,7 +17,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 from gemm_training import train_like_eager
-from harness import check, collect
+from harness import check, collect, refusal
 
 import kernelpro_backend.rewrite.graph as rewrite
 from kernelpro_backend.codegen.errors import MapConflict, Unsupported
@@ -64,14 +64,6 @@ def _subgraphs(conv_pointwise: bool, split: bool, monkeypatch: pytest.MonkeyPatc
     return found
 
 
-def _refusal(sg) -> Unsupported | None:
-    try:
-        lower(sg)
-    except Unsupported as e:
-        return e
-    return None
-
-
 def _depthwise_backward(subgraphs: list) -> list:
     return [
         sg
@@ -86,7 +78,7 @@ def test_conformer_conv_groups_are_cut_and_the_depthwise_backward_lowers(
     conv_pointwise, monkeypatch
 ):
     cut = _subgraphs(conv_pointwise, True, monkeypatch)
-    assert [sg.pattern for sg in cut if isinstance(_refusal(sg), MapConflict)] == []
+    assert [sg.pattern for sg in cut if isinstance(refusal(sg), MapConflict)] == []
     (dw,) = _depthwise_backward(cut)
     spec = lower(dw)
     assert spec.template == "conv_depthwise_backward"
@@ -102,7 +94,7 @@ def test_conformer_conv_groups_are_cut_and_the_depthwise_backward_lowers(
 @VARIANTS
 def test_each_part_of_a_cut_convolution_group_matches_its_reference(conv_pointwise, monkeypatch):
     whole = _subgraphs(conv_pointwise, False, monkeypatch)
-    refused = [sg for sg in whole if sg.kind == "conv" and isinstance(_refusal(sg), MapConflict)]
+    refused = [sg for sg in whole if sg.kind == "conv" and isinstance(refusal(sg), MapConflict)]
     # linear: the depthwise backward and its GLU tail; conv1d: the last pointwise conv's
     # forward and the residual add reading it transposed
     assert len(refused) == 1
@@ -119,7 +111,7 @@ def test_every_pick_of_the_backward_tuple_stays_with_the_backward(monkeypatch):
     # no part of it, yet a part of their own would read the backward's tuple
     whole = _subgraphs(False, False, monkeypatch)
     (group,) = _depthwise_backward(whole)
-    error = _refusal(group)
+    error = refusal(group)
     assert isinstance(error, MapConflict)
     first, rest = split_at(group, error.cut)
     backward = next(n for n in first.nodes if op_name(n) == "aten::convolution_backward")
