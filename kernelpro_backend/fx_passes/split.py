@@ -31,7 +31,8 @@ from .ops import Role, role
 from .subgraph import Subgraph, subgraph_of_group
 
 _NO_COMPUTE = (Role.VIEW, Role.GETITEM, Role.FACTORY)
-_KINDS = ("gemm", "conv", "reduction", "pointwise")
+# the kinds of group a cut may split (lowering/split.py tries only these)
+SPLIT_KINDS = ("gemm", "conv", "reduction", "pointwise")
 
 
 def _ancestors(node: fx.Node, members: set[fx.Node]) -> set[fx.Node]:
@@ -53,7 +54,7 @@ def split_at(
     on, then the rest (both in graph order), or None where a part would compute nothing or
     the subgraph is not a GEMM, convolution, reduction or pointwise group.
     `precision_option`: the one the subgraph was found with, for a convolution's other part."""
-    if subgraph.kind not in _KINDS or subgraph.symbolic:
+    if subgraph.kind not in SPLIT_KINDS or subgraph.symbolic:
         return None
     members = set(subgraph.nodes)
     if cut not in members:

@@ -20,7 +20,7 @@ from collections.abc import Sequence
 
 from ..codegen.errors import MapConflict, Unsupported
 from ..fx_passes import Subgraph
-from ..fx_passes.split import split_at
+from ..fx_passes.split import SPLIT_KINDS, split_at
 from .lower import lower
 
 log = logging.getLogger("kernelpro")
@@ -55,7 +55,7 @@ def split_refused(
 def _lowering_parts(sg: Subgraph, cuts: int, precision_option: str) -> list[Subgraph] | None:
     """[`sg`] when it lowers, else its parts when at most `cuts` cuts make each of them lower
     (each part lowered once), else None."""
-    if sg.symbolic or sg.kind not in ("gemm", "conv", "reduction", "pointwise"):
+    if sg.symbolic or sg.kind not in SPLIT_KINDS:
         return None
     try:
         lower(sg)
