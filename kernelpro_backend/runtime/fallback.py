@@ -71,6 +71,10 @@ class FallbackSettings:
     graph_input_meta: tuple[TensorMeta, ...] | None = None
     cudnn_benchmark: bool = False
     cudnn_deterministic: bool = False
+    # the strides the graph needs the outputs at when a kernel, not Inductor, makes them: a
+    # convolution (forward or backward) of a channels-last graph takes its activations
+    # channels-last, so Inductor copies an NCHW output to it; None: as the output_meta
+    graph_output_meta: tuple[TensorMeta, ...] | None = None
 
     @classmethod
     def of(cls, subgraph: Any) -> FallbackSettings:
@@ -84,25 +88,28 @@ class FallbackSettings:
         if not nodes:
             return flags
         try:
-            inductor, laid = _in_graph(subgraph, nodes[0].graph)
+            inductor, laid, laid_out = _in_graph(subgraph, nodes[0].graph)
         except Exception as e:  # Inductor internals of another version: the worker decides
             log.debug("no in-graph layout for %s: %s", subgraph.pattern, e)
             return flags
-        return dataclasses.replace(flags, inductor=inductor, graph_input_meta=laid)
+        return dataclasses.replace(
+            flags, inductor=inductor, graph_input_meta=laid, graph_output_meta=laid_out
+        )
 
 
-def _in_graph(
-    subgraph: Any, graph: fx.Graph
-) -> tuple[tuple[tuple[str, Any], ...], tuple[TensorMeta, ...] | None]:
-    """Inductor's options for `subgraph` as in `graph`, and its inputs' strides there (None:
-    as the subgraph's own)."""
+Metas = tuple[TensorMeta, ...] | None
+
+
+def _in_graph(subgraph: Any, graph: fx.Graph) -> tuple[tuple[tuple[str, Any], ...], Metas, Metas]:
+    """Inductor's options for `subgraph` as in `graph`, its inputs' strides there and the
+    strides the graph needs its outputs at from a kernel (None: as the subgraph's own)."""
     import torch._inductor.config as config
 
     options = {k: getattr(config, k) for k in INDUCTOR_KEYS if hasattr(config, k)}
     channels_last = layout_decision(graph, subgraph.graph == "inference")
     # Forced either way: alone, Inductor would decide again on a graph of a few nodes.
     options.update(layout_optimization=channels_last, force_layout_optimization=channels_last)
-    metas = None
+    metas = outs = None
     if channels_last:
         prefer = _prefer_channels_last(graph)
         laid = tuple(_laid(p, p in prefer) for p in subgraph.inputs)
@@ -111,7 +118,23 @@ def _in_graph(
         # one the graph returns is copied back to its strides there too.
         returned = any(u.op == "output" for o in subgraph.outputs for u in o.users)
         options["keep_output_stride"] = returned or not all(o in prefer for o in subgraph.outputs)
-    return tuple(sorted(options.items())), metas
+        members = set(subgraph.nodes)
+        needed = tuple(_laid(o, _conv_reads(o, members)) for o in subgraph.outputs)
+        outs = needed if needed != tuple(subgraph.output_meta) else None
+    return tuple(sorted(options.items())), metas, outs
+
+
+# Inductor's lowerings of these require their activations channels-last in a channels-last
+# graph (kernel/conv.py: ExternKernel.require_channels_last), whatever their producer made.
+_CHANNELS_LAST_READERS = (
+    torch.ops.aten.convolution.default,
+    torch.ops.aten.convolution_backward.default,
+)
+
+
+def _conv_reads(node: fx.Node, members: set[fx.Node]) -> bool:
+    """Whether a convolution outside the subgraph reads `node`."""
+    return any(u not in members and u.target in _CHANNELS_LAST_READERS for u in node.users)
 
 
 def layout_decision(graph: fx.Graph, inference: bool) -> bool:

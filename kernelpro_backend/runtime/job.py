@@ -90,6 +90,14 @@ class Job:
             feedback=feedback,
         )
 
+    def for_fallback(self, fallback: str) -> Job:
+        """This job as a graph with `fallback` ("inductor" | "eager") runs it: an eager graph
+        has no Inductor layout, so neither its baseline nor a kernel meets one."""
+        if fallback == "inductor":
+            return self
+        plain = dataclasses.replace(self.fallback, graph_input_meta=None, graph_output_meta=None)
+        return dataclasses.replace(self, fallback=plain)
+
     def with_candidate(self, candidate: object) -> Job:
         return dataclasses.replace(self, candidate=as_candidate(candidate))
 

@@ -31,12 +31,14 @@ from ..profilers.findings import Finding
 from .candidate import BaselineCandidate, CandidateLoadError, load_kernel
 from .cuda.host import use_library_dir
 from .energy import kernel_energy
+from .fallback import TensorMeta
 from .gpu_lock import PoolGpuLock, holding_gpu
 from .isolation import enter_workdir
 from .job import Job
 from .phases import Phases
 from .precision import precision_mode
 from .precompile import precompile
+from .relayout import as_timed
 from .result import EvalResult, EvalStatus
 from .sol_check import beyond_light_result
 from .timing import OffStreamWork, Timing, time_kernel
@@ -104,21 +106,22 @@ def _failure(error: BaseException, stage: str) -> EvalResult:
     )
 
 
-def _timing_sets(job: Job, device: torch.device, l2_bytes: int) -> list[list[torch.Tensor]]:
+def _timing_sets(
+    job: Job, device: torch.device, l2_bytes: int, metas: Sequence[TensorMeta] | None = None
+) -> list[list[torch.Tensor]]:
     """Input sets rotated between timed calls so that no call finds its inputs in L2: enough
     sets to cover twice the L2, at most TIMING_SET_BYTES together; one set when a set alone
-    is over twice the L2 (a 4 GB input needs no second copy to defeat a 50 MB cache)."""
+    is over twice the L2 (a 4 GB input needs no second copy to defeat a 50 MB cache).
+    `metas`: drawn at these (the graph's strides) instead of the job's."""
+    metas = list(job.input_meta if metas is None else metas)
     ranges = {i: IntRange(lo, hi) for i, lo, hi in job.int_ranges}
-    set_bytes = sum(math.prod(s) * getattr(torch, d).itemsize for s, _, d in job.input_meta) or 1
+    set_bytes = sum(math.prod(s) * getattr(torch, d).itemsize for s, _, d in metas) or 1
     if set_bytes >= 2 * l2_bytes and l2_bytes:
         count = 1
     else:
         count = max(3, min(32, math.ceil(2 * l2_bytes / set_bytes)))
         count = max(2, min(count, TIMING_SET_BYTES // set_bytes))
-    return [
-        random_inputs(list(job.input_meta), ranges, job.seed * 1000 + 500 + k, device)
-        for k in range(count)
-    ]
+    return [random_inputs(metas, ranges, job.seed * 1000 + 500 + k, device) for k in range(count)]
 
 
 def _l2_bytes(device: torch.device) -> int:
@@ -209,9 +212,10 @@ def _on_gpu(
     try:
         with phases("time"):
             l2 = _l2_bytes(device)
-            sets = _timing_sets(job, device, l2)
+            timed, metas = as_timed(job, kernel)
+            sets = _timing_sets(job, device, l2, metas)
             timing: Timing = time_kernel(
-                kernel,
+                timed,
                 sets,
                 device,
                 job.timing_budget_s,
@@ -239,10 +243,12 @@ def _on_gpu(
     try:
         sol_ms = state.sol_ms(job, device)
         with phases("energy"):
-            energy = _energy(job, kernel, device, timing) if job.measure_energy else None
+            energy = _energy(job, timed, metas, device, timing) if job.measure_energy else None
     except Exception as e:
         return _failure(e, "timing")
     details = {**describe, **details, "timing_method": timing.method}
+    if timed is not kernel:
+        details["in_graph_copies"] = True  # timed with the copies its graph makes around it
     if energy is not None:
         details["energy"] = energy.to_dict()
     suspicious = beyond_light_result(job, baseline, timing, sol_ms, details)
@@ -285,8 +291,11 @@ def _abandoned(timing: Timing, limit: float | None, describe: dict[str, Any]) ->
     )
 
 
-def _energy(job: Job, kernel: Any, device: torch.device, timing: Timing) -> EnergyReading | None:
-    return kernel_energy(kernel, _timing_sets(job, device, 0)[0], device, timing)
+def _energy(
+    job: Job, timed: Any, metas: list[TensorMeta], device: torch.device, timing: Timing
+) -> EnergyReading | None:
+    """Joules a call of what was timed, on inputs as it was timed on."""
+    return kernel_energy(timed, _timing_sets(job, device, 0, metas)[0], device, timing)
 
 
 def _feedback(

@@ -55,7 +55,7 @@ class PoolMeasurer:
             timing_settle=options.timing_settle,
             timing_heat_s=options.timing_heat_s,
             exact_reference=exact_reference,
-        )
+        ).for_fallback(options.fallback)
         self._tickets: dict[int, Hashable] = {}
 
     def feedback_plan(self) -> FeedbackPlan | None:

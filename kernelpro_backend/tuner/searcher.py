@@ -196,7 +196,7 @@ class SubgraphSearcher:
         """No template: the subgraph's candidates are its baselines; eager wins if it beats
         Inductor clearly (tuner/eager.py)."""
         job = Job.from_subgraph(subgraph, BaselineCandidate("eager"), ceilings=None)
-        results = pool.evaluate_many(job.baselines())
+        results = pool.evaluate_many(job.for_fallback(self.options.fallback).baselines())
         baselines = dict(zip(("eager", "inductor"), results, strict=True))
         artifact = eager_artifact(baselines, self.options)
         return eager_or_none(artifact, subgraph, baselines, self.options)
