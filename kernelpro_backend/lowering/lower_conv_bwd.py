@@ -60,16 +60,25 @@ def lower_conv_backward(sg: Subgraph) -> dict[str, Any]:
     if any(role(u) is not Role.GETITEM for u in node.users):
         raise Unsupported("convolution_backward's tuple is used whole")
     dx_node = next((u for u, i in picks.items() if i == 0), None)
-    grads, dx_outputs = [], []
+    grads, dx_outputs, grad_casts = [], [], set()
     for j, o in enumerate(sg.outputs):
-        which = picks.get(o)
-        if which in (1, 2):
+        which = _gradient(o, picks)
+        if which is not None:
             grads.append((which, j))
+            if o not in picks:
+                grad_casts.add(o)
         else:
             dx_outputs.append(o)
+    if dx_outputs and dx_node is None:
+        raise Unsupported(
+            "an output of the convolution backward is neither the weight's or bias's gradient "
+            "(or one cast of it) nor over the input gradient, which is not computed"
+        )
     flat = x_val.dim() == 3
     domain = shape(dx_node) if dx_node is not None else tuple(int(s) for s in x_val.shape)
-    prog = _input_gradient(sg, node, dx_node, dx_outputs, domain) if dx_outputs else None
+    prog = None
+    if dx_outputs and dx_node is not None:  # (else refused above)
+        prog = _input_gradient(sg, node, dx_node, dx_outputs, domain, grad_casts)
     by_output = {j: which for which, j in grads}
     stores = [
         (("A", by_output[j]), 0, (), ()) if j in by_output else prog.store(o)  # type: ignore[union-attr]
@@ -102,15 +111,38 @@ def lower_conv_backward(sg: Subgraph) -> dict[str, Any]:
     )
 
 
+def _gradient(out: fx.Node, picks: dict[fx.Node, int]) -> int | None:
+    """1 or 2 when `out` is the weight's or the bias's gradient, or one dtype cast of it (the
+    float32 gradient of a parameter autocast ran in bfloat16); else None. The template rounds
+    each gradient to the operands' dtype before its output's (conv_bwd.grad_value)."""
+    if out not in picks and out.target in _CASTS and len(out.args) >= 1:
+        src = out.args[0]
+        if isinstance(src, fx.Node) and len(src.users) == 1 and set(out.kwargs) <= {"dtype"}:
+            out = src
+    which = picks.get(out)
+    return which if which in (1, 2) else None
+
+
+# One dtype cast of a gradient, as AOTAutograd traces a bfloat16 gradient's cast to float32.
+_CASTS = (torch.ops.prims.convert_element_type.default, torch.ops.aten._to_copy.default)
+
+
 def _input_gradient(
-    sg: Subgraph, node: fx.Node, dx: fx.Node | None, outputs: list[fx.Node], domain: Any
+    sg: Subgraph,
+    node: fx.Node,
+    dx: fx.Node,
+    outputs: list[fx.Node],
+    domain: Any,
+    grad_casts: set[fx.Node],
 ) -> ProgramBuilder:
     """The program of the input gradient's tail: the gradient ("A", 0) over its domain, the
-    subgraph's pointwise ops on it, its outputs' stores."""
-    assert dx is not None, "an output over the input gradient's domain without the gradient"
+    subgraph's pointwise ops on it, its outputs' stores (not the weight's and bias's gradients'
+    casts, which the template stores)."""
     _, _, prog = anchored_program(sg, dx, domain, (), outputs, "the input gradient")
     prog.refs[dx] = ("A", 0)
     for n in sg.nodes:
-        if n is not node and not (n.target is operator.getitem and n.args[0] is node):
+        if n is node or n in grad_casts:
+            continue
+        if not (n.target is operator.getitem and n.args[0] is node):
             prog.add_node(n)
     return prog

@@ -130,6 +130,15 @@ def grad_outputs(spec: KernelSpec) -> dict[int, tuple[int, tuple[int, ...]]]:
     return out
 
 
+def grad_value(spec: KernelSpec, value: str, j: int) -> str:
+    """`value` (float32) stored as aten's gradient: rounded to the operands' dtype (the
+    gradient's own), then to output `j`'s (a cast the graph applies to the gradient, as
+    autocast's bfloat16 gradient to a float32 parameter's)."""
+    dt = spec.param("operand_dtype")
+    rounded = value if dt == "float32" else f"{value}.to(tl.{dt})"
+    return f"{rounded}.to(out{j}.dtype.element_ty)"
+
+
 def weight_offset(strides: tuple[int, ...], co: str, ci: str, kh: str, kw: str) -> str:
     return f"{co} * {strides[0]} + {ci} * {strides[1]} + {kh} * {strides[2]} + {kw} * {strides[3]}"
 
@@ -207,12 +216,12 @@ def _wgrad_stores(
         if 1 in grads:
             j, strides = grads[1]
             at = weight_offset(strides, f"(g * {cog} + rm)", "ci", "kh", "kw")
-            body.append(f"tl.store(out{j} + {at}, acc.to(out{j}.dtype.element_ty), mask=mask)")
+            body.append(f"tl.store(out{j} + {at}, {grad_value(spec, 'acc', j)}, mask=mask)")
         if 2 in grads:
             j, (sb,) = grads[2]
             body += [
                 f"if {first_col}:",
-                f"    tl.store(out{j} + (g * {cog} + rm) * {sb}, db.to(out{j}.dtype.element_ty), "
+                f"    tl.store(out{j} + (g * {cog} + rm) * {sb}, {grad_value(spec, 'db', j)}, "
                 "mask=row_mask)",
             ]
     else:
@@ -258,7 +267,7 @@ def combine(spec: KernelSpec, ins: list[str], outs: list[str]) -> list[str]:
             f"tap = (e // {cig}) % {taps}",
             f"kh = tap // {kw}",
             f"kw = tap % {kw}",
-            f"tl.store(out{j} + {at}, acc.to(out{j}.dtype.element_ty), mask=m)",
+            f"tl.store(out{j} + {at}, {grad_value(spec, 'acc', j)}, mask=m)",
         ]
     if 2 in grads:
         j, (sb,) = grads[2]
@@ -267,7 +276,7 @@ def combine(spec: KernelSpec, ins: list[str], outs: list[str]) -> list[str]:
             "db = tl.load(partial_b + e, mask=mb, other=0.0)",
             "for s in tl.static_range(1, SPLIT_K):",
             f"    db += tl.load(partial_b + s * {c_out} + e, mask=mb, other=0.0)",
-            f"tl.store(out{j} + e * {sb}, db.to(out{j}.dtype.element_ty), mask=mb)",
+            f"tl.store(out{j} + e * {sb}, {grad_value(spec, 'db', j)}, mask=mb)",
         ]
     return [
         "@triton.jit",

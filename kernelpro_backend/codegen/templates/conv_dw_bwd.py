@@ -27,7 +27,7 @@ from ..emitter import Emitter
 from ..spec import KernelSpec
 from ..spec_view import io_names
 from .conv import and_, load, wide
-from .conv_bwd import add_combine, grad_outputs, weight_offset
+from .conv_bwd import add_combine, grad_outputs, grad_value, weight_offset
 
 
 def _geometry(spec: KernelSpec) -> tuple:
@@ -166,9 +166,7 @@ def _wgrad(spec: KernelSpec, ins: list[str], outs: list[str]) -> list[str]:
         else:
             j, strides = grads[1]
             at = weight_offset(strides, "co", "0", str(t // kw_), str(t % kw_))
-            body.append(
-                f"tl.store(out{j} + {at}, {value}.to(out{j}.dtype.element_ty), mask=col_mask)"
-            )
+            body.append(f"tl.store(out{j} + {at}, {grad_value(spec, value, j)}, mask=col_mask)")
     if bias:
         value = "tl.sum(db, axis=0)[None, :]"
         if split > 1:
@@ -176,7 +174,7 @@ def _wgrad(spec: KernelSpec, ins: list[str], outs: list[str]) -> list[str]:
         else:
             j, (sb,) = grads[2]
             body.append(
-                f"tl.store(out{j} + co * {sb}, {value}.to(out{j}.dtype.element_ty), mask=col_mask)"
+                f"tl.store(out{j} + co * {sb}, {grad_value(spec, value, j)}, mask=col_mask)"
             )
     params = [*ins, *outs, "partial_w", "partial_b"]
     return [

@@ -15,6 +15,7 @@ from harness import check, collect
 from kernelpro_backend.codegen import render
 from kernelpro_backend.codegen.errors import IllegalSpec
 from kernelpro_backend.lowering import lower
+from kernelpro_backend.runtime.spec_kernel import build_kernel
 
 
 class _Block(nn.Module):
@@ -134,3 +135,45 @@ def test_tf32_wgrad_copies_its_input_rounded_by_default(monkeypatch: pytest.Monk
     dx_only = _backward_subgraphs(nn.Conv2d(8, 16, 3, padding=1).requires_grad_(False), x)[0]
     with pytest.raises(IllegalSpec, match="PACK_X=1"):
         lower(dx_only).with_knobs(PACK_X=1)
+
+
+class _Autocast(nn.Module):
+    """A convolution as bfloat16 autocast runs it: float32 input and parameters cast to
+    bfloat16, so AOTAutograd casts the weight's and bias's bfloat16 gradients to float32."""
+
+    def __init__(self, c_in: int, c_out: int, k: int, stride: int, groups: int = 1) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(c_in, c_out, k, stride=stride, padding=k // 2, groups=groups)
+
+    def forward(self, x):  # type: ignore[no-untyped-def]
+        w, b = self.conv.weight.bfloat16(), self.conv.bias.bfloat16()
+        c = self.conv
+        y = F.conv2d(x.bfloat16(), w, b, c.stride, c.padding, c.dilation, c.groups)
+        return y.float().relu()
+
+
+@pytest.mark.parametrize(
+    "layer, input_grad, template",
+    [
+        ((3, 8, 4, 4), False, "conv_backward"),  # a stem: the image needs no gradient
+        ((3, 8, 4, 4), True, "conv_backward"),
+        ((8, 8, 7, 1, 8), True, "conv_depthwise_backward"),  # ConvNeXt's 7x7 depthwise
+        ((8, 8, 7, 1, 8), False, "conv_depthwise_backward"),
+    ],
+    ids=["stem", "stem-dx", "depthwise", "depthwise-no-dx"],
+)
+def test_autocast_gradients_cast_to_float32_are_stored_rounded_as_aten(
+    layer: tuple[int, ...], input_grad: bool, template: str
+) -> None:
+    """The float32 weight and bias gradients are bfloat16 gradients cast: the template rounds
+    them to bfloat16 first, as aten's are (every value a bfloat16 one), not its float32 sums."""
+    x = torch.randn(2, layer[0], 20, 20, requires_grad=input_grad)
+    (sg,) = _backward_subgraphs(_Autocast(*layer), x)
+    spec = lower(sg)
+    assert spec.template == template
+    assert {w for w, _ in spec.param("grads")} == {1, 2}
+    assert [sg.output_meta[j][2] for _, j in spec.param("grads")] == ["float32", "float32"]
+    check(sg, spec)
+    got = build_kernel(spec)(*sg.make_inputs(1))
+    for _, j in spec.param("grads"):
+        torch.testing.assert_close(got[j], got[j].bfloat16().float(), rtol=0, atol=0)
