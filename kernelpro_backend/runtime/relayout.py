@@ -9,13 +9,15 @@ was timed with the graph's layout (fallback.py): ResNet-50's conv-backward kerne
 alone made the step 3.5 ms slower in context (H200, 2026-12-07).
 
 Owns: `as_timed` (what the worker times for a job, on inputs of which metas), `in_graph_call`
-(a kernel wrapped in the copies) and `in_graph_inputs` (the metas its inputs are drawn at).
+(a kernel wrapped in the copies), `in_graph_inputs` (the metas its inputs are drawn at) and
+`copy_bytes` (what the copies move, for the warm-up's plan).
 Must not: compile, prove or time anything (worker.py times what this returns; the kernel is
 proved on its own metas).
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -78,3 +80,13 @@ def in_graph_call(
 def _copied(t: torch.Tensor, meta: TensorMeta) -> torch.Tensor:
     shape, stride, _ = meta
     return torch.empty_strided(shape, stride, dtype=t.dtype, device=t.device).copy_(t)
+
+
+def copy_bytes(
+    own_inputs: Sequence[TensorMeta], own_outputs: Sequence[TensorMeta], fallback: FallbackSettings
+) -> int:
+    """The bytes the graph's copies around a kernel move: each copied tensor read and written."""
+    laid_in = fallback.graph_input_meta or tuple(own_inputs)
+    laid_out = fallback.graph_output_meta or tuple(own_outputs)
+    pairs = [*zip(laid_in, own_inputs, strict=True), *zip(laid_out, own_outputs, strict=True)]
+    return sum(2 * math.prod(a[0]) * getattr(torch, a[2]).itemsize for a, b in pairs if a != b)

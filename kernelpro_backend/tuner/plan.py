@@ -7,6 +7,10 @@ shapes alone, with the roofline the search already uses (profilers/speed_of_ligh
 
     gain a step = occurrences x (the fallback's estimated time - the speed-of-light bound)
 
+The bound includes the copies the graph makes around any kernel that replaces the subgraph
+(an NHWC activation of a channels-last graph copied to the aten strides, runtime/relayout.py):
+no kernel escapes them, so a subgraph they eat the gain of is not worth its search.
+
 The fallback's estimate: what the fallback must move — the subgraph's inputs and outputs, plus
 the round trip to DRAM of every GEMM, convolution or attention output that an epilogue inside
 the subgraph reads again (Inductor launches cuBLAS/cuDNN/flash attention as extern kernels
@@ -63,9 +67,11 @@ class Estimate:
         return max(0.0, self.fallback_ms - self.sol_ms)
 
     @classmethod
-    def of(cls, subgraph: Any, ceilings: Ceilings) -> Estimate:
+    def of(cls, subgraph: Any, ceilings: Ceilings, copies: int = 0) -> Estimate:
+        """`copies`: bytes the graph's copies around a kernel move (in the bound)."""
         work = SpeedOfLight.work(subgraph)
-        sol = SpeedOfLight.time_ms(work, ceilings, subgraph.precision)
+        copied = dataclasses.replace(work, bytes=work.bytes + copies)
+        sol = SpeedOfLight.time_ms(copied, ceilings, subgraph.precision)
         moved = dataclasses.replace(work, bytes=work.bytes + round_trip_bytes(subgraph))
         fallback = SpeedOfLight.time_ms(moved, ceilings, subgraph.precision) / FALLBACK_ATTAINS
         return cls(sol, fallback)
@@ -177,11 +183,13 @@ def plan_searches(
     floor_ms: float,
     known: Callable[[str], str | None] = lambda digest: None,
     selected: Callable[[Any], bool] = lambda subgraph: True,
+    copies: Callable[[Any], int] = lambda subgraph: 0,
 ) -> SearchPlan:
     """The plan of a step's `subgraphs` (symbolic ones are left out: their sizes are searched
     per instance at run time). `digest_of`: the cache key's digest; `known(digest)`: "cached"
     or "searched before" for a key that needs no search, else None; `selected`: whether the
-    options let the subgraph be searched (search_patterns)."""
+    options let the subgraph be searched (search_patterns); `copies`: the bytes the graph's
+    copies around a kernel for it move."""
     first: dict[str, Any] = {}
     counts: dict[str, int] = {}
     for sg in subgraphs:
@@ -192,7 +200,7 @@ def plan_searches(
         counts[digest] = counts.get(digest, 0) + 1
     planned, others = [], []
     for digest, sg in first.items():
-        item = PlanItem(digest, sg, counts[digest], Estimate.of(sg, ceilings))
+        item = PlanItem(digest, sg, counts[digest], Estimate.of(sg, ceilings, copies(sg)))
         status = known(digest)
         if status is None and not selected(sg):
             status = "not selected"

@@ -23,6 +23,8 @@ from typing import Any
 
 from ..cache.searched import SearchedKeys
 from ..fx_passes import Subgraph
+from ..runtime.fallback import FallbackSettings
+from ..runtime.relayout import copy_bytes
 from ..tuner.plan import (
     FALLBACK_ATTAINS,
     PlanItem,
@@ -40,7 +42,8 @@ Say = Callable[[str], None]
 
 BASIS = (
     f"occurrences x (the fallback's roofline time at {FALLBACK_ATTAINS:.0%} of the roofs, "
-    "extern GEMM/conv/attention outputs read back, - the speed-of-light bound)"
+    "extern GEMM/conv/attention outputs read back, - the speed-of-light bound with the "
+    "layout copies the graph makes around a kernel)"
 )
 
 
@@ -97,6 +100,11 @@ def plan_step(finder: Any, subgraphs: Sequence[Subgraph]) -> SearchPlan:
         return "searched before" if digest in searched else None
 
     patterns = finder.options.search_patterns
+    inductor = finder.options.fallback == "inductor"  # an eager graph makes no copies
+
+    def copies(sg: Subgraph) -> int:
+        return copy_bytes(sg.input_meta, sg.output_meta, FallbackSettings.of(sg)) if inductor else 0
+
     return plan_searches(
         subgraphs,
         digest_of,
@@ -104,6 +112,7 @@ def plan_step(finder: Any, subgraphs: Sequence[Subgraph]) -> SearchPlan:
         finder.options.min_gain_ms(),
         known,
         lambda sg: not patterns or sg.pattern in patterns,
+        copies,
     )
 
 

@@ -16,7 +16,7 @@ from runtime_helpers import subgraphs_of
 from kernelpro_backend.runtime import BaselineCandidate, EvalStatus, Job, relayout
 from kernelpro_backend.runtime import worker as worker_module
 from kernelpro_backend.runtime.fallback import FallbackSettings
-from kernelpro_backend.runtime.relayout import in_graph_call
+from kernelpro_backend.runtime.relayout import copy_bytes, in_graph_call
 from kernelpro_backend.runtime.worker import WorkerState, evaluate_job
 
 NCHW = ((2, 16, 8, 8), (1024, 64, 8, 1), "float32")
@@ -148,3 +148,12 @@ def test_an_eager_graph_makes_no_copies():
     assert eager.fallback.graph_input_meta is None and eager.fallback.graph_output_meta is None
     assert eager.fallback.inductor == two.fallback.inductor
     assert [b.input_meta for b in eager.baselines()] == [two.input_meta] * 2
+
+
+def test_the_copies_bytes_are_each_copied_tensor_read_and_written():
+    one, two = _chain_jobs()
+    activation = 2 * 16 * 8 * 8 * 4
+    # the second conv's NHWC activation copied in; the first's output copied out for the next
+    assert copy_bytes(two.input_meta, two.output_meta, two.fallback) == 2 * activation
+    assert copy_bytes(one.input_meta, one.output_meta, one.fallback) == 2 * activation
+    assert copy_bytes(two.input_meta, two.output_meta, FallbackSettings()) == 0

@@ -125,3 +125,17 @@ def test_the_estimate_is_the_fallback_at_its_share_of_the_roofs():
     e = Estimate.of(Fake("x", 4096), CEILINGS)
     assert abs(e.fallback_ms * FALLBACK_ATTAINS - e.sol_ms) < 1e-12
     assert e.gain_ms > 0
+
+
+def test_the_copies_around_any_kernel_count_in_its_bound():
+    """A pointwise subgraph's fallback moves its 32 MB at 70% of the roof; a kernel moves them
+    at 100% but, in a channels-last graph, also pays a copy of its input (32 MB read and
+    written): the copies leave it no gain, so its search is not planned."""
+    sg = Fake("x", 8192)
+    moved = 2 * 8192 * 1024 * 4
+    plain, copied = Estimate.of(sg, CEILINGS), Estimate.of(sg, CEILINGS, copies=moved)
+    assert copied.fallback_ms == plain.fallback_ms and copied.sol_ms > plain.sol_ms
+    assert plain.gain_ms > 0 and copied.gain_ms == 0
+    plan = _plan([sg, Fake("y", 8192)], floor_ms=1e-6, copies=lambda s: moved * (s.name == "x"))
+    assert [i.digest for i in plan.planned] == ["y"]
+    assert [(i.digest, i.status) for i in plan.others] == [("x", "below floor")]
