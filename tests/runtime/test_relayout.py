@@ -13,6 +13,7 @@ from pathlib import Path
 import torch
 from runtime_helpers import subgraphs_of
 
+from kernelpro_backend.backend import make_backend
 from kernelpro_backend.runtime import BaselineCandidate, EvalStatus, Job, relayout
 from kernelpro_backend.runtime import worker as worker_module
 from kernelpro_backend.runtime.fallback import FallbackSettings
@@ -157,3 +158,28 @@ def test_the_copies_bytes_are_each_copied_tensor_read_and_written():
     assert copy_bytes(two.input_meta, two.output_meta, two.fallback) == 2 * activation
     assert copy_bytes(one.input_meta, one.output_meta, one.fallback) == 2 * activation
     assert copy_bytes(two.input_meta, two.output_meta, FallbackSettings()) == 0
+
+
+def test_a_training_steps_forward_is_charged_its_copies_and_its_backward_none():
+    """Inductor decides the layout per graph: the forward of conv -> BatchNorm -> ReLU -> conv
+    goes channels-last, the backward (no aten.convolution in it) does not."""
+    model = torch.nn.Sequential(
+        torch.nn.Conv2d(3, 128, 3, padding=1),
+        torch.nn.BatchNorm2d(128),
+        torch.nn.ReLU(),
+        torch.nn.Conv2d(128, 128, 3, padding=1),
+    )
+    found: list = []
+    backend = make_backend(observer=lambda kind, sgs: found.extend(sgs))
+    torch._dynamo.reset()
+    with torch.backends.mkldnn.flags(enabled=False):
+        step = torch.compile(model, backend=backend, options={"fallback": "eager", "search": "off"})
+        step(torch.randn(2, 3, 8, 8)).sum().backward()
+        charged = {
+            (sg.graph, sg.kind): copy_bytes(sg.input_meta, sg.output_meta, FallbackSettings.of(sg))
+            > 0
+            for sg in found
+        }
+    assert any(charged[k] for k in charged if k[0] == "forward")
+    assert ("backward", "conv") in charged
+    assert not any(charged[k] for k in charged if k[0] == "backward")
