@@ -37,10 +37,22 @@ class Work:
     other_flops: float  # pointwise and reduction work, on the FP32 pipes
     bytes: int  # external inputs read once + outputs written once
     tensor_dtype: str  # dtype of the matmul-like operands (picks the compute roof)
+    # depthwise convolutions' work in 16-bit floats: the FMA units, two-wide (HFMA2); in
+    # float32 it counts in other_flops
+    fma16_flops: float = 0.0
 
     @property
     def flops(self) -> float:
-        return self.tensor_flops + self.other_flops
+        return self.tensor_flops + self.other_flops + self.fma16_flops
+
+    def compute_s(self, ceilings: Ceilings, precision: str) -> float:
+        """The least time the math takes: the FP32 pipes' work at their rate (16-bit FMAs at
+        twice it), the tensor-core work at the dtype's and precision policy's peak."""
+        seconds = (self.other_flops + self.fma16_flops / 2) / ceilings.fp32_flops_per_s
+        if self.tensor_flops:
+            peak = ceilings.peak_flops_per_s(self.tensor_dtype, precision, tensor_op=True)
+            seconds += self.tensor_flops / peak
+        return seconds
 
 
 def _val(arg: object) -> torch.Tensor | None:
@@ -93,6 +105,21 @@ def _conv_flops(node: fx.Node) -> float:
     return 2.0 * _numel(_val(node)) * window
 
 
+def _depthwise(node: fx.Node) -> bool:
+    """One input channel a group: each output sums only its window (k*k products), no channel
+    sum to give a tensor core its K, so the math runs on the FMA units (cuDNN's and the
+    conv_depthwise templates' alike)."""
+    args = _bound_args(node)
+    weight = _val(args.get("weight"))
+    return weight is not None and int(args.get("groups") or 1) > 1 and int(weight.shape[1]) == 1
+
+
+def _half(node: fx.Node) -> bool:
+    """Whether the op's operands are 16-bit floats."""
+    first = next((_val(a) for a in node.args if _val(a) is not None), None)
+    return first is not None and first.dtype in (torch.float16, torch.bfloat16)
+
+
 def _attention_flops(node: fx.Node) -> float:
     args = _bound_args(node)
     q, k, v = (_val(args.get(n)) for n in ("query", "key", "value"))
@@ -115,13 +142,18 @@ def count_work(
 ) -> Work:
     """The work of `nodes`; with their `inputs` and `outputs` (the nodes of the metas, in the
     same order) the bytes leave out what `untouched` finds no kernel has to move."""
-    tensor_flops = other_flops = 0.0
+    tensor_flops = other_flops = fma16_flops = 0.0
     tensor_dtype = ""
     for node in nodes:
         r = role(node)
         if is_attention_op(node):
             r = Role.ATTENTION  # role() says OTHER for ops tagged random (dropout)
-        if r in (Role.GEMM, Role.CONV, Role.ATTENTION):
+        if r is Role.CONV and _depthwise(node):
+            if _half(node):
+                fma16_flops += _conv_flops(node)
+            else:
+                other_flops += _conv_flops(node)
+        elif r in (Role.GEMM, Role.CONV, Role.ATTENTION):
             counter = {Role.GEMM: _gemm_flops, Role.CONV: _conv_flops}.get(r, _attention_flops)
             tensor_flops += counter(node)
             first = next((_val(a) for a in node.args if _val(a) is not None), None)
@@ -134,7 +166,7 @@ def count_work(
             other_flops += _numel(_val(node.args[0]) if node.args else None)
     unread, unwritten = untouched(nodes, inputs, outputs) if inputs or outputs else ((), ())
     nbytes = fewest_bytes(input_meta, output_meta, unread, unwritten)
-    return Work(tensor_flops, other_flops, nbytes, tensor_dtype)
+    return Work(tensor_flops, other_flops, nbytes, tensor_dtype, fma16_flops)
 
 
 def fewest_bytes(
@@ -262,12 +294,8 @@ class SpeedOfLight:
 
     @staticmethod
     def time_ms(work: Work, ceilings: Ceilings, precision: str) -> float:
-        compute_s = work.other_flops / ceilings.fp32_flops_per_s
-        if work.tensor_flops:
-            peak = ceilings.peak_flops_per_s(work.tensor_dtype, precision, tensor_op=True)
-            compute_s += work.tensor_flops / peak
         memory_s = work.bytes / ceilings.dram_bytes_per_s
-        return max(compute_s, memory_s) * 1e3
+        return max(work.compute_s(ceilings, precision), memory_s) * 1e3
 
     @staticmethod
     def memory_bound_ms(work: Work, ceilings: Ceilings, precision: str) -> float | None:

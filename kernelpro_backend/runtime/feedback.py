@@ -38,10 +38,7 @@ def subgraph_roofs(
     """The roofs `work` is judged against: DRAM bytes/s, and the FLOP rate at which its mix of
     tensor-core work (at the dtype's and precision policy's peak) and FP32 work finishes in the
     compute time SpeedOfLight gives it."""
-    compute_s = work.other_flops / ceilings.fp32_flops_per_s
-    if work.tensor_flops:
-        peak = ceilings.peak_flops_per_s(work.tensor_dtype, precision, tensor_op=True)
-        compute_s += work.tensor_flops / peak
+    compute_s = work.compute_s(ceilings, precision)
     flops_per_s = work.flops / compute_s if compute_s > 0 else ceilings.fp32_flops_per_s
     roofs = Roofs(bytes_per_s=ceilings.dram_bytes_per_s, flops_per_s=flops_per_s)
     return dataclasses.replace(roofs, sm_count=sm_count) if sm_count else roofs

@@ -67,6 +67,29 @@ def test_conv_flops():
     assert SpeedOfLight.work(sg).tensor_flops == 2 * (2 * 4 * 10 * 10) * 3 * 9
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_a_depthwise_convs_math_is_bound_by_the_fma_units_not_the_tensor_cores(dtype):
+    """One input channel a group: 7x7 products an output and no channel sum, so no tensor-core
+    roof; float32 FMAs at the FP32 rate, 16-bit ones packed two-wide at twice it."""
+    x, w = torch.randn(2, 8, 14, 14, dtype=dtype), torch.randn(8, 1, 7, 7, dtype=dtype)
+    sg = only_subgraph(lambda x, w: F.conv2d(x, w, padding=3, groups=8), x, w, kind="conv")
+    work = SpeedOfLight.work(sg)
+    flops = 2 * (2 * 8 * 14 * 14) * 49
+    assert work.tensor_flops == 0 and work.flops == flops
+    rate = FAKE.fp32_flops_per_s * (2 if dtype == torch.bfloat16 else 1)
+    assert work.compute_s(FAKE, "ieee") == pytest.approx(flops / rate)
+    compute_ms = flops / rate * 1e3
+    assert SpeedOfLight.time_ms(work, FAKE, "ieee") == pytest.approx(
+        max(compute_ms, work.bytes / FAKE.dram_bytes_per_s * 1e3)
+    )
+
+
+def test_a_grouped_conv_with_channels_in_its_groups_stays_on_the_tensor_cores():
+    x, w = torch.randn(2, 8, 10, 10), torch.randn(8, 4, 3, 3)
+    sg = only_subgraph(lambda x, w: F.conv2d(x, w, padding=1, groups=2), x, w, kind="conv")
+    assert SpeedOfLight.work(sg).tensor_flops == 2 * (2 * 8 * 10 * 10) * 4 * 9
+
+
 @pytest.mark.parametrize("causal", [False, True])
 def test_attention_flops(causal):
     # The partitioner finds no attention subgraph on CPU today: count the aten graph directly.
