@@ -1,5 +1,6 @@
 """Micro-profiling: the roofline classifier (stage 1) and the tools that turn hardware
-counters, SASS and compiler reports into plain-language `Finding`s (stage 2).
+counters, SASS and compiler reports into plain-language `Finding`s (stage 2); the speed of
+light and the library calls' measured time a warm-up plans its searches by (anchors.py).
 
 Must not: change kernels (proposers in search/ act on findings)."""
 

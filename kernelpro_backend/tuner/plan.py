@@ -11,7 +11,8 @@ The bound includes the copies the graph makes around any kernel that replaces th
 (an NHWC activation of a channels-last graph copied to the aten strides, runtime/relayout.py):
 no kernel escapes them, so a subgraph they eat the gain of is not worth its search.
 
-The fallback's estimate: what the fallback must move — the subgraph's inputs and outputs, plus
+The fallback's estimate (at least its library calls' measured time where the warm-up could
+time them, profilers/anchors.py): what the fallback must move — the subgraph's inputs and outputs, plus
 the round trip to DRAM of every GEMM, convolution or attention output that an epilogue inside
 the subgraph reads again (Inductor launches cuBLAS/cuDNN/flash attention as extern kernels
 and fuses the pointwise and reduction work around them into kernels of its own; it fuses
@@ -21,8 +22,8 @@ path's minimum gain (Options.min_gain_ms, what the finder asks of a kernel befor
 the fallback) is not planned: by the estimate its search cannot find a kernel that is used.
 
 Blind spots (say so where the plan is shown): the fallback's real efficiency varies (launch-
-bound small kernels, unaligned GEMMs on cuBLAS's slow path at 3.5x, flash attention far under
-the tensor roof) and the search can beat the estimate; what the split costs Inductor's fusions
+bound small kernels; library calls far under their roofs, unless measured) and the search can
+beat the estimate; what the split costs Inductor's fusions
 around the subgraph is not counted (the in-context check measures it).
 
 Owns: `Estimate`, `PlanItem`, `SearchPlan`, `plan_searches`, `search_budget_s`. Must not:
@@ -37,7 +38,8 @@ from typing import Any
 
 import torch
 
-from ..fx_passes.ops import Role, is_attention_op, role
+from ..fx_passes.ops import is_attention_op, role
+from ..profilers.anchors import ANCHORS
 from ..profilers.ceilings import DATASHEET_H100_SXM, Ceilings
 from ..profilers.speed_of_light import SpeedOfLight
 
@@ -52,8 +54,6 @@ FALLBACK_ATTAINS = 0.7
 # watches 16 trials). With less time left before the deadline no search starts.
 MIN_SEARCH_S = 20.0
 
-ANCHORS = (Role.GEMM, Role.CONV, Role.ATTENTION)
-
 
 @dataclasses.dataclass(frozen=True)
 class Estimate:
@@ -67,14 +67,18 @@ class Estimate:
         return max(0.0, self.fallback_ms - self.sol_ms)
 
     @classmethod
-    def of(cls, subgraph: Any, ceilings: Ceilings, copies: int = 0) -> Estimate:
-        """`copies`: bytes the graph's copies around a kernel move (in the bound)."""
+    def of(
+        cls, subgraph: Any, ceilings: Ceilings, copies: int = 0, library_ms: float | None = None
+    ) -> Estimate:
+        """`copies`: bytes the graph's copies around a kernel move (in the bound);
+        `library_ms`: the subgraph's library calls' measured time, the least the fallback
+        takes."""
         work = SpeedOfLight.work(subgraph)
         copied = dataclasses.replace(work, bytes=work.bytes + copies)
         sol = SpeedOfLight.time_ms(copied, ceilings, subgraph.precision)
         moved = dataclasses.replace(work, bytes=work.bytes + round_trip_bytes(subgraph))
         fallback = SpeedOfLight.time_ms(moved, ceilings, subgraph.precision) / FALLBACK_ATTAINS
-        return cls(sol, fallback)
+        return cls(sol, max(fallback, library_ms or 0.0))
 
 
 def round_trip_bytes(subgraph: Any) -> int:
@@ -184,12 +188,14 @@ def plan_searches(
     known: Callable[[str], str | None] = lambda digest: None,
     selected: Callable[[Any], bool] = lambda subgraph: True,
     copies: Callable[[Any], int] = lambda subgraph: 0,
+    measured: Callable[[Any], float | None] = lambda subgraph: None,
 ) -> SearchPlan:
     """The plan of a step's `subgraphs` (symbolic ones are left out: their sizes are searched
     per instance at run time). `digest_of`: the cache key's digest; `known(digest)`: "cached"
     or "searched before" for a key that needs no search, else None; `selected`: whether the
     options let the subgraph be searched (search_patterns); `copies`: the bytes the graph's
-    copies around a kernel for it move."""
+    copies around a kernel for it move; `measured`: its library calls' measured ms a call
+    (profilers/anchors.py), asked only of a key that would be searched."""
     first: dict[str, Any] = {}
     counts: dict[str, int] = {}
     for sg in subgraphs:
@@ -200,10 +206,12 @@ def plan_searches(
         counts[digest] = counts.get(digest, 0) + 1
     planned, others = [], []
     for digest, sg in first.items():
-        item = PlanItem(digest, sg, counts[digest], Estimate.of(sg, ceilings, copies(sg)))
         status = known(digest)
         if status is None and not selected(sg):
             status = "not selected"
+        library_ms = measured(sg) if status is None else None
+        estimate = Estimate.of(sg, ceilings, copies(sg), library_ms)
+        item = PlanItem(digest, sg, counts[digest], estimate)
         if status is None and item.estimate.gain_ms < floor_ms:
             status = "below floor"
             item.why = (

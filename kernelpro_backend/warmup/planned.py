@@ -21,8 +21,11 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
+import torch
+
 from ..cache.searched import SearchedKeys
 from ..fx_passes import Subgraph
+from ..profilers.anchors import anchors_ms, cuda_timer
 from ..runtime.fallback import FallbackSettings
 from ..runtime.relayout import copy_bytes
 from ..tuner.plan import (
@@ -113,7 +116,22 @@ def plan_step(finder: Any, subgraphs: Sequence[Subgraph]) -> SearchPlan:
         known,
         lambda sg: not patterns or sg.pattern in patterns,
         copies,
+        library_time,
     )
+
+
+def library_time(sg: Subgraph) -> float | None:
+    """`sg`'s library calls' time a call, measured on its GPU (None off the GPU, or when one
+    cannot run alone: then the roofline's estimate stands, and the log says why)."""
+    if sg.device.type != "cuda":
+        return None
+    try:
+        return anchors_ms(sg, cuda_timer(sg.device))
+    except Exception as e:  # an anchor that cannot run on random inputs (attention's seeds)
+        log.warning("plan: the library calls of %s %s not timed: %s", sg.graph, sg.pattern, e)
+        return None
+    finally:
+        torch.cuda.empty_cache()
 
 
 def _measured_ceilings(finder: Any, subgraphs: Sequence[Subgraph]) -> Any:
