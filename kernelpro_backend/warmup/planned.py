@@ -45,8 +45,9 @@ Say = Callable[[str], None]
 
 BASIS = (
     f"occurrences x (the fallback's roofline time at {FALLBACK_ATTAINS:.0%} of the roofs, "
-    "extern GEMM/conv/attention outputs read back, - the speed-of-light bound with the "
-    "layout copies the graph makes around a kernel)"
+    "extern GEMM/conv/attention outputs read back, or on a GPU its library calls' measured "
+    "time if longer, - the speed-of-light bound with the layout copies the graph makes "
+    "around a kernel)"
 )
 
 
