@@ -12,7 +12,7 @@ Each anchor runs eagerly, alone, on random inputs of its node's shapes, strides 
 arguments that are not tensors as the graph gives them): a few warm-up calls, then the median of
 CUDA-event timed calls. PyTorch's own ops on tensors made here; nothing of a proposer runs.
 
-Owns: `anchors_ms` (a subgraph's anchors' summed time, or None), `cuda_timer`.
+Owns: `is_anchor`, `anchors_ms` (a subgraph's anchors' summed time, or None), `cuda_timer`.
 Must not: time a candidate kernel (the worker does, isolated) or change the subgraph.
 """
 
@@ -33,10 +33,15 @@ Timer = Callable[[Callable[[], object]], float]  # a call's time in ms
 ANCHORS = (Role.GEMM, Role.CONV, Role.ATTENTION)
 
 
+def is_anchor(node: fx.Node) -> bool:
+    """Whether the fallback runs `node` as a library call (GEMM, convolution, attention)."""
+    return is_attention_op(node) or role(node) in ANCHORS
+
+
 def anchors_ms(subgraph: Any, timer: Timer) -> float | None:
     """The summed time of `subgraph`'s library calls, each timed by `timer`; None when it has
     none."""
-    nodes = [n for n in subgraph.nodes if is_attention_op(n) or role(n) in ANCHORS]
+    nodes = [n for n in subgraph.nodes if is_anchor(n)]
     if not nodes:
         return None
     device = subgraph.device

@@ -114,9 +114,14 @@ def _depthwise(node: fx.Node) -> bool:
     return weight is not None and int(args.get("groups") or 1) > 1 and int(weight.shape[1]) == 1
 
 
+def _first_tensor(node: fx.Node) -> torch.Tensor | None:
+    """The value of the op's first tensor argument (its operands' dtype)."""
+    return next((_val(a) for a in node.args if _val(a) is not None), None)
+
+
 def _half(node: fx.Node) -> bool:
     """Whether the op's operands are 16-bit floats."""
-    first = next((_val(a) for a in node.args if _val(a) is not None), None)
+    first = _first_tensor(node)
     return first is not None and first.dtype in (torch.float16, torch.bfloat16)
 
 
@@ -156,7 +161,7 @@ def count_work(
         elif r in (Role.GEMM, Role.CONV, Role.ATTENTION):
             counter = {Role.GEMM: _gemm_flops, Role.CONV: _conv_flops}.get(r, _attention_flops)
             tensor_flops += counter(node)
-            first = next((_val(a) for a in node.args if _val(a) is not None), None)
+            first = _first_tensor(node)
             if not tensor_dtype and first is not None:
                 tensor_dtype = str(first.dtype).removeprefix("torch.")
         elif r is Role.POINTWISE:

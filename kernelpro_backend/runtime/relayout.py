@@ -53,8 +53,7 @@ def in_graph_call(
     """`kernel` as its graph runs it: each input it receives at other strides than its own is
     copied to its own first, and each output the graph needs at other strides is copied to
     them after. `kernel` itself when the graph makes no copy."""
-    laid_in = fallback.graph_input_meta or tuple(own_inputs)
-    laid_out = fallback.graph_output_meta or tuple(own_outputs)
+    laid_in, laid_out = _laid(own_inputs, own_outputs, fallback)
     before = [i for i, (a, b) in enumerate(zip(laid_in, own_inputs, strict=True)) if a != b]
     after = [i for i, (a, b) in enumerate(zip(laid_out, own_outputs, strict=True)) if a != b]
     if not before and not after:
@@ -78,6 +77,16 @@ def in_graph_call(
     return call
 
 
+def _laid(
+    own_inputs: Sequence[TensorMeta], own_outputs: Sequence[TensorMeta], fallback: FallbackSettings
+) -> tuple[Sequence[TensorMeta], Sequence[TensorMeta]]:
+    """The inputs' and outputs' metas as the graph has them around a kernel."""
+    return (
+        fallback.graph_input_meta or tuple(own_inputs),
+        fallback.graph_output_meta or tuple(own_outputs),
+    )
+
+
 def _copied(t: torch.Tensor, meta: TensorMeta) -> torch.Tensor:
     shape, stride, _ = meta
     return torch.empty_strided(shape, stride, dtype=t.dtype, device=t.device).copy_(t)
@@ -87,7 +96,6 @@ def copy_bytes(
     own_inputs: Sequence[TensorMeta], own_outputs: Sequence[TensorMeta], fallback: FallbackSettings
 ) -> int:
     """The bytes the graph's copies around a kernel move: each copied tensor read and written."""
-    laid_in = fallback.graph_input_meta or tuple(own_inputs)
-    laid_out = fallback.graph_output_meta or tuple(own_outputs)
+    laid_in, laid_out = _laid(own_inputs, own_outputs, fallback)
     pairs = [*zip(laid_in, own_inputs, strict=True), *zip(laid_out, own_outputs, strict=True)]
     return sum(2 * math.prod(a[0]) * getattr(torch, a[2]).itemsize for a, b in pairs if a != b)

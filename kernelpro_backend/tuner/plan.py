@@ -38,8 +38,7 @@ from typing import Any
 
 import torch
 
-from ..fx_passes.ops import is_attention_op, role
-from ..profilers.anchors import ANCHORS
+from ..profilers.anchors import is_anchor
 from ..profilers.ceilings import DATASHEET_H100_SXM, Ceilings
 from ..profilers.speed_of_light import SpeedOfLight
 
@@ -89,7 +88,7 @@ def round_trip_bytes(subgraph: Any) -> int:
     outputs = set(getattr(subgraph, "outputs", ()))
     total = 0
     for node in subgraph.nodes:
-        if not (is_attention_op(node) or role(node) in ANCHORS):
+        if not is_anchor(node):
             continue
         if not any(user in members for user in node.users):
             continue
