@@ -35,6 +35,7 @@ from typing import Any
 
 import torch
 
+from ..profilers.step_diff import diff_lines
 from ..runtime.timing import host_bound
 from .incontext_steps import PAIRED_ROUNDS, OutOfTime, StepVariants
 
@@ -264,6 +265,11 @@ def _judge(
     losers: list[str] = []
     if used:
         losers, _ = decide(_replaying(time_with, replay), used, first, wins, lines)
+        with_them, without = steps.profiles.get((frozenset(), False)), None
+        if with_them is not None:
+            without = steps.profiles.get((frozenset(served), False))
+        if with_them is not None and without is not None:
+            lines.extend(diff_lines(with_them, without, ("with the kernels", "without")))
         heavier = peak_verdict(peaks.get((frozenset(), False)), peaks.get((frozenset(used), False)))
         if not losers and heavier:
             losers = list(used)

@@ -25,6 +25,7 @@ import torch
 from ..backend import make_backend
 from ..fx_passes import Subgraph
 from ..options import Options
+from ..profilers.step_diff import StepProfile, profile_step
 from ..rewrite.providers import Kernel
 from ..runtime.cuda.compile import nvcc_paused
 from ..runtime.timing import launch_timing
@@ -42,6 +43,7 @@ ROUNDS, ROUND_MS = 7, 200.0
 PAIRED_ROUNDS = 8
 
 Variant = tuple["frozenset[str] | None", "dict[str, Any] | None"]
+Key = tuple[frozenset[str], bool]  # a compiled variant: (excluded digests, an option changed)
 
 
 class OutOfTime(Exception):
@@ -169,11 +171,14 @@ class StepVariants:
         self.finder, self.deadline = finder, deadline
         self.served: dict[str, str] = {}
         self.sessions: list[Any] = []
-        self.peaks: dict[tuple[frozenset[str], bool], int] = {}
+        self.peaks: dict[Key, int] = {}
         # Under CUDA graphs a replay allocates nothing (its memory was taken when recorded),
         # so a step's peak says nothing of what it needs: no peaks, no memory verdicts.
         self.graphed = Options.resolve(options=opts).cuda_graphs
-        self.host: dict[tuple[frozenset[str], bool], tuple[float, float]] = {}
+        self.host: dict[Key, tuple[float, float]] = {}
+        # The GPU's work a step of the variants timed in turns (profilers/step_diff.py): where
+        # the kernels lose, the report shows what the step spent differently with them.
+        self.profiles: dict[Key, StepProfile] = {}
         self.timings = 0
         # The longest one variant took (compiled and timed): none starts that would end past
         # the deadline (a corpus model's step compiles in about a minute).
@@ -241,6 +246,7 @@ class StepVariants:
                 steppers[-1].once()  # compiled now: the first tells which kernels the step uses
                 keys.append((left_out, bool(changed)))
             times, peaks = time_rounds(steppers, PAIRED_ROUNDS)
+            self._profile(steppers, keys)
             self._took(t0, len(steppers))
         except Exception as e:  # memory for the copies, a compile: one after another instead
             log.warning(
@@ -258,3 +264,17 @@ class StepVariants:
             if stepper.host is not None:
                 self.host[key] = stepper.host
         return times
+
+    def _profile(self, steppers: Sequence[_Stepper], keys: Sequence[Key]) -> None:
+        """Each stepper's GPU work a step, once timed (a failure is logged, not raised: the
+        profile explains a verdict, it does not make one)."""
+        for key, stepper in zip(keys, steppers, strict=True):
+            try:
+                self.profiles[key] = profile_step(stepper.once)
+            except Exception as e:
+                log.warning(
+                    "in context: profiling a variant of the step failed (%s: %s)",
+                    type(e).__name__,
+                    str(e)[:200],
+                )
+                return

@@ -323,6 +323,7 @@ class _InTurns:
         self.sessions: list = []
         self.peaks: dict = {}
         self.host: dict = {}
+        self.profiles: dict = {}
         self.graphed = False
         self.turns, self.asked = list(turns), []
 
@@ -522,3 +523,32 @@ def test_no_step_starts_that_would_end_past_the_deadline(monkeypatch):
     assert steps.time_with(frozenset()) == 10.0  # nothing timed yet: it starts
     with pytest.raises(incontext_steps.OutOfTime, match="would end past the warm-up's deadline"):
         steps.time_with(frozenset(["a" * 64]))  # 0.3 s more would end past it
+
+
+def test_the_report_shows_where_the_step_spent_its_gpu_time_with_the_kernels(tmp_path):
+    """With both variants profiled, the verdict is followed by the per-kernel difference: the
+    kernel that came in, the Inductor kernels it displaced or added."""
+    import torch
+
+    from kernelpro_backend.cache import KernelCache
+    from kernelpro_backend.profilers.step_diff import StepProfile
+    from kernelpro_backend.warmup import incontext
+
+    steps = _InTurns([[[10.0] * 8, [9.6] * 8]])
+    served = frozenset(steps.served)
+    steps.profiles = {
+        (frozenset(), False): StepProfile(
+            {"kernel": (1, 300.0), "triton_poi_add": (2, 500.0)}, 800, 900
+        ),
+        (served, False): StepProfile(
+            {"triton_red_fused": (1, 250.0), "triton_poi_add": (1, 250.0)}, 500, 550
+        ),
+    }
+    lines: list[str] = []
+    with KernelCache(tmp_path / "c") as cache:
+        incontext._judge(torch.nn.Linear(2, 2), _Finder(cache), steps, ["a" * 64], lines)
+    at = next(i for i, line in enumerate(lines) if "on the GPU, a step with the kernels" in line)
+    assert "kernels 0.80 against 0.50 ms, 3 against 2 launches" in lines[at]
+    assert lines[at + 1].split() == ["+0.300", "ms,", "+1", "launches", "kernel"]
+    assert lines[at + 2].split()[:2] == ["+0.250", "ms,"] and "triton_poi_add" in lines[at + 2]
+    assert lines[at + 3].split()[:2] == ["-0.250", "ms,"] and "triton_red_fused" in lines[at + 3]
