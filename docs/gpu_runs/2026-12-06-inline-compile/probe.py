@@ -8,10 +8,12 @@ subgraph that lowers served its default kernel (lower + build_kernel, no search;
 object per subgraph key, as the finder serves them), inlined into Inductor's graph (launch
 "inline", the default), with torch's access analysis once per site ("memo off") and memoised
 per kernel and signature (rewrite/access_memo.py, "memo on"); the same kernels through the
-opaque `kernelpro::launch` op. Each compile + first step is timed, the inlined ones under cProfile:
-the cumulative seconds in Triton's TTIR generation and Inductor's kernel-mutation analysis
-(torch._higher_order_ops.triton_kernel_wrap), kernelpro's tracing (rewrite/inline.py) and
-Inductor's compile_fx are printed.
+opaque `kernelpro::launch` op. Each compile + first step is timed. Where its time goes: the
+compile's own phase timers (torch._dynamo.utils.compilation_time_metrics, seconds per
+`dynamo_timed` phase) and a sampling profiler of the main thread (its stack read every 20 ms
+from another thread: cProfile counted nothing on the H200 under Python 3.12, whose cProfile
+and Dynamo both hook sys.monitoring), the functions most often on the stack (inclusive) and
+at its top (self) printed for each row.
 
     OUT=/tmp/out python docs/gpu_runs/2026-12-06-inline-compile/probe.py
 
@@ -20,10 +22,11 @@ Env: PROBE_BLOCKS (12). Writes $OUT/inline_compile.json; prints a table last.
 
 from __future__ import annotations
 
-import cProfile
+import collections
 import json
 import os
-import pstats
+import sys
+import threading
 import time
 
 import torch
@@ -38,14 +41,61 @@ from kernelpro_backend.rewrite import access_memo  # noqa: E402
 from kernelpro_backend.runtime.spec_kernel import build_kernel  # noqa: E402
 
 BLOCKS = int(os.environ.get("PROBE_BLOCKS", "12"))
-WATCH = (
-    "generate_ttir",
-    "identify_mutated_tensors",
-    "identify_accessed_tensors",
-    "trace_kernel",
-    "compile_fx_inner",
-    "aot_module_simplified",
-)
+SAMPLE_S = 0.02
+SHOWN = 25
+
+
+class Sampler:
+    """The main thread's stack every SAMPLE_S seconds: per function (file:name), the samples
+    with it anywhere on the stack (inclusive) and at its top (self)."""
+
+    def __init__(self) -> None:
+        self.inclusive: collections.Counter = collections.Counter()
+        self.own: collections.Counter = collections.Counter()
+        self.samples = 0
+        self._stop = threading.Event()
+        self._main = threading.get_ident()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.wait(SAMPLE_S):
+            frame = sys._current_frames().get(self._main)
+            if frame is None:
+                continue
+            self.samples += 1
+            seen = set()
+            top = True
+            while frame is not None:
+                code = frame.f_code
+                name = f"{os.path.basename(code.co_filename)}:{code.co_name}"
+                if top:
+                    self.own[name] += 1
+                    top = False
+                if name not in seen:
+                    seen.add(name)
+                    self.inclusive[name] += 1
+                frame = frame.f_back
+
+    def __enter__(self) -> Sampler:
+        self._t0 = time.perf_counter()
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+        self.elapsed = time.perf_counter() - self._t0
+
+    def summary(self) -> dict:
+        def secs(counter: collections.Counter) -> list:
+            each = self.elapsed / max(1, self.samples)  # a sample stands for this much
+            return [[k, round(v * each, 2)] for k, v in counter.most_common(SHOWN * 4)]
+
+        return {
+            "samples": self.samples,
+            "inclusive_s": secs(self.inclusive),
+            "self_s": secs(self.own),
+        }
 
 
 class Block(torch.nn.Module):
@@ -92,40 +142,45 @@ def compile_once(provider, launch: str, profile: bool, memo: bool = True) -> dic
     x = torch.randn(8, 512, 1024, device="cuda", requires_grad=True)
     opts = {"launch": launch, "search": "cache-only", "cache_dir": os.environ.get("OUT", "/tmp")}
     compiled = torch.compile(model, backend=make_backend(provider=provider), options=opts)
-    prof = cProfile.Profile() if profile else None
+    from torch._dynamo.utils import compilation_time_metrics
+
+    compilation_time_metrics.clear()
+    sampler = Sampler()
     t0 = time.perf_counter()
-    if prof:
-        prof.enable()
-    compiled(x).float().square().mean().backward()
-    torch.cuda.synchronize()
-    if prof:
-        prof.disable()
+    with sampler:
+        compiled(x).float().square().mean().backward()
+        torch.cuda.synchronize()
     access_memo.install = install  # type: ignore[assignment]
     row: dict = {"launch": launch, "memo": memo, "compile_s": round(time.perf_counter() - t0, 2)}
     if provider is not None:
         row.update(sites=provider.sites, failed=provider.failed)
-    if prof:
-        stats = pstats.Stats(prof).stats  # type: ignore[attr-defined]
-        for name in WATCH:
-            calls = [(v[0], v[3]) for k, v in stats.items() if k[2] == name]
-            row[name] = (sum(c for c, _ in calls), round(max((t for _, t in calls), default=0), 2))
+    phases = {k: round(sum(v), 2) for k, v in compilation_time_metrics.items()}
+    row["phases_s"] = dict(sorted(phases.items(), key=lambda kv: -kv[1]))
+    if profile:
+        row["sampled"] = sampler.summary()
     return row
 
 
 def main() -> None:
     rows = [
-        compile_once(None, "inline", False),
-        # memo on first: the Triton kernels the second inlined compile shares come from the
-        # disk cache, which favours the memo-off row (the comparison errs against the memo)
+        compile_once(None, "inline", True),
         compile_once(Served(), "inline", True, memo=True),
-        compile_once(Served(), "inline", True, memo=False),
-        compile_once(Served(), "op", False),
+        compile_once(Served(), "op", True),
     ]
+    if os.environ.get("PROBE_MEMO_OFF") == "1":  # the memo's own figure (BENCHMARKS.md)
+        rows.append(compile_once(Served(), "inline", True, memo=False))
     out = os.environ.get("OUT", ".")
     with open(os.path.join(out, "inline_compile.json"), "w") as f:
         json.dump({"device": torch.cuda.get_device_name(), "rows": rows}, f, indent=1)
     for r in rows:
-        print(json.dumps(r))
+        sampled = r.pop("sampled", None)
+        print(json.dumps({k: v for k, v in r.items() if k != "phases_s"}))
+        print("  phases (s):", list(r["phases_s"].items())[:12])
+        if sampled:
+            print(f"  sampled {sampled['samples']} stacks; inclusive (s):")
+            for name, sec in sampled["inclusive_s"][: SHOWN * 2]:
+                print(f"    {sec:7.2f}  {name}")
+            print("  self (s):", sampled["self_s"][:12])
 
 
 if __name__ == "__main__":
