@@ -9,16 +9,15 @@ by estimated gain; with these times the fallback's estimate is at least what its
 take.
 
 Each anchor runs eagerly, alone, on random inputs of its node's shapes, strides and dtypes (the
-arguments that are not tensors as the graph gives them): a few warm-up calls, then the median of
-CUDA-event timed calls. PyTorch's own ops on tensors made here; nothing of a proposer runs.
+arguments that are not tensors as the graph gives them), timed by the caller's timer. PyTorch's own ops on tensors made here; nothing of a proposer runs.
 
-Owns: `is_anchor`, `anchors_ms` (a subgraph's anchors' summed time, or None), `cuda_timer`.
+Owns: `is_anchor`, `anchors_ms` (a subgraph's anchors' summed time by the caller's timer, or
+None; warmup/planned.py times with runtime/timing.py).
 Must not: time a candidate kernel (the worker does, isolated) or change the subgraph.
 """
 
 from __future__ import annotations
 
-import statistics
 from collections.abc import Callable
 from typing import Any
 
@@ -73,26 +72,3 @@ def _arguments(node: fx.Node, device: torch.device) -> tuple[Any, Any]:
         return val
 
     return fx.node.map_arg(node.args, value), fx.node.map_arg(node.kwargs, value)
-
-
-def cuda_timer(device: torch.device, warmup: int = 2, runs: int = 5) -> Timer:
-    """The median of `runs` CUDA-event timed calls after `warmup` untimed ones, in ms."""
-
-    def time_ms(call: Callable[[], object]) -> float:
-        with torch.no_grad(), torch.cuda.device(device):
-            for _ in range(warmup):
-                call()
-            times = []
-            for _ in range(runs):
-                start, end = (
-                    torch.cuda.Event(enable_timing=True),
-                    torch.cuda.Event(enable_timing=True),
-                )
-                start.record()
-                call()
-                end.record()
-                end.synchronize()
-                times.append(start.elapsed_time(end))
-        return statistics.median(times)
-
-    return time_ms

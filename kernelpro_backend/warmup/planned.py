@@ -25,9 +25,10 @@ import torch
 
 from ..cache.searched import SearchedKeys
 from ..fx_passes import Subgraph
-from ..profilers.anchors import anchors_ms, cuda_timer
+from ..profilers.anchors import anchors_ms
 from ..runtime.fallback import FallbackSettings
 from ..runtime.relayout import copy_bytes
+from ..runtime.timing import time_kernel
 from ..tuner.plan import (
     FALLBACK_ATTAINS,
     PlanItem,
@@ -121,13 +122,27 @@ def plan_step(finder: Any, subgraphs: Sequence[Subgraph]) -> SearchPlan:
     )
 
 
+def anchor_timer(
+    device: torch.device, budget_s: float = 0.02
+) -> Callable[[Callable[[], object]], float]:
+    """A library call's median ms by the runtime's own timing (runtime/timing.py: warm-up
+    calls, L2 flushed between timed calls, CUDA-graph replays for short ones), on a small
+    budget: the plan ranks keys by it, no kernel is decided by it."""
+
+    def time_ms(call: Callable[[], object]) -> float:
+        with torch.no_grad(), torch.cuda.device(device):
+            return time_kernel(lambda: call(), [()], device, budget_s=budget_s).median_ms
+
+    return time_ms
+
+
 def library_time(sg: Subgraph) -> float | None:
     """`sg`'s library calls' time a call, measured on its GPU (None off the GPU, or when one
     cannot run alone: then the roofline's estimate stands, and the log says why)."""
     if sg.device.type != "cuda":
         return None
     try:
-        return anchors_ms(sg, cuda_timer(sg.device))
+        return anchors_ms(sg, anchor_timer(sg.device))
     except Exception as e:  # an anchor that cannot run on random inputs (attention's seeds)
         log.warning("plan: the library calls of %s %s not timed: %s", sg.graph, sg.pattern, e)
         return None

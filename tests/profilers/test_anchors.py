@@ -9,8 +9,8 @@ import torch
 import torch.nn.functional as F
 
 from kernelpro_backend.backend import make_backend
-from kernelpro_backend.profilers.anchors import anchors_ms, cuda_timer
-from kernelpro_backend.warmup.planned import library_time
+from kernelpro_backend.profilers.anchors import anchors_ms
+from kernelpro_backend.warmup.planned import anchor_timer, library_time
 
 
 def _subgraphs(fn, *args):
@@ -66,6 +66,6 @@ def test_a_cuda_conv_is_timed_in_milliseconds():
     w = torch.randn(96, 1, 7, 7, device="cuda")
     convs = _subgraphs(lambda x, w: F.conv2d(x, w, padding=3, groups=96), x, w)
     (sg,) = [s for s in convs if s.kind == "conv"]
-    ms = anchors_ms(sg, cuda_timer(sg.device))
+    ms = anchors_ms(sg, anchor_timer(sg.device))
     assert ms is not None and 0.001 < ms < 100
     assert library_time(sg) == pytest.approx(ms, rel=0.5)
