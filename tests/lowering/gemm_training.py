@@ -4,6 +4,7 @@ default kernel, and one training step of a model through it checked against eage
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import torch
 import torch.nn as nn
@@ -12,31 +13,45 @@ from kernelpro_backend import make_backend
 from kernelpro_backend.lowering import lower
 
 
-class GemmKernels:
-    """Every GEMM subgraph on its lowered default kernel. Counts the kernels given, those with
-    several outputs, and records the GEMM subgraphs that did not lower."""
+class LoweredKernels:
+    """Every subgraph `select` picks on its lowered default kernel. Records the patterns served
+    ("<graph> <pattern>"), how many kernels have several outputs, and the picked subgraphs
+    that did not lower."""
 
-    def __init__(self) -> None:
-        self.kernels, self.multi_output, self.refused = 0, 0, []
+    def __init__(self, select: Callable[[Any], bool]) -> None:
+        self.select = select
+        self.patterns: list[str] = []
+        self.multi_output, self.refused = 0, []
+
+    @property
+    def kernels(self) -> int:
+        return len(self.patterns)
 
     def find(self, sg):
         from kernelpro_backend.codegen.errors import Unsupported
         from kernelpro_backend.runtime.spec_kernel import build_kernel
 
-        if sg.kind != "gemm":
+        if not self.select(sg):
             return None
         try:
             kernel = build_kernel(lower(sg))
         except Unsupported as e:
             self.refused.append(f"{sg.graph} {sg.pattern}: {e}")
             return None
-        self.kernels += 1
+        self.patterns.append(f"{sg.graph} {sg.pattern}")
         self.multi_output += len(sg.outputs) > 1
         return kernel
 
 
+class GemmKernels(LoweredKernels):
+    """Every GEMM subgraph on its lowered default kernel."""
+
+    def __init__(self) -> None:
+        super().__init__(lambda sg: sg.kind == "gemm")
+
+
 def train_like_eager(
-    make: Callable[[], nn.Module], x: torch.Tensor, provider: GemmKernels, fallback: str
+    make: Callable[[], nn.Module], x: torch.Tensor, provider: LoweredKernels, fallback: str
 ) -> None:
     """One forward and backward of `make()` compiled through `provider`, outputs and parameter
     gradients equal to an eager copy's."""

@@ -16,16 +16,15 @@ import pytest
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
-from gemm_training import train_like_eager
+from gemm_training import LoweredKernels, train_like_eager
 from harness import check, collect, refusal
 
 import kernelpro_backend.rewrite.graph as rewrite
-from kernelpro_backend.codegen.errors import MapConflict, Unsupported
+from kernelpro_backend.codegen.errors import MapConflict
 from kernelpro_backend.fx_passes.ops import op_name
 from kernelpro_backend.fx_passes.split import split_at
 from kernelpro_backend.lowering import lower
 from kernelpro_backend.lowering.split import split_refused
-from kernelpro_backend.runtime.spec_kernel import build_kernel
 
 
 class ConformerConv(nn.Module):
@@ -128,24 +127,10 @@ def _reads_convolution(sg) -> bool:
     )
 
 
-class ConvKernels:
+def ConvKernels() -> LoweredKernels:  # noqa: N802 (reads as the provider it makes)
     """Every convolution subgraph, and every other one that reads a convolution's result, on
-    its lowered default kernel; records those the lowering refuses."""
-
-    def __init__(self) -> None:
-        self.patterns: list[str] = []
-        self.refused: list[str] = []
-
-    def find(self, sg):
-        if sg.kind != "conv" and not _reads_convolution(sg):
-            return None
-        try:
-            kernel = build_kernel(lower(sg))
-        except Unsupported as e:
-            self.refused.append(f"{sg.graph} {sg.pattern}: {e}")
-            return None
-        self.patterns.append(f"{sg.graph} {sg.pattern}")
-        return kernel
+    its lowered default kernel."""
+    return LoweredKernels(lambda sg: sg.kind == "conv" or _reads_convolution(sg))
 
 
 @VARIANTS
