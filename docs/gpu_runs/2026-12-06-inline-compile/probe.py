@@ -10,14 +10,14 @@ object per subgraph key, as the finder serves them), inlined into Inductor's gra
 per kernel and signature (rewrite/access_memo.py, "memo on"); the same kernels through the
 opaque `kernelpro::launch` op. Each compile + first step is timed. Where its time goes: the
 compile's own phase timers (torch._dynamo.utils.compilation_time_metrics, seconds per
-`dynamo_timed` phase) and a sampling profiler of the main thread (its stack read every 20 ms
-from another thread: cProfile counted nothing on the H200 under Python 3.12, whose cProfile
-and Dynamo both hook sys.monitoring), the functions most often on the stack (inclusive) and
-at its top (self) printed for each row.
+`dynamo_timed` phase) and a sampling profiler of every thread (their stacks read every 20 ms;
+the backward compiles on the autograd engine's device thread; cProfile counted nothing on the
+H200 under Python 3.12, whose cProfile and Dynamo both hook sys.monitoring), the functions most
+often on a stack (inclusive) and at its top (self) printed for each row.
 
     OUT=/tmp/out python docs/gpu_runs/2026-12-06-inline-compile/probe.py
 
-Env: PROBE_BLOCKS (12). Writes $OUT/inline_compile.json; prints a table last.
+Env: PROBE_BLOCKS (12); PROBE_MEMO_OFF=1 adds the inlined compile without the access memo. Writes $OUT/inline_compile.json; prints a table last.
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ import os
 import sys
 import threading
 import time
+from typing import Any
 
 import torch
 
@@ -46,7 +47,7 @@ SHOWN = 25
 
 
 class Sampler:
-    """The main thread's stack every SAMPLE_S seconds: per function (file:name), the samples
+    """Every other thread's stack every SAMPLE_S seconds: per function (file:name), the samples
     with it anywhere on the stack (inclusive) and at its top (self)."""
 
     def __init__(self) -> None:
@@ -54,27 +55,30 @@ class Sampler:
         self.own: collections.Counter = collections.Counter()
         self.samples = 0
         self._stop = threading.Event()
-        self._main = threading.get_ident()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
     def _run(self) -> None:
+        me = threading.get_ident()
         while not self._stop.wait(SAMPLE_S):
-            frame = sys._current_frames().get(self._main)
-            if frame is None:
-                continue
+            # every thread: the backward compiles on the autograd engine's device thread
+            frames = [f for t, f in sys._current_frames().items() if t != me]
             self.samples += 1
-            seen = set()
-            top = True
-            while frame is not None:
-                code = frame.f_code
-                name = f"{os.path.basename(code.co_filename)}:{code.co_name}"
-                if top:
-                    self.own[name] += 1
-                    top = False
-                if name not in seen:
-                    seen.add(name)
-                    self.inclusive[name] += 1
-                frame = frame.f_back
+            for frame in frames:
+                self._count(frame)
+
+    def _count(self, frame: Any) -> None:
+        seen = set()
+        top = True
+        while frame is not None:
+            code = frame.f_code
+            name = f"{os.path.basename(code.co_filename)}:{code.co_name}"
+            if top:
+                self.own[name] += 1
+                top = False
+            if name not in seen:
+                seen.add(name)
+                self.inclusive[name] += 1
+            frame = frame.f_back
 
     def __enter__(self) -> Sampler:
         self._t0 = time.perf_counter()

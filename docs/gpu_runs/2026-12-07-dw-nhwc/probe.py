@@ -18,7 +18,8 @@ further from it than twice cuDNN's error. CUDA events, interleaved rounds, media
 
     OUT=/tmp/out python docs/gpu_runs/2026-12-07-dw-nhwc/probe.py
 
-Env: PROBE_ROUNDS (5). Writes $OUT/dw_nhwc.json; prints a table last.
+Env: PROBE_ROUNDS (5); PROBE_CONFIGS="TH,TW,BC,warps;..." replaces the configurations (TH=16
+ones did not compile within 5 minutes on the H100). Writes $OUT/dw_nhwc.json; prints a table last.
 """
 
 from __future__ import annotations
@@ -51,6 +52,12 @@ CONFIGS = (
     (4, 16, 64, 4),
     (8, 4, 128, 4),
 )
+
+
+if os.environ.get("PROBE_CONFIGS"):  # "TH,TW,BC,warps;..."
+    CONFIGS = tuple(
+        tuple(int(v) for v in c.split(",")) for c in os.environ["PROBE_CONFIGS"].split(";")
+    )
 
 
 def source(k: int, th: int, tw: int, flip: bool) -> str:
