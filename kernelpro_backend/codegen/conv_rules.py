@@ -5,7 +5,8 @@ the direct per-channel forward, "conv_backward" and "conv_depthwise_backward"; k
 them into its table), `validate_conv(spec,
 knobs)` (shared memory, registers, tiles wider than the problem; raises `IllegalSpec` naming
 the value, the limit and what to change), `conv_default_knobs(spec)` and `conv_seed_configs`
-(tiles worth measuring beside the default before the search moves one knob at a time).
+(tiles worth measuring beside the default before the search moves one knob at a time); the
+depthwise templates' rules live in conv_dw_rules.py and are folded in here.
 The problem is read from the spec's anchor (templates/conv.py says what each parameter is):
 an implicit GEMM of M = N*OH*OW output pixels by N = C_out/groups channels per group, reducing
 K = C_in/groups * KH * KW.
@@ -17,6 +18,12 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from .attention_rules import SMEM_BYTES
+from .conv_dw_rules import (
+    depthwise_backward_default_knobs,
+    depthwise_backward_seeds,
+    validate_depthwise,
+    validate_depthwise_backward,
+)
 from .domain import next_pow2
 from .errors import IllegalSpec
 
@@ -64,10 +71,12 @@ CONV_SPACE: dict[str, dict[str, tuple[KnobValue, ...]]] = {
         "num_warps": (2, 4, 8),
         "num_stages": (1, 2, 3, 4, 5),
     },
-    # templates/conv_dw_bwd.py: the input gradient's tile (BLOCK_*: input pixels, channels)
-    # and the weight gradient's (WG_BLOCK_*: output pixels a step, channels; SPLIT_K programs
-    # sharing the pixels)
+    # templates/conv_dw_bwd.py: the input gradient's tile (BLOCK_*: input pixels, channels;
+    # with ROWS > 0, ROWS input rows of BLOCK_M columns each, every loaded output-gradient row
+    # feeding all the rows it reaches) and the weight gradient's (WG_BLOCK_*: output pixels a
+    # step, channels; SPLIT_K programs sharing the pixels)
     "conv_depthwise_backward": {
+        "ROWS": (0, 2, 4, 8),
         "BLOCK_M": (8, 16, 32, 64, 128, 256),
         "BLOCK_N": (1, 2, 4, 8, 16, 32, 64, 128),
         "WG_BLOCK_M": (8, 16, 32, 64, 128, 256, 512),
@@ -80,11 +89,6 @@ CONV_SPACE: dict[str, dict[str, tuple[KnobValue, ...]]] = {
 # Programs a split weight gradient aims at: two an SM of an H100 (132 SMs).
 WGRAD_PROGRAMS = 264
 WGRAD_PARTIAL_BYTES = 64 * 2**20  # float32 partials of a split weight gradient, at most
-MAX_DIRECT_TILE = 16384  # a depthwise program's fp32 accumulator: 64 registers a thread at 8 warps
-# A depthwise weight gradient's KH*KW accumulator tiles, float32 registers a thread at most
-# (ConvNeXt's 7x7: 49 tiles of WG_BLOCK_M x WG_BLOCK_N elements spread over the warps)
-MAX_TAP_REGISTERS = 128
-DW_WGRAD_PROGRAMS = 528  # programs a depthwise weight gradient aims at: four an H100 SM
 
 
 def gemm_sizes(spec: SpecView) -> tuple[int, int, int]:
@@ -114,10 +118,10 @@ def backward_sizes(spec: SpecView) -> dict[str, int]:
 
 def validate_conv(spec: SpecView, k: dict) -> None:
     if spec.template == "conv_depthwise":
-        _validate_depthwise(spec, k)
+        validate_depthwise(spec, k)
         return
     if spec.template == "conv_depthwise_backward":
-        _validate_depthwise_backward(spec, k)
+        validate_depthwise_backward(spec, k)
         return
     if spec.template == "conv_backward":
         s = backward_sizes(spec)
@@ -185,84 +189,6 @@ def _validate_tile(spec: SpecView, k: dict, prefix: str, sizes: tuple[int, int, 
             )
 
 
-def _validate_depthwise(spec: SpecView, k: dict) -> None:
-    _validate_direct_tile(k, gemm_sizes(spec)[0], spec.param("c_out"))
-
-
-def _validate_direct_tile(k: dict, m: int, c_out: int) -> None:
-    """A direct (depthwise) program's BLOCK_M pixels x BLOCK_N channels of m x c_out."""
-    bm, bn, warps = k["BLOCK_M"], k["BLOCK_N"], k["num_warps"]
-    if bm * bn > MAX_DIRECT_TILE:
-        raise IllegalSpec(
-            f"BLOCK_M={bm} x BLOCK_N={bn} = {bm * bn} accumulators per program; the limit is "
-            f"{MAX_DIRECT_TILE}. Reduce BLOCK_M or BLOCK_N"
-        )
-    if bm * bn < 32 * warps and warps > 1:
-        raise IllegalSpec(
-            f"num_warps={warps} leaves threads idle on a {bm}x{bn} tile; use num_warps <= "
-            f"{max(1, bm * bn // 32)}"
-        )
-    if bn > next_pow2(c_out) or bm > max(8, next_pow2(m)):
-        raise IllegalSpec(
-            f"BLOCK_M={bm}, BLOCK_N={bn} are wider than the {m} pixels x {c_out} channels; use "
-            f"BLOCK_M <= {max(8, next_pow2(m))}, BLOCK_N <= {next_pow2(c_out)}"
-        )
-
-
-def _validate_depthwise_backward(spec: SpecView, k: dict) -> None:
-    """dgrad's tile as the forward's (over N*H*W pixels x C_in channels); wgrad's KH*KW
-    accumulator tiles in registers, no wider than the problem, each split given pixels."""
-    n, c_in, h, w = spec.param("x_shape")
-    _validate_direct_tile(k, n * h * w, c_in)
-    wm, wn, split, warps = k["WG_BLOCK_M"], k["WG_BLOCK_N"], k["SPLIT_K"], k["num_warps"]
-    kh, kw = spec.param("kernel")
-    pixels, c_out = gemm_sizes(spec)[0], spec.param("c_out")
-    regs = kh * kw * wm * wn // (32 * warps)
-    if regs > MAX_TAP_REGISTERS:
-        raise IllegalSpec(
-            f"{kh * kw} tap accumulators of WG_BLOCK_M={wm} x WG_BLOCK_N={wn} over {warps} "
-            f"warps are {regs} registers a thread; the limit is {MAX_TAP_REGISTERS}. Use a "
-            "smaller weight-gradient tile or more warps"
-        )
-    if wn > next_pow2(c_out) or wm > max(8, next_pow2(pixels)):
-        raise IllegalSpec(
-            f"WG_BLOCK_M={wm}, WG_BLOCK_N={wn} are wider than the {pixels} pixels x {c_out} "
-            f"channels; use WG_BLOCK_M <= {max(8, next_pow2(pixels))}, WG_BLOCK_N <= "
-            f"{next_pow2(c_out)}"
-        )
-    if split > 1 and pixels < split * wm:
-        raise IllegalSpec(
-            f"SPLIT_K={split} x WG_BLOCK_M={wm} exceeds the {pixels} output pixels the weight "
-            "gradient reduces; use fewer splits"
-        )
-
-
-def _depthwise_backward_default_knobs(spec: SpecView) -> dict[str, KnobValue]:
-    """dgrad as the forward's default tile; wgrad with its KH*KW accumulator tiles at 64
-    registers a thread over 4 warps (512 elements a tile at 3x3, 128 at 7x7), channels fastest
-    in channels-last (16 a tile) and one channel a program otherwise, split over the pixels
-    until about DW_WGRAD_PROGRAMS programs run, each with 4 steps at least."""
-    n, c_in, h, w = spec.param("x_shape")
-    kh, kw = spec.param("kernel")
-    pixels, c_out = gemm_sizes(spec)[0], spec.param("c_out")
-    channels_last = spec.param("x")[2][1] == 1
-    bn = min(next_pow2(c_in), 32 if channels_last else 8)
-    bm = min(max(8, next_pow2(n * h * w)), 64 if channels_last else 128)
-    warps = max(1, min(4, bm * bn // 256))
-    tile = min(1024, 1 << (64 * 32 * warps // (kh * kw)).bit_length() - 1)
-    wn = min(next_pow2(c_out), 16 if channels_last else 1, tile)
-    wm = max(8, min(tile // wn, next_pow2(pixels)))
-    while kh * kw * wm * wn // (32 * warps) > MAX_TAP_REGISTERS and wm > 8:
-        wm //= 2  # one warp's tile (a small image) still over the register budget
-    tiles, steps, split = -(-c_out // wn), -(-pixels // wm), 1
-    while split < 256 and tiles * split < DW_WGRAD_PROGRAMS and steps >= 8 * split:
-        split *= 2
-    return dict(
-        BLOCK_M=bm, BLOCK_N=bn, WG_BLOCK_M=wm, WG_BLOCK_N=wn, SPLIT_K=split, num_warps=warps,
-        num_stages=1,
-    )  # fmt: skip
-
-
 def conv_default_knobs(spec: SpecView) -> dict[str, KnobValue]:
     """The implicit GEMM: 128 x 128 tiles on 8 warps where the problem fills them (a Hopper
     GEMM's tile: two warpgroups of 64 rows), 32 input channels a step (64 in 16-bit), 3 stages,
@@ -272,7 +198,7 @@ def conv_default_knobs(spec: SpecView) -> dict[str, KnobValue]:
     if spec.template == "conv_backward":
         return _backward_default_knobs(spec)
     if spec.template == "conv_depthwise_backward":
-        return _depthwise_backward_default_knobs(spec)
+        return depthwise_backward_default_knobs(spec)
     m, n, _ = gemm_sizes(spec)
     c_in_group = spec.param("x_shape")[1] // spec.param("groups")
     if spec.template == "conv_depthwise":
@@ -357,10 +283,7 @@ def conv_seed_configs(spec: SpecView) -> list[dict[str, KnobValue]]:
         return [dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, num_warps=w, num_stages=st)
                 for bm, bn, bk, w, st in (*wide, *_SEED_TILES[:4])]  # fmt: skip
     if spec.template == "conv_depthwise_backward":
-        return [
-            dict(BLOCK_M=bm, BLOCK_N=bn, WG_BLOCK_M=wm, WG_BLOCK_N=wn, num_warps=w)
-            for bm, bn, wm, wn, w in ((128, 8, 128, 1, 4), (32, 32, 16, 8, 4), (256, 4, 64, 4, 4))
-        ]
+        return depthwise_backward_seeds(spec)
     if spec.template == "conv_depthwise":
         return [
             dict(BLOCK_M=bm, BLOCK_N=bn, num_warps=w)

@@ -9,6 +9,13 @@ input channels and sums grad_y[n, c*M + m, oh, ow] * w[c*M + m, 0, kh, kw] over 
 (unrolled) and the M output channels of its group, where oh = (ih + p - kh*d) / s is exact and
 in range (masked otherwise); the subgraph's pointwise tail (a residual's gradient added, an
 activation's mask) runs on the float32 accumulator over the domain (N, C_in, H, W).
+dgrad by rows (knob ROWS > 0; stride 1, dilation 1, one output channel a group, 2-D): a
+program owns ROWS input rows x BLOCK_M columns of one image by BLOCK_N channels, one float32
+accumulator tile a row; for each kernel column it loads each output-gradient row the tile needs
+once and adds it into every input row it feeds (up to KH), so an input pixel costs
+KW * (ROWS + KH - 1) / ROWS loads instead of KH * KW (12.25 for a 7x7 at 8 rows). On ConvNeXt's
+channels-last 7x7 a prototype of this ran 2.1-2.8x faster than cuDNN's NHWC input gradient,
+which the flat tile only ties (H100, BENCHMARKS.md). The tail runs on each row's accumulator.
 wgrad (the weight gradient): a program owns WG_BLOCK_N output channels and WG_BLOCK_M output
 pixels a step, and keeps one float32 accumulator tile per tap (KH*KW named tiles, so the
 output gradient is read once and the input's KH*KW shifted tiles come from L1); the pixels
@@ -37,7 +44,14 @@ def _geometry(spec: KernelSpec) -> tuple:
     return (x_shape, *(spec.param(p) for p in names), spec.param("c_out") // x_shape[1])
 
 
+def by_rows(spec: KernelSpec) -> int:
+    """The dgrad's rows a program (knob ROWS; 0: the flat pixel tile)."""
+    return int(spec.knob("ROWS"))
+
+
 def _dgrad(spec: KernelSpec, ins: list[str], outs: list[str]) -> list[str]:
+    if by_rows(spec):
+        return _dgrad_rows(spec, ins, outs)
     (n, c_in, h, w), (oh, ow), (kh_, kw_), (sh, sw), (ph, pw), (dh, dw), mult = _geometry(spec)
     d_in, d_off, (sdn, sdc, sdh, sdw) = spec.param("grad_out")
     w_in, w_off, (swo, _, swh, sww) = spec.param("weight")
@@ -94,6 +108,75 @@ def _dgrad(spec: KernelSpec, ins: list[str], outs: list[str]) -> list[str]:
         "INTERPRET: tl.constexpr):",
         *["    " + b for b in body],
         *em.lines,
+    ]
+
+
+def _dgrad_rows(spec: KernelSpec, ins: list[str], outs: list[str]) -> list[str]:
+    """dgrad by rows (module docstring); conv_rules checks stride 1, dilation 1, M = 1, 2-D."""
+    (n, c_in, h, w), (oh, ow), (kh_, kw_), _, (ph, pw), _, _ = _geometry(spec)
+    rows = by_rows(spec)
+    d_in, d_off, (sdn, sdc, sdh, sdw) = spec.param("grad_out")
+    w_in, w_off, (swo, _, swh, sww) = spec.param("weight")
+    i64 = ".to(tl.int64)" if wide(spec) else ""
+    tiles_h, tiles_w = -(-h // rows), f"tl.cdiv({w}, BLOCK_M)"
+    body = [
+        "pid_m = tl.program_id(0)",
+        "pid_n = tl.program_id(1)",
+        f"tiles_w = {tiles_w}",
+        f"n0 = (pid_m // ({tiles_h} * tiles_w)){i64}",
+        f"ih0 = (pid_m // tiles_w) % {tiles_h} * {rows}",
+        f"iw_i = ((pid_m % tiles_w) * BLOCK_M + tl.arange(0, BLOCK_M)[:, None]){i64}",
+        f"ci = (pid_n * BLOCK_N + tl.arange(0, BLOCK_N)[None, :]){i64}",
+        f"col_mask = ci < {c_in}",
+        "zr = iw_i * 0  # a row's scalar as a [BLOCK_M, 1] block (masks)",
+        f"dy_rows = in{d_in} + {d_off} + n0 * {sdn} + ci * {sdc}",
+        f"w_cols = in{w_in} + {w_off} + ci * {swo}",
+        *[f"acc{r} = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)" for r in range(rows)],
+    ]
+    for kw in range(kw_):
+        body += [
+            f"# kernel column {kw}: its {kh_} weights, then each output-gradient row once",
+            *[
+                f"w{kh} = {load(f'w_cols + {kh} * {swh} + {kw} * {sww}', 'col_mask')}"
+                ".to(tl.float32)"
+                for kh in range(kh_)
+            ],
+            f"ow = iw_i + {pw - kw}",
+            f"ow_ok = (ow >= 0) & (ow < {ow}) & col_mask",
+        ]
+        for r in range(rows + kh_ - 1):
+            feeds = [
+                (r - (kh_ - 1) + kh, kh) for kh in range(kh_) if 0 <= r - (kh_ - 1) + kh < rows
+            ]
+            body += [
+                f"oh = ih0 + {ph - (kh_ - 1) + r} + zr",
+                f"a = {load(f'dy_rows + oh * {sdh} + ow * {sdw}', f'ow_ok & (oh >= 0) & (oh < {oh})')}"
+                ".to(tl.float32)",
+                *[f"acc{row} += a * w{kh}" for row, kh in feeds],
+            ]
+    coords = ["n_i", "ci", "ih_i", "iw_i"]
+    em = Emitter(spec, coords, [1], c_in, row_var="rm")
+    em.local_memo[("A", 0)] = "acc"
+    for j, (ref, *_) in enumerate(spec.stores):
+        if ref[0] != "A" or ref[1] == 0:
+            em.store(j, f"out{j}")
+    for r in range(rows):  # the tail and the stores, once a row, on that row's accumulator
+        body += [
+            f"# input row ih0 + {r}",
+            "n_i = n0 + zr",
+            f"ih_i = ih0 + {r} + zr",
+            f"rm = (n_i * {h} + ih_i) * {w} + iw_i",
+            f"row_mask = (iw_i < {w}) & (ih_i < {h})",
+            "mask = row_mask & col_mask",
+            f"acc = acc{r}",
+            *[line.removeprefix("    ") for line in em.lines],
+        ]
+    return [
+        *em.helper_source(),
+        "@triton.jit",
+        f"def dgrad({', '.join([*ins, *outs])}, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, "
+        "INTERPRET: tl.constexpr):",
+        *["    " + b for b in body],
     ]
 
 
@@ -198,8 +281,9 @@ def render_conv_depthwise_backward(
     scratch: list[str] = []
     if any(ref[0] != "A" or ref[1] == 0 for ref, *_ in spec.stores):
         kernels += [*_dgrad(spec, ins, outs), "", ""]
-        bm, bn = spec.knob("BLOCK_M"), spec.knob("BLOCK_N")
-        grid = f"(triton.cdiv({n * h * w}, {bm}), triton.cdiv({c_in}, {bn}))"
+        bm, bn, rows = spec.knob("BLOCK_M"), spec.knob("BLOCK_N"), by_rows(spec)
+        programs = n * -(-h // rows) * -(-w // bm) if rows else -(-(n * h * w) // bm)
+        grid = f"({programs}, triton.cdiv({c_in}, {bn}))"
         args = f"{', '.join([*ins, *outs])}, BLOCK_M={bm}, BLOCK_N={bn}, INTERPRET=INTERPRET"
         launches.append(("dgrad", grid, f"{args}, {launch}"))
     if spec.param("grads"):

@@ -2,7 +2,8 @@
 direct, the weight gradient's pixels split and combined in order) under Triton's interpreter
 against aten.convolution_backward: 3x3 stride 1 and 2, ConvNeXt's 7x7, 5x5 stride 2,
 dilation 2, 13x11 images of 3 x 5 channels, every output_mask, channels-last, a channel
-multiplier, 1-D, bfloat16, and the tail AOTAutograd fuses onto the input gradient."""
+multiplier, 1-D, bfloat16, and the tail AOTAutograd fuses onto the input gradient; the input
+gradient by rows (ROWS) where it applies."""
 
 from __future__ import annotations
 
@@ -70,7 +71,9 @@ def _check_split_and_not(sg: Subgraph) -> None:
     split = 1 if spec.knob("SPLIT_K") > 1 else 4
     pixels = spec.param("x_shape")[0] * spec.param("out_hw")[0] * spec.param("out_hw")[1]
     wm = min(64, 1 << (pixels // 4).bit_length() - 1)  # a step for each of four splits
-    small = dict(BLOCK_M=64, BLOCK_N=4, WG_BLOCK_M=wm, WG_BLOCK_N=4, SPLIT_K=split, num_warps=4)
+    small = dict(
+        ROWS=0, BLOCK_M=64, BLOCK_N=4, WG_BLOCK_M=wm, WG_BLOCK_N=4, SPLIT_K=split, num_warps=4
+    )
     check(sg, spec.with_knobs(**small), seed=1)
 
 
@@ -164,3 +167,68 @@ def test_convnext_default_splits_the_weight_gradient() -> None:
     (sg,) = find_subgraphs(gm, "backward")
     spec = lower(sg)
     assert spec.knob("WG_BLOCK_N") == 1 and 96 * spec.knob("SPLIT_K") >= 500
+
+
+@pytest.mark.parametrize("geometry", ["3x3_s1_p1", "7x7_p3"])
+def test_channels_last_input_gradient_by_rows(geometry: str) -> None:
+    """Channels-last at stride 1 goes by rows by default; 2, 4 and 8 rows, columns and
+    channels cut by the edges (13 rows, 11 columns, 5 channels), against aten."""
+    sg = _backward(GEOMETRIES[geometry], channels_last=True)
+    spec = lower(sg)
+    assert spec.knob("ROWS") == 8
+    check(sg, spec)
+    for seed, (rows, bm, bn) in enumerate(((2, 8, 4), (4, 16, 2), (8, 8, 8)), start=1):
+        check(sg, spec.with_knobs(ROWS=rows, BLOCK_M=bm, BLOCK_N=bn, num_warps=1), seed=seed)
+
+
+def test_input_gradient_by_rows_alone_in_bfloat16_and_nchw() -> None:
+    """The input gradient alone, bf16 (float32 accumulators, one rounding), and by rows on
+    NCHW operands too (the search may try it there)."""
+    sg = _backward(GEOMETRIES["7x7_p3"], (True, False, False), torch.bfloat16, channels_last=True)
+    check(sg, lower(sg))
+    sg = _backward(GEOMETRIES["3x3_s1_p1"])
+    assert lower(sg).knob("ROWS") == 0  # NCHW: the flat tile, measured 3-4x cuDNN there
+    rows = dict(ROWS=4, BLOCK_M=8, BLOCK_N=4, num_warps=1, WG_BLOCK_M=64, SPLIT_K=1)
+    check(sg, lower(sg).with_knobs(**rows))
+
+
+@pytest.mark.parametrize(
+    ("geometry", "c_out", "flat", "why"),
+    [
+        ("3x3_s2_p1", C, False, "stride 1 and dilation 1"),
+        ("3x3_d2_p2", C, False, "stride 1 and dilation 1"),
+        ("3x3_s1_p1", 2 * C, False, "one output channel a group"),
+        ("3x3_s1_p1", C, True, "1-D"),
+    ],
+)
+def test_rows_refused_where_a_row_does_not_feed_fixed_rows(geometry, c_out, flat, why) -> None:  # type: ignore[no-untyped-def]
+    k, s, p, d = GEOMETRIES[geometry]
+    sg = _backward((k, s, p, d), channels_last=not flat, c_out=c_out, flat=flat)
+    spec = lower(sg)
+    assert spec.knob("ROWS") == 0
+    with pytest.raises(IllegalSpec, match=why):
+        spec.with_knobs(ROWS=2, BLOCK_M=8, BLOCK_N=4, num_warps=1)
+
+
+def test_convnext_channels_last_defaults_by_rows_within_the_register_budget() -> None:
+    """ConvNeXt's 32 x 96 x 56 x 56 7x7 in channels-last (lowered and rendered, not run): by
+    8 rows of 8 x 32; a tile of 8 rows of 64 x 64 on one warp is refused; the source passes
+    the grammar a bundle's copy is held to."""
+    cl = torch.channels_last
+    x = torch.empty(32, 96, 56, 56).contiguous(memory_format=cl)
+    w = torch.empty(96, 1, 7, 7).contiguous(memory_format=cl)
+    dy = torch.empty(32, 96, 56, 56).contiguous(memory_format=cl)
+
+    def fn(dy, x, w):  # type: ignore[no-untyped-def]
+        return torch.ops.aten.convolution_backward(
+            dy, x, w, [96], [1, 1], [3, 3], [1, 1], False, [0, 0], 96, [True, True, True]
+        )
+
+    (sg,) = find_subgraphs(make_fx(fn, tracing_mode="fake")(dy, x, w), "backward")
+    spec = lower(sg)
+    assert (spec.knob("ROWS"), spec.knob("BLOCK_M"), spec.knob("BLOCK_N")) == (8, 8, 32)
+    with pytest.raises(IllegalSpec, match="ROWS=8 accumulators .* registers a thread"):
+        spec.with_knobs(ROWS=8, BLOCK_M=64, BLOCK_N=64, num_warps=1)
+    rendered = render(spec)
+    assert "acc7 += a * w6" in rendered.source
+    assert triton_source_problem(rendered.source, rendered.entry) is None

@@ -1,0 +1,180 @@
+"""The depthwise convolution templates' knob rules ("conv_depthwise", the direct forward, and
+"conv_depthwise_backward", templates/conv_dw_bwd.py): legality, defaults and seed tiles.
+
+Owns: `validate_depthwise`, `validate_depthwise_backward` (raise `IllegalSpec` naming the value,
+the limit and what to change), `rows_apply` (where the input gradient can go by rows),
+`depthwise_backward_default_knobs`, `depthwise_backward_seeds`; the register limits.
+Must not: import spec.py, knobs.py or conv_rules.py (conv_rules.py folds these in), render or
+measure.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from .domain import next_pow2
+from .errors import IllegalSpec
+
+if TYPE_CHECKING:
+    from .spec_view import KnobValue, SpecView
+
+MAX_DIRECT_TILE = 16384  # a depthwise program's fp32 accumulator: 64 registers a thread at 8 warps
+# A depthwise weight gradient's KH*KW accumulator tiles, float32 registers a thread at most
+# (ConvNeXt's 7x7: 49 tiles of WG_BLOCK_M x WG_BLOCK_N elements spread over the warps)
+MAX_TAP_REGISTERS = 128
+DW_WGRAD_PROGRAMS = 528  # programs a depthwise weight gradient aims at: four an H100 SM
+
+
+def _out_pixels(spec: SpecView) -> int:
+    """N * OH * OW: the output pixels (the forward's rows, the weight gradient's reduction)."""
+    oh, ow = spec.param("out_hw")
+    return int(spec.param("x_shape")[0]) * oh * ow
+
+
+def validate_depthwise(spec: SpecView, k: dict) -> None:
+    """The direct forward's BLOCK_M output pixels x BLOCK_N channels."""
+    _validate_direct_tile(k, _out_pixels(spec), spec.param("c_out"))
+
+
+def _validate_direct_tile(k: dict, m: int, c_out: int) -> None:
+    """A direct (depthwise) program's BLOCK_M pixels x BLOCK_N channels of m x c_out."""
+    bm, bn, warps = k["BLOCK_M"], k["BLOCK_N"], k["num_warps"]
+    if bm * bn > MAX_DIRECT_TILE:
+        raise IllegalSpec(
+            f"BLOCK_M={bm} x BLOCK_N={bn} = {bm * bn} accumulators per program; the limit is "
+            f"{MAX_DIRECT_TILE}. Reduce BLOCK_M or BLOCK_N"
+        )
+    if bm * bn < 32 * warps and warps > 1:
+        raise IllegalSpec(
+            f"num_warps={warps} leaves threads idle on a {bm}x{bn} tile; use num_warps <= "
+            f"{max(1, bm * bn // 32)}"
+        )
+    if bn > next_pow2(c_out) or bm > max(8, next_pow2(m)):
+        raise IllegalSpec(
+            f"BLOCK_M={bm}, BLOCK_N={bn} are wider than the {m} pixels x {c_out} channels; use "
+            f"BLOCK_M <= {max(8, next_pow2(m))}, BLOCK_N <= {next_pow2(c_out)}"
+        )
+
+
+def validate_depthwise_backward(spec: SpecView, k: dict) -> None:
+    """dgrad's tile as the forward's (over N*H*W pixels x C_in channels); wgrad's KH*KW
+    accumulator tiles in registers, no wider than the problem, each split given pixels."""
+    n, c_in, h, w = spec.param("x_shape")
+    if k["ROWS"]:
+        _validate_dgrad_rows(spec, k)
+    else:
+        _validate_direct_tile(k, n * h * w, c_in)
+    wm, wn, split, warps = k["WG_BLOCK_M"], k["WG_BLOCK_N"], k["SPLIT_K"], k["num_warps"]
+    kh, kw = spec.param("kernel")
+    pixels, c_out = _out_pixels(spec), spec.param("c_out")
+    regs = kh * kw * wm * wn // (32 * warps)
+    if regs > MAX_TAP_REGISTERS:
+        raise IllegalSpec(
+            f"{kh * kw} tap accumulators of WG_BLOCK_M={wm} x WG_BLOCK_N={wn} over {warps} "
+            f"warps are {regs} registers a thread; the limit is {MAX_TAP_REGISTERS}. Use a "
+            "smaller weight-gradient tile or more warps"
+        )
+    if wn > next_pow2(c_out) or wm > max(8, next_pow2(pixels)):
+        raise IllegalSpec(
+            f"WG_BLOCK_M={wm}, WG_BLOCK_N={wn} are wider than the {pixels} pixels x {c_out} "
+            f"channels; use WG_BLOCK_M <= {max(8, next_pow2(pixels))}, WG_BLOCK_N <= "
+            f"{next_pow2(c_out)}"
+        )
+    if split > 1 and pixels < split * wm:
+        raise IllegalSpec(
+            f"SPLIT_K={split} x WG_BLOCK_M={wm} exceeds the {pixels} output pixels the weight "
+            "gradient reduces; use fewer splits"
+        )
+
+
+def rows_apply(spec: SpecView) -> str | None:
+    """Why the depthwise input gradient cannot go by rows (ROWS > 0), or None: each loaded
+    output-gradient row feeds input rows a fixed kernel row apart only at stride 1, dilation
+    1, one output channel a group, on a 2-D image."""
+    n, c_in, h, w = spec.param("x_shape")
+    if len(spec.domain) != 4:
+        return "a 1-D convolution has one row"
+    if tuple(spec.param("stride")) != (1, 1) or tuple(spec.param("dilation")) != (1, 1):
+        return "it needs stride 1 and dilation 1"
+    if spec.param("c_out") != c_in:
+        return "it needs one output channel a group"
+    return None
+
+
+def _validate_dgrad_rows(spec: SpecView, k: dict) -> None:
+    """ROWS accumulator tiles of BLOCK_M columns x BLOCK_N channels in registers, no wider
+    than the image."""
+    why = rows_apply(spec)
+    if why:
+        raise IllegalSpec(
+            f"ROWS={k['ROWS']}: the input gradient cannot go by rows: {why}; use ROWS=0"
+        )
+    _, c_in, h, w = spec.param("x_shape")
+    rows, bm, bn, warps = k["ROWS"], k["BLOCK_M"], k["BLOCK_N"], k["num_warps"]
+    regs = rows * bm * bn // (32 * warps)
+    if regs > MAX_TAP_REGISTERS:
+        raise IllegalSpec(
+            f"ROWS={rows} accumulators of BLOCK_M={bm} x BLOCK_N={bn} over {warps} warps are "
+            f"{regs} registers a thread; the limit is {MAX_TAP_REGISTERS}. Use fewer rows, a "
+            "smaller tile or more warps"
+        )
+    if bm * bn < 32 * warps and warps > 1:
+        raise IllegalSpec(
+            f"num_warps={warps} leaves threads idle on a {bm}x{bn} row tile; use num_warps <= "
+            f"{max(1, bm * bn // 32)}"
+        )
+    if rows > max(2, next_pow2(h)) or bm > max(8, next_pow2(w)) or bn > next_pow2(c_in):
+        raise IllegalSpec(
+            f"ROWS={rows}, BLOCK_M={bm}, BLOCK_N={bn} are wider than the {h} rows x {w} columns "
+            f"x {c_in} channels; use ROWS <= {max(2, next_pow2(h))}, BLOCK_M <= "
+            f"{max(8, next_pow2(w))}, BLOCK_N <= {next_pow2(c_in)}"
+        )
+
+
+def depthwise_backward_default_knobs(spec: SpecView) -> dict[str, KnobValue]:
+    """dgrad as the forward's default tile, or by rows in channels-last where it applies (8
+    rows of 8 columns x 32 channels on 2 warps: the prototype's best tile over ConvNeXt's four
+    stages, 2.0-2.8x cuDNN's NHWC input gradient, H100, BENCHMARKS.md); wgrad with its KH*KW
+    accumulator tiles at 64 registers a thread over the same warps (512 elements a tile at
+    3x3 on 4 warps, 128 at 7x7), channels fastest in channels-last (16 a tile) and one channel
+    a program otherwise, split over the pixels until about DW_WGRAD_PROGRAMS programs run,
+    each with 4 steps at least."""
+    n, c_in, h, w = spec.param("x_shape")
+    kh, kw = spec.param("kernel")
+    pixels, c_out = _out_pixels(spec), spec.param("c_out")
+    channels_last = spec.param("x")[2][1] == 1
+    rows = 0
+    if channels_last and rows_apply(spec) is None:
+        rows, bm, bn = min(8, max(2, next_pow2(h))), 8, min(32, next_pow2(c_in))
+        warps = max(1, min(2, bm * bn // 32))
+    else:
+        bn = min(next_pow2(c_in), 32 if channels_last else 8)
+        bm = min(max(8, next_pow2(n * h * w)), 64 if channels_last else 128)
+        warps = max(1, min(4, bm * bn // 256))
+    tile = min(1024, 1 << (64 * 32 * warps // (kh * kw)).bit_length() - 1)
+    wn = min(next_pow2(c_out), 16 if channels_last else 1, tile)
+    wm = max(8, min(tile // wn, next_pow2(pixels)))
+    while kh * kw * wm * wn // (32 * warps) > MAX_TAP_REGISTERS and wm > 8:
+        wm //= 2  # one warp's tile (a small image) still over the register budget
+    tiles, steps, split = -(-c_out // wn), -(-pixels // wm), 1
+    while split < 256 and tiles * split < DW_WGRAD_PROGRAMS and steps >= 8 * split:
+        split *= 2
+    return dict(
+        ROWS=rows, BLOCK_M=bm, BLOCK_N=bn, WG_BLOCK_M=wm, WG_BLOCK_N=wn, SPLIT_K=split,
+        num_warps=warps, num_stages=1,
+    )  # fmt: skip
+
+
+def depthwise_backward_seeds(spec: SpecView) -> list[dict[str, KnobValue]]:
+    """Flat tiles worth measuring beside the default, and by rows where that applies."""
+    flat: list[dict[str, KnobValue]] = [
+        dict(ROWS=0, BLOCK_M=bm, BLOCK_N=bn, WG_BLOCK_M=wm, WG_BLOCK_N=wn, num_warps=w)
+        for bm, bn, wm, wn, w in ((128, 8, 128, 1, 4), (32, 32, 16, 8, 4), (256, 4, 64, 4, 4))
+    ]
+    if rows_apply(spec) is not None:
+        return flat
+    # by rows: the prototype's three best tiles (rows, columns, channels, warps)
+    return flat + [
+        dict(ROWS=r, BLOCK_M=bm, BLOCK_N=bn, num_warps=w)
+        for r, bm, bn, w in ((8, 8, 32, 2), (8, 16, 32, 4), (8, 4, 128, 4))
+    ]
