@@ -64,6 +64,9 @@ def validate_depthwise_backward(spec: SpecView, k: dict) -> None:
         _validate_dgrad_rows(spec, k)
     else:
         _validate_direct_tile(k, n * h * w, c_in)
+    if k["WG_ROWS"]:
+        _validate_wgrad_rows(spec, k)
+        return
     wm, wn, split, warps = k["WG_BLOCK_M"], k["WG_BLOCK_N"], k["SPLIT_K"], k["num_warps"]
     kh, kw = spec.param("kernel")
     pixels, c_out = _out_pixels(spec), spec.param("c_out")
@@ -84,6 +87,41 @@ def validate_depthwise_backward(spec: SpecView, k: dict) -> None:
         raise IllegalSpec(
             f"SPLIT_K={split} x WG_BLOCK_M={wm} exceeds the {pixels} output pixels the weight "
             "gradient reduces; use fewer splits"
+        )
+
+
+def _validate_wgrad_rows(spec: SpecView, k: dict) -> None:
+    """KH*KW tap accumulators and WG_ROWS held output-gradient rows of WG_BLOCK_M x WG_BLOCK_N
+    in registers, no wider than the output, each split given steps."""
+    why = rows_apply(spec)
+    if why:
+        raise IllegalSpec(
+            f"WG_ROWS={k['WG_ROWS']}: the weight gradient cannot go by rows: {why}; use WG_ROWS=0"
+        )
+    rows, wm, wn, split, warps = (
+        k[x] for x in ("WG_ROWS", "WG_BLOCK_M", "WG_BLOCK_N", "SPLIT_K", "num_warps")
+    )
+    kh, kw = spec.param("kernel")
+    oh, ow = spec.param("out_hw")
+    n, c_out = spec.param("x_shape")[0], spec.param("c_out")
+    regs = (kh * kw + rows) * wm * wn // (32 * warps)
+    if regs > MAX_TAP_REGISTERS:
+        raise IllegalSpec(
+            f"{kh * kw} tap accumulators and WG_ROWS={rows} rows of WG_BLOCK_M={wm} x "
+            f"WG_BLOCK_N={wn} over {warps} warps are {regs} registers a thread; the limit is "
+            f"{MAX_TAP_REGISTERS}. Use a smaller weight-gradient tile, fewer rows or more warps"
+        )
+    if rows > max(2, next_pow2(oh)) or wm > max(8, next_pow2(ow)) or wn > next_pow2(c_out):
+        raise IllegalSpec(
+            f"WG_ROWS={rows}, WG_BLOCK_M={wm}, WG_BLOCK_N={wn} are wider than the {oh} rows x "
+            f"{ow} columns x {c_out} channels; use WG_ROWS <= {max(2, next_pow2(oh))}, "
+            f"WG_BLOCK_M <= {max(8, next_pow2(ow))}, WG_BLOCK_N <= {next_pow2(c_out)}"
+        )
+    steps = n * -(-oh // rows) * -(-ow // wm)
+    if split > steps:
+        raise IllegalSpec(
+            f"SPLIT_K={split} exceeds the {steps} steps of WG_ROWS={rows} x WG_BLOCK_M={wm} the "
+            "weight gradient reduces; use fewer splits"
         )
 
 
@@ -156,25 +194,39 @@ def depthwise_backward_default_knobs(spec: SpecView) -> dict[str, KnobValue]:
     wm = max(8, min(tile // wn, next_pow2(pixels)))
     while kh * kw * wm * wn // (32 * warps) > MAX_TAP_REGISTERS and wm > 8:
         wm //= 2  # one warp's tile (a small image) still over the register budget
-    tiles, steps, split = -(-c_out // wn), -(-pixels // wm), 1
+    split = _wgrad_split(-(-c_out // wn), -(-pixels // wm))
+    return dict(
+        ROWS=rows, BLOCK_M=bm, BLOCK_N=bn, WG_ROWS=0, WG_BLOCK_M=wm, WG_BLOCK_N=wn,
+        SPLIT_K=split, num_warps=warps, num_stages=1,
+    )  # fmt: skip
+
+
+def _wgrad_split(tiles: int, steps: int) -> int:
+    """SPLIT_K for a weight gradient of `tiles` channel tiles and `steps` pixel steps: doubled
+    until about DW_WGRAD_PROGRAMS programs run, each with 4 steps at least."""
+    split = 1
     while split < 256 and tiles * split < DW_WGRAD_PROGRAMS and steps >= 8 * split:
         split *= 2
-    return dict(
-        ROWS=rows, BLOCK_M=bm, BLOCK_N=bn, WG_BLOCK_M=wm, WG_BLOCK_N=wn, SPLIT_K=split,
-        num_warps=warps, num_stages=1,
-    )  # fmt: skip
+    return split
 
 
 def depthwise_backward_seeds(spec: SpecView) -> list[dict[str, KnobValue]]:
     """Flat tiles worth measuring beside the default, and by rows where that applies."""
     flat: list[dict[str, KnobValue]] = [
-        dict(ROWS=0, BLOCK_M=bm, BLOCK_N=bn, WG_BLOCK_M=wm, WG_BLOCK_N=wn, num_warps=w)
+        dict(ROWS=0, BLOCK_M=bm, BLOCK_N=bn, WG_ROWS=0, WG_BLOCK_M=wm, WG_BLOCK_N=wn, num_warps=w)
         for bm, bn, wm, wn, w in ((128, 8, 128, 1, 4), (32, 32, 16, 8, 4), (256, 4, 64, 4, 4))
     ]
     if rows_apply(spec) is not None:
         return flat
-    # by rows: the prototype's three best tiles (rows, columns, channels, warps)
+    n, c_out = spec.param("x_shape")[0], spec.param("c_out")
+    oh, ow = spec.param("out_hw")
+    # the input gradient by rows: the prototype's three best tiles (rows, columns, channels,
+    # warps); then the weight gradient by rows as well (not yet timed: the search measures it)
     return flat + [
         dict(ROWS=r, BLOCK_M=bm, BLOCK_N=bn, num_warps=w)
         for r, bm, bn, w in ((8, 8, 32, 2), (8, 16, 32, 4), (8, 4, 128, 4))
-    ]
+    ] + [
+        dict(ROWS=8, BLOCK_M=16, BLOCK_N=32, WG_ROWS=r, WG_BLOCK_M=wm, WG_BLOCK_N=wn,
+             SPLIT_K=_wgrad_split(-(-c_out // wn), n * -(-oh // r) * -(-ow // wm)), num_warps=4)
+        for r, wm, wn in ((4, 8, 32), (2, 16, 16), (4, 16, 8))
+    ]  # fmt: skip

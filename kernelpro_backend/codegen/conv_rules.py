@@ -79,6 +79,7 @@ CONV_SPACE: dict[str, dict[str, tuple[KnobValue, ...]]] = {
         "ROWS": (0, 2, 4, 8),
         "BLOCK_M": (8, 16, 32, 64, 128, 256),
         "BLOCK_N": (1, 2, 4, 8, 16, 32, 64, 128),
+        "WG_ROWS": (0, 2, 4, 8),  # > 0: the weight gradient a few output rows a step
         "WG_BLOCK_M": (8, 16, 32, 64, 128, 256, 512),
         "WG_BLOCK_N": (1, 2, 4, 8, 16, 32, 64),
         "SPLIT_K": (1, 2, 4, 8, 16, 32, 64, 128, 256),

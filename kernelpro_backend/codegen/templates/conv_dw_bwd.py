@@ -16,6 +16,10 @@ once and adds it into every input row it feeds (up to KH), so an input pixel cos
 KW * (ROWS + KH - 1) / ROWS loads instead of KH * KW (12.25 for a 7x7 at 8 rows). On ConvNeXt's
 channels-last 7x7 a prototype of this ran 2.1-2.8x faster than cuDNN's NHWC input gradient,
 which the flat tile only ties (H100, BENCHMARKS.md). The tail runs on each row's accumulator.
+wgrad by rows (knob WG_ROWS > 0, where dgrad by rows applies): a step is WG_ROWS output rows of
+WG_BLOCK_M columns of one image; their output-gradient rows are held, and each input row is
+loaded once a kernel column and multiplied into every (row, tap) pair it meets: 1 + KW *
+(WG_ROWS + KH - 1) / WG_ROWS loads an output pixel instead of 1 + KH * KW. Not yet timed.
 wgrad (the weight gradient): a program owns WG_BLOCK_N output channels and WG_BLOCK_M output
 pixels a step, and keeps one float32 accumulator tile per tap (KH*KW named tiles, so the
 output gradient is read once and the input's KH*KW shifted tiles come from L1); the pixels
@@ -199,10 +203,10 @@ def _wgrad_taps(spec: KernelSpec) -> list[str]:
 
 
 def _wgrad(spec: KernelSpec, ins: list[str], outs: list[str]) -> list[str]:
-    (n, _, _, _), (oh, ow), (kh_, kw_), (sh, sw), (ph, pw), _, mult = _geometry(spec)
-    c_out, taps, p = spec.param("c_out"), kh_ * kw_, n * oh * ow
-    d_in, d_off, (sdn, sdc, sdh, sdw) = spec.param("grad_out")
-    x_in, x_off, (sxn, sxc, _, _) = spec.param("x")
+    _, _, (kh_, kw_), _, _, _, mult = _geometry(spec)
+    c_out, taps = spec.param("c_out"), kh_ * kw_
+    d_in, d_off, (_, sdc, _, _) = spec.param("grad_out")
+    x_in, x_off, (_, sxc, _, _) = spec.param("x")
     grads = grad_outputs(spec)
     i64 = ".to(tl.int64)" if wide(spec) else ""
     ci = "co" if mult == 1 else f"(co // {mult})"
@@ -218,6 +222,23 @@ def _wgrad(spec: KernelSpec, ins: list[str], outs: list[str]) -> list[str]:
         f"x_cols = in{x_in} + {x_off} + {ci} * {sxc}",
         *[f"{a} = tl.zeros((WG_BLOCK_M, WG_BLOCK_N), dtype=tl.float32)" for a in accs],
         *(["db = tl.zeros((WG_BLOCK_M, WG_BLOCK_N), dtype=tl.float32)"] if bias else []),
+    ]
+    if int(spec.knob("WG_ROWS")):
+        body += _wgrad_rows_loop(spec, weight, bias)
+    else:
+        body += _wgrad_flat_loop(spec, weight, bias)
+    return _wgrad_stores(spec, body, accs, grads, ins, outs)
+
+
+def _wgrad_flat_loop(spec: KernelSpec, weight: bool, bias: bool) -> list[str]:
+    """WG_BLOCK_M output pixels a step: the output gradient's tile once, the input's at each
+    tap (from L1)."""
+    (n, _, _, _), (oh, ow), _, (sh, sw), (ph, pw), _, _ = _geometry(spec)
+    p = n * oh * ow
+    d_in, d_off, (sdn, sdc, sdh, sdw) = spec.param("grad_out")
+    x_in, x_off, (sxn, sxc, _, _) = spec.param("x")
+    i64 = ".to(tl.int64)" if wide(spec) else ""
+    return [
         f"# the {p} output pixels, WG_BLOCK_M a step, split over SPLIT_K programs",
         f"for kt in range(pid_k, tl.cdiv({p}, WG_BLOCK_M), SPLIT_K):",
         f"    q = (kt * WG_BLOCK_M + rk){i64}",
@@ -239,6 +260,65 @@ def _wgrad(spec: KernelSpec, ins: list[str], outs: list[str]) -> list[str]:
             else []
         ),
     ]
+
+
+def _wgrad_rows_loop(spec: KernelSpec, weight: bool, bias: bool) -> list[str]:
+    """WG_ROWS output rows of WG_BLOCK_M columns of one image a step (stride 1, dilation 1,
+    one output channel a group): the output gradient's rows held, each input row loaded once a
+    kernel column and multiplied into every (row, tap) pair it meets."""
+    (n, _, h, w), (oh, ow), (kh_, kw_), _, (ph, pw), _, _ = _geometry(spec)
+    rows = int(spec.knob("WG_ROWS"))
+    d_in, d_off, (sdn, sdc, sdh, sdw) = spec.param("grad_out")
+    x_in, x_off, (sxn, sxc, sxh, sxw) = spec.param("x")
+    i64 = ".to(tl.int64)" if wide(spec) else ""
+    tiles_h = -(-oh // rows)
+    lines = [
+        f"tiles_w = tl.cdiv({ow}, WG_BLOCK_M)",
+        f"# {n} images x {tiles_h} row tiles x tiles_w column tiles, split over SPLIT_K programs",
+        f"for kt in range(pid_k, {n * tiles_h} * tiles_w, SPLIT_K):",
+        f"    n_q = (kt // ({tiles_h} * tiles_w)){i64}",
+        f"    oh0 = (kt // tiles_w) % {tiles_h} * {rows}",
+        f"    ow_q = ((kt % tiles_w) * WG_BLOCK_M + rk){i64}",
+        "    zr = ow_q * 0",
+        f"    dy_img = dy_cols + n_q * {sdn}",
+    ]
+    for r in range(rows):
+        dy = f"dy_img + (oh0 + {r} + zr) * {sdh} + ow_q * {sdw}"
+        ok = f"(ow_q < {ow}) & (oh0 + {r} + zr < {oh}) & col_mask"
+        lines.append(f"    a{r} = {load(dy, ok)}.to(tl.float32)")
+        if bias:
+            lines.append(f"    db += a{r}")
+    if not weight:
+        return lines
+    lines.append(f"    x_img = x_cols + n_q * {sxn}")
+    for kw in range(kw_):
+        lines += [
+            f"    iw = ow_q + {kw - pw}",
+            f"    iw_ok = (iw >= 0) & (iw < {w}) & col_mask",
+        ]
+        for j in range(rows + kh_ - 1):
+            pairs = [(j - kh, kh) for kh in range(kh_) if 0 <= j - kh < rows]
+            lines += [
+                f"    ih = oh0 + {j - ph} + zr",
+                f"    xs = {load(f'x_img + ih * {sxh} + iw * {sxw}', f'iw_ok & (ih >= 0) & (ih < {h})')}"
+                ".to(tl.float32)",
+                *[f"    acc_{kh * kw_ + kw} += a{r} * xs" for r, kh in pairs],
+            ]
+    return lines
+
+
+def _wgrad_stores(
+    spec: KernelSpec,
+    body: list[str],
+    accs: list[str],
+    grads: dict,
+    ins: list[str],
+    outs: list[str],
+) -> list[str]:
+    """Each tap's accumulator summed over its pixels: stored, or its split's partial."""
+    c_out, kw_ = spec.param("c_out"), spec.param("kernel")[1]
+    taps = spec.param("kernel")[0] * kw_
+    bias = 2 in grads
     split = int(spec.knob("SPLIT_K"))
     for t, a in enumerate(accs):
         value = f"tl.sum({a}, axis=0)[None, :]"

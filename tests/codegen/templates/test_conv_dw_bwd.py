@@ -3,7 +3,7 @@ direct, the weight gradient's pixels split and combined in order) under Triton's
 against aten.convolution_backward: 3x3 stride 1 and 2, ConvNeXt's 7x7, 5x5 stride 2,
 dilation 2, 13x11 images of 3 x 5 channels, every output_mask, channels-last, a channel
 multiplier, 1-D, bfloat16, and the tail AOTAutograd fuses onto the input gradient; the input
-gradient by rows (ROWS) where it applies."""
+and weight gradients by rows (ROWS, WG_ROWS) where they apply."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from harness import check, collect
 from torch.fx.experimental.proxy_tensor import make_fx
 
 from kernelpro_backend.codegen import render
+from kernelpro_backend.codegen.defaults import seed_configs
 from kernelpro_backend.codegen.errors import IllegalSpec
 from kernelpro_backend.fx_passes import Subgraph, find_subgraphs
 from kernelpro_backend.lowering import lower
@@ -227,8 +228,33 @@ def test_convnext_channels_last_defaults_by_rows_within_the_register_budget() ->
     (sg,) = find_subgraphs(make_fx(fn, tracing_mode="fake")(dy, x, w), "backward")
     spec = lower(sg)
     assert (spec.knob("ROWS"), spec.knob("BLOCK_M"), spec.knob("BLOCK_N")) == (8, 8, 32)
+    by_rows = [c for c in seed_configs(spec) if c.knob("WG_ROWS")]
+    assert len(by_rows) == 3  # every weight-gradient-by-rows seed is legal at this size
+    assert all(96 // c.knob("WG_BLOCK_N") * c.knob("SPLIT_K") >= 256 for c in by_rows)
     with pytest.raises(IllegalSpec, match="ROWS=8 accumulators .* registers a thread"):
         spec.with_knobs(ROWS=8, BLOCK_M=64, BLOCK_N=64, num_warps=1)
     rendered = render(spec)
     assert "acc7 += a * w6" in rendered.source
     assert triton_source_problem(rendered.source, rendered.entry) is None
+
+
+@pytest.mark.parametrize(
+    "mask", [(True, True, True), (False, True, False), (False, False, True)], ids=["xwb", "w", "b"]
+)
+@pytest.mark.parametrize("geometry", ["3x3_s1_p1", "7x7_p3"])
+def test_weight_gradient_by_rows(geometry: str, mask: tuple[bool, bool, bool]) -> None:
+    """2, 4 and 8 output rows a step (13 rows, 11 columns, 5 channels: every edge cut), one
+    program storing and several programs' partials combined, channels-last and NCHW."""
+    for channels_last in (True, False):
+        sg = _backward(GEOMETRIES[geometry], mask, channels_last=channels_last)
+        spec = lower(sg)
+        assert spec.knob("WG_ROWS") == 0  # the default until it is timed on a GPU
+        for seed, (rows, wm, wn, split) in enumerate(((2, 8, 4, 1), (4, 16, 2, 2), (8, 8, 8, 4))):
+            knobs = dict(WG_ROWS=rows, WG_BLOCK_M=wm, WG_BLOCK_N=wn, SPLIT_K=split, num_warps=1)
+            check(sg, spec.with_knobs(**knobs), seed=seed)
+
+
+def test_weight_gradient_rows_refused_at_stride_2() -> None:
+    spec = lower(_backward(GEOMETRIES["3x3_s2_p1"], channels_last=True))
+    with pytest.raises(IllegalSpec, match="weight gradient cannot go by rows"):
+        spec.with_knobs(WG_ROWS=2, WG_BLOCK_M=8, WG_BLOCK_N=4, SPLIT_K=1)
