@@ -3,7 +3,7 @@
 
 Owns: `validate_depthwise`, `validate_depthwise_backward` (raise `IllegalSpec` naming the value,
 the limit and what to change), `rows_apply` (where the input gradient can go by rows),
-`depthwise_backward_default_knobs`, `depthwise_backward_seeds`; the register limits.
+`depthwise_backward_default_knobs`, `depthwise_seeds`, `depthwise_backward_seeds`; the register limits.
 Must not: import spec.py, knobs.py or conv_rules.py (conv_rules.py folds these in), render or
 measure.
 """
@@ -32,7 +32,12 @@ def _out_pixels(spec: SpecView) -> int:
 
 
 def validate_depthwise(spec: SpecView, k: dict) -> None:
-    """The direct forward's BLOCK_M output pixels x BLOCK_N channels."""
+    """The direct forward's BLOCK_M output pixels x BLOCK_N channels, or by rows its ROWS
+    output rows of BLOCK_M columns."""
+    if k["ROWS"]:
+        oh, ow = spec.param("out_hw")
+        _validate_rows(spec, k, oh, ow, spec.param("c_out"), "the convolution")
+        return
     _validate_direct_tile(k, _out_pixels(spec), spec.param("c_out"))
 
 
@@ -140,14 +145,17 @@ def rows_apply(spec: SpecView) -> str | None:
 
 
 def _validate_dgrad_rows(spec: SpecView, k: dict) -> None:
+    """The input gradient by rows: over the input's rows and columns."""
+    _, c_in, h, w = spec.param("x_shape")
+    _validate_rows(spec, k, h, w, c_in, "the input gradient")
+
+
+def _validate_rows(spec: SpecView, k: dict, h: int, w: int, channels: int, what: str) -> None:
     """ROWS accumulator tiles of BLOCK_M columns x BLOCK_N channels in registers, no wider
-    than the image."""
+    than the `h` x `w` x `channels` the program's tiles cover."""
     why = rows_apply(spec)
     if why:
-        raise IllegalSpec(
-            f"ROWS={k['ROWS']}: the input gradient cannot go by rows: {why}; use ROWS=0"
-        )
-    _, c_in, h, w = spec.param("x_shape")
+        raise IllegalSpec(f"ROWS={k['ROWS']}: {what} cannot go by rows: {why}; use ROWS=0")
     rows, bm, bn, warps = k["ROWS"], k["BLOCK_M"], k["BLOCK_N"], k["num_warps"]
     regs = rows * bm * bn // (32 * warps)
     if regs > MAX_TAP_REGISTERS:
@@ -161,11 +169,11 @@ def _validate_dgrad_rows(spec: SpecView, k: dict) -> None:
             f"num_warps={warps} leaves threads idle on a {bm}x{bn} row tile; use num_warps <= "
             f"{max(1, bm * bn // 32)}"
         )
-    if rows > max(2, next_pow2(h)) or bm > max(8, next_pow2(w)) or bn > next_pow2(c_in):
+    if rows > max(2, next_pow2(h)) or bm > max(8, next_pow2(w)) or bn > next_pow2(channels):
         raise IllegalSpec(
             f"ROWS={rows}, BLOCK_M={bm}, BLOCK_N={bn} are wider than the {h} rows x {w} columns "
-            f"x {c_in} channels; use ROWS <= {max(2, next_pow2(h))}, BLOCK_M <= "
-            f"{max(8, next_pow2(w))}, BLOCK_N <= {next_pow2(c_in)}"
+            f"x {channels} channels; use ROWS <= {max(2, next_pow2(h))}, BLOCK_M <= "
+            f"{max(8, next_pow2(w))}, BLOCK_N <= {next_pow2(channels)}"
         )
 
 
@@ -210,6 +218,22 @@ def _wgrad_split(tiles: int, steps: int) -> int:
     return split
 
 
+def depthwise_seeds(spec: SpecView) -> list[dict[str, KnobValue]]:
+    """The direct forward's flat tiles worth measuring beside the default, and by rows where
+    that applies: the prototype's two best tiles and 8x8x64 on 4 warps (rows, columns,
+    channels, warps)."""
+    flat: list[dict[str, KnobValue]] = [
+        dict(ROWS=0, BLOCK_M=bm, BLOCK_N=bn, num_warps=w)
+        for bm, bn, w in ((128, 8, 4), (32, 32, 4), (64, 64, 8), (256, 4, 4), (16, 64, 4))
+    ]
+    if rows_apply(spec) is not None:
+        return flat
+    return flat + [
+        dict(ROWS=r, BLOCK_M=bm, BLOCK_N=bn, num_warps=w)
+        for r, bm, bn, w in ((8, 8, 32, 2), (8, 16, 32, 4), (8, 8, 64, 4))
+    ]
+
+
 def depthwise_backward_seeds(spec: SpecView) -> list[dict[str, KnobValue]]:
     """Flat tiles worth measuring beside the default, and by rows where that applies."""
     flat: list[dict[str, KnobValue]] = [
@@ -220,11 +244,12 @@ def depthwise_backward_seeds(spec: SpecView) -> list[dict[str, KnobValue]]:
         return flat
     n, c_out = spec.param("x_shape")[0], spec.param("c_out")
     oh, ow = spec.param("out_hw")
-    # the input gradient by rows: the prototype's three best tiles (rows, columns, channels,
-    # warps); then the weight gradient by rows as well (not yet timed: the search measures it)
+    # the input gradient by rows: the prototype's two best tiles and 8x8x64 on 4 warps (rows,
+    # columns, channels, warps); then the weight gradient by rows as well (not yet timed: the
+    # search measures it)
     return flat + [
         dict(ROWS=r, BLOCK_M=bm, BLOCK_N=bn, num_warps=w)
-        for r, bm, bn, w in ((8, 8, 32, 2), (8, 16, 32, 4), (8, 4, 128, 4))
+        for r, bm, bn, w in ((8, 8, 32, 2), (8, 16, 32, 4), (8, 8, 64, 4))
     ] + [
         dict(ROWS=8, BLOCK_M=16, BLOCK_N=32, WG_ROWS=r, WG_BLOCK_M=wm, WG_BLOCK_N=wn,
              SPLIT_K=_wgrad_split(-(-c_out // wn), n * -(-oh // r) * -(-ow // wm)), num_warps=4)

@@ -21,6 +21,7 @@ from .attention_rules import SMEM_BYTES
 from .conv_dw_rules import (
     depthwise_backward_default_knobs,
     depthwise_backward_seeds,
+    depthwise_seeds,
     validate_depthwise,
     validate_depthwise_backward,
 )
@@ -47,6 +48,7 @@ CONV_SPACE: dict[str, dict[str, tuple[KnobValue, ...]]] = {
         "num_stages": (1, 2, 3, 4, 5),
     },
     "conv_depthwise": {
+        "ROWS": (0, 2, 4, 8),  # > 0: ROWS output rows of BLOCK_M columns a program
         "BLOCK_M": (8, 16, 32, 64, 128, 256),  # output pixels per program
         "BLOCK_N": (1, 2, 4, 8, 16, 32, 64, 128),  # channels per program
         "num_warps": (1, 2, 4, 8),
@@ -208,7 +210,7 @@ def conv_default_knobs(spec: SpecView) -> dict[str, KnobValue]:
         bn = min(next_pow2(c_out), 32 if channels_last else 8)
         bm = min(max(8, next_pow2(m)), 128 if not channels_last else 64)
         warps = max(1, min(4, bm * bn // 256))
-        return dict(BLOCK_M=bm, BLOCK_N=bn, num_warps=warps, num_stages=1)
+        return dict(ROWS=0, BLOCK_M=bm, BLOCK_N=bn, num_warps=warps, num_stages=1)
     bm, bn, bk, warps = _gemm_tile(spec, m, n, c_in_group)
     return dict(
         BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=8, PACK_W=_pack_default(spec), PACK_X=0,
@@ -286,10 +288,7 @@ def conv_seed_configs(spec: SpecView) -> list[dict[str, KnobValue]]:
     if spec.template == "conv_depthwise_backward":
         return depthwise_backward_seeds(spec)
     if spec.template == "conv_depthwise":
-        return [
-            dict(BLOCK_M=bm, BLOCK_N=bn, num_warps=w)
-            for bm, bn, w in ((128, 8, 4), (32, 32, 4), (64, 64, 8), (256, 4, 4), (16, 64, 4))
-        ]
+        return depthwise_seeds(spec)
     return [
         dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, num_warps=w, num_stages=s)
         for bm, bn, bk, w, s in (*wide, *_SEED_TILES)

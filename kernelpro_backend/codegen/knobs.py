@@ -149,6 +149,7 @@ ROLES: dict[str, KnobRole] = {
     "TILE_N": KnobRole.TILE,
     "DQ": KnobRole.OTHER,
     "ROWS": KnobRole.ROWS,
+    "WG_ROWS": KnobRole.ROWS,  # a depthwise weight gradient's output rows a step (conv_dw_rules)
     "SPLIT_K": KnobRole.SPLIT,
     "CLUSTER": KnobRole.SPLIT,  # more CTAs share a row: more parallelism, fewer values each
     "SPLIT": KnobRole.SPLIT,  # more programs share a row (row_split)
@@ -164,6 +165,8 @@ ADDED_KNOBS: dict[str, dict[str, KnobValue]] = {
     "gemm": {"LOADS": "pointer", "EPILOGUE_SUBTILE": 1, "FLATTEN": False, "SM_PROGRAMS": 1},
     "row_reduction": {"ONLINE": "lane"},
     "row_cluster": {"ONLINE": "wave", "HOLD": "registers"},
+    "conv_depthwise": {"ROWS": 0},
+    "conv_depthwise_backward": {"ROWS": 0, "WG_ROWS": 0},
 }
 
 

@@ -180,3 +180,32 @@ def test_tf32_weight_repack_is_k_major() -> None:
     ieee = render(spec.with_precision("ieee")).source
     assert "w_cols = wp + g * 2160 + rn\n" in ieee
     assert "b = tl.load(w_cols + (tap * 20 + ci[:, None]) * 12," in ieee
+
+
+@pytest.mark.parametrize("channels_last", [False, True], ids=["nchw", "nhwc"])
+def test_depthwise_by_rows_with_the_epilogue(channels_last: bool) -> None:
+    """ROWS output rows a program (2, 4, 8), the epilogue (bias, ReLU, residual) on each row's
+    accumulator; 13x11 images cut every tile; padding 3, and none (an output smaller than the
+    input), and bfloat16."""
+    for seed, (padding, rows, bm, bn) in enumerate(((3, 2, 8, 4), (3, 8, 16, 8), (0, 4, 8, 2))):
+        sg = _conv_subgraph((2, 8, 13, 11), (8, 1, 7, 7), channels_last, padding=padding, groups=8)
+        spec = lower(sg).with_precision("ieee")
+        assert spec.knob("ROWS") == 0  # the default until the template is timed on a GPU
+        check(sg, spec.with_knobs(ROWS=rows, BLOCK_M=bm, BLOCK_N=bn, num_warps=1), seed=seed)
+    dw = _conv_subgraph((2, 8, 9, 7), (8, 1, 5, 5), True, torch.bfloat16, padding=2, groups=8)
+    check(dw, lower(dw).with_knobs(ROWS=4, BLOCK_M=8, BLOCK_N=8, num_warps=1))
+
+
+def test_depthwise_by_rows_refused_off_stride_1_and_seeded_on_it() -> None:
+    from kernelpro_backend.codegen.defaults import seed_configs
+    from kernelpro_backend.codegen.errors import IllegalSpec
+
+    x_shape, w_shape, kw = CASES["depthwise_multiplier"]  # stride 2, two channels a group
+    spec = lower(_conv_subgraph(x_shape, w_shape, True, **kw))
+    with pytest.raises(IllegalSpec, match="cannot go by rows"):
+        spec.with_knobs(ROWS=2, BLOCK_M=8, BLOCK_N=4, num_warps=1)
+    assert all(c.knob("ROWS") == 0 for c in seed_configs(spec))
+    big = lower(_conv_subgraph((2, 96, 56, 56), (96, 1, 7, 7), True, padding=3, groups=96))
+    assert [c.knob("ROWS") for c in seed_configs(big) if c.knob("ROWS")] == [8, 8, 8]
+    source = render(big.with_knobs(ROWS=8, BLOCK_M=8, BLOCK_N=32, num_warps=2)).source
+    assert "acc7 += a * w6" in source

@@ -258,3 +258,16 @@ def test_weight_gradient_rows_refused_at_stride_2() -> None:
     spec = lower(_backward(GEOMETRIES["3x3_s2_p1"], channels_last=True))
     with pytest.raises(IllegalSpec, match="weight gradient cannot go by rows"):
         spec.with_knobs(WG_ROWS=2, WG_BLOCK_M=8, WG_BLOCK_N=4, SPLIT_K=1)
+
+
+def test_specs_cached_before_the_rows_knobs_still_load() -> None:
+    """A spec written before ROWS and WG_ROWS loads as the flat kernels it described (NCHW:
+    its default is flat too, so the spec round-trips equal)."""
+    import json
+
+    from kernelpro_backend.codegen import KernelSpec
+
+    spec = lower(_backward(GEOMETRIES["3x3_s1_p1"]))
+    raw = json.loads(spec.to_json())
+    raw["knobs"] = [kv for kv in raw["knobs"] if kv[0] not in ("ROWS", "WG_ROWS")]
+    assert KernelSpec.from_json(json.dumps(raw)) == spec
