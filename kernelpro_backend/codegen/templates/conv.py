@@ -204,6 +204,53 @@ def _direct_loop(spec: KernelSpec) -> list[str]:
     ]
 
 
+def rows_main_loop(
+    rows: int,
+    kernel: tuple[int, int],
+    padding: tuple[int, int],
+    names: tuple[str, str, str],
+    strides: tuple[int, int],
+    extent: tuple[int, int],
+    w_strides: tuple[int, int],
+    flip: bool = False,
+) -> list[str]:
+    """The by-rows main loop of the depthwise templates: for each kernel column its KH weights
+    (from `w_cols`), then each source row the program's `rows` rows need, loaded once and added
+    into the accumulator (`acc0`...) of every row it feeds. `names`: the source image's pointer,
+    the program's first row and its columns ([BLOCK_M, 1]) as variables; `strides`, `extent`,
+    `padding`: the source's row and column strides, its rows and columns, its padding. `flip`:
+    the kernel turned half a turn (an input gradient is the forward of the output gradient by
+    the flipped kernel at padding K - 1 - P). Needs `col_mask` and `zr` (a zero [BLOCK_M, 1])."""
+    (kh_, kw_), (ph, pw), (src, first, cols), (sh, sw), (h, w) = (
+        kernel,
+        padding,
+        names,
+        strides,
+        extent,
+    )
+    lines = []
+    for kw in range(kw_):
+        tap_w = kw_ - 1 - kw if flip else kw
+        lines += [
+            *[
+                f"w{kh} = {load(f'w_cols + {kh_ - 1 - kh if flip else kh} * {w_strides[0]} + {tap_w} * {w_strides[1]}', 'col_mask')}"
+                ".to(tl.float32)"
+                for kh in range(kh_)
+            ],
+            f"ic = {cols} + {kw - pw}",
+            f"ic_ok = (ic >= 0) & (ic < {w}) & col_mask",
+        ]
+        for j in range(rows + kh_ - 1):
+            feeds = [(j - kh, kh) for kh in range(kh_) if 0 <= j - kh < rows]
+            lines += [
+                f"ir = {first} + {j - ph} + zr",
+                f"a = {load(f'{src} + ir * {sh} + ic * {sw}', f'ic_ok & (ir >= 0) & (ir < {h})')}"
+                ".to(tl.float32)",
+                *[f"acc{r} += a * w{kh}" for r, kh in feeds],
+            ]
+    return lines
+
+
 def _direct_rows(spec: KernelSpec, em: Emitter, head: list[str]) -> str:
     """Depthwise by rows (knob ROWS > 0; conv_dw_rules.rows_apply: stride 1, dilation 1, one
     output channel a group, 2-D): a program owns ROWS output rows x BLOCK_M columns of one
@@ -235,24 +282,9 @@ def _direct_rows(spec: KernelSpec, em: Emitter, head: list[str]) -> str:
         f"w_cols = in{w_in} + {w_off} + co * {swo}",
         *[f"acc{r} = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)" for r in range(rows)],
     ]
-    for kw in range(kw_):
-        body += [
-            *[
-                f"w{kh} = {load(f'w_cols + {kh} * {swh} + {kw} * {sww}', 'col_mask')}"
-                ".to(tl.float32)"
-                for kh in range(kh_)
-            ],
-            f"iw = ow_i + {kw - pw}",
-            f"iw_ok = (iw >= 0) & (iw < {w}) & col_mask",
-        ]
-        for j in range(rows + kh_ - 1):
-            feeds = [(j - kh, kh) for kh in range(kh_) if 0 <= j - kh < rows]
-            body += [
-                f"ih = oh0 + {j - ph} + zr",
-                f"a = {load(f'x_img + ih * {sxh} + iw * {sxw}', f'iw_ok & (ih >= 0) & (ih < {h})')}"
-                ".to(tl.float32)",
-                *[f"acc{r} += a * w{kh}" for r, kh in feeds],
-            ]
+    body += rows_main_loop(
+        rows, (kh_, kw_), (ph, pw), ("x_img", "oh0", "ow_i"), (sxh, sxw), (h, w), (swh, sww)
+    )
     em.local_memo[("A", 0)] = "acc"
     for j in range(len(spec.stores)):
         em.store(j, f"out{j}")

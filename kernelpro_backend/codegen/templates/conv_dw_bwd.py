@@ -37,7 +37,7 @@ from __future__ import annotations
 from ..emitter import Emitter
 from ..spec import KernelSpec
 from ..spec_view import io_names
-from .conv import and_, load, wide
+from .conv import and_, load, rows_main_loop, wide
 from .conv_bwd import add_combine, grad_outputs, grad_value, weight_offset
 
 
@@ -137,27 +137,17 @@ def _dgrad_rows(spec: KernelSpec, ins: list[str], outs: list[str]) -> list[str]:
         f"w_cols = in{w_in} + {w_off} + ci * {swo}",
         *[f"acc{r} = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)" for r in range(rows)],
     ]
-    for kw in range(kw_):
-        body += [
-            f"# kernel column {kw}: its {kh_} weights, then each output-gradient row once",
-            *[
-                f"w{kh} = {load(f'w_cols + {kh} * {swh} + {kw} * {sww}', 'col_mask')}"
-                ".to(tl.float32)"
-                for kh in range(kh_)
-            ],
-            f"ow = iw_i + {pw - kw}",
-            f"ow_ok = (ow >= 0) & (ow < {ow}) & col_mask",
-        ]
-        for r in range(rows + kh_ - 1):
-            feeds = [
-                (r - (kh_ - 1) + kh, kh) for kh in range(kh_) if 0 <= r - (kh_ - 1) + kh < rows
-            ]
-            body += [
-                f"oh = ih0 + {ph - (kh_ - 1) + r} + zr",
-                f"a = {load(f'dy_rows + oh * {sdh} + ow * {sdw}', f'ow_ok & (oh >= 0) & (oh < {oh})')}"
-                ".to(tl.float32)",
-                *[f"acc{row} += a * w{kh}" for row, kh in feeds],
-            ]
+    # the forward of the output gradient by the flipped kernel, padding K - 1 - P
+    body += rows_main_loop(
+        rows,
+        (kh_, kw_),
+        (kh_ - 1 - ph, kw_ - 1 - pw),
+        ("dy_rows", "ih0", "iw_i"),
+        (sdh, sdw),
+        (oh, ow),
+        (swh, sww),
+        flip=True,
+    )
     coords = ["n_i", "ci", "ih_i", "iw_i"]
     em = Emitter(spec, coords, [1], c_in, row_var="rm")
     em.local_memo[("A", 0)] = "acc"
