@@ -1,7 +1,7 @@
 """Where two variants of one training step differ on the GPU, kernel by kernel: each variant's
 steps profiled (torch.profiler's CUDA activity, timeline.py's trace), then per kernel name the
-launches and GPU time a step in each, the largest differences first, with each variant's busy
-and idle GPU time.
+launches and GPU time a step in each (the largest increases, then the largest decreases), with
+each variant's busy and idle GPU time.
 
 The warm-up's in-context check prints it beside its verdict (warmup/incontext.py): a kernel
 that won its search alone and loses in the model's step shows there whether the step lost GPU
@@ -21,7 +21,7 @@ from collections.abc import Callable, Sequence
 from .timeline import KernelEvent, kernel_events, record_trace
 
 PROFILED_STEPS = 2
-SHOWN = 6  # kernels listed under the totals, largest difference first
+SHOWN = 10  # kernels listed under the totals: half that grew, half that shrank, largest first
 NAME_CHARS = 56
 
 
@@ -63,15 +63,19 @@ def diff_lines(a: StepProfile, b: StepProfile, names: tuple[str, str]) -> list[s
         f"against {b.busy_us / 1e3:.2f} ms, {a.launches:.0f} against {b.launches:.0f} launches, "
         f"idle between them {idle_a / 1e3:.2f} against {idle_b / 1e3:.2f} ms"
     ]
-    rows = []
+    grew, shrank = [], []
     for name in set(a.kernels) | set(b.kernels):
         calls_a, us_a = a.kernels.get(name, (0.0, 0.0))
         calls_b, us_b = b.kernels.get(name, (0.0, 0.0))
-        rows.append((us_a - us_b, calls_a - calls_b, name))
-    rows.sort(key=lambda r: (-abs(r[0]), r[2]))
-    for delta_us, delta_calls, name in rows[:SHOWN]:
-        if delta_us == 0 and delta_calls == 0:
-            break
+        row = (us_a - us_b, calls_a - calls_b, name)
+        if row[0] > 0 or (row[0] == 0 and row[1] > 0):
+            grew.append(row)
+        elif row[0] < 0 or row[1] < 0:
+            shrank.append(row)
+    # what the first variant added, then what it took away: SHOWN // 2 of each, largest first
+    grew.sort(key=lambda r: (-r[0], -r[1], r[2]))
+    shrank.sort(key=lambda r: (r[0], r[1], r[2]))
+    for delta_us, delta_calls, name in grew[: SHOWN // 2] + shrank[: SHOWN // 2]:
         short = name if len(name) <= NAME_CHARS else name[: NAME_CHARS - 3] + "..."
         lines.append(f"    {delta_us / 1e3:+.3f} ms, {delta_calls:+.0f} launches  {short}")
     return lines

@@ -18,7 +18,7 @@ def test_a_profile_sums_each_kernel_per_step_and_spans_first_start_to_last_end()
     assert StepProfile.of_events([], 2) == StepProfile({}, 0.0, 0.0)
 
 
-def test_the_difference_lists_the_largest_first_and_stops_at_equal_kernels():
+def test_the_difference_lists_increases_then_decreases_and_skips_equal_kernels():
     a = StepProfile({"same": (1, 100.0), "new": (2, 40.0), "slower": (1, 90.0)}, 230, 300)
     b = StepProfile({"same": (1, 100.0), "gone": (1, 60.0), "slower": (1, 20.0)}, 180, 190)
     lines = diff_lines(a, b, ("with", "without"))
@@ -26,9 +26,18 @@ def test_the_difference_lists_the_largest_first_and_stops_at_equal_kernels():
         "  on the GPU, a step with against without: kernels 0.23 against 0.18 ms, "
         "4 against 3 launches, idle between them 0.07 against 0.01 ms"
     )
-    assert [line.split()[-1] for line in lines[1:]] == ["slower", "gone", "new"]
+    assert [line.split()[-1] for line in lines[1:]] == ["slower", "new", "gone"]
     assert lines[1].split()[:4] == ["+0.070", "ms,", "+0", "launches"]
-    assert lines[2].split()[:4] == ["-0.060", "ms,", "-1", "launches"]
+    assert lines[3].split()[:4] == ["-0.060", "ms,", "-1", "launches"]
+
+
+def test_many_increases_do_not_hide_the_decreases():
+    """Six kernels that grew and one that shrank: the one shows (the report of a step whose
+    new kernels filled the list said nothing of what they displaced)."""
+    a = StepProfile({f"k{i}": (1, 100.0 + i) for i in range(6)}, 615, 615)
+    b = StepProfile({"displaced": (2, 50.0)}, 50, 50)
+    names = [line.split()[-1] for line in diff_lines(a, b, ("a", "b"))[1:]]
+    assert names == ["k5", "k4", "k3", "k2", "k1", "displaced"]
 
 
 def test_long_kernel_names_are_cut():
