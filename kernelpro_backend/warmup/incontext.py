@@ -265,9 +265,8 @@ def _judge(
     losers: list[str] = []
     if used:
         losers, _ = decide(_replaying(time_with, replay), used, first, wins, lines)
-        with_them, without = steps.profiles.get((frozenset(), False)), None
-        if with_them is not None:
-            without = steps.profiles.get((frozenset(served), False))
+        with_them = steps.profiles.get((frozenset(), False))
+        without = steps.profiles.get((frozenset(used), False))
         if with_them is not None and without is not None:
             lines.extend(diff_lines(with_them, without, ("with the kernels", "without")))
         heavier = peak_verdict(peaks.get((frozenset(), False)), peaks.get((frozenset(used), False)))

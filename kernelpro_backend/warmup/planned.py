@@ -131,7 +131,7 @@ def anchor_timer(
 
     def time_ms(call: Callable[[], object]) -> float:
         with torch.no_grad(), torch.cuda.device(device):
-            return time_kernel(lambda: call(), [()], device, budget_s=budget_s).median_ms
+            return time_kernel(call, [()], device, budget_s=budget_s).median_ms
 
     return time_ms
 

@@ -204,104 +204,6 @@ def _direct_loop(spec: KernelSpec) -> list[str]:
     ]
 
 
-def rows_main_loop(
-    rows: int,
-    kernel: tuple[int, int],
-    padding: tuple[int, int],
-    names: tuple[str, str, str],
-    strides: tuple[int, int],
-    extent: tuple[int, int],
-    w_strides: tuple[int, int],
-    flip: bool = False,
-) -> list[str]:
-    """The by-rows main loop of the depthwise templates: for each kernel column its KH weights
-    (from `w_cols`), then each source row the program's `rows` rows need, loaded once and added
-    into the accumulator (`acc0`...) of every row it feeds. `names`: the source image's pointer,
-    the program's first row and its columns ([BLOCK_M, 1]) as variables; `strides`, `extent`,
-    `padding`: the source's row and column strides, its rows and columns, its padding. `flip`:
-    the kernel turned half a turn (an input gradient is the forward of the output gradient by
-    the flipped kernel at padding K - 1 - P). Needs `col_mask` and `zr` (a zero [BLOCK_M, 1])."""
-    (kh_, kw_), (ph, pw), (src, first, cols), (sh, sw), (h, w) = (
-        kernel,
-        padding,
-        names,
-        strides,
-        extent,
-    )
-    lines = []
-    for kw in range(kw_):
-        tap_w = kw_ - 1 - kw if flip else kw
-        lines += [
-            *[
-                f"w{kh} = {load(f'w_cols + {kh_ - 1 - kh if flip else kh} * {w_strides[0]} + {tap_w} * {w_strides[1]}', 'col_mask')}"
-                ".to(tl.float32)"
-                for kh in range(kh_)
-            ],
-            f"ic = {cols} + {kw - pw}",
-            f"ic_ok = (ic >= 0) & (ic < {w}) & col_mask",
-        ]
-        for j in range(rows + kh_ - 1):
-            feeds = [(j - kh, kh) for kh in range(kh_) if 0 <= j - kh < rows]
-            lines += [
-                f"ir = {first} + {j - ph} + zr",
-                f"a = {load(f'{src} + ir * {sh} + ic * {sw}', f'ic_ok & (ir >= 0) & (ir < {h})')}"
-                ".to(tl.float32)",
-                *[f"acc{r} += a * w{kh}" for r, kh in feeds],
-            ]
-    return lines
-
-
-def _direct_rows(spec: KernelSpec, em: Emitter, head: list[str]) -> str:
-    """Depthwise by rows (knob ROWS > 0; conv_dw_rules.rows_apply: stride 1, dilation 1, one
-    output channel a group, 2-D): a program owns ROWS output rows x BLOCK_M columns of one
-    image by BLOCK_N channels, one accumulator a row; each input row is loaded once a kernel
-    column and added into every output row it feeds (KW * (ROWS + KH - 1) / ROWS loads an
-    output pixel instead of KH * KW; on ConvNeXt's channels-last 7x7 a prototype ran
-    1.07-1.43x cuDNN, H100, BENCHMARKS.md). The epilogue runs on each row's accumulator."""
-    _, _, h, w = spec.param("x_shape")
-    oh, ow = spec.param("out_hw")
-    kh_, kw_ = spec.param("kernel")
-    ph, pw = spec.param("padding")
-    c_out, rows = spec.param("c_out"), int(spec.knob("ROWS"))
-    x_in, x_off, (sxn, sxc, sxh, sxw) = spec.param("x")
-    w_in, w_off, (swo, _, swh, sww) = spec.param("weight")
-    i64 = ".to(tl.int64)" if wide(spec) else ""
-    tiles_h = -(-oh // rows)
-    body = [
-        "pid_m = tl.program_id(0)",
-        "pid_n = tl.program_id(1)",
-        f"tiles_w = tl.cdiv({ow}, BLOCK_M)",
-        f"n0 = (pid_m // ({tiles_h} * tiles_w)){i64}",
-        f"oh0 = (pid_m // tiles_w) % {tiles_h} * {rows}",
-        f"ow_i = ((pid_m % tiles_w) * BLOCK_M + tl.arange(0, BLOCK_M)[:, None]){i64}",
-        f"rn = (pid_n * BLOCK_N + tl.arange(0, BLOCK_N)[None, :]){i64}",
-        "co = rn",
-        f"col_mask = rn < {c_out}",
-        "zr = ow_i * 0  # a row's scalar as a [BLOCK_M, 1] block (masks)",
-        f"x_img = in{x_in} + {x_off} + n0 * {sxn} + co * {sxc}",
-        f"w_cols = in{w_in} + {w_off} + co * {swo}",
-        *[f"acc{r} = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)" for r in range(rows)],
-    ]
-    body += rows_main_loop(
-        rows, (kh_, kw_), (ph, pw), ("x_img", "oh0", "ow_i"), (sxh, sxw), (h, w), (swh, sww)
-    )
-    em.local_memo[("A", 0)] = "acc"
-    for j in range(len(spec.stores)):
-        em.store(j, f"out{j}")
-    for r in range(rows):  # the epilogue and the stores, once a row, on its accumulator
-        body += [
-            f"# output row oh0 + {r}",
-            "n_i = n0 + zr",
-            f"oh_i = oh0 + {r} + zr",
-            f"rm = (n_i * {oh} + oh_i) * {ow} + ow_i",
-            f"row_mask = (ow_i < {ow}) & (oh_i < {oh})",
-            "mask = row_mask & col_mask",
-            f"acc = acc{r}",
-            *[line.removeprefix("    ") for line in em.lines],
-        ]
-    return "\n".join(em.helper_source() + head + ["    " + b for b in body])
-
-
 def render_conv(spec: KernelSpec) -> tuple[str, list[str], list[tuple[str, str, str]]]:
     """(kernel source, host scratch lines, launches) for render.render_launches."""
     depthwise = spec.template == "conv_depthwise"
@@ -342,29 +244,30 @@ def render_conv(spec: KernelSpec) -> tuple[str, list[str], list[tuple[str, str, 
             f"co = g * {cog} + rn",
         ]
     rows = int(spec.knob("ROWS")) if depthwise else 0
-    body = [
-        *tile,
-        f"row_mask = rm < {m}",
-        f"col_mask = rn < {cog}",
-        "mask = row_mask & col_mask",
-        *pixel_coords(spec, i64),
-        *(_direct_loop(spec) if depthwise else _gemm_loop(spec)),
-    ]
     if rows:
-        source = _direct_rows(spec, em, head)
+        from .conv_rows import direct_rows  # it builds on this module's helpers
+
+        source, programs = direct_rows(spec, em, head)
     else:
+        body = [
+            *tile,
+            f"row_mask = rm < {m}",
+            f"col_mask = rn < {cog}",
+            "mask = row_mask & col_mask",
+            *pixel_coords(spec, i64),
+            *(_direct_loop(spec) if depthwise else _gemm_loop(spec)),
+        ]
         em.local_memo[("A", 0)] = "acc"
         for j in range(len(spec.stores)):
             em.store(j, f"out{j}")
         source = "\n".join(em.helper_source() + head + ["    " + b for b in body] + em.lines)
+        programs = -(-m // int(spec.knob("BLOCK_M")))
     knobs = {c: spec.knob(c) for c in consts}
     args = ", ".join(
         [*params, *(f"{k}={v!r}" for k, v in knobs.items()), "INTERPRET=INTERPRET"]
         + [f"num_warps={spec.knob('num_warps')}", f"num_stages={spec.knob('num_stages')}"]
     )
-    bm, bn = int(knobs["BLOCK_M"]), knobs["BLOCK_N"]
-    oh, ow = spec.param("out_hw")
-    programs = spec.param("x_shape")[0] * -(-oh // rows) * -(-ow // bm) if rows else -(-m // bm)
+    bm, bn = knobs["BLOCK_M"], knobs["BLOCK_N"]
     grid = (
         f"({programs}, triton.cdiv({c_out}, {bn}))"
         if depthwise

@@ -37,8 +37,9 @@ from __future__ import annotations
 from ..emitter import Emitter
 from ..spec import KernelSpec
 from ..spec_view import io_names
-from .conv import and_, load, rows_main_loop, wide
+from .conv import and_, load, wide
 from .conv_bwd import add_combine, grad_outputs, grad_value, weight_offset
+from .conv_rows import rows_grid, rows_main_loop, rows_program, rows_stores
 
 
 def _geometry(spec: KernelSpec) -> tuple:
@@ -122,20 +123,10 @@ def _dgrad_rows(spec: KernelSpec, ins: list[str], outs: list[str]) -> list[str]:
     d_in, d_off, (sdn, sdc, sdh, sdw) = spec.param("grad_out")
     w_in, w_off, (swo, _, swh, sww) = spec.param("weight")
     i64 = ".to(tl.int64)" if wide(spec) else ""
-    tiles_h, tiles_w = -(-h // rows), f"tl.cdiv({w}, BLOCK_M)"
     body = [
-        "pid_m = tl.program_id(0)",
-        "pid_n = tl.program_id(1)",
-        f"tiles_w = {tiles_w}",
-        f"n0 = (pid_m // ({tiles_h} * tiles_w)){i64}",
-        f"ih0 = (pid_m // tiles_w) % {tiles_h} * {rows}",
-        f"iw_i = ((pid_m % tiles_w) * BLOCK_M + tl.arange(0, BLOCK_M)[:, None]){i64}",
-        f"ci = (pid_n * BLOCK_N + tl.arange(0, BLOCK_N)[None, :]){i64}",
-        f"col_mask = ci < {c_in}",
-        "zr = iw_i * 0  # a row's scalar as a [BLOCK_M, 1] block (masks)",
+        *rows_program(rows, (h, w), ("ih0", "iw_i", "ci"), c_in, i64),
         f"dy_rows = in{d_in} + {d_off} + n0 * {sdn} + ci * {sdc}",
         f"w_cols = in{w_in} + {w_off} + ci * {swo}",
-        *[f"acc{r} = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)" for r in range(rows)],
     ]
     # the forward of the output gradient by the flipped kernel, padding K - 1 - P
     body += rows_main_loop(
@@ -154,17 +145,7 @@ def _dgrad_rows(spec: KernelSpec, ins: list[str], outs: list[str]) -> list[str]:
     for j, (ref, *_) in enumerate(spec.stores):
         if ref[0] != "A" or ref[1] == 0:
             em.store(j, f"out{j}")
-    for r in range(rows):  # the tail and the stores, once a row, on that row's accumulator
-        body += [
-            f"# input row ih0 + {r}",
-            "n_i = n0 + zr",
-            f"ih_i = ih0 + {r} + zr",
-            f"rm = (n_i * {h} + ih_i) * {w} + iw_i",
-            f"row_mask = (iw_i < {w}) & (ih_i < {h})",
-            "mask = row_mask & col_mask",
-            f"acc = acc{r}",
-            *[line.removeprefix("    ") for line in em.lines],
-        ]
+    body += rows_stores(em, rows, (h, w), ("ih0", "iw_i", "ih_i"))
     return [
         *em.helper_source(),
         "@triton.jit",
@@ -352,7 +333,7 @@ def render_conv_depthwise_backward(
     if any(ref[0] != "A" or ref[1] == 0 for ref, *_ in spec.stores):
         kernels += [*_dgrad(spec, ins, outs), "", ""]
         bm, bn, rows = spec.knob("BLOCK_M"), spec.knob("BLOCK_N"), by_rows(spec)
-        programs = n * -(-h // rows) * -(-w // bm) if rows else -(-(n * h * w) // bm)
+        programs = rows_grid(n, (h, w), rows, int(bm)) if rows else -(-(n * h * w) // bm)
         grid = f"({programs}, triton.cdiv({c_in}, {bn}))"
         args = f"{', '.join([*ins, *outs])}, BLOCK_M={bm}, BLOCK_N={bn}, INTERPRET=INTERPRET"
         launches.append(("dgrad", grid, f"{args}, {launch}"))
