@@ -116,12 +116,7 @@ def _validate_wgrad_rows(spec: SpecView, k: dict) -> None:
             f"WG_BLOCK_N={wn} over {warps} warps are {regs} registers a thread; the limit is "
             f"{MAX_TAP_REGISTERS}. Use a smaller weight-gradient tile, fewer rows or more warps"
         )
-    if rows > max(2, next_pow2(oh)) or wm > max(8, next_pow2(ow)) or wn > next_pow2(c_out):
-        raise IllegalSpec(
-            f"WG_ROWS={rows}, WG_BLOCK_M={wm}, WG_BLOCK_N={wn} are wider than the {oh} rows x "
-            f"{ow} columns x {c_out} channels; use WG_ROWS <= {max(2, next_pow2(oh))}, "
-            f"WG_BLOCK_M <= {max(8, next_pow2(ow))}, WG_BLOCK_N <= {next_pow2(c_out)}"
-        )
+    _within((oh, ow, c_out), (rows, wm, wn), ("WG_ROWS", "WG_BLOCK_M", "WG_BLOCK_N"))
     steps = n * -(-oh // rows) * -(-ow // wm)
     if split > steps:
         raise IllegalSpec(
@@ -169,11 +164,21 @@ def _validate_rows(spec: SpecView, k: dict, h: int, w: int, channels: int, what:
             f"num_warps={warps} leaves threads idle on a {bm}x{bn} row tile; use num_warps <= "
             f"{max(1, bm * bn // 32)}"
         )
-    if rows > max(2, next_pow2(h)) or bm > max(8, next_pow2(w)) or bn > next_pow2(channels):
+    _within((h, w, channels), (rows, bm, bn), ("ROWS", "BLOCK_M", "BLOCK_N"))
+
+
+def _within(
+    extent: tuple[int, int, int], tile: tuple[int, int, int], names: tuple[str, ...]
+) -> None:
+    """A by-rows tile (rows, columns, channels) no wider than the image rows x columns x
+    channels it covers (rounded up to a power of two; 2 rows and 8 columns at least)."""
+    h, w, channels = extent
+    limits = (max(2, next_pow2(h)), max(8, next_pow2(w)), next_pow2(channels))
+    if any(t > limit for t, limit in zip(tile, limits, strict=True)):
+        given = ", ".join(f"{n}={t}" for n, t in zip(names, tile, strict=True))
+        use = ", ".join(f"{n} <= {limit}" for n, limit in zip(names, limits, strict=True))
         raise IllegalSpec(
-            f"ROWS={rows}, BLOCK_M={bm}, BLOCK_N={bn} are wider than the {h} rows x {w} columns "
-            f"x {channels} channels; use ROWS <= {max(2, next_pow2(h))}, BLOCK_M <= "
-            f"{max(8, next_pow2(w))}, BLOCK_N <= {next_pow2(channels)}"
+            f"{given} are wider than the {h} rows x {w} columns x {channels} channels; use {use}"
         )
 
 

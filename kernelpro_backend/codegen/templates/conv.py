@@ -36,23 +36,9 @@ from .conv_pack import (
     rounds_in_pack,
     tf32_round,
 )
+from .conv_parts import and_, load, wide
+from .conv_rows import direct_rows
 from .gemm import tf32_rounding, tile_coords
-
-
-def and_(parts: list[str]) -> str | None:
-    return " & ".join(f"({p})" for p in parts) if parts else None
-
-
-def load(ptrs: str, mask: str | None) -> str:
-    return f"tl.load({ptrs}, mask={mask}, other=0.0)" if mask else f"tl.load({ptrs})"
-
-
-def wide(spec: KernelSpec) -> bool:
-    """Whether an offset into some tensor may pass 2**31: then rows and channels are int64."""
-    return any(
-        sum((d - 1) * abs(st) for d, st in zip(shape, stride, strict=True)) >= 2**31 - 1
-        for shape, stride, _ in (*spec.inputs, *spec.outputs)
-    )
 
 
 def pixels(spec: KernelSpec) -> int:
@@ -245,8 +231,6 @@ def render_conv(spec: KernelSpec) -> tuple[str, list[str], list[tuple[str, str, 
         ]
     rows = int(spec.knob("ROWS")) if depthwise else 0
     if rows:
-        from .conv_rows import direct_rows  # it builds on this module's helpers
-
         source, programs = direct_rows(spec, em, head)
     else:
         body = [

@@ -27,7 +27,7 @@ from __future__ import annotations
 from ..emitter import Emitter
 from ..spec import KernelSpec
 from ..spec_view import io_names
-from .conv import and_, dot_step, load, tap_step
+from .conv import dot_step, tap_step
 from .conv_pack import (
     input_strides,
     pack_input,
@@ -37,6 +37,7 @@ from .conv_pack import (
     packs_input,
     rounds_in_pack,
 )
+from .conv_parts import and_, load
 from .gemm import tile_coords
 
 

@@ -37,9 +37,9 @@ from __future__ import annotations
 from ..emitter import Emitter
 from ..spec import KernelSpec
 from ..spec_view import io_names
-from .conv import and_, load, wide
 from .conv_bwd import add_combine, grad_outputs, grad_value, weight_offset
-from .conv_rows import rows_grid, rows_main_loop, rows_program, rows_stores
+from .conv_parts import and_, load, wide
+from .conv_rows import row_sweep, rows_grid, rows_main_loop, rows_program, rows_stores
 
 
 def _geometry(spec: KernelSpec) -> tuple:
@@ -262,20 +262,20 @@ def _wgrad_rows_loop(spec: KernelSpec, weight: bool, bias: bool) -> list[str]:
     if not weight:
         return lines
     lines.append(f"    x_img = x_cols + n_q * {sxn}")
-    for kw in range(kw_):
-        lines += [
-            f"    iw = ow_q + {kw - pw}",
-            f"    iw_ok = (iw >= 0) & (iw < {w}) & col_mask",
+
+    def column(kw: int) -> list[str]:
+        return [f"    iw = ow_q + {kw - pw}", f"    iw_ok = (iw >= 0) & (iw < {w}) & col_mask"]
+
+    def row(j: int) -> list[str]:
+        return [
+            f"    ih = oh0 + {j - ph} + zr",
+            f"    xs = {load(f'x_img + ih * {sxh} + iw * {sxw}', f'iw_ok & (ih >= 0) & (ih < {h})')}"
+            ".to(tl.float32)",
         ]
-        for j in range(rows + kh_ - 1):
-            pairs = [(j - kh, kh) for kh in range(kh_) if 0 <= j - kh < rows]
-            lines += [
-                f"    ih = oh0 + {j - ph} + zr",
-                f"    xs = {load(f'x_img + ih * {sxh} + iw * {sxw}', f'iw_ok & (ih >= 0) & (ih < {h})')}"
-                ".to(tl.float32)",
-                *[f"    acc_{kh * kw_ + kw} += a{r} * xs" for r, kh in pairs],
-            ]
-    return lines
+
+    return lines + row_sweep(
+        rows, (kh_, kw_), column, row, lambda r, kh, kw: f"    acc_{kh * kw_ + kw} += a{r} * xs"
+    )
 
 
 def _wgrad_stores(

@@ -3,7 +3,7 @@ they apply: stride 1, dilation 1, one output channel a group, 2-D): a program ow
 one image, and each source row it needs is loaded once a kernel column for every row it feeds,
 not once a tap.
 
-Owns: `rows_program` (a by-rows program's coordinates, masks and accumulators), `rows_main_loop`
+Owns: `row_sweep` (the unrolled loop nest every by-rows loop is), `rows_program` (a by-rows program's coordinates, masks and accumulators), `rows_main_loop`
 (the forward's and the input gradient's loop: the input gradient is the forward of the output
 gradient by the flipped kernel), `rows_stores` (the subgraph's tail once a row) and
 `rows_grid`, `direct_rows` (the "conv_depthwise" forward by rows; templates/conv_dw_bwd.py builds its input
@@ -13,9 +13,11 @@ Must not: lower aten or launch anything.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from ..emitter import Emitter
 from ..spec import KernelSpec
-from .conv import load, wide
+from .conv_parts import load, wide
 
 
 def rows_main_loop(
@@ -42,10 +44,10 @@ def rows_main_loop(
         strides,
         extent,
     )
-    lines = []
-    for kw in range(kw_):
+
+    def column(kw: int) -> list[str]:
         tap_w = kw_ - 1 - kw if flip else kw
-        lines += [
+        return [
             *[
                 f"w{kh} = {load(f'w_cols + {kh_ - 1 - kh if flip else kh} * {w_strides[0]} + {tap_w} * {w_strides[1]}', 'col_mask')}"
                 ".to(tl.float32)"
@@ -54,14 +56,35 @@ def rows_main_loop(
             f"ic = {cols} + {kw - pw}",
             f"ic_ok = (ic >= 0) & (ic < {w}) & col_mask",
         ]
+
+    def row(j: int) -> list[str]:
+        return [
+            f"ir = {first} + {j - ph} + zr",
+            f"a = {load(f'{src} + ir * {sh} + ic * {sw}', f'ic_ok & (ir >= 0) & (ir < {h})')}"
+            ".to(tl.float32)",
+        ]
+
+    return row_sweep(rows, kernel, column, row, lambda r, kh, kw: f"acc{r} += a * w{kh}")
+
+
+def row_sweep(
+    rows: int,
+    kernel: tuple[int, int],
+    column: Callable[[int], list[str]],
+    row: Callable[[int], list[str]],
+    fma: Callable[[int, int, int], str],
+) -> list[str]:
+    """The by-rows loop nest, unrolled: for each kernel column `kw` its set-up (`column(kw)`),
+    then each of the ROWS + KH - 1 source rows `j` the program's rows reach, loaded once
+    (`row(j)`) and added by `fma(r, kh, kw)` into each program row `r` it feeds through kernel
+    row `kh` (r = j - kh)."""
+    kh_, kw_ = kernel
+    lines = []
+    for kw in range(kw_):
+        lines += column(kw)
         for j in range(rows + kh_ - 1):
-            feeds = [(j - kh, kh) for kh in range(kh_) if 0 <= j - kh < rows]
-            lines += [
-                f"ir = {first} + {j - ph} + zr",
-                f"a = {load(f'{src} + ir * {sh} + ic * {sw}', f'ic_ok & (ir >= 0) & (ir < {h})')}"
-                ".to(tl.float32)",
-                *[f"acc{r} += a * w{kh}" for r, kh in feeds],
-            ]
+            lines += row(j)
+            lines += [fma(j - kh, kh, kw) for kh in range(kh_) if 0 <= j - kh < rows]
     return lines
 
 
