@@ -27,11 +27,13 @@ EARLY_REASONS = (SOL, PLATEAU, BEHIND)
 BEHIND_GAP = 0.22
 PLATEAU_TRIALS = 16  # the plateau window with few candidates in flight
 PLATEAU_GENERATIONS = 3  # ... and at least this many rounds of what is in flight
+LATENCY_WINDOW = 8  # the latest candidate latencies the wall-time rule looks at
 
 
 @dataclasses.dataclass(frozen=True)
 class Budget:
-    """Per-subgraph budget. `sol_stop_fraction`: stop once the best candidate reaches this
+    """Per-subgraph budget. `max_seconds`: the search's wall time from after the baselines; no
+    candidate starts that is expected to finish past it. `sol_stop_fraction`: stop once the best candidate reaches this
     fraction of speed of light (None: never). `plateau_trials`/`plateau_eps`: stop when the last
     N trials improved the best reward by less than eps (log units, 0.01 ~ 1%; None: never).
     `behind_gap`: stop when the best candidate is this far below the fastest baseline (log
@@ -111,6 +113,8 @@ class BudgetTracker:
         self.ahead = True
         # best reward after 0, 1, 2, ... trials (None until something worked)
         self.best_history: list[float | None] = [None]
+        # seconds from a candidate's start to its result, the latest LATENCY_WINDOW of them
+        self.latencies: list[float] = []
 
     def record(
         self, best_reward: float | None, best_sol_fraction: float | None, ahead: bool = True
@@ -122,6 +126,19 @@ class BudgetTracker:
         self.best_sol_fraction = best_sol_fraction
         self.ahead = ahead
 
+    def note_latency(self, seconds: float) -> None:
+        """Record how long one candidate took from its start to its result (compile, proof
+        and timing, and its wait for a worker or the GPU)."""
+        self.latencies = [*self.latencies, max(0.0, seconds)][-LATENCY_WINDOW:]
+
+    def expected_latency(self) -> float:
+        """What a candidate started now is expected to take: the median of the latest
+        latencies (0 before any result)."""
+        if not self.latencies:
+            return 0.0
+        ordered = sorted(self.latencies)
+        return ordered[len(ordered) // 2]
+
     def elapsed(self) -> float:
         return self.clock() - self.started
 
@@ -132,7 +149,10 @@ class BudgetTracker:
         b = self.budget
         if self.trials >= b.max_trials:
             return MAX_TRIALS
-        if self.elapsed() >= b.max_seconds:
+        # No candidate starts that would finish past the wall time: the ones in flight are
+        # still collected, so a search that started candidates up to its last second ran a
+        # latency past it (H100 warm-ups: 24-38 s for 20 s budgets on the conv searches).
+        if self.elapsed() + self.expected_latency() >= b.max_seconds:
             return MAX_SECONDS
         if (
             b.sol_stop_fraction is not None

@@ -152,6 +152,7 @@ class _Search:
         self.baselines: dict[str, EvalResult] = {}
         self.measured: list[Measured] = []
         self.in_flight: dict[int, int] = {}  # ticket -> node id
+        self.started_at: dict[int, float] = {}  # ticket -> clock at its submit
         self.best_result: EvalResult | None = None  # the fastest proved candidate so far
         self.min_gain_ms = 0.0
         self.phase_totals: dict[str, float] = {}
@@ -214,6 +215,8 @@ class _Search:
                 return reason or EXHAUSTED
             for ticket, result in self.measurer.collect():
                 node_id = self.in_flight.pop(ticket, None)
+                if ticket in self.started_at:
+                    self.tracker.note_latency(self.clock() - self.started_at.pop(ticket))
                 if node_id is not None:
                     self._tell(node_id, result)
                 if out_of_memory(result) and capacity > 1:
@@ -239,6 +242,7 @@ class _Search:
             limit = self.best_ms * ABANDON_RATIO if self.best_ms else None
             ticket = self.measurer.submit(self.subgraph, candidate, abandon_above_ms=limit)
             self.in_flight[ticket] = node_id
+            self.started_at[ticket] = self.clock()
 
     @property
     def best_ms(self) -> float | None:

@@ -106,21 +106,36 @@ def test_the_budget_starts_after_the_baselines_and_the_log_says_where_time_went(
     assert end["search_s"] >= 10.0 and end["trials_per_s"] == round(out.trials / end["search_s"], 3)
 
 
-def test_a_one_trial_search_says_why(tmp_path):
+def _timed_search(tmp_path: Any, seconds: float, max_seconds: float, batch: int) -> Any:
+    """A search on a fake clock, one result every `seconds`: its outcome and its end event."""
     space, _ = bowl_search_parts()
     clock = [0.0]
     log = tmp_path / "search.jsonl"
     out = optimize(
         FakeSubgraph(),
         space=space,
-        measurer=AsyncFake(clock, seconds=40.0),
-        budget=Budget(max_trials=64, max_seconds=30.0, **NO_EARLY_STOP),
+        measurer=AsyncFake(clock, seconds=seconds),
+        budget=Budget(max_trials=64, max_seconds=max_seconds, **NO_EARLY_STOP),
         progress=False,
+        batch_size=batch,
         clock=lambda: clock[0],
         log_path=str(log),
     )
+    return out, json.loads(log.read_text().splitlines()[-1])
+
+
+def test_no_candidate_starts_that_would_finish_past_the_wall_time(tmp_path):
+    # four in flight, one result every 2 s: each candidate takes 8 s from its start. Filling
+    # up to the last second would collect the last of them 8 s past the budget.
+    out, end = _timed_search(tmp_path, seconds=2.0, max_seconds=30.0, batch=4)
+    assert out.stop_reason == "max_seconds"
+    assert 30.0 - 2.0 <= end["search_s"] <= 30.0 + 2.0
+    assert out.trials == round(end["search_s"] / 2.0)
+
+
+def test_a_one_trial_search_says_why(tmp_path):
+    out, end = _timed_search(tmp_path, seconds=40.0, max_seconds=30.0, batch=1)
     assert out.trials == 1
-    end = json.loads(log.read_text().splitlines()[-1])
     assert end["why"] == (
         "max_seconds after 1 trial: it took 0.8 s of the 30 s budget, most of it in compile (0.5 s)"
     )
