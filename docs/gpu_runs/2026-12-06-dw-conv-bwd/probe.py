@@ -10,7 +10,8 @@ cuDNN's or Inductor's error in the same dtype. CUDA events, interleaved rounds, 
     OUT=/tmp/out python docs/gpu_runs/2026-12-06-dw-conv-bwd/probe.py
 
 Env: PROBE_ROUNDS (default 5); PROBE_SEEDS=1 also times the template's seed configurations
-(conv_rules.conv_seed_configs); PROBE_CHANNELS_LAST=1 runs channels-last operands.
+(conv_rules.conv_seed_configs); PROBE_CHANNELS_LAST=1 runs channels-last operands;
+PROBE_CASES (comma-separated name prefixes) picks cases; PROBE_DTYPES=bf16 or fp32 one dtype.
 Writes $OUT/dw_bwd.json; prints a table last.
 """
 
@@ -35,6 +36,11 @@ CASES = (
     ("convnext_s3", 32, 384, 14, 14, 7, 1, True),
     ("mbv2_3x3_s1", 32, 144, 56, 56, 3, 1, False),
     ("mbv2_3x3_s2", 32, 96, 112, 112, 3, 2, False),
+    # ConvNeXt-T's four stages at the batch the warm-up probe trains (128)
+    ("cnx128_s1", 128, 96, 56, 56, 7, 1, True),
+    ("cnx128_s2", 128, 192, 28, 28, 7, 1, True),
+    ("cnx128_s3", 128, 384, 14, 14, 7, 1, True),
+    ("cnx128_s4", 128, 768, 7, 7, 7, 1, True),
 )
 
 
@@ -122,9 +128,13 @@ def main() -> None:
     rounds = int(os.environ.get("PROBE_ROUNDS", "5"))
     seeds = os.environ.get("PROBE_SEEDS") == "1"
     cl = os.environ.get("PROBE_CHANNELS_LAST") == "1"
+    picked = [c for c in os.environ.get("PROBE_CASES", "").split(",") if c]
+    cases = [c for c in CASES if not picked or any(c[0].startswith(p) for p in picked)]
+    dtypes = {"fp32": torch.float32, "bf16": torch.bfloat16}
+    wanted = os.environ.get("PROBE_DTYPES", "fp32,bf16").split(",")
     rows = []
-    for dtype in (torch.float32, torch.bfloat16):
-        for case in CASES:
+    for dtype in (dtypes[d] for d in wanted):
+        for case in cases:
             rows += run_case(case, dtype, rounds, seeds, cl)
     out = os.environ.get("OUT", ".")
     with open(os.path.join(out, "dw_bwd.json"), "w") as f:
