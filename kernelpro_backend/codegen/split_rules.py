@@ -39,8 +39,8 @@ def _feeds_on_reduction(spec: Any, ref: Any) -> bool:
 
 def split_problem(spec: Any) -> str | None:
     """Why `spec`'s program cannot run as split rows; None when it can: every reduction a
-    float sum, max or min of per-element values no other reduction feeds, and only per-row
-    outputs."""
+    float sum, max or min of per-element values no other reduction feeds (one wave). Outputs
+    may be per row or per element (the combining kernel writes those over its chunk)."""
     _, cols = rows_cols(spec)
     reductions = reductions_of(spec)
     if not reductions:
@@ -54,9 +54,6 @@ def split_problem(spec: Any) -> str | None:
             return "a reduction of another reduction's result: the row is walked twice"
         if args[0][0] == "c" or levels[args[0]] != FULL:
             return "a reduction of a value constant along the row"
-    for _, _, index, _ in spec.stores:
-        if level_of(spec, index, cols) == FULL:
-            return "a per-element output: it needs the row's reductions before it is written"
     return None
 
 

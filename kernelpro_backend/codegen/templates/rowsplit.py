@@ -7,8 +7,12 @@ chunk of columns (a whole number of BLOCK_C blocks) into a float32 partial; a se
 combines a row's partials in a fixed order (deterministic, unlike atomics), computes what
 follows the reductions on the row and stores the row's outputs. Programs it takes: every
 reduction a float sum, max or min of per-element values that no other reduction feeds (one
-wave), and only per-row outputs (a softmax's per-element output needs its row's statistics:
-the row template or the row-resident kernel).
+wave: a softmax's max then sum needs its row walked twice, the row template or the
+row-resident kernel). Per-element outputs after the reductions (a batch norm's input gradient
+beside its sums over N, H, W: a few channels, each a long row) are written by the combining
+kernel too, then gridded like the first: each program combines its row's partials - every
+program of a row the same way, so they agree - and writes its own chunk; the row's first
+program stores the per-row outputs.
 
 Owns: `render_split(spec)` (split_rules.py says which programs it takes).
 Must not: decide when a split pays (defaults.alternatives proposes it, the search times it).
@@ -16,8 +20,11 @@ Must not: decide when a split pays (defaults.alternatives proposes it, the searc
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
+from ..cluster_rules import level_of
 from ..domain import extent, next_pow2, rows_cols
-from ..emitter import REDUCTION_IDENTITY, Emitter
+from ..emitter import FULL, REDUCTION_IDENTITY, Emitter
 from ..spec import KernelSpec
 from ..spec_view import io_names
 from ..split_rules import chunk_columns, reductions_of
@@ -26,53 +33,47 @@ from ..split_rules import chunk_columns, reductions_of
 def render_split(spec: KernelSpec) -> tuple[str, list[str], list[tuple[str, str, str]]]:
     """(the two kernels' source, host lines allocating the partials, the two launches) for
     render.render_launches."""
-    from .rowwise import _column_pass, _coord_lines, _needs_int64, row_values, rows_head
+    from .rowwise import _column_pass, _needs_int64, row_values, write_pass
 
     rows, cols = rows_cols(spec)
     n_rows, n_cols = extent(spec, rows), extent(spec, cols)
-    split, chunk = int(spec.knob("SPLIT")), chunk_columns(spec)
+    split = int(spec.knob("SPLIT"))
     reductions = reductions_of(spec)
-    names = [f"d{k}" for k in range(len(spec.domain))]
     wide = ".to(tl.int64)" if _needs_int64(spec) else ""
     ins, outs = io_names(spec)
-    slot = f"(row * {split} + part_id) * {len(reductions)}"
+
+    def slot(part: str) -> str:
+        return f"(row * {split} + {part}) * {len(reductions)}"
 
     # 1: each program reduces its chunk of its row into one partial per reduction
-    first = Emitter(spec, names, cols, n_cols, flat_col="col")
-    head1 = rows_head(spec, "partial", [*ins, "partials"], first, wide)
-    first.line(f"part_id = tl.program_id(1){wide}")
-    first.line(f"lo = part_id * {chunk}")
-    first.line(f"hi = tl.minimum(lo + {chunk}, {n_cols})")
+    first, head1, open1 = _chunk_program(spec, "partial", [*ins, "partials"], wide)
     row_values(spec, first, first.needed())
-
-    def open_columns(start: str) -> None:
-        first.line(f"col = {start}tl.arange(0, BLOCK_C)[None, :]{wide}")
-        first.line("mask = row_mask & (col < hi)")
-        for text in _coord_lines("col", cols, spec.domain):
-            first.line(text)
-
     # split_rules admits only reductions of per-element values: all of them loop
-    _column_pass(spec, first, reductions, {}, n_cols, open_columns, span=("lo", "hi"))
+    _column_pass(spec, first, reductions, {}, n_cols, open1, span=("lo", "hi"))
     for r, i in enumerate(reductions):
-        first.line(f"tl.store(partials + {slot} + {r}, {first.value(('T', i))}, mask=row_mask)")
+        value = first.value(("T", i))
+        first.line(f"tl.store(partials + {slot('part_id')} + {r}, {value}, mask=row_mask)")
 
-    # 2: each row's partials combined in order, then its outputs
-    second = Emitter(spec, names, cols, n_cols)
-    head2 = rows_head(spec, "combine", [*ins, *outs, "partials"], second, wide)
-    width = next_pow2(split)
-    second.line(f"part_id = tl.arange(0, {width})[None, :]")
+    # 2: each row's partials combined in order (every program of a row the same way), then its
+    # outputs: per-element ones over the program's chunk, per-row ones by the row's first
+    second, head2, open2 = _chunk_program(spec, "combine", [*ins, *outs, "partials"], wide)
+    second.line(f"parts = tl.arange(0, {next_pow2(split)})[None, :]")
     for r, i in enumerate(reductions):
         op = spec.ops[i][0]
         second.line(
-            f"p{i} = tl.load(partials + {slot} + {r}, mask=row_mask & (part_id < {split}), "
+            f"p{i} = tl.load(partials + {slot('parts')} + {r}, mask=row_mask & (parts < {split}), "
             f"other={REDUCTION_IDENTITY[op]})"
         )
         second.line(f"t_red{i} = {second.finish(op, f'p{i}')}")
         second.global_memo[("T", i)] = f"t_red{i}"
-    needed = second.needed()
-    second.emit_ready_rows(needed)
+    row_values(spec, second, second.needed())
+    full = per_element_stores(spec)
+    if full:
+        write_pass(second, full, ("lo", "hi"), open2)
+        second.line("row_mask = row_mask & (row * 0 + part_id == 0)")  # a block: a mask
     for k in range(len(spec.stores)):
-        second.store(k, f"out{k}")
+        if k not in full:
+            second.store(k, f"out{k}")
 
     second.helpers |= first.helpers  # each helper defined once, before both kernels
     kernels = "\n".join(
@@ -84,8 +85,46 @@ def render_split(spec: KernelSpec) -> tuple[str, list[str], list[tuple[str, str,
     ]
     warps = f"num_warps={spec.knob('num_warps')}, num_stages={spec.knob('num_stages')}"
     block = f"ROWS=1, BLOCK_C={spec.knob('BLOCK_C')}"
+    grid = f"({n_rows}, {split})"
     launches = [
-        ("partial", f"({n_rows}, {split})", f"{', '.join(ins)}, partials, {block}, {warps}"),
-        ("combine", f"({n_rows},)", f"{', '.join([*ins, *outs])}, partials, {block}, num_warps=1"),
+        ("partial", grid, f"{', '.join(ins)}, partials, {block}, {warps}"),
+        (
+            "combine",
+            grid if full else f"({n_rows},)",
+            f"{', '.join([*ins, *outs])}, partials, {block}, {warps if full else 'num_warps=1'}",
+        ),
     ]
     return kernels, scratch, launches
+
+
+def per_element_stores(spec: KernelSpec) -> list[int]:
+    """The outputs written an element at a time (after the row's reductions)."""
+    cols = rows_cols(spec)[1]
+    return [
+        k for k, (_, _, index, _) in enumerate(spec.stores) if level_of(spec, index, cols) == FULL
+    ]
+
+
+def _chunk_program(
+    spec: KernelSpec, name: str, params: list[str], wide: str
+) -> tuple[Emitter, list[str], Callable[[str], None]]:
+    """A kernel whose program (row, part_id) owns the columns [lo, hi) of its row: its emitter,
+    head and the opener of a column block inside the chunk."""
+    from .rowwise import _coord_lines, rows_head
+
+    cols = rows_cols(spec)[1]
+    n_cols = extent(spec, cols)
+    names = [f"d{k}" for k in range(len(spec.domain))]
+    em = Emitter(spec, names, cols, n_cols, flat_col="col")
+    head = rows_head(spec, name, params, em, wide)
+    em.line(f"part_id = tl.program_id(1){wide}")
+    em.line(f"lo = part_id * {chunk_columns(spec)}")
+    em.line(f"hi = tl.minimum(lo + {chunk_columns(spec)}, {n_cols})")
+
+    def open_columns(start: str) -> None:
+        em.line(f"col = {start}tl.arange(0, BLOCK_C)[None, :]{wide}")
+        em.line("mask = row_mask & (col < hi)")
+        for text in _coord_lines("col", cols, spec.domain):
+            em.line(text)
+
+    return em, head, open_columns

@@ -298,13 +298,21 @@ def _looped(
         em.emit_ready_rows(needed)
     full = [k for k, (_, _, idx, _) in enumerate(spec.stores) if em._index_level(idx) == FULL]
     if full:
-        em.line(f"for c0 in range(0, {n_cols}, BLOCK_C):")
-        em.indent += 1
-        em.begin_pass()
-        open_columns("c0 + ")
-        for k in full:
-            em.store(k, f"out{k}")
-        em.indent -= 1
+        write_pass(em, full, ("0", str(n_cols)), open_columns)
     for k in range(len(spec.stores)):
         if k not in full:
             em.store(k, f"out{k}")
+
+
+def write_pass(
+    em: Emitter, stores: list[int], span: tuple[str, str], open_columns: Callable[[str], None]
+) -> None:
+    """One loop over the column blocks of `span` ((first, end) expressions: the row, or a split
+    row's chunk) writing the per-element outputs `stores`."""
+    em.line(f"for c0 in range({span[0]}, {span[1]}, BLOCK_C):")
+    em.indent += 1
+    em.begin_pass()
+    open_columns("c0 + ")
+    for k in stores:
+        em.store(k, f"out{k}")
+    em.indent -= 1

@@ -13,6 +13,7 @@ from harness import check, collect, decomposed_subgraph
 
 from kernelpro_backend.codegen import IllegalSpec, alternatives, knob_space, render
 from kernelpro_backend.codegen.split_rules import chunk_columns, split_problem
+from kernelpro_backend.codegen.templates.rowsplit import per_element_stores
 from kernelpro_backend.lowering import lower
 
 
@@ -75,6 +76,38 @@ def test_few_long_rows_match(fn) -> None:  # type: ignore[no-untyped-def]
     assert checked >= 1
 
 
+def test_per_element_outputs_after_the_reductions_match():
+    """Each row's sum, then every element less it: the combining kernel writes its chunk of
+    the row (chunks of whole blocks: the third one short, the fourth empty)."""
+    x = torch.randn(4, 9000)
+    sg, _, (alt,) = _split(lambda x: x - x.sum(-1, keepdim=True), x)
+    check(sg, alt)
+    odd = alt.with_knobs(SPLIT=4, BLOCK_C=1024, num_warps=4)
+    assert chunk_columns(odd) == 3072 and 2 * 3072 < 9000 < 3 * 3072
+    check(sg, odd, seed=1)
+
+
+@pytest.mark.parametrize("channels_last", [False, True], ids=["nchw", "nhwc"])
+def test_batch_norm_backward_splits_its_channels_and_matches(channels_last: bool) -> None:
+    """A batch norm in training, NCHW: its backward's sums over N, H, W of a few channels are
+    a few long strided rows, and its input gradient a per-element output beside a per-row one
+    (stored by each row's first program)."""
+    bn = torch.nn.BatchNorm2d(3)
+    x = torch.randn(4, 3, 48, 48)
+    if channels_last:
+        x = x.contiguous(memory_format=torch.channels_last)
+    x.requires_grad_()
+    checked = 0
+    for sg in collect(_Fn(lambda x: bn(x).relu()), [x]):
+        for alt in alternatives(lower(sg)):
+            if alt.template == "row_split":
+                check(sg, alt)
+                check(sg, alt.with_knobs(SPLIT=4, BLOCK_C=1024, num_warps=4), seed=1)
+                full = per_element_stores(alt)
+                checked += sg.graph == "backward" and 0 < len(full) < len(alt.stores)
+    assert checked >= 1
+
+
 def test_nan_in_a_chunk_reaches_the_row_maximum():
     x = torch.randn(2, 9000)
     sg, _, (alt,) = _split(lambda x: x.amax(-1), x)
@@ -86,7 +119,7 @@ def test_nan_in_a_chunk_reaches_the_row_maximum():
 def test_what_it_refuses_and_when_it_is_not_proposed():
     x = torch.randn(4, 8192)
     centred = lower(decomposed_subgraph(lambda x: x - x.sum(-1, keepdim=True), x))
-    assert "per-element output" in (split_problem(centred) or "")
+    assert split_problem(centred) is None  # per-element outputs after one wave
     softmax = lower(decomposed_subgraph(lambda x: x.softmax(-1), x))
     assert "another reduction" in (split_problem(softmax) or "")
     var = lower(decomposed_subgraph(lambda x: ((x - x.mean(-1, keepdim=True)) ** 2).sum(-1), x))

@@ -51,3 +51,22 @@ def test_split_rows_match_reference(fn, shapes) -> None:  # type: ignore[no-unty
                 check(sg, spec)
                 checked += 1
     assert checked >= 2
+
+
+def test_batch_norm_backward_at_resnet_size_matches() -> None:
+    """ResNet-50's first stage (64 channels of 32x56x56, NCHW): the backward's sums over N, H,
+    W split, with the input gradient written by the combining kernel's chunks."""
+    from harness import check, collect
+
+    from kernelpro_backend.codegen.templates.rowsplit import per_element_stores
+
+    bn = torch.nn.BatchNorm2d(64).cuda()
+    x = torch.randn(32, 64, 56, 56, device="cuda", requires_grad=True)
+    checked = 0
+    for sg in collect(_Fn(lambda x: bn(x).relu()), [x]):
+        for alt in alternatives(lower(sg)):
+            if alt.template == "row_split" and per_element_stores(alt):
+                check(sg, alt)
+                check(sg, alt.with_knobs(SPLIT=knob_space(alt)["SPLIT"][0]))
+                checked += 1
+    assert checked >= 1
