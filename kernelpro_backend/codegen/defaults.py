@@ -65,6 +65,7 @@ def default_knobs(spec: KernelSpec) -> tuple[tuple[str, KnobValue], ...]:
         knobs = dict(ROWS=r, BLOCK_C=block_c, num_warps=warps, num_stages=1)
         if spec.template == "row_reduction":
             knobs["ONLINE"] = "lane"
+            knobs["VARIANCE"] = "passes"
         if block_c == LOOP_BLOCK_C and block_c < n_cols:
             knobs = _reread_knobs(spec, knobs)
     return tuple(sorted(knobs.items()))
@@ -199,11 +200,14 @@ def seed_configs(seed: KernelSpec) -> list[KernelSpec]:
     """Other configurations of the seed's own template worth measuring beside it before the
     search moves one knob at a time: for a GEMM, a few of Inductor's max-autotune tiles
     (gemm_configs.seed_configs), for a convolution a few implicit-GEMM or depthwise tiles
-    (conv_rules.conv_seed_configs); none for other templates."""
+    (conv_rules.conv_seed_configs), for a row program whose column loop computes a variance
+    its one-pass form (VARIANCE=welford); none for other templates."""
     if seed.template == "gemm":
         configs = gemm_seed_configs(seed)
     elif seed.template in CONV_TEMPLATES:
         configs = conv_seed_configs(seed)
+    elif seed.template == "row_reduction":
+        configs = [dict(VARIANCE="welford")]  # where a column loop has a variance (knobs.py)
     else:
         return []
     out: list[KernelSpec] = []

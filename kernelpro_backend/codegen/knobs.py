@@ -19,13 +19,13 @@ from typing import TYPE_CHECKING
 from .attention_rules import SMEM_BYTES, validate_attention, validate_attention_backward
 from .conv_rules import CONV_SPACE, CONV_TEMPLATES, validate_conv
 from .cutlass_match import SPACE as CUTLASS_SPACE
-from .domain import extent, next_pow2, rows_cols
+from .domain import next_pow2
 from .errors import IllegalSpec
+from .row_rules import validate_rowwise
 
 if TYPE_CHECKING:
     from .spec_view import KnobValue, SpecView
 
-MAX_TILE_ELEMENTS = 65536  # per program, in registers: 64 K 32-bit registers per SM
 # A split-K GEMM's float32 partials (SPLIT_K x its output): scratch the memory plan does not
 # count, within its margin (memory.CONTEXT_BYTES). A GEMM whose tiles fill the GPU needs none.
 SPLIT_K_PARTIAL_BYTES = 64 * 2**20
@@ -59,6 +59,9 @@ _SPACE: dict[str, dict[str, tuple[KnobValue, ...]]] = {
         # a column loop's online max and sum of exp: per lane (two exps an element, no
         # reduction in the loop) or per block (one exp an element, two reductions a step)
         "ONLINE": ("lane", "block"),
+        # a column loop's sum and the sum of squared deviations from its mean (a variance):
+        # one pass each, or one pass for both by Welford's running mean and M2 per lane
+        "VARIANCE": ("passes", "welford"),
     },
     "attention": {
         "BLOCK_M": (16, 32, 64, 128),
@@ -76,7 +79,9 @@ _SPACE: dict[str, dict[str, tuple[KnobValue, ...]]] = {
         "num_stages": (1, 2, 3, 4),
     },
 }
-_SPACE["pointwise"] = {k: v for k, v in _SPACE["row_reduction"].items() if k != "ONLINE"}
+_SPACE["pointwise"] = {
+    k: v for k, v in _SPACE["row_reduction"].items() if k not in ("ONLINE", "VARIANCE")
+}
 _SPACE.update(CONV_SPACE)  # the convolution forward templates (conv_rules.py)
 # The row-resident CUDA kernel (templates/cluster.py): CTAs per row, elements per vector access
 # and warps per CTA; cluster_rules.py says which combinations fit a row.
@@ -143,6 +148,7 @@ ROLES: dict[str, KnobRole] = {
     "SM_PROGRAMS": KnobRole.OTHER,
     "LOADS": KnobRole.OTHER,
     "ONLINE": KnobRole.OTHER,
+    "VARIANCE": KnobRole.OTHER,
     "HOLD": KnobRole.OTHER,
     "SCHEDULE": KnobRole.OTHER,
     "CLUSTER_M": KnobRole.OTHER,
@@ -163,7 +169,7 @@ ROLES: dict[str, KnobRole] = {
 # `SpecView.from_json` fills them in, so cached specs keep loading.
 ADDED_KNOBS: dict[str, dict[str, KnobValue]] = {
     "gemm": {"LOADS": "pointer", "EPILOGUE_SUBTILE": 1, "FLATTEN": False, "SM_PROGRAMS": 1},
-    "row_reduction": {"ONLINE": "lane"},
+    "row_reduction": {"ONLINE": "lane", "VARIANCE": "passes"},
     "row_cluster": {"ONLINE": "wave", "HOLD": "registers"},
     "conv_depthwise": {"ROWS": 0},
     "conv_depthwise_backward": {"ROWS": 0, "WG_ROWS": 0},
@@ -265,7 +271,7 @@ def validate(spec: SpecView) -> None:
 
         validate_split(spec, knobs)
     else:
-        _validate_rowwise(spec, knobs)
+        validate_rowwise(spec, knobs)
 
 
 def _validate_gemm(spec: SpecView, k: dict) -> None:
@@ -360,39 +366,3 @@ def tma_problem(spec: SpecView) -> str | None:
             if value * elt % 16:
                 return f"operand {name}'s {what} is {value * elt} bytes, not a multiple of 16"
     return None
-
-
-def _online_loop(spec: SpecView, block_c: int, n_cols: int) -> bool:
-    """Whether the row loops over columns with a max and the sum of exp(y - max) beside it:
-    an online log-sum-exp (program_walk.online_pairs)."""
-    from .program_walk import online_pairs
-
-    sums = [i for i, (op, _, _) in enumerate(spec.ops) if op in ("sum", "max")]
-    return block_c < n_cols and bool(online_pairs(spec, sums))
-
-
-def _validate_rowwise(spec: SpecView, k: dict) -> None:
-    rows, cols = rows_cols(spec)
-    n_cols, n_rows = extent(spec, cols), extent(spec, rows)
-    tile = k["ROWS"] * k["BLOCK_C"]
-    if tile > MAX_TILE_ELEMENTS:
-        raise IllegalSpec(
-            f"ROWS={k['ROWS']} x BLOCK_C={k['BLOCK_C']} = {tile} elements per program; the limit "
-            f"is {MAX_TILE_ELEMENTS}. Reduce ROWS or BLOCK_C (long rows loop over columns)"
-        )
-    if k["BLOCK_C"] > max(1, next_pow2(n_cols)):
-        raise IllegalSpec(
-            f"BLOCK_C={k['BLOCK_C']} is wider than the {n_cols} columns; use <= {next_pow2(n_cols)}"
-        )
-    if k["ROWS"] > max(1, next_pow2(n_rows)):
-        raise IllegalSpec(f"ROWS={k['ROWS']} exceeds the {n_rows} rows; use <= {next_pow2(n_rows)}")
-    if k.get("ONLINE") == "block" and not _online_loop(spec, k["BLOCK_C"], n_cols):
-        raise IllegalSpec(
-            "ONLINE=block changes only a column loop's online max and sum of exp; this spec "
-            "has none at this BLOCK_C: use ONLINE=lane"
-        )
-    if tile < 32 * k["num_warps"] and k["num_warps"] > 1:
-        raise IllegalSpec(
-            f"num_warps={k['num_warps']} leaves threads idle on a {tile}-element tile; use "
-            f"num_warps <= {max(1, tile // 32)}"
-        )

@@ -2,8 +2,9 @@
 
 Owns: `needed_refs` (what the stores depend on), `reduction_ready` (whether a reduction's
 per-element operand reads only per-row values already computed), the two questions both
-templates ask to order a program into column passes, and `online_pairs` (a max and the sum of
-exp(y - max) one pass can compute together).
+templates ask to order a program into column passes, `online_pairs` (a max and the sum of
+exp(y - max) one pass can compute together) and `variance_pairs` (a sum and the sum of squared
+deviations from its mean, likewise).
 Must not: emit source.
 """
 
@@ -87,22 +88,58 @@ def ref_dtype(spec: Any, ref: Any, constant: str = "float32") -> str:
     return constant
 
 
+def _made_by(spec: Any, ref: Any, ops: tuple[str, ...]) -> tuple[Any, ...] | None:
+    """The arguments of the op that makes `ref` when it is one of `ops`, else None."""
+    if ref[0] != "T" or spec.ops[ref[1]][0] not in ops:
+        return None
+    return tuple(spec.ops[ref[1]][1])
+
+
+def _difference(spec: Any, s: int, inner: tuple[str, ...]) -> tuple[Any, Any] | None:
+    """(y, m) where reduction `s` sums inner(y - m) (one op of `inner` around the difference;
+    for mul, its two arguments the same), m an op's result; else None."""
+    (arg,) = spec.ops[s][1][:1]
+    if spec.ops[s][0] != "sum" or (outer := _made_by(spec, arg, inner)) is None:
+        return None
+    op = spec.ops[arg[1]][0]
+    if (op == "mul" and outer[0] != outer[-1]) or (op == "pow" and outer[-1] != ("c", 2)):
+        return None  # not a square
+    diff = _made_by(spec, outer[0], ("sub",))
+    if diff is None or len(diff) != 2 or diff[1][0] != "T":
+        return None
+    return diff[0], diff[1]
+
+
 def online_pairs(spec: Any, reductions: list[int]) -> dict[int, int]:
     """max reduction -> the sum of exp(y - that max) over the same y: the pair a softmax,
     log-softmax or log-sum-exp makes, which one column pass can compute together."""
     pairs: dict[int, int] = {}
     for s in reductions:
-        op, args, _ = spec.ops[s]
-        if op != "sum" or args[0][0] != "T":
+        found = _difference(spec, s, ("exp",))
+        if found is None:
             continue
-        e_op, e_args, _ = spec.ops[args[0][1]]
-        if e_op != "exp" or e_args[0][0] != "T":
-            continue
-        d_op, d_args, _ = spec.ops[e_args[0][1]]
-        if d_op != "sub" or len(d_args) != 2 or d_args[1][0] != "T":
-            continue
-        m = d_args[1][1]
+        y, (_, m) = found
         m_op, m_args, _ = spec.ops[m]
-        if m in reductions and m_op == "max" and m_args[0] == d_args[0] and m not in pairs:
+        if m in reductions and m_op == "max" and m_args[0] == y and m not in pairs:
             pairs[m] = s
+    return pairs
+
+
+def variance_pairs(spec: Any, reductions: list[int], n_cols: int) -> dict[int, int]:
+    """sum(y) -> the sum of (y - sum(y) / n)**2 over the same y and the row's n columns: the
+    pair a variance, a batch norm's or a layer norm's statistics make, which one column pass
+    can compute together (Welford's running mean and sum of squared deviations)."""
+    pairs: dict[int, int] = {}
+    for s in reductions:
+        found = _difference(spec, s, ("mul", "pow"))
+        if found is None:
+            continue
+        y, mean = found
+        quotient = _made_by(spec, mean, ("div",))
+        if quotient is None or quotient[0][0] != "T" or quotient[1:] != (("c", n_cols),):
+            continue
+        a = quotient[0][1]
+        a_op, a_args, _ = spec.ops[a]
+        if a in reductions and a_op == "sum" and a_args[0] == y and a not in pairs:
+            pairs[a] = s
     return pairs

@@ -6,7 +6,9 @@ batch-norm statistics are the same template with strided columns). A row that fi
 loaded once and reduced in registers; a longer row is walked once per wave of reductions - the
 reductions whose per-row operands are known by then share one pass - and once more to write
 full-row outputs (softmax: max pass, sum pass, write pass; cross-entropy: max and target pick
-in one pass, then the sum pass), recomputing the per-element prologue from the inputs.
+in one pass, then the sum pass), recomputing the per-element prologue from the inputs. Under
+VARIANCE=welford a variance's two waves (the sum, then the squared deviations from its mean:
+a batch norm's or a layer norm's statistics) share one pass (templates/row_welford.py).
 Must not: lower aten or launch anything.
 """
 
@@ -19,11 +21,13 @@ from .. import index as ix
 from ..domain import extent, rows_cols
 from ..emitter import ARG_EXTREME, FULL, REDUCTIONS, Emitter
 from ..eviction import eviction_plan
-from ..program_walk import ARG_REDUCTIONS, online_pairs, reduction_ready
+from ..program_walk import ARG_REDUCTIONS, online_pairs, reduction_ready, variance_pairs
 from ..spec import KernelSpec
 from ..spec_view import io_names
+from .row_welford import welford_finish, welford_start, welford_step
 
 _INT32_MAX = 2**31 - 1
+NINF = 'float("-inf")'
 
 
 def _coord_lines(var: str, dims: tuple[int, ...], domain: tuple[int, ...]) -> list[str]:
@@ -155,30 +159,21 @@ def _column_pass(
     n_cols: int,
     open_columns: Callable[[str], None],
     span: tuple[str, str] | None = None,
+    variance: dict[int, int] | None = None,
 ) -> None:
     """One loop over the row's column blocks (or `span`'s: (first, end) expressions, a split
-    row's chunk) accumulating the `looped` reductions, and for each
+    row's chunk) accumulating the `looped` reductions (a sum in `variance` with the sum of
+    squared deviations from its mean, by Welford: row_welford.py), and for each
     max in `online` the sum of exp(y - max) beside it: per lane (knob ONLINE "lane"), the
     running max and the sum rescaled whenever the max grows (exp(old - new); 0 while a lane has
     seen only -inf) — two exps an element; or per block ("block"), the block's max reduced
     first, then one exp an element and one rescale a row per step."""
-    ninf = 'float("-inf")'
+    ninf = NINF
     block = dict(spec.knobs).get("ONLINE") == "block"
     picked = [i for i in looped if em.pickable(spec.ops[i][0], spec.ops[i][1])]
     looped = [i for i in looped if i not in picked]
-    for i in looped:
-        if spec.ops[i][0] in ARG_REDUCTIONS:
-            _arg_start(em, i, n_cols)
-        elif block and i in online:
-            em.line(f"acc{i} = tl.full([ROWS, 1], {ninf}, tl.float32)")
-        else:
-            em.line(em.accumulator(spec.ops[i][0], f"acc{i}"))
-    for s in online.values():
-        em.line(
-            f"acc{s} = tl.zeros([ROWS, 1], tl.float32)"
-            if block
-            else em.accumulator("sum", f"acc{s}")
-        )
+    variance = variance or {}
+    _start_pass(spec, em, looped, online, variance, n_cols)
     lo, hi = span or ("0", str(n_cols))
     em.line(f"for c0 in range({lo}, {hi}, BLOCK_C):")
     em.indent += 1
@@ -186,6 +181,9 @@ def _column_pass(
     open_columns("c0 + ")
     for i in looped:
         op, args, _ = spec.ops[i]
+        if i in variance:
+            welford_step(em, i, args[0])
+            continue
         if op in ARG_REDUCTIONS:
             _arg_step(em, i, op, args, n_cols)
             continue
@@ -207,6 +205,9 @@ def _column_pass(
     for i in looped:
         name = f"t_red{i}"
         op = spec.ops[i][0]
+        if i in variance:
+            welford_finish(em, i, variance[i])
+            continue
         if op in ARG_REDUCTIONS:
             _arg_finish(em, i, op, n_cols)
         elif block and i in online:
@@ -224,6 +225,33 @@ def _column_pass(
     for i in picked:  # a row gather of an input: one load per row, no column loop
         em.line(f"t_red{i} = {em.picked_gather(spec.ops[i][1])}")
         em.global_memo[("T", i)] = f"t_red{i}"
+
+
+def _start_pass(
+    spec: KernelSpec,
+    em: Emitter,
+    looped: list[int],
+    online: dict[int, int],
+    variance: dict[int, int],
+    n_cols: int,
+) -> None:
+    """The column pass's accumulators, before its loop (rowwise._column_pass)."""
+    block = dict(spec.knobs).get("ONLINE") == "block"
+    for i in looped:
+        if i in variance:
+            welford_start(em, i)
+        elif spec.ops[i][0] in ARG_REDUCTIONS:
+            _arg_start(em, i, n_cols)
+        elif block and i in online:
+            em.line(f"acc{i} = tl.full([ROWS, 1], {NINF}, tl.float32)")
+        else:
+            em.line(em.accumulator(spec.ops[i][0], f"acc{i}"))
+    for s in online.values():
+        em.line(
+            f"acc{s} = tl.zeros([ROWS, 1], tl.float32)"
+            if block
+            else em.accumulator("sum", f"acc{s}")
+        )
 
 
 def _arg_start(em: Emitter, i: int, n_cols: int) -> None:
@@ -276,6 +304,8 @@ def _looped(
         i for i, (op, _, _) in enumerate(spec.ops) if op in REDUCTIONS and ("T", i) in needed
     ]
     pairs = online_pairs(spec, pending)
+    one_pass = dict(spec.knobs).get("VARIANCE") == "welford"
+    welford = variance_pairs(spec, pending, n_cols) if one_pass else {}
     while pending:
         wave = [
             i for i in pending if reduction_ready(spec, spec.ops[i][1], em.global_memo, em.level)
@@ -290,11 +320,13 @@ def _looped(
                 em.value(("T", i))  # constant along the row: no pass needed
             else:
                 looped.append(i)
-        # A sum of exp(y - max(y)) joins its max's pass (online log-sum-exp).
+        # A sum of exp(y - max(y)) joins its max's pass (online log-sum-exp); a sum of
+        # squared deviations from a sum's mean joins that sum's under VARIANCE=welford.
         online = {m: pairs[m] for m in looped if m in pairs and pairs[m] in pending}
-        pending = [i for i in pending if i not in online.values()]
+        variance = {a: welford[a] for a in looped if a in welford and welford[a] in pending}
+        pending = [i for i in pending if i not in (*online.values(), *variance.values())]
         if looped:
-            _column_pass(spec, em, looped, online, n_cols, open_columns)
+            _column_pass(spec, em, looped, online, n_cols, open_columns, variance=variance)
         em.emit_ready_rows(needed)
     full = [k for k, (_, _, idx, _) in enumerate(spec.stores) if em._index_level(idx) == FULL]
     if full:
