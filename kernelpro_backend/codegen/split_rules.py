@@ -12,7 +12,7 @@ from typing import Any
 from .cluster_rules import level_of
 from .domain import extent, next_pow2, rows_cols
 from .errors import IllegalSpec
-from .program_walk import FULL, REDUCTIONS, ref_levels
+from .program_walk import FULL, REDUCTIONS, ref_levels, variance_pairs
 
 SPLIT_OPS = ("sum", "max", "min")
 # the row template computes 16-bit values in float32 (emitter.py): partials are float32 for all
@@ -39,14 +39,19 @@ def _feeds_on_reduction(spec: Any, ref: Any) -> bool:
 
 def split_problem(spec: Any) -> str | None:
     """Why `spec`'s program cannot run as split rows; None when it can: every reduction a
-    float sum, max or min of per-element values no other reduction feeds (one wave). Outputs
-    may be per row or per element (the combining kernel writes those over its chunk)."""
+    float sum, max or min of per-element values no other reduction feeds (one wave; a
+    variance's sum of squared deviations from its sum's mean is computed in that sum's pass).
+    Outputs may be per row or per element (the combining kernel writes those over its
+    chunk)."""
     _, cols = rows_cols(spec)
     reductions = reductions_of(spec)
     if not reductions:
         return "the program reduces nothing"
     levels = ref_levels(spec, lambda idx: level_of(spec, idx, cols))
+    squares = variance_pairs(spec, reductions, extent(spec, cols)).values()
     for i in reductions:
+        if i in squares:
+            continue  # a variance's squared deviations: computed in its sum's pass (Welford)
         op, args, dtype = spec.ops[i]
         if op not in SPLIT_OPS or dtype not in FLOAT_DTYPES:
             return f"a {op} reduction to {dtype}: split rows combine float sums, maxima, minima"

@@ -10,7 +10,7 @@ its M2 the lanes' M2 plus each count times its mean's squared distance from the 
 hundreds of thousands of columns) then reads its input twice, not three times.
 
 Owns: `welford_start`, `welford_step`, `welford_finish` (the lines of one pair, for
-rowwise._column_pass).
+rowwise._column_pass) and `welford_combine` (a split row's chunks, for rowsplit.py).
 Must not: decide which reductions pair (program_walk.py) or whether the knob is legal (knobs.py).
 """
 
@@ -53,5 +53,19 @@ def welford_finish(em: Emitter, a: int, b: int) -> None:
     em.line(f"t_red{a} = wf_total{a} * wf_r{a} + wf_off{a}")
     em.line(f"wf_dev{a} = wf_c{a} - wf_off{a} / tl.maximum(wf_total{a}, 1.0)")
     em.line(f"t_red{b} = tl.sum(wf_m2_{a} + wf_cnt{a} * wf_dev{a} * wf_dev{a}, axis=1)[:, None]")
+    em.global_memo[("T", a)] = f"t_red{a}"
+    em.global_memo[("T", b)] = f"t_red{b}"
+
+
+def welford_combine(em: Emitter, a: int, b: int, sums: str, m2s: str, counts: str) -> None:
+    """A split row's chunks combined (templates/rowsplit.py): `sums` and `m2s` the chunks' sums
+    and M2 ([ROWS, parts] tiles), `counts` their columns; the row's sum as `t_red{a}`, its M2
+    as `t_red{b}` (Chan's formula over the chunks)."""
+    em.line(f"t_red{a} = tl.sum({sums}, axis=1)[:, None]")
+    em.line(f"wf_rmean{a} = t_red{a} / tl.maximum(tl.sum({counts}, axis=1)[:, None], 1.0)")
+    em.line(
+        f"wf_dev{a} = tl.where({counts} > 0, {sums} / tl.maximum({counts}, 1.0) - wf_rmean{a}, 0.0)"
+    )
+    em.line(f"t_red{b} = tl.sum({m2s} + {counts} * wf_dev{a} * wf_dev{a}, axis=1)[:, None]")
     em.global_memo[("T", a)] = f"t_red{a}"
     em.global_memo[("T", b)] = f"t_red{b}"

@@ -8,7 +8,9 @@ combines a row's partials in a fixed order (deterministic, unlike atomics), comp
 follows the reductions on the row and stores the row's outputs. Programs it takes: every
 reduction a float sum, max or min of per-element values that no other reduction feeds (one
 wave: a softmax's max then sum needs its row walked twice, the row template or the
-row-resident kernel). Per-element outputs after the reductions (a batch norm's input gradient
+row-resident kernel), except a variance's two waves, which each chunk computes in one Welford
+pass and the combining kernel merges by Chan's formula (row_welford.py: a batch norm's or a
+layer norm's statistics). Per-element outputs after the reductions (a batch norm's input gradient
 beside its sums over N, H, W: a few channels, each a long row) are written by the combining
 kernel too, then gridded like the first: each program combines its row's partials - every
 program of a row the same way, so they agree - and writes its own chunk; the row's first
@@ -25,9 +27,11 @@ from collections.abc import Callable
 from ..cluster_rules import level_of
 from ..domain import extent, next_pow2, rows_cols
 from ..emitter import FULL, REDUCTION_IDENTITY, Emitter
+from ..program_walk import variance_pairs
 from ..spec import KernelSpec
 from ..spec_view import io_names
 from ..split_rules import chunk_columns, reductions_of
+from .row_welford import welford_combine
 
 
 def render_split(spec: KernelSpec) -> tuple[str, list[str], list[tuple[str, str, str]]]:
@@ -48,8 +52,11 @@ def render_split(spec: KernelSpec) -> tuple[str, list[str], list[tuple[str, str,
     # 1: each program reduces its chunk of its row into one partial per reduction
     first, head1, open1 = _chunk_program(spec, "partial", [*ins, "partials"], wide)
     row_values(spec, first, first.needed())
-    # split_rules admits only reductions of per-element values: all of them loop
-    _column_pass(spec, first, reductions, {}, n_cols, open1, span=("lo", "hi"))
+    # split_rules admits only reductions of per-element values: all of them loop, a variance's
+    # squared deviations in its sum's pass (Welford: row_welford.py)
+    pairs = variance_pairs(spec, reductions, n_cols)
+    looped = [i for i in reductions if i not in pairs.values()]
+    _column_pass(spec, first, looped, {}, n_cols, open1, span=("lo", "hi"), variance=pairs)
     for r, i in enumerate(reductions):
         value = first.value(("T", i))
         first.line(f"tl.store(partials + {slot('part_id')} + {r}, {value}, mask=row_mask)")
@@ -64,8 +71,18 @@ def render_split(spec: KernelSpec) -> tuple[str, list[str], list[tuple[str, str,
             f"p{i} = tl.load(partials + {slot('parts')} + {r}, mask=row_mask & (parts < {split}), "
             f"other={REDUCTION_IDENTITY[op]})"
         )
-        second.line(f"t_red{i} = {second.finish(op, f'p{i}')}")
-        second.global_memo[("T", i)] = f"t_red{i}"
+    if pairs:  # each chunk's columns: its M2 is about its own mean
+        chunk = chunk_columns(spec)
+        second.line(
+            f"counts = tl.where(parts < {split}, tl.maximum(tl.minimum((parts + 1) * {chunk}, "
+            f"{n_cols}) - parts * {chunk}, 0), 0).to(tl.float32)"
+        )
+    for i in reductions:
+        if i in pairs:
+            welford_combine(second, i, pairs[i], f"p{i}", f"p{pairs[i]}", "counts")
+        elif i not in pairs.values():
+            second.line(f"t_red{i} = {second.finish(spec.ops[i][0], f'p{i}')}")
+            second.global_memo[("T", i)] = f"t_red{i}"
     row_values(spec, second, second.needed())
     full = per_element_stores(spec)
     if full:

@@ -59,8 +59,9 @@ class _Fn(torch.nn.Module):
         lambda x: x.amin(-1, keepdim=True),
         lambda x: (x.sum(-1) + x.amax(-1), x.abs().sum(-1) / 7.0),  # several reductions
         lambda x: F.kl_div(x.log_softmax(-1), x.sigmoid(), reduction="batchmean"),
+        lambda x: F.layer_norm(x, (10000,)),  # a variance (Welford), a per-element output
     ],
-    ids=["sum", "max", "min_keepdim", "several", "kl_div_batchmean"],
+    ids=["sum", "max", "min_keepdim", "several", "kl_div_batchmean", "layer_norm"],
 )
 def test_few_long_rows_match(fn) -> None:  # type: ignore[no-untyped-def]
     """Every split the model's subgraphs get (KL divergence: the loss's sum over every
@@ -108,6 +109,28 @@ def test_batch_norm_backward_splits_its_channels_and_matches(channels_last: bool
     assert checked >= 1
 
 
+@pytest.mark.parametrize("channels_last", [False, True], ids=["nchw", "nhwc"])
+def test_batch_norm_forward_splits_its_statistics_and_matches(channels_last: bool) -> None:
+    """A batch norm's training forward: its mean and variance over N, H, W of a few channels
+    from each chunk's Welford pass, combined over the chunks (Chan), then the normalised output
+    written chunk by chunk; on data centred far from zero too."""
+    bn = torch.nn.BatchNorm2d(3)
+    x = torch.randn(4, 3, 45, 47)
+    if channels_last:
+        x = x.contiguous(memory_format=torch.channels_last)
+    (sg,) = [
+        s for s in collect(_Fn(lambda x: bn(x).relu()), [x], train=False) if s.kind == "reduction"
+    ]
+    (alt,) = [a for a in alternatives(lower(sg)) if a.template == "row_split"]
+    check(sg, alt)
+    odd = alt.with_knobs(SPLIT=4, BLOCK_C=1024, num_warps=4)  # the last chunk short
+    check(sg, odd, seed=1)
+    inputs = sg.make_inputs(2)
+    big = max(range(len(inputs)), key=lambda i: inputs[i].numel())
+    inputs[big] = inputs[big] * 3 + 1000.0
+    check(sg, odd, inputs=inputs)
+
+
 def test_nan_in_a_chunk_reaches_the_row_maximum():
     x = torch.randn(2, 9000)
     sg, _, (alt,) = _split(lambda x: x.amax(-1), x)
@@ -123,7 +146,9 @@ def test_what_it_refuses_and_when_it_is_not_proposed():
     softmax = lower(decomposed_subgraph(lambda x: x.softmax(-1), x))
     assert "another reduction" in (split_problem(softmax) or "")
     var = lower(decomposed_subgraph(lambda x: ((x - x.mean(-1, keepdim=True)) ** 2).sum(-1), x))
-    assert "another reduction" in (split_problem(var) or "")
+    assert split_problem(var) is None  # a variance: its two waves are one Welford pass
+    twice = lower(decomposed_subgraph(lambda x: ((x - x.mean(-1, keepdim=True)) * 2).sum(-1), x))
+    assert "another reduction" in (split_problem(twice) or "")
     # many rows fill the GPU without splitting; short rows are not worth a second launch
     _, _, many = _split(lambda x: x.sum(-1), torch.randn(512, 8192))
     _, _, short = _split(lambda x: x.sum(-1), torch.randn(4, 2048))

@@ -53,9 +53,10 @@ def test_split_rows_match_reference(fn, shapes) -> None:  # type: ignore[no-unty
     assert checked >= 2
 
 
-def test_batch_norm_backward_at_resnet_size_matches() -> None:
-    """ResNet-50's first stage (64 channels of 32x56x56, NCHW): the backward's sums over N, H,
-    W split, with the input gradient written by the combining kernel's chunks."""
+def test_batch_norm_at_resnet_size_matches() -> None:
+    """ResNet-50's first stage (64 channels of 32x56x56, NCHW): the forward's statistics
+    (Welford per chunk) and the backward's sums over N, H, W split, with the normalised output
+    and the input gradient written by the combining kernel's chunks."""
     from harness import check, collect
 
     from kernelpro_backend.codegen.templates.rowsplit import per_element_stores
@@ -69,4 +70,4 @@ def test_batch_norm_backward_at_resnet_size_matches() -> None:
                 check(sg, alt)
                 check(sg, alt.with_knobs(SPLIT=knob_space(alt)["SPLIT"][0]))
                 checked += 1
-    assert checked >= 1
+    assert checked >= 2  # the forward's and the backward's
