@@ -172,3 +172,23 @@ def test_rows_over_several_dims_are_addressed_by_their_flat_column():
         source = render(spec).source
         assert "tl.load(in0 + col, mask=mask" in source and "tl.load(in1 + col" in source
         check(sg, spec)
+
+
+def test_bfloat16_layer_norm_in_one_pass_matches() -> None:
+    """bf16 values are computed in float32: the row template's one-pass variance and the
+    split's, over 9000 columns (looped, the last block short)."""
+
+    class _LayerNorm(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.ln = torch.nn.LayerNorm(9000)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.ln(x)
+
+    x = torch.randn(3, 9000, dtype=torch.bfloat16)
+    (sg,) = [s for s in collect(_LayerNorm().bfloat16(), [x], train=False) if s.kind == "reduction"]
+    seed = lower(sg)
+    check(sg, seed.with_knobs(BLOCK_C=1024, VARIANCE="welford", num_warps=4))
+    (alt,) = [a for a in alternatives(seed) if a.template == "row_split"]
+    check(sg, alt.with_knobs(SPLIT=4, BLOCK_C=1024, num_warps=4))
