@@ -34,9 +34,10 @@ def test_explain_prints_a_table(capsys):
 
 
 def test_explain_names_the_templates_a_search_measures(capsys):
-    """Each subgraph's row says what kernelpro generates for it: a GroupNorm's rows as the
-    Triton row template and the row-resident CUDA kernel, a convolution the implicit GEMM
-    forward and backward."""
+    """Each subgraph's row says what kernelpro generates for it: a GroupNorm's rows (4 of
+    16384 columns) as the Triton row template, the row-resident CUDA kernel and split rows
+    (its variance in one Welford pass a chunk), a convolution the implicit GEMM forward and
+    backward."""
     from kernelpro_backend import explain
 
     model = torch.nn.Sequential(
@@ -44,7 +45,7 @@ def test_explain_names_the_templates_a_search_measures(capsys):
     )
     rows = explain(model, torch.randn(2, 8, 64, 64))
     norm = next(r for r in rows if r.graph == "forward" and r.pattern == "norm")
-    assert norm.templates == ("row_reduction", "row_cluster")
+    assert norm.templates == ("row_reduction", "row_cluster", "row_split")
     convs = {r.graph: r.templates for r in rows if r.kind == "conv"}
     assert convs == {"forward": ("conv",), "backward": ("conv_backward",)}
     assert main(["explain", "kernelpro_backend.examples:mlp"]) == 0
