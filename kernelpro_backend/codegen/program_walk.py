@@ -98,9 +98,10 @@ def _made_by(spec: Any, ref: Any, ops: tuple[str, ...]) -> tuple[Any, ...] | Non
 def _difference(spec: Any, s: int, inner: tuple[str, ...]) -> tuple[Any, Any] | None:
     """(y, m) where reduction `s` sums inner(y - m) (one op of `inner` around the difference;
     for mul, its two arguments the same), m an op's result; else None."""
-    (arg,) = spec.ops[s][1][:1]
-    if spec.ops[s][0] != "sum" or (outer := _made_by(spec, arg, inner)) is None:
+    op, args, _ = spec.ops[s]
+    if op != "sum" or (outer := _made_by(spec, args[0], inner)) is None:
         return None
+    arg = args[0]
     op = spec.ops[arg[1]][0]
     if (op == "mul" and outer[0] != outer[-1]) or (op == "pow" and outer[-1] != ("c", 2)):
         return None  # not a square

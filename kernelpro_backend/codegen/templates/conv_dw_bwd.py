@@ -39,7 +39,7 @@ from ..spec import KernelSpec
 from ..spec_view import io_names
 from .conv_bwd import add_combine, grad_outputs, grad_value, weight_offset
 from .conv_parts import and_, load, wide
-from .conv_rows import row_sweep, rows_grid, rows_main_loop, rows_program, rows_stores
+from .conv_rows import row_sweep, rows_body, rows_grid, rows_stores
 
 
 def _geometry(spec: KernelSpec) -> tuple:
@@ -118,27 +118,10 @@ def _dgrad(spec: KernelSpec, ins: list[str], outs: list[str]) -> list[str]:
 
 def _dgrad_rows(spec: KernelSpec, ins: list[str], outs: list[str]) -> list[str]:
     """dgrad by rows (module docstring); conv_rules checks stride 1, dilation 1, M = 1, 2-D."""
-    (n, c_in, h, w), (oh, ow), (kh_, kw_), _, (ph, pw), _, _ = _geometry(spec)
+    _, c_in, h, w = spec.param("x_shape")
     rows = by_rows(spec)
-    d_in, d_off, (sdn, sdc, sdh, sdw) = spec.param("grad_out")
-    w_in, w_off, (swo, _, swh, sww) = spec.param("weight")
-    i64 = ".to(tl.int64)" if wide(spec) else ""
-    body = [
-        *rows_program(rows, (h, w), ("ih0", "iw_i", "ci"), c_in, i64),
-        f"dy_rows = in{d_in} + {d_off} + n0 * {sdn} + ci * {sdc}",
-        f"w_cols = in{w_in} + {w_off} + ci * {swo}",
-    ]
     # the forward of the output gradient by the flipped kernel, padding K - 1 - P
-    body += rows_main_loop(
-        rows,
-        (kh_, kw_),
-        (kh_ - 1 - ph, kw_ - 1 - pw),
-        ("dy_rows", "ih0", "iw_i"),
-        (sdh, sdw),
-        (oh, ow),
-        (swh, sww),
-        flip=True,
-    )
+    body = rows_body(spec, rows, ("ih0", "iw_i", "ci"), "dy_rows", flip=True)
     coords = ["n_i", "ci", "ih_i", "iw_i"]
     em = Emitter(spec, coords, [1], c_in, row_var="rm")
     em.local_memo[("A", 0)] = "acc"

@@ -3,7 +3,8 @@ they apply: stride 1, dilation 1, one output channel a group, 2-D): a program ow
 one image, and each source row it needs is loaded once a kernel column for every row it feeds,
 not once a tap.
 
-Owns: `row_sweep` (the unrolled loop nest every by-rows loop is), `rows_program` (a by-rows program's coordinates, masks and accumulators), `rows_main_loop`
+Owns: `row_sweep` (the unrolled loop nest every by-rows loop is), `rows_body` (a forward or
+input-gradient program up to its accumulators), `rows_program` (a by-rows program's coordinates, masks and accumulators), `rows_main_loop`
 (the forward's and the input gradient's loop: the input gradient is the forward of the output
 gradient by the flipped kernel), `rows_stores` (the subgraph's tail once a row) and
 `rows_grid`, `direct_rows` (the "conv_depthwise" forward by rows; templates/conv_dw_bwd.py builds its input
@@ -141,28 +142,47 @@ def direct_rows(spec: KernelSpec, em: Emitter, head: list[str]) -> tuple[str, in
     output pixel instead of KH * KW; on ConvNeXt's channels-last 7x7 a prototype ran
     1.07-1.43x cuDNN, H100, BENCHMARKS.md). The epilogue runs on each row's accumulator.
     Returns the kernel's source and its programs along the grid's first axis."""
-    _, _, h, w = spec.param("x_shape")
     oh, ow = spec.param("out_hw")
-    kh_, kw_ = spec.param("kernel")
-    ph, pw = spec.param("padding")
-    c_out, rows = spec.param("c_out"), int(spec.knob("ROWS"))
-    x_in, x_off, (sxn, sxc, sxh, sxw) = spec.param("x")
-    w_in, w_off, (swo, _, swh, sww) = spec.param("weight")
-    i64 = ".to(tl.int64)" if wide(spec) else ""
-    body = [
-        *rows_program(rows, (oh, ow), ("oh0", "ow_i", "co"), c_out, i64),
-        f"x_img = in{x_in} + {x_off} + n0 * {sxn} + co * {sxc}",
-        f"w_cols = in{w_in} + {w_off} + co * {swo}",
-    ]
-    body += rows_main_loop(
-        rows, (kh_, kw_), (ph, pw), ("x_img", "oh0", "ow_i"), (sxh, sxw), (h, w), (swh, sww)
-    )
+    rows = int(spec.knob("ROWS"))
+    body = rows_body(spec, rows, ("oh0", "ow_i", "co"), "x_img")
     em.local_memo[("A", 0)] = "acc"
     for j in range(len(spec.stores)):
         em.store(j, f"out{j}")
     body += rows_stores(em, rows, (oh, ow), ("oh0", "ow_i", "oh_i"))
     source = "\n".join(em.helper_source() + head + ["    " + b for b in body])
     return source, rows_grid(spec.param("x_shape")[0], (oh, ow), rows, int(spec.knob("BLOCK_M")))
+
+
+def rows_body(
+    spec: KernelSpec, rows: int, names: tuple[str, str, str], image: str, flip: bool = False
+) -> list[str]:
+    """A by-rows program up to its accumulators: its coordinates (`names`: first row, columns,
+    channels; rows_program), the image it reads as `image` and the weight's columns
+    (`w_cols`), and the main loop. The forward reads the input x over the output's rows; with
+    `flip`, the input gradient reads the output gradient over the input's rows (the forward of
+    the output gradient by the flipped kernel at padding K - 1 - P)."""
+    _, c_in, h, w = spec.param("x_shape")
+    oh, ow = spec.param("out_hw")
+    (kh_, kw_), (ph, pw) = spec.param("kernel"), spec.param("padding")
+    if flip:
+        extent, channels, source = (h, w), c_in, "grad_out"
+        source_extent, padding = (oh, ow), (kh_ - 1 - ph, kw_ - 1 - pw)
+    else:
+        extent, channels, source = (oh, ow), spec.param("c_out"), "x"
+        source_extent, padding = (h, w), (ph, pw)
+    first, cols, chans = names
+    s_in, s_off, (ssn, ssc, ssh, ssw) = spec.param(source)
+    w_in, w_off, (swo, _, swh, sww) = spec.param("weight")
+    i64 = ".to(tl.int64)" if wide(spec) else ""
+    return [
+        *rows_program(rows, extent, names, channels, i64),
+        f"{image} = in{s_in} + {s_off} + n0 * {ssn} + {chans} * {ssc}",
+        f"w_cols = in{w_in} + {w_off} + {chans} * {swo}",
+        *rows_main_loop(
+            rows, (kh_, kw_), padding, (image, first, cols), (ssh, ssw), source_extent,
+            (swh, sww), flip,
+        ),
+    ]  # fmt: skip
 
 
 def rows_grid(n: int, extent: tuple[int, int], rows: int, block_m: int) -> int:

@@ -135,8 +135,9 @@ def _chunk_program(
     em = Emitter(spec, names, cols, n_cols, flat_col="col")
     head = rows_head(spec, name, params, em, wide)
     em.line(f"part_id = tl.program_id(1){wide}")
-    em.line(f"lo = part_id * {chunk_columns(spec)}")
-    em.line(f"hi = tl.minimum(lo + {chunk_columns(spec)}, {n_cols})")
+    chunk = chunk_columns(spec)
+    em.line(f"lo = part_id * {chunk}")
+    em.line(f"hi = tl.minimum(lo + {chunk}, {n_cols})")
 
     def open_columns(start: str) -> None:
         em.line(f"col = {start}tl.arange(0, BLOCK_C)[None, :]{wide}")

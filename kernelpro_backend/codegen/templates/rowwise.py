@@ -168,7 +168,6 @@ def _column_pass(
     running max and the sum rescaled whenever the max grows (exp(old - new); 0 while a lane has
     seen only -inf) — two exps an element; or per block ("block"), the block's max reduced
     first, then one exp an element and one rescale a row per step."""
-    ninf = NINF
     block = dict(spec.knobs).get("ONLINE") == "block"
     picked = [i for i in looped if em.pickable(spec.ops[i][0], spec.ops[i][1])]
     looped = [i for i in looped if i not in picked]
@@ -191,13 +190,13 @@ def _column_pass(
             em.line(em.accumulate(op, args, f"acc{i}"))
             continue
         s, y = online[i], f"y{i}"
-        em.line(f"{y} = tl.where(mask, {em.value(args[0])}, {ninf})")
+        em.line(f"{y} = tl.where(mask, {em.value(args[0])}, {NINF})")
         # NaN propagates into the running max, and from it into the rescaled sum
         top = em.finish("max", y) if block else y  # the block's max per row, or per lane
         em.line(f"new{i} = tl.maximum(acc{i}, {top}, propagate_nan=tl.PropagateNan.ALL)")
-        term = f"tl.where({y} == {ninf}, 0.0, tl.exp({y} - new{i}))"
+        term = f"tl.where({y} == {NINF}, 0.0, tl.exp({y} - new{i}))"
         em.line(
-            f"acc{s} = acc{s} * tl.where(new{i} == {ninf}, 0.0, tl.exp(acc{i} - new{i})) "
+            f"acc{s} = acc{s} * tl.where(new{i} == {NINF}, 0.0, tl.exp(acc{i} - new{i})) "
             f"+ {f'tl.sum({term}, axis=1)[:, None]' if block else term}"
         )
         em.line(f"acc{i} = new{i}")
@@ -217,7 +216,7 @@ def _column_pass(
         em.global_memo[("T", i)] = name
         if i in online:
             s = online[i]
-            scaled = f"acc{s} * tl.where(acc{i} == {ninf}, 0.0, tl.exp(acc{i} - {name}))"
+            scaled = f"acc{s} * tl.where(acc{i} == {NINF}, 0.0, tl.exp(acc{i} - {name}))"
             em.line(
                 f"t_red{s} = acc{s}" if block else f"t_red{s} = tl.sum({scaled}, axis=1)[:, None]"
             )
