@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from . import index as ix
 from .domain import extent, rows_cols
-from .program_walk import REDUCTIONS, online_pairs, ref_levels
+from .program_walk import FULL, REDUCTIONS, online_pairs, ref_levels
 
 if TYPE_CHECKING:
     from .spec_view import SpecView
@@ -90,6 +90,15 @@ def level_of(spec: SpecView, index: Any, cols: tuple[int, ...]) -> int:
     """0: the same for every element (scalar), 1: per row, 2: per element."""
     dims = ix.dims_of(index)
     return 2 if dims & set(cols) else 1 if dims else 0
+
+
+def per_element_stores(spec: SpecView) -> list[int]:
+    """The outputs written an element at a time (after the row's reductions): the row
+    template's and split rows' write pass."""
+    cols = rows_cols(spec)[1]
+    return [
+        k for k, (_, _, index, _) in enumerate(spec.stores) if level_of(spec, index, cols) == FULL
+    ]
 
 
 def split_index(index: Any, rows: tuple[int, ...], cols: tuple[int, ...]) -> Any:

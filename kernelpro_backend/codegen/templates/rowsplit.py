@@ -24,9 +24,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from ..cluster_rules import level_of
+from ..cluster_rules import per_element_stores
 from ..domain import extent, next_pow2, rows_cols
-from ..emitter import FULL, REDUCTION_IDENTITY, Emitter
+from ..emitter import REDUCTION_IDENTITY, Emitter
 from ..program_walk import variance_pairs
 from ..spec import KernelSpec
 from ..spec_view import io_names
@@ -112,14 +112,6 @@ def render_split(spec: KernelSpec) -> tuple[str, list[str], list[tuple[str, str,
         ),
     ]
     return kernels, scratch, launches
-
-
-def per_element_stores(spec: KernelSpec) -> list[int]:
-    """The outputs written an element at a time (after the row's reductions)."""
-    cols = rows_cols(spec)[1]
-    return [
-        k for k, (_, _, index, _) in enumerate(spec.stores) if level_of(spec, index, cols) == FULL
-    ]
 
 
 def _chunk_program(

@@ -18,6 +18,7 @@ from collections.abc import Callable
 from typing import Any
 
 from .. import index as ix
+from ..cluster_rules import per_element_stores
 from ..domain import extent, rows_cols
 from ..emitter import ARG_EXTREME, FULL, REDUCTIONS, Emitter
 from ..eviction import eviction_plan
@@ -327,7 +328,7 @@ def _looped(
         if looped:
             _column_pass(spec, em, looped, online, n_cols, open_columns, variance=variance)
         em.emit_ready_rows(needed)
-    full = [k for k, (_, _, idx, _) in enumerate(spec.stores) if em._index_level(idx) == FULL]
+    full = per_element_stores(spec)
     if full:
         write_pass(em, full, ("0", str(n_cols)), open_columns)
     for k in range(len(spec.stores)):

@@ -12,8 +12,8 @@ import torch.nn.functional as F
 from harness import check, collect, decomposed_subgraph
 
 from kernelpro_backend.codegen import IllegalSpec, alternatives, knob_space, render
+from kernelpro_backend.codegen.cluster_rules import per_element_stores
 from kernelpro_backend.codegen.split_rules import chunk_columns, split_problem
-from kernelpro_backend.codegen.templates.rowsplit import per_element_stores
 from kernelpro_backend.lowering import lower
 
 

@@ -59,7 +59,7 @@ def test_batch_norm_at_resnet_size_matches() -> None:
     and the input gradient written by the combining kernel's chunks."""
     from harness import check, collect
 
-    from kernelpro_backend.codegen.templates.rowsplit import per_element_stores
+    from kernelpro_backend.codegen.cluster_rules import per_element_stores
 
     bn = torch.nn.BatchNorm2d(64).cuda()
     x = torch.randn(32, 64, 56, 56, device="cuda", requires_grad=True)
