@@ -11,8 +11,9 @@ past EACH_IN_TURN kernels: every timing is a compile of the whole model), and th
 absence makes the step faster are recorded in the cache (cache/context.py), where the finder
 reads them. The kernels the warm-up holds (found, not yet checked) are released once the check
 has judged them; a check that runs out of the warm-up's time before it has timed the step
-with and without them leaves them held (unused), one that runs out while blaming sends them all
-away (the step was not faster with them).
+with and without them leaves them held (unused), one that runs out while blaming keeps those
+of the fastest step it timed where that beat the fallback alone by the margin, and sends the
+others away (the step was not faster with them).
 
 Then, where the LM-head rewrite took part, the step with and without it: a graph faster
 without it gets that recorded against its fingerprint (backend.graph_fingerprint), and later
@@ -30,6 +31,7 @@ Must not: search, or time anything but whole steps of the model (incontext_steps
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Callable, Collection, Sequence
 from typing import Any
 
@@ -85,8 +87,8 @@ def decide(
     the step's time in ms with those kernels left out (the others used), `first` its time
     with none left out, measured already; `wins`: (rounds the step was faster with every
     kernel, rounds) where the two were timed in turns. The lines are appended to `lines` as
-    they come. Where the deadline stops the blaming (each timing compiles the model), every
-    kernel goes: the step was not faster with them."""
+    they come. Where the deadline stops the blaming (each timing compiles the model), the
+    kernels left out of a step timed ahead of the fallback go (_out_of_time), else all."""
     lines = [] if lines is None else lines
     every = frozenset(used)
     alone = time_without(every)
@@ -105,17 +107,46 @@ def decide(
     lines.append(line + ")")
     if ahead:
         return [], lines
+    timed: dict[frozenset[str], float] = {}
+
+    def noted(excluded: frozenset[str]) -> float:
+        timed[excluded] = min(time_without(excluded), timed.get(excluded, math.inf))
+        return timed[excluded]
+
     try:
-        losers = _blame(time_without, used, with_all * (1 - margin), none, lines)
+        losers = _blame(noted, used, with_all * (1 - margin), none, lines)
     except OutOfTime as e:
         # Held instead, they would meet the same check in every later warm-up, each finding
         # more kernels to blame (a BERT warm-up's check: 41 s a compile, 3 of them in its 140 s)
+        return _out_of_time(e, used, timed, none * (1 - margin), lines), lines
+    return (losers or list(used)), lines
+
+
+def _out_of_time(
+    e: OutOfTime,
+    used: Sequence[str],
+    timed: dict[frozenset[str], float],
+    faster: float,
+    lines: list[str],
+) -> list[str]:
+    """The losers where the deadline stopped the blaming: the kernels left out of the fastest
+    step timed so far, where that step (some of the kernels in) beat the fallback alone by the
+    margin (`faster` ms; a ConvNeXt warm-up's check timed its backward graph's kernels alone
+    1.3% ahead, then ran out of time and sent all eight away); else all of them."""
+    some = {ex: t for ex, t in timed.items() if ex and len(ex) < len(used) and t < faster}
+    if not some:
         lines.append(
             f"  {e}: no time to find which of the {len(used)} lose; they all go (the step was "
             "not faster with them)"
         )
-        return list(used), lines
-    return (losers or list(used)), lines
+        return list(used)
+    excluded = min(some, key=lambda ex: some[ex])
+    lines.append(
+        f"  {e}: the step without {len(excluded)} of the {len(used)} ran {some[excluded]:.3f} ms, "
+        f"under the fallback alone by the margin: those go, the other {len(used) - len(excluded)} "
+        "stay"
+    )
+    return sorted(excluded)
 
 
 def _blame(

@@ -75,6 +75,42 @@ def test_a_deadline_while_blaming_sends_them_all_away_and_says_why():
     assert "no time to find which of the 5 lose; they all go" in lines[1]
 
 
+def test_a_deadline_while_blaming_keeps_the_kernels_of_a_step_timed_ahead_of_the_fallback():
+    """A ConvNeXt warm-up's check (H100): eight kernels 32.53 ms a step, the fallback alone
+    32.30; without the first four 33.07, without the other four 31.87 (ahead of the fallback
+    by more than the margin); then the deadline. The first four stay, the other four go."""
+    from kernelpro_backend.warmup.incontext_steps import OutOfTime
+
+    used = [f"k{i}" for i in range(8)]
+    every, back, front = frozenset(used), frozenset(used[:4]), frozenset(used[4:])
+    times = {frozenset(): 32.53, every: 32.30, back: 33.07, front: 31.87}
+
+    def time_without(excluded: frozenset[str]) -> float:
+        if excluded not in times:
+            raise OutOfTime("after 4 step timing(s), 1 more would end past the deadline")
+        return times[excluded]
+
+    losers, lines = decide(time_without, used, first=32.53)
+    assert losers == sorted(front)
+    assert "without 4 of the 8 ran 31.870 ms" in lines[-1] and "the other 4 stay" in lines[-1]
+
+
+def test_a_deadline_keeps_no_kernel_whose_step_was_not_ahead_by_the_margin():
+    from kernelpro_backend.warmup.incontext_steps import OutOfTime
+
+    used = [f"k{i}" for i in range(8)]
+    every, back, front = frozenset(used), frozenset(used[:4]), frozenset(used[4:])
+    times = {frozenset(): 32.53, every: 32.30, back: 33.07, front: 32.10}  # 0.6% ahead
+
+    def time_without(excluded: frozenset[str]) -> float:
+        if excluded not in times:
+            raise OutOfTime("after 4 step timing(s), 1 more would end past the deadline")
+        return times[excluded]
+
+    losers, lines = decide(time_without, used, first=32.53)
+    assert losers == used and "they all go" in lines[-1]
+
+
 def test_when_no_single_kernel_is_to_blame_they_all_go():
     times = {frozenset(): 10.6, frozenset({"a", "b"}): 10.0, frozenset({"a"}): 10.55,
              frozenset({"b"}): 10.55}  # fmt: skip
