@@ -5,7 +5,8 @@ forward and the backward). Identical ones (one cache key: the 24 layers of a dec
 search that serves every occurrence. Each distinct key's *possible gain* is estimated from its
 shapes alone, with the roofline the search already uses (profilers/speed_of_light.py):
 
-    gain a step = occurrences x (the fallback's estimated time - the speed-of-light bound)
+    gain a step = occurrences x (the fallback's estimated time - the speed-of-light bound
+                                 / the share of it kernelpro's kernels reach, KERNELS_ATTAIN)
 
 The bound includes the copies the graph makes around any kernel that replaces the subgraph
 (an NHWC activation of a channels-last graph copied to the aten strides, runtime/relayout.py):
@@ -26,7 +27,7 @@ bound small kernels; library calls far under their roofs, unless measured) and t
 beat the estimate; what the split costs Inductor's fusions
 around the subgraph is not counted (the in-context check measures it).
 
-Owns: `Estimate`, `PlanItem`, `SearchPlan`, `plan_searches`, `search_budget_s`. Must not:
+Owns: `Estimate`, `KERNELS_ATTAIN`, `PlanItem`, `SearchPlan`, `plan_searches`, `search_budget_s`. Must not:
 search, read the cache or time anything (the warm-up runs the plan with the finder).
 """
 
@@ -54,16 +55,35 @@ FALLBACK_ATTAINS = 0.7
 MIN_SEARCH_S = 20.0
 
 
+# The share of the speed-of-light bound kernelpro's own kernels reach, by the subgraph's first
+# op, where that share is far under the roofs. Its convolution templates' best candidate of
+# each search ran at 14-43% of the bound (ResNet-50 fp32 and ConvNeXt-T bf16 warm-ups, H100 and
+# H200, 2026-12-07, docs/gpu_runs/2026-12-07-warmup-cnn), where its GEMMs reach 71-90% and its
+# row kernels 95-99%. A key's gain is then the fallback's time less what such a kernel would
+# take: a dense convolution cuDNN runs at 57% of the bound (ResNet-50's, which the plan put
+# first and every search of which lost) promises nothing, a depthwise one cuDNN runs at 5%
+# keeps most of its promise (a search found it 3.1x at 16%).
+KERNELS_ATTAIN = {"convolution": 0.45, "convolution_backward": 0.45}
+
+
+def kernels_attain(pattern: str) -> float:
+    """The share of the bound a kernel for a subgraph of this pattern reaches (KERNELS_ATTAIN
+    by its first op, else 1: the bound itself)."""
+    return KERNELS_ATTAIN.get(pattern.split("+", 1)[0], 1.0)
+
+
 @dataclasses.dataclass(frozen=True)
 class Estimate:
-    """One call of a subgraph: its speed-of-light bound and the fallback's estimated time."""
+    """One call of a subgraph: its speed-of-light bound, the fallback's estimated time and the
+    share of the bound its kernels reach (`attain`)."""
 
     sol_ms: float
     fallback_ms: float
+    attain: float = 1.0
 
     @property
     def gain_ms(self) -> float:
-        return max(0.0, self.fallback_ms - self.sol_ms)
+        return max(0.0, self.fallback_ms - self.sol_ms / self.attain)
 
     @classmethod
     def of(
@@ -77,7 +97,8 @@ class Estimate:
         sol = SpeedOfLight.time_ms(copied, ceilings, subgraph.precision)
         moved = dataclasses.replace(work, bytes=work.bytes + round_trip_bytes(subgraph))
         fallback = SpeedOfLight.time_ms(moved, ceilings, subgraph.precision) / FALLBACK_ATTAINS
-        return cls(sol, max(fallback, library_ms or 0.0))
+        attain = kernels_attain(str(getattr(subgraph, "pattern", "")))
+        return cls(sol, max(fallback, library_ms or 0.0), attain)
 
 
 def round_trip_bytes(subgraph: Any) -> int:

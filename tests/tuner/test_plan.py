@@ -14,6 +14,7 @@ from kernelpro_backend.tuner.plan import (
     FALLBACK_ATTAINS,
     MIN_SEARCH_S,
     Estimate,
+    kernels_attain,
     plan_searches,
     planning_ceilings,
     round_trip_bytes,
@@ -163,3 +164,22 @@ def test_a_library_calls_measured_time_lifts_the_fallbacks_estimate():
     assert plan.planned[0].estimate.fallback_ms == pytest.approx(10 * roofline)
     assert plan.planned[1].estimate.fallback_ms == pytest.approx(roofline)  # never below it
     assert sorted(asked) == ["a", "b"]
+
+
+def test_a_convolution_promises_only_what_kernelpro_s_conv_kernels_reach():
+    """Convolution templates reach 14-43% of the bound (KERNELS_ATTAIN): a dense conv whose
+    library call runs at 57% of it (ResNet-50's backward, every search of which lost) is not
+    planned; a depthwise one the library runs at 5% is, ahead of the pointwise key."""
+    sol = Estimate.of(Fake("x", 4096), CEILINGS).sol_ms
+    dense = Fake("dense", 4096, pattern="convolution_backward+epilogue")
+    depthwise = Fake("depthwise", 4096, pattern="convolution_backward")
+    pointwise = Fake("pointwise", 4096)
+    library = {"dense": sol / 0.57, "depthwise": sol / 0.05}
+    assert kernels_attain(dense.pattern) == kernels_attain("convolution+epilogue") < 0.5
+    assert kernels_attain("mm+epilogue") == 1.0
+    plan = _plan([dense, depthwise, pointwise], floor_ms=1e-6,
+                 measured=lambda sg: library.get(sg.name))  # fmt: skip
+    assert [i.digest for i in plan.planned] == ["depthwise", "pointwise"]
+    assert [(i.digest, i.status) for i in plan.others] == [("dense", "below floor")]
+    attain = kernels_attain(depthwise.pattern)
+    assert plan.planned[0].estimate.gain_ms == pytest.approx(sol / 0.05 - sol / attain)
