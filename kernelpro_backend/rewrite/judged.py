@@ -19,7 +19,7 @@ of the same graph with the same kernels compiles exactly those, untimed.
 
 Owns: `Judging` (a known verdict, or the compiles and the judgement of this one), `JudgedGraph`
 (the trials on the graph's calls), `graph_key`, `judge`, `symbolic`, `default_clock`,
-`compile_beside`; re-exports the timing's names.
+re-exports the timing's names and `compile_beside` (beside.py).
 Must not: compile graphs itself (the backend's callbacks do) or choose kernels (the provider).
 """
 
@@ -33,6 +33,7 @@ from typing import Any, Protocol
 
 import torch
 
+from .beside import compile_beside
 from .providers import IsolatedMs
 from .verdict_plan import (
     MAX_LEAVE_OUT,
@@ -342,23 +343,3 @@ def judge(
     else:
         note(kept, judging.known)
     return judging
-
-
-def compile_beside(compile_graph: Callable[[], Any]) -> Any:
-    """A second compile of one graph in one AOTAutograd call (the fallback's own graph, to judge
-    the kernels' in context): Inductor reports each compile's output strides to AOTAutograd
-    through the tracing context, which takes one report. The first stays; the second must match
-    it, or the two graphs cannot stand in for each other."""
-    context = torch._guards.TracingContext.try_get()
-    strides: list[Any] | None = getattr(context, "output_strides", None)
-    if strides is None:
-        return compile_graph()
-    first = list(strides)
-    strides.clear()
-    try:
-        compiled = compile_graph()
-        if strides != first:
-            raise RuntimeError(f"output strides {list(strides)} against {first}")
-    finally:
-        strides[:] = first
-    return compiled
