@@ -18,7 +18,7 @@ to the cache (cache/context.py) under `graph_key` with the kept kernel ids, so a
 of the same graph with the same kernels compiles exactly those, untimed.
 
 Owns: `Judging` (a known verdict, or the compiles and the judgement of this one), `JudgedGraph`
-(the trials on the graph's calls), `graph_key`, `judge`, `symbolic`, `default_clock`,
+(the trials on the graph's calls), `graph_key`, `judge`, `symbolic`, `default_clock`;
 re-exports the timing's names and `compile_beside` (beside.py).
 Must not: compile graphs itself (the backend's callbacks do) or choose kernels (the provider).
 """

@@ -34,8 +34,9 @@ LATENCY_WINDOW = 8  # the latest candidate latencies the wall-time rule looks at
 class Budget:
     """Per-subgraph budget. `max_seconds`: the search's wall time from after the baselines; no
     candidate starts that is expected to finish past it. `sol_stop_fraction`: stop once the
-    best candidate reaches this fraction of speed of light (None: never). `plateau_trials`/`plateau_eps`: stop when the last
-    N trials improved the best reward by less than eps (log units, 0.01 ~ 1%; None: never).
+    best candidate reaches this fraction of speed of light (None: never).
+    `plateau_trials`/`plateau_eps`: stop when the last N trials improved the best reward by
+    less than eps (log units, 0.01 ~ 1%; None: never).
     `behind_gap`: stop when the best candidate is this far below the fastest baseline (log
     units) and the last N trials' gain, kept up over the trials left, would not close the gap
     (None: never; off with the plateau rule, whose window it uses)."""

@@ -27,8 +27,9 @@ bound small kernels; library calls far under their roofs, unless measured) and t
 beat the estimate; what the split costs Inductor's fusions
 around the subgraph is not counted (the in-context check measures it).
 
-Owns: `Estimate`, `KERNELS_ATTAIN`, `PlanItem`, `SearchPlan`, `plan_searches`, `search_budget_s`. Must not:
-search, read the cache or time anything (the warm-up runs the plan with the finder).
+Owns: `Estimate`, `KERNELS_ATTAIN`, `PlanItem`, `SearchPlan`, `plan_searches`,
+`search_budget_s`. Must not: search, read the cache or time anything (the warm-up runs the
+plan with the finder).
 """
 
 from __future__ import annotations

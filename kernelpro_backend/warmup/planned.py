@@ -49,8 +49,9 @@ BASIS = (
     f"occurrences x (the fallback's roofline time at {FALLBACK_ATTAINS:.0%} of the roofs, "
     "extern GEMM/conv/attention outputs read back, or on a GPU its library calls' measured "
     "time if longer, - the speed-of-light bound with the layout copies the graph makes "
-    "around a kernel, over the share of it kernelpro's kernels reach: convolutions "
-    f"{KERNELS_ATTAIN['convolution']:.0%}, the rest 100%)"
+    "around a kernel, over the share of it kernelpro's kernels reach: "
+    + ", ".join(f"{op} {share:.0%}" for op, share in KERNELS_ATTAIN.items())
+    + ", the rest 100%)"
 )
 
 

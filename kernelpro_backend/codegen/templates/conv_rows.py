@@ -4,7 +4,8 @@ one image, and each source row it needs is loaded once a kernel column for every
 not once a tap.
 
 Owns: `row_sweep` (the unrolled loop nest every by-rows loop is), `rows_body` (a forward or
-input-gradient program up to its accumulators), `rows_program` (a by-rows program's coordinates, masks and accumulators), `rows_main_loop`
+input-gradient program up to its accumulators), `rows_program` (a by-rows program's
+coordinates, masks and accumulators), `rows_main_loop`
 (the forward's and the input gradient's loop: the input gradient is the forward of the output
 gradient by the flipped kernel), `rows_stores` (the subgraph's tail once a row) and
 `rows_grid`, `direct_rows` (the "conv_depthwise" forward by rows; templates/conv_dw_bwd.py builds its input
