@@ -23,6 +23,7 @@ import torch
 import torch.fx as fx
 
 from .fx_passes.causal_mask import lower_triangular
+from .fx_passes.input_strides import match_input_strides
 from .fx_passes.linear_ce_rewrite import drop_autograd_kernel
 from .fx_passes.mask_provenance import relied_masks
 from .fx_passes.patterns import check_pattern_names
@@ -158,6 +159,7 @@ def _compile_inductor(
     def inner_compile(graph: fx.GraphModule, inputs: Sequence[Any], **kwargs: Any) -> Any:
         kind = _graph_kind(kwargs)
         drop_autograd_kernel(graph)
+        match_input_strides(graph, inputs)
         untouched = copy_graph(graph)
         report = session.rewrite(graph, kind, inputs=inputs)
         judging = session.judging(untouched, inputs, report)
@@ -224,6 +226,7 @@ def _compile_eager(
 
     def inner_compile(graph: fx.GraphModule, inputs: Sequence[Any], **kwargs: Any) -> Any:
         drop_autograd_kernel(graph)
+        match_input_strides(graph, inputs)
         untouched, kind = copy_graph(graph), _graph_kind(kwargs)
         judging = session.judging(untouched, inputs, session.rewrite(graph, kind, inputs=inputs))
         if judging is None:
