@@ -26,6 +26,7 @@ from ..fx_passes import Subgraph
 from ..fx_passes.patterns import check_pattern_names
 from ..options import Options
 from ..rewrite.providers import Kernel, KernelProvider
+from ..runtime.fallback import layout_decision
 from ..tuner.plan import SearchPlan
 from .planned import plan_summary, progress, warm_planned
 from .report import Phases, WarmupReport
@@ -302,18 +303,59 @@ def _step_subgraphs(
     the step compiled with the eager fallback (the same graphs and keys as Inductor's, nothing
     compiled) and a provider that finds nothing. Ranks that agree on the kernels (distributed
     search) then claim the whole step's misses in one round instead of one round per graph,
-    so a rank whose forward searches end early takes backward ones meanwhile."""
-    found: list[Subgraph] = []
-    backend = make_backend(provider=_NoKernels(), observer=lambda _, sgs: found.extend(sgs))
+    so a rank whose forward searches end early takes backward ones meanwhile.
+
+    Where Inductor lays a forward channels-last (a CNN's), the backward receives the saved
+    activations at the strides its compiled forward returns, and its subgraphs are keyed at
+    them (fx_passes/input_strides.py); eager returns them as traced. The step is then
+    collected again through the fallback the user compiles with, so that the backward's keys
+    are the ones its compiles will look up."""
     t0 = time.perf_counter()
-    _step(model, backend, {**opts, "fallback": "eager"}, train, loss_fn, inputs, dynamic)
-    torch._dynamo.reset()
+    found, laid = _collected(model, opts, "eager", train, loss_fn, inputs, dynamic)
+    fallback = Options.resolve(options=opts).fallback
+    if laid and fallback != "eager":
+        log.info(
+            "Inductor lays the forward channels-last: the step's subgraphs are collected "
+            "again through it, so that the backward's keys are at the strides it returns"
+        )
+        found, _ = _collected(model, opts, fallback, train, loss_fn, inputs, dynamic)
     log.info(
         "%d subgraph(s) of the step found in %.1f s",
         len(found),
         time.perf_counter() - t0,
     )
     return found
+
+
+def _collected(
+    model: torch.nn.Module,
+    opts: dict[str, Any],
+    fallback: str,
+    train: bool,
+    loss_fn: Callable[[Any], torch.Tensor] | None,
+    inputs: Sequence[Any],
+    dynamic: bool | None,
+) -> tuple[list[Subgraph], bool]:
+    """The step's subgraphs compiled under `fallback`, and whether Inductor would lay one of
+    its forward graphs channels-last (runtime/fallback.layout_decision)."""
+    found: list[Subgraph] = []
+    laid: list[bool] = []
+
+    def observe(kind: str, subgraphs: Sequence[Subgraph]) -> None:
+        for sg in subgraphs:
+            # Keyed now, as the compile's own lookup keys them: Inductor then edits the
+            # graph's nodes in place (view -> reshape, before an FX-cache miss's codegen).
+            if not sg.symbolic:
+                sg.key  # noqa: B018 (a cached property)
+        found.extend(subgraphs)
+        nodes = next((sg.nodes for sg in subgraphs if sg.nodes), None)
+        if kind == "forward" and train and nodes:
+            laid.append(layout_decision(nodes[0].graph, inference=False))
+
+    backend = make_backend(provider=_NoKernels(), observer=observe)
+    _step(model, backend, {**opts, "fallback": fallback}, train, loss_fn, inputs, dynamic)
+    torch._dynamo.reset()
+    return found, any(laid)
 
 
 class _NoKernels:
