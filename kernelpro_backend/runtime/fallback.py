@@ -71,9 +71,9 @@ class FallbackSettings:
     graph_input_meta: tuple[TensorMeta, ...] | None = None
     cudnn_benchmark: bool = False
     cudnn_deterministic: bool = False
-    # the strides the graph needs the outputs at when a kernel, not Inductor, makes them: a
-    # convolution (forward or backward) of a channels-last graph takes its activations
-    # channels-last, so Inductor copies an NCHW output to it; None: as the output_meta
+    # the strides the graph needs the outputs at when a kernel, not Inductor, makes them: in a
+    # channels-last graph Inductor lays the values that feed or follow a convolution NHWC,
+    # so it copies an NCHW output of a kernel there; None: as the output_meta
     graph_output_meta: tuple[TensorMeta, ...] | None = None
 
     @classmethod
@@ -118,8 +118,14 @@ def _in_graph(subgraph: Any, graph: fx.Graph) -> tuple[tuple[tuple[str, Any], ..
         # one the graph returns is copied back to its strides there too.
         returned = any(u.op == "output" for o in subgraph.outputs for u in o.users)
         options["keep_output_stride"] = returned or not all(o in prefer for o in subgraph.outputs)
-        members = set(subgraph.nodes)
-        needed = tuple(_laid(o, _conv_reads(o, members)) for o in subgraph.outputs)
+        # Inductor lays every 4-D value of its channels-last set NHWC but those the user sees
+        # (GraphLowering.run_node: require_stride_order), a kernel's output too: an output at
+        # other strides is copied.
+        members, visible = set(subgraph.nodes), _user_visible(graph)
+        needed = tuple(
+            _laid(o, (o in prefer and o not in visible) or _conv_reads(o, members))
+            for o in subgraph.outputs
+        )
         outs = needed if needed != tuple(subgraph.output_meta) else None
     return tuple(sorted(options.items())), metas, outs
 
@@ -130,6 +136,20 @@ _CHANNELS_LAST_READERS = (
     torch.ops.aten.convolution.default,
     torch.ops.aten.convolution_backward.default,
 )
+
+
+def _user_visible(graph: fx.Graph) -> set[fx.Node]:
+    """The values `graph` returns to the user (AOTAutograd's forward returns the saved
+    activations beside them; Inductor marks which are the user's in the output node's
+    `user_visible_output_idxs`). Where unmarked, every value it returns."""
+    output = next(n for n in reversed(graph.nodes) if n.op == "output")
+    returned = output.args[0] if isinstance(output.args[0], (list, tuple)) else output.args
+    marked = output.meta.get("user_visible_output_idxs")
+    return {
+        v
+        for i, v in enumerate(returned)
+        if isinstance(v, fx.Node) and (marked is None or i in marked)
+    }
 
 
 def _conv_reads(node: fx.Node, members: set[fx.Node]) -> bool:

@@ -48,6 +48,23 @@ def test_an_output_a_convolution_reads_is_needed_channels_last():
     assert two.fallback.graph_input_meta is not None and NHWC in two.fallback.graph_input_meta
 
 
+def test_an_output_that_reaches_a_convolution_through_other_ops_is_needed_channels_last():
+    """conv -> max-pool -> conv: Inductor lays the first conv's output NHWC though no
+    convolution reads it (its channels-last set holds what feeds a convolution's input, however
+    far), so a kernel's NCHW output is copied there; before, only a reading conv counted."""
+    model = torch.nn.Sequential(
+        torch.nn.Conv2d(8, 16, 3, padding=1),
+        torch.nn.MaxPool2d(2),
+        torch.nn.Conv2d(16, 16, 3, padding=1),
+    )
+    torch._dynamo.reset()
+    with torch.no_grad(), torch.backends.mkldnn.flags(enabled=False):
+        found = [s for s in subgraphs_of(model, torch.randn(2, 8, 8, 8)) if s.kind == "conv"]
+        first = Job.from_subgraph(found[0], BaselineCandidate("eager"))
+    assert first.output_meta == (NCHW,)
+    assert first.fallback.graph_output_meta == (NHWC,)
+
+
 def test_the_kernel_gets_its_own_strides_and_the_graph_its_layout():
     seen = []
 
