@@ -346,7 +346,10 @@ def _collected(
             # Keyed now, as the compile's own lookup keys them: Inductor then edits the
             # graph's nodes in place (view -> reshape, before an FX-cache miss's codegen).
             if not sg.symbolic:
-                sg.key  # noqa: B018 (a cached property)
+                try:
+                    sg.key  # noqa: B018 (a cached property)
+                except (TypeError, ValueError) as e:  # the plan meets it again and says so
+                    log.debug("%s %s has no key: %s", kind, sg.pattern, e)
         found.extend(subgraphs)
         nodes = next((sg.nodes for sg in subgraphs if sg.nodes), None)
         if kind == "forward" and train and nodes:
