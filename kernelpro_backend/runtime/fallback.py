@@ -118,12 +118,18 @@ def _in_graph(subgraph: Any, graph: fx.Graph) -> tuple[tuple[tuple[str, Any], ..
         # one the graph returns is copied back to its strides there too.
         returned = any(u.op == "output" for o in subgraph.outputs for u in o.users)
         options["keep_output_stride"] = returned or not all(o in prefer for o in subgraph.outputs)
-        # Inductor lays every 4-D value of its channels-last set NHWC but those the user sees
-        # (GraphLowering.run_node: require_stride_order), a kernel's output too: an output at
-        # other strides is copied.
+        # A convolution's output (or its epilogue's) is laid NHWC wherever it goes next in
+        # Inductor's channels-last set, unless the user sees it: a kernel's NCHW output is
+        # converted on the way (a copy, or cuDNN's nchwToNhwc in the convolutions it reaches).
+        # Other 4-D values of the set (a GEMM's output viewed [N, H, W, C]) are left as made.
         members, visible = set(subgraph.nodes), _user_visible(graph)
+        conv_made = {_shape(n) for n in members if n.target in _CHANNELS_LAST_READERS[:1]}
         needed = tuple(
-            _laid(o, (o in prefer and o not in visible) or _conv_reads(o, members))
+            _laid(
+                o,
+                (o in prefer and o not in visible and _shape(o) in conv_made)
+                or _conv_reads(o, members),
+            )
             for o in subgraph.outputs
         )
         outs = needed if needed != tuple(subgraph.output_meta) else None
@@ -136,6 +142,11 @@ _CHANNELS_LAST_READERS = (
     torch.ops.aten.convolution.default,
     torch.ops.aten.convolution_backward.default,
 )
+
+
+def _shape(node: fx.Node) -> tuple[Any, ...] | None:
+    val = node.meta.get("val")
+    return tuple(val.shape) if isinstance(val, torch.Tensor) else None
 
 
 def _user_visible(graph: fx.Graph) -> set[fx.Node]:
