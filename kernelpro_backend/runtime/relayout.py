@@ -3,11 +3,13 @@
 In a channels-last graph Inductor lays the activations NHWC, but a kernel kernelpro serves is
 a node with the aten graph's (NCHW) strides: Inductor copies each activation it gave another
 layout to those strides before the kernel (`constrain_to_fx_strides` for a user Triton kernel),
-and copies an output to NHWC where a convolution reads it (`require_channels_last`). Timed
-alone on NCHW inputs, a kernel skipped those copies, while the Inductor baseline it had to beat
-was timed with the graph's layout (fallback.py). Inductor decides the layout per graph: a
-training step's forward (its convolutions, BatchNorms and the pointwise work between them) can
-be channels-last while its backward, which has no aten.convolution, is not.
+and an output is converted to NHWC where a convolution reads it (`require_channels_last`), or
+on its way there when a convolution made it (fallback.py says which). Timed alone on NCHW
+inputs, a kernel skipped those copies, while the Inductor baseline it had to beat was timed
+with the graph's layout (fallback.py). Inductor decides the layout per graph: a training step's
+forward (its convolutions, BatchNorms and the pointwise work between them) can be channels-last
+while its backward, which has no aten.convolution, is not; the backward's saved activations
+then arrive NHWC, and its values are keyed at those strides (fx_passes/input_strides.py).
 
 Owns: `as_timed` (what the worker times for a job, on inputs of which metas), `in_graph_call`
 (a kernel wrapped in the copies), `in_graph_inputs` (the metas its inputs are drawn at) and
