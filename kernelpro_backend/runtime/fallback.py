@@ -72,8 +72,9 @@ class FallbackSettings:
     cudnn_benchmark: bool = False
     cudnn_deterministic: bool = False
     # the strides the graph needs the outputs at when a kernel, not Inductor, makes them: in a
-    # channels-last graph Inductor lays the values that feed or follow a convolution NHWC,
-    # so it copies an NCHW output of a kernel there; None: as the output_meta
+    # channels-last graph a convolution reads its activations NHWC and Inductor lays a
+    # convolution's output NHWC, so an NCHW output of a kernel is converted on its way there;
+    # None: as the output_meta
     graph_output_meta: tuple[TensorMeta, ...] | None = None
 
     @classmethod
@@ -123,7 +124,7 @@ def _in_graph(subgraph: Any, graph: fx.Graph) -> tuple[tuple[tuple[str, Any], ..
         # converted on the way (a copy, or cuDNN's nchwToNhwc in the convolutions it reaches).
         # Other 4-D values of the set (a GEMM's output viewed [N, H, W, C]) are left as made.
         members, visible = set(subgraph.nodes), _user_visible(graph)
-        conv_made = {_shape(n) for n in members if n.target in _CHANNELS_LAST_READERS[:1]}
+        conv_made = {_shape(n) for n in members if n.target is torch.ops.aten.convolution.default}
         needed = tuple(
             _laid(
                 o,
