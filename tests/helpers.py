@@ -1,6 +1,6 @@
-"""Test helpers: training a model for a few steps, collecting subgraphs of a model, running the
-`kernelpro cache` command in-process, and the per-test Triton mode of the codegen and lowering
-tests."""
+"""Test helpers: training a model for a few steps, collecting subgraphs of a model, a small
+conv/BatchNorm network, running the `kernelpro cache` command in-process, and the per-test
+Triton mode of the codegen and lowering tests."""
 
 from __future__ import annotations
 
@@ -33,6 +33,23 @@ def train(
         opt.step()
         losses.append(loss.item())
     return losses, [p.grad.detach().clone() for p in model.parameters()]
+
+
+def conv_bn_net(channels: int = 16) -> torch.nn.Module:
+    """Two conv -> BatchNorm -> ReLU blocks, pooled into a linear layer (seeded): the smallest
+    network whose training step Inductor lays channels-last when its layout rule is forced."""
+    torch.manual_seed(0)
+    return torch.nn.Sequential(
+        torch.nn.Conv2d(3, channels, 3, padding=1),
+        torch.nn.BatchNorm2d(channels),
+        torch.nn.ReLU(),
+        torch.nn.Conv2d(channels, channels, 3, padding=1),
+        torch.nn.BatchNorm2d(channels),
+        torch.nn.ReLU(),
+        torch.nn.AdaptiveAvgPool2d(1),
+        torch.nn.Flatten(),
+        torch.nn.Linear(channels, 10),
+    )
 
 
 def subgraphs_of(

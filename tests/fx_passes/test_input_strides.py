@@ -10,26 +10,12 @@ import logging
 import torch
 import torch._inductor.config as inductor_config
 import torch.fx as fx
+from helpers import conv_bn_net
 from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.fx.experimental.proxy_tensor import make_fx
 
 from kernelpro_backend.backend import make_backend
 from kernelpro_backend.fx_passes.input_strides import match_input_strides
-
-
-def _cnn() -> torch.nn.Module:
-    torch.manual_seed(0)
-    return torch.nn.Sequential(
-        torch.nn.Conv2d(3, 16, 3, padding=1),
-        torch.nn.BatchNorm2d(16),
-        torch.nn.ReLU(),
-        torch.nn.Conv2d(16, 16, 3, padding=1),
-        torch.nn.BatchNorm2d(16),
-        torch.nn.ReLU(),
-        torch.nn.AdaptiveAvgPool2d(1),
-        torch.nn.Flatten(),
-        torch.nn.Linear(16, 10),
-    )
 
 
 def _channels_last(meta) -> bool:
@@ -43,7 +29,7 @@ def _channels_last(meta) -> bool:
 def test_a_channels_last_steps_backward_subgraphs_see_their_activations_nhwc():
     """Without the pass every backward subgraph was keyed and specified NCHW, the strides
     AOTAutograd traced, while Inductor's forward returned the saved activations NHWC."""
-    model, x = _cnn(), torch.randn(4, 3, 16, 16)
+    model, x = conv_bn_net(), torch.randn(4, 3, 16, 16)
     found: list = []
     torch._dynamo.reset()
     backend = make_backend(observer=lambda kind, sgs: found.extend((kind, s) for s in sgs))

@@ -9,21 +9,10 @@ import logging
 
 import torch
 import torch._inductor.config as inductor_config
+from helpers import conv_bn_net
 
 from kernelpro_backend.backend import make_backend
 from kernelpro_backend.warmup.offline import _step, _step_subgraphs
-
-
-def _cnn() -> torch.nn.Module:
-    torch.manual_seed(0)
-    return torch.nn.Sequential(
-        torch.nn.Conv2d(3, 8, 3, padding=1),
-        torch.nn.BatchNorm2d(8),
-        torch.nn.ReLU(),
-        torch.nn.Conv2d(8, 8, 3, padding=1),
-        torch.nn.AdaptiveAvgPool2d(1),
-        torch.nn.Flatten(),
-    )
 
 
 def _keys(subgraphs) -> set[tuple[str, str]]:
@@ -40,7 +29,7 @@ def _compiled_keys(model, opts, x) -> set[tuple[str, str]]:
 
 
 def test_a_channels_last_step_is_collected_at_the_keys_its_compiles_look_up(caplog):
-    model, x = _cnn(), torch.randn(2, 3, 8, 8)
+    model, x = conv_bn_net(8), torch.randn(2, 3, 8, 8)
     with (
         torch.backends.mkldnn.flags(enabled=False),
         inductor_config.patch(force_layout_optimization=True),
@@ -55,7 +44,7 @@ def test_a_channels_last_step_is_collected_at_the_keys_its_compiles_look_up(capl
 
 
 def test_a_step_laid_as_traced_is_collected_once_under_eager(caplog):
-    model, x = _cnn(), torch.randn(2, 3, 8, 8)
+    model, x = conv_bn_net(8), torch.randn(2, 3, 8, 8)
     with torch.backends.mkldnn.flags(enabled=False):
         torch._dynamo.reset()
         with caplog.at_level(logging.INFO, logger="kernelpro.warmup"):
