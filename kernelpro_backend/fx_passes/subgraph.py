@@ -11,7 +11,6 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 from collections.abc import Sequence
-from functools import cached_property
 from typing import Any
 
 import torch
@@ -67,29 +66,50 @@ class Subgraph:
     # An instance's values of its family's dynamic dimensions (each input dimension that is
     # one symbol), which the `compile_sizes` option is checked against (tuner/finder.py).
     dynamic_sizes: tuple[int, ...] = ()
+    # The canonical text and key, fixed when the subgraph is made (`dataclasses.replace`
+    # keeps them): the fallback later edits the graph's nodes in place (Inductor turns `view`
+    # into `reshape` before an FX-cache miss's codegen), and a key read after that would not
+    # be the one the rewrite looked up.
+    text: str = dataclasses.field(default="", repr=False, compare=False)
+    _key: SubgraphKey | None = dataclasses.field(default=None, repr=False, compare=False)
+    _no_key: tuple[type[Exception], str] | None = dataclasses.field(
+        default=None, repr=False, compare=False
+    )
+
+    def __post_init__(self) -> None:
+        if self.text and (self._key is not None or self._no_key is not None):
+            return
+        self.text = canonical_text(self.inputs, self.nodes, self.outputs)
+        if self.symbolic:
+            self._no_key = (
+                ValueError,
+                "a subgraph with symbolic sizes has no key; it stays with the fallback",
+            )
+            return
+        try:
+            self._key = SubgraphKey(
+                structure=hashlib.sha256(self.text.encode()).hexdigest(),
+                inputs=tuple(tensor_meta(p) for p in self.inputs),
+                device=device_capability(self.device),
+                precision=self.precision,
+            )
+        except (TypeError, ValueError) as e:  # an input without a static tensor value
+            self._no_key = (type(e), str(e))
+
+    @property
+    def key(self) -> SubgraphKey:
+        """Raises ValueError (symbolic sizes) or TypeError (an input has no static tensor
+        value) where the subgraph has none."""
+        if self._key is None:
+            kind, why = self._no_key or (ValueError, "no key")
+            raise kind(why)
+        return self._key
 
     @property
     def ops(self) -> list[str]:
         """Compute ops (no views or getitems), canonical order."""
         skip = (Role.VIEW, Role.GETITEM, Role.FACTORY)
         return [op_name(n).removeprefix("aten::") for n in self.nodes if role(n) not in skip]
-
-    @cached_property
-    def text(self) -> str:
-        return canonical_text(self.inputs, self.nodes, self.outputs)
-
-    @cached_property
-    def key(self) -> SubgraphKey:
-        if self.symbolic:
-            raise ValueError(
-                "a subgraph with symbolic sizes has no key; it stays with the fallback"
-            )
-        return SubgraphKey(
-            structure=hashlib.sha256(self.text.encode()).hexdigest(),
-            inputs=tuple(tensor_meta(p) for p in self.inputs),
-            device=device_capability(self.device),
-            precision=self.precision,
-        )
 
     @property
     def dynamic(self) -> bool:

@@ -342,15 +342,7 @@ def _collected(
     laid: list[bool] = []
 
     def observe(kind: str, subgraphs: Sequence[Subgraph]) -> None:
-        for sg in subgraphs:
-            # Keyed now, as the compile's own lookup keys them: Inductor then edits the
-            # graph's nodes in place (view -> reshape, before an FX-cache miss's codegen).
-            if not sg.symbolic:
-                try:
-                    sg.key  # noqa: B018 (a cached property)
-                except (TypeError, ValueError) as e:  # the plan meets it again and says so
-                    log.debug("%s %s has no key: %s", kind, sg.pattern, e)
-        found.extend(subgraphs)
+        found.extend(subgraphs)  # keyed when made (fx_passes/subgraph.Subgraph.key)
         nodes = next((sg.nodes for sg in subgraphs if sg.nodes), None)
         if kind == "forward" and train and nodes:
             laid.append(layout_decision(nodes[0].graph, inference=False))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 import torch.fx as fx
 from helpers import subgraphs_of
@@ -78,6 +79,35 @@ def test_key_changes_with_structure():
             n.target = aten.tanh.default
     (sg2,) = find_subgraphs(other, "forward")
     assert sg.key.inputs == sg2.key.inputs and sg.key != sg2.key
+
+
+def test_key_is_fixed_when_the_subgraph_is_made():
+    # Inductor edits a graph's nodes in place before its codegen (view -> reshape); the key a
+    # rewrite looked up must stay the subgraph's key, also through dataclasses.replace.
+    import dataclasses
+
+    gm = _graph("xy")
+    (sg,) = find_subgraphs(gm, "forward")
+    key, text = sg.key, sg.text
+    for n in gm.graph.nodes:
+        if n.target is aten.exp.default:
+            n.target = aten.tanh.default
+    (edited,) = find_subgraphs(gm, "forward")
+    assert edited.key != key  # the edit changes what a new subgraph is keyed by
+    assert sg.key == key and sg.text == text
+    hinted = dataclasses.replace(sg, hints=(("pointwise", ()),))
+    assert hinted.key == key and hinted.text == text
+
+
+def test_a_subgraph_without_static_input_values_says_why_it_has_no_key():
+    gm = _graph("xy")
+    for n in gm.graph.nodes:
+        if n.op == "placeholder":
+            del n.meta["val"]
+    (sg,) = find_subgraphs(gm, "forward")
+    assert sg.symbolic
+    with pytest.raises(ValueError, match="no key; it stays with the fallback"):
+        sg.key  # noqa: B018 (a property that raises)
 
 
 def test_key_json_roundtrip():
