@@ -62,7 +62,7 @@ def default_knobs(spec: KernelSpec) -> tuple[tuple[str, KnobValue], ...]:
         target = 2048 if spec.template == "row_reduction" else 4096
         r = max(1, min(next_pow2(n_rows), target // block_c, 256))
         warps = min(16, max(1, r * block_c // 512))
-        knobs = dict(ROWS=r, BLOCK_C=block_c, num_warps=warps, num_stages=1)
+        knobs = dict(ROWS=r, BLOCK_C=block_c, num_warps=warps, num_stages=1, SM_SHARE=0)
         if spec.template == "row_reduction":
             knobs["ONLINE"] = "lane"
             knobs["VARIANCE"] = "passes"

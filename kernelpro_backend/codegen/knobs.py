@@ -62,6 +62,10 @@ _SPACE: dict[str, dict[str, tuple[KnobValue, ...]]] = {
         # a column loop's sum and the sum of squared deviations from its mean (a variance):
         # one pass each, or one pass for both by Welford's running mean and M2 per lane
         "VARIANCE": ("passes", "welford"),
+        # programs as a share of the SMs, in percent (200: two an SM), each looping over row
+        # blocks; 0: one program a block, no loop. The same bytes from fewer SMs: a
+        # memory-bound row may keep its time and spend fewer joules (objective "energy")
+        "SM_SHARE": (0, 25, 50, 75, 100, 200),
     },
     "attention": {
         "BLOCK_M": (16, 32, 64, 128),
@@ -121,6 +125,7 @@ class KnobRole(str, enum.Enum):
     PASSES = "passes"
     PERSISTENT = "persistent"
     SPLIT = "split"
+    PROGRAMS = "programs"  # how many programs the grid holds (SM_SHARE)
     WARPS = "warps"
     STAGES = "stages"
     PRECISION = "precision"
@@ -159,6 +164,7 @@ ROLES: dict[str, KnobRole] = {
     "SPLIT_K": KnobRole.SPLIT,
     "CLUSTER": KnobRole.SPLIT,  # more CTAs share a row: more parallelism, fewer values each
     "SPLIT": KnobRole.SPLIT,  # more programs share a row (row_split)
+    "SM_SHARE": KnobRole.PROGRAMS,
     "VEC": KnobRole.VECTOR,
     "PERSISTENT": KnobRole.PERSISTENT,
     "EPILOGUE_SUBTILE": KnobRole.SUBTILE,
@@ -169,7 +175,8 @@ ROLES: dict[str, KnobRole] = {
 # `SpecView.from_json` fills them in, so cached specs keep loading.
 ADDED_KNOBS: dict[str, dict[str, KnobValue]] = {
     "gemm": {"LOADS": "pointer", "EPILOGUE_SUBTILE": 1, "FLATTEN": False, "SM_PROGRAMS": 1},
-    "row_reduction": {"ONLINE": "lane", "VARIANCE": "passes"},
+    "row_reduction": {"ONLINE": "lane", "VARIANCE": "passes", "SM_SHARE": 0},
+    "pointwise": {"SM_SHARE": 0},
     "row_cluster": {"ONLINE": "wave", "HOLD": "registers"},
     "conv_depthwise": {"ROWS": 0},
     "conv_depthwise_backward": {"ROWS": 0, "WG_ROWS": 0},

@@ -1,7 +1,8 @@
 """Which knobs the row template (and the pointwise one) can run a program with.
 
-Owns: `validate_rowwise(spec, knobs)` (tile limits, and the loop forms ONLINE=block and
-VARIANCE=welford only where the column loop has their pair), `variance_loop`.
+Owns: `validate_rowwise(spec, knobs)` (tile limits, the loop forms ONLINE=block and
+VARIANCE=welford only where the column loop has their pair, SM_SHARE only where it caps the
+grid), `variance_loop`, `contiguous_rows` (when the rows get a grid axis of their own).
 Must not: import spec.py (knobs.py calls this) or render anything.
 """
 
@@ -16,6 +17,22 @@ if TYPE_CHECKING:
     from .spec_view import SpecView
 
 MAX_TILE_ELEMENTS = 65536  # per program, in registers: 64 K 32-bit registers per SM
+MAX_GRID_Y = 65535  # CUDA's limit on a grid's second axis
+# SM_SHARE's grid cap is a share of the SMs the kernel launches on; legality is judged with
+# the H100's/H200's count (a cap at or above the row blocks would not change the kernel).
+NUM_SMS = 132
+
+
+def contiguous_rows(spec: SpecView, rows: tuple[int, ...]) -> int:
+    """The extent of the rows' last dim where a reduction's rows span several dims and that one
+    is the domain's innermost (a mean over a middle dim: consecutive rows are consecutive
+    addresses), else 0. Such rows get a grid axis of their own, so their coordinate is an
+    arange Triton sees as contiguous (`row % n` hides it) and lays the tile out along it."""
+    last = len(spec.domain) - 1
+    if spec.template != "row_reduction" or len(rows) < 2 or rows[-1] != last:
+        return 0
+    inner = spec.domain[last]
+    return inner if inner > 1 and extent(spec, rows) // inner <= MAX_GRID_Y else 0
 
 
 def _online_loop(spec: SpecView, block_c: int, n_cols: int) -> bool:
@@ -61,6 +78,17 @@ def validate_rowwise(spec: SpecView, k: dict) -> None:
         raise IllegalSpec(
             "VARIANCE=welford changes only a column loop's sum and sum of squared deviations "
             "from its mean; this spec has none at this BLOCK_C: use VARIANCE=passes"
+        )
+    share = k.get("SM_SHARE", 0)
+    if share and contiguous_rows(spec, rows):
+        raise IllegalSpec(
+            "SM_SHARE caps a one-axis grid; these rows (a reduction over a middle dim) have a "
+            "grid axis of their own: use SM_SHARE=0"
+        )
+    if share and -(-n_rows // k["ROWS"]) <= NUM_SMS * share // 100:
+        raise IllegalSpec(
+            f"SM_SHARE={share} caps the grid at {NUM_SMS * share // 100} programs; "
+            f"{-(-n_rows // k['ROWS'])} row blocks already fit: use SM_SHARE=0 or a smaller share"
         )
     if tile < 32 * k["num_warps"] and k["num_warps"] > 1:
         raise IllegalSpec(

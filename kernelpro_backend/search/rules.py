@@ -48,7 +48,16 @@ SHARED_MEMORY_RULES: tuple[Rule, ...] = (("stages", DOWN),)
 # fewer barriers; larger tiles reuse each byte loaded more, so fewer bytes cross DRAM and L2
 # (data movement costs more energy than the math). The measurement decides; these are only
 # proposed, and only under that objective.
-ENERGY_RULES: tuple[Rule, ...] = (("warps", DOWN), ("stages", DOWN), ("split", DOWN), ("tile", UP))
+# A row kernel's grid capped at a share of the SMs (SM_SHARE: from one program a block to
+# one an SM, then fewer): the same bytes from fewer SMs, the idle ones drawing less.
+ENERGY_RULES: tuple[Rule, ...] = (
+    ("warps", DOWN),
+    ("stages", DOWN),
+    ("split", DOWN),
+    ("tile", UP),
+    ("programs", 100),
+    ("programs", DOWN),
+)
 
 # float32 matmul modes allowed by a subgraph's precision policy, slowest (most exact) first.
 ALLOWED_PRECISIONS = {

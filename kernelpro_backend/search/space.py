@@ -19,8 +19,8 @@ from typing import Any, Protocol
 KnobValue = Any  # int | str | bool; Any because codegen owns the exact types
 # What a knob does (codegen.knobs.KnobRole's values; the search does not import codegen).
 ROLE_NAMES = (
-    "tile", "vector", "rows", "passes", "persistent", "split", "warps", "stages", "precision",
-    "subtile", "other",
+    "tile", "vector", "rows", "passes", "persistent", "split", "programs", "warps", "stages",
+    "precision", "subtile", "other",
 )  # fmt: skip
 
 

@@ -23,6 +23,7 @@ from ..domain import extent, rows_cols
 from ..emitter import ARG_EXTREME, FULL, REDUCTIONS, Emitter
 from ..eviction import eviction_plan
 from ..program_walk import ARG_REDUCTIONS, online_pairs, reduction_ready, variance_pairs
+from ..row_rules import contiguous_rows
 from ..spec import KernelSpec
 from ..spec_view import io_names
 from .row_welford import welford_finish, welford_start, welford_step
@@ -101,7 +102,7 @@ def _render(spec: KernelSpec, eviction: dict[tuple[int, int], str]) -> tuple[str
     wide = ".to(tl.int64)" if _needs_int64(spec) else ""
     params = [name for names in io_names(spec) for name in names]
     em.lines = []
-    inner = _contiguous_rows(spec, rows)
+    inner = contiguous_rows(spec, rows)
     if inner:  # the rows' last dim is the domain's innermost: its own grid axis, no modulo
         em.scalar_dims = set(rows[:-1])  # one `outer` per program
         n_outer = n_rows // inner
@@ -117,6 +118,8 @@ def _render(spec: KernelSpec, eviction: dict[tuple[int, int], str]) -> tuple[str
             em.line(text)
         em.line(f"d{rows[-1]} = inner")
         grid = f"(triton.cdiv({inner}, {spec.knob('ROWS')}), {n_outer})"
+    elif dict(spec.knobs).get("SM_SHARE", 0):  # a capped grid: each program loops over row blocks
+        head, grid = _looping_head(spec, params, em, wide, n_rows)
     else:
         head = rows_head(spec, "kernel", params, em, wide)
         grid = f"(triton.cdiv({n_rows}, {spec.knob('ROWS')}),)"
@@ -137,19 +140,26 @@ def _render(spec: KernelSpec, eviction: dict[tuple[int, int], str]) -> tuple[str
     return "\n".join(em.helper_source() + head + em.lines), grid, em
 
 
-MAX_GRID_Y = 65535  # CUDA's limit on a grid's second axis
-
-
-def _contiguous_rows(spec: KernelSpec, rows: tuple[int, ...]) -> int:
-    """The extent of the rows' last dim where a reduction's rows span several dims and that one
-    is the domain's innermost (a mean over a middle dim: consecutive rows are consecutive
-    addresses), else 0. Such rows get a grid axis of their own, so their coordinate is an
-    arange Triton sees as contiguous (`row % n` hides it) and lays the tile out along it."""
-    last = len(spec.domain) - 1
-    if spec.template != "row_reduction" or len(rows) < 2 or rows[-1] != last:
-        return 0
-    inner = spec.domain[last]
-    return inner if inner > 1 and extent(spec, rows) // inner <= MAX_GRID_Y else 0
+def _looping_head(
+    spec: KernelSpec, params: list[str], em: Emitter, wide: str, n_rows: int
+) -> tuple[list[str], str]:
+    """SM_SHARE > 0: a grid of SM_SHARE% of the SMs' count of programs (at most one a row
+    block), each taking every grid-th block of ROWS rows in turn. The same bytes move; fewer
+    SMs hold programs, which the energy objective weighs (search/rules.py)."""
+    rows, _ = rows_cols(spec)
+    blocks = -(-n_rows // int(spec.knob("ROWS")))
+    em.indent = 2  # the program's lines sit in the loop over its blocks
+    for text in _coord_lines("row", rows, spec.domain):
+        em.line(text)
+    head = [
+        "@triton.jit",
+        f"def kernel({', '.join(params)}, ROWS: tl.constexpr, BLOCK_C: tl.constexpr):",
+        f"    for block in range(tl.program_id(0), {blocks}, tl.num_programs(0)):",
+        f"        row = block{wide} * ROWS + tl.arange(0, ROWS)[:, None]",
+        f"        row_mask = row < {n_rows}",
+    ]
+    share = int(spec.knob("SM_SHARE"))
+    return head, f"(min({blocks}, max(1, num_sms * {share} // 100)),)"
 
 
 def _column_pass(
