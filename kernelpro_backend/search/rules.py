@@ -59,6 +59,10 @@ ENERGY_RULES: tuple[Rule, ...] = (
     ("programs", DOWN),
 )
 
+# Roles the one-knob neighbour steps move only under objective "energy": a capped grid
+# moves the same bytes in no less time, so a time search would spend trials on it for nothing.
+ENERGY_ONLY_ROLES = frozenset({"programs"})
+
 # float32 matmul modes allowed by a subgraph's precision policy, slowest (most exact) first.
 ALLOWED_PRECISIONS = {
     "ieee": ("ieee",),
@@ -134,7 +138,11 @@ class RuleProposer:
                 # Interleaved across knobs (first step of every knob, then the second, ...): one
                 # knob whose every other value fails must not close the node (dead-end rule)
                 # before the other knobs had a turn.
-                steps = {k: neighbour_values(values[k], current.get(k)) for k in sorted(values)}
+                steps = {
+                    k: neighbour_values(values[k], current.get(k))
+                    for k in sorted(values)
+                    if self.objective == "energy" or roles.get(k) not in ENERGY_ONLY_ROLES
+                }
                 for rank in range(max((len(v) for v in steps.values()), default=0)):
                     for knob, options in steps.items():
                         if rank < len(options):

@@ -69,6 +69,28 @@ def test_the_energy_objective_proposes_fewer_programs() -> None:
     assert {"SM_SHARE": 75} in _energy_moves(spec.with_knobs(SM_SHARE=100))
 
 
+@pytest.mark.parametrize("objective", ["time", "energy"])
+def test_only_an_energy_search_moves_the_grid_cap(objective: str) -> None:
+    # a capped grid moves the same bytes in no less time: a time search never steps it
+    from kernelpro_backend.runtime.result import EvalResult, EvalStatus
+    from kernelpro_backend.search import ProposalRequest, RuleProposer
+    from kernelpro_backend.search.space import codegen_space
+
+    sg = decomposed_subgraph(lambda x: (torch.softmax(x, -1),), _x(8192, COLS))
+    request = ProposalRequest(
+        subgraph=sg,
+        candidate=lower(sg).with_knobs(ROWS=4),
+        result=EvalResult(EvalStatus.OK, median_ms=1.0),
+        space=codegen_space(),
+        history=(),
+        move_prior=lambda move: 0.0,
+        is_known=lambda c: False,
+    )
+    proposals = RuleProposer(objective=objective).propose(request)
+    capped = [p for p in proposals if p.move.startswith("SM_SHARE")]
+    assert bool(capped) == (objective == "energy")
+
+
 def _energy_moves(spec: KernelSpec) -> list[dict]:
     """The knob changes the energy rules make of `spec` (search/rules.py)."""
     values, current = knob_space(spec), dict(spec.knobs)
