@@ -69,7 +69,8 @@ class Subgraph:
     # The canonical text and key, fixed when the subgraph is made (`dataclasses.replace`
     # keeps them): the fallback later edits the graph's nodes in place (Inductor turns `view`
     # into `reshape` before an FX-cache miss's codegen), and a key read after that would not
-    # be the one the rewrite looked up.
+    # be the one the rewrite looked up. A replace that changes the nodes (lowering/pieces.py's
+    # private copies) keeps the key of the subgraph it computes.
     text: str = dataclasses.field(default="", repr=False, compare=False)
     _key: SubgraphKey | None = dataclasses.field(default=None, repr=False, compare=False)
     _no_key: tuple[type[Exception], str] | None = dataclasses.field(
