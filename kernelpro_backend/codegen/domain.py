@@ -1,7 +1,8 @@
 """The row and column dimensions of a row or pointwise spec's domain.
 
 Owns: `rows_cols(spec)` (which dims a program covers as rows and which it reduces or loops
-over as columns), `extent(spec, dims)` (the elements those dims span) and `next_pow2`.
+over as columns), `extent(spec, dims)` (the elements those dims span), `next_pow2`, `cdiv`
+and `NUM_SMS` (the SM count legality is judged with).
 Must not: import knobs.py or any template (both read this; cluster_rules.py too, which knobs.py
 calls, so this module keeps them out of a cycle).
 """
@@ -13,6 +14,10 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from .spec_view import SpecView
+
+# The SMs a kernel's grid is sized and judged against where a rule needs a count before any
+# launch: the H100 SXM's; the H200 has the same.
+NUM_SMS = 132
 
 
 def rows_cols(spec: SpecView) -> tuple[tuple[int, ...], tuple[int, ...]]:
@@ -31,3 +36,8 @@ def extent(spec: SpecView, dims: tuple[int, ...]) -> int:
 def next_pow2(n: int) -> int:
     """The least power of two >= n (1 for n <= 1)."""
     return 1 << max(0, (int(n) - 1).bit_length())
+
+
+def cdiv(a: int, b: int) -> int:
+    """a / b rounded up (a grid's programs for `a` items, `b` a program)."""
+    return -(-a // b)

@@ -20,14 +20,13 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING
 
-from .domain import next_pow2
+from .domain import NUM_SMS, next_pow2
 from .errors import IllegalSpec
 from .knobs import tma_problem
 
 if TYPE_CHECKING:
     from .spec import KernelSpec, KnobValue
 
-NUM_SMS = 132  # H100 SXM; the H200 has the same count
 # The largest tile counts as filling the GPU from this share of the SMs on: at 2048^3 (bf16 and
 # fp16) its 128 tiles on 132 SMs ran 10% faster than 128x128's 256 (BENCHMARKS.md, GEMM sweep).
 LARGEST_TILE_FILL = 0.95

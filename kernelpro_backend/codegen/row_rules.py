@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from .domain import extent, next_pow2, rows_cols
+from .domain import NUM_SMS, cdiv, extent, next_pow2, rows_cols
 from .errors import IllegalSpec
 
 if TYPE_CHECKING:
@@ -18,9 +18,6 @@ if TYPE_CHECKING:
 
 MAX_TILE_ELEMENTS = 65536  # per program, in registers: 64 K 32-bit registers per SM
 MAX_GRID_Y = 65535  # CUDA's limit on a grid's second axis
-# SM_SHARE's grid cap is a share of the SMs the kernel launches on; legality is judged with
-# the H100's/H200's count (a cap at or above the row blocks would not change the kernel).
-NUM_SMS = 132
 
 
 def contiguous_rows(spec: SpecView, rows: tuple[int, ...]) -> int:
@@ -85,10 +82,12 @@ def validate_rowwise(spec: SpecView, k: dict) -> None:
             "SM_SHARE caps a one-axis grid; these rows (a reduction over a middle dim) have a "
             "grid axis of their own: use SM_SHARE=0"
         )
-    if share and -(-n_rows // k["ROWS"]) <= NUM_SMS * share // 100:
+    # the cap is a share of the SMs the kernel launches on; a cap at or above the row blocks
+    # would not change the kernel
+    if share and cdiv(n_rows, k["ROWS"]) <= NUM_SMS * share // 100:
         raise IllegalSpec(
             f"SM_SHARE={share} caps the grid at {NUM_SMS * share // 100} programs; "
-            f"{-(-n_rows // k['ROWS'])} row blocks already fit: use SM_SHARE=0 or a smaller share"
+            f"{cdiv(n_rows, k['ROWS'])} row blocks already fit: use SM_SHARE=0 or a smaller share"
         )
     if tile < 32 * k["num_warps"] and k["num_warps"] > 1:
         raise IllegalSpec(

@@ -19,7 +19,7 @@ from typing import Any
 
 from .. import index as ix
 from ..cluster_rules import per_element_stores
-from ..domain import extent, rows_cols
+from ..domain import cdiv, extent, rows_cols
 from ..emitter import ARG_EXTREME, FULL, REDUCTIONS, Emitter
 from ..eviction import eviction_plan
 from ..program_walk import ARG_REDUCTIONS, online_pairs, reduction_ready, variance_pairs
@@ -147,7 +147,7 @@ def _looping_head(
     block), each taking every grid-th block of ROWS rows in turn. The same bytes move; fewer
     SMs hold programs, which the energy objective weighs (search/rules.py)."""
     rows, _ = rows_cols(spec)
-    blocks = -(-n_rows // int(spec.knob("ROWS")))
+    blocks = cdiv(n_rows, int(spec.knob("ROWS")))
     em.indent = 2  # the program's lines sit in the loop over its blocks
     for text in _coord_lines("row", rows, spec.domain):
         em.line(text)
