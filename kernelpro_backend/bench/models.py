@@ -175,6 +175,33 @@ class AttentionOp(nn.Module):
         return F.scaled_dot_product_attention(q, k, v, is_causal=True)
 
 
+class BiasedAttention(nn.Module):
+    """SDPA with a learned [1, H, S, S] additive bias (T5's position bias, Swin's relative
+    bias), plus a constant additive `mask` broadcast against it where given (Swin's shifted
+    windows, a decoder's causal mask): the bias's gradient flows through the attention."""
+
+    def __init__(self, heads: int, seq: int, mask: torch.Tensor | None = None) -> None:
+        super().__init__()
+        device = mask.device if mask is not None else None
+        self.bias = nn.Parameter(0.5 * torch.randn(1, heads, seq, seq, device=device))
+        self.mask = mask
+
+    def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        bias = self.bias.to(q.dtype)
+        if self.mask is not None:
+            bias = bias + self.mask
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=bias)
+
+
+def window_mask(batch: int, windows: int, seq: int, device: torch.device | str) -> torch.Tensor:
+    """Swin's shifted-window mask, [batch, 1, seq, seq] bf16: in every odd window the two halves
+    of the tokens do not see each other (-inf), as a cyclic shift's wrapped tokens."""
+    half = torch.arange(seq, device=device) < seq // 2
+    per = torch.zeros(windows, 1, seq, seq, device=device, dtype=torch.bfloat16)
+    per[1::2] = per[1::2].masked_fill(half[:, None] != half[None, :], float("-inf"))
+    return per.repeat(batch // windows, 1, 1, 1)
+
+
 class _GPTLayer(nn.Module):
     """One pre-norm layer of HandwrittenGPT: attention by hand, then a 4x GELU MLP."""
 

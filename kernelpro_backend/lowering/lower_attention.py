@@ -1,9 +1,11 @@
 """Lowering a scaled-dot-product attention subgraph (forward) to the attention template.
 
 Owns: reading the SDPA op's arguments by schema name (CPU flash, CUDA flash, efficient and
-cuDNN variants share query/key/value/is_causal/scale), rejecting what the template does not do
-(masks, dropout, grouped heads), and mapping the output and logsumexp outputs; `attention_node`
-finds the op, and lower.py sends backward ones to lower_attention_bwd.
+cuDNN variants share query/key/value/is_causal/scale), the additive bias operand
+(`bias_operand`: the efficient op's `attn_bias`, the CPU op's float `attn_mask`, broadcast to
+[B, H, Sq, Sk] by zero strides), rejecting what the template does not do (boolean masks,
+dropout, grouped heads), and mapping the output and logsumexp outputs; `attention_node` finds
+the op, and lower.py sends backward ones to lower_attention_bwd.
 Must not: render source.
 """
 
@@ -45,12 +47,40 @@ def softmax_scale(scale: Any, head_dim: int) -> float:
     return float(scale) if scale is not None else 1.0 / math.sqrt(head_dim)
 
 
+BIAS_ARGS = ("attn_bias", "attn_mask")  # the efficient ops' bias, the CPU ops' mask
+
+
+def bias_operand(
+    args: dict[str, Any], sg: Subgraph, sizes: tuple[int, int, int, int]
+) -> tuple[int, int, tuple[int, ...]] | None:
+    """None without a bias, else the additive bias's (input index, offset, strides in
+    [B, H, Sq, Sk] order): a float tensor broadcastable to `sizes`, read with stride 0 along
+    its broadcast dimensions. Boolean masks are refused (the template only adds)."""
+    given = [args[n] for n in BIAS_ARGS if isinstance(args.get(n), fx.Node)]
+    if not given:
+        return None
+    node = given[0]
+    val = node.meta["val"]
+    if val.dtype not in (torch.float32, torch.bfloat16, torch.float16):
+        raise Unsupported(f"attention mask of dtype {val.dtype}: only additive float biases")
+    if val.numel() == 0:
+        return None  # an empty tensor stands for no bias
+    if val.dim() > 4:
+        raise Unsupported(f"attention bias of {val.dim()} dims: need at most 4")
+    pad = 4 - val.dim()
+    shape = (1,) * pad + tuple(int(s) for s in val.shape)
+    if any(have not in (1, want) for have, want in zip(shape, sizes, strict=True)):
+        raise Unsupported(
+            f"attention bias of shape {tuple(val.shape)} does not broadcast to {sizes}"
+        )
+    idx, offset, strides = operand(node, sg)
+    full = (0,) * pad + strides
+    return idx, offset, tuple(0 if have == 1 else s for have, s in zip(shape, full, strict=True))
+
+
 def lower_attention(sg: Subgraph, att: fx.Node) -> dict[str, Any]:
     """The attention template's fields for the forward op `att` (see `attention_node`)."""
     args = bound_args(att)
-    for mask_name in ("attn_mask", "attn_bias"):
-        if args.get(mask_name) is not None:
-            raise Unsupported(f"attention with {mask_name} is not supported (only causal or none)")
     if float(args.get("dropout_p", 0.0) or 0.0) != 0.0:
         raise Unsupported("attention with dropout is not supported")
     if args.get("enable_gqa"):
@@ -67,9 +97,10 @@ def lower_attention(sg: Subgraph, att: fx.Node) -> dict[str, Any]:
         raise Unsupported(f"attention dtype {qv.dtype}: need one of float32/bf16/fp16")
     b, h, sq, d = (int(s) for s in qv.shape)
     sk, dv = int(kv.shape[2]), int(vv.shape[3])
+    bias = bias_operand(args, sg, (b, h, sq, sk))
     if d > 256 or dv > 256:
         raise Unsupported(f"head dim {max(d, dv)} > 256 does not fit the template's tile")
-    which = []
+    which, lse_len = [], sq
     for out in sg.outputs:
         if (
             out.target is not operator.getitem
@@ -77,10 +108,11 @@ def lower_attention(sg: Subgraph, att: fx.Node) -> dict[str, Any]:
             or out.args[1] not in (0, 1)
         ):
             raise Unsupported(f"attention output {out.name} is not the output or the logsumexp")
-        if out.args[1] == 1 and tuple(out.meta["val"].shape) != (b, h, sq):
-            raise Unsupported(
-                f"logsumexp of shape {tuple(out.meta['val'].shape)} (padded) is not supported"
-            )
+        if out.args[1] == 1:
+            lse_shape = tuple(out.meta["val"].shape)
+            if lse_shape[:2] != (b, h) or len(lse_shape) != 3 or lse_shape[2] < sq:
+                raise Unsupported(f"logsumexp of shape {lse_shape}: need [B, H, >= Sq]")
+            lse_len = lse_shape[2]
         which.append(int(out.args[1]))  # type: ignore[arg-type]
     anchor = (
         ("q", operand(q, sg)),
@@ -90,6 +122,10 @@ def lower_attention(sg: Subgraph, att: fx.Node) -> dict[str, Any]:
         ("causal", bool(args.get("is_causal", False))),
         ("scale", softmax_scale(args.get("scale"), d)),
         ("operand_dtype", str(qv.dtype).removeprefix("torch.")),
+        # absent: old specs keep their digest
+        *((("bias", bias),) if bias is not None else ()),
+        # the efficient op's logsumexp rows, padded to 32 with +inf as its kernel pads them
+        *((("lse_rows", lse_len),) if lse_len != sq else ()),
     )
     stores = tuple((("A", w), 0, (), ()) for w in which)
     return dict(template="attention", domain=(b, h, sq), anchor=anchor, stores=stores)

@@ -2,10 +2,12 @@
 
 Owns: reading each backward op's arguments by schema name (CPU flash, CUDA SDPA flash and
 efficient, and the raw `_flash_attention_backward` / `_efficient_attention_backward` whose
-tensors are [B, S, H, D]), rejecting what the template does not do (masks, biases, dropout,
-varlen, windows, grouped heads, cuDNN), and writing every operand's strides, the logsumexp's
-strides and each gradient output's strides in one order, [B, H, S, D] (the template never sees
-a layout).
+tensors are [B, S, H, D]), rejecting what the template does not do (boolean masks, biases of
+the raw ops, dropout, varlen, windows, grouped heads, cuDNN), and writing every operand's
+strides, the logsumexp's strides and each gradient output's strides in one order, [B, H, S, D]
+(the template never sees a layout). An additive bias (the SDPA efficient op's `attn_bias`, the
+CPU op's float `attn_mask`) is read as the forward reads it; the efficient op's fourth output,
+the bias's gradient ([B, H, Sq, Sk], last dimension padded), is the scores' gradient dS.
 Must not: render source.
 
 Logsumexp: every variant saves the natural-log logsumexp of the scaled scores per query row,
@@ -26,7 +28,7 @@ import torch.fx as fx
 from ..codegen.errors import Unsupported
 from ..fx_passes import Subgraph
 from ..fx_passes.ops import op_name
-from .lower_attention import shape_fields, softmax_scale
+from .lower_attention import bias_operand, shape_fields, softmax_scale
 from .operands import bound_args, operand
 
 _BHSD = (0, 1, 2, 3)
@@ -70,11 +72,16 @@ def _causal_offset(name: str, args: dict[str, Any], sq: int, sk: int) -> int | N
     return offset
 
 
+_BIASED = (  # the backward ops whose additive bias the template reads
+    "aten::_scaled_dot_product_flash_attention_for_cpu_backward",
+    "aten::_scaled_dot_product_efficient_attention_backward",
+)
+
+
 def _reject_extras(name: str, args: dict[str, Any]) -> None:
+    biases = ("bias",) if name in _BIASED else ("attn_mask", "attn_bias", "bias")
     for extra in (
-        "attn_mask",
-        "attn_bias",
-        "bias",
+        *biases,
         "cum_seq_q",
         "cum_seq_k",
         "cu_seqlens_q",
@@ -143,11 +150,24 @@ def lower_attention_backward(sg: Subgraph, att: fx.Node) -> dict[str, Any]:
         raise Unsupported(
             f"logsumexp {lse_val.dtype}{tuple(lse_val.shape)}: need float32 [B, H, >= Sq]"
         )
+    bias = bias_operand(args, sg, (b, h, sq, sk)) if name in _BIASED else None
     grads = []
     for o in sg.outputs:
-        if o.target is not operator.getitem or o.args[0] is not att or o.args[1] not in (0, 1, 2):
+        if (
+            o.target is not operator.getitem
+            or o.args[0] is not att
+            or o.args[1] not in (0, 1, 2, 3)
+        ):
             raise Unsupported(f"attention backward output {o.name} is not grad_q, grad_k or grad_v")
         stride = tuple(int(s) for s in o.meta["val"].stride())
+        if o.args[1] == 3:  # the bias's gradient: [B, H, Sq, Sk] whatever the q/k/v layout
+            if bias is None or tuple(o.meta["val"].shape) != (b, h, sq, sk):
+                raise Unsupported(
+                    f"attention bias gradient of shape {tuple(o.meta['val'].shape)}: need the "
+                    f"bias read and [B, H, Sq, Sk] = {(b, h, sq, sk)}"
+                )
+            grads.append((3, stride))
+            continue
         grads.append((int(o.args[1]), tuple(stride[i] for i in layout)))  # type: ignore[arg-type]
     anchor = (
         ("q", _operand4(q, sg, layout)),
@@ -162,6 +182,7 @@ def lower_attention_backward(sg: Subgraph, att: fx.Node) -> dict[str, Any]:
         ("causal_offset", _causal_offset(name, args, sq, sk) or 0),
         ("scale", softmax_scale(args.get("scale"), d)),
         ("operand_dtype", str(next(iter(dtypes))).removeprefix("torch.")),
+        *((("bias", bias),) if bias is not None else ()),  # absent: old specs keep their digest
     )
     stores = tuple((("A", which), 0, (), ()) for which, _ in grads)
     return dict(template="attention_backward", domain=(b, h, sk), anchor=anchor, stores=stores)

@@ -13,6 +13,9 @@ lower_attention_bwd). Launches, in order:
      scratch into grad_q's dtype and strides.
 P is recomputed from the saved natural-log logsumexp (exp2 with log2(e) folded in); fp32
 accumulation; P and dS are cast to the operand dtype before their matmuls (as FA2 does).
+An additive bias (anchor "bias") joins the recomputed scores in both kernels; its gradient
+(grads entry 3, [B, H, Sq, Sk]) is dS itself, stored in fp32-rounded output dtype by the dK/dV
+programs, which then visit every query block (causal ones too: they write the masked zeros).
 Must not: lower aten or run anything.
 """
 
@@ -39,6 +42,28 @@ class _Text:
         self.qk_scale = repr(p["scale"] * LOG2E)
         self.causal = p["causal"]
         self.offset = p["causal_offset"]
+        self.bias = p.get("bias")
+        self.grad_bias = next((s for w, s in p["grads"] if w == 3), None)
+
+    def bias_params(self) -> str:
+        return ", BIAS, DB_OUT" if self.bias is not None else ""
+
+    def scores(self, var: str, dot: str, rows: str, t: bool, indent: str) -> list[str]:
+        """`var` = the scores in log2 units less the row's logsumexp: dot(...) * scale, plus
+        the bias tile (transposed when t: keys down, queries across), minus lse."""
+        lse = "lse[None, :]" if t else "lse[:, None]"
+        lines = [f"{indent}{var} = {dot} * {self.qk_scale} - {lse} * {LOG2E!r}"]
+        if self.bias is None:
+            return lines
+        _, offset, bs = self.bias
+        m, n = ("rm[None, :]", "rn[:, None]") if t else ("rm[:, None]", "rn[None, :]")
+        ptrs = f"BIAS + {offset} + b * {bs[0]} + hh * {bs[1]} + {m} * {bs[2]} + {n} * {bs[3]}"
+        valid = f"({m} < {self.p['seq_q']}) & ({n} < {self.p['seq_k']})"
+        return [
+            f"{indent}bias = tl.load({ptrs}, mask={valid}, other=0.0).to(tl.float32)",
+            *lines,
+            f"{indent}{var} = {var} + bias * {LOG2E!r}",
+        ]
 
     def tile(self, name: str, strides: tuple, rows: str, cols: str, t: bool = False) -> str:
         """Pointers of a [rows, cols] tile ([cols, rows] when t) of a [B,H,S,D] tensor."""
@@ -78,8 +103,14 @@ class _Text:
     def row_stats(self, rows: str, indent: str = "    ") -> list[str]:
         li, lo, ls = self.p["lse"]
         sq = self.p["seq_q"]
+        guard = (  # a fully masked row (lse -inf) has P = 0, not exp2(-inf + inf)
+            [f"{indent}lse = tl.where(lse == float('-inf'), float('inf'), lse)"]
+            if self.bias is not None
+            else []
+        )
         return [
             f"{indent}lse = tl.load(LSE + {lo} + b * {ls[0]} + hh * {ls[1]} + {rows} * {ls[2]}, mask={rows} < {sq}, other=0.0)",
+            *guard,
             f"{indent}delta = tl.load(DELTA + bh.to(tl.int64) * {sq} + {rows}, mask={rows} < {sq}, other=0.0)",
         ]
 
@@ -126,10 +157,11 @@ def _preprocess(x: _Text) -> str:
 def _dkdv(spec: KernelSpec, x: _Text, has_dk: bool, has_dv: bool, atomic: bool) -> str:
     p, kw = x.p, x.dot_kw
     sq, sk, d = p["seq_q"], p["seq_k"], p["head_dim"]
-    lo = f"tl.maximum(pid * BLOCK_N - {x.offset}, 0) // BLOCK_M * BLOCK_M" if x.causal else "0"
+    skip = x.causal and x.grad_bias is None  # dB's masked zeros are written, not skipped
+    lo = f"tl.maximum(pid * BLOCK_N - {x.offset}, 0) // BLOCK_M * BLOCK_M" if skip else "0"
     lines = [
         "@triton.jit",
-        "def attn_bwd_dkdv(Q, K, V, DO, LSE, DELTA, DQ_OUT, DK_OUT, DV_OUT, DQ_ACC, BLOCK_M: tl.constexpr, "
+        f"def attn_bwd_dkdv(Q, K, V, DO, LSE, DELTA, DQ_OUT, DK_OUT, DV_OUT, DQ_ACC{x.bias_params()}, BLOCK_M: tl.constexpr, "
         "BLOCK_N: tl.constexpr, INTERPRET: tl.constexpr):",
         *x.prologue("BLOCK_N", "rn"),
         *x.operand("k", "k", "rn", sk),
@@ -141,15 +173,23 @@ def _dkdv(spec: KernelSpec, x: _Text, has_dk: bool, has_dv: bool, atomic: bool) 
         *("    " + s for s in x.operand("q_t", "q", "rm", sq, t=True)),
         *("    " + s for s in x.operand("do", "grad_out", "rm", sq)),
         *x.row_stats("rm", "        "),
-        f"        s_t = tl.dot(k, q_t{kw}) * {x.qk_scale} - lse[None, :] * {LOG2E!r}",
+        *x.scores("s_t", f"tl.dot(k, q_t{kw})", "rm", True, "        "),
         f"        p_t = tl.where({x.visible('rm[None, :]', 'rn[:, None]')}, tl.exp2(s_t), 0.0)",
     ]
     if has_dv:
         lines += [*x.cast("p_t", "p_c", "        "), f"        dv += tl.dot(p_c, do{kw})"]
-    lines += [
-        f"        dp_t = tl.dot(v, tl.trans(do){kw})",
-        *x.cast("p_t * (dp_t - delta[None, :])", "ds_c", "        "),
-    ]
+    lines.append(f"        dp_t = tl.dot(v, tl.trans(do){kw})")
+    if x.grad_bias is None:
+        lines += x.cast("p_t * (dp_t - delta[None, :])", "ds_c", "        ")
+    else:
+        _, _, dt = spec.outputs[[w for w, _ in p["grads"]].index(3)]
+        gs = x.grad_bias
+        lines += [
+            "        ds_t = p_t * (dp_t - delta[None, :])",
+            f"        tl.store(DB_OUT + b * {gs[0]} + hh * {gs[1]} + rm[None, :] * {gs[2]} + "
+            f"rn[:, None] * {gs[3]}, ds_t.to({_TL[dt]}), mask={x.mask('rn', sk, 'rm', sq)})",
+            *x.cast("ds_t", "ds_c", "        "),
+        ]
     if has_dk:
         lines.append(f"        dk += tl.dot(ds_c, tl.trans(q_t){kw})")
     if atomic:
@@ -169,7 +209,7 @@ def _dq(spec: KernelSpec, x: _Text) -> str:
     hi = f"tl.minimum({sk}, (pid + 1) * BLOCK_M + {x.offset})" if x.causal else f"{sk}"
     lines = [
         "@triton.jit",
-        "def attn_bwd_dq(Q, K, V, DO, LSE, DELTA, DQ_OUT, DK_OUT, DV_OUT, BLOCK_M: tl.constexpr, "
+        f"def attn_bwd_dq(Q, K, V, DO, LSE, DELTA, DQ_OUT, DK_OUT, DV_OUT{x.bias_params()}, BLOCK_M: tl.constexpr, "
         "BLOCK_N: tl.constexpr, INTERPRET: tl.constexpr):",
         *x.prologue("BLOCK_M", "rm"),
         *x.operand("q", "q", "rm", sq),
@@ -180,7 +220,7 @@ def _dq(spec: KernelSpec, x: _Text) -> str:
         "        rn = start_n + tl.arange(0, BLOCK_N)",
         *("    " + s for s in x.operand("k_t", "k", "rn", sk, t=True)),
         *("    " + s for s in x.operand("v_t", "v", "rn", sk, t=True)),
-        f"        s = tl.dot(q, k_t{kw}) * {x.qk_scale} - lse[:, None] * {LOG2E!r}",
+        *x.scores("s", f"tl.dot(q, k_t{kw})", "rm", False, "        "),
         f"        p = tl.where({x.visible('rm[:, None]', 'rn[None, :]')}, tl.exp2(s), 0.0)",
         f"        dp = tl.dot(do, v_t{kw})",
         *x.cast("p * (dp - delta[:, None])", "ds_c", "        "),
@@ -213,11 +253,12 @@ def render_attention_backward(spec: KernelSpec) -> tuple[str, list[str], list[La
     ops = {r: f"in{p[r][0]}" for r in ("q", "k", "v", "out", "grad_out")}
     ops["lse"] = f"in{p['lse'][0]}"
     # grad_q, grad_k, grad_v buffers (None where the subgraph does not output that gradient)
-    outs = ["None"] * 3
+    outs = ["None"] * 4  # grad_q, grad_k, grad_v, grad_bias
     for j, (w, _) in enumerate(p["grads"]):
         outs[w] = f"out{j}"
     warps = f"num_warps={spec.knob('num_warps')}, num_stages={spec.knob('num_stages')}"
-    common = f"{ops['q']}, {ops['k']}, {ops['v']}, {ops['grad_out']}, {ops['lse']}, delta, {', '.join(outs)}"
+    common = f"{ops['q']}, {ops['k']}, {ops['v']}, {ops['grad_out']}, {ops['lse']}, delta, {', '.join(outs[:3])}"
+    biased = f", in{p['bias'][0]}, {outs[3]}" if x.bias is not None else ""
     bm_dq, bn_dq = spec.knob("BLOCK_M_DQ"), spec.knob("BLOCK_N_DQ")
     rows_grid = f"(triton.cdiv({sq}, {bm_dq}), {bh})"
     scratch = [f"    delta = torch.empty({bh * sq}, dtype=torch.float32, device=device)"]
@@ -233,13 +274,13 @@ def render_attention_backward(spec: KernelSpec) -> tuple[str, list[str], list[La
         scratch.append(
             f"    dq_acc = torch.zeros({bh * sq * p['head_dim']}, dtype=torch.float32, device=device)"
         )
-    if which & {1, 2} or atomic:
+    if which & {1, 2, 3} or atomic:
         kernels.append(_dkdv(spec, x, 1 in which, 2 in which, atomic))
         launches.append(
             (
                 "attn_bwd_dkdv",
                 f"(triton.cdiv({sk}, {spec.knob('BLOCK_N')}), {bh})",
-                f"{common}, {'dq_acc' if atomic else 'None'}, BLOCK_M={spec.knob('BLOCK_M')}, "
+                f"{common}, {'dq_acc' if atomic else 'None'}{biased}, BLOCK_M={spec.knob('BLOCK_M')}, "
                 f"BLOCK_N={spec.knob('BLOCK_N')}, INTERPRET=INTERPRET, {warps}",
             )
         )
@@ -249,7 +290,7 @@ def render_attention_backward(spec: KernelSpec) -> tuple[str, list[str], list[La
             (
                 "attn_bwd_dq_convert",
                 rows_grid,
-                f"dq_acc, {', '.join(outs)}, BLOCK_M={bm_dq}, {warps}",
+                f"dq_acc, {', '.join(outs[:3])}, BLOCK_M={bm_dq}, {warps}",
             )
         )
     elif 0 in which:
@@ -258,7 +299,7 @@ def render_attention_backward(spec: KernelSpec) -> tuple[str, list[str], list[La
             (
                 "attn_bwd_dq",
                 rows_grid,
-                f"{common}, BLOCK_M={bm_dq}, BLOCK_N={bn_dq}, INTERPRET=INTERPRET, {warps}",
+                f"{common}{biased}, BLOCK_M={bm_dq}, BLOCK_N={bn_dq}, INTERPRET=INTERPRET, {warps}",
             )
         )
     return "\n\n\n".join(kernels), scratch, launches

@@ -272,7 +272,7 @@ def test_spec_round_trips_through_json() -> None:
 
 def test_masks_dropout_and_cudnn_are_unsupported_not_mislowered() -> None:
     q, lse = torch.randn(1, 2, 9, 16, device="meta"), torch.empty(1, 2, 9, device="meta")
-    mask = torch.empty(9, 9, device="meta")
+    mask = torch.empty(9, 9, dtype=torch.bool, device="meta")  # float ones: test_attention_bias
     seed = torch.empty((), dtype=torch.int64, device="meta")
 
     def masked(*t: torch.Tensor) -> tuple[torch.Tensor, ...]:
@@ -293,7 +293,7 @@ def test_masks_dropout_and_cudnn_are_unsupported_not_mislowered() -> None:
         )  # fmt: skip
         return res[0], res[1], res[2]
 
-    for fn, reason in ((masked, "attn_mask"), (dropout, "dropout"), (cudnn, "cuDNN")):
+    for fn, reason in ((masked, "additive float"), (dropout, "dropout"), (cudnn, "cuDNN")):
         sg = traced_subgraph(fn, (q, lse, mask, seed), "attention")
         with pytest.raises(Unsupported, match=reason):
             lower(sg)
