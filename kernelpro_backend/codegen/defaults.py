@@ -34,9 +34,10 @@ def default_knobs(spec: KernelSpec) -> tuple[tuple[str, KnobValue], ...]:
         knobs = gemm_default_knobs(spec)
     elif spec.template == "attention":
         d = next_pow2(spec.param("head_dim"))
-        knobs = dict(
-            BLOCK_M=128 if d <= 64 else 64, BLOCK_N=64, num_warps=4 if d <= 64 else 8, num_stages=2
-        )
+        knobs = _fit_sequences(
+            spec,
+            dict(BLOCK_M=128 if d <= 64 else 64, BLOCK_N=64, num_warps=4 if d <= 64 else 8, num_stages=2),
+        )  # fmt: skip
     elif spec.template == "attention_backward":
         return _default_attention_backward(spec)
     elif spec.template in CONV_TEMPLATES:
@@ -89,6 +90,19 @@ def _reread_knobs(spec: KernelSpec, knobs: dict[str, KnobValue]) -> dict[str, Kn
     return {**knobs, "BLOCK_C": block, "num_warps": REREAD_WARPS}
 
 
+def _fit_sequences(spec: KernelSpec, knobs: dict[str, KnobValue]) -> dict[str, KnobValue]:
+    """Query and key blocks no longer than their sequences (a power of two, at least 16): Swin's
+    49-token windows fill one 64-row block, not a third of a 128-row one."""
+    longest = {
+        "BLOCK_M": spec.param("seq_q"), "BLOCK_M_DQ": spec.param("seq_q"),
+        "BLOCK_N": spec.param("seq_k"), "BLOCK_N_DQ": spec.param("seq_k"),
+    }  # fmt: skip
+    for name, seq in longest.items():
+        if name in knobs:
+            knobs[name] = min(int(knobs[name]), max(16, next_pow2(seq)))
+    return knobs
+
+
 def _default_attention_backward(spec: KernelSpec) -> tuple[tuple[str, KnobValue], ...]:
     """Flash-attention-2 style: large key blocks per dK/dV program stepping over small query
     blocks, large query blocks per dQ program stepping over small key blocks (Triton's fused
@@ -102,6 +116,7 @@ def _default_attention_backward(spec: KernelSpec) -> tuple[tuple[str, KnobValue]
         if wide
         else dict(BLOCK_M=32, BLOCK_N=128, BLOCK_M_DQ=128, BLOCK_N_DQ=32, DQ="kernel", num_warps=4, num_stages=3)
     )  # fmt: skip
+    knobs = _fit_sequences(spec, knobs)
     for stages in range(int(knobs["num_stages"]), 0, -1):  # fp32 operands take twice the smem
         knobs["num_stages"] = stages
         try:

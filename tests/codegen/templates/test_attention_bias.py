@@ -165,3 +165,16 @@ def close(got: torch.Tensor, expected: torch.Tensor, dtype: torch.dtype, what: s
         got.double(), expected.double(), rtol=TOL[dtype], atol=TOL[dtype] * scale,
         msg=lambda m: f"{what}: {m}",
     )  # fmt: skip
+
+
+def test_default_blocks_fit_a_short_window() -> None:
+    """Swin's 49-token windows: no default block longer than 64 (the sequence's power of two)."""
+    q, k, v = (torch.randn(4, 3, 49, 32, requires_grad=True) for _ in range(3))
+    found = collect(Masked(), (q, k, v, torch.randn(1, 3, 49, 49)))
+    blocks = ("BLOCK_M", "BLOCK_N", "BLOCK_M_DQ", "BLOCK_N_DQ")
+    for sg in found:
+        spec = lower(sg)
+        knobs = dict(spec.knobs)
+        assert all(knobs[b] <= 64 for b in blocks if b in knobs), knobs
+        assert knobs["BLOCK_N"] == 64 and knobs.get("BLOCK_M_DQ", 64) == 64, knobs
+        check(sg, spec)
