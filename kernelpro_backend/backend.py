@@ -27,6 +27,7 @@ from .fx_passes.input_strides import match_input_strides
 from .fx_passes.linear_ce_rewrite import drop_autograd_kernel
 from .fx_passes.mask_provenance import relied_masks
 from .fx_passes.patterns import check_pattern_names
+from .fx_passes.rng_outputs import zero_unset_rng_outputs
 from .fx_passes.sdpa_mask import constant_outputs
 from .fx_passes.torch_level import input_name
 from .fx_passes.torch_rewrites import any_rewrite, placeholder_values, placeholders, torch_rewrites
@@ -159,6 +160,7 @@ def _compile_inductor(
     def inner_compile(graph: fx.GraphModule, inputs: Sequence[Any], **kwargs: Any) -> Any:
         kind = _graph_kind(kwargs)
         drop_autograd_kernel(graph)
+        zero_unset_rng_outputs(graph)
         match_input_strides(graph, inputs)
         untouched = copy_graph(graph)
         report = session.rewrite(graph, kind, inputs=inputs)
@@ -226,6 +228,7 @@ def _compile_eager(
 
     def inner_compile(graph: fx.GraphModule, inputs: Sequence[Any], **kwargs: Any) -> Any:
         drop_autograd_kernel(graph)
+        zero_unset_rng_outputs(graph)
         match_input_strides(graph, inputs)
         untouched, kind = copy_graph(graph), _graph_kind(kwargs)
         judging = session.judging(untouched, inputs, session.rewrite(graph, kind, inputs=inputs))
