@@ -8,7 +8,7 @@ subgraph these are values no kernel can reproduce, so the subgraph could never b
 training forward. Here, where `dropout_p` is 0, their uses read a zero tensor of the same
 shape, dtype and device instead, and their getitems go.
 
-Owns: `zero_unset_rng_outputs(gm) -> int` (outputs replaced).
+Owns: `zero_unset_rng_outputs(gm) -> int` (outputs replaced), `zeros_node`.
 Must not: touch a forward with dropout, or any other output.
 """
 
@@ -43,6 +43,17 @@ def _rng_indices(node: fx.Node) -> set[int]:
     return {i for i, r in enumerate(schema.returns) if r.name in _RNG}
 
 
+def zeros_node(graph: fx.Graph, like: torch.Tensor) -> fx.Node:
+    """A node making zeros of `like`'s shape, dtype and device, in an op Inductor lowers as it
+    is (`aten.full`: the graphs here are past its decompositions, and `aten.zeros` is not,
+    H100, 2026-12-07: "both a fallback and a decomp for same op: aten.zeros.default")."""
+    return graph.call_function(
+        torch.ops.aten.full.default,
+        (list(like.shape), 0),
+        {"dtype": like.dtype, "device": like.device},
+    )
+
+
 def zero_unset_rng_outputs(gm: fx.GraphModule) -> int:
     graph = gm.graph
     done = 0
@@ -55,11 +66,7 @@ def zero_unset_rng_outputs(gm: fx.GraphModule) -> int:
             if not isinstance(val, torch.Tensor):
                 continue
             with graph.inserting_after(user):
-                zero = graph.call_function(
-                    torch.ops.aten.zeros.default,
-                    (list(val.shape),),
-                    {"dtype": val.dtype, "device": val.device},
-                )
+                zero = zeros_node(graph, val)
             zero.meta.update(user.meta)
             user.replace_all_uses_with(zero)
             graph.erase_node(user)
