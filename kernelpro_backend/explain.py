@@ -263,6 +263,8 @@ REWRITES = {
     "attention": "hand-written attention (matmul, scale, mask, softmax, matmul) -> SDPA",
     "attention_mask": "an SDPA mask built from positions alone (a constant) -> no mask when it "
     "attends everywhere, `is_causal=True` when causal",
+    "attention_mask_layout": "an SDPA mask whose last dimension is strided (T5's permuted "
+    "position bias) -> a contiguous copy, so CUDA's fused attention kernels take it",
     "linear_cross_entropy": "an LM head and its cross-entropy -> one chunked op that never "
     "writes the whole logits, or (logits kept) a cross-entropy op that reads them once",
 }

@@ -58,7 +58,7 @@ class ChainNote:
     """A chain a torch-level rewrite looked at: what it became (`made`) or why it was left as
     written (`reason`), with the node it ends in and where the model's source wrote that."""
 
-    rewrite: str  # "attention" | "attention_mask" | "linear_cross_entropy" | "pad_gemm"
+    rewrite: str  # "attention" | "attention_mask" | "attention_mask_layout" | ... | "pad_gemm"
     node: str  # the chain's last node, as dynamo named it
     made: str | None = None
     reason: str | None = None

@@ -2,8 +2,8 @@
 
 Owns: `torch_rewrites` (which rewrites the options allow, run in place, counted) and
 `placeholder_values` (the compile-time value of each graph input, what a rewrite may rely on).
-Must not: match anything itself (attention_rewrite.py, sdpa_mask.py, linear_ce_rewrite.py and
-pad_gemm.py do) or guard values at runtime (rewrite/guarded.py does).
+Must not: match anything itself (attention_rewrite.py, sdpa_mask.py, sdpa_mask_layout.py,
+linear_ce_rewrite.py and pad_gemm.py do) or guard values at runtime (rewrite/guarded.py does).
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from .attention_rewrite import rewrite_attention
 from .linear_ce_rewrite import rewrite_linear_cross_entropy
 from .pad_gemm import pad_unaligned_gemms
 from .sdpa_mask import simplify_sdpa_masks
+from .sdpa_mask_layout import contiguous_sdpa_masks
 from .torch_level import ChainNote
 
 # The options that turn the rewrites on, in the order they run.
@@ -45,6 +46,7 @@ def torch_rewrites(
     if opts.rewrite_attention:
         made["attention"] = rewrite_attention(gm, values, relied, notes)
         made["attention_mask"] = simplify_sdpa_masks(gm, notes, values)
+        made["attention_mask_layout"] = contiguous_sdpa_masks(gm, notes)
     if opts.rewrite_linear_cross_entropy:
         made["linear_cross_entropy"] = rewrite_linear_cross_entropy(gm, notes)
     if opts.rewrite_pad_gemm:  # after the LM head + loss: the linears it left
