@@ -52,7 +52,12 @@ def contiguous_sdpa_masks(
             continue
         if value.device.type not in devices:
             continue
-        if value.dim() == 0 or value.shape[-1] <= 1 or value.stride(-1) == 1:
+        if value.dim() == 0:
+            continue
+        size, stride = value.shape[-1], value.stride(-1)
+        if not isinstance(size, int) or not isinstance(stride, int):
+            continue  # symbolic: no guard is added for a layout
+        if size <= 1 or stride == 1:
             continue
         with graph.inserting_before(node):
             dense = graph.call_method("contiguous", (mask,))
