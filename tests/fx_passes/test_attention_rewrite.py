@@ -198,6 +198,13 @@ def test_a_rewrite_that_cannot_compile_here_leaves_the_graph_as_written_and_says
     assert "attention (1)" in caplog.text
     (session,) = sessions
     assert session.rewrites == dict.fromkeys(
-        ("attention", "attention_mask", "linear_cross_entropy", "pad_gemm"), 0
+        (
+            "attention",
+            "attention_mask",
+            "attention_mask_layout",
+            "linear_cross_entropy",
+            "pad_gemm",
+        ),
+        0,
     )
     assert "scaled_dot_product_attention" in str(session.rewrite_error)
