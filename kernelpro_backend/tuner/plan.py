@@ -64,7 +64,15 @@ MIN_SEARCH_S = 20.0
 # take: a dense convolution cuDNN runs at 57% of the bound (ResNet-50's, which the plan put
 # first and every search of which lost) promises nothing, a depthwise one cuDNN runs at 5%
 # keeps most of its promise (a search found it 3.1x at 16%).
-KERNELS_ATTAIN = {"convolution": 0.45, "convolution_backward": 0.45}
+#
+# Its attention templates: at T5's encoder size (bf16, B8 H12 S1024 D64, the best of six
+# configurations, H100, 2026-12-07, docs/gpu_runs/2026-12-07-attention-bias) 33% of the bound
+# forward and 24% backward. The efficient kernels there ran at 11% (a bias: worth a search);
+# flash attention runs at ~43% (causal B4 H16 S2048, 2026-11-23), which they cannot beat, so
+# a warm-up does not spend its time there.
+KERNELS_ATTAIN = {
+    "convolution": 0.45, "convolution_backward": 0.45, "sdpa": 0.33, "sdpa_backward": 0.24,
+}  # fmt: skip
 
 
 def kernels_attain(pattern: str) -> float:

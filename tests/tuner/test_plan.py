@@ -183,3 +183,19 @@ def test_a_convolution_promises_only_what_kernelpro_s_conv_kernels_reach():
     assert [(i.digest, i.status) for i in plan.others] == [("dense", "below floor")]
     attain = kernels_attain(depthwise.pattern)
     assert plan.planned[0].estimate.gain_ms == pytest.approx(sol / 0.05 - sol / attain)
+
+
+def test_attention_promises_what_the_templates_reach():
+    """The attention templates reach 33% (forward) and 24% (backward) of the bound: the
+    efficient kernels with a bias at 11% are planned, flash attention at 43% is not."""
+    sol = Estimate.of(Fake("x", 4096), CEILINGS).sol_ms
+    biased = Fake("biased", 4096, pattern="sdpa")
+    flash = Fake("flash", 4096, pattern="sdpa")
+    backward = Fake("backward", 4096, pattern="sdpa_backward")
+    library = {"biased": sol / 0.11, "flash": sol / 0.43, "backward": sol / 0.11}
+    assert kernels_attain("sdpa") > kernels_attain("sdpa_backward") > 0.2
+    plan = _plan([biased, flash, backward], floor_ms=1e-6,
+                 measured=lambda sg: library.get(sg.name))  # fmt: skip
+    assert sorted(i.digest for i in plan.planned) == ["backward", "biased"]
+    assert [(i.digest, i.status) for i in plan.others] == [("flash", "below floor")]
+    assert plan.planned[0].estimate.gain_ms == pytest.approx(sol / 0.11 - sol / 0.33)
