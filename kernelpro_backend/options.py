@@ -149,10 +149,8 @@ class Options:
     # bucket proved at its own size (as dynamic_shapes="transfer"), else the fallback — so a
     # loop over many sizes does not search at each. Empty: every size may be searched.
     compile_sizes: tuple[int, ...] = ()
-    # Attention written by hand (q @ k.T, scale, -inf mask, softmax, dropout(0), @ v) becomes
-    # scaled_dot_product_attention before AOTAutograd (fx_passes/attention_rewrite.py); SDPA
-    # masks built from positions alone are simplified (sdpa_mask.py) and strided ones copied
-    # contiguous on CUDA (sdpa_mask_layout.py).
+    # Hand-written attention -> scaled_dot_product_attention (fx_passes/attention_rewrite.py);
+    # SDPA masks simplified (sdpa_mask.py) or, strided, copied contiguous (sdpa_mask_layout.py).
     rewrite_attention: bool = True
     # An LM head and its cross-entropy (linear -> [view] -> [.float()] -> cross_entropy) become
     # one op that walks the tokens in chunks and never writes the [tokens, vocab] logits
