@@ -55,7 +55,7 @@ from .torch_level import ChainNote, arg, example_value, finish_rewrite, input_na
 
 NAME = "attention_mask"
 MAX_ELEMENTS = 2**27  # per evaluated node (a bool [B, 1, L, S] of 128 Mi elements: 128 MiB)
-_SDPA = {F.scaled_dot_product_attention, torch._C._nn.scaled_dot_product_attention}
+SDPA_CALLS = {F.scaled_dot_product_attention, torch._C._nn.scaled_dot_product_attention}
 # An additive mask entry at most this is exactly -inf in effect: exp underflows to 0 for any
 # finite fp32/bf16 score difference (fp16's finite minimum, -65504, is not accepted).
 _BLOCKED = -1e30
@@ -235,7 +235,7 @@ def simplify_sdpa_masks(
     registered proven mask (the placeholder is marked: the caller guards it), else noted."""
     done, ev = 0, _Evaluation(gm.graph)
     for node in list(gm.graph.nodes):
-        if node.op != "call_function" or node.target not in _SDPA:
+        if node.op != "call_function" or node.target not in SDPA_CALLS:
             continue
         mask = arg(node, 3, "attn_mask")
         if not isinstance(mask, fx.Node) or arg(node, 5, "is_causal", False):

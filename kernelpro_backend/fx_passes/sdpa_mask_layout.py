@@ -25,17 +25,11 @@ from __future__ import annotations
 
 import torch
 import torch.fx as fx
-import torch.nn.functional as F
 
-from .torch_level import ChainNote, example_value, finish_rewrite, note
+from .sdpa_mask import SDPA_CALLS
+from .torch_level import ChainNote, arg, example_value, finish_rewrite, note
 
 NAME = "attention_mask_layout"
-_SDPA = {F.scaled_dot_product_attention, torch._C._nn.scaled_dot_product_attention}
-
-
-def _mask(node: fx.Node) -> fx.Node | None:
-    mask = node.kwargs.get("attn_mask", node.args[3] if len(node.args) > 3 else None)
-    return mask if isinstance(mask, fx.Node) else None
 
 
 def contiguous_sdpa_masks(
@@ -44,11 +38,11 @@ def contiguous_sdpa_masks(
     graph = gm.graph
     done = 0
     for node in list(graph.nodes):
-        if node.op != "call_function" or node.target not in _SDPA:
+        if node.op != "call_function" or node.target not in SDPA_CALLS:
             continue
-        mask = _mask(node)
+        mask = arg(node, 3, "attn_mask")
         value = example_value(mask)
-        if mask is None or not isinstance(value, torch.Tensor):
+        if not isinstance(mask, fx.Node) or not isinstance(value, torch.Tensor):
             continue
         if value.device.type not in devices:
             continue
