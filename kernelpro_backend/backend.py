@@ -29,6 +29,8 @@ from .fx_passes.mask_provenance import relied_masks
 from .fx_passes.patterns import check_pattern_names
 from .fx_passes.rng_outputs import zero_unset_rng_outputs
 from .fx_passes.sdpa_mask import constant_outputs
+from .fx_passes.small_table_grads import NAME as TABLE_GRADS
+from .fx_passes.small_table_grads import one_hot_table_grads
 from .fx_passes.torch_level import input_name
 from .fx_passes.torch_rewrites import any_rewrite, placeholder_values, placeholders, torch_rewrites
 from .ops import (
@@ -151,6 +153,13 @@ def _graph_kind(kwargs: Mapping[str, Any]) -> str:
     return "forward"
 
 
+def _table_grads(session: CompileSession, graph: fx.GraphModule) -> None:
+    """Small tables' accumulated gradients as one-hot GEMMs (fx_passes/small_table_grads.py),
+    counted among the session's rewrites; none when the search is off (the fallback alone)."""
+    if session.options.search != "off" and (made := one_hot_table_grads(graph)):
+        session.rewrites[TABLE_GRADS] = session.rewrites.get(TABLE_GRADS, 0) + made
+
+
 def _compile_inductor(
     session: CompileSession, gm: fx.GraphModule, example_inputs: Sequence[Any], mode: str | None
 ) -> Callable[..., Any]:
@@ -161,6 +170,7 @@ def _compile_inductor(
         kind = _graph_kind(kwargs)
         drop_autograd_kernel(graph)
         zero_unset_rng_outputs(graph)
+        _table_grads(session, graph)
         match_input_strides(graph, inputs)
         untouched = copy_graph(graph)
         report = session.rewrite(graph, kind, inputs=inputs)
@@ -229,6 +239,7 @@ def _compile_eager(
     def inner_compile(graph: fx.GraphModule, inputs: Sequence[Any], **kwargs: Any) -> Any:
         drop_autograd_kernel(graph)
         zero_unset_rng_outputs(graph)
+        _table_grads(session, graph)  # as under Inductor: warm-up collects keys here
         match_input_strides(graph, inputs)
         untouched, kind = copy_graph(graph), _graph_kind(kwargs)
         judging = session.judging(untouched, inputs, session.rewrite(graph, kind, inputs=inputs))

@@ -265,6 +265,9 @@ REWRITES = {
     "attends everywhere, `is_causal=True` when causal",
     "attention_mask_layout": "an SDPA mask whose last dimension is strided (T5's permuted "
     "position bias) -> a contiguous copy, so CUDA's fused attention kernels take it",
+    "small_table_grads": "a gradient accumulated into a small table by many indices (an "
+    "embedding of few rows: T5's position buckets, token types) -> a one-hot GEMM instead of "
+    "atomic adds (CUDA)",
     "linear_cross_entropy": "an LM head and its cross-entropy -> one chunked op that never "
     "writes the whole logits, or (logits kept) a cross-entropy op that reads them once",
 }

@@ -1,0 +1,203 @@
+"""A gradient accumulated into a small table by many indices, computed as a one-hot matmul.
+
+An embedding's backward (and `index_put_(..., accumulate=True)`) reaches Inductor as
+`_unsafe_masked_index_put_accumulate` (or `index_put` with `accumulate=True`) into a zero table,
+which Inductor lowers to one atomic add per value. When the table has few rows and each row is
+hit by many indices, those atomics serialize on a few addresses: Hugging Face's T5 looks its
+relative-position bias up from 32 buckets for every (query, key) pair, so its gradient adds
+1024 x 1024 x 12 values into 32 x 12 addresses; under Inductor on an H100 (T5-base, bf16
+autocast, 2026-12-07) that one kernel took about 5 ms of an 84 ms step. BERT's two token types
+are the same shape of problem.
+
+Here such an accumulate becomes `one_hot(index)^T @ values`, a [rows, N] x [N, width] GEMM cut
+along N into up to 256 batches whose results are summed (what the atomics did one add at a
+time): each value read once, the one-hot written and read once. Its entries are 0 or 1, so every product is exact and only the
+order of the float32-accumulated sums differs (the atomics' order is not fixed either). Float32
+values only while TF32 matmuls are off: a TF32 GEMM would round them, which the user's
+accumulate never did. Masked-out values read as 0 and indices are clamped and wrapped as the
+decomposition does. Made only on the devices named (CUDA, where the atomics are the cost).
+
+Owns: `one_hot_table_grads(gm, devices) -> int` (accumulates replaced), `MAX_ROWS`, `MIN_HITS`.
+Must not: touch an accumulate whose table is not a fresh zero tensor, or one with few hits a row.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from typing import Any
+
+import torch
+import torch.fx as fx
+
+log = logging.getLogger("kernelpro")
+
+NAME = "small_table_grads"
+MAX_ROWS = 64  # the one-hot costs rows x the index count: small tables only
+MIN_HITS = 256  # average indices a row: below it the atomics barely contend
+PART = 4096  # indices a batch of the one-hot GEMM at least
+
+_aten = torch.ops.aten
+_MASKED = _aten._unsafe_masked_index_put_accumulate.default
+_PUTS = (_aten.index_put.default, _aten._unsafe_index_put.default)
+
+
+def _val(node: Any) -> Any:
+    return node.meta.get("val") if isinstance(node, fx.Node) else None
+
+
+def _static(t: torch.Tensor) -> bool:
+    return all(isinstance(s, int) for s in t.shape)
+
+
+def _zero_table(node: Any) -> torch.Tensor | None:
+    """The value of `node` if it is a fresh table of zeros (`aten.full(shape, 0)`), else None."""
+    if not isinstance(node, fx.Node) or node.target is not _aten.full.default:
+        return None
+    fill = node.args[1] if len(node.args) > 1 else None
+    table = _val(node)
+    if fill not in (0, 0.0, False) or not isinstance(table, torch.Tensor):
+        return None
+    return table
+
+
+def _accumulate(node: fx.Node) -> tuple[fx.Node, fx.Node | None, fx.Node, fx.Node] | None:
+    """(table, mask or None, index, values) of an accumulating put, else None."""
+    if node.target is _MASKED:
+        table, mask, indices, values = node.args[:4]
+    elif node.target in _PUTS:
+        table, indices, values = node.args[:3]
+        accumulate = node.args[3] if len(node.args) > 3 else node.kwargs.get("accumulate", False)
+        if accumulate is not True:
+            return None
+        mask = None
+    else:
+        return None
+    if not isinstance(indices, (list, tuple)) or len(indices) != 1:
+        return None
+    index = indices[0]
+    if not all(isinstance(n, fx.Node) for n in (table, index, values)):
+        return None
+    if mask is not None and not isinstance(mask, fx.Node):
+        return None
+    return table, mask, index, values  # type: ignore[return-value]
+
+
+def _refusal(
+    table: torch.Tensor | None, mask: Any, index: Any, values: Any, devices: tuple[str, ...]
+) -> str | None:
+    """Why this accumulate stays as written, or None when the one-hot form applies."""
+    if table is None or not isinstance(index, torch.Tensor) or not isinstance(values, torch.Tensor):
+        return "not an accumulate into a fresh zero table"
+    if table.device.type not in devices:
+        return f"on {table.device.type}"
+    if not (_static(table) and _static(index) and _static(values)) or table.dim() == 0:
+        return "symbolic shapes"
+    if index.dtype not in (torch.int64, torch.int32) or values.dtype != table.dtype:
+        return "index or value dtypes"
+    if tuple(values.shape) != tuple(index.shape) + tuple(table.shape[1:]):
+        return "values not one row per index"
+    if mask is not None and (
+        mask.dtype != torch.bool or torch.broadcast_shapes(mask.shape, values.shape) != values.shape
+    ):
+        return "mask does not broadcast to the values"
+    if table.dtype not in (torch.float16, torch.bfloat16, torch.float32):
+        return f"{table.dtype} table"
+    if table.dtype == torch.float32 and torch.backends.cuda.matmul.allow_tf32:
+        return "float32 with TF32 matmuls allowed (the GEMM would round the values)"
+    rows, hits = table.shape[0], index.numel()
+    if rows > MAX_ROWS or hits < MIN_HITS * rows:
+        return f"{rows} rows, {hits} indices: too large a table or too few hits a row"
+    return None
+
+
+def _batches(n: int) -> int:
+    """How many batches the GEMM's long dimension is cut into: the most (a power of two, at
+    most 256) that leaves each at least `PART` indices, so the GPU fills without relying on
+    the GEMM library's split-K for a [rows, n] x [n, width] shape."""
+    parts = 1
+    while parts < 256 and n % (parts * 2) == 0 and n // (parts * 2) >= PART:
+        parts *= 2
+    return parts
+
+
+def _one_hot_sum(
+    rows: int, shape: list[int], masked: bool
+) -> Any:  # the replacement, traced on the graph's fake values
+    def fn(*args: torch.Tensor) -> torch.Tensor:
+        index, values = args[-2:]
+        index = index.clamp(-rows, rows - 1)
+        index = torch.where(index < 0, index + rows, index)
+        if masked:
+            values = values.masked_fill(~args[0], 0)
+        n = index.numel()
+        parts = _batches(n)
+        width = math.prod(shape[1:])
+        hot = index.reshape(parts, n // parts, 1) == torch.arange(rows, device=index.device)
+        flat = hot.to(values.dtype).transpose(1, 2) @ values.reshape(parts, n // parts, width)
+        return flat.sum(0).reshape(shape)
+
+    return fn
+
+
+def _trace(fn: Any, inputs: list[torch.Tensor]) -> fx.GraphModule:
+    from torch._guards import detect_fake_mode
+    from torch._inductor.decomposition import select_decomp_table
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    mode = detect_fake_mode(inputs)
+    if mode is None:
+        raise ValueError("the graph's values carry no fake mode")
+    with mode:
+        return make_fx(fn, decomposition_table=select_decomp_table())(*inputs)
+
+
+def _splice(
+    graph: fx.Graph, node: fx.Node, table: fx.Node, traced: fx.GraphModule, args: list[fx.Node]
+) -> None:
+    """`node` replaced by a copy of `traced` on `args`; its zero `table` erased if unused."""
+    env: dict[fx.Node, Any] = {}
+    places = [n for n in traced.graph.nodes if n.op == "placeholder"]
+    env.update(zip(places, args, strict=True))
+    with graph.inserting_before(node):
+        for n in traced.graph.nodes:
+            if n.op == "placeholder":
+                continue
+            if n.op == "output":
+                result = env[n.args[0]]
+                break
+            env[n] = graph.node_copy(n, lambda a: env[a])
+            if "stack_trace" in node.meta:
+                env[n].meta["stack_trace"] = node.meta["stack_trace"]
+    node.replace_all_uses_with(result)
+    graph.erase_node(node)
+    if not table.users:
+        graph.erase_node(table)
+
+
+def one_hot_table_grads(gm: fx.GraphModule, devices: tuple[str, ...] = ("cuda",)) -> int:
+    graph = gm.graph
+    done = 0
+    for node in list(graph.nodes):
+        parts = _accumulate(node) if node.op == "call_function" else None
+        if parts is None:
+            continue
+        table_node, mask, index, values = parts
+        table = _zero_table(table_node)
+        why = _refusal(table, _val(mask), _val(index), _val(values), devices)
+        if why is not None or table is None:
+            log.debug("kernelpro: %s left as written: %s", node.name, why)
+            continue
+        args = [n for n in (mask, index, values) if n is not None]
+        fn = _one_hot_sum(table.shape[0], list(table.shape), mask is not None)
+        try:
+            traced = _trace(fn, [_val(a) for a in args])
+        except Exception as e:  # a form the tracer refuses: the atomics still work
+            log.warning("kernelpro: %s kept its atomics: tracing failed (%s)", node.name, e)
+            continue
+        _splice(graph, node, table_node, traced, args)
+        done += 1
+    if done:
+        gm.recompile()
+        log.info("kernelpro: %d small-table gradient(s) as one-hot GEMMs", done)
+    return done

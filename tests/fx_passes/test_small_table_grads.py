@@ -1,0 +1,140 @@
+"""A small table's accumulated gradient as a one-hot GEMM: the backward graphs AOTAutograd
+makes for embeddings with few rows and many lookups (T5's position buckets, token types),
+rewritten on the CPU (the pass's device list opened to it), compiled by Inductor, and their
+gradients checked against eager's."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch._dynamo.backends.common import aot_autograd
+from torch._inductor.compile_fx import compile_fx_inner
+from torch._inductor.decomposition import select_decomp_table
+from torch.fx.experimental.proxy_tensor import make_fx
+
+from kernelpro_backend.fx_passes.small_table_grads import one_hot_table_grads
+
+aten = torch.ops.aten
+PUTS = (aten._unsafe_masked_index_put_accumulate.default, aten.index_put.default)
+
+
+def puts(gm: torch.fx.GraphModule) -> int:
+    return sum(n.target in PUTS for n in gm.graph.nodes)
+
+
+def grads_through(
+    fn: Callable[..., torch.Tensor], *args: torch.Tensor
+) -> tuple[list[torch.Tensor], list[int]]:
+    """`fn`'s gradients with its backward graph rewritten for the CPU and compiled by Inductor;
+    with how many accumulates the graph had before and after."""
+    counts: list[int] = []
+
+    def backward(gm: torch.fx.GraphModule, inputs: list[Any]) -> Any:
+        counts.append(puts(gm))
+        counts.append(one_hot_table_grads(gm, devices=("cpu",)))
+        counts.append(puts(gm))
+        return compile_fx_inner(gm, inputs)
+
+    def forward(gm: torch.fx.GraphModule, inputs: list[Any]) -> Any:
+        return compile_fx_inner(gm, inputs)
+
+    backend = aot_autograd(
+        fw_compiler=forward, bw_compiler=backward, decompositions=select_decomp_table()
+    )
+    torch._dynamo.reset()
+    leaves = [a.detach().requires_grad_(a.is_floating_point()) for a in args]
+    torch.compile(fn, backend=backend)(*leaves).backward()
+    return [a.grad for a in leaves if a.grad is not None], counts
+
+
+def eager_grads(fn: Callable[..., torch.Tensor], *args: torch.Tensor) -> list[torch.Tensor]:
+    leaves = [a.detach().requires_grad_(a.is_floating_point()) for a in args]
+    fn(*leaves).backward()
+    return [a.grad for a in leaves if a.grad is not None]
+
+
+def position_bias(weight: torch.Tensor, buckets: torch.Tensor, g: torch.Tensor) -> torch.Tensor:
+    """T5's relative-position bias: one row of heads for each (query, key) pair's bucket."""
+    return (F.embedding(buckets, weight).permute(2, 0, 1) * g).sum()
+
+
+def test_position_bias_gradient_matches_eager() -> None:
+    torch.manual_seed(0)
+    weight, g = torch.randn(32, 4), torch.randn(4, 128, 128)
+    buckets = torch.randint(0, 32, (128, 128))
+    got, counts = grads_through(position_bias, weight, buckets, g)
+    want = eager_grads(position_bias, weight, buckets, g)
+    assert counts == [1, 1, 0]
+    torch.testing.assert_close(got[0], want[0], rtol=1e-5, atol=1e-4)
+    torch.testing.assert_close(got[1], want[1])
+
+
+def test_padding_row_gets_no_gradient() -> None:
+    torch.manual_seed(1)
+    weight, g = torch.randn(6, 8), torch.randn(4096, 8)
+    ids = torch.randint(0, 6, (4096,))
+
+    def fn(weight: torch.Tensor, ids: torch.Tensor, g: torch.Tensor) -> torch.Tensor:
+        return (F.embedding(ids, weight, padding_idx=3) * g).sum()
+
+    got, counts = grads_through(fn, weight, ids, g)
+    want = eager_grads(fn, weight, ids, g)
+    assert counts == [1, 1, 0]
+    assert torch.equal(got[0][3], torch.zeros(8))
+    torch.testing.assert_close(got[0], want[0], rtol=1e-5, atol=1e-4)
+
+
+def test_bfloat16_sums_as_exactly_as_float32_accumulation_allows() -> None:
+    torch.manual_seed(2)
+    weight = torch.randn(2, 64, dtype=torch.bfloat16)
+    g = torch.randn(2048, 64, dtype=torch.bfloat16)
+    ids = torch.randint(0, 2, (2048,))
+    got, counts = grads_through(lambda w, i, g: (F.embedding(i, w) * g).sum(), weight, ids, g)
+    exact = torch.zeros(2, 64, dtype=torch.float64).index_add_(0, ids, g.double())
+    assert counts == [1, 1, 0] and got[0].dtype == torch.bfloat16
+    torch.testing.assert_close(got[0].double(), exact, rtol=1e-2, atol=1e-2)
+
+
+def put_graph(rows: int, hits: int, dtype: torch.dtype = torch.float32) -> tuple[Any, list[Any]]:
+    """`zeros(rows, 3).index_put((index,), values, accumulate=True)`, traced past Inductor's
+    decompositions, with indices from -rows to rows - 1 (negative ones wrap)."""
+
+    def fn(index: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
+        return torch.zeros(rows, 3, dtype=dtype).index_put((index,), values, accumulate=True)
+
+    index = torch.randint(-rows, rows, (hits,))
+    values = torch.randn(hits, 3, dtype=dtype)
+    gm = make_fx(fn, decomposition_table=select_decomp_table(), tracing_mode="fake")(index, values)
+    return gm, [index, values]
+
+
+def test_index_put_with_negative_indices() -> None:
+    torch.manual_seed(3)
+    gm, args = put_graph(8, 8 * 256)
+    want = gm(*args)
+    assert puts(gm) == 1 and one_hot_table_grads(gm, devices=("cpu",)) == 1 and puts(gm) == 0
+    torch.testing.assert_close(gm(*args), want, rtol=1e-5, atol=1e-4)
+
+
+@pytest.mark.parametrize(
+    ("rows", "hits", "devices", "tf32"),
+    [
+        (100, 100 * 256, ("cpu",), False),  # too many rows for a one-hot
+        (8, 8 * 255, ("cpu",), False),  # too few hits a row to contend
+        (8, 8 * 256, ("cuda",), False),  # a device not named
+        (8, 8 * 256, ("cpu",), True),  # TF32 would round float32 values
+    ],
+)
+def test_left_as_written(rows: int, hits: int, devices: tuple[str, ...], tf32: bool) -> None:
+    gm, _ = put_graph(rows, hits)
+    before = torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = tf32
+    try:
+        assert one_hot_table_grads(gm, devices=devices) == 0
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = before
+    assert puts(gm) == 1
