@@ -1,7 +1,7 @@
 """A gradient accumulated into a small table by many indices, computed as a one-hot matmul.
 
-An embedding's backward (and `index_put_(..., accumulate=True)`) reaches Inductor as
-`_unsafe_masked_index_put_accumulate` (or `index_put` with `accumulate=True`) into a zero table,
+An embedding's backward reaches Inductor as `_unsafe_masked_index_put_accumulate` into a zero
+table,
 which Inductor lowers to one atomic add per value. When the table has few rows and each row is
 hit by many indices, those atomics serialize on a few addresses: Hugging Face's T5 looks its
 relative-position bias up from 32 buckets for every (query, key) pair, so its gradient adds
@@ -39,7 +39,8 @@ PART = 4096  # indices a batch of the one-hot GEMM at least
 
 _aten = torch.ops.aten
 _MASKED = _aten._unsafe_masked_index_put_accumulate.default
-_PUTS = (_aten.index_put.default, _aten._unsafe_index_put.default)
+# Only this op: `index_put` with accumulate (what `_unsafe_index_put` also decomposes to) has
+# its indices' bounds checked by Inductor, which the one-hot would not do.
 
 
 def _val(node: Any) -> Any:
@@ -61,24 +62,15 @@ def _zero_table(node: Any) -> torch.Tensor | None:
     return table
 
 
-def _accumulate(node: fx.Node) -> tuple[fx.Node, fx.Node | None, fx.Node, fx.Node] | None:
-    """(table, mask or None, index, values) of an accumulating put, else None."""
-    if node.target is _MASKED:
-        table, mask, indices, values = node.args[:4]
-    elif node.target in _PUTS:
-        table, indices, values = node.args[:3]
-        accumulate = node.args[3] if len(node.args) > 3 else node.kwargs.get("accumulate", False)
-        if accumulate is not True:
-            return None
-        mask = None
-    else:
+def _accumulate(node: fx.Node) -> tuple[fx.Node, fx.Node, fx.Node, fx.Node] | None:
+    """(table, mask, index, values) of a masked accumulate, else None."""
+    if node.target is not _MASKED:
         return None
+    table, mask, indices, values = node.args[:4]
     if not isinstance(indices, (list, tuple)) or len(indices) != 1:
         return None
     index = indices[0]
-    if not all(isinstance(n, fx.Node) for n in (table, index, values)):
-        return None
-    if mask is not None and not isinstance(mask, fx.Node):
+    if not all(isinstance(n, fx.Node) for n in (table, mask, index, values)):
         return None
     return table, mask, index, values  # type: ignore[return-value]
 
@@ -97,7 +89,7 @@ def _refusal(
         return "index or value dtypes"
     if tuple(values.shape) != tuple(index.shape) + tuple(table.shape[1:]):
         return "values not one row per index"
-    if mask is not None and (
+    if not isinstance(mask, torch.Tensor) or (
         mask.dtype != torch.bool or torch.broadcast_shapes(mask.shape, values.shape) != values.shape
     ):
         return "mask does not broadcast to the values"
@@ -121,15 +113,14 @@ def _batches(n: int) -> int:
     return parts
 
 
-def _one_hot_sum(
-    rows: int, shape: list[int], masked: bool
-) -> Any:  # the replacement, traced on the graph's fake values
-    def fn(*args: torch.Tensor) -> torch.Tensor:
-        index, values = args[-2:]
+def _one_hot_sum(rows: int, shape: list[int]) -> Any:
+    """The replacement, traced on the graph's fake values: indices clamped and wrapped and
+    masked-out values zeroed as the op's decomposition does, then the one-hot GEMM."""
+
+    def fn(mask: torch.Tensor, index: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
         index = index.clamp(-rows, rows - 1)
         index = torch.where(index < 0, index + rows, index)
-        if masked:
-            values = values.masked_fill(~args[0], 0)
+        values = values.masked_fill(~mask, 0)
         n = index.numel()
         parts = _batches(n)
         width = math.prod(shape[1:])
@@ -188,8 +179,8 @@ def one_hot_table_grads(gm: fx.GraphModule, devices: tuple[str, ...] = ("cuda",)
         if why is not None or table is None:
             log.debug("kernelpro: %s left as written: %s", node.name, why)
             continue
-        args = [n for n in (mask, index, values) if n is not None]
-        fn = _one_hot_sum(table.shape[0], list(table.shape), mask is not None)
+        args = [mask, index, values]
+        fn = _one_hot_sum(table.shape[0], list(table.shape))
         try:
             traced = _trace(fn, [_val(a) for a in args])
         except Exception as e:  # a form the tracer refuses: the atomics still work

@@ -19,7 +19,7 @@ from torch.fx.experimental.proxy_tensor import make_fx
 from kernelpro_backend.fx_passes.small_table_grads import one_hot_table_grads
 
 aten = torch.ops.aten
-PUTS = (aten._unsafe_masked_index_put_accumulate.default, aten.index_put.default)
+PUTS = (aten._unsafe_masked_index_put_accumulate.default,)
 
 
 def puts(gm: torch.fx.GraphModule) -> int:
@@ -99,20 +99,24 @@ def test_bfloat16_sums_as_exactly_as_float32_accumulation_allows() -> None:
     torch.testing.assert_close(got[0].double(), exact, rtol=1e-2, atol=1e-2)
 
 
-def put_graph(rows: int, hits: int, dtype: torch.dtype = torch.float32) -> tuple[Any, list[Any]]:
-    """`zeros(rows, 3).index_put((index,), values, accumulate=True)`, traced past Inductor's
-    decompositions, with indices from -rows to rows - 1 (negative ones wrap)."""
+def put_graph(rows: int, hits: int) -> tuple[Any, list[Any]]:
+    """`_unsafe_masked_index_put_accumulate` into `zeros(rows, 3)` as Inductor receives it,
+    with indices from -rows to rows - 1 (negative ones wrap) and a third of them masked out."""
 
-    def fn(index: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
-        return torch.zeros(rows, 3, dtype=dtype).index_put((index,), values, accumulate=True)
+    def fn(mask: torch.Tensor, index: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
+        table = torch.zeros(rows, 3)
+        return aten._unsafe_masked_index_put_accumulate(table, mask, [index], values)
 
     index = torch.randint(-rows, rows, (hits,))
-    values = torch.randn(hits, 3, dtype=dtype)
-    gm = make_fx(fn, decomposition_table=select_decomp_table(), tracing_mode="fake")(index, values)
-    return gm, [index, values]
+    mask = (torch.rand(hits) > 1 / 3).unsqueeze(-1)
+    values = torch.randn(hits, 3)
+    gm = make_fx(fn, decomposition_table=select_decomp_table(), tracing_mode="fake")(
+        mask, index, values
+    )
+    return gm, [mask, index, values]
 
 
-def test_index_put_with_negative_indices() -> None:
+def test_masked_accumulate_with_negative_indices() -> None:
     torch.manual_seed(3)
     gm, args = put_graph(8, 8 * 256)
     want = gm(*args)
