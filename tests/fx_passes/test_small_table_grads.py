@@ -5,6 +5,8 @@ gradients checked against eager's."""
 
 from __future__ import annotations
 
+import copy
+import functools
 from collections.abc import Callable
 from typing import Any
 
@@ -16,7 +18,11 @@ from torch._inductor.compile_fx import compile_fx_inner
 from torch._inductor.decomposition import select_decomp_table
 from torch.fx.experimental.proxy_tensor import make_fx
 
+import kernelpro_backend.backend as backend_module
+from kernelpro_backend import make_backend
+from kernelpro_backend.fx_passes import small_table_grads
 from kernelpro_backend.fx_passes.small_table_grads import one_hot_table_grads
+from kernelpro_backend.rewrite.providers import NullProvider
 
 aten = torch.ops.aten
 PUTS = (aten._unsafe_masked_index_put_accumulate.default,)
@@ -142,3 +148,43 @@ def test_left_as_written(rows: int, hits: int, devices: tuple[str, ...], tf32: b
     finally:
         torch.backends.cuda.matmul.allow_tf32 = before
     assert puts(gm) == 1
+
+
+@pytest.mark.parametrize("model", ["t5", "bert"])
+def test_library_models_train_as_eager_with_the_one_hot(model: str, monkeypatch) -> None:
+    """T5's position buckets and BERT's token types, as `transformers` builds them (tiny
+    configs, float32), through the backend with the pass opened to the CPU and any hit count:
+    each small table's gradient becomes the one-hot GEMM and every gradient follows eager's."""
+    transformers = pytest.importorskip("transformers")
+    monkeypatch.setattr(small_table_grads, "MIN_HITS", 1)
+    opened = functools.partial(one_hot_table_grads, devices=("cpu",))
+    monkeypatch.setattr(backend_module, "one_hot_table_grads", opened)
+    torch.manual_seed(0)
+    ids = torch.randint(3, 200, (2, 24))
+    if model == "t5":
+        config = transformers.T5Config(
+            vocab_size=200, d_model=32, d_kv=8, d_ff=64, num_layers=1, num_heads=4,
+            relative_attention_num_buckets=8, dropout_rate=0.0, decoder_start_token_id=0,
+        )  # fmt: skip
+        net = transformers.T5ForConditionalGeneration(config)
+        inputs = dict(input_ids=ids, labels=ids[:, :12].contiguous())
+        tables = 2  # the encoder's and the decoder's position biases
+    else:
+        config = transformers.BertConfig(
+            vocab_size=200, hidden_size=32, num_hidden_layers=1, num_attention_heads=4,
+            intermediate_size=64, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0,
+        )  # fmt: skip
+        net = transformers.BertForMaskedLM(config)
+        inputs = dict(input_ids=ids, labels=ids)
+        tables = 1  # token types; positions (512 rows) and words have too many rows
+    net.train()
+    compiled_net = copy.deepcopy(net)
+    net(**inputs).loss.backward()
+    sessions: list = []
+    torch._dynamo.reset()
+    backend = make_backend(provider=NullProvider(), sessions=sessions)
+    torch.compile(compiled_net, backend=backend)(**inputs).loss.backward()
+    made = sum(s.rewrites.get(small_table_grads.NAME, 0) for s in sessions)
+    assert made >= tables, made
+    for (name, a), b in zip(net.named_parameters(), compiled_net.parameters(), strict=True):
+        torch.testing.assert_close(b.grad, a.grad, rtol=1e-4, atol=1e-5, msg=name)
