@@ -1,6 +1,6 @@
 """Test helpers: training a model for a few steps, collecting subgraphs of a model, a small
-conv/BatchNorm network, running the `kernelpro cache` command in-process, and the per-test
-Triton mode of the codegen and lowering tests."""
+conv/BatchNorm network, running the `kernelpro cache` command in-process, the per-test
+Triton mode of the codegen and lowering tests, and the marks of CUTLASS tests on a GPU."""
 
 from __future__ import annotations
 
@@ -14,6 +14,19 @@ from kernelpro_backend import make_backend
 from kernelpro_backend.cli.cache import run_cli
 from kernelpro_backend.cli.main import build_parser
 from kernelpro_backend.fx_passes import Subgraph
+from kernelpro_backend.runtime.cuda.compile import cutlass_include_dirs, find_nvcc
+
+# A CUTLASS library run on the GPU: the gpu tier, on Hopper, where nvcc and the headers are.
+HOPPER_CUTLASS = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(
+        not torch.cuda.is_available() or torch.cuda.get_device_capability() < (9, 0),
+        reason="needs a Hopper GPU",
+    ),
+    pytest.mark.skipif(
+        find_nvcc() is None or not cutlass_include_dirs(), reason="needs nvcc and CUTLASS"
+    ),
+]
 
 
 def train(

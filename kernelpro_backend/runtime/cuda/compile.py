@@ -81,15 +81,17 @@ def nvcc_version(nvcc: str) -> str:
     return f"nvcc {found.group(1) if found else 'unknown version'}"
 
 
-def cutlass_include_dirs() -> list[str]:
-    """CUTLASS/CuTe headers: $CUTLASS_PATH/include, or the nvidia-cutlass wheel's copy."""
-    dirs = []
-    if os.environ.get("CUTLASS_PATH"):
-        dirs.append(Path(os.environ["CUTLASS_PATH"]) / "include")
+def cutlass_include_dirs(util: bool = False) -> list[str]:
+    """CUTLASS/CuTe headers: $CUTLASS_PATH/include, or the nvidia-cutlass wheel's copy; with
+    `util`, CUTLASS's util headers (tools/util/include), which its conv collectives include."""
+    tops = [Path(os.environ["CUTLASS_PATH"])] if os.environ.get("CUTLASS_PATH") else []
     spec = importlib.util.find_spec("cutlass_library")  # located, not imported (slow)
     if spec is not None and spec.submodule_search_locations:
-        for root in spec.submodule_search_locations:
-            dirs.append(Path(root) / "source" / "include")
+        tops += [Path(root) / "source" for root in spec.submodule_search_locations]
+    if util:
+        dirs = [top / "tools" / "util" / "include" for top in tops]
+        return [str(d) for d in dirs if (d / "cutlass" / "util").is_dir()]
+    dirs = [top / "include" for top in tops]
     return [str(d) for d in dirs if (d / "cute").is_dir() or (d / "cutlass").is_dir()]
 
 

@@ -48,10 +48,15 @@ RUN_ERRORS = {
 }
 
 
-def library_flags(arch: str) -> tuple[str, ...]:
+def library_flags(arch: str, source: str = "") -> tuple[str, ...]:
+    """nvcc's flags for `source`'s library; a convolution's also name CUTLASS's util headers
+    (its conv collectives include them; a GEMM's flags, and so its cached names, stay)."""
     flags = ["-shared", "-Xcompiler", "-fPIC", f"-arch={arch}", "-O3", "-std=c++17"]
     flags += ["--expt-relaxed-constexpr", "-DNDEBUG", "-lineinfo"]
-    return tuple(flags + [f"-I{d}" for d in cutlass_include_dirs()])
+    dirs = cutlass_include_dirs()
+    if '#include "cutlass/conv/' in source:
+        dirs += cutlass_include_dirs(util=True)
+    return tuple(flags + [f"-I{d}" for d in dirs])
 
 
 log = logging.getLogger("kernelpro")
@@ -71,7 +76,7 @@ def library_path(source: str, arch: str, library_dir: str | os.PathLike[str] | N
     if nvcc is None:
         raise CudaCompileError("no nvcc: a CUDA C++ kernel with a host entry point needs nvcc")
     root = library_dir if library_dir is not None else _LIBRARY_DIR[0]
-    return compiled_path(source, arch, nvcc_version(nvcc), library_flags(arch), root, ".so")
+    return compiled_path(source, arch, nvcc_version(nvcc), library_flags(arch, source), root, ".so")
 
 
 def library_gemm(source: str, *, bias: bool, source_term: bool) -> HostGemm:
@@ -118,7 +123,7 @@ def compile_library(
         raise CudaCompileError(
             "no CUTLASS headers: pip install nvidia-cutlass (or set CUTLASS_PATH)"
         )
-    flags = library_flags(arch)
+    flags = library_flags(arch, source)
     name = library_path(source, arch, library_dir)
     found = read_built(name)
     if found is None:

@@ -9,21 +9,12 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 import torch
 import torch.nn.functional as F
+from helpers import HOPPER_CUTLASS
 
 from kernelpro_backend.codegen.templates.cutlass import ENTRY_POINTS, CutlassGemm
-from kernelpro_backend.runtime.cuda.compile import cutlass_include_dirs, find_nvcc
 from kernelpro_backend.runtime.cuda.host import HostGemm, compile_library
 
-pytestmark = [
-    pytest.mark.gpu,
-    pytest.mark.skipif(
-        not torch.cuda.is_available() or torch.cuda.get_device_capability() < (9, 0),
-        reason="needs a Hopper GPU",
-    ),
-    pytest.mark.skipif(
-        find_nvcc() is None or not cutlass_include_dirs(), reason="needs nvcc and CUTLASS"
-    ),
-]
+pytestmark = HOPPER_CUTLASS
 
 
 SCHEDULES, LAYOUTS = ("pingpong", "cooperative", "stream_k"), (("k", "n"), ("m", "n"), ("m", "k"))

@@ -1,0 +1,190 @@
+"""A CUTLASS 3 implicit-GEMM 2-D convolution for Hopper as CUDA C++ with a host entry point:
+the forward (fprop), the input gradient (dgrad) or the weight gradient (wgrad) of a dense
+cross-correlation (`torch.nn.functional.conv2d`, groups 1), channels-last, fp32 accumulation.
+CUTLASS's conv collective loads the activation with TMA in im2col mode, so no patch matrix is
+written; a warp-specialised main loop (wgmma) and a TMA epilogue. 16-bit operands, or float32
+run as TF32 (only where PyTorch allows TF32 for convolutions; the caller decides).
+
+Operands, all packed channels-last (a channels-last tensor's memory order):
+- fprop: act = x [N, H, W, C], flt = w [K, R, S, C], out = y [N, P, Q, K];
+- dgrad: act = dy [N, P, Q, K], flt = w [K, R, S, C], out = dx [N, H, W, C];
+- wgrad: act = dy [N, P, Q, K], flt = x [N, H, W, C], out = dw [K, R, S, C].
+Every entry point takes the forward problem (n, h, w, c, k, r, s, padding, stride, dilation);
+CUTLASS's problem shape maps it to each operator's GEMM.
+
+Owns: `CutlassConv` (the kernel's configuration: operator, dtype, tile, cluster, checked on
+construction) and its source, which exports `kp_conv_workspace(n, h, w, c, k, r, s, pad_h,
+pad_w, stride_h, stride_w, dil_h, dil_w, sm_count)` and `kp_conv_run(act, flt, out, <the same
+problem>, workspace, sm_count, stream)`: 0 when it ran, 1 when the problem does not fit the
+kernel (alignment: C and K multiples of 16 bytes; sizes), 2/3 when CUTLASS failed to initialise
+or launch (host.py's codes).
+Must not: compile, load or launch (runtime/cuda/host.py), or know aten (lowering decides when
+a subgraph is this convolution).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from .cutlass import CutlassConfigError
+
+# torch dtype name -> CUTLASS element; float32 runs as TF32 (the builder's tensor-op choice)
+DTYPES = {"bfloat16": "cutlass::bfloat16_t", "float16": "cutlass::half_t", "float32": "float"}
+OPERATORS = {"fprop": "kFprop", "dgrad": "kDgrad", "wgrad": "kWgrad"}
+ENTRY_POINTS = ("kp_conv_workspace", "kp_conv_run")
+
+
+@dataclasses.dataclass(frozen=True)
+class CutlassConv:
+    operator: str = "fprop"
+    dtype: str = "bfloat16"  # every operand
+    tile: tuple[int, int, int] = (128, 128, 64)
+    cluster: tuple[int, int] = (1, 1)
+
+    def __post_init__(self) -> None:
+        if self.operator not in OPERATORS:
+            raise CutlassConfigError(f"operator {self.operator!r}: one of {sorted(OPERATORS)}")
+        if self.dtype not in DTYPES:
+            raise CutlassConfigError(f"dtype {self.dtype!r}: one of {sorted(DTYPES)}")
+        m, n, k = self.tile
+        ks = (16, 32) if self.dtype == "float32" else (32, 64)  # 128-byte rows of K
+        if m not in (64, 128) or n not in (64, 128, 256) or k not in ks:
+            raise CutlassConfigError(
+                f"tile {self.tile}: M in 64/128, N in 64/128/256, K in {ks} for {self.dtype}"
+            )
+        if any(c not in (1, 2) for c in self.cluster):
+            raise CutlassConfigError(f"cluster {self.cluster}: 1 or 2 CTAs along M and N")
+        if self.dtype == "float32" and self.operator == "wgrad":
+            raise CutlassConfigError(
+                "float32 (TF32) wgrad: TF32 wgmma reads K-major operands, and a weight "
+                "gradient's K (batch and pixels) is not the contiguous dim of channels-last dy, x"
+            )
+
+    def source_text(self) -> str:
+        """The CUDA C++ translation unit (compile with -arch=sm_90a, CUTLASS headers)."""
+        tm, tn, tk = self.tile
+        cm, cn = self.cluster
+        wgrad = self.operator == "wgrad"
+        return _SOURCE.format(
+            config=self,
+            element=DTYPES[self.dtype],
+            operator=OPERATORS[self.operator],
+            # wgrad's GEMM N is (R, S, C) and its K (N, P, Q): CUTLASS wants them as tuples
+            tile=(
+                f"Shape<_{tm}, Shape<_{tn}>, Shape<_{tk}>>"
+                if wgrad
+                else f"Shape<_{tm}, _{tn}, Shape<_{tk}>>"
+            ),
+            cluster=f"Shape<_{cm}, _{cn}, _1>",
+            out_layout="TensorKCSR" if wgrad else "TensorNHWC",
+            epilogue=(
+                "cutlass::epilogue::NoSmemWarpSpecialized"
+                if wgrad
+                else "cutlass::epilogue::TmaWarpSpecialized"
+            ),
+            strides=_WGRAD_STRIDES if wgrad else _ACT_STRIDES,
+        )
+
+
+# The output's strides from the problem shape: an activation-shaped output (fprop's y,
+# dgrad's dx) has its spatial modes in reverse order in CuTe's stride; wgrad's dw is packed.
+_ACT_STRIDES = """\
+  cute::for_each(cute::make_seq<cute::rank<0>(StrideD{})>{}, [&](auto i) {
+    cute::get<0, i>(sd) = problem.stride_C[ProblemShape::RankT - 2 - i];
+  });"""
+_WGRAD_STRIDES = """\
+  sd = cutlass::make_cute_packed_stride(StrideD{}, problem.shape_C, problem.stride_C,
+                                        cutlass::conv::Operator::kWgrad);"""
+
+
+_SOURCE = """\
+// Generated by kernelpro (codegen/templates/cutlass_conv.py) from {config}
+// A 2-D convolution's {operator}, channels-last, fp32 accumulation.
+#include <cstdint>
+#include <cuda_runtime.h>
+#include "cute/tensor.hpp"
+#include "cutlass/cutlass.h"
+#include "cutlass/kernel_hardware_info.h"
+#include "cutlass/conv/collective/collective_builder.hpp"
+#include "cutlass/conv/convnd_problem_shape.hpp"
+#include "cutlass/conv/device/conv_universal_adapter.hpp"
+#include "cutlass/conv/kernel/conv_universal.hpp"
+#include "cutlass/epilogue/collective/collective_builder.hpp"
+#include "cutlass/util/packed_stride.hpp"
+
+using namespace cute;
+
+using Element = {element};
+using ElementAccumulator = float;
+using ElementCompute = float;
+constexpr int kAlign = 128 / cutlass::sizeof_bits<Element>::value;  // 16-byte accesses
+using TileShape = {tile};
+using ClusterShape = {cluster};
+
+using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
+    cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, TileShape, ClusterShape,
+    cutlass::epilogue::collective::EpilogueTileAuto, ElementAccumulator, ElementCompute,
+    void, cutlass::layout::{out_layout}, kAlign, Element, cutlass::layout::{out_layout}, kAlign,
+    {epilogue}>::CollectiveOp;
+
+using CollectiveMainloop = typename cutlass::conv::collective::CollectiveBuilder<
+    cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, cutlass::conv::Operator::{operator},
+    Element, cutlass::layout::TensorNHWC, kAlign, Element, cutlass::layout::TensorNHWC, kAlign,
+    ElementAccumulator, TileShape, ClusterShape,
+    cutlass::conv::collective::StageCountAutoCarveout<static_cast<int>(
+        sizeof(typename CollectiveEpilogue::SharedStorage))>,
+    cutlass::conv::collective::KernelScheduleAuto>::CollectiveOp;
+
+using ProblemShape = cutlass::conv::ConvProblemShape<
+    CollectiveMainloop::DispatchPolicy::ConvOp,
+    CollectiveMainloop::DispatchPolicy::NumSpatialDimensions>;
+using ConvKernel = cutlass::conv::kernel::ConvUniversal<
+    ProblemShape, CollectiveMainloop, CollectiveEpilogue>;
+using Conv = cutlass::conv::device::ConvUniversalAdapter<ConvKernel>;
+using StrideD = typename ConvKernel::StrideD;
+
+static typename Conv::Arguments make_args(
+    const void* act, const void* flt, void* out, int n, int h, int w, int c, int k, int r,
+    int s, int pad_h, int pad_w, int stride_h, int stride_w, int dil_h, int dil_w,
+    int sm_count) {{
+  ProblemShape problem(cutlass::conv::Mode::kCrossCorrelation, {{n, h, w, c}}, {{k, r, s, c}},
+                       {{pad_h, pad_w}}, {{pad_h, pad_w}}, {{stride_h, stride_w}},
+                       {{dil_h, dil_w}}, 1);
+  StrideD sd{{}};
+{strides}
+  cutlass::KernelHardwareInfo hw;
+  hw.device_id = 0;
+  hw.sm_count = sm_count;
+  typename Conv::Arguments args{{
+      problem,
+      {{static_cast<const Element*>(act), static_cast<const Element*>(flt)}},
+      {{{{}}, nullptr, sd, static_cast<Element*>(out), sd}},
+      hw}};
+  args.epilogue.thread.alpha = 1.0f;
+  args.epilogue.thread.beta = 0.0f;
+  return args;
+}}
+
+extern "C" size_t kp_conv_workspace(int n, int h, int w, int c, int k, int r, int s, int pad_h,
+                                    int pad_w, int stride_h, int stride_w, int dil_h,
+                                    int dil_w, int sm_count) {{
+  auto args = make_args(nullptr, nullptr, nullptr, n, h, w, c, k, r, s, pad_h, pad_w,
+                        stride_h, stride_w, dil_h, dil_w, sm_count);
+  return Conv::get_workspace_size(args);
+}}
+
+// 0: ran; 1: the problem does not fit this kernel; 2: initialisation failed; 3: launch failed
+extern "C" int kp_conv_run(const void* act, const void* flt, void* out, int n, int h, int w,
+                           int c, int k, int r, int s, int pad_h, int pad_w, int stride_h,
+                           int stride_w, int dil_h, int dil_w, void* workspace, int sm_count,
+                           void* stream) {{
+  auto args = make_args(act, flt, out, n, h, w, c, k, r, s, pad_h, pad_w, stride_h, stride_w,
+                        dil_h, dil_w, sm_count);
+  Conv conv;
+  if (conv.can_implement(args) != cutlass::Status::kSuccess) return 1;
+  auto st = static_cast<cudaStream_t>(stream);
+  if (conv.initialize(args, workspace, st) != cutlass::Status::kSuccess) return 2;
+  if (conv.run(st) != cutlass::Status::kSuccess) return 3;
+  return 0;
+}}
+"""
