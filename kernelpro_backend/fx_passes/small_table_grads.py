@@ -11,11 +11,14 @@ are the same shape of problem.
 
 Here such an accumulate becomes `one_hot(index)^T @ values`, a [rows, N] x [N, width] GEMM cut
 along N into up to 256 batches whose results are summed (what the atomics did one add at a
-time): each value read once, the one-hot written and read once. Its entries are 0 or 1, so every product is exact and only the
-order of the float32-accumulated sums differs (the atomics' order is not fixed either). Float32
-values only while TF32 matmuls are off: a TF32 GEMM would round them, which the user's
-accumulate never did. Masked-out values read as 0 and indices are clamped and wrapped as the
-decomposition does. Made only on the devices named (CUDA, where the atomics are the cost).
+time): each value read once, the one-hot written and read once. Its entries are 0 or 1, so
+every product is exact and only the order of the float32-accumulated sums differs (the
+atomics' order is not fixed either). Float32 values go in as two columns each, their top 10
+mantissa bits and the rest: a TF32 GEMM (where the user allows TF32 for matmuls, now or later)
+reads the first exactly and the second to 2^-11 of itself, 2^-21 of the value; IEEE reads both
+exactly. The user's accumulate is not a matmul, so it must not take TF32's rounding.
+Masked-out values read as 0 and indices are clamped and wrapped as the decomposition does.
+Made only on the devices named (CUDA, where the atomics are the cost).
 
 Owns: `one_hot_table_grads(gm, devices) -> int` (accumulates replaced), `MAX_ROWS`, `MIN_HITS`.
 Must not: touch an accumulate whose table is not a fresh zero tensor, or one with few hits a row.
@@ -36,6 +39,7 @@ NAME = "small_table_grads"
 MAX_ROWS = 64  # the one-hot costs rows x the index count: small tables only
 MIN_HITS = 256  # average indices a row: below it the atomics barely contend
 PART = 4096  # indices a batch of the one-hot GEMM at least
+TF32_MASK = -8192  # a float32's bits but its low 13 mantissa bits: TF32's 10 remain
 
 _aten = torch.ops.aten
 _MASKED = _aten._unsafe_masked_index_put_accumulate.default
@@ -95,8 +99,6 @@ def _refusal(
         return "mask does not broadcast to the values"
     if table.dtype not in (torch.float16, torch.bfloat16, torch.float32):
         return f"{table.dtype} table"
-    if table.dtype == torch.float32 and torch.backends.cuda.matmul.allow_tf32:
-        return "float32 with TF32 matmuls allowed (the GEMM would round the values)"
     rows, hits = table.shape[0], index.numel()
     if rows > MAX_ROWS or hits < MIN_HITS * rows:
         return f"{rows} rows, {hits} indices: too large a table or too few hits a row"
@@ -125,8 +127,15 @@ def _one_hot_sum(rows: int, shape: list[int]) -> Any:
         parts = _batches(n)
         width = math.prod(shape[1:])
         hot = index.reshape(parts, n // parts, 1) == torch.arange(rows, device=index.device)
-        flat = hot.to(values.dtype).transpose(1, 2) @ values.reshape(parts, n // parts, width)
-        return flat.sum(0).reshape(shape)
+        values = values.reshape(parts, n // parts, width)
+        split = values.dtype == torch.float32
+        if split:  # exact whether or not TF32 is allowed (see the module's docstring)
+            high = (values.view(torch.int32) & TF32_MASK).view(torch.float32)
+            values = torch.cat([high, values - high], dim=-1)
+        flat = (hot.to(values.dtype).transpose(1, 2) @ values).sum(0)
+        if split:
+            flat = flat[:, :width] + flat[:, width:]
+        return flat.reshape(shape)
 
     return fn
 

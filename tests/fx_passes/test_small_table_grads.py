@@ -131,23 +131,34 @@ def test_masked_accumulate_with_negative_indices() -> None:
 
 
 @pytest.mark.parametrize(
-    ("rows", "hits", "devices", "tf32"),
+    ("rows", "hits", "devices"),
     [
-        (100, 100 * 256, ("cpu",), False),  # too many rows for a one-hot
-        (8, 8 * 255, ("cpu",), False),  # too few hits a row to contend
-        (8, 8 * 256, ("cuda",), False),  # a device not named
-        (8, 8 * 256, ("cpu",), True),  # TF32 would round float32 values
+        (100, 100 * 256, ("cpu",)),  # too many rows for a one-hot
+        (8, 8 * 255, ("cpu",)),  # too few hits a row to contend
+        (8, 8 * 256, ("cuda",)),  # a device not named
     ],
 )
-def test_left_as_written(rows: int, hits: int, devices: tuple[str, ...], tf32: bool) -> None:
+def test_left_as_written(rows: int, hits: int, devices: tuple[str, ...]) -> None:
     gm, _ = put_graph(rows, hits)
+    assert one_hot_table_grads(gm, devices=devices) == 0
+    assert puts(gm) == 1
+
+
+def test_float32_values_are_split_for_a_tf32_gemm() -> None:
+    """With TF32 allowed the pass still applies: the values go in as their TF32-exact high part
+    and the remainder (bit views in the graph), and the sums come out as with IEEE."""
+    torch.manual_seed(4)
+    gm, args = put_graph(8, 8 * 256)
+    want = gm(*args)
     before = torch.backends.cuda.matmul.allow_tf32
-    torch.backends.cuda.matmul.allow_tf32 = tf32
+    torch.backends.cuda.matmul.allow_tf32 = True
     try:
-        assert one_hot_table_grads(gm, devices=devices) == 0
+        assert one_hot_table_grads(gm, devices=("cpu",)) == 1
     finally:
         torch.backends.cuda.matmul.allow_tf32 = before
-    assert puts(gm) == 1
+    casts = [n for n in gm.graph.nodes if n.target is aten.view.dtype]
+    assert [n.args[1] for n in casts] == [torch.int32, torch.float32]
+    torch.testing.assert_close(gm(*args), want, rtol=1e-5, atol=1e-4)
 
 
 @pytest.mark.parametrize("model", ["t5", "bert"])

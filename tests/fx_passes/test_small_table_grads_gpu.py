@@ -20,12 +20,17 @@ def _buckets(s: int) -> torch.Tensor:
     return (pos[None, :] - pos[:, None]).clamp(-16, 15) + 16
 
 
+@pytest.mark.parametrize("tf32", [False, True])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize(
     "case",
     [("position", (32, 12), 1024), ("token_type", (2, 768), 32 * 512)],
 )
-def test_small_table_gradient_is_the_exact_sum(case: tuple, dtype: torch.dtype) -> None:
+def test_small_table_gradient_is_the_exact_sum(
+    case: tuple, dtype: torch.dtype, tf32: bool, monkeypatch
+) -> None:
+    """float32 to float32's rounding even where TF32 matmuls are allowed (the split values)."""
+    monkeypatch.setattr(torch.backends.cuda.matmul, "allow_tf32", tf32)
     name, (rows, width), n = case
     torch.manual_seed(0)
     if name == "position":
@@ -47,4 +52,4 @@ def test_small_table_gradient_is_the_exact_sum(case: tuple, dtype: torch.dtype) 
     exact.index_add_(0, index.reshape(-1), grad.reshape(-1, width).double())
     assert sum(s.rewrites.get(NAME, 0) for s in sessions) == 1
     err = float((weight.grad.double() - exact).norm() / exact.norm())
-    assert err < (1e-6 if dtype == torch.float32 else 8e-3), err
+    assert err < (2e-6 if dtype == torch.float32 else 8e-3), err  # TF32 unsplit: ~5e-4
