@@ -186,18 +186,18 @@ def one_hot_table_grads(gm: fx.GraphModule, devices: tuple[str, ...] = ("cuda",)
         table = _zero_table(table_node)
         why = _refusal(table, _val(mask), _val(index), _val(values), devices)
         if why is not None or table is None:
-            log.debug("kernelpro: %s left as written: %s", node.name, why)
+            log.debug("%s left as written: %s", node.name, why)
             continue
         args = [mask, index, values]
         fn = _one_hot_sum(table.shape[0], list(table.shape))
         try:
             traced = _trace(fn, [_val(a) for a in args])
         except Exception as e:  # a form the tracer refuses: the atomics still work
-            log.warning("kernelpro: %s kept its atomics: tracing failed (%s)", node.name, e)
+            log.warning("%s kept its atomics: tracing failed (%s)", node.name, e)
             continue
         _splice(graph, node, table_node, traced, args)
         done += 1
     if done:
         gm.recompile()
-        log.info("kernelpro: %d small-table gradient(s) as one-hot GEMMs", done)
+        log.info("%d small-table gradient(s) as one-hot GEMMs", done)
     return done
