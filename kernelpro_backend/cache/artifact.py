@@ -216,9 +216,10 @@ class KernelArtifact:
 
     @property
     def shown_language(self) -> str:
-        """The language listings show: "cutlass" for a CUTLASS GEMM (a generated Python module
-        around CUDA C++, loaded as the Triton ones are), else `language`."""
-        return "cutlass" if self.template == "gemm_cutlass" else self.language
+        """The language listings show: "cutlass" for a CUTLASS GEMM or conv (a generated Python
+        module around CUDA C++, loaded as the Triton ones are), else `language`."""
+        cutlass = self.template in ("gemm_cutlass", "conv_cutlass")  # codegen's CUTLASS_TEMPLATES
+        return "cutlass" if cutlass else self.language
 
     @property
     def speedup(self) -> float | None:

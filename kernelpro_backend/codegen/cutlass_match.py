@@ -34,7 +34,7 @@ from .epilogue_eval import activation_of, is_function_of, unary_run
 from .gemm_output import dense_output, view_as_output
 from .optable_cuda import c_cast, c_expression, c_literal
 from .spec_view import io_names
-from .templates.cutlass import ACTIVATIONS, DTYPES, CutlassGemm
+from .templates.cutlass import ACTIVATIONS, CUTLASS_TEMPLATES, DTYPES, CutlassGemm
 
 ENTRY = "entry"
 # The knobs (knobs.py takes them from here): ping-pong or cooperative warp groups (the latter
@@ -56,7 +56,7 @@ def host_surcharge_ms(spec: Any, gpu_ms: float) -> float:
     """What a kernel must save beyond the launch path's minimum gain for its slower host path:
     a CUTLASS call shorter on the GPU than on the host can make a step wait for the host by
     the excess; a longer one hides it behind its own GPU time."""
-    if getattr(spec, "template", None) != "gemm_cutlass" or gpu_ms * 1e3 >= HOST_US:
+    if getattr(spec, "template", None) not in CUTLASS_TEMPLATES or gpu_ms * 1e3 >= HOST_US:
         return 0.0
     return EXTRA_HOST_US / 1e3
 

@@ -48,6 +48,7 @@ def default_knobs(spec: KernelSpec) -> tuple[tuple[str, KnobValue], ...]:
         "gemm_library",
         "gemm_padded",
         "gemm_cutlass",
+        "conv_cutlass",
     ):
         raise IllegalSpec(f"a {spec.template} spec comes from alternatives(seed), with its knobs")
     else:
@@ -192,7 +193,8 @@ def alternatives(seed: KernelSpec) -> list[KernelSpec]:
     them beside the seed. A GEMM with a bias + ReLU epilogue may run as cuBLASLt's fused call
     ("gemm_library"); an unaligned one as the library's aligned GEMM on padded operands
     ("gemm_padded"); a 16-bit one whose epilogue CUTLASS's visitor computes, as the CUTLASS 3
-    warp-specialised GEMM ("gemm_cutlass", cutlass_match.py). A long row program may run row-resident as CUDA C++ ("row_cluster"):
+    warp-specialised GEMM ("gemm_cutlass", cutlass_match.py); a dense channels-last convolution
+    as CUTLASS's Hopper conv ("conv_cutlass", cutlass_conv_match.py). A long row program may run row-resident as CUDA C++ ("row_cluster"):
     the widest vectors, then the fewest warps, then the fewest CTAs per row that hold the row
     with at most 64 values per thread, a softmax's statistics in one (max, sum) exchange
     (ONLINE=pair) where the program has them; rows of SPLIT_MIN_COLS or more start with half
@@ -206,6 +208,10 @@ def alternatives(seed: KernelSpec) -> list[KernelSpec]:
         from .cutlass_match import cutlass_specs
 
         return _library_alternatives(seed) + _padded_alternatives(seed) + cutlass_specs(seed)[:1]
+    if seed.template in ("conv", "conv_backward"):
+        from .cutlass_conv_match import conv_cutlass_specs
+
+        return conv_cutlass_specs(seed)[:1]
     if seed.template != "row_reduction":
         return []
     return _cluster_alternatives(seed) + _split_alternatives(seed)

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 
 from .attention_rules import SMEM_BYTES, validate_attention, validate_attention_backward
 from .conv_rules import CONV_SPACE, CONV_TEMPLATES, validate_conv
+from .cutlass_conv_match import SPACE as CUTLASS_CONV_SPACE
 from .cutlass_match import SPACE as CUTLASS_SPACE
 from .domain import next_pow2
 from .errors import IllegalSpec
@@ -92,6 +93,7 @@ _SPACE.update(CONV_SPACE)  # the convolution forward templates (conv_rules.py)
 _SPACE["gemm_library"] = {}  # a library call: nothing to tune (templates/library.py)
 _SPACE["gemm_padded"] = {}  # the library's aligned GEMM on padded operands (templates/padded.py)
 _SPACE["gemm_cutlass"] = CUTLASS_SPACE  # the CUTLASS 3 GEMM (cutlass_match.py)
+_SPACE["conv_cutlass"] = CUTLASS_CONV_SPACE  # CUTLASS's Hopper conv (cutlass_conv_match.py)
 _SPACE["row_cluster"] = {
     "CLUSTER": (1, 2, 4, 8, 16),
     "VEC": (1, 2, 4, 8),
@@ -267,6 +269,12 @@ def validate(spec: SpecView) -> None:
         problem = cutlass_problem(spec)
         if problem:
             raise IllegalSpec(f"gemm_cutlass cannot compute this GEMM: {problem}")
+    elif spec.template == "conv_cutlass":
+        from .cutlass_conv_match import conv_cutlass_problem
+
+        problem = conv_cutlass_problem(spec)
+        if problem:
+            raise IllegalSpec(f"conv_cutlass cannot compute this convolution: {problem}")
     elif spec.template == "row_cluster":
         from .cluster_rules import cluster_problem
 

@@ -132,10 +132,12 @@ def render(spec: KernelSpec) -> RenderedKernel:
         from .templates.rowsplit import render_split
 
         return render_launches(spec, *render_split(spec))
-    if spec.template == "gemm_cutlass":
+    if spec.template in ("gemm_cutlass", "conv_cutlass"):
+        from .cutlass_conv_match import render_cutlass_conv
         from .cutlass_match import render_cutlass
 
-        source, name = render_cutlass(spec)
+        gemm = spec.template == "gemm_cutlass"
+        source, name = render_cutlass(spec) if gemm else render_cutlass_conv(spec)
         header = "\n".join(_header(spec)) + "\n"
         return RenderedKernel(language="triton", source=header + source, entry=name)
     if spec.template in _LAUNCHES:

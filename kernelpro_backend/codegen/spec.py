@@ -28,7 +28,7 @@ __all__ = ["KernelSpec", "KnobValue", "RenderedKernel", "TensorMeta"]
 TEMPLATES = (
     "pointwise", "row_reduction", "row_cluster", "row_split", "gemm", "gemm_library",
     "gemm_padded", "gemm_cutlass", "attention", "attention_backward", "conv", "conv_depthwise",
-    "conv_backward", "conv_depthwise_backward",
+    "conv_backward", "conv_depthwise_backward", "conv_cutlass",
 )  # fmt: skip
 CUDA_TEMPLATES = ("row_cluster",)  # rendered as CUDA C++, the others as Triton
 PRECISIONS = ("ieee", "tf32", "tf32x3")

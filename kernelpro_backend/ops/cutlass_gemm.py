@@ -8,7 +8,8 @@ rows contiguous, through the shared library of the CUDA C++ source registered un
 when it is imported (`register`), before any graph can hold a call to it: the backend loads a
 kernel's module to trace it.
 
-Owns: the op, its fake (shape) implementation, `register(source) -> digest`.
+Owns: the op, its fake (shape) implementation, `register(source) -> digest` and `source_of`
+(the registry both CUTLASS ops read).
 Must not: render sources (codegen/cutlass_match.py does) or compile them (runtime/cuda/host.py).
 """
 
@@ -25,10 +26,22 @@ _SOURCES: dict[str, str] = {}
 
 
 def register(source: str) -> str:
-    """The digest a module passes to the op for `source` (this process's registry)."""
+    """The digest a module passes to the op for `source` (this process's registry, shared
+    with kernelpro::cutlass_conv)."""
     digest = hashlib.sha256(source.encode()).hexdigest()[:32]
     _SOURCES[digest] = source
     return digest
+
+
+def source_of(digest: str, op: str) -> str:
+    """The CUDA C++ registered under `digest`; a clear error where none was (`op` names it)."""
+    source = _SOURCES.get(digest)
+    if source is None:
+        raise RuntimeError(
+            f"{op}: no CUTLASS source {digest} in this process; its kernel's module registers "
+            "it when loaded"
+        )
+    return source
 
 
 @fast_op("kernelpro::cutlass_gemm")
@@ -39,12 +52,7 @@ def cutlass_gemm(
     c: torch.Tensor | None,
     digest: str,
 ) -> torch.Tensor:
-    source = _SOURCES.get(digest)
-    if source is None:
-        raise RuntimeError(
-            f"kernelpro::cutlass_gemm: no CUTLASS source {digest} in this process; its "
-            "kernel's module registers it when loaded"
-        )
+    source = source_of(digest, "kernelpro::cutlass_gemm")
     gemm = library_gemm(source, bias=bias is not None, source_term=c is not None)
     return gemm(a, b, bias, c, a.new_empty((a.shape[0], b.shape[0])))
 

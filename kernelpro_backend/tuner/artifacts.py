@@ -18,6 +18,7 @@ from typing import Any
 import torch
 
 from ..cache.artifact import KernelArtifact
+from ..codegen.templates.cutlass import CUTLASS_TEMPLATES
 from ..rewrite.providers import CallableKernel, Kernel
 from ..runtime.candidate import BaselineCandidate, Candidate, SourceCandidate, SpecCandidate
 
@@ -119,7 +120,7 @@ def winner_fields(
 def surcharge_ms(artifact: KernelArtifact) -> float:
     """What a cached kernel must save beyond its launch path's minimum gain for a host path
     slower than a Triton launch's (a CUTLASS call: codegen's `host_surcharge_ms`)."""
-    if artifact.kernel_ms is None or artifact.template != "gemm_cutlass":
+    if artifact.kernel_ms is None or artifact.template not in CUTLASS_TEMPLATES:
         return 0.0
     from ..codegen import KernelSpec, host_surcharge_ms
 

@@ -1,9 +1,10 @@
-"""CUTLASS GEMM libraries, built in the background before the searches that can use them.
+"""CUTLASS libraries, built in the background before the searches that can use them.
 
-A "gemm_cutlass" candidate (codegen/cutlass_match.py) runs a shared library that nvcc needs
+A "gemm_cutlass" or "conv_cutlass" candidate (codegen/cutlass_match.py,
+cutlass_conv_match.py) runs a shared library that nvcc needs
 1-3 minutes to build (CUTLASS's templates), several times a search's budget. So a search
 proposes such a candidate only once its library is built (`ready`), and `start(seed)` queues a
-build for every configuration of a GEMM seed that CUTLASS computes: background threads, at most
+build for every configuration of a GEMM or convolution seed that CUTLASS computes: background threads, at most
 `jobs` nvcc at once, each source once per process. The library takes the problem's sizes at
 run time, so one build serves every shape of a GEMM with the same epilogue and dtype: the next
 search of such a GEMM, and the next run (the cubin cache keeps it), use it.
@@ -22,7 +23,9 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from ..codegen.cutlass_conv_match import conv_cutlass_specs, cutlass_convs
 from ..codegen.cutlass_match import cutlass_gemm, cutlass_specs
+from ..codegen.templates.cutlass import CUTLASS_TEMPLATES
 
 log = logging.getLogger("kernelpro.cutlass")
 
@@ -89,19 +92,19 @@ class CutlassBuilds:
 
     def ready(self, spec: Any) -> bool:
         """Whether `spec` can be measured now: not a CUTLASS spec, or its library is built."""
-        if getattr(spec, "template", None) != "gemm_cutlass":
+        if getattr(spec, "template", None) not in CUTLASS_TEMPLATES:
             return True
         if self.unavailable is not None:
             return False
-        return self._built(_source(spec), self.arch, self.library_dir)
+        return all(self._built(src, self.arch, self.library_dir) for src in _spec_sources(spec))
 
     def start(self, seed: Any) -> int:
         """Queue the builds of every CUTLASS configuration of `seed` not built or queued yet;
         returns how many were queued now."""
-        specs = cutlass_specs(seed)
+        specs = _specs(seed)
         if not specs or self.unavailable is not None:
             return 0
-        queued = sum(self._queue(_source(spec)) for spec in specs)
+        queued = sum(self._queue(src) for src in {s for sp in specs for s in _spec_sources(sp)})
         if queued:
             log.info(
                 "building %d CUTLASS GEMM libraries in the background (1-3 min each, "
@@ -116,7 +119,7 @@ class CutlassBuilds:
         entry about to be re-proved); True when every one is built."""
         if self.unavailable is not None:
             return False
-        if sum(self._queue(_source(s)) for s in specs):
+        if sum(self._queue(src) for sp in specs for src in _spec_sources(sp)):
             log.info("building a cached CUTLASS GEMM's library (1-3 min)")
         self.wait(timeout_s)
         return all(self.ready(s) for s in specs)
@@ -162,13 +165,21 @@ class CutlassBuilds:
         return sum(t.is_alive() for src, t in self._threads.items() if src in sources)
 
 
-def _source(spec: Any) -> str:
-    return cutlass_gemm(spec).source_text()
+def _specs(seed: Any) -> list[Any]:
+    """Every CUTLASS configuration of a GEMM or convolution seed."""
+    return cutlass_specs(seed) + conv_cutlass_specs(seed)
+
+
+def _spec_sources(spec: Any) -> list[str]:
+    """The libraries' sources a CUTLASS spec runs (a conv backward's: dgrad and wgrad)."""
+    if spec.template == "gemm_cutlass":
+        return [cutlass_gemm(spec).source_text()]
+    return [config.source_text() for config in cutlass_convs(spec)]
 
 
 def _sources(seed: Any) -> set[str]:
-    """The sources of every CUTLASS configuration of a GEMM seed."""
-    return {_source(spec) for spec in cutlass_specs(seed)}
+    """The sources of every CUTLASS configuration of a GEMM or convolution seed."""
+    return {src for spec in _specs(seed) for src in _spec_sources(spec)}
 
 
 def _compile(source: str, arch: str, library_dir: Path | None) -> Path:

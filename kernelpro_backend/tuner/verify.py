@@ -21,6 +21,7 @@ from typing import Any
 from ..cache.artifact import Entry, KernelArtifact, utc_now
 from ..cache.maintenance import ValidatorUnavailable, Verdict
 from ..cache.toolchain import Toolchain, current_arch, current_gpu, current_toolchain
+from ..codegen.templates.cutlass import CUTLASS_TEMPLATES
 from ..fx_passes.rebuild import RebuildError, rebuild_subgraph
 from ..paths import CacheLayout
 from ..runtime.cuda.compile import NVCC_TIMEOUT_S
@@ -127,7 +128,7 @@ class CacheEntryValidator:
     def _build_library(self, artifact: KernelArtifact) -> None:
         """A CUTLASS entry's library, built here from its spec first (1-3 minutes of nvcc: not
         in the job's timeout); the worker then loads it. A failed build fails the job there."""
-        if artifact.template != "gemm_cutlass":
+        if artifact.template not in CUTLASS_TEMPLATES:
             return
         from ..codegen import KernelSpec
 

@@ -57,6 +57,9 @@ SCHEDULES = {
 # The kernel's tile scheduler, after its collectives (none: CUTLASS's persistent default)
 TILE_SCHEDULERS = {"stream_k": ", cutlass::gemm::StreamKScheduler"}
 ENTRY_POINTS = ("kp_gemm_workspace", "kp_gemm_run")
+# The templates rendered as a Python module around a CUTLASS library (built by nvcc before a
+# search can measure it): this GEMM and the conv (cutlass_conv.py)
+CUTLASS_TEMPLATES = ("gemm_cutlass", "conv_cutlass")
 
 
 class CutlassConfigError(ValueError):

@@ -2,8 +2,9 @@
 codegen/templates/cutlass_conv.py on torch tensors.
 
 Owns: `HostConv` (one operator's library, loaded; called with torch's conv2d arguments in
-torch's shapes, channels-last memory, it checks the layouts and writes the result) and
-`ConvProblem` (a forward convolution's sizes as the entry points take them).
+torch's shapes, channels-last memory, it checks the layouts and writes the result),
+`ConvProblem` (a forward convolution's sizes as the entry points take them) and
+`library_conv` (a source's HostConv on the current GPU, built now if the cache lacks it).
 Must not: build libraries (host.py's `compile_library`) or decide when a subgraph is a
 convolution (lowering).
 """
@@ -18,7 +19,10 @@ from typing import Any
 import torch
 
 from ..errors import CandidateLoadError
-from .host import RUN_ERRORS
+from .host import _LIBRARY_DIR, RUN_ERRORS, compile_library, is_built, log
+
+_LOADED: dict[tuple[str, str, Path | None], HostConv] = {}  # by source, operator, library dir
+_SYMBOLS = ("kp_conv_workspace", "kp_conv_run")  # HostConv calls these
 
 _CL = torch.channels_last
 
@@ -120,3 +124,22 @@ class HostConv:
             size = int(self._workspace_size(*problem.args(), sms))
             self._workspaces[key] = torch.empty(size, dtype=torch.uint8, device=device)
         return self._workspaces[key]
+
+
+def library_conv(source: str, operator: str) -> HostConv:
+    """The HostConv of a codegen/templates/cutlass_conv.py source on the current GPU, its
+    library built now if the cache lacks it (a minute or two: searches propose only built
+    ones, tuner/cutlass_builds.py)."""
+    from .driver import current_arch
+
+    key = (source, operator, _LIBRARY_DIR[0])
+    if key not in _LOADED:  # checked before anything else: the timed call lands here
+        arch = current_arch()
+        if not is_built(source, arch, key[2]):
+            log.warning(
+                "building the CUDA library of a CUTLASS convolution now (nvcc, 1-2 minutes, "
+                "once per machine and cache)"
+            )
+        path = compile_library(source, arch, library_dir=key[2], symbols=_SYMBOLS)
+        _LOADED[key] = HostConv(path, operator)
+    return _LOADED[key]
