@@ -44,6 +44,8 @@ from .outcome import eager_or_none, outcome_artifact
 if TYPE_CHECKING:
     from ..search import Proposer
 
+_CUTLASS_KINDS = ("gemm", "conv")  # the subgraphs a CUTLASS library may compute
+
 log = logging.getLogger("kernelpro")
 
 
@@ -127,10 +129,11 @@ class SubgraphSearcher:
         }
 
     def queue_builds(self, subgraphs: Sequence[Subgraph]) -> None:
-        """Queue the CUTLASS libraries these GEMMs' searches could use (tuner/cutlass_builds.py),
-        as early as a graph's subgraphs are known: they build while other subgraphs search."""
+        """Queue the CUTLASS libraries these GEMMs' and convolutions' searches could use
+        (tuner/cutlass_builds.py), as early as a graph's subgraphs are known: they build while
+        other subgraphs search."""
         for subgraph in subgraphs:
-            if subgraph.kind == "gemm" and subgraph.device.type == "cuda":
+            if subgraph.kind in _CUTLASS_KINDS and subgraph.device.type == "cuda":
                 try:
                     self.cutlass.start(lower(subgraph))
                 except Unsupported:
@@ -139,10 +142,10 @@ class SubgraphSearcher:
                     log.exception("queueing CUTLASS builds for %s failed", subgraph.pattern)
 
     def _await_builds(self, subgraph: Subgraph, budget_s: float) -> None:
-        """Queue this GEMM's CUTLASS builds, and wait up to two search budgets for those in
-        flight: the search proposes only built ones, and one build serves every later shape
-        of its epilogue (this run's and the next's)."""
-        if subgraph.kind != "gemm" or subgraph.device.type != "cuda":
+        """Queue this GEMM's or convolution's CUTLASS builds, and wait up to two search budgets
+        for those in flight: the search proposes only built ones, and one build serves every
+        later shape of its epilogue (this run's and the next's)."""
+        if subgraph.kind not in _CUTLASS_KINDS or subgraph.device.type != "cuda":
             return
         try:
             seed = lower(subgraph)
@@ -151,7 +154,7 @@ class SubgraphSearcher:
         self.cutlass.start(seed)
         if self.cutlass.building(seed):
             log.info(
-                "%s waits up to %.0f s for its CUTLASS GEMM libraries",
+                "%s waits up to %.0f s for its CUTLASS libraries",
                 subgraph.pattern,
                 2 * budget_s,
             )

@@ -156,3 +156,32 @@ def test_a_conv_backward_runs_as_dgrad_and_wgrad() -> None:
 )
 def test_a_backward_cutlass_cannot_compute_is_refused(change: dict, words: str) -> None:
     assert words in str(conv_cutlass_problem(backward_spec(**change)))
+
+
+def test_a_convs_search_queues_and_waits_for_its_libraries() -> None:
+    """As for a GEMM: the searcher queues a CUDA convolution's CUTLASS builds when its graph is
+    known, and a search of it waits (two budgets at most) for those in flight."""
+    from kernelpro_backend.options import Options
+    from kernelpro_backend.tuner.searcher import SubgraphSearcher
+
+    x = torch.randn(2, 64, 16, 16, dtype=torch.bfloat16).contiguous(memory_format=CL)
+    w = torch.randn(128, 64, 3, 3, dtype=torch.bfloat16).contiguous(memory_format=CL)
+    sg = decomposed_subgraph(lambda x, w: F.conv2d(x, w, padding=1), x, w)
+    sg = dataclasses.replace(sg, device=torch.device("cuda"))
+    searcher = SubgraphSearcher(Options(search="on-miss", progress=False))
+    calls: list = []
+
+    class Builds:
+        def start(self, seed):  # type: ignore[no-untyped-def]
+            calls.append(("start", seed.template))
+
+        def building(self, seed):  # type: ignore[no-untyped-def]
+            return 1
+
+        def wait(self, timeout_s, seed):  # type: ignore[no-untyped-def]
+            calls.append(("wait", timeout_s))
+
+    searcher.cutlass = Builds()  # type: ignore[assignment]
+    searcher.queue_builds([sg])
+    searcher._await_builds(sg, 30.0)
+    assert calls == [("start", "conv"), ("start", "conv"), ("wait", 60.0)]
