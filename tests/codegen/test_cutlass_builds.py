@@ -48,6 +48,22 @@ class _FakeNvcc:
         return source in self.built
 
 
+class RecordingBuilds:
+    """A searcher's builder that records what it is asked and says builds are in flight."""
+
+    def __init__(self, calls: list) -> None:
+        self.calls = calls
+
+    def start(self, seed):  # type: ignore[no-untyped-def]
+        self.calls.append(("start", seed.template))
+
+    def building(self, seed):  # type: ignore[no-untyped-def]
+        return 2
+
+    def wait(self, timeout_s, seed):  # type: ignore[no-untyped-def]
+        self.calls.append(("wait", timeout_s))
+
+
 def _builds(nvcc: _FakeNvcc, jobs: int = 2, arch: str | None = "sm_90a") -> CutlassBuilds:
     return CutlassBuilds(
         None, jobs, arch=lambda: arch, toolchain=lambda: None, build=nvcc.build,
@@ -173,18 +189,7 @@ def test_a_gemm_search_waits_for_its_builds_and_a_graph_queues_them_first(monkey
     sg = dataclasses.replace(_gelu_subgraph(), device=torch.device("cuda"))
     searcher = SubgraphSearcher(Options(search="on-miss", progress=False))
     calls: list = []
-
-    class Builds:
-        def start(self, seed):  # type: ignore[no-untyped-def]
-            calls.append(("start", seed.template))
-
-        def building(self, seed):  # type: ignore[no-untyped-def]
-            return 2
-
-        def wait(self, timeout_s, seed):  # type: ignore[no-untyped-def]
-            calls.append(("wait", timeout_s))
-
-    searcher.cutlass = Builds()  # type: ignore[assignment]
+    searcher.cutlass = RecordingBuilds(calls)  # type: ignore[assignment]
     searcher._await_builds(sg, 30.0)
     assert calls == [("start", "gemm"), ("wait", 60.0)]
     calls.clear()

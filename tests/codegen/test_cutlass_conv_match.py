@@ -16,7 +16,7 @@ import torch
 import torch.nn.functional as F
 from harness import decomposed_subgraph
 from helpers import subgraphs_of
-from test_cutlass_builds import _builds, _FakeNvcc
+from test_cutlass_builds import RecordingBuilds, _builds, _FakeNvcc
 
 from kernelpro_backend.codegen import IllegalSpec
 from kernelpro_backend.codegen.cutlass_conv_match import (
@@ -170,18 +170,7 @@ def test_a_convs_search_queues_and_waits_for_its_libraries() -> None:
     sg = dataclasses.replace(sg, device=torch.device("cuda"))
     searcher = SubgraphSearcher(Options(search="on-miss", progress=False))
     calls: list = []
-
-    class Builds:
-        def start(self, seed):  # type: ignore[no-untyped-def]
-            calls.append(("start", seed.template))
-
-        def building(self, seed):  # type: ignore[no-untyped-def]
-            return 1
-
-        def wait(self, timeout_s, seed):  # type: ignore[no-untyped-def]
-            calls.append(("wait", timeout_s))
-
-    searcher.cutlass = Builds()  # type: ignore[assignment]
+    searcher.cutlass = RecordingBuilds(calls)  # type: ignore[assignment]
     searcher.queue_builds([sg])
     searcher._await_builds(sg, 30.0)
     assert calls == [("start", "conv"), ("start", "conv"), ("wait", 60.0)]
