@@ -1,7 +1,8 @@
 """What one benchmark case is: a model, its inputs and, for training, a loss and an optimizer.
 
-Owns: the `Workload` record, the dtype defaults (`resolve_dtype`) and the per-mode copy of a
-workload's model (`fresh_model`), so every mode starts from the same weights.
+Owns: the `Workload` record, the dtype defaults (`resolve_dtype`), the per-mode copy of a
+workload's model (`fresh_model`), so every mode starts from the same weights, and the training
+workloads' optimizer (`adamw`).
 Must not: compile, time or compare anything (the runner does that).
 """
 
@@ -83,3 +84,12 @@ def resolve_dtype(
 def check_size(size: str) -> None:
     if size not in SIZES:
         raise ValueError(f"unknown workload size {size!r}; use one of {list(SIZES)}")
+
+
+def adamw(params: Iterable[nn.Parameter]) -> torch.optim.Optimizer:
+    """AdamW as GPU training loops run it ([training]: "the optimizer step is already fused by
+    torch"; nanoGPT's `fused=True` on CUDA): one fused kernel per step on the GPU, the same for
+    every mode; `foreach` elsewhere (and before 2026-11-27, on the GPU too: BENCHMARKS.md)."""
+    params = list(params)
+    fused = bool(params) and all(p.is_cuda for p in params)
+    return torch.optim.AdamW(params, lr=1e-4, fused=fused, foreach=None if fused else True)

@@ -2,8 +2,8 @@
 
 Owns: one function per workload, `(device, dtype, size) -> Workload`, with its shapes at
 "tiny" (CPU tests, milliseconds per step) and "full" (GPU, sizes people train at), the
-`WORKLOADS` registry the CLI picks from (with the real-model corpus of bench/library/, run
-only when named), the `DTYPES` it names, and `workload_builders` (names and
+`WORKLOADS` registry the CLI picks from (with the real-model corpus of bench/library/ and the
+conv sweep's layers of bench/conv_layers.py, run only when named: `NAMED_ONLY`), the `DTYPES` it names, and `workload_builders` (names and
 a KernelBench directory -> what `runner.run_workloads` builds one at a time).
 Must not: time, compile or compare anything.
 
@@ -14,30 +14,22 @@ attention; float32 everywhere else (and always on the CPU), as in KernelBench.
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 
 import torch
-import torch.nn as nn
 import torch.nn.functional as F
 
 from . import models
-from .library import LIBRARY, LIBRARY_WORKLOADS  # imports no library: its factories do
+from .conv_layers import CONV_LAYERS
+from .library import LIBRARY  # imports no library: its factories do
 from .problems import PROBLEM_PREFIX, load_problem, problem_files
 from .workload import Workload, WorkloadFactory, check_size, resolve_dtype
+from .workload import adamw as _adamw
 
 
 def _pick(size: str, tiny: dict[str, int], full: dict[str, int]) -> dict[str, int]:
     check_size(size)
     return tiny if size == "tiny" else full
-
-
-def _adamw(params: Iterable[nn.Parameter]) -> torch.optim.Optimizer:
-    """AdamW as GPU training loops run it ([training]: "the optimizer step is already fused by
-    torch"; nanoGPT's `fused=True` on CUDA): one fused kernel per step on the GPU, the same for
-    every mode; `foreach` elsewhere (and before 2026-11-27, on the GPU too: BENCHMARKS.md)."""
-    params = list(params)
-    fused = bool(params) and all(p.is_cuda for p in params)
-    return torch.optim.AdamW(params, lr=1e-4, fused=fused, foreach=None if fused else True)
 
 
 def _mse_to_zero(out: object) -> torch.Tensor:
@@ -225,10 +217,13 @@ WORKLOADS: dict[str, WorkloadFactory] = {
     # The real-model corpus (bench/library/: transformers and torchvision, the `models` extra),
     # run only when named: "all" and the defaults are the built-in workloads above.
     **LIBRARY,
+    # The conv sweep's layers (bench/conv_layers.py), also run only when named.
+    **CONV_LAYERS,
 }
 TRAINING_WORKLOADS = ("gpt_block", "mlp", "convnet", "moe", "lm_head", "mini_gpt", "gpt2_small")
+NAMED_ONLY = frozenset(LIBRARY) | frozenset(CONV_LAYERS)  # run only when named, not by "all"
 OP_WORKLOADS = tuple(
-    name for name in WORKLOADS if name not in TRAINING_WORKLOADS + LIBRARY_WORKLOADS
+    name for name in WORKLOADS if name not in TRAINING_WORKLOADS and name not in NAMED_ONLY
 )
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -246,7 +241,7 @@ def workload_builders(
     chosen = list(names or ([] if problems else ["all"]))
     if "all" in chosen:
         at = chosen.index("all")
-        chosen[at : at + 1] = [n for n in WORKLOADS if n not in LIBRARY]
+        chosen[at : at + 1] = [n for n in WORKLOADS if n not in NAMED_ONLY]
     unknown = [n for n in chosen if n not in WORKLOADS]
     if unknown:
         raise ValueError(f"unknown workload(s) {unknown}; known: {', '.join(WORKLOADS)}")

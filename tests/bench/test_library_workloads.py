@@ -17,6 +17,7 @@ from kernelpro_backend.bench.modes import EAGER, KERNELPRO, Mode, make_modes
 from kernelpro_backend.bench.results import OK, WRONG
 from kernelpro_backend.bench.runner import RunConfig, run_workload
 from kernelpro_backend.bench.workloads import (
+    NAMED_ONLY,
     OP_WORKLOADS,
     TRAINING_WORKLOADS,
     WORKLOADS,
@@ -42,7 +43,8 @@ def test_the_corpus_is_registered_but_not_run_by_default():
     assert all(WORKLOADS[name] is LIBRARY[name] for name in LIBRARY_WORKLOADS)
     assert not set(LIBRARY_WORKLOADS) & set(TRAINING_WORKLOADS + OP_WORKLOADS)
     default = [name for name, _ in workload_builders([], None, CPU, None, "tiny")]
-    assert default == [n for n in WORKLOADS if n not in LIBRARY]
+    assert default == [n for n in WORKLOADS if n not in NAMED_ONLY]
+    assert set(LIBRARY) <= NAMED_ONLY
     named = [name for name, _ in workload_builders(["all", "hf_bert"], None, CPU, None, "tiny")]
     assert named == [*default, "hf_bert"]
 

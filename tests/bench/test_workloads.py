@@ -3,6 +3,7 @@ import torch
 import torch.nn.functional as F
 
 from kernelpro_backend.bench import models
+from kernelpro_backend.bench.conv_layers import CONV_LAYERS, LAYERS
 from kernelpro_backend.bench.workloads import OP_WORKLOADS, TRAINING_WORKLOADS, WORKLOADS
 
 CPU = torch.device("cpu")
@@ -100,3 +101,21 @@ def test_lm_head_cuts_into_the_head_gemm_and_a_fused_cross_entropy():
     forward = [s for s in workload_subgraphs(w) if s.graph == "forward"]
     assert [s.pattern for s in forward if s.kind == "gemm"] == ["mm"]
     assert [s.pattern for s in forward if "gather" in s.ops] == ["cross_entropy"]
+
+
+@pytest.mark.parametrize("name", sorted(CONV_LAYERS))
+def test_a_conv_layers_step_computes_both_gradients_channels_last(name):
+    """The conv sweep's layers (run only when named): one conv each, channels-last, whose step
+    needs the input's gradient (the scale before it) and the weight's."""
+    w = WORKLOADS[name](CPU, None, "tiny")
+    assert w.training and name not in OP_WORKLOADS
+    model = w.fresh_model()
+    x = w.inputs[0]
+    assert x.is_contiguous(memory_format=torch.channels_last)
+    out = model(x)
+    assert out.is_contiguous(memory_format=torch.channels_last)
+    w.loss_fn(out).backward()
+    assert model.scale.grad is not None and model.conv.weight.grad is not None
+    c_in, _, _, kernel, stride, groups = LAYERS[name]
+    assert model.conv.kernel_size == (kernel, kernel) and model.conv.stride == (stride, stride)
+    assert (model.conv.groups == model.conv.in_channels) == (groups == c_in)

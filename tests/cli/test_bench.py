@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from kernelpro_backend.bench import plots
-from kernelpro_backend.bench.workloads import LIBRARY_WORKLOADS, TRAINING_WORKLOADS, WORKLOADS
+from kernelpro_backend.bench.workloads import NAMED_ONLY, TRAINING_WORKLOADS, WORKLOADS
 
 from .conftest import run_cli
 
@@ -30,7 +30,7 @@ def kernelpro_run(tmp_path_factory):
 def test_every_workload_and_mode_is_reported_and_matches_eager(kernelpro_run):
     rc, data, _ = kernelpro_run
     names = [w["workload"] for w in data["workloads"]]
-    built_in = [n for n in WORKLOADS if n not in LIBRARY_WORKLOADS]  # "all" needs no library
+    built_in = [n for n in WORKLOADS if n not in NAMED_ONLY]  # "all" needs no library
     assert names == [*built_in, "kb:gemm_bias_relu", "kb:layer_norm", "kb:softmax"]
     for w in data["workloads"]:
         assert [m["mode"] for m in w["modes"]] == ["eager", "kernelpro"], w["workload"]
