@@ -35,6 +35,7 @@ from .fx_passes.torch_level import input_name
 from .fx_passes.torch_rewrites import any_rewrite, placeholder_values, placeholders, torch_rewrites
 from .ops import (
     cross_entropy,  # noqa: F401  (registers kernelpro::cross_entropy)
+    cutlass_conv,  # noqa: F401  (registers kernelpro::cutlass_conv)
     cutlass_gemm,  # noqa: F401  (registers kernelpro::cutlass_gemm)
     linear_ce,  # noqa: F401  (registers kernelpro::linear_cross_entropy)
 )

@@ -25,8 +25,9 @@ from . import access_memo
 
 # The higher-order op a traced Triton launch becomes; Inductor lowers it to a kernel call.
 _TRITON_HOP = "triton_kernel_wrapper_functional"
-# kernelpro's own ops a traced kernel may call (ops/cutlass_gemm.py), by name: registered on import
-_KERNEL_OPS = {"kernelpro.cutlass_gemm.default"}
+# kernelpro's own ops a traced kernel may call (ops/cutlass_gemm.py, ops/cutlass_conv.py), by
+# name: registered on import
+_KERNEL_OPS = {"kernelpro.cutlass_gemm.default", "kernelpro.cutlass_conv.default"}
 
 
 class InlineError(Exception):

@@ -30,6 +30,7 @@ from __future__ import annotations
 import ast
 import builtins
 
+_CUTLASS_CONV = "kernelpro_backend.ops.cutlass_conv"
 MAX_SOURCE_CHARS = 1_000_000  # our largest rendered Triton module is under 40 KB
 _INTERPRET = ast.dump(ast.parse('INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"').body[0])
 _IMPORTS = {"triton": None, "triton.language": "tl", "math": None, "torch": None, "os": None}
@@ -140,7 +141,7 @@ class _Module:
                     raise _refuse(node, f"imports {ast.unparse(node)!r:.80} (only triton, "
                                   "triton.language as tl, torch, math, os)")  # fmt: skip
         elif isinstance(node, ast.ImportFrom):
-            if node.module == "kernelpro_backend.ops.cutlass_gemm":
+            if node.module in ("kernelpro_backend.ops.cutlass_gemm", _CUTLASS_CONV):
                 raise _refuse(node, "a CUTLASS module registers C++ host code; it is admitted "
                               "only as a spec-built entry, re-rendered here")  # fmt: skip
             raise _refuse(node, f"imports from {node.module!r:.60} (only `import` of triton, "

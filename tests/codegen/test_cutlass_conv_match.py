@@ -174,3 +174,55 @@ def test_a_convs_search_queues_and_waits_for_its_libraries() -> None:
     searcher.queue_builds([sg])
     searcher._await_builds(sg, 30.0)
     assert calls == [("start", "conv"), ("start", "conv"), ("wait", 60.0)]
+
+
+class _FakeLibrary:
+    """library_conv's stand-in on the CPU: each operator as PyTorch computes it."""
+
+    def __init__(self, operator: str) -> None:
+        self.operator = operator
+
+    def __call__(self, act, flt, problem):  # type: ignore[no-untyped-def]
+        pad, stride = problem.padding, problem.stride
+        if self.operator == "fprop":
+            out = F.conv2d(act, flt, padding=pad, stride=stride)
+        else:
+            dy, other = act, flt
+            x_like = torch.empty(problem.n, problem.c, problem.h, problem.w, dtype=dy.dtype)
+            w_like = torch.empty(problem.k, problem.c, problem.r, problem.s, dtype=dy.dtype)
+            x, w = (x_like, other) if self.operator == "dgrad" else (other, w_like)
+            grads = torch.ops.aten.convolution_backward(
+                dy, x, w, None, stride, pad, (1, 1), False, (0, 0), 1,
+                (self.operator == "dgrad", self.operator == "wgrad", False),
+            )  # fmt: skip
+            out = grads[0] if self.operator == "dgrad" else grads[1]
+        return out.contiguous(memory_format=CL)
+
+
+@pytest.mark.parametrize("backward", [False, True], ids=["forward", "backward"])
+def test_the_module_passes_each_operator_its_operands(backward: bool, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """The rendered module run on the CPU with PyTorch standing in for the libraries: each
+    result equals the subgraph's, so the operands, operators and outputs are in their places;
+    traced, it is one kernelpro::cutlass_conv node a result."""
+    from kernelpro_backend.codegen.build import SpecKernel
+    from kernelpro_backend.ops import cutlass_conv as op
+    from kernelpro_backend.rewrite.inline import trace_kernel
+
+    monkeypatch.setattr(op, "library_conv", lambda source, operator: _FakeLibrary(operator))
+    dtype = torch.bfloat16 if backward else torch.float32  # a float32 wgrad is refused
+    conv = torch.nn.Conv2d(64, 128, 3, padding=1, bias=False).to(dtype, memory_format=CL)
+    x = torch.randn(2, 64, 16, 16, dtype=dtype).contiguous(memory_format=CL).requires_grad_()
+    pattern = "convolution_backward" if backward else "convolution"
+    (sg,) = [s for s in subgraphs_of(conv, x) if s.pattern == pattern]
+    spec = conv_cutlass_specs(lower(sg))[0]
+    kernel = SpecKernel(spec)
+    inputs = sg.make_inputs(0, "cpu")
+    got, want = kernel(*inputs), sg.module()(*inputs)
+    assert len(got) == len(want) == (2 if backward else 1)
+    for g, w in zip(got, want, strict=True):
+        assert g.shape == w.shape and g.is_contiguous(memory_format=CL)
+        torch.testing.assert_close(g.float(), w.float(), rtol=2e-2, atol=2e-2)
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)  # no Triton launch to interpret
+    traced = trace_kernel(kernel, sg)
+    targets = [str(n.target) for n in traced.graph.nodes if n.op == "call_function"]
+    assert targets == ["kernelpro.cutlass_conv.default"] * len(want), targets

@@ -41,7 +41,7 @@ def test_every_module_kernelpro_renders_is_admitted(ours):
         if language != "triton":
             continue  # row_cluster: CUDA, loaded as a cubin
         problem = triton_source_problem(source, entry)
-        if template == "gemm_cutlass":
+        if template in ("gemm_cutlass", "conv_cutlass"):
             assert problem and "CUTLASS module registers C++ host code" in problem
         elif template == "gemm_padded":  # torch calls beyond a launcher's: only via its spec
             assert problem and "import torch.nn.functional" in problem
@@ -141,6 +141,10 @@ DEFINITION_TIME = {
     "dunder_name": (_host("__builtins__\nreturn [in0]"), "__builtins__"),
     "cutlass_register": (
         "from kernelpro_backend.ops.cutlass_gemm import register\nSOURCE = 'int x;'\n",
+        "CUTLASS module",
+    ),
+    "cutlass_conv_register": (
+        "from kernelpro_backend.ops.cutlass_conv import register\nSOURCE = 'int x;'\n",
         "CUTLASS module",
     ),
 }
