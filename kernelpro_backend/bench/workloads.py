@@ -3,8 +3,9 @@
 Owns: one function per workload, `(device, dtype, size) -> Workload`, with its shapes at
 "tiny" (CPU tests, milliseconds per step) and "full" (GPU, sizes people train at), the
 `WORKLOADS` registry the CLI picks from (with the real-model corpus of bench/library/ and the
-conv sweep's layers of bench/conv_layers.py, run only when named: `NAMED_ONLY`), the `DTYPES` it names, and `workload_builders` (names and
-a KernelBench directory -> what `runner.run_workloads` builds one at a time).
+conv sweep's layers of bench/conv_layers.py, run only when named: `NAMED_ONLY`), the `DTYPES`
+it names, and `workload_builders` (names and a KernelBench directory -> what
+`runner.run_workloads` builds one at a time).
 Must not: time, compile or compare anything.
 
 dtype None means the workload's default: bfloat16 on CUDA for the GPT block, the MoE layer and

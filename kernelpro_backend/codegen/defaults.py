@@ -194,10 +194,11 @@ def alternatives(seed: KernelSpec) -> list[KernelSpec]:
     ("gemm_library"); an unaligned one as the library's aligned GEMM on padded operands
     ("gemm_padded"); a 16-bit one whose epilogue CUTLASS's visitor computes, as the CUTLASS 3
     warp-specialised GEMM ("gemm_cutlass", cutlass_match.py); a dense channels-last convolution
-    as CUTLASS's Hopper conv ("conv_cutlass", cutlass_conv_match.py). A long row program may run row-resident as CUDA C++ ("row_cluster"):
-    the widest vectors, then the fewest warps, then the fewest CTAs per row that hold the row
-    with at most 64 values per thread, a softmax's statistics in one (max, sum) exchange
-    (ONLINE=pair) where the program has them; rows of SPLIT_MIN_COLS or more start with half
+    or its backward as CUTLASS's Hopper conv ("conv_cutlass", cutlass_conv_match.py). A long row
+    program may run row-resident as CUDA C++ ("row_cluster"): the widest vectors, then the
+    fewest warps, then the fewest CTAs per row that hold the row with at most 64 values per
+    thread, a softmax's statistics in one (max, sum) exchange (ONLINE=pair) where the program
+    has them; rows of SPLIT_MIN_COLS or more start with half
     of those values in shared memory (HOLD=split) at 16 warps, and where no register share
     fits all of them (HOLD=shared). Long programs holding two rows or more (backwards) start
     with every row in shared memory at 4 warps, in the fewest CTAs whose share takes at most

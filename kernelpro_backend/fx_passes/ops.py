@@ -149,13 +149,14 @@ def _dropout_p(node: fx.Node) -> float | None:
 
 def _changes_device(node: fx.Node) -> bool:
     device = node.kwargs.get("device")
-    src = _val(node.args[0]) if node.args else None
+    src = tensor_value(node.args[0]) if node.args else None
     if not isinstance(device, (str, torch.device)) or src is None:
         return False
     return torch.device(device) != src.device
 
 
-def _val(arg: object) -> torch.Tensor | None:
+def tensor_value(arg: object) -> torch.Tensor | None:
+    """A node's fake (or real) tensor value, `meta["val"]`; None for anything else."""
     if isinstance(arg, fx.Node):
         val = arg.meta.get("val")
         if isinstance(val, torch.Tensor):
@@ -175,7 +176,7 @@ COPIES = {"aten::clone", "aten::_to_copy", "prims::convert_element_type"}
 
 def numel(node: fx.Node | None) -> int | None:
     """Elements of a node's tensor output; None when unknown or symbolic."""
-    val = _val(node)
+    val = tensor_value(node)
     if val is None or not all(isinstance(d, int) for d in val.shape):
         return None
     return math.prod(val.shape)
@@ -199,7 +200,7 @@ def reduction_signature(node: fx.Node) -> tuple[tuple[int, ...], tuple[int, ...]
     normalisation/softmax chain (e.g. the amax and the sum of a softmax)."""
     if not node.args:
         return None
-    src = _val(node.args[0])
+    src = tensor_value(node.args[0])
     if src is None:
         return None
     if not all(isinstance(s, int) for s in src.shape):
@@ -240,7 +241,7 @@ def row_gather_signature(node: fx.Node) -> tuple[tuple[int, ...], tuple[int, ...
     indices, sparse gradients, symbolic sizes)."""
     if op_name(node) != "aten::gather" or len(node.args) < 3 or node.kwargs.get("sparse_grad"):
         return None
-    src, dim, index = _val(node.args[0]), node.args[1], _val(node.args[2])
+    src, dim, index = tensor_value(node.args[0]), node.args[1], tensor_value(node.args[2])
     if src is None or index is None or not isinstance(dim, int) or src.dim() == 0:
         return None
     sizes = (*src.shape, *index.shape)

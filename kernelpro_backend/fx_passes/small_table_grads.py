@@ -33,6 +33,8 @@ from typing import Any
 import torch
 import torch.fx as fx
 
+from .ops import tensor_value
+
 log = logging.getLogger("kernelpro")
 
 NAME = "small_table_grads"
@@ -47,10 +49,6 @@ _MASKED = _aten._unsafe_masked_index_put_accumulate.default
 # its indices' bounds checked by Inductor, which the one-hot would not do.
 
 
-def _val(node: Any) -> Any:
-    return node.meta.get("val") if isinstance(node, fx.Node) else None
-
-
 def _static(t: torch.Tensor) -> bool:
     return all(isinstance(s, int) for s in t.shape)
 
@@ -60,7 +58,7 @@ def _zero_table(node: Any) -> torch.Tensor | None:
     if not isinstance(node, fx.Node) or node.target is not _aten.full.default:
         return None
     fill = node.args[1] if len(node.args) > 1 else None
-    table = _val(node)
+    table = tensor_value(node)
     if fill not in (0, 0.0, False) or not isinstance(table, torch.Tensor):
         return None
     return table
@@ -184,14 +182,15 @@ def one_hot_table_grads(gm: fx.GraphModule, devices: tuple[str, ...] = ("cuda",)
             continue
         table_node, mask, index, values = parts
         table = _zero_table(table_node)
-        why = _refusal(table, _val(mask), _val(index), _val(values), devices)
+        args = [mask, index, values]
+        vals = [tensor_value(a) for a in args]
+        why = _refusal(table, vals[0], vals[1], vals[2], devices)
         if why is not None or table is None:
             log.debug("%s left as written: %s", node.name, why)
             continue
-        args = [mask, index, values]
         fn = _one_hot_sum(table.shape[0], list(table.shape))
         try:
-            traced = _trace(fn, [_val(a) for a in args])
+            traced = _trace(fn, [v for v in vals if v is not None])  # all three (_refusal)
         except Exception as e:  # a form the tracer refuses: the atomics still work
             log.warning("%s kept its atomics: tracing failed (%s)", node.name, e)
             continue

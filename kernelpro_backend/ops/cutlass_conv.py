@@ -25,27 +25,15 @@ from .fast_op import fast_op
 __all__ = ["cutlass_conv", "register"]
 
 
-def _problem(problem: list[int]) -> ConvProblem:
-    n, h, w, c, k, r, s, ph, pw, sh, sw, dh, dw = problem
-    return ConvProblem(n, h, w, c, k, r, s, (ph, pw), (sh, sw), (dh, dw))
-
-
-_SHAPES = {  # the result's shape from the forward problem (n, h, w, c, k, r, s, ...) and (p, q)
-    "fprop": lambda pr, p, q: (pr[0], pr[4], p, q),
-    "dgrad": lambda pr, p, q: (pr[0], pr[3], pr[1], pr[2]),
-    "wgrad": lambda pr, p, q: (pr[4], pr[3], pr[5], pr[6]),
-}
-
-
 @fast_op("kernelpro::cutlass_conv")
 def cutlass_conv(
     act: torch.Tensor, flt: torch.Tensor, problem: list[int], digest: str, operator: str
 ) -> torch.Tensor:
     source = source_of(digest, "kernelpro::cutlass_conv")
-    return library_conv(source, operator)(act, flt, _problem(problem))
+    return library_conv(source, operator)(act, flt, ConvProblem.from_args(problem))
 
 
 @cutlass_conv.register_fake
 def _fake(act, flt, problem, digest, operator):  # type: ignore[no-untyped-def]
-    shape = _SHAPES[operator](problem, *_problem(problem).output_hw)
+    shape = ConvProblem.from_args(problem).result_shape(operator)
     return torch.empty(shape, dtype=act.dtype, device=act.device, memory_format=torch.channels_last)

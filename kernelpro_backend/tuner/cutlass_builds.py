@@ -1,13 +1,13 @@
 """CUTLASS libraries, built in the background before the searches that can use them.
 
-A "gemm_cutlass" or "conv_cutlass" candidate (codegen/cutlass_match.py,
-cutlass_conv_match.py) runs a shared library that nvcc needs
-1-3 minutes to build (CUTLASS's templates), several times a search's budget. So a search
-proposes such a candidate only once its library is built (`ready`), and `start(seed)` queues a
-build for every configuration of a GEMM or convolution seed that CUTLASS computes: background threads, at most
-`jobs` nvcc at once, each source once per process. The library takes the problem's sizes at
-run time, so one build serves every shape of a GEMM with the same epilogue and dtype: the next
-search of such a GEMM, and the next run (the cubin cache keeps it), use it.
+A "gemm_cutlass" or "conv_cutlass" candidate (codegen/cutlass_match.py, cutlass_conv_match.py)
+runs a shared library that nvcc needs 1-3 minutes to build (CUTLASS's templates), several times
+a search's budget. So a search proposes such a candidate only once its libraries are built
+(`ready`), and `start(seed)` queues a build for every configuration of a GEMM or convolution
+seed that CUTLASS computes: background threads, at most `jobs` nvcc at once, each source once
+per process. The library takes the problem's sizes at run time, so one build serves every shape
+of a GEMM with the same epilogue and dtype (of a convolution with the same operator and dtype):
+the next search of such a kernel, and the next run (the cubin cache keeps it), use it.
 
 Owns: `CutlassBuilds` (`start`, `ready`, `wait`, `build` — now, for an entry to re-prove — and
 `unavailable`: why this machine builds none).
@@ -101,13 +101,12 @@ class CutlassBuilds:
     def start(self, seed: Any) -> int:
         """Queue the builds of every CUTLASS configuration of `seed` not built or queued yet;
         returns how many were queued now."""
-        specs = _specs(seed)
-        if not specs or self.unavailable is not None:
+        if not _specs(seed) or self.unavailable is not None:
             return 0
-        queued = sum(self._queue(src) for src in {s for sp in specs for s in _spec_sources(sp)})
+        queued = sum(self._queue(src) for src in _sources(seed))
         if queued:
             log.info(
-                "building %d CUTLASS GEMM libraries in the background (1-3 min each, "
+                "building %d CUTLASS libraries in the background (1-3 min each, "
                 "%d at once); searches propose them once built",
                 queued,
                 self.jobs,
@@ -120,7 +119,7 @@ class CutlassBuilds:
         if self.unavailable is not None:
             return False
         if sum(self._queue(src) for sp in specs for src in _spec_sources(sp)):
-            log.info("building a cached CUTLASS GEMM's library (1-3 min)")
+            log.info("building a cached CUTLASS kernel's libraries (1-3 min)")
         self.wait(timeout_s)
         return all(self.ready(s) for s in specs)
 
@@ -177,9 +176,10 @@ def _spec_sources(spec: Any) -> list[str]:
     return [config.source_text() for config in cutlass_convs(spec)]
 
 
-def _sources(seed: Any) -> set[str]:
-    """The sources of every CUTLASS configuration of a GEMM or convolution seed."""
-    return {src for spec in _specs(seed) for src in _spec_sources(spec)}
+def _sources(seed: Any) -> list[str]:
+    """The sources of every CUTLASS configuration of a GEMM or convolution seed, once each,
+    the default configuration's first (built first)."""
+    return list(dict.fromkeys(src for spec in _specs(seed) for src in _spec_sources(spec)))
 
 
 def _compile(source: str, arch: str, library_dir: Path | None) -> Path:

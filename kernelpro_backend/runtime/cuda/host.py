@@ -83,19 +83,26 @@ def library_gemm(source: str, *, bias: bool, source_term: bool) -> HostGemm:
     """The HostGemm of a codegen/templates/cutlass.py source on the current GPU, its library
     built now if the cache lacks it (minutes: searches propose only built ones,
     tuner/cutlass_builds.py)."""
-    from .driver import current_arch
-
     key = (source, _LIBRARY_DIR[0])
     if key not in _LOADED:  # checked before anything else: the timed call lands here
-        arch = current_arch()
-        if not is_built(source, arch, key[1]):  # a cache whose libraries went
-            log.warning(
-                "building the CUDA library of a CUTLASS GEMM kernel now (nvcc, "
-                "1-3 minutes, once per machine and cache)"
-            )
-        path = compile_library(source, arch, library_dir=key[1], symbols=_SYMBOLS)
+        path = current_library(source, _SYMBOLS, "GEMM")
         _LOADED[key] = HostGemm(path, bias=bias, source=source_term)
     return _LOADED[key]
+
+
+def current_library(source: str, symbols: Sequence[str], what: str) -> Path:
+    """`source`'s library for the current GPU in this process's library dir, built now (with a
+    warning: minutes of nvcc) where the cache lacks it; `what` names the kernel in the log."""
+    from .driver import current_arch
+
+    arch, library_dir = current_arch(), _LIBRARY_DIR[0]
+    if not is_built(source, arch, library_dir):  # a cache whose libraries went
+        log.warning(
+            "building the CUDA library of a CUTLASS %s kernel now (nvcc, 1-3 minutes, once "
+            "per machine and cache)",
+            what,
+        )
+    return compile_library(source, arch, library_dir=library_dir, symbols=symbols)
 
 
 def is_built(source: str, arch: str, library_dir: str | os.PathLike[str] | None = None) -> bool:

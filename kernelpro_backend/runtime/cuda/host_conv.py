@@ -13,13 +13,14 @@ from __future__ import annotations
 
 import ctypes
 import dataclasses
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from ..errors import CandidateLoadError
-from .host import _LIBRARY_DIR, RUN_ERRORS, compile_library, is_built, log
+from .host import _LIBRARY_DIR, RUN_ERRORS, current_library
 
 _LOADED: dict[tuple[str, str, Path | None], HostConv] = {}  # by source, operator, library dir
 _SYMBOLS = ("kp_conv_workspace", "kp_conv_run")  # HostConv calls these
@@ -50,6 +51,21 @@ class ConvProblem:
         if c2 != c:
             raise CandidateLoadError(f"grouped convolution ({c} channels, weight {c2}): dense only")
         return cls(n, h, w, c, k, r, s, tuple(padding), tuple(stride), tuple(dilation))
+
+    @classmethod
+    def from_args(cls, args: Sequence[int]) -> ConvProblem:
+        """The inverse of `args()`."""
+        n, h, w, c, k, r, s, ph, pw, sh, sw, dh, dw = (int(v) for v in args)
+        return cls(n, h, w, c, k, r, s, (ph, pw), (sh, sw), (dh, dw))
+
+    def result_shape(self, operator: str) -> tuple[int, int, int, int]:
+        """The shape (torch's) of what `operator` computes: y, dx or dw."""
+        p, q = self.output_hw
+        return {
+            "fprop": (self.n, self.k, p, q),
+            "dgrad": (self.n, self.c, self.h, self.w),
+            "wgrad": (self.k, self.c, self.r, self.s),
+        }[operator]
 
     @property
     def output_hw(self) -> tuple[int, int]:
@@ -99,14 +115,8 @@ class HostConv:
                 f"stride {problem.stride}: CUTLASS's Hopper input gradient loads dy in im2col "
                 "mode, which covers unit strides only (a strided one is its sm100 kernel's)"
             )
-        p, q = problem.output_hw
-        shapes = {
-            "fprop": (problem.n, problem.k, p, q),
-            "dgrad": (problem.n, problem.c, problem.h, problem.w),
-            "wgrad": (problem.k, problem.c, problem.r, problem.s),
-        }
-        out = torch.empty(shapes[self.operator], dtype=act.dtype, device=act.device)
-        out = out.contiguous(memory_format=_CL)
+        shape = problem.result_shape(self.operator)
+        out = torch.empty(shape, dtype=act.dtype, device=act.device, memory_format=_CL)
         sms = torch.cuda.get_device_properties(act.device).multi_processor_count
         workspace = self._workspace(problem, sms, act.device)
         stream = torch.cuda.current_stream(act.device).cuda_stream
@@ -130,16 +140,7 @@ def library_conv(source: str, operator: str) -> HostConv:
     """The HostConv of a codegen/templates/cutlass_conv.py source on the current GPU, its
     library built now if the cache lacks it (a minute or two: searches propose only built
     ones, tuner/cutlass_builds.py)."""
-    from .driver import current_arch
-
     key = (source, operator, _LIBRARY_DIR[0])
     if key not in _LOADED:  # checked before anything else: the timed call lands here
-        arch = current_arch()
-        if not is_built(source, arch, key[2]):
-            log.warning(
-                "building the CUDA library of a CUTLASS convolution now (nvcc, 1-2 minutes, "
-                "once per machine and cache)"
-            )
-        path = compile_library(source, arch, library_dir=key[2], symbols=_SYMBOLS)
-        _LOADED[key] = HostConv(path, operator)
+        _LOADED[key] = HostConv(current_library(source, _SYMBOLS, "convolution"), operator)
     return _LOADED[key]
